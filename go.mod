@@ -1,0 +1,3 @@
+module github.com/ferryml/ferry
+
+go 1.26
