@@ -1,0 +1,324 @@
+package trace
+
+import (
+	"bytes"
+	"fmt"
+	"hash/fnv"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ferryml/ferry/ir"
+)
+
+// Tracer records ops into one region of an ir.Func while a function is traced.
+// A tracer is active between Push and Pop; arrays of an inactive tracer must not
+// be used (that is a leaked tracer). Tracers nest: rt.Jit, Grad, Scan and Cond
+// each make one, and ops go to the innermost tracer involved.
+type Tracer struct {
+	fn       *ir.Func
+	region   *ir.Region
+	level    int
+	active   bool
+	closed   bool
+	captures []*Array
+	capIdx   map[*Array]*ir.Value
+	consts   map[*Array]*ir.Value
+}
+
+// NewTracer returns a tracer recording into region (a region of fn).
+func NewTracer(fn *ir.Func, region *ir.Region) *Tracer {
+	return &Tracer{fn: fn, region: region, capIdx: map[*Array]*ir.Value{}, consts: map[*Array]*ir.Value{}}
+}
+
+// NewFuncTracer returns a tracer recording into the body of a new function.
+func NewFuncTracer(name string) *Tracer {
+	f := ir.NewFunc(name)
+	return NewTracer(f, f.Body)
+}
+
+// Func returns the function being recorded.
+func (t *Tracer) Func() *ir.Func { return t.fn }
+
+// Region returns the region being recorded.
+func (t *Tracer) Region() *ir.Region { return t.region }
+
+// Param adds a parameter of type typ to the region and returns its tracer array.
+func (t *Tracer) Param(typ ir.Type) *Array {
+	v := t.region.AddParam(typ)
+	return &Array{typ: v.Type, val: v, tr: t}
+}
+
+// Wrap returns the array of this tracer standing for v (a value of its region).
+func (t *Tracer) Wrap(v *ir.Value) *Array { return &Array{typ: v.Type, val: v, tr: t} }
+
+// Captures returns the arrays from outside this tracer (concrete arrays or tracers
+// of enclosing traces) that the recorded ops used. Each was given a region
+// parameter after the explicit ones, in this order.
+func (t *Tracer) Captures() []*Array { return t.captures }
+
+// Level returns the nesting depth of the tracer (1 for the outermost).
+func (t *Tracer) Level() int { return t.level }
+
+// Push makes t the innermost active tracer of the calling goroutine.
+func (t *Tracer) Push() {
+	if t.closed {
+		panic(Errorf("trace", "tracer reused after Close"))
+	}
+	id := goid()
+	stacksMu.Lock()
+	st := stacks[id]
+	t.level = len(st) + 1
+	stacks[id] = append(st, t)
+	stacksMu.Unlock()
+	t.active = true
+	activeTracers.Add(1)
+}
+
+// Pop deactivates t; it must be the innermost active tracer of the goroutine.
+func (t *Tracer) Pop() {
+	id := goid()
+	stacksMu.Lock()
+	st := stacks[id]
+	if len(st) == 0 || st[len(st)-1] != t {
+		stacksMu.Unlock()
+		panic(Errorf("trace", "tracers popped out of order"))
+	}
+	if len(st) == 1 {
+		delete(stacks, id)
+	} else {
+		stacks[id] = st[:len(st)-1]
+	}
+	stacksMu.Unlock()
+	t.active = false
+	activeTracers.Add(-1)
+}
+
+// Close marks the tracer finished: its arrays may no longer be used.
+func (t *Tracer) Close() { t.closed = true }
+
+// Output returns the region value for a result array of the traced function,
+// capturing it if it comes from outside.
+func (t *Tracer) Output(a *Array) *ir.Value { return t.valueOf(a) }
+
+var (
+	stacksMu      sync.Mutex
+	stacks        = map[int64][]*Tracer{}
+	activeTracers atomic.Int64
+)
+
+// current returns the innermost active tracer of this goroutine, or nil.
+func current() *Tracer {
+	if activeTracers.Load() == 0 {
+		return nil
+	}
+	id := goid()
+	stacksMu.Lock()
+	defer stacksMu.Unlock()
+	st := stacks[id]
+	if len(st) == 0 {
+		return nil
+	}
+	return st[len(st)-1]
+}
+
+// Current returns the innermost active tracer of the calling goroutine, or nil
+// when no function is being traced (eager mode).
+func Current() *Tracer { return current() }
+
+func goid() int64 {
+	var buf [64]byte
+	n := runtime.Stack(buf[:], false)
+	b := bytes.TrimPrefix(buf[:n], []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); i > 0 {
+		id, err := strconv.ParseInt(string(b[:i]), 10, 64)
+		if err == nil {
+			return id
+		}
+	}
+	return 0
+}
+
+// valueOf returns the region value for a in t, capturing outside arrays.
+func (t *Tracer) valueOf(a *Array) *ir.Value {
+	if a.tr == t {
+		return a.val
+	}
+	if v, ok := t.capIdx[a]; ok {
+		return v
+	}
+	if a.tr == nil && a.typ.Rank() == 0 && a.buf != nil {
+		// Concrete scalars become constants in the IR.
+		if v, ok := t.consts[a]; ok {
+			return v
+		}
+		if l, err := a.buf.Literal(); err == nil {
+			op, err := t.fn.NewOp(ir.Constant, nil, ir.Attrs{"value": l.Clone()})
+			if err == nil {
+				t.region.Ops = append(t.region.Ops, op)
+				t.consts[a] = op.Result()
+				return op.Result()
+			}
+		}
+	}
+	v := t.region.AddParam(a.typ)
+	t.capIdx[a] = v
+	t.captures = append(t.captures, a)
+	return v
+}
+
+func checkLive(op string, a *Array) {
+	if a == nil {
+		panic(Errorf(op, "nil array operand"))
+	}
+	if a.tr != nil && (a.tr.closed || !a.tr.active) {
+		panic(Errorf(op, "leaked tracer %v: an array traced inside a jitted, differentiated or scanned function was used after that function returned (was it stored in a variable outside the function?)", a.typ))
+	}
+}
+
+// Apply runs op code on args: eagerly when no arg is traced and no trace is
+// active, else recorded into the innermost tracer involved. Attributes and
+// regions are as the op table (ir.OpInfo) says. It panics with *Error on bad
+// operands. Library code builds every op through Apply.
+func Apply(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args ...*Array) []*Array {
+	name := code.String()
+	target := current()
+	for _, a := range args {
+		checkLive(name, a)
+		if a.tr != nil && (target == nil || a.tr.level > target.level) {
+			target = a.tr
+		}
+	}
+	if attrs == nil {
+		attrs = ir.Attrs{}
+	}
+	if target == nil {
+		return applyEager(code, attrs, regions, args)
+	}
+	vals := make([]*ir.Value, len(args))
+	for i, a := range args {
+		vals[i] = target.valueOf(a)
+	}
+	op, err := target.fn.NewOp(code, vals, attrs, regions...)
+	if err != nil {
+		panic(Errorf(name, "%v", err))
+	}
+	file, line := CallerLocation()
+	op.Loc = file + ":" + strconv.Itoa(line)
+	target.region.Ops = append(target.region.Ops, op)
+	out := make([]*Array, len(op.Results))
+	for i, r := range op.Results {
+		out[i] = &Array{typ: r.Type, val: r, tr: target}
+	}
+	return out
+}
+
+// Apply1 is Apply for ops with one result.
+func Apply1(code ir.Code, attrs ir.Attrs, args ...*Array) *Array {
+	return Apply(code, attrs, nil, args...)[0]
+}
+
+// Executor runs functions on concrete buffers for eager mode. The runtime package
+// registers the default one when it is imported.
+type Executor interface {
+	// FromLiteral copies a host literal into a new buffer in the literal's space.
+	FromLiteral(l *ir.Literal) (Buffer, error)
+	// Execute runs the function build() returns on args. Calls with the same
+	// non-empty key have identical functions, so the executor may cache the
+	// compiled form by key; an empty key means do not cache.
+	Execute(key string, build func() *ir.Func, args []Buffer) ([]Buffer, error)
+}
+
+var executor atomic.Pointer[Executor]
+
+// SetExecutor registers the eager executor.
+func SetExecutor(e Executor) { executor.Store(&e) }
+
+func exec(op string) Executor {
+	e := executor.Load()
+	if e == nil {
+		panic(Errorf(op, "no executor registered: import github.com/ferryml/ferry/runtime to run arrays"))
+	}
+	return *e
+}
+
+// FromLiteral makes a concrete array holding a copy of l.
+func FromLiteral(l *ir.Literal) *Array {
+	b, err := exec("FromLiteral").FromLiteral(l)
+	if err != nil {
+		panic(WrapError("FromLiteral", err))
+	}
+	return FromBuffer(b)
+}
+
+func applyEager(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Array) []*Array {
+	name := code.String()
+	bufs := make([]Buffer, len(args))
+	types := make([]ir.Type, len(args))
+	for i, a := range args {
+		if a.buf == nil {
+			panic(Errorf(name, "operand %d has no buffer", i))
+		}
+		bufs[i] = a.buf
+		types[i] = a.typ
+	}
+	if _, err := ir.InferTypes(code, types, attrs, regions); err != nil {
+		panic(Errorf(name, "%v", err))
+	}
+	key := ""
+	if len(regions) == 0 {
+		key = opKey(code, attrs, types)
+	}
+	build := func() *ir.Func {
+		f := ir.NewFunc(name)
+		vals := make([]*ir.Value, len(types))
+		for i, t := range types {
+			vals[i] = f.Body.AddParam(t)
+		}
+		op, err := f.Body.AddOp(code, vals, attrs, regions...)
+		if err != nil {
+			panic(Errorf(name, "%v", err))
+		}
+		f.Body.Results = op.Results
+		return f
+	}
+	outs, err := exec(name).Execute(key, build, bufs)
+	if err != nil {
+		panic(WrapError(name, err))
+	}
+	res := make([]*Array, len(outs))
+	for i, b := range outs {
+		res[i] = FromBuffer(b)
+	}
+	return res
+}
+
+// opKey is the eager cache key of an op: name, attributes, operand types.
+func opKey(code ir.Code, attrs ir.Attrs, types []ir.Type) string {
+	var b strings.Builder
+	b.WriteString(code.String())
+	b.WriteByte('(')
+	for i, t := range types {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(t.String())
+	}
+	b.WriteByte(')')
+	for _, k := range attrs.Keys() {
+		b.WriteString(k)
+		b.WriteByte('=')
+		switch v := attrs[k].(type) {
+		case *ir.Literal:
+			h := fnv.New64a()
+			h.Write(v.Data)
+			fmt.Fprintf(&b, "lit<%v,%x,%d>", v.Type, h.Sum64(), len(v.Data))
+		default:
+			fmt.Fprintf(&b, "%v", v)
+		}
+		b.WriteByte(';')
+	}
+	return b.String()
+}
