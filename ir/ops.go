@@ -802,7 +802,7 @@ func typeList(ts []Type) string {
 
 func inferScan(args []Type, a Attrs, regions []*Region) ([]Type, error) {
 	nc, nk, n := a.Int("num_consts"), a.Int("num_carry"), a.Int("length")
-	if nc < 0 || nk < 0 || nc+nk > len(args) || n < 0 {
+	if nc < 0 || nk < 0 || nc > len(args) || nk > len(args)-nc || n < 0 {
 		return nil, fmt.Errorf("scan: bad num_consts %d / num_carry %d / length %d for %d operands", nc, nk, n, len(args))
 	}
 	body := regions[0]

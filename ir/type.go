@@ -97,7 +97,9 @@ func (t Type) WithShape(s Shape) Type { return Type{DType: t.DType, Shape: s.Clo
 func (t Type) WithDType(d DType) Type { return Type{DType: d, Shape: t.Shape.Clone(), Space: t.Space} }
 
 // WithSpace returns t in a different memory space.
-func (t Type) WithSpace(m MemorySpace) Type { return Type{DType: t.DType, Shape: t.Shape.Clone(), Space: m} }
+func (t Type) WithSpace(m MemorySpace) Type {
+	return Type{DType: t.DType, Shape: t.Shape.Clone(), Space: m}
+}
 
 // String formats the type as f32[2,3], with {pinned_host} appended outside device memory.
 func (t Type) String() string {
