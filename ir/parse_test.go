@@ -54,7 +54,7 @@ func TestParseErrors(t *testing.T) {
 		{"region contract", head + "  %3 = cond(%1, %0) (\n    ^(%4: f32[3]) {\n      return %4\n    },\n    ^(%5: f32[2]) {\n      return %5\n    }) : f32[3]\n  return %3\n}",
 			"2:8: cond: predicate must be a bool scalar, got i32[]"},
 		{"scan panic guard", "func @f(%0: f32[2]) -> () {\n  scan(%0) {length=1, num_carry=4611686018427387904, num_consts=4611686018427387904} (\n    ^() {\n      return\n    })\n  return\n}",
-			"2:3: scan: shape rule panicked"},
+			"2:3: scan: bad num_consts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := Parse(tc.src)
