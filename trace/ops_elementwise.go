@@ -1,0 +1,385 @@
+package trace
+
+import (
+	"math"
+
+	"github.com/ferryml/ferry/ir"
+)
+
+// dtypeKind says which dtypes an elementwise op accepts.
+type dtypeKind uint8
+
+const (
+	kindAny     dtypeKind = iota // every dtype
+	kindNumeric                  // not bool
+	kindFloat                    // floats only
+	kindLogical                  // bool or integers
+	kindInteger                  // integers only
+)
+
+func kindOK(k dtypeKind, dt ir.DType) bool {
+	switch k {
+	case kindNumeric:
+		return dt != ir.Bool
+	case kindFloat:
+		return dt.IsFloat()
+	case kindLogical:
+		return dt == ir.Bool || dt.IsInteger()
+	case kindInteger:
+		return dt.IsInteger()
+	}
+	return true
+}
+
+var kindText = map[dtypeKind]string{
+	kindNumeric: "a numeric dtype",
+	kindFloat:   "a float dtype",
+	kindLogical: "bool or an integer dtype",
+	kindInteger: "an integer dtype",
+}
+
+func checkKind(op string, k dtypeKind, x *Array) {
+	if !kindOK(k, x.typ.DType) {
+		hint := ""
+		if k == kindFloat && (x.typ.DType.IsInteger() || x.typ.DType == ir.Bool) {
+			hint = " (Convert it to a float dtype first)"
+		}
+		panic(Errorf(op, "needs %s, got %v%s", kindText[k], x.typ, hint))
+	}
+}
+
+// unary applies an elementwise unary op; the result is weak when x is.
+func unary(op string, code ir.Code, k dtypeKind, x *Array) *Array {
+	needArrays(op, x)
+	checkKind(op, k, x)
+	return markWeak(Apply1(code, nil, x), x.weak)
+}
+
+// Neg returns -x elementwise (wrapping for unsigned integers).
+func Neg(x *Array) *Array { return unary("Neg", ir.Neg, kindNumeric, x) }
+
+// Abs returns |x| elementwise.
+func Abs(x *Array) *Array { return unary("Abs", ir.Abs, kindNumeric, x) }
+
+// Sign returns -1, 0 or 1 by the sign of x (NaN stays NaN).
+func Sign(x *Array) *Array { return unary("Sign", ir.Sign, kindNumeric, x) }
+
+// Exp returns e**x elementwise. x must be a float array.
+func Exp(x *Array) *Array { return unary("Exp", ir.Exp, kindFloat, x) }
+
+// Log returns the natural logarithm elementwise. x must be a float array.
+func Log(x *Array) *Array { return unary("Log", ir.Log, kindFloat, x) }
+
+// Log1p returns log(1+x), accurate for small x. x must be a float array.
+func Log1p(x *Array) *Array { return unary("Log1p", ir.Log1p, kindFloat, x) }
+
+// Expm1 returns e**x - 1, accurate for small x. x must be a float array.
+func Expm1(x *Array) *Array { return unary("Expm1", ir.Expm1, kindFloat, x) }
+
+// Sqrt returns the square root elementwise. x must be a float array.
+func Sqrt(x *Array) *Array { return unary("Sqrt", ir.Sqrt, kindFloat, x) }
+
+// Rsqrt returns 1/sqrt(x) elementwise. x must be a float array.
+func Rsqrt(x *Array) *Array { return unary("Rsqrt", ir.Rsqrt, kindFloat, x) }
+
+// Tanh returns the hyperbolic tangent elementwise. x must be a float array.
+func Tanh(x *Array) *Array { return unary("Tanh", ir.Tanh, kindFloat, x) }
+
+// Logistic returns 1/(1+e**-x) elementwise. x must be a float array.
+func Logistic(x *Array) *Array { return unary("Logistic", ir.Logistic, kindFloat, x) }
+
+// Sigmoid is Logistic.
+func Sigmoid(x *Array) *Array { return unary("Sigmoid", ir.Logistic, kindFloat, x) }
+
+// Sin returns the sine elementwise. x must be a float array.
+func Sin(x *Array) *Array { return unary("Sin", ir.Sin, kindFloat, x) }
+
+// Cos returns the cosine elementwise. x must be a float array.
+func Cos(x *Array) *Array { return unary("Cos", ir.Cos, kindFloat, x) }
+
+// Erf returns the error function elementwise. x must be a float array.
+func Erf(x *Array) *Array { return unary("Erf", ir.Erf, kindFloat, x) }
+
+// roundOp rounds floats and returns integer arrays unchanged.
+func roundOp(op string, code ir.Code, x *Array) *Array {
+	needArrays(op, x)
+	if x.typ.DType.IsInteger() {
+		return x
+	}
+	return unary(op, code, kindFloat, x)
+}
+
+// Floor rounds toward -inf elementwise; integer arrays are returned unchanged.
+func Floor(x *Array) *Array { return roundOp("Floor", ir.Floor, x) }
+
+// Ceil rounds toward +inf elementwise; integer arrays are returned unchanged.
+func Ceil(x *Array) *Array { return roundOp("Ceil", ir.Ceil, x) }
+
+// Round rounds to the nearest integer, halves to even (like jnp.round);
+// integer arrays are returned unchanged.
+func Round(x *Array) *Array { return roundOp("Round", ir.Round, x) }
+
+// Not returns the logical negation of a bool array, or the bitwise complement of
+// an integer array.
+func Not(x *Array) *Array { return unary("Not", ir.Not, kindLogical, x) }
+
+// binary applies an elementwise binary op after dtype promotion and NumPy
+// broadcasting.
+func binary(op string, code ir.Code, k dtypeKind, x, y *Array) *Array {
+	needArrays(op, x, y)
+	shape := broadcastShape(op, x, y)
+	args, dt, w := promote(op, x, y)
+	if !kindOK(k, dt) {
+		hint := ""
+		if k == kindFloat && (dt.IsInteger() || dt == ir.Bool) {
+			hint = " (Convert them to a float dtype first)"
+		}
+		panic(Errorf(op, "needs %s, got %s%s", kindText[k], typeList([]*Array{x, y}), hint))
+	}
+	a, b := broadcastTo(args[0], shape), broadcastTo(args[1], shape)
+	return markWeak(Apply1(code, nil, a, b), w)
+}
+
+// Add returns x + y elementwise, with NumPy broadcasting and JAX's dtype
+// promotion (see ResultDType).
+func Add(x, y *Array) *Array { return binary("Add", ir.Add, kindNumeric, x, y) }
+
+// Sub returns x - y elementwise (broadcasting and promoting as Add).
+func Sub(x, y *Array) *Array { return binary("Sub", ir.Sub, kindNumeric, x, y) }
+
+// Mul returns x * y elementwise (broadcasting and promoting as Add).
+func Mul(x, y *Array) *Array { return binary("Mul", ir.Mul, kindNumeric, x, y) }
+
+// Div returns x / y elementwise (broadcasting and promoting as Add). Integer
+// division truncates toward zero, like lax.div; convert integers to a float
+// dtype first for true division.
+func Div(x, y *Array) *Array { return binary("Div", ir.Div, kindNumeric, x, y) }
+
+// Pow returns x**y elementwise for float operands (broadcasting and promoting as
+// Add; Pow(intArray, Scalar(2)) computes in f32).
+func Pow(x, y *Array) *Array { return binary("Pow", ir.Pow, kindFloat, x, y) }
+
+// Maximum returns the elementwise maximum, propagating NaN (logical or for bool).
+func Maximum(x, y *Array) *Array {
+	if x != nil && y != nil && ResultDType(x, y) == ir.Bool {
+		return binary("Maximum", ir.Or, kindLogical, x, y)
+	}
+	return binary("Maximum", ir.Max, kindNumeric, x, y)
+}
+
+// Minimum returns the elementwise minimum, propagating NaN (logical and for bool).
+func Minimum(x, y *Array) *Array {
+	if x != nil && y != nil && ResultDType(x, y) == ir.Bool {
+		return binary("Minimum", ir.And, kindLogical, x, y)
+	}
+	return binary("Minimum", ir.Min, kindNumeric, x, y)
+}
+
+// Rem returns the remainder of x / y with the sign of x (C fmod, lax.rem).
+func Rem(x, y *Array) *Array { return binary("Rem", ir.Rem, kindNumeric, x, y) }
+
+// And returns the logical (bool) or bitwise (integers) and of x and y.
+func And(x, y *Array) *Array { return binary("And", ir.And, kindLogical, x, y) }
+
+// Or returns the logical (bool) or bitwise (integers) or of x and y.
+func Or(x, y *Array) *Array { return binary("Or", ir.Or, kindLogical, x, y) }
+
+// Xor returns the logical (bool) or bitwise (integers) exclusive or of x and y.
+func Xor(x, y *Array) *Array { return binary("Xor", ir.Xor, kindLogical, x, y) }
+
+// ShiftLeft returns x << y for integer arrays.
+func ShiftLeft(x, y *Array) *Array {
+	return binary("ShiftLeft", ir.ShiftLeft, kindInteger, x, y)
+}
+
+// ShiftRightLogical returns x >> y for integer arrays, shifting in zeros.
+func ShiftRightLogical(x, y *Array) *Array {
+	return binary("ShiftRightLogical", ir.ShiftRightLogical, kindInteger, x, y)
+}
+
+// ShiftRightArithmetic returns x >> y for integer arrays, shifting in the sign bit.
+func ShiftRightArithmetic(x, y *Array) *Array {
+	return binary("ShiftRightArithmetic", ir.ShiftRightArithmetic, kindInteger, x, y)
+}
+
+// compare applies a comparison after promotion and broadcasting; the result is bool.
+func compare(op string, code ir.Code, x, y *Array) *Array {
+	return binary(op, code, kindAny, x, y)
+}
+
+// Equal returns x == y elementwise as bool (broadcasting and promoting as Add).
+func Equal(x, y *Array) *Array { return compare("Equal", ir.Eq, x, y) }
+
+// NotEqual returns x != y elementwise as bool.
+func NotEqual(x, y *Array) *Array { return compare("NotEqual", ir.Ne, x, y) }
+
+// Less returns x < y elementwise as bool.
+func Less(x, y *Array) *Array { return compare("Less", ir.Lt, x, y) }
+
+// LessEqual returns x <= y elementwise as bool.
+func LessEqual(x, y *Array) *Array { return compare("LessEqual", ir.Le, x, y) }
+
+// Greater returns x > y elementwise as bool.
+func Greater(x, y *Array) *Array { return compare("Greater", ir.Gt, x, y) }
+
+// GreaterEqual returns x >= y elementwise as bool.
+func GreaterEqual(x, y *Array) *Array { return compare("GreaterEqual", ir.Ge, x, y) }
+
+// Where returns on[i] where pred[i] is true and off[i] elsewhere. pred must be
+// bool; the three operands broadcast together and on and off are promoted to a
+// common dtype.
+func Where(pred, on, off *Array) *Array {
+	needArrays("Where", pred, on, off)
+	if pred.typ.DType != ir.Bool {
+		panic(Errorf("Where", "predicate must be bool, got %v (compare it, e.g. NotEqual(p, Scalar(0)))", pred.typ))
+	}
+	shape := broadcastShape("Where", pred, on, off)
+	args, _, w := promote("Where", on, off)
+	p := broadcastTo(pred, shape)
+	return markWeak(Apply1(ir.Select, nil, p, broadcastTo(args[0], shape), broadcastTo(args[1], shape)), w && len(shape) == 0)
+}
+
+// Clip limits x to [lo, hi] elementwise: Minimum(Maximum(x, lo), hi). A nil lo or
+// hi leaves that side unbounded.
+func Clip(x, lo, hi *Array) *Array {
+	needArrays("Clip", x)
+	if lo != nil {
+		x = Maximum(x, lo)
+	}
+	if hi != nil {
+		x = Minimum(x, hi)
+	}
+	return x
+}
+
+// Convert returns x converted to dtype dt: floats round to nearest even,
+// float→integer truncates toward zero and saturates (NaN → 0), nonzero → true.
+// Converting to x's own dtype returns x (made strong if it was weak). A weak
+// concrete scalar converts from its exact value.
+func Convert(x *Array, dt ir.DType) *Array {
+	needArrays("Convert", x)
+	checkDType("Convert", dt)
+	if x.typ.DType == dt {
+		if !x.weak {
+			return x
+		}
+		return &Array{typ: x.typ, buf: x.buf, val: x.val, tr: x.tr}
+	}
+	return convertTo("Convert", x, dt)
+}
+
+// BitcastConvert reinterprets the bits of x as dtype dt of the same size (no bool).
+func BitcastConvert(x *Array, dt ir.DType) *Array {
+	needArrays("BitcastConvert", x)
+	checkDType("BitcastConvert", dt)
+	from := x.typ.DType
+	if dt == ir.Bool || from == ir.Bool || dt.Size() != from.Size() {
+		panic(Errorf("BitcastConvert", "cannot reinterpret %v as %v (element sizes must match, no bool)", x.typ, dt))
+	}
+	if dt == from {
+		return x
+	}
+	return Apply1(ir.BitcastConvert, ir.Attrs{"dtype": dt}, x)
+}
+
+// scalarLike returns a strong scalar of x's dtype holding v.
+func scalarLike(x *Array, v float64) *Array {
+	return constArray(scalarLiteral(v, x.typ.DType))
+}
+
+// Square returns x*x elementwise.
+func Square(x *Array) *Array {
+	needArrays("Square", x)
+	checkKind("Square", kindNumeric, x)
+	return markWeak(Apply1(ir.Mul, nil, x, x), x.weak)
+}
+
+// Reciprocal returns 1/x elementwise for a float array.
+func Reciprocal(x *Array) *Array {
+	needArrays("Reciprocal", x)
+	checkKind("Reciprocal", kindFloat, x)
+	return markWeak(Apply1(ir.Div, nil, FullLike(x, 1), x), x.weak)
+}
+
+// Relu returns max(x, 0) elementwise (NaN propagates).
+func Relu(x *Array) *Array {
+	needArrays("Relu", x)
+	checkKind("Relu", kindNumeric, x)
+	return Maximum(x, scalarLike(x, 0))
+}
+
+// Gelu returns the Gaussian error linear unit of a float array: with approximate,
+// the tanh form 0.5x(1+tanh(√(2/π)(x+0.044715x³))), otherwise the exact form
+// 0.5x(1+erf(x/√2)). (jax.nn.gelu's approximate defaults to true.)
+func Gelu(x *Array, approximate bool) *Array {
+	needArrays("Gelu", x)
+	checkKind("Gelu", kindFloat, x)
+	half := scalarLike(x, 0.5)
+	one := scalarLike(x, 1)
+	var inner *Array
+	if approximate {
+		x3 := Mul(Mul(x, x), x)
+		u := Mul(scalarLike(x, math.Sqrt(2/math.Pi)), Add(x, Mul(scalarLike(x, 0.044715), x3)))
+		inner = Tanh(u)
+	} else {
+		inner = Erf(Mul(x, scalarLike(x, 1/math.Sqrt2)))
+	}
+	return Mul(Mul(half, x), Add(one, inner))
+}
+
+// Softplus returns log(1+e**x) elementwise, computed stably as
+// max(x,0) + log1p(e**-|x|).
+func Softplus(x *Array) *Array {
+	needArrays("Softplus", x)
+	checkKind("Softplus", kindFloat, x)
+	return Add(Maximum(x, scalarLike(x, 0)), Log1p(Exp(Neg(Abs(x)))))
+}
+
+// IsNaN reports elementwise whether x is NaN (always false for integers and bool).
+func IsNaN(x *Array) *Array {
+	needArrays("IsNaN", x)
+	if !x.typ.DType.IsFloat() {
+		return Full(x.typ.Shape, 0, ir.Bool)
+	}
+	return Apply1(ir.Ne, nil, x, x)
+}
+
+// IsFinite reports elementwise whether x is neither infinite nor NaN (always true
+// for integers and bool).
+func IsFinite(x *Array) *Array {
+	needArrays("IsFinite", x)
+	if !x.typ.DType.IsFloat() {
+		return Full(x.typ.Shape, 1, ir.Bool)
+	}
+	return Less(Abs(x), scalarLike(x, math.Inf(1)))
+}
+
+// stableMax returns the maximum of x over axes, kept as size-1 dims, with
+// non-finite maxima replaced by 0 (so that rows of -inf do not become NaN).
+func stableMax(x *Array, axes []int) *Array {
+	m := reduceRaw(ir.ReduceMax, x, axes)
+	m = keepDims(m, x.typ.Shape, axes)
+	return Where(IsFinite(m), m, ZerosLike(m))
+}
+
+// LogSoftmax returns x - log(sum(exp(x), axis)) along axis, computed stably by
+// subtracting the maximum first. x must be a float array.
+func LogSoftmax(x *Array, axis int) *Array {
+	needArrays("LogSoftmax", x)
+	checkKind("LogSoftmax", kindFloat, x)
+	axes := []int{normAxis("LogSoftmax", x, axis)}
+	shifted := Sub(x, stableMax(x, axes))
+	lse := keepDims(reduceRaw(ir.ReduceSum, Exp(shifted), axes), x.typ.Shape, axes)
+	return Sub(shifted, Log(lse))
+}
+
+// Softmax returns exp(x) / sum(exp(x), axis) along axis, computed stably by
+// subtracting the maximum first. x must be a float array.
+func Softmax(x *Array, axis int) *Array {
+	needArrays("Softmax", x)
+	checkKind("Softmax", kindFloat, x)
+	axes := []int{normAxis("Softmax", x, axis)}
+	e := Exp(Sub(x, stableMax(x, axes)))
+	s := keepDims(reduceRaw(ir.ReduceSum, e, axes), x.typ.Shape, axes)
+	return Div(e, s)
+}
