@@ -155,6 +155,9 @@ func (a *Array) Bools() []bool {
 
 // Item returns the only element of a one-element array as float64.
 func (a *Array) Item() float64 {
+	if a == nil {
+		panic(Errorf("Item", "nil array"))
+	}
 	if a.Size() != 1 {
 		panic(Errorf("Item", "array %v has %d elements, not 1", a.typ, a.Size()))
 	}

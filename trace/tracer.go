@@ -21,7 +21,7 @@ type Tracer struct {
 	fn       *ir.Func
 	region   *ir.Region
 	level    int
-	active   bool
+	active   atomic.Bool
 	closed   bool
 	captures []*Array
 	capIdx   map[*Array]*ir.Value
@@ -73,7 +73,7 @@ func (t *Tracer) Push() {
 	t.level = len(st) + 1
 	stacks[id] = append(st, t)
 	stacksMu.Unlock()
-	t.active = true
+	t.active.Store(true)
 	activeTracers.Add(1)
 }
 
@@ -92,7 +92,7 @@ func (t *Tracer) Pop() {
 		stacks[id] = st[:len(st)-1]
 	}
 	stacksMu.Unlock()
-	t.active = false
+	t.active.Store(false)
 	activeTracers.Add(-1)
 }
 
@@ -173,7 +173,7 @@ func checkLive(op string, a *Array) {
 	if a == nil {
 		panic(Errorf(op, "nil array operand"))
 	}
-	if a.tr != nil && (a.tr.closed || !a.tr.active) {
+	if a.tr != nil && (a.tr.closed || !a.tr.active.Load()) {
 		panic(Errorf(op, "leaked tracer %v: an array traced inside a jitted, differentiated or scanned function was used after that function returned (was it stored in a variable outside the function?)", a.typ))
 	}
 }
@@ -244,14 +244,32 @@ func exec(op string) Executor {
 	return *e
 }
 
-// FromLiteral makes a concrete array holding a copy of l.
+// FromLiteral makes a concrete array holding a copy of l. It panics with *Error
+// if that fails; NewFromLiteral returns the error instead.
 func FromLiteral(l *ir.Literal) *Array {
-	b, err := exec("FromLiteral").FromLiteral(l)
+	a, err := NewFromLiteral(l)
 	if err != nil {
 		panic(WrapError("FromLiteral", err))
 	}
-	return FromBuffer(b)
+	return a
 }
+
+// NewFromLiteral makes a concrete array holding a copy of l, or returns an error
+// (for example when no executor is registered).
+func NewFromLiteral(l *ir.Literal) (*Array, error) {
+	e := executor.Load()
+	if e == nil {
+		return nil, fmt.Errorf("no executor registered: import github.com/ferryml/ferry/runtime to run arrays")
+	}
+	b, err := (*e).FromLiteral(l)
+	if err != nil {
+		return nil, err
+	}
+	return FromBuffer(b), nil
+}
+
+// HasExecutor reports whether an eager executor is registered.
+func HasExecutor() bool { return executor.Load() != nil }
 
 func applyEager(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Array) []*Array {
 	name := code.String()
