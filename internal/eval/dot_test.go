@@ -1,0 +1,148 @@
+package eval
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/stretchr/testify/require"
+)
+
+type dotCase struct {
+	lhs, rhs       []int
+	lb, rb, lc, rc []int
+}
+
+var dotCases = []dotCase{
+	{[]int{3, 4}, []int{4, 5}, nil, nil, []int{1}, []int{0}},
+	{[]int{4}, []int{4}, nil, nil, []int{0}, []int{0}},
+	{[]int{}, []int{}, nil, nil, nil, nil},
+	{[]int{2, 3}, []int{4}, nil, nil, nil, nil},
+	{[]int{2, 3, 4}, []int{2, 4, 5}, []int{0}, []int{0}, []int{2}, []int{1}},
+	{[]int{4, 2, 3}, []int{5, 2, 4}, []int{1}, []int{1}, []int{0}, []int{2}},
+	{[]int{2, 3, 4, 5}, []int{5, 4, 6}, nil, nil, []int{2, 3}, []int{1, 0}},
+	{[]int{0, 4}, []int{4, 3}, nil, nil, []int{1}, []int{0}},
+	{[]int{3, 0}, []int{0, 5}, nil, nil, []int{1}, []int{0}},
+	{[]int{2, 3}, []int{3, 0}, nil, nil, []int{1}, []int{0}},
+	{[]int{1, 1}, []int{1, 1}, nil, nil, []int{1}, []int{0}},
+	{[]int{3, 2, 5}, []int{2, 5, 3}, []int{1, 0}, []int{0, 2}, []int{2}, []int{1}},
+	{[]int{33, 70}, []int{70, 41}, nil, nil, []int{1}, []int{0}},
+	{[]int{64, 128}, []int{96, 128}, nil, nil, []int{1}, []int{1}},
+}
+
+// dotValues draws moderate values with a few specials.
+func dotValues(r *rand.Rand) float64 {
+	switch r.IntN(200) {
+	case 0:
+		return math.NaN()
+	case 1:
+		return math.Inf(1)
+	case 2:
+		return math.Inf(-1)
+	}
+	return r.Float64()*4 - 2
+}
+
+func testDot(t *testing.T) {
+	r := newRand(t)
+	dts := acceptedDTypes(ir.DotGeneral, func(dt ir.DType) ([]ir.Type, ir.Attrs) {
+		return []ir.Type{ir.TypeOf(dt, 2), ir.TypeOf(dt, 2)}, ir.Attrs{"lhs_batch": []int{}, "rhs_batch": []int{}, "lhs_contract": []int{0}, "rhs_contract": []int{0}}
+	})
+	require.Len(t, dts, len(ir.AllDTypes)-1)
+	for _, dt := range dts {
+		for _, c := range dotCases {
+			a := randLit(r, dt, c.lhs, dotValues)
+			b := randLit(r, dt, c.rhs, dotValues)
+			attrs := ir.Attrs{"lhs_batch": nz(c.lb), "rhs_batch": nz(c.rb), "lhs_contract": nz(c.lc), "rhs_contract": nz(c.rc)}
+			res := runOp(t, ir.DotGeneral, []*ir.Literal{a, b}, attrs)[0]
+			checkDot(t, c, a, b, res)
+		}
+	}
+}
+
+func nz(s []int) []int {
+	if s == nil {
+		return []int{}
+	}
+	return s
+}
+
+func free(rank int, x, y []int) []int {
+	var out []int
+	for i := 0; i < rank; i++ {
+		if !slices.Contains(x, i) && !slices.Contains(y, i) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func sizes(shape, axes []int) []int {
+	out := make([]int, len(axes))
+	for i, a := range axes {
+		out[i] = shape[a]
+	}
+	return out
+}
+
+// checkDot compares res with a loop-nest reference: for every result index
+// (batch, lhs free, rhs free), the sum over the contracting multi-index.
+func checkDot(t *testing.T, c dotCase, a, b, res *ir.Literal) {
+	t.Helper()
+	dt := a.Type.DType
+	lf, rf := free(len(c.lhs), c.lb, c.lc), free(len(c.rhs), c.rb, c.rc)
+	bs, lfs, rfs, cs := sizes(c.lhs, c.lb), sizes(c.lhs, lf), sizes(c.rhs, rf), sizes(c.lhs, c.lc)
+	oshape := slices.Concat(bs, lfs, rfs)
+	require.True(t, ir.Shape(oshape).Equal(res.Type.Shape), "shape %v, want %v", res.Type.Shape, oshape)
+	k := ir.Shape(cs).Size()
+	for o := 0; o < res.Type.Size(); o++ {
+		oi := unravel(o, oshape)
+		li, ri := make([]int, len(c.lhs)), make([]int, len(c.rhs))
+		for i := range c.lb {
+			li[c.lb[i]], ri[c.rb[i]] = oi[i], oi[i]
+		}
+		for i, ax := range lf {
+			li[ax] = oi[len(bs)+i]
+		}
+		for i, ax := range rf {
+			ri[ax] = oi[len(bs)+len(lf)+i]
+		}
+		var sum, sumAbs float64
+		var isum int64
+		for j := 0; j < k; j++ {
+			ci := unravel(j, cs)
+			for i := range c.lc {
+				li[c.lc[i]], ri[c.rc[i]] = ci[i], ci[i]
+			}
+			p, q := ravel(li, c.lhs), ravel(ri, c.rhs)
+			if isFloat(dt) {
+				sum += getF(a, p) * getF(b, q)
+				sumAbs += math.Abs(getF(a, p) * getF(b, q))
+			} else {
+				isum += getI(a, p) * getI(b, q)
+			}
+		}
+		if !isFloat(dt) {
+			require.Equal(t, wrapTo(dt, isum), getI(res, o), "dot %v %+v [%d]", dt, c, o)
+			continue
+		}
+		got := getF(res, o)
+		if math.IsNaN(sum) || math.IsInf(sum, 0) {
+			require.True(t, closeTo(got, sum, dt, 0, false), "dot %v %+v [%d]: got %g want %g", dt, c, o, got, sum)
+			continue
+		}
+		want := refRound(sum, dt)
+		var tol float64
+		switch dt {
+		case ir.Float64:
+			tol = float64(k+1) * 0x1p-52 * sumAbs
+		case ir.Float32:
+			tol = ulpOf(want, fmtF32) + float64(k+1)*0x1p-23*sumAbs
+		default: // f16, bf16: float32 accumulation, one final rounding
+			tol = ulpOf(want, formatOf(dt)) + float64(k+1)*0x1p-23*sumAbs
+		}
+		require.InDelta(t, want, got, tol, "dot %v %+v [%d]", dt, c, o)
+	}
+}

@@ -1,0 +1,56 @@
+package runtime
+
+import (
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/trace"
+)
+
+// NewArray copies data into a new concrete array of the given shape; with no
+// shape, a 1-D array of len(data) elements. It returns an error if the shape does
+// not hold len(data) elements. Use Scalar for rank-0 arrays.
+func NewArray[T ir.Native](data []T, shape ...int) (*trace.Array, error) {
+	if shape == nil {
+		shape = []int{len(data)}
+	}
+	return newArray(data, ir.Shape(shape))
+}
+
+func newArray[T ir.Native](data []T, shape ir.Shape) (*trace.Array, error) {
+	l, err := ir.LiteralOf(shape, data)
+	if err != nil {
+		return nil, err
+	}
+	b, err := DefaultBackend().FromLiteral(l)
+	if err != nil {
+		return nil, err
+	}
+	return trace.FromBuffer(b), nil
+}
+
+// FromSlice is NewArray that panics with a *trace.Error naming the caller's line
+// on a bad shape: rt.FromSlice([]float32{1, 2, 3, 4, 5, 6}, 2, 3).
+func FromSlice[T ir.Native](data []T, shape ...int) *trace.Array {
+	a, err := NewArray(data, shape...)
+	if err != nil {
+		panic(trace.Errorf("FromSlice", "%v", err))
+	}
+	return a
+}
+
+// Scalar returns a rank-0 concrete array holding v.
+func Scalar[T ir.Native](v T) *trace.Array {
+	a, err := newArray([]T{v}, ir.Shape{})
+	if err != nil {
+		panic(trace.Errorf("Scalar", "%v", err))
+	}
+	return a
+}
+
+// FromLiteral copies a host literal into a new concrete array.
+func FromLiteral(l *ir.Literal) (*trace.Array, error) {
+	b, err := DefaultBackend().FromLiteral(l)
+	if err != nil {
+		return nil, err
+	}
+	return trace.FromBuffer(b), nil
+}

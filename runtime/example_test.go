@@ -1,0 +1,38 @@
+package runtime_test
+
+import (
+	"fmt"
+
+	rt "github.com/ferryml/ferry/runtime"
+	"github.com/ferryml/ferry/trace"
+)
+
+// Jit a function over a struct of arrays; the second call hits the compile cache.
+func ExampleJit() {
+	type params struct{ W, B *trace.Array }
+	predict := rt.NewJitted(func(p params, x *trace.Array) *trace.Array {
+		return trace.Add(trace.MatMul(x, p.W), p.B)
+	})
+	p := params{W: rt.FromSlice([]float32{1, 0, 0, 2}, 2, 2), B: rt.FromSlice([]float32{10, 20}, 2)}
+	y := predict.Fn()(p, rt.FromSlice([]float32{1, 2}, 1, 2))
+	fmt.Println(y)
+	y = predict.Fn()(p, rt.FromSlice([]float32{3, 4}, 1, 2))
+	fmt.Println(y)
+	fmt.Printf("%+v\n", predict.Stats())
+	// Output:
+	// f32[1,2] [[11 24]]
+	// f32[1,2] [[13 28]]
+	// {Hits:1 Misses:1}
+}
+
+// Lower gives the traced IR without running it.
+func ExampleLower() {
+	x := rt.FromSlice([]float32{1, 2, 3}, 3)
+	low, err := rt.Lower(func(x *trace.Array) *trace.Array { return trace.Exp(trace.Neg(x)) }, x)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(len(low.Func.Body.Ops), "ops:", low.Func.Body.Ops[0].Code, low.Func.Body.Ops[1].Code)
+	// Output:
+	// 2 ops: neg exp
+}

@@ -1,0 +1,393 @@
+package runtime
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/trace"
+)
+
+// Option configures Jit.
+type Option func(*jitOptions)
+
+type jitOptions struct {
+	name string
+}
+
+// WithName names the traced function in its IR (default: the Go function's name).
+func WithName(name string) Option { return func(o *jitOptions) { o.name = name } }
+
+// CacheStats counts compile cache hits and misses.
+type CacheStats struct {
+	Hits, Misses int64
+}
+
+var globalHits, globalMisses atomic.Int64
+
+// JitCacheStats returns the compile cache hits and misses of all jitted functions.
+func JitCacheStats() CacheStats {
+	return CacheStats{Hits: globalHits.Load(), Misses: globalMisses.Load()}
+}
+
+var errorType = reflect.TypeFor[error]()
+
+// Jitted is a function compiled on demand: it is traced into IR once per input
+// signature (tree structure and abstract values of the array leaves), compiled by
+// the default backend, cached, and executed.
+type Jitted[F any] struct {
+	fn       reflect.Value
+	ftype    reflect.Type
+	opts     jitOptions
+	errLast  bool
+	mu       sync.Mutex
+	cache    map[string]*entry
+	hits     atomic.Int64
+	misses   atomic.Int64
+	wrapped  F
+	location string
+}
+
+type entry struct {
+	lowered *Lowered
+	exe     Executable
+	outDefs []*trace.TreeDef
+}
+
+// Jit returns a function of the same type as fn that traces, compiles and runs fn.
+// Arguments and results may be any trees of *trace.Array (structs, slices, maps,
+// pointers); other values in them are static and part of the cache key. If fn's
+// last result is an error, failures are returned there; otherwise they panic with
+// a *trace.Error naming the caller's line. Called while another function is being
+// traced, the jitted function is inlined.
+func Jit[F any](fn F, opts ...Option) F { return NewJitted(fn, opts...).Fn() }
+
+// NewJitted is Jit returning the *Jitted, which also gives the error-returning
+// Call, Lower and the cache statistics.
+func NewJitted[F any](fn F, opts ...Option) *Jitted[F] {
+	v := reflect.ValueOf(fn)
+	if v.Kind() != reflect.Func || v.IsNil() {
+		panic(trace.Errorf("rt.Jit", "want a non-nil function, got %T", fn))
+	}
+	j := &Jitted[F]{fn: v, ftype: v.Type(), cache: map[string]*entry{}}
+	for _, o := range opts {
+		o(&j.opts)
+	}
+	if j.opts.name == "" {
+		j.opts.name = funcName(v)
+	}
+	t := j.ftype
+	j.errLast = t.NumOut() > 0 && t.Out(t.NumOut()-1) == errorType
+	file, line := trace.CallerLocation()
+	j.location = fmt.Sprintf("%s:%d", file, line)
+	wrapped := reflect.MakeFunc(t, func(in []reflect.Value) []reflect.Value {
+		args := make([]any, len(in))
+		for i, a := range in {
+			args[i] = a.Interface()
+		}
+		outs, err := j.call(args)
+		nres := t.NumOut()
+		res := make([]reflect.Value, nres)
+		if err != nil {
+			if !j.errLast {
+				panic(err)
+			}
+			for i := range res {
+				res[i] = reflect.Zero(t.Out(i))
+			}
+			res[nres-1] = reflect.ValueOf(&err).Elem()
+			return res
+		}
+		for i, o := range outs {
+			if o == nil {
+				res[i] = reflect.Zero(t.Out(i))
+			} else {
+				res[i] = reflect.ValueOf(o)
+			}
+		}
+		if j.errLast {
+			res[nres-1] = reflect.Zero(errorType)
+		}
+		return res
+	})
+	j.wrapped = wrapped.Interface().(F)
+	return j
+}
+
+func funcName(v reflect.Value) string {
+	name := "main"
+	if f := reflectFuncForPC(v.Pointer()); f != "" {
+		name = f
+		if i := strings.LastIndexByte(name, '/'); i >= 0 {
+			name = name[i+1:]
+		}
+		name = strings.NewReplacer(".", "_", "-", "_", "(", "", ")", "", "*", "").Replace(name)
+	}
+	return name
+}
+
+// Fn returns the jitted function, of the same type as the original.
+func (j *Jitted[F]) Fn() F { return j.wrapped }
+
+// Stats returns this function's compile cache hits and misses.
+func (j *Jitted[F]) Stats() CacheStats {
+	return CacheStats{Hits: j.hits.Load(), Misses: j.misses.Load()}
+}
+
+// Call runs the function on args and returns its results (the error result, if
+// fn has one, is returned as the error), or an error instead of panicking.
+func (j *Jitted[F]) Call(args ...any) ([]any, error) { return j.call(args) }
+
+// Lower traces the function for these arguments without running it.
+func (j *Jitted[F]) Lower(args ...any) (l *Lowered, err error) {
+	defer trace.Recover(&err)
+	var defs []*trace.TreeDef
+	l, defs, err = j.lower(args)
+	if l != nil {
+		l.outDefs = defs
+	}
+	return l, err
+}
+
+func (j *Jitted[F]) numResults() int {
+	n := j.ftype.NumOut()
+	if j.errLast {
+		n--
+	}
+	return n
+}
+
+func (j *Jitted[F]) checkArgs(args []any) error {
+	t := j.ftype
+	if t.IsVariadic() {
+		if len(args) < t.NumIn()-1 {
+			return trace.Errorf("rt.Jit", "%s takes at least %d arguments, got %d", j.opts.name, t.NumIn()-1, len(args))
+		}
+	} else if len(args) != t.NumIn() {
+		return trace.Errorf("rt.Jit", "%s takes %d arguments, got %d", j.opts.name, t.NumIn(), len(args))
+	}
+	return nil
+}
+
+// call flattens the arguments, looks up or builds the executable and runs it.
+func (j *Jitted[F]) call(args []any) (outs []any, err error) {
+	defer trace.Recover(&err)
+	if err := j.checkArgs(args); err != nil {
+		return nil, err
+	}
+	leaves, defs, err := flattenArgs(args)
+	if err != nil {
+		return nil, trace.Errorf("rt.Jit", "%s: %v", j.opts.name, err)
+	}
+	if trace.Current() != nil || anyTraced(leaves) {
+		return j.inline(args)
+	}
+	key := signature(defs, leaves)
+	j.mu.Lock()
+	e := j.cache[key]
+	j.mu.Unlock()
+	if e != nil {
+		j.hits.Add(1)
+		globalHits.Add(1)
+	} else {
+		j.misses.Add(1)
+		globalMisses.Add(1)
+		l, outDefs, err := j.lower(args)
+		if err != nil {
+			return nil, err
+		}
+		exe, err := DefaultBackend().Compile(l.Func)
+		if err != nil {
+			return nil, trace.WrapError("rt.Jit", err)
+		}
+		e = &entry{lowered: l, exe: exe, outDefs: outDefs}
+		l.outDefs = outDefs
+		j.mu.Lock()
+		j.cache[key] = e
+		j.mu.Unlock()
+	}
+	return e.run(leaves)
+}
+
+// inline calls fn directly (a jitted function called inside another trace).
+func (j *Jitted[F]) inline(args []any) ([]any, error) {
+	in := make([]reflect.Value, len(args))
+	for i, a := range args {
+		in[i] = argValue(a, j.argType(i))
+	}
+	res := j.fn.Call(in)
+	return j.splitResults(res)
+}
+
+func (j *Jitted[F]) argType(i int) reflect.Type {
+	t := j.ftype
+	if t.IsVariadic() && i >= t.NumIn()-1 {
+		return t.In(t.NumIn() - 1).Elem()
+	}
+	return t.In(i)
+}
+
+func argValue(a any, t reflect.Type) reflect.Value {
+	if a == nil {
+		return reflect.Zero(t)
+	}
+	return reflect.ValueOf(a)
+}
+
+func (j *Jitted[F]) splitResults(res []reflect.Value) ([]any, error) {
+	n := j.numResults()
+	if j.errLast {
+		if e := res[n]; !e.IsNil() {
+			return nil, e.Interface().(error)
+		}
+	}
+	outs := make([]any, n)
+	for i := 0; i < n; i++ {
+		outs[i] = res[i].Interface()
+	}
+	return outs, nil
+}
+
+func anyTraced(leaves []*trace.Array) bool {
+	for _, l := range leaves {
+		if l != nil && l.IsTraced() {
+			return true
+		}
+	}
+	return false
+}
+
+func flattenArgs(args []any) ([]*trace.Array, []*trace.TreeDef, error) {
+	var leaves []*trace.Array
+	defs := make([]*trace.TreeDef, len(args))
+	for i, a := range args {
+		ls, d, err := trace.Flatten(a)
+		if err != nil {
+			return nil, nil, fmt.Errorf("argument %d: %v", i, err)
+		}
+		leaves = append(leaves, ls...)
+		defs[i] = d
+	}
+	return leaves, defs, nil
+}
+
+// signature is the cache key: tree structures and the leaves' abstract values.
+func signature(defs []*trace.TreeDef, leaves []*trace.Array) string {
+	var b strings.Builder
+	for _, d := range defs {
+		b.WriteString(d.String())
+		b.WriteByte('|')
+	}
+	for _, l := range leaves {
+		b.WriteString(l.Type().String())
+		if l.IsWeak() {
+			b.WriteString("~")
+		}
+		b.WriteByte(',')
+	}
+	return b.String()
+}
+
+// lower traces fn on tracers standing for the arguments' leaves.
+func (j *Jitted[F]) lower(args []any) (*Lowered, []*trace.TreeDef, error) {
+	if err := j.checkArgs(args); err != nil {
+		return nil, nil, err
+	}
+	leaves, defs, err := flattenArgs(args)
+	if err != nil {
+		return nil, nil, trace.Errorf("rt.Jit", "%s: %v", j.opts.name, err)
+	}
+	tr := trace.NewFuncTracer(j.opts.name)
+	params := make([]*trace.Array, len(leaves))
+	for i, l := range leaves {
+		if l == nil {
+			continue
+		}
+		params[i] = tr.Param(l.Type())
+	}
+	in := make([]reflect.Value, len(args))
+	k := 0
+	for i, d := range defs {
+		n := d.NumLeaves()
+		v, err := d.Unflatten(params[k : k+n])
+		if err != nil {
+			return nil, nil, trace.Errorf("rt.Jit", "%s: argument %d: %v", j.opts.name, i, err)
+		}
+		k += n
+		in[i] = argValue(v, j.argType(i))
+	}
+	var res []reflect.Value
+	func() {
+		tr.Push()
+		defer tr.Pop()
+		res = j.fn.Call(in)
+	}()
+	outs, err := j.splitResults(res)
+	if err != nil {
+		tr.Close()
+		return nil, nil, err
+	}
+	outDefs := make([]*trace.TreeDef, len(outs))
+	var results []*ir.Value
+	for i, o := range outs {
+		ls, d, err := trace.Flatten(o)
+		if err != nil {
+			tr.Close()
+			return nil, nil, trace.Errorf("rt.Jit", "%s: result %d: %v", j.opts.name, i, err)
+		}
+		outDefs[i] = d
+		for _, l := range ls {
+			if l == nil {
+				continue
+			}
+			if l.IsTraced() && l.Tracer() != tr {
+				tr.Close()
+				return nil, nil, trace.Errorf("rt.Jit", "%s: result %d is a tracer of another trace (leaked from an enclosing function?)", j.opts.name, i)
+			}
+			results = append(results, tr.Output(l))
+		}
+	}
+	tr.Close()
+	f := tr.Func()
+	f.Body.Results = results
+	l := &Lowered{Func: f, numArgs: len(leaves), consts: tr.Captures(), nilArgs: nilMask(leaves)}
+	return l, outDefs, nil
+}
+
+func nilMask(leaves []*trace.Array) []bool {
+	m := make([]bool, len(leaves))
+	for i, l := range leaves {
+		m[i] = l == nil
+	}
+	return m
+}
+
+func (e *entry) run(leaves []*trace.Array) ([]any, error) {
+	bufs, err := e.lowered.buffers(leaves)
+	if err != nil {
+		return nil, err
+	}
+	outBufs, err := e.exe.Execute(bufs)
+	if err != nil {
+		return nil, trace.WrapError("rt.Jit", err)
+	}
+	arrays := make([]*trace.Array, len(outBufs))
+	for i, b := range outBufs {
+		arrays[i] = trace.FromBuffer(b)
+	}
+	outs := make([]any, len(e.outDefs))
+	k := 0
+	for i, d := range e.outDefs {
+		n := d.NumLeaves()
+		v, err := d.Unflatten(arrays[k : k+n])
+		if err != nil {
+			return nil, trace.WrapError("rt.Jit", err)
+		}
+		k += n
+		outs[i] = v
+	}
+	return outs, nil
+}

@@ -1,0 +1,108 @@
+package runtime
+
+import (
+	"fmt"
+	goruntime "runtime"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/trace"
+)
+
+// Lowered is a traced function: its IR and what is needed to call it.
+type Lowered struct {
+	// Func is the traced IR. Its parameters are the array leaves of the
+	// arguments in order, then the arrays the function captured (closed over).
+	Func    *ir.Func
+	numArgs int
+	consts  []*trace.Array
+	nilArgs []bool
+	outDefs []*trace.TreeDef
+}
+
+// Lower traces fn for the given arguments (trees of arrays) without running it:
+// rt.Lower(f, x, y).IR() is the IR text, .Compile() the executable.
+func Lower(fn any, args ...any) (*Lowered, error) {
+	var j *Jitted[any]
+	var err error
+	func() {
+		defer trace.Recover(&err)
+		j = NewJitted[any](fn)
+	}()
+	if err != nil {
+		return nil, err
+	}
+	return j.Lower(args...)
+}
+
+// IR returns the IR text of the traced function.
+func (l *Lowered) IR() string { return l.Func.String() }
+
+// String returns the IR text.
+func (l *Lowered) String() string { return l.IR() }
+
+// Captured returns the arrays the function closed over; they are passed as the
+// trailing parameters of Func.
+func (l *Lowered) Captured() []*trace.Array { return l.consts }
+
+// Compile compiles the traced function with the default backend.
+func (l *Lowered) Compile() (*Compiled, error) {
+	if err := ir.Verify(l.Func); err != nil {
+		return nil, fmt.Errorf("rt.Compile: %w", err)
+	}
+	exe, err := DefaultBackend().Compile(l.Func)
+	if err != nil {
+		return nil, err
+	}
+	return &Compiled{entry: &entry{lowered: l, exe: exe, outDefs: l.outDefs}}, nil
+}
+
+// Compiled is an executable for one input signature.
+type Compiled struct {
+	entry *entry
+}
+
+// Lowered returns what this executable was compiled from.
+func (c *Compiled) Lowered() *Lowered { return c.entry.lowered }
+
+// Call runs the executable on arguments with the signature it was lowered for.
+func (c *Compiled) Call(args ...any) (outs []any, err error) {
+	defer trace.Recover(&err)
+	leaves, _, err := flattenArgs(args)
+	if err != nil {
+		return nil, err
+	}
+	return c.entry.run(leaves)
+}
+
+// buffers checks the leaves against the parameters and returns the buffers to
+// pass: the leaves, then the captured arrays.
+func (l *Lowered) buffers(leaves []*trace.Array) ([]trace.Buffer, error) {
+	if len(leaves) != l.numArgs {
+		return nil, trace.Errorf("rt.Jit", "%s: got %d array arguments, compiled for %d", l.Func.Name, len(leaves), l.numArgs)
+	}
+	bufs := make([]trace.Buffer, 0, len(leaves)+len(l.consts))
+	params := l.Func.Body.Params
+	for i, a := range leaves {
+		if a.IsTraced() {
+			return nil, trace.Errorf("rt.Jit", "%s: argument leaf %d is a tracer", l.Func.Name, i)
+		}
+		if want := params[i].Type; !a.Type().Equal(want) {
+			return nil, trace.Errorf("rt.Jit", "%s: argument leaf %d is %v, compiled for %v", l.Func.Name, i, a.Type(), want)
+		}
+		bufs = append(bufs, a.Buffer())
+	}
+	for _, c := range l.consts {
+		if c.IsTraced() {
+			return nil, trace.Errorf("rt.Jit", "%s: captured a tracer of an enclosing trace", l.Func.Name)
+		}
+		bufs = append(bufs, c.Buffer())
+	}
+	return bufs, nil
+}
+
+func reflectFuncForPC(pc uintptr) string {
+	if f := goruntime.FuncForPC(pc); f != nil {
+		return f.Name()
+	}
+	return ""
+}
