@@ -97,6 +97,11 @@ const (
 	While // args: consts..., state...; regions cond, body; attrs num_consts
 	Cond  // args: pred, operands...; regions: true branch, false branch
 
+	// Fusion is a fused group made by the compiler: its region (params = the
+	// operands, results = the op's results) runs as one kernel, and values inside
+	// it never get a buffer. attrs: kind ("loop", "input" or "output").
+	Fusion
+
 	numCodes
 )
 
@@ -276,6 +281,7 @@ func init() {
 	def(Scan, OpInfo{Name: "scan", Class: ClassRegion, NumArgs: -1, NumRegions: 1, Differentiable: true, Attrs: []AttrSpec{
 		{"num_consts", AttrInt, false}, {"num_carry", AttrInt, false}, {"length", AttrInt, false}, {"reverse", AttrBool, true}}, Infer: inferScan})
 	def(While, OpInfo{Name: "while", Class: ClassRegion, NumArgs: -1, NumRegions: 2, Attrs: []AttrSpec{{"num_consts", AttrInt, false}}, Infer: inferWhile})
+	def(Fusion, OpInfo{Name: "fusion", Class: ClassRegion, NumArgs: -1, NumRegions: 1, Attrs: []AttrSpec{{"kind", AttrString, false}}, Infer: inferFusion})
 	def(Cond, OpInfo{Name: "cond", Class: ClassRegion, NumArgs: -1, MinArgs: 1, NumRegions: 2, Differentiable: true, Infer: inferCond})
 }
 
@@ -361,6 +367,12 @@ func dev(t Type) Type { return t.WithSpace(Device) }
 
 func inferConstant(_ []Type, a Attrs, _ []*Region) ([]Type, error) {
 	l := a.Literal("value")
+	if !l.Type.DType.Valid() {
+		return nil, fmt.Errorf("constant: invalid dtype %v", l.Type.DType)
+	}
+	if err := checkDims("constant", l.Type.Shape); err != nil {
+		return nil, err
+	}
 	if int64(len(l.Data)) != l.Type.Bytes() {
 		return nil, fmt.Errorf("constant: literal of type %v has %d bytes, want %d", l.Type, len(l.Data), l.Type.Bytes())
 	}
@@ -867,4 +879,24 @@ func inferCond(args []Type, _ Attrs, regions []*Region) ([]Type, error) {
 		}
 	}
 	return out, nil
+}
+
+// FusionKinds are the kinds of fused group: elementwise loops, elementwise
+// producers feeding reductions, and a matrix product with an elementwise epilogue.
+var FusionKinds = []string{"loop", "input", "output"}
+
+func inferFusion(args []Type, a Attrs, regions []*Region) ([]Type, error) {
+	kind := a.String("kind")
+	ok := false
+	for _, k := range FusionKinds {
+		ok = ok || k == kind
+	}
+	if !ok {
+		return nil, fmt.Errorf("fusion: kind %q is not one of %v", kind, FusionKinds)
+	}
+	body := regions[0]
+	if got := body.ParamTypes(); !typesEqual(got, args) {
+		return nil, fmt.Errorf("fusion: region parameters %s, want the operands %s", typeList(got), typeList(args))
+	}
+	return body.ResultTypes(), nil
 }

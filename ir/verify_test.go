@@ -122,8 +122,12 @@ func TestVerifyNamesLoc(t *testing.T) {
 
 func TestVerifyConstantWithBadLiteral(t *testing.T) {
 	f := NewFunc("c")
-	op, err := f.Body.AddOp(Constant, nil, Attrs{"value": &Literal{Type: Type{DType: DType(0)}, Data: []byte{}}})
-	require.NoError(t, err) // the shape rule alone lets this through
+	_, err := f.Body.AddOp(Constant, nil, Attrs{"value": &Literal{Type: Type{DType: DType(0)}, Data: []byte{}}})
+	require.ErrorContains(t, err, "constant: invalid dtype") // the shape rule rejects it
+	// An op built by hand past the shape rule is caught by the verifier.
+	op := &Op{Code: Constant, Attrs: Attrs{"value": &Literal{Type: Type{DType: DType(0)}, Data: []byte{}}}}
+	op.Results = []*Value{f.NewValueWithID(0, Type{DType: Float32, Shape: Shape{}}, op, 0)}
+	f.Body.Ops = append(f.Body.Ops, op)
 	f.Body.Results = op.Results
 	require.ErrorContains(t, Verify(f), `op constant: attribute "value": literal: type invalid[] has an invalid dtype`)
 }
