@@ -18,6 +18,25 @@ type Buffer interface {
 	Literal() (*ir.Literal, error)
 }
 
+// Deleter is implemented by buffers that can be freed before they are garbage.
+type Deleter interface {
+	// Delete frees the buffer's memory; later reads fail.
+	Delete() error
+}
+
+// Delete frees a concrete array's memory now instead of when it becomes garbage
+// (like jax.Array.delete). Using the array afterwards is an error. Deleting a
+// traced array is an error.
+func (a *Array) Delete() error {
+	if a == nil || a.tr != nil || a.buf == nil {
+		return fmt.Errorf("Delete: not a concrete array")
+	}
+	if d, ok := a.buf.(Deleter); ok {
+		return d.Delete()
+	}
+	return nil
+}
+
 // Array is Ferry's one array type. It is either concrete (it holds a Buffer) or
 // traced (it stands for an ir.Value of the function being traced). The same user
 // code runs on both: ops on concrete arrays execute eagerly, ops on traced arrays
