@@ -27,4 +27,3 @@ func (b *cpuBuffer) Literal() (*ir.Literal, error) {
 	}
 	return b.lit, nil
 }
-
