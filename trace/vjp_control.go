@@ -1,0 +1,576 @@
+package trace
+
+import (
+	"maps"
+
+	"github.com/ferryml/ferry/ir"
+)
+
+// Reverse-mode differentiation of the region ops scan and cond.
+//
+// Residual policy (scan): the forward scan is re-emitted with extra ys, the
+// residuals, stacked on axis 0: every value of the body's forward pass that the
+// body's VJP rules reference (JAX's default of saving everything the backward
+// needs), so the backward pass never recomputes the forward. Three kinds of
+// referenced values are not stacked: the scan's consts (passed to the backward
+// scan as consts), its xs slices (the backward scan slices the forward xs
+// itself), and values computed only from constants and iotas by cheap shape ops
+// (recomputed inside the backward body). The carry and all other intermediates
+// are stacked. The backward is a scan with reverse flipped whose carry holds the
+// consts' cotangent accumulators and the carry's cotangent, and whose ys are the
+// xs' cotangents. Later compiler passes (remat, offload) decide whether each
+// stacked residual stays on device, moves to host or is recomputed.
+//
+// The trick that finds the residuals: the forward body is replayed into a
+// tracer F, and the backward body is traced into a tracer B pushed on top of F
+// while F is still active. Every array of F that a VJP rule uses is then captured
+// by B as a parameter; those captures are exactly the residuals.
+//
+// Cond works the same way per branch: each branch's residuals are extra results
+// of the forward cond (zeros from the other branch), and the backward is a cond
+// on the same predicate whose branches are the branches' VJPs.
+
+// adCtOrZeros returns ct with exactly type t, or zeros of t when ct is nil.
+func adCtOrZeros(ct *Array, t ir.Type) *Array {
+	if ct == nil {
+		return adZeros(t)
+	}
+	return adCastLike(ct, t)
+}
+
+func adScanLin(op *ir.Op, args []*Array, argAct []bool) ([]*Array, []bool, func([]*Array) []*Array) {
+	at := op.Attrs
+	nc, nk, n, rev := at.Int("num_consts"), at.Int("num_carry"), at.Int("length"), at.Bool("reverse")
+	body := op.Regions[0]
+	np := len(body.Params)
+	ny := len(body.Results) - nk
+
+	// Which body parameters are active: a carry is active if its initial value is
+	// or if the body makes it depend on an active value (a fixed point).
+	pAct := make([]bool, np)
+	for i := range pAct {
+		pAct[i] = argAct[i] && adFloat(body.Params[i].Type.DType)
+	}
+	for {
+		ra := adActivity(body, pAct)
+		changed := false
+		for j := 0; j < nk; j++ {
+			if ra[j] && !pAct[nc+j] {
+				pAct[nc+j], changed = true, true
+			}
+		}
+		if !changed {
+			break
+		}
+	}
+	var accIdx, ccIdx, xIdx, yIdx []int
+	for i := 0; i < nc; i++ {
+		if pAct[i] {
+			accIdx = append(accIdx, i)
+		}
+	}
+	for j := 0; j < nk; j++ {
+		if pAct[nc+j] {
+			ccIdx = append(ccIdx, j)
+		}
+	}
+	for i := nc + nk; i < np; i++ {
+		if pAct[i] {
+			xIdx = append(xIdx, i-nc-nk)
+		}
+	}
+
+	dst := adDstFunc()
+	F := NewTracer(dst, dst.NewRegion())
+	B := NewTracer(dst, dst.NewRegion())
+	defer F.Close()
+	defer B.Close()
+	var lin *adLin
+	nExp := 0
+	adWith(F, func() {
+		fp := make([]*Array, np)
+		for i, p := range body.Params {
+			fp[i] = F.Param(p.Type)
+		}
+		lin = adLinearize(body, fp, pAct)
+		for k := 0; k < ny; k++ {
+			if lin.resAct[nk+k] {
+				yIdx = append(yIdx, k)
+			}
+		}
+		adWith(B, func() {
+			var acc, cc, cy []*Array
+			for _, i := range accIdx {
+				acc = append(acc, B.Param(body.Params[i].Type))
+			}
+			for _, j := range ccIdx {
+				cc = append(cc, B.Param(body.Params[nc+j].Type))
+			}
+			for _, k := range yIdx {
+				cy = append(cy, B.Param(body.Results[nk+k].Type))
+			}
+			nExp = len(acc) + len(cc) + len(cy)
+			cts := make([]*Array, nk+ny)
+			for q, j := range ccIdx {
+				cts[j] = cc[q]
+			}
+			for q, k := range yIdx {
+				cts[nk+k] = cy[q]
+			}
+			pc := lin.backward(cts)
+			var res []*ir.Value
+			for q, i := range accIdx {
+				res = append(res, B.Output(adCastLike(adAccum(acc[q], pc[i]), body.Params[i].Type)))
+			}
+			for _, j := range ccIdx {
+				res = append(res, B.Output(adCtOrZeros(pc[nc+j], body.Params[nc+j].Type)))
+			}
+			for _, x := range xIdx {
+				res = append(res, B.Output(adCtOrZeros(pc[nc+nk+x], body.Params[nc+nk+x].Type)))
+			}
+			B.region.Results = res
+		})
+	})
+
+	// Sort what the backward body captured: consts, xs, residuals.
+	fcaps := F.Captures()
+	bps := append([]*ir.Value(nil), B.region.Params...)
+	var bConsts, bXs, resF []*Array
+	var bConstP, bXsP, resP []*ir.Value
+	// Forward values computed from loop-invariant consts by cheap shape ops are
+	// recomputed in the backward body from the consts rather than stacked.
+	outerOf := func(v *ir.Value) *Array { // the outer array of an F const parameter
+		if v.Index < nc {
+			return args[v.Index]
+		}
+		return fcaps[v.Index-np]
+	}
+	leafP := map[*ir.Value]*ir.Value{}
+	lv := &adLeaves{
+		ok: func(v *ir.Value) bool {
+			return v.Index < len(F.region.Params) && F.region.Params[v.Index] == v && (v.Index < nc || v.Index >= np)
+		},
+		get: func(v *ir.Value) *ir.Value {
+			if p := leafP[v]; p != nil {
+				return p
+			}
+			p := B.region.AddParam(v.Type)
+			leafP[v] = p
+			bConsts, bConstP = append(bConsts, outerOf(v)), append(bConstP, p)
+			return p
+		},
+	}
+	for j, c := range B.Captures() {
+		pv := bps[nExp+j]
+		if c.tr != F {
+			bConsts, bConstP = append(bConsts, c), append(bConstP, pv)
+			continue
+		}
+		if c.val.Op == nil {
+			switch idx := c.val.Index; {
+			case idx < nc || idx >= np:
+				if have := leafP[c.val]; have != nil {
+					adMergeParam(B.region, pv, have)
+				} else {
+					leafP[c.val] = pv
+					bConsts, bConstP = append(bConsts, outerOf(c.val)), append(bConstP, pv)
+				}
+			case idx < nc+nk:
+				resF, resP = append(resF, c), append(resP, pv)
+			default:
+				bXs, bXsP = append(bXs, args[idx]), append(bXsP, pv)
+			}
+			continue
+		}
+		if adRematInto(B.region, pv, c.val, lv) {
+			continue
+		}
+		resF, resP = append(resF, c), append(resP, pv)
+	}
+
+	// The forward scan: the body's results plus the residuals as extra ys.
+	adWith(F, func() {
+		var vals []*ir.Value
+		for _, r := range lin.results {
+			vals = append(vals, F.Output(r))
+		}
+		for _, r := range resF {
+			vals = append(vals, F.Output(r))
+		}
+		F.region.Results = vals
+	})
+	fcaps = F.Captures()
+	var fslots []adSlot
+	for _, p := range F.region.Params[np:] {
+		fslots = append(fslots, adSlot{v: p})
+	}
+	for _, p := range F.region.Params[:np] {
+		fslots = append(fslots, adSlot{v: p})
+	}
+	adArrange(F.region, fslots)
+	fargs := append(append([]*Array{}, fcaps...), args...)
+	fattrs := ir.Attrs{"num_consts": len(fcaps) + nc, "num_carry": nk, "length": n, "reverse": rev}
+	all := adApplyRegions(ir.Scan, fattrs, []*ir.Region{F.region}, false, fargs)
+	adKeepLoc(all, op)
+	outs, stacked := all[:nk+ny], all[nk+ny:]
+
+	// The backward body's parameters: consts, carry (accumulators, carry
+	// cotangent), xs (ys' cotangents, forward xs, residuals).
+	var bslots []adSlot
+	for _, p := range bConstP {
+		bslots = append(bslots, adSlot{v: p})
+	}
+	for _, p := range bps[:nExp] {
+		bslots = append(bslots, adSlot{v: p})
+	}
+	for _, p := range append(append([]*ir.Value{}, bXsP...), resP...) {
+		bslots = append(bslots, adSlot{v: p})
+	}
+	adArrange(B.region, bslots)
+	bRegion := B.region
+
+	outAct := make([]bool, nk+ny)
+	for j := 0; j < nk; j++ {
+		outAct[j] = pAct[nc+j]
+	}
+	for _, k := range yIdx {
+		outAct[nk+k] = true
+	}
+	bwd := func(cts []*Array) []*Array {
+		bargs := append([]*Array{}, bConsts...)
+		for _, i := range accIdx {
+			bargs = append(bargs, adZeros(body.Params[i].Type))
+		}
+		for _, j := range ccIdx {
+			bargs = append(bargs, adCtOrZeros(cts[j], args[nc+j].Type()))
+		}
+		for _, k := range yIdx {
+			bargs = append(bargs, adCtOrZeros(cts[nk+k], outs[nk+k].Type()))
+		}
+		bargs = append(append(bargs, bXs...), stacked...)
+		battrs := ir.Attrs{"num_consts": len(bConsts), "num_carry": len(accIdx) + len(ccIdx), "length": n, "reverse": !rev}
+		bo := adApplyRegions(ir.Scan, battrs, []*ir.Region{bRegion}, true, bargs)
+		adKeepLoc(bo, op)
+		argCts := make([]*Array, len(args))
+		for q, i := range accIdx {
+			argCts[i] = bo[q]
+		}
+		for q, j := range ccIdx {
+			argCts[nc+j] = bo[len(accIdx)+q]
+		}
+		off := len(accIdx) + len(ccIdx)
+		for q, x := range xIdx {
+			argCts[nc+nk+x] = bo[off+q]
+		}
+		return argCts
+	}
+	return outs, outAct, bwd
+}
+
+func adCondLin(op *ir.Op, args []*Array, argAct []bool) ([]*Array, []bool, func([]*Array) []*Array) {
+	pred, ops := args[0], args[1:]
+	m := len(ops)
+	regs := op.Regions
+	nb := len(regs)
+	nr := len(op.Results)
+	pAct := make([]bool, m)
+	var opIdx []int
+	for i := range pAct {
+		pAct[i] = argAct[1+i] && adFloat(ops[i].DType())
+		if pAct[i] {
+			opIdx = append(opIdx, i)
+		}
+	}
+	dst := adDstFunc()
+	Fs, Bs := make([]*Tracer, nb), make([]*Tracer, nb)
+	lins := make([]*adLin, nb)
+	for b := range regs {
+		Fs[b], Bs[b] = NewTracer(dst, dst.NewRegion()), NewTracer(dst, dst.NewRegion())
+		defer Fs[b].Close()
+		defer Bs[b].Close()
+		adWith(Fs[b], func() {
+			fp := make([]*Array, m)
+			for i, p := range regs[b].Params {
+				fp[i] = Fs[b].Param(p.Type)
+			}
+			lins[b] = adLinearize(regs[b], fp, pAct)
+		})
+	}
+	resAct := make([]bool, nr)
+	var rIdx []int
+	for i := range resAct {
+		for b := range regs {
+			resAct[i] = resAct[i] || lins[b].resAct[i]
+		}
+		if resAct[i] {
+			rIdx = append(rIdx, i)
+		}
+	}
+
+	// Backward branches, and what they captured.
+	nExp := len(rIdx)
+	var outer adUnion
+	outerP := make([]map[int]*ir.Value, nb)
+	resArrs := make([][]*Array, nb)
+	resPs := make([][]*ir.Value, nb)
+	expPs := make([][]*ir.Value, nb)
+	for b := range regs {
+		F, B := Fs[b], Bs[b]
+		adWith(F, func() {
+			adWith(B, func() {
+				cts := make([]*Array, nr)
+				for _, i := range rIdx {
+					cts[i] = B.Param(op.Results[i].Type)
+				}
+				pc := lins[b].backward(cts)
+				var res []*ir.Value
+				for _, i := range opIdx {
+					res = append(res, B.Output(adCtOrZeros(pc[i], ops[i].Type())))
+				}
+				B.region.Results = res
+			})
+		})
+		bps := append([]*ir.Value(nil), B.region.Params...)
+		expPs[b] = bps[:nExp]
+		outerP[b] = map[int]*ir.Value{}
+		fcaps := F.Captures()
+		for j, c := range B.Captures() {
+			pv := bps[nExp+j]
+			key := c
+			if c.tr == F {
+				if c.val.Op != nil {
+					if !adRematInto(B.region, pv, c.val, nil) {
+						resArrs[b], resPs[b] = append(resArrs[b], c), append(resPs[b], pv)
+					}
+					continue
+				}
+				if idx := c.val.Index; idx < m {
+					key = ops[idx]
+				} else {
+					key = fcaps[idx-m]
+				}
+			}
+			idx := outer.add(key)
+			if have := outerP[b][idx]; have != nil {
+				adMergeParam(B.region, pv, have)
+			} else {
+				outerP[b][idx] = pv
+			}
+		}
+	}
+
+	// Forward branches: results, then every branch's residuals (zeros from the
+	// branches that did not compute them).
+	for b := range regs {
+		F := Fs[b]
+		adWith(F, func() {
+			var vals []*ir.Value
+			for _, r := range lins[b].results {
+				vals = append(vals, F.Output(r))
+			}
+			for bb := range regs {
+				for _, r := range resArrs[bb] {
+					if bb == b {
+						vals = append(vals, F.Output(r))
+					} else {
+						vals = append(vals, F.Output(adZeros(r.Type())))
+					}
+				}
+			}
+			F.region.Results = vals
+		})
+	}
+	fu, fslots := adUnify(Fs, m)
+	fregions := make([]*ir.Region, nb)
+	for b, F := range Fs {
+		slots := make([]adSlot, 0, m+len(fu.arrs))
+		for _, p := range F.region.Params[:m] {
+			slots = append(slots, adSlot{v: p})
+		}
+		adArrange(F.region, append(slots, fslots[b]...))
+		fregions[b] = F.region
+	}
+	fargs := append(append([]*Array{pred}, ops...), fu.arrs...)
+	all := adApplyRegions(ir.Cond, nil, fregions, false, fargs)
+	adKeepLoc(all, op)
+	outs := all[:nr]
+	resOuts := all[nr:]
+
+	bregions := make([]*ir.Region, nb)
+	for b, B := range Bs {
+		var slots []adSlot
+		for _, p := range expPs[b] {
+			slots = append(slots, adSlot{v: p})
+		}
+		for bb := range regs {
+			for q, r := range resArrs[bb] {
+				if bb == b {
+					slots = append(slots, adSlot{v: resPs[b][q]})
+				} else {
+					slots = append(slots, adSlot{t: r.Type()})
+				}
+			}
+		}
+		for idx, a := range outer.arrs {
+			if p := outerP[b][idx]; p != nil {
+				slots = append(slots, adSlot{v: p})
+			} else {
+				slots = append(slots, adSlot{t: a.Type()})
+			}
+		}
+		adArrange(B.region, slots)
+		bregions[b] = B.region
+	}
+	bwd := func(cts []*Array) []*Array {
+		bargs := []*Array{pred}
+		for _, i := range rIdx {
+			bargs = append(bargs, adCtOrZeros(cts[i], outs[i].Type()))
+		}
+		bargs = append(append(bargs, resOuts...), outer.arrs...)
+		bo := adApplyRegions(ir.Cond, nil, bregions, true, bargs)
+		adKeepLoc(bo, op)
+		argCts := make([]*Array, len(args))
+		for q, i := range opIdx {
+			argCts[1+i] = bo[q]
+		}
+		return argCts
+	}
+	return outs, resAct, bwd
+}
+
+// adKeepLoc gives the op that made outs the source location of op.
+func adKeepLoc(outs []*Array, op *ir.Op) {
+	if op.Loc != "" && len(outs) > 0 && outs[0].val != nil && outs[0].val.Op != nil {
+		outs[0].val.Op.Loc = op.Loc
+	}
+}
+
+// adUnify collects the captures of several tracers' regions (each with nExp
+// explicit parameters first) into one ordered set of outer arrays. For each
+// region it returns the parameter slots standing for the set, in order: its own
+// capture parameter, or a fresh unused one. Parameters of one region that
+// capture the same array are merged.
+func adUnify(ts []*Tracer, nExp int) (*adUnion, [][]adSlot) {
+	u := &adUnion{}
+	have := make([]map[int]*ir.Value, len(ts))
+	for b, t := range ts {
+		have[b] = map[int]*ir.Value{}
+		ps := append([]*ir.Value(nil), t.region.Params...)
+		for j, c := range t.Captures() {
+			pv := ps[nExp+j]
+			idx := u.add(c)
+			if h := have[b][idx]; h != nil {
+				adMergeParam(t.region, pv, h)
+			} else {
+				have[b][idx] = pv
+			}
+		}
+	}
+	slots := make([][]adSlot, len(ts))
+	for b := range ts {
+		for idx, a := range u.arrs {
+			if p := have[b][idx]; p != nil {
+				slots[b] = append(slots[b], adSlot{v: p})
+			} else {
+				slots[b] = append(slots[b], adSlot{t: a.Type()})
+			}
+		}
+	}
+	return u, slots
+}
+
+// adMergeParam replaces every use of parameter p in r by parameter keep and
+// removes p.
+func adMergeParam(r *ir.Region, p, keep *ir.Value) {
+	adReplaceUses(r, p, keep)
+	adRemoveParam(r, p)
+}
+
+func adReplaceUses(r *ir.Region, old, nv *ir.Value) {
+	for _, op := range r.Ops {
+		for i, a := range op.Args {
+			if a == old {
+				op.Args[i] = nv
+			}
+		}
+	}
+	for i, v := range r.Results {
+		if v == old {
+			r.Results[i] = nv
+		}
+	}
+}
+
+func adRemoveParam(r *ir.Region, p *ir.Value) {
+	ps := r.Params[:0:0]
+	for _, q := range r.Params {
+		if q != p {
+			ps = append(ps, q)
+		}
+	}
+	r.Params = ps
+}
+
+// adLeaves lets a recomputed value start from forward parameters: ok says
+// whether a forward parameter may be used, get returns the backward region's
+// value standing for it.
+type adLeaves struct {
+	ok  func(*ir.Value) bool
+	get func(*ir.Value) *ir.Value
+}
+
+// adRematInto replaces the backward region's parameter p, which stands for the
+// forward value v, by a copy of v's computation when that is cheap: constants,
+// iotas and the forward parameters lv accepts (the scan's loop-invariant
+// consts), through broadcasts, reshapes, transposes and converts. It reports
+// whether it did.
+func adRematInto(r *ir.Region, p, v *ir.Value, lv *adLeaves) bool {
+	if !adCheap(v, 0, lv) {
+		return false
+	}
+	var pre []*ir.Op
+	nv := adCopyCone(r.Func(), v, map[*ir.Value]*ir.Value{}, &pre, lv)
+	r.Ops = append(pre, r.Ops...)
+	adReplaceUses(r, p, nv)
+	adRemoveParam(r, p)
+	return true
+}
+
+func adCheap(v *ir.Value, depth int, lv *adLeaves) bool {
+	op := v.Op
+	if op == nil {
+		return lv != nil && lv.ok(v)
+	}
+	if depth > 8 || len(op.Regions) > 0 {
+		return false
+	}
+	switch op.Code {
+	case ir.Constant, ir.Iota:
+		return true
+	case ir.BroadcastInDim, ir.Reshape, ir.Transpose, ir.Convert:
+		return adMarkOf(v) == nil && adCheap(op.Args[0], depth+1, lv)
+	}
+	return false
+}
+
+func adCopyCone(f *ir.Func, v *ir.Value, memo map[*ir.Value]*ir.Value, pre *[]*ir.Op, lv *adLeaves) *ir.Value {
+	if nv := memo[v]; nv != nil {
+		return nv
+	}
+	if v.Op == nil {
+		memo[v] = lv.get(v)
+		return memo[v]
+	}
+	args := make([]*ir.Value, len(v.Op.Args))
+	for i, a := range v.Op.Args {
+		args[i] = adCopyCone(f, a, memo, pre, lv)
+	}
+	nop, err := f.NewOp(v.Op.Code, args, maps.Clone(v.Op.Attrs))
+	if err != nil {
+		panic(Errorf("grad", "internal error: recomputing %v: %v", v.Op.Code, err))
+	}
+	nop.Loc = v.Op.Loc
+	*pre = append(*pre, nop)
+	memo[v] = nop.Results[v.Index]
+	return memo[v]
+}
