@@ -1,29 +1,205 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
+	goruntime "runtime"
 	"sync"
 
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/trace"
 )
 
-// cpuBuffer is a host literal; it can be deleted (donated or freed).
+// ErrDeleted is matched (errors.Is) by the error of reading an array whose
+// buffer was deleted with Array.Delete.
+var ErrDeleted = errors.New("array was deleted")
+
+// ErrDonated is matched (errors.Is) by the error of reading an array whose
+// buffer was donated to a jitted function.
+var ErrDonated = errors.New("array was donated")
+
+// freedError reports a read of a deleted or donated buffer.
+type freedError struct {
+	typ     ir.Type
+	donated bool
+	where   string
+}
+
+func (e *freedError) Error() string {
+	if e.donated {
+		return fmt.Sprintf("array %v was donated at %s: its buffer now belongs to that call's results and the array can no longer be used", e.typ, e.where)
+	}
+	return fmt.Sprintf("array %v was deleted at %s and can no longer be used", e.typ, e.where)
+}
+
+func (e *freedError) Is(target error) bool {
+	return (target == ErrDonated && e.donated) || (target == ErrDeleted && !e.donated)
+}
+
+type bufState uint8
+
+const (
+	bufLive bufState = iota
+	bufDeleted
+	bufDonated
+	bufFailed
+)
+
+// releaser frees a buffer's memory once, from Delete, donation or the cleanup
+// that runs when the buffer's literal becomes unreachable.
+type releaser struct {
+	once sync.Once
+	f    func()
+}
+
+func (r *releaser) release() {
+	if r != nil {
+		r.once.Do(func() {
+			if r.f != nil {
+				r.f()
+			}
+		})
+	}
+}
+
+func runRelease(r *releaser) { r.release() }
+
+// cpuBuffer is an array's storage on the CPU backend: a literal whose bytes come
+// from the pool of its memory space. It is freed by Delete, by donation, or
+// automatically when its literal is unreachable (the cleanup is attached to the
+// literal, so a caller still reading the literal returned by Literal keeps the
+// memory alive; code that keeps only lit.Data must keep the buffer alive with
+// runtime.KeepAlive).
 type cpuBuffer struct {
 	mu      sync.Mutex
 	lit     *ir.Literal
 	typ     ir.Type
-	deleted string
+	rel     *releaser
+	cleanup goruntime.Cleanup
+	state   bufState
+	where   string // where it was deleted or donated
+	err     error  // why it has no memory (bufFailed)
 }
 
-func newCPUBuffer(l *ir.Literal) *cpuBuffer { return &cpuBuffer{lit: l, typ: l.Type} }
+// newBuffer copies a host literal into new memory from the pool of its memory
+// space. It fails with an *OutOfMemoryError when the pool is full.
+func newBuffer(l *ir.Literal) (*cpuBuffer, error) {
+	if int64(len(l.Data)) != l.Type.Bytes() {
+		return nil, fmt.Errorf("literal %v has %d bytes, want %d", l.Type, len(l.Data), l.Type.Bytes())
+	}
+	rec, mem, err := memPools.alloc(l.Type.Space, l.Type.Bytes(), "array", false, 3)
+	if err != nil {
+		return nil, err
+	}
+	copy(mem, l.Data)
+	lit := &ir.Literal{Type: l.Type.WithShape(l.Type.Shape), Data: mem}
+	if rec != nil {
+		rec.pool.mu.Lock()
+		rec.typ, rec.isArray = lit.Type, true
+		rec.pool.mu.Unlock()
+		return wrapLiteral(lit, rec.release), nil
+	}
+	return wrapLiteral(lit, nil), nil
+}
 
+// newPoolBuffer wraps memory already allocated from the pools (by Pools.Alloc,
+// for an executor's output, or handed over by donate) as a buffer: l.Data is
+// that memory and release frees it. The pool's record of the memory becomes
+// an array of l's type, made at site ("" keeps the Go line recorded when the
+// memory was allocated). Memory not from the pools is accepted: release is
+// then called when the buffer is freed. release must not refer to l.
+func newPoolBuffer(l *ir.Literal, release func(), site string) *cpuBuffer {
+	if rec := memPools.lookup(l.Type.Space, l.Data); rec != nil {
+		rec.pool.mu.Lock()
+		rec.typ, rec.isArray = l.Type.WithShape(l.Type.Shape), true
+		if site != "" {
+			rec.site = site
+		}
+		rec.pool.mu.Unlock()
+	}
+	return wrapLiteral(l, release)
+}
+
+// wrapLiteral makes a live buffer of lit that calls release once when freed.
+func wrapLiteral(lit *ir.Literal, release func()) *cpuBuffer {
+	b := &cpuBuffer{lit: lit, typ: lit.Type, rel: &releaser{f: release}}
+	if release != nil {
+		b.cleanup = goruntime.AddCleanup(lit, runRelease, b.rel)
+	}
+	return b
+}
+
+// newCPUBuffer copies a literal into pool memory. If the pool is full the
+// buffer carries the *OutOfMemoryError, which reading it returns.
+//
+// Deprecated: backends should call newBuffer, which returns the error.
+func newCPUBuffer(l *ir.Literal) *cpuBuffer {
+	b, err := newBuffer(l)
+	if err != nil {
+		return &cpuBuffer{typ: l.Type, state: bufFailed, err: err}
+	}
+	return b
+}
+
+// Type is the buffer's dtype, shape and memory space.
 func (b *cpuBuffer) Type() ir.Type { return b.typ }
 
+// Literal returns the contents (pool memory; the caller must not modify it),
+// or an error naming where the buffer was deleted or donated.
 func (b *cpuBuffer) Literal() (*ir.Literal, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.lit == nil {
-		return nil, fmt.Errorf("array %v was %s", b.typ, b.deleted)
+	switch b.state {
+	case bufLive:
+		return b.lit, nil
+	case bufFailed:
+		return nil, b.err
+	default:
+		return nil, &freedError{typ: b.typ, donated: b.state == bufDonated, where: b.where}
 	}
-	return b.lit, nil
+}
+
+// Delete frees the buffer's memory now (trace.Deleter). Reading it afterwards
+// fails with an error naming the line of the Delete call. Deleting twice, or
+// deleting a donated buffer, does nothing.
+func (b *cpuBuffer) Delete() error {
+	file, line := trace.CallerLocation()
+	b.mu.Lock()
+	if b.state != bufLive {
+		b.mu.Unlock()
+		return nil
+	}
+	b.state, b.where, b.lit = bufDeleted, fmt.Sprintf("%s:%d", file, line), nil
+	b.cleanup.Stop()
+	rel := b.rel
+	b.mu.Unlock()
+	rel.release()
+	return nil
+}
+
+// donate marks the buffer donated at where (a Go file:line) and hands its
+// memory to the caller without freeing it: mem is the buffer's bytes and
+// release frees them (wrap them as a result with newPoolBuffer, or call
+// release). Reading the buffer afterwards fails with an error naming where.
+func (b *cpuBuffer) donate(where string) (mem []byte, release func(), err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case bufFailed:
+		return nil, nil, b.err
+	case bufDeleted, bufDonated:
+		return nil, nil, &freedError{typ: b.typ, donated: b.state == bufDonated, where: b.where}
+	}
+	mem = b.lit.Data
+	b.state, b.where, b.lit = bufDonated, where, nil
+	b.cleanup.Stop()
+	return mem, b.rel.release, nil
+}
+
+// markDonated marks the buffer donated at where (a Go file:line) and frees its
+// memory. It does nothing if the buffer is already deleted or donated.
+func (b *cpuBuffer) markDonated(where string) {
+	if _, release, err := b.donate(where); err == nil {
+		release()
+	}
 }

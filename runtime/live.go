@@ -1,0 +1,150 @@
+package runtime
+
+import (
+	"fmt"
+	goruntime "runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ferryml/ferry/ir"
+)
+
+// LiveArray describes one live buffer of a memory pool.
+type LiveArray struct {
+	// Type is the array's dtype, shape and memory space (zero when IsArray is
+	// false).
+	Type ir.Type
+	// IsArray is false for executor scratch memory (arenas, outputs not yet
+	// returned as arrays); LiveArrays lists arrays only.
+	IsArray bool
+	// What says how the memory was made: "array" for arrays made from host
+	// data, or the executor's description ("output 0 of fn", "temp arena").
+	What string
+	// Bytes is the buffer's size.
+	Bytes int64
+	// Space is the memory space it lives in.
+	Space ir.MemorySpace
+	// Site is the Go file:line that made it: the innermost caller outside
+	// Ferry's library packages.
+	Site string
+	// Age is the time since it was allocated.
+	Age time.Duration
+}
+
+// describe names the buffer: its type, or what it is for.
+func (l LiveArray) describe() string {
+	if l.IsArray {
+		return l.Type.String()
+	}
+	return l.What
+}
+
+// String formats the entry as "4.00 KiB f32[1024] at x_test.go:12".
+func (l LiveArray) String() string {
+	return fmt.Sprintf("%s %s at %s", formatBytes(l.Bytes), l.describe(), l.Site)
+}
+
+// LiveArrays lists the live arrays of every memory pool, largest first (oldest
+// first among equals), like jax.live_arrays. Arrays that are unreachable but
+// not yet collected are still listed; zero-size arrays hold no memory and are
+// not.
+func LiveArrays() []LiveArray { return memPools.liveArrays() }
+
+func (ps *Pools) liveArrays() []LiveArray {
+	var out []LiveArray
+	for _, p := range ps.set().spaces {
+		p.mu.Lock()
+		out = append(out, p.largestLocked(-1, true)...)
+		p.mu.Unlock()
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Bytes != out[j].Bytes {
+			return out[i].Bytes > out[j].Bytes
+		}
+		return out[i].Age > out[j].Age
+	})
+	return out
+}
+
+func (r *allocRecord) liveArrayLocked(now time.Time) LiveArray {
+	l := LiveArray{IsArray: r.isArray, What: r.what, Bytes: r.size, Space: r.pool.space, Site: r.callSiteLocked(), Age: now.Sub(r.born)}
+	if r.isArray {
+		l.Type = r.typ
+	}
+	return l
+}
+
+// callSiteLocked returns the record's call site, computing it from the
+// recorded stack the first time.
+func (r *allocRecord) callSiteLocked() string {
+	if r.site == "" {
+		r.site = userSite(r.pcs[:r.npc])
+	}
+	return r.site
+}
+
+// userSite returns "dir/file.go:line" of the innermost frame outside Ferry's
+// library packages, as trace.CallerLocation does for the current stack, or of
+// the outermost frame if all are library frames.
+func userSite(pcs []uintptr) string {
+	if len(pcs) == 0 {
+		return "?"
+	}
+	frames := goruntime.CallersFrames(pcs)
+	var last goruntime.Frame
+	for {
+		fr, more := frames.Next()
+		if fr.Function != "" {
+			last = fr
+			if !isLibraryFrame(fr) {
+				break
+			}
+		}
+		if !more {
+			break
+		}
+	}
+	if last.File == "" {
+		return "?"
+	}
+	return fmt.Sprintf("%s:%d", shortFile(last.File), last.Line)
+}
+
+// The same rules as trace's CallerLocation (trace/error.go): test files are
+// user code; Go's runtime and reflect and Ferry's library packages are not.
+const modulePrefix = "github.com/ferryml/ferry/"
+
+var libraryPackages = []string{"trace", "runtime", "ir", "passes", "internal/", "nn", "optim", "random", "cuda", "interop"}
+
+func isLibraryFrame(fr goruntime.Frame) bool {
+	if strings.HasSuffix(fr.File, "_test.go") {
+		return false
+	}
+	fn := fr.Function
+	if strings.HasPrefix(fn, "reflect.") || strings.HasPrefix(fn, "runtime.") {
+		return true
+	}
+	if !strings.HasPrefix(fn, modulePrefix) {
+		return false
+	}
+	rest := fn[len(modulePrefix):]
+	for _, p := range libraryPackages {
+		if strings.HasPrefix(rest, p) {
+			next := rest[len(p):]
+			if strings.HasSuffix(p, "/") || strings.HasPrefix(next, ".") || strings.HasPrefix(next, "/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func shortFile(f string) string {
+	i := strings.LastIndexByte(f, '/')
+	if i < 0 {
+		return f
+	}
+	j := strings.LastIndexByte(f[:i], '/')
+	return f[j+1:]
+}
