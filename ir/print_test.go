@@ -74,6 +74,7 @@ func txtCorpus(t testing.TB) map[string]*Func {
 		"literals":    txtLiterals(t),
 		"empty":       NewFunc("empty"),
 		"odd":         txtOdd(t),
+		"fusion":      txtFusion(t),
 	}
 }
 
@@ -280,6 +281,45 @@ func txtLiterals(t testing.TB) *Func {
 	for _, l := range lits {
 		f.Body.Results = append(f.Body.Results, b.op(Constant, nil, Attrs{"value": l}))
 	}
+	return f
+}
+
+// txtFusion has fused groups of each kind, as the fusion pass makes them: a
+// matrix product with a bias and tanh epilogue ("output"), an elementwise
+// producer feeding a reduction with two results ("input"), and an elementwise
+// loop with a scalar constant broadcast inside it ("loop").
+func txtFusion(t testing.TB) *Func {
+	f := NewFunc("fused")
+	b := txtBuilder{t, f.Body}
+	x := f.Body.AddParam(TypeOf(Float32, 2, 3))
+	w := f.Body.AddParam(TypeOf(Float32, 3, 4))
+	bias := f.Body.AddParam(TypeOf(Float32, 4))
+
+	out := f.NewRegion()
+	ox, ow, ob := out.AddParam(TypeOf(Float32, 2, 3)), out.AddParam(TypeOf(Float32, 3, 4)), out.AddParam(TypeOf(Float32, 4))
+	ib := txtBuilder{t, out}
+	d := ib.op(DotGeneral, vs(ox, ow), Attrs{"lhs_batch": []int{}, "rhs_batch": []int{}, "lhs_contract": []int{1}, "rhs_contract": []int{0}})
+	bb := ib.op(BroadcastInDim, vs(ob), Attrs{"shape": []int{2, 4}, "dims": []int{1}})
+	out.Results = vs(ib.op(Tanh, vs(ib.op(Add, vs(d, bb), nil)), nil))
+	h := b.op(Fusion, vs(x, w, bias), Attrs{"kind": "output"}, out)
+
+	in := f.NewRegion()
+	ih := in.AddParam(TypeOf(Float32, 2, 4))
+	nb := txtBuilder{t, in}
+	e := nb.op(Exp, vs(ih), nil)
+	in.Results = vs(nb.op(ReduceSum, vs(e), Attrs{"axes": []int{1}}), e)
+	sums := b.ops(Fusion, vs(h), Attrs{"kind": "input"}, in)
+
+	loop := f.NewRegion()
+	le, ls := loop.AddParam(TypeOf(Float32, 2, 4)), loop.AddParam(TypeOf(Float32, 2))
+	lb := txtBuilder{t, loop}
+	two := lb.op(Constant, nil, Attrs{"value": Scalar[float32](2)})
+	twos := lb.op(BroadcastInDim, vs(two), Attrs{"shape": []int{2, 4}, "dims": []int{}})
+	sb := lb.op(BroadcastInDim, vs(ls), Attrs{"shape": []int{2, 4}, "dims": []int{0}})
+	loop.Results = vs(lb.op(Mul, vs(lb.op(Div, vs(le, sb), nil), twos), nil))
+	sm := b.op(Fusion, vs(sums[1], sums[0]), Attrs{"kind": "loop"}, loop)
+	sm.Op.Loc = "softmax.go:3"
+	f.Body.Results = vs(sm, sums[0])
 	return f
 }
 

@@ -3,10 +3,13 @@ package runtime
 import (
 	"fmt"
 	"os"
+	goruntime "runtime"
 	"sync"
+	"testing"
 
-	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/internal/cpuexec"
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"
 )
 
@@ -19,13 +22,30 @@ type Backend interface {
 	// FromLiteral copies a host literal into a new buffer in its memory space.
 	FromLiteral(l *ir.Literal) (trace.Buffer, error)
 	// Compile prepares f for execution.
-	Compile(f *ir.Func) (Executable, error)
+	Compile(f *ir.Func, opts CompileOptions) (Executable, error)
+}
+
+// CompileOptions configure Backend.Compile.
+type CompileOptions struct {
+	// Donated[i] says parameter i's buffer is donated: the executable may reuse
+	// it for a result, and it is unusable after the call.
+	Donated []bool
+}
+
+// ExecOptions configure one execution.
+type ExecOptions struct {
+	// DonationSite is the caller's file:line, recorded on donated buffers so
+	// that using them later says where they were donated.
+	DonationSite string
 }
 
 // Executable is a compiled function a backend can run.
 type Executable interface {
 	// Execute runs the function on buffers of the backend (one per parameter).
-	Execute(args []trace.Buffer) ([]trace.Buffer, error)
+	Execute(args []trace.Buffer, opts ExecOptions) ([]trace.Buffer, error)
+	// Program is the compiled program: the optimised IR, its buffer plan and
+	// its memory analysis.
+	Program() *passes.Program
 }
 
 // Device is one device of a backend.
@@ -75,7 +95,8 @@ func DefaultBackend() Backend {
 // Devices returns the devices of the default backend.
 func Devices() []Device { return DefaultBackend().Devices() }
 
-// cpuBackend executes IR with the reference executor.
+// cpuBackend compiles IR through the pass pipeline and runs it with the CPU
+// executor over memory from the pools.
 type cpuBackend struct{}
 
 func (cpuBackend) Name() string { return "cpu" }
@@ -86,14 +107,45 @@ func (cpuBackend) FromLiteral(l *ir.Literal) (trace.Buffer, error) {
 	if int64(len(l.Data)) != l.Type.Bytes() {
 		return nil, fmt.Errorf("literal %v has %d bytes, want %d", l.Type, len(l.Data), l.Type.Bytes())
 	}
-	return newCPUBuffer(l.Clone()), nil
+	b, err := newBuffer(l)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
-func (cpuBackend) Compile(f *ir.Func) (Executable, error) { return &cpuExecutable{f: f}, nil }
+// verifyPasses runs the IR verifier after every pass: always in tests, and when
+// FERRY_VERIFY_IR is set.
+var verifyPasses = testing.Testing() || os.Getenv("FERRY_VERIFY_IR") != ""
 
-type cpuExecutable struct{ f *ir.Func }
+func (cpuBackend) Compile(f *ir.Func, opts CompileOptions) (Executable, error) {
+	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, Verify: verifyPasses})
+	if err != nil {
+		return nil, err
+	}
+	exe, err := cpuexec.New(prog)
+	if err != nil {
+		return nil, err
+	}
+	e := &cpuExecutable{prog: prog, exe: exe, aliasOf: make([]int, len(prog.Func.Body.Results))}
+	for i, v := range prog.Func.Body.Results {
+		e.aliasOf[i] = -1
+		if b, ok := prog.Plan.Values[v]; ok && b.Kind == passes.BufAlias && b.Index == i {
+			e.aliasOf[i] = b.Param
+		}
+	}
+	return e, nil
+}
 
-func (e *cpuExecutable) Execute(args []trace.Buffer) ([]trace.Buffer, error) {
+type cpuExecutable struct {
+	prog    *passes.Program
+	exe     *cpuexec.Executable
+	aliasOf []int // donated parameter whose memory result i reuses, or -1
+}
+
+func (e *cpuExecutable) Program() *passes.Program { return e.prog }
+
+func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.Buffer, error) {
 	lits := make([]*ir.Literal, len(args))
 	for i, a := range args {
 		l, err := a.Literal()
@@ -102,13 +154,35 @@ func (e *cpuExecutable) Execute(args []trace.Buffer) ([]trace.Buffer, error) {
 		}
 		lits[i] = l
 	}
-	outs, err := eval.Run(e.f, lits)
+	outs, rels, err := e.exe.Execute(lits, memPools.allocatorFor(e.prog.Func.Name, true))
+	goruntime.KeepAlive(lits)
 	if err != nil {
 		return nil, err
 	}
 	res := make([]trace.Buffer, len(outs))
+	donatedUsed := map[int]bool{}
 	for i, o := range outs {
-		res[i] = newCPUBuffer(o)
+		if j := e.aliasOf[i]; j >= 0 {
+			cb, ok := args[j].(*cpuBuffer)
+			if !ok {
+				return nil, fmt.Errorf("donated argument %d is not a CPU buffer", j)
+			}
+			_, rel, err := cb.donate(opts.DonationSite)
+			if err != nil {
+				return nil, fmt.Errorf("donated argument %d: %w", j, err)
+			}
+			donatedUsed[j] = true
+			res[i] = newPoolBuffer(o, rel, "")
+			continue
+		}
+		res[i] = newPoolBuffer(o, rels[i], "")
+	}
+	for j, d := range e.prog.Donated {
+		if d && !donatedUsed[j] {
+			if cb, ok := args[j].(*cpuBuffer); ok {
+				cb.markDonated(opts.DonationSite)
+			}
+		}
 	}
 	return res, nil
 }

@@ -26,18 +26,18 @@ func (eagerExecutor) Execute(key string, build func() *ir.Func, args []trace.Buf
 	if key != "" {
 		if ex, ok := eagerCache.Load(key); ok {
 			eagerHits.Add(1)
-			return ex.(Executable).Execute(args)
+			return ex.(Executable).Execute(args, ExecOptions{})
 		}
 	}
 	eagerMisses.Add(1)
-	ex, err := be.Compile(build())
+	ex, err := be.Compile(build(), CompileOptions{})
 	if err != nil {
 		return nil, err
 	}
 	if key != "" {
 		eagerCache.Store(key, ex)
 	}
-	return ex.Execute(args)
+	return ex.Execute(args, ExecOptions{})
 }
 
 // EagerCacheStats returns the hits and misses of the eager op cache.

@@ -15,7 +15,16 @@ import (
 type Option func(*jitOptions)
 
 type jitOptions struct {
-	name string
+	name   string
+	donate []int
+}
+
+// Donate marks arguments (by position) as donated, like jax.jit's
+// donate_argnums: their buffers may be reused for results, so a training step
+// can update parameters and optimizer state in place. A donated array cannot be
+// used after the call; trying is an error that names where it was donated.
+func Donate(argnums ...int) Option {
+	return func(o *jitOptions) { o.donate = append(o.donate, argnums...) }
 }
 
 // WithName names the traced function in its IR (default: the Go function's name).
@@ -199,7 +208,7 @@ func (j *Jitted[F]) call(args []any) (outs []any, err error) {
 		if err != nil {
 			return nil, err
 		}
-		exe, err := DefaultBackend().Compile(l.Func)
+		exe, err := DefaultBackend().Compile(l.Func, CompileOptions{Donated: l.donated})
 		if err != nil {
 			return nil, trace.WrapError("rt.Jit", err)
 		}
@@ -209,7 +218,16 @@ func (j *Jitted[F]) call(args []any) (outs []any, err error) {
 		j.cache[key] = e
 		j.mu.Unlock()
 	}
-	return e.run(leaves)
+	return e.run(leaves, j.donationSite())
+}
+
+// donationSite is the caller's file:line when the function donates arguments.
+func (j *Jitted[F]) donationSite() string {
+	if len(j.opts.donate) == 0 {
+		return ""
+	}
+	file, line := trace.CallerLocation()
+	return fmt.Sprintf("%s:%d", file, line)
 }
 
 // inline calls fn directly (a jitted function called inside another trace).
@@ -296,6 +314,11 @@ func (j *Jitted[F]) lower(args []any) (*Lowered, []*trace.TreeDef, error) {
 	if err := j.checkArgs(args); err != nil {
 		return nil, nil, err
 	}
+	for _, a := range j.opts.donate {
+		if a < 0 || a >= len(args) {
+			return nil, nil, trace.Errorf("rt.Jit", "%s: Donate(%d) but the function takes %d arguments", j.opts.name, a, len(args))
+		}
+	}
 	leaves, defs, err := flattenArgs(args)
 	if err != nil {
 		return nil, nil, trace.Errorf("rt.Jit", "%s: %v", j.opts.name, err)
@@ -309,9 +332,17 @@ func (j *Jitted[F]) lower(args []any) (*Lowered, []*trace.TreeDef, error) {
 		params[i] = tr.Param(l.Type())
 	}
 	in := make([]reflect.Value, len(args))
+	donated := make([]bool, len(leaves))
 	k := 0
 	for i, d := range defs {
 		n := d.NumLeaves()
+		for _, a := range j.opts.donate {
+			if a == i {
+				for q := k; q < k+n; q++ {
+					donated[q] = true
+				}
+			}
+		}
 		v, err := d.Unflatten(params[k : k+n])
 		if err != nil {
 			return nil, nil, trace.Errorf("rt.Jit", "%s: argument %d: %v", j.opts.name, i, err)
@@ -353,7 +384,7 @@ func (j *Jitted[F]) lower(args []any) (*Lowered, []*trace.TreeDef, error) {
 	tr.Close()
 	f := tr.Func()
 	f.Body.Results = results
-	l := &Lowered{Func: f, numArgs: len(leaves), consts: tr.Captures(), nilArgs: nilMask(leaves)}
+	l := &Lowered{Func: f, numArgs: len(leaves), consts: tr.Captures(), nilArgs: nilMask(leaves), donated: donated}
 	return l, outDefs, nil
 }
 
@@ -365,12 +396,12 @@ func nilMask(leaves []*trace.Array) []bool {
 	return m
 }
 
-func (e *entry) run(leaves []*trace.Array) ([]any, error) {
+func (e *entry) run(leaves []*trace.Array, site string) ([]any, error) {
 	bufs, err := e.lowered.buffers(leaves)
 	if err != nil {
 		return nil, err
 	}
-	outBufs, err := e.exe.Execute(bufs)
+	outBufs, err := e.exe.Execute(bufs, ExecOptions{DonationSite: site})
 	if err != nil {
 		return nil, trace.WrapError("rt.Jit", err)
 	}

@@ -5,6 +5,7 @@ import (
 	goruntime "runtime"
 
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"
 )
 
@@ -16,6 +17,7 @@ type Lowered struct {
 	numArgs int
 	consts  []*trace.Array
 	nilArgs []bool
+	donated []bool
 	outDefs []*trace.TreeDef
 }
 
@@ -49,7 +51,7 @@ func (l *Lowered) Compile() (*Compiled, error) {
 	if err := ir.Verify(l.Func); err != nil {
 		return nil, fmt.Errorf("rt.Compile: %w", err)
 	}
-	exe, err := DefaultBackend().Compile(l.Func)
+	exe, err := DefaultBackend().Compile(l.Func, CompileOptions{Donated: l.donated})
 	if err != nil {
 		return nil, err
 	}
@@ -71,8 +73,20 @@ func (c *Compiled) Call(args ...any) (outs []any, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.entry.run(leaves)
+	return c.entry.run(leaves, "")
 }
+
+// MemoryAnalysis returns the compiled program's memory needs, with the meaning
+// of XLA's memory_analysis(): argument, output, alias and temp bytes per memory
+// space; TotalBytes() is device temp + argument + output − alias.
+func (c *Compiled) MemoryAnalysis() passes.MemoryAnalysis { return c.entry.exe.Program().Analysis }
+
+// OptimizedIR returns the IR after the compiler's passes (fused groups,
+// schedule), and PlanString the buffer plan.
+func (c *Compiled) OptimizedIR() string { return c.entry.exe.Program().Func.String() }
+
+// Program returns the compiled program (optimised IR, buffer plan, analysis).
+func (c *Compiled) Program() *passes.Program { return c.entry.exe.Program() }
 
 // buffers checks the leaves against the parameters and returns the buffers to
 // pass: the leaves, then the captured arrays.

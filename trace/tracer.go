@@ -291,6 +291,9 @@ func applyEager(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Arra
 	}
 	build := func() *ir.Func {
 		f := ir.NewFunc(name)
+		// Regions of eager region ops were recorded in functions of their own:
+		// keep the wrapper's value IDs clear of theirs.
+		f.ReserveIDs(maxValueID(regions) + 1)
 		vals := make([]*ir.Value, len(types))
 		for i, t := range types {
 			vals[i] = f.Body.AddParam(t)
@@ -339,4 +342,26 @@ func opKey(code ir.Code, attrs ir.Attrs, types []ir.Type) string {
 		b.WriteByte(';')
 	}
 	return b.String()
+}
+
+// maxValueID returns the largest value ID in the regions (-1 if none).
+func maxValueID(regions []*ir.Region) int {
+	m := -1
+	see := func(vs []*ir.Value) {
+		for _, v := range vs {
+			if v != nil && v.ID > m {
+				m = v.ID
+			}
+		}
+	}
+	for _, r := range regions {
+		see(r.Params)
+		r.Walk(func(op *ir.Op) {
+			see(op.Results)
+			for _, sub := range op.Regions {
+				see(sub.Params)
+			}
+		})
+	}
+	return m
 }

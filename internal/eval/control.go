@@ -14,17 +14,31 @@ func cloneAll(ls []*ir.Literal) []*ir.Literal {
 	return out
 }
 
-func scan(op *ir.Op, x []*ir.Literal, outTypes []ir.Type) ([]*ir.Literal, error) {
+// scan runs the body length times. With outs nil it allocates the results;
+// otherwise it writes the final carry and the ys into outs. x slices are
+// passed to the body as views (RunRegion never modifies its arguments).
+func scan(op *ir.Op, x []*ir.Literal, outTypes []ir.Type, outs []*ir.Literal) ([]*ir.Literal, error) {
 	a := op.Attrs
 	nc, nk, n := a.Int("num_consts"), a.Int("num_carry"), a.Int("length")
 	body := op.Regions[0]
 	consts, carry, xs := x[:nc], x[nc:nc+nk], x[nc+nk:]
-	ys := make([]*ir.Literal, len(outTypes)-nk)
-	for j := range ys {
-		ys[j] = newLit(outTypes[nk+j])
+	alloc := outs == nil
+	if alloc {
+		outs = make([]*ir.Literal, len(outTypes))
+		for j := nk; j < len(outTypes); j++ {
+			outs[j] = newLit(outTypes[j])
+		}
 	}
+	ys := outs[nk:]
 	if n == 0 {
-		return append(cloneAll(carry), ys...), nil
+		for j, c := range carry {
+			if alloc {
+				outs[j] = c.Clone()
+			} else {
+				copy(outs[j].Data, c.Data)
+			}
+		}
+		return outs, nil
 	}
 	in := make([]*ir.Literal, len(x))
 	copy(in, consts)
@@ -35,10 +49,9 @@ func scan(op *ir.Op, x []*ir.Literal, outTypes []ir.Type) ([]*ir.Literal, error)
 		}
 		copy(in[nc:], carry)
 		for j, xl := range xs {
-			sl := newLit(body.Params[nc+nk+j].Type)
-			sz := len(sl.Data)
-			copy(sl.Data, xl.Data[i*sz:(i+1)*sz])
-			in[nc+nk+j] = sl
+			t := body.Params[nc+nk+j].Type
+			sz := int(t.Bytes())
+			in[nc+nk+j] = &ir.Literal{Type: t, Data: xl.Data[i*sz : (i+1)*sz]}
 		}
 		res, err := RunRegion(body, in)
 		if err != nil {
@@ -50,7 +63,14 @@ func scan(op *ir.Op, x []*ir.Literal, outTypes []ir.Type) ([]*ir.Literal, error)
 			copy(ys[j].Data[i*sz:(i+1)*sz], y.Data)
 		}
 	}
-	return append(carry, ys...), nil
+	for j, c := range carry {
+		if alloc {
+			outs[j] = c
+		} else {
+			copy(outs[j].Data, c.Data)
+		}
+	}
+	return outs, nil
 }
 
 func while(op *ir.Op, x []*ir.Literal) ([]*ir.Literal, error) {

@@ -40,6 +40,7 @@ func dotGeneral(lhs, rhs *ir.Literal, attrs ir.Attrs, out *ir.Literal) error {
 	if len(out.Data) == 0 {
 		return nil
 	}
+	clear(out.Data) // matmul accumulates into zeros
 	a, _ := permute(lhs, slices.Concat(lb, lf, lc))
 	b, _ := permute(rhs, slices.Concat(rb, rc, rf))
 	g := gemm{batch: bsz, m: m, k: k, n: n}

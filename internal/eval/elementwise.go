@@ -29,8 +29,10 @@ func unaryOp(code ir.Code, x, out *ir.Literal) error {
 	case ir.Float64:
 		return unaryFloat(code, viewAs[float64](out.Data), viewAs[float64](x.Data))
 	case ir.Float16, ir.BFloat16:
-		a := toF32(x)
-		buf := make([]float32, len(a))
+		sa, a := toF32Scratch(x)
+		defer putScratch(&f32Scratch, sa)
+		sb, buf := getScratch[float32](&f32Scratch, len(a))
+		defer putScratch(&f32Scratch, sb)
 		if err := unaryFloat(code, buf, a); err != nil {
 			return err
 		}
@@ -49,9 +51,7 @@ func unaryOp(code ir.Code, x, out *ir.Literal) error {
 			break
 		}
 		for i, b := range x.Data {
-			if b == 0 {
-				out.Data[i] = 1
-			}
+			out.Data[i] = b2u(b == 0)
 		}
 		return nil
 	}
@@ -175,8 +175,12 @@ func binaryOp(code ir.Code, x, y, out *ir.Literal) error {
 	case ir.Float64:
 		return binaryFloat(code, viewAs[float64](out.Data), viewAs[float64](x.Data), viewAs[float64](y.Data))
 	case ir.Float16, ir.BFloat16:
-		a, b := toF32(x), toF32(y)
-		buf := make([]float32, len(a))
+		sa, a := toF32Scratch(x)
+		defer putScratch(&f32Scratch, sa)
+		sb, b := toF32Scratch(y)
+		defer putScratch(&f32Scratch, sb)
+		sc, buf := getScratch[float32](&f32Scratch, len(a))
+		defer putScratch(&f32Scratch, sc)
 		if err := binaryFloat(code, buf, a, b); err != nil {
 			return err
 		}
@@ -191,7 +195,10 @@ func binaryOp(code ir.Code, x, y, out *ir.Literal) error {
 	case ir.Uint32:
 		return binaryInt(code, viewAs[uint32](out.Data), viewAs[uint32](x.Data), viewAs[uint32](y.Data))
 	case ir.Bool:
-		a, b := boolBytes(x), boolBytes(y)
+		sa, a := boolScratchOf(x)
+		defer putScratch(&boolScratch, sa)
+		sb, b := boolScratchOf(y)
+		defer putScratch(&boolScratch, sb)
 		o := out.Data[:len(a)]
 		b = b[:len(a)]
 		switch code {
@@ -372,7 +379,11 @@ func compare(code ir.Code, x, y, out *ir.Literal) error {
 	o := out.Data
 	switch x.Type.DType {
 	case ir.Bool:
-		return compareT(code, o, boolBytes(x), boolBytes(y))
+		sa, a := boolScratchOf(x)
+		defer putScratch(&boolScratch, sa)
+		sb, b := boolScratchOf(y)
+		defer putScratch(&boolScratch, sb)
+		return compareT(code, o, a, b)
 	case ir.Uint8:
 		return compareT(code, o, viewAs[uint8](x.Data), viewAs[uint8](y.Data))
 	case ir.Int32:
@@ -382,7 +393,11 @@ func compare(code ir.Code, x, y, out *ir.Literal) error {
 	case ir.Uint32:
 		return compareT(code, o, viewAs[uint32](x.Data), viewAs[uint32](y.Data))
 	case ir.Float16, ir.BFloat16, ir.Float32:
-		return compareT(code, o, toF32(x), toF32(y))
+		sa, a := toF32Scratch(x)
+		defer putScratch(&f32Scratch, sa)
+		sb, b := toF32Scratch(y)
+		defer putScratch(&f32Scratch, sb)
+		return compareT(code, o, a, b)
 	case ir.Float64:
 		return compareT(code, o, viewAs[float64](x.Data), viewAs[float64](y.Data))
 	}
@@ -473,7 +488,9 @@ func convert(src, out *ir.Literal) error {
 		copy(out.Data, src.Data)
 		return nil
 	case sd == ir.Bool:
-		return convertFromInts(boolBytes(src), out)
+		sc, b := boolScratchOf(src)
+		defer putScratch(&boolScratch, sc)
+		return convertFromInts(b, out)
 	case sd == ir.Uint8:
 		return convertFromInts(viewAs[uint8](src.Data), out)
 	case sd == ir.Int32:
@@ -482,23 +499,15 @@ func convert(src, out *ir.Literal) error {
 		return convertFromInts(viewAs[int64](src.Data), out)
 	case sd == ir.Uint32:
 		return convertFromInts(viewAs[uint32](src.Data), out)
+	case sd == ir.Float64:
+		return convertFromFloats(viewAs[float64](src.Data), out)
 	case sd.IsFloat():
-		return convertFromFloats(floatsOf(src), out)
+		// f32 as a view, f16/bf16 widened exactly to float32.
+		sc, f := toF32Scratch(src)
+		defer putScratch(&f32Scratch, sc)
+		return convertFromFloats(f, out)
 	}
 	return fmt.Errorf("cannot convert %v to %v", sd, dd)
-}
-
-// floatsOf returns the exact float64 value of every element of a float literal.
-func floatsOf(l *ir.Literal) []float64 {
-	if l.Type.DType == ir.Float64 {
-		return viewAs[float64](l.Data)
-	}
-	f := toF32(l)
-	out := make([]float64, len(f))
-	for i, v := range f {
-		out[i] = float64(v)
-	}
-	return out
 }
 
 func convertInts[S, D intT](dst []D, src []S) {
@@ -571,14 +580,16 @@ func convertFromInts[S intT](src []S, out *ir.Literal) error {
 	return nil
 }
 
-func floatToInt[D intT](dst []D, src []float64, lo, hi int64) {
+func floatToInt[D intT, S floatT](dst []D, src []S, lo, hi int64) {
 	dst = dst[:len(src)]
 	for i, v := range src {
-		dst[i] = D(ir.FloatToInt(v, lo, hi))
+		dst[i] = D(ir.FloatToInt(float64(v), lo, hi))
 	}
 }
 
-func convertFromFloats(src []float64, out *ir.Literal) error {
+// convertFromFloats converts float32 or float64 values (exactly the source
+// values: widening is exact) to out's dtype with one rounding.
+func convertFromFloats[S floatT](src []S, out *ir.Literal) error {
 	switch out.Type.DType {
 	case ir.Bool:
 		for i, v := range src {
@@ -598,16 +609,19 @@ func convertFromFloats(src []float64, out *ir.Literal) error {
 			dst[i] = float32(v)
 		}
 	case ir.Float64:
-		copy(viewAs[float64](out.Data), src)
+		dst := viewAs[float64](out.Data)
+		for i, v := range src {
+			dst[i] = float64(v)
+		}
 	case ir.Float16:
 		dst := viewAs[ir.F16](out.Data)
 		for i, v := range src {
-			dst[i] = ir.F16FromFloat64(v)
+			dst[i] = ir.F16FromFloat64(float64(v))
 		}
 	case ir.BFloat16:
 		dst := viewAs[ir.BF16](out.Data)
 		for i, v := range src {
-			dst[i] = ir.BF16FromFloat64(v)
+			dst[i] = ir.BF16FromFloat64(float64(v))
 		}
 	default:
 		return fmt.Errorf("cannot convert to %v", out.Type.DType)

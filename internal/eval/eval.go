@@ -30,11 +30,17 @@
 //     logical or. gather from an empty axis into a non-empty result is an
 //     error.
 //
-// Results never share memory with arguments or with each other.
+// Results of Run, RunRegion and EvalOp never share memory with arguments or
+// with each other. EvalOpInto is the destination-passing form used by the
+// executors: it writes results into caller-provided memory (an arena view, a
+// donated buffer), and allows elementwise ops and dynamic_update_slice to
+// work in place. A fusion op runs its region (the kind attribute is
+// informational here).
 package eval
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/ferryml/ferry/ir"
 )
@@ -161,7 +167,8 @@ func opName(op *ir.Op) string {
 
 // EvalOp executes a single op on literal operands (one per op.Args, with the
 // same types) and returns new literals for its results. Errors, including
-// internal panics, name the op and its location.
+// internal panics, name the op and its location. It is EvalOpInto on freshly
+// allocated results.
 func EvalOp(op *ir.Op, args []*ir.Literal) (res []*ir.Literal, err error) {
 	if op == nil {
 		return nil, fmt.Errorf("eval: nil op")
@@ -171,14 +178,52 @@ func EvalOp(op *ir.Op, args []*ir.Literal) (res []*ir.Literal, err error) {
 			res, err = nil, fmt.Errorf("%s: internal error: %v", opName(op), p)
 		}
 	}()
-	res, err = evalOp(op, args)
+	res, err = evalOp(op, args, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", opName(op), err)
 	}
 	return res, nil
 }
 
-func evalOp(op *ir.Op, args []*ir.Literal) ([]*ir.Literal, error) {
+// EvalOpInto executes a single op like EvalOp but writes its results into
+// outs, one caller-provided literal per result with exactly the result's type
+// (memory space included) and Data of exactly that many bytes. The Data may be
+// any memory (an arena view, say); every byte of every result is written,
+// whatever it held before.
+//
+// Results must not share memory with each other or with operands, except:
+//
+//   - for an elementwise op (ir.OpInfo.Elementwise) a result may be the very
+//     memory of an operand of the same byte size (same start, same length):
+//     the kernels read element i of every operand before writing element i;
+//   - for dynamic_update_slice the result may be the memory of the operand
+//     (operand 0); then only the update window is written;
+//   - for fusion a result may be the very memory of an operand (the region
+//     runs on its own memory and results are copied out at the end).
+//
+// Other overlaps are reported as errors, as are type mismatches. Errors,
+// including internal panics, name the op and its location.
+func EvalOpInto(op *ir.Op, args []*ir.Literal, outs []*ir.Literal) (err error) {
+	if op == nil {
+		return fmt.Errorf("eval: nil op")
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%s: internal error: %v", opName(op), p)
+		}
+	}()
+	if outs == nil {
+		outs = []*ir.Literal{}
+	}
+	if _, err = evalOp(op, args, outs); err != nil {
+		return fmt.Errorf("%s: %w", opName(op), err)
+	}
+	return nil
+}
+
+// evalOp validates operands (and, when outs is not nil, the destinations)
+// and runs op's kernel. With outs == nil it allocates the results.
+func evalOp(op *ir.Op, args []*ir.Literal, outs []*ir.Literal) ([]*ir.Literal, error) {
 	if op.Args != nil && len(op.Args) != len(args) {
 		return nil, fmt.Errorf("op has %d operands, got %d literals", len(op.Args), len(args))
 	}
@@ -213,58 +258,189 @@ func evalOp(op *ir.Op, args []*ir.Literal) ([]*ir.Literal, error) {
 			}
 		}
 	}
-	outs, err := dispatch(op, ins, outTypes)
-	if err != nil {
+	if outs == nil {
+		if op.Code.Info().Class == ir.ClassRegion {
+			// Region ops make their own results (no copy).
+			res, err := runRegionOp(op, ins, outTypes, nil)
+			if err != nil {
+				return nil, err
+			}
+			if err := checkResults(res, outTypes); err != nil {
+				return nil, err
+			}
+			return res, nil
+		}
+		outs = make([]*ir.Literal, len(outTypes))
+		for i, t := range outTypes {
+			outs[i] = newLit(t)
+		}
+		return outs, dispatch(op, ins, outs)
+	}
+	if err := checkOuts(op, args, ins, outs, outTypes); err != nil {
 		return nil, err
 	}
-	if len(outs) != len(outTypes) {
-		return nil, fmt.Errorf("internal error: %d results, want %d", len(outs), len(outTypes))
-	}
+	// Unaligned destinations are computed into aligned scratch and copied.
+	dst, scratch := outs, false
 	for i, o := range outs {
-		if !o.Type.Equal(outTypes[i]) || int64(len(o.Data)) != outTypes[i].Bytes() {
-			return nil, fmt.Errorf("internal error: result %d is %v (%d bytes), want %v", i, o.Type, len(o.Data), outTypes[i])
+		if aligned(o.Data) {
+			continue
+		}
+		if !scratch {
+			dst, scratch = append([]*ir.Literal(nil), outs...), true
+		}
+		dst[i] = newLit(o.Type)
+		if ins[0] == o { // dynamic_update_slice in place
+			copy(dst[i].Data, o.Data)
+			ins[0] = dst[i]
+		}
+	}
+	if op.Code.Info().Class == ir.ClassRegion {
+		if _, err := runRegionOp(op, ins, outTypes, dst); err != nil {
+			return nil, err
+		}
+	} else if err := dispatch(op, ins, dst); err != nil {
+		return nil, err
+	}
+	if scratch {
+		for i := range dst {
+			if dst[i] != outs[i] {
+				copy(outs[i].Data, dst[i].Data)
+			}
 		}
 	}
 	return outs, nil
 }
 
-// dispatch runs the kernel of op on validated operands.
-func dispatch(op *ir.Op, x []*ir.Literal, outTypes []ir.Type) ([]*ir.Literal, error) {
+// checkResults verifies that kernel results have the inferred types.
+func checkResults(outs []*ir.Literal, outTypes []ir.Type) error {
+	if len(outs) != len(outTypes) {
+		return fmt.Errorf("internal error: %d results, want %d", len(outs), len(outTypes))
+	}
+	for i, o := range outs {
+		if !o.Type.Equal(outTypes[i]) || int64(len(o.Data)) != outTypes[i].Bytes() {
+			return fmt.Errorf("internal error: result %d is %v (%d bytes), want %v", i, o.Type, len(o.Data), outTypes[i])
+		}
+	}
+	return nil
+}
+
+// sameMem reports whether a and b are exactly the same non-empty memory.
+func sameMem(a, b []byte) bool {
+	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
+}
+
+// checkOuts validates caller-provided destinations: types, sizes and the
+// aliasing rule of EvalOpInto. args are the caller's operands, ins the
+// validated (possibly realigned) ones.
+func checkOuts(op *ir.Op, args, ins, outs []*ir.Literal, outTypes []ir.Type) error {
+	if len(outs) != len(outTypes) {
+		return fmt.Errorf("op has %d results, got %d destinations", len(outTypes), len(outs))
+	}
+	info := op.Code.Info()
+	for i, o := range outs {
+		if o == nil {
+			return fmt.Errorf("destination %d is nil", i)
+		}
+		if !o.Type.Equal(outTypes[i]) {
+			return fmt.Errorf("destination %d is %v, want %v", i, o.Type, outTypes[i])
+		}
+		if int64(len(o.Data)) != outTypes[i].Bytes() {
+			return fmt.Errorf("destination %d of type %v has %d bytes, want %d", i, o.Type, len(o.Data), outTypes[i].Bytes())
+		}
+		for j := 0; j < i; j++ {
+			if overlaps(o.Data, outs[j].Data) {
+				return fmt.Errorf("destinations %d and %d share memory", j, i)
+			}
+		}
+		for j, a := range args {
+			if !overlaps(o.Data, a.Data) {
+				continue
+			}
+			switch {
+			case (info.Elementwise || op.Code == ir.Fusion) && sameMem(o.Data, a.Data):
+			case op.Code == ir.DynamicUpdateSlice && j == 0 && sameMem(o.Data, a.Data):
+				// The operand is the destination: keep the caller's memory
+				// even if checkArg made an aligned copy.
+				ins[0] = o
+			default:
+				return fmt.Errorf("destination %d shares memory with operand %d", i, j)
+			}
+		}
+	}
+	return nil
+}
+
+// overlaps reports whether two byte slices share memory.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0 := uintptr(unsafe.Pointer(unsafe.SliceData(a)))
+	b0 := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
+}
+
+// runRegionOp runs scan, while, cond or fusion. With outs nil it returns
+// newly made results; otherwise it writes them into outs.
+func runRegionOp(op *ir.Op, x []*ir.Literal, outTypes []ir.Type, outs []*ir.Literal) ([]*ir.Literal, error) {
+	if op.Code == ir.Scan {
+		return scan(op, x, outTypes, outs)
+	}
+	var res []*ir.Literal
+	var err error
+	switch op.Code {
+	case ir.While:
+		res, err = while(op, x)
+	case ir.Cond:
+		res, err = cond(op, x)
+	case ir.Fusion:
+		res, err = RunRegion(op.Regions[0], x)
+		if err != nil {
+			err = fmt.Errorf("fused region: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("no kernel for op %v", op.Code)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if outs == nil {
+		return res, nil
+	}
+	if err := checkResults(res, outTypes); err != nil {
+		return nil, err
+	}
+	for i, r := range res {
+		copy(outs[i].Data, r.Data)
+	}
+	return outs, nil
+}
+
+// dispatch runs the kernel of a non-region op on validated operands,
+// writing every byte of the results into out.
+func dispatch(op *ir.Op, x []*ir.Literal, outs []*ir.Literal) error {
 	a := op.Attrs
 	info := op.Code.Info()
+	out := outs[0]
 	switch info.Class {
 	case ir.ClassUnary:
-		out := newLit(outTypes[0])
-		return []*ir.Literal{out}, unaryOp(op.Code, x[0], out)
+		return unaryOp(op.Code, x[0], out)
 	case ir.ClassBinary:
-		out := newLit(outTypes[0])
-		return []*ir.Literal{out}, binaryOp(op.Code, x[0], x[1], out)
+		return binaryOp(op.Code, x[0], x[1], out)
 	case ir.ClassCompare:
-		out := newLit(outTypes[0])
-		return []*ir.Literal{out}, compare(op.Code, x[0], x[1], out)
+		return compare(op.Code, x[0], x[1], out)
 	case ir.ClassReduce:
-		out := newLit(outTypes[0])
-		return []*ir.Literal{out}, reduce(op.Code, x[0], a.Ints("axes"), out)
+		return reduce(op.Code, x[0], a.Ints("axes"), out)
 	}
-	switch op.Code {
-	case ir.Scan:
-		return scan(op, x, outTypes)
-	case ir.While:
-		return while(op, x)
-	case ir.Cond:
-		return cond(op, x)
-	}
-	out := newLit(outTypes[0])
-	one := []*ir.Literal{out}
 	switch op.Code {
 	case ir.Constant:
 		copy(out.Data, a.Literal("value").Data)
 	case ir.Iota:
-		return one, iotaOp(a, out)
+		return iotaOp(a, out)
 	case ir.Select:
 		selectOp(x[0], x[1], x[2], out)
 	case ir.Convert:
-		return one, convert(x[0], out)
+		return convert(x[0], out)
 	case ir.BitcastConvert, ir.Reshape, ir.DevicePut:
 		copy(out.Data, x[0].Data)
 	case ir.BroadcastInDim:
@@ -282,15 +458,15 @@ func dispatch(op *ir.Op, x []*ir.Literal, outTypes []ir.Type) ([]*ir.Literal, er
 	case ir.Pad:
 		pad(x[0], x[1], a.Ints("low"), a.Ints("interior"), out)
 	case ir.Gather:
-		return one, gather(x[0], x[1], a.Int("axis"), out)
+		return gather(x[0], x[1], a.Int("axis"), out)
 	case ir.ScatterAdd:
-		return one, scatterAdd(x[0], x[1], x[2], a.Int("axis"), out)
+		return scatterAdd(x[0], x[1], x[2], a.Int("axis"), out)
 	case ir.ArgMax, ir.ArgMin:
-		return one, argReduce(op.Code, x[0], a.Int("axis"), out)
+		return argReduce(op.Code, x[0], a.Int("axis"), out)
 	case ir.DotGeneral:
-		return one, dotGeneral(x[0], x[1], a, out)
+		return dotGeneral(x[0], x[1], a, out)
 	default:
-		return nil, fmt.Errorf("no kernel for op %v", op.Code)
+		return fmt.Errorf("no kernel for op %v", op.Code)
 	}
-	return one, nil
+	return nil
 }

@@ -113,6 +113,7 @@ func runFunc(t *testing.T, f *ir.Func, args []*ir.Literal) []*ir.Literal {
 	for i, a := range args {
 		require.True(t, bytes.Equal(before[i], a.Data), "argument %d was modified", i)
 	}
+	checkInto(t, f, args, res)
 	markTested(t, f)
 	return res
 }

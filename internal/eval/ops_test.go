@@ -31,6 +31,7 @@ var opTests = map[ir.Code]func(*testing.T){
 	ir.Scan:               testScan,
 	ir.While:              testWhile,
 	ir.Cond:               testCond,
+	ir.Fusion:             testFusion,
 }
 
 func init() {

@@ -78,8 +78,12 @@ func dynamicSlice(x *ir.Literal, idx []*ir.Literal, out *ir.Literal) {
 	copyStrided(x.Type.DType.Size(), out.Data, 0, sizes.Strides(), x.Data, off, ist, sizes)
 }
 
+// dynamicUpdateSlice copies x to out and writes upd over the window; when out
+// is x's memory only the window is written.
 func dynamicUpdateSlice(x, upd *ir.Literal, idx []*ir.Literal, out *ir.Literal) {
-	copy(out.Data, x.Data)
+	if !sameMem(out.Data, x.Data) {
+		copy(out.Data, x.Data)
+	}
 	st := clampStarts(idx, x.Type.Shape, upd.Type.Shape)
 	ost := out.Type.Shape.Strides()
 	off := 0

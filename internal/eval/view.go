@@ -114,13 +114,69 @@ func fromF32(l *ir.Literal, buf []float32) {
 
 // boolBytes returns the elements of a bool literal normalised to 0 or 1.
 func boolBytes(l *ir.Literal) []uint8 {
-	out := make([]uint8, len(l.Data))
+	return boolBytesInto(make([]uint8, len(l.Data)), l)
+}
+
+// boolBytesInto writes the elements of a bool literal normalised to 0 or 1
+// into out (len(out) == len(l.Data)) and returns it.
+func boolBytesInto(out []uint8, l *ir.Literal) []uint8 {
 	for i, b := range l.Data {
-		if b != 0 {
-			out[i] = 1
-		}
+		out[i] = b2u(b != 0)
 	}
 	return out
+}
+
+// Scratch buffers for the elementwise kernels. Executors run them over small
+// blocks many times; pooling their temporaries (widened f16/bf16 values,
+// normalised bools) keeps that free of heap allocation. Larger requests are
+// plain allocations.
+const poolMax = 1 << 14
+
+type scratch[T any] struct{ s []T }
+
+var (
+	f32Scratch  = sync.Pool{New: func() any { return &scratch[float32]{s: make([]float32, poolMax)} }}
+	boolScratch = sync.Pool{New: func() any { return &scratch[uint8]{s: make([]uint8, poolMax)} }}
+)
+
+// getScratch returns n elements of scratch from pool (or fresh memory when n
+// is large; then the *scratch is nil). Give it back with putScratch.
+func getScratch[T any](pool *sync.Pool, n int) (*scratch[T], []T) {
+	if n > poolMax {
+		return nil, make([]T, n)
+	}
+	sc := pool.Get().(*scratch[T])
+	return sc, sc.s[:n]
+}
+
+func putScratch[T any](pool *sync.Pool, sc *scratch[T]) {
+	if sc != nil {
+		pool.Put(sc)
+	}
+}
+
+// toF32Scratch is toF32 with the widened copy of f16/bf16 in pooled scratch
+// (sc, to give back with putScratch; nil for f32, which is a view).
+func toF32Scratch(l *ir.Literal) (sc *scratch[float32], v []float32) {
+	switch l.Type.DType {
+	case ir.Float16:
+		src := viewAs[ir.F16](l.Data)
+		sc, v = getScratch[float32](&f32Scratch, len(src))
+		widenF16(v, src)
+		return sc, v
+	case ir.BFloat16:
+		src := viewAs[ir.BF16](l.Data)
+		sc, v = getScratch[float32](&f32Scratch, len(src))
+		widenBF16(v, src)
+		return sc, v
+	}
+	return nil, toF32(l)
+}
+
+// boolScratchOf is boolBytes into pooled scratch.
+func boolScratchOf(l *ir.Literal) (*scratch[uint8], []uint8) {
+	sc, v := getScratch[uint8](&boolScratch, len(l.Data))
+	return sc, boolBytesInto(v, l)
 }
 
 // intsOf returns the elements of an integer literal as int64 (unsigned values

@@ -1,0 +1,232 @@
+// Package cpuexec executes a compiled passes.Program on the CPU over real
+// buffers: the arguments, one allocation per result, and one temporary arena
+// per memory space whose size and layout the compiler planned.
+//
+// Every op runs through eval.EvalOpInto writing into its planned buffer,
+// except:
+//
+//   - fusion ops, which run as one pass over memory: the fused region is
+//     compiled (at New) into a small program over blocks of the iteration
+//     space (1024 elements), so no full-size buffer ever exists for a value
+//     inside the group. See fused.go for the three strategies (loop, input,
+//     output). Groups the block compiler does not understand fall back to
+//     eval (correct, but with full-size temporaries on the Go heap).
+//   - scan, while and cond, which run their nested regions with their
+//     sub-plans: the nested arena lives inside the enclosing one at
+//     RegionPlan.SubOffset, parameters are views (consts: the operand
+//     buffers; carry/state: the op's result buffers, initialised from the
+//     operands; xs: the i-th slice of an xs operand, which is contiguous), and
+//     region results are copied after each iteration into the carry buffers,
+//     the i-th slice of the ys buffers, or the cond results — staging a
+//     result through a temporary when its memory overlaps another result's
+//     destination (a body returning its carries swapped, say). A result
+//     computed in place into its own carry (dynamic_update_slice) is not
+//     copied at all.
+//
+// Numerics are exactly eval's: element values are computed by eval's own
+// kernels (eval.Elementwise over blocks) and reductions accumulate in the same
+// order and precision.
+package cpuexec
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
+)
+
+// Allocator provides memory for outputs and arenas; the runtime passes its
+// device/host pools.
+type Allocator interface {
+	// Alloc returns at least size bytes (size may be 0) of memory in space,
+	// 8-byte aligned, and a function that gives them back. what says what the
+	// memory is for ("output 3", "temp arena").
+	Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error)
+}
+
+// Executable is a Program prepared for execution: per region, the buffer of
+// every value and the list of steps, and per fusion op its block programs.
+// It is immutable after New; Execute may be called from several goroutines
+// at once.
+type Executable struct {
+	prog    *passes.Program
+	body    *region
+	params  []ir.Type
+	results []resultPlan
+}
+
+// resultPlan says how top-level result i gets its memory.
+type resultPlan struct {
+	typ   ir.Type
+	slot  int  // the slot of the returned value
+	alias int  // donated parameter whose memory is the result, or -1
+	copy  bool // the value lives elsewhere: allocate and copy at the end
+}
+
+// New prepares p for execution. It checks that the plan covers every value
+// that needs memory, that offsets fit the arenas and that aliases refer to
+// donated parameters, and compiles every fusion op.
+func New(p *passes.Program) (*Executable, error) {
+	if p == nil || p.Func == nil || p.Func.Body == nil || p.Plan == nil {
+		return nil, fmt.Errorf("cpuexec: incomplete program")
+	}
+	f := p.Func
+	if p.Plan.Region != nil && p.Plan.Region != f.Body {
+		return nil, fmt.Errorf("cpuexec %s: the plan is not the body's", f.Name)
+	}
+	donated := func(i int) bool { return i >= 0 && i < len(p.Donated) && p.Donated[i] }
+	body, err := compileRegion(f.Body, p.Plan, true, donated)
+	if err != nil {
+		return nil, fmt.Errorf("cpuexec %s: %w", f.Name, err)
+	}
+	e := &Executable{prog: p, body: body, params: f.Body.ParamTypes()}
+	seen := map[*ir.Value]bool{}
+	for i, v := range f.Body.Results {
+		s, ok := body.slotOf[v]
+		if !ok {
+			return nil, fmt.Errorf("cpuexec %s: result %d (%v) has no buffer", f.Name, i, v)
+		}
+		rp := resultPlan{typ: v.Type, slot: s, alias: -1}
+		b := body.slots[s].buf
+		switch {
+		case !seen[v] && b.Kind == passes.BufOutput && b.Index == i:
+		case !seen[v] && b.Kind == passes.BufAlias && b.Index == i:
+			rp.alias = b.Param
+		default:
+			rp.copy = true
+		}
+		seen[v] = true
+		e.results = append(e.results, rp)
+	}
+	// Every BufOutput/BufAlias slot must be the buffer of its result.
+	for _, sl := range body.slots {
+		if k := sl.buf.Kind; k == passes.BufOutput || k == passes.BufAlias {
+			i := sl.buf.Index
+			if i < 0 || i >= len(e.results) || e.results[i].copy || e.results[i].slot != body.slotOf[sl.v] {
+				return nil, fmt.Errorf("cpuexec %s: %v has %v buffer for result %d, which is not that value", f.Name, sl.v, k, i)
+			}
+		}
+	}
+	return e, nil
+}
+
+// Program returns the program e executes.
+func (e *Executable) Program() *passes.Program { return e.prog }
+
+// Execute runs the program: args are one literal per body parameter (types
+// must match, memory space included; donated parameters may be overwritten
+// when the plan aliases them). It allocates each result with
+// Alloc(space, bytes, "output i") — except aliased results, which reuse the
+// donated argument's memory and come with a no-op release — and one arena
+// per memory space whose planned size is not zero (Alloc(space, size,
+// "temp arena")), runs the steps over views into those buffers, releases the
+// arenas, and returns the results and their release funcs. On error
+// everything allocated so far is released.
+func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Literal, release []func(), err error) {
+	var rels []func()
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("cpuexec %s: internal error: %v", e.prog.Func.Name, p)
+		}
+		if err != nil {
+			for i := len(rels) - 1; i >= 0; i-- {
+				rels[i]()
+			}
+			outs, release = nil, nil
+		}
+	}()
+	if a == nil {
+		return nil, nil, fmt.Errorf("cpuexec %s: nil allocator", e.prog.Func.Name)
+	}
+	if len(args) != len(e.params) {
+		return nil, nil, fmt.Errorf("cpuexec %s: takes %d arguments, got %d", e.prog.Func.Name, len(e.params), len(args))
+	}
+	for i, l := range args {
+		if l == nil {
+			return nil, nil, fmt.Errorf("cpuexec %s: argument %d is nil", e.prog.Func.Name, i)
+		}
+		if !l.Type.Equal(e.params[i]) {
+			return nil, nil, fmt.Errorf("cpuexec %s: argument %d is %v, want %v", e.prog.Func.Name, i, l.Type, e.params[i])
+		}
+		if int64(len(l.Data)) != l.Type.Bytes() {
+			return nil, nil, fmt.Errorf("cpuexec %s: argument %d of type %v has %d bytes, want %d", e.prog.Func.Name, i, l.Type, len(l.Data), l.Type.Bytes())
+		}
+	}
+	outs = make([]*ir.Literal, len(e.results))
+	release = make([]func(), len(e.results))
+	for i, rp := range e.results {
+		if rp.alias >= 0 {
+			outs[i] = &ir.Literal{Type: rp.typ, Data: args[rp.alias].Data[:rp.typ.Bytes()]}
+			release[i] = func() {}
+			continue
+		}
+		mem, rel, err := alloc(a, rp.typ.Space, rp.typ.Bytes(), fmt.Sprintf("output %d", i))
+		if err != nil {
+			return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+		}
+		rels = append(rels, rel)
+		outs[i] = &ir.Literal{Type: rp.typ, Data: mem}
+		release[i] = rel
+	}
+	nOut := len(rels)
+	var arena [2][]byte
+	for sp := range arena {
+		size := e.body.plan.Arena[sp]
+		if size == 0 {
+			continue
+		}
+		mem, rel, err := alloc(a, ir.MemorySpace(sp), size, "temp arena")
+		if err != nil {
+			return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+		}
+		rels = append(rels, rel)
+		arena[sp] = mem
+	}
+	fr := newFrame(e.body, arena)
+	for i, l := range args {
+		fr.setParam(i, l.Data)
+	}
+	for s, sl := range e.body.slots {
+		switch sl.buf.Kind {
+		case passes.BufOutput:
+			fr.lits[s].Data = outs[sl.buf.Index].Data
+		case passes.BufAlias:
+			fr.lits[s].Data = args[sl.buf.Param].Data[:sl.size]
+		}
+	}
+	fr.refresh()
+	if err := fr.run(); err != nil {
+		return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+	}
+	for i, rp := range e.results {
+		if rp.copy {
+			copy(outs[i].Data, fr.lits[rp.slot].Data)
+		}
+	}
+	for i := len(rels) - 1; i >= nOut; i-- {
+		rels[i]()
+	}
+	return outs, release, nil
+}
+
+// alloc calls a.Alloc and checks the memory it returns.
+func alloc(a Allocator, space ir.MemorySpace, size int64, what string) ([]byte, func(), error) {
+	mem, rel, err := a.Alloc(space, size, what)
+	if err != nil {
+		return nil, nil, fmt.Errorf("allocating %s (%d bytes in %v): %w", what, size, space, err)
+	}
+	if rel == nil {
+		rel = func() {}
+	}
+	if int64(len(mem)) < size {
+		rel()
+		return nil, nil, fmt.Errorf("allocating %s: got %d bytes, want %d", what, len(mem), size)
+	}
+	mem = mem[:size:size]
+	if size > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(mem)))%8 != 0 {
+		rel()
+		return nil, nil, fmt.Errorf("allocating %s: memory is not 8-byte aligned", what)
+	}
+	return mem, rel, nil
+}

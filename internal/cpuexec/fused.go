@@ -1,0 +1,587 @@
+package cpuexec
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/ir"
+)
+
+// How a fused group runs.
+//
+// The fused region is compiled into block programs, one per iteration-space
+// size: each computes the group's results of that many elements (and the
+// reductions over operands of that many elements), a block of 1024 flat
+// indices at a time, blocks split across cores. A program is a DAG of nodes;
+// each node holds the values of one region value at the block's positions,
+// read through an index map (iteration flat index → the value's flat index):
+//
+//   - elementwise ops are nodes over their operands' nodes under the same map,
+//     computed by eval.Elementwise (eval's own kernels, hence its numerics)
+//     into a small per-worker scratch block, or straight into the output;
+//   - reshape and device_put keep the flat index (no node);
+//     broadcast_in_dim, transpose and slice compose a stage onto the map of
+//     their operand (no node, no data movement);
+//   - parameters and constants are leaves: read in place when the map is the
+//     identity, gathered through the map otherwise; iota is a constant vector
+//     (eval's iota of one dimension) read through a map;
+//   - nodes whose map is constant (scalar broadcasts) are computed once per
+//     worker, not per block.
+//
+// Strategies follow the region's content (the kind attribute is only a
+// hint):
+//
+//   - loop: elementwise and index-map ops only;
+//   - input (reductions): reductions are the roots; their program iterates
+//     over the operand's flat indices and accumulates block by block in
+//     eval's order and precision (f32/f16/bf16 sums and products in float64,
+//     others in their own type). When the reduced axes are the trailing ones
+//     (rows), each output is a running scalar and outputs are split across
+//     cores; otherwise one accumulator per output is kept and the operand is
+//     read in row-major order on one core. Other results (full-size
+//     producers, values of the reduction's output size) are computed by the
+//     programs of their sizes;
+//   - output: the dot_general is evaluated by eval's kernel straight into the
+//     buffer of a result of its size, then the elementwise epilogue runs over
+//     it block by block (that result is stored after its block is computed).
+//
+// A loop group may write a result over an operand it reads only element for
+// element (passes.Options.FusionInPlace): every node of a block is then
+// computed before any block of a result is stored.
+//
+// Anything else (other ops inside the group, ops after a reduction,
+// unaligned or otherwise overlapping buffers at run time) falls back to
+// eval's EvalOpInto on the fusion op: correct, with full-size temporaries on
+// the Go heap.
+
+// blockSize is the number of elements per block.
+const blockSize = 1024
+
+// minPerWorker is the smallest number of elements worth a goroutine.
+const minPerWorker = 1 << 15
+
+type fuseMode uint8
+
+const (
+	modeFallback fuseMode = iota
+	modeLoop
+	modeInput
+	modeOutput
+)
+
+// stage maps a flat index i of a value (of row-major shape `shape`, with
+// size-1 dimensions dropped and contiguous dimensions merged) to the flat
+// index off + Σ idx(i)[d]*st[d] of its operand.
+type stage struct {
+	shape []int
+	st    []int
+	off   int
+}
+
+// newStage simplifies a stage and reports whether it is the identity.
+func newStage(shape, st []int, off int) (stage, bool) {
+	var s stage
+	s.off = off
+	for d, n := range shape {
+		if n == 1 {
+			continue
+		}
+		if k := len(s.shape) - 1; k >= 0 && s.st[k] == st[d]*n {
+			s.shape[k] *= n
+			s.st[k] = st[d]
+			continue
+		}
+		s.shape = append(s.shape, n)
+		s.st = append(s.st, st[d])
+	}
+	ident := off == 0 && (len(s.shape) == 0 || len(s.shape) == 1 && s.st[0] == 1)
+	return s, ident
+}
+
+// constant reports whether the stage maps every index to off.
+func (s *stage) constant() bool {
+	for _, x := range s.st {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// apply maps one flat index.
+func (s *stage) apply(i int) int {
+	j := s.off
+	for d := len(s.shape) - 1; d >= 0; d-- {
+		n := s.shape[d]
+		j += (i % n) * s.st[d]
+		i /= n
+	}
+	return j
+}
+
+// indices writes the mapped index of every i in [lo, lo+len(out)).
+func (s *stage) indices(lo int, out []int) {
+	r := len(s.shape)
+	if r == 0 {
+		for k := range out {
+			out[k] = s.off
+		}
+		return
+	}
+	var idxBuf [8]int
+	idx := idxBuf[:0]
+	if r > len(idxBuf) {
+		idx = make([]int, 0, r)
+	}
+	idx = idx[:r]
+	j := s.off
+	rem := lo
+	for d := r - 1; d >= 0; d-- {
+		idx[d] = rem % s.shape[d]
+		rem /= s.shape[d]
+		j += idx[d] * s.st[d]
+	}
+	inner, ist := s.shape[r-1], s.st[r-1]
+	k := 0
+	for k < len(out) {
+		run := min(inner-idx[r-1], len(out)-k)
+		for t := 0; t < run; t++ {
+			out[k+t] = j + t*ist
+		}
+		k += run
+		j += run * ist
+		idx[r-1] += run
+		for d := r - 1; d > 0 && idx[d] == s.shape[d]; d-- {
+			j -= idx[d] * s.st[d]
+			idx[d] = 0
+			idx[d-1]++
+			j += s.st[d-1]
+		}
+	}
+}
+
+// imap is a chain of stages applied in order (empty: the identity).
+type imap []stage
+
+func (m imap) then(s stage, ident bool) imap {
+	if ident {
+		return m
+	}
+	return append(slices.Clip(m), s)
+}
+
+// constant reports whether m maps every index to the same place.
+func (m imap) constant() bool { return len(m) > 0 && m[0].constant() }
+
+// apply maps one flat index through every stage.
+func (m imap) apply(i int) int {
+	for k := range m {
+		i = m[k].apply(i)
+	}
+	return i
+}
+
+func (m imap) key() string {
+	var b strings.Builder
+	for _, s := range m {
+		b.WriteString(strconv.Itoa(s.off))
+		for d := range s.shape {
+			b.WriteByte(',')
+			b.WriteString(strconv.Itoa(s.shape[d]))
+			b.WriteByte(':')
+			b.WriteString(strconv.Itoa(s.st[d]))
+		}
+		b.WriteByte(';')
+	}
+	return b.String()
+}
+
+type nodeKind uint8
+
+const (
+	nLeaf nodeKind = iota // a fusion operand or constant data read through a map
+	nOp                   // an elementwise op
+	nDot                  // output mode: the product, read in place from output 0
+)
+
+// fnode is one node of a fused block program.
+type fnode struct {
+	kind nodeKind
+	dt   ir.DType
+	esz  int
+	// leaves
+	src    int    // fusion operand index, or -1 for data
+	data   []byte // constant data when src < 0
+	m      imap
+	direct bool // identity map: the block is a view of the source
+	// ops
+	code  ir.Code
+	attrs ir.Attrs
+	args  []int
+	// invariant nodes have the same value at every position: computed once
+	// per worker.
+	invariant bool
+	out       int // output written straight by this node, or -1
+}
+
+// freduce is one reduction of an input-mode group.
+type freduce struct {
+	code   ir.Code
+	node   int // the operand's node
+	res    int // the fusion result it produces
+	dt     ir.DType
+	prefix bool  // reduced axes are the trailing ones: outputs are runs of r
+	r      int   // elements per output
+	nout   int   // outputs
+	ostage stage // !prefix: operand flat index → output flat index
+}
+
+// blockProg computes the results of a group that share one iteration space
+// size n (and the reductions over operands of n elements).
+type blockProg struct {
+	k       *fusedKernel
+	n       int
+	nodes   []fnode
+	results [][2]int // (fusion result, node) pairs
+	reduces []freduce
+	prefix  bool // all reductions are prefix with the same r: split by outputs
+	pool    sync.Pool
+	b       *builder
+}
+
+// fusedKernel is the compiled form of one fusion op.
+type fusedKernel struct {
+	op      *ir.Op
+	mode    fuseMode
+	why     string // why the group falls back to eval
+	progs   []*blockProg
+	dot     *ir.Op
+	dotArgs [2]int // fusion operands of the product
+	dotRes  int    // the result whose buffer holds the product
+	// elemOnly[p]: operand p is read only element for element (through
+	// identity maps, in a program over its own size), so a loop group may
+	// write a result over it.
+	elemOnly []bool
+}
+
+// unsupported is the reason a group falls back.
+type unsupported string
+
+func (u unsupported) Error() string { return string(u) }
+
+// compileFusion builds the block programs of a fusion op; groups it does not
+// handle get modeFallback.
+func compileFusion(op *ir.Op) (*fusedKernel, error) {
+	if len(op.Regions) != 1 || op.Regions[0] == nil {
+		return nil, fmt.Errorf("fusion needs one region")
+	}
+	rg := op.Regions[0]
+	if len(rg.Params) != len(op.Args) || len(rg.Results) != len(op.Results) {
+		return nil, fmt.Errorf("fusion region does not match the op")
+	}
+	k := &fusedKernel{op: op}
+	if err := k.build(); err != nil {
+		if u, ok := err.(unsupported); ok {
+			*k = fusedKernel{op: op, mode: modeFallback, why: string(u)}
+			return k, nil
+		}
+		return nil, err
+	}
+	for _, p := range k.progs {
+		p.b = nil
+		p.pool.New = func() any { return p.newWorker() }
+	}
+	return k, nil
+}
+
+// builder memoises nodes by value and map.
+type builder struct {
+	p      *blockProg
+	params map[*ir.Value]int
+	memo   map[string]int
+	ids    map[*ir.Value]int
+}
+
+func (b *builder) key(v *ir.Value, m imap) string {
+	id, ok := b.ids[v]
+	if !ok {
+		id = len(b.ids)
+		b.ids[v] = id
+	}
+	return strconv.Itoa(id) + "|" + m.key()
+}
+
+func isReduce(c ir.Code) bool {
+	return c == ir.ReduceSum || c == ir.ReduceMax || c == ir.ReduceMin || c == ir.ReduceProd
+}
+
+// prog returns the program over n elements, making it on first use.
+func (k *fusedKernel) prog(n int) *blockProg {
+	for _, p := range k.progs {
+		if p.n == n {
+			return p
+		}
+	}
+	p := &blockProg{k: k, n: n}
+	p.b = &builder{p: p, params: map[*ir.Value]int{}, memo: map[string]int{}, ids: map[*ir.Value]int{}}
+	for i, prm := range k.op.Regions[0].Params {
+		p.b.params[prm] = i
+	}
+	k.progs = append(k.progs, p)
+	return p
+}
+
+func (k *fusedKernel) build() error {
+	rg := k.op.Regions[0]
+	params := map[*ir.Value]int{}
+	for i, p := range rg.Params {
+		params[p] = i
+	}
+	var reduces []*ir.Op
+	for _, op := range rg.Ops {
+		switch {
+		case op.Code == ir.DotGeneral:
+			if k.dot != nil {
+				return unsupported("more than one dot_general")
+			}
+			k.dot = op
+		case isReduce(op.Code):
+			reduces = append(reduces, op)
+		case op.Info().Elementwise, op.Code == ir.BroadcastInDim, op.Code == ir.Reshape, op.Code == ir.Transpose,
+			op.Code == ir.Slice, op.Code == ir.Iota, op.Code == ir.Constant, op.Code == ir.DevicePut:
+		default:
+			return unsupported(fmt.Sprintf("%v inside a fused group", op.Code))
+		}
+	}
+	if len(rg.Results) == 0 {
+		return unsupported("no results")
+	}
+	red := map[*ir.Value]bool{}
+	for _, op := range reduces {
+		red[op.Result()] = true
+	}
+	for _, op := range rg.Ops {
+		for _, a := range op.Args {
+			if red[a] {
+				return unsupported("ops after a reduction")
+			}
+		}
+	}
+	k.mode = modeLoop
+	switch {
+	case k.dot != nil:
+		if len(reduces) > 0 {
+			return unsupported("dot_general and reductions in one group")
+		}
+		k.mode = modeOutput
+		d := k.dot.Result()
+		k.dotRes = -1
+		for i, v := range rg.Results {
+			if v.Type.Size() == d.Type.Size() && v.Type.DType.Size() == d.Type.DType.Size() {
+				k.dotRes = i
+				break
+			}
+		}
+		if k.dotRes < 0 {
+			return unsupported("no output fusion result fits the product's buffer")
+		}
+		for j, a := range k.dot.Args {
+			p, ok := params[a]
+			if !ok {
+				return unsupported("dot_general operand computed inside the group")
+			}
+			k.dotArgs[j] = p
+		}
+		k.prog(d.Type.Size())
+	case len(reduces) > 0:
+		k.mode = modeInput
+	}
+	done := map[*ir.Value]bool{}
+	for i, v := range rg.Results {
+		if red[v] {
+			if done[v] {
+				return unsupported("a reduction returned twice")
+			}
+			done[v] = true
+			shape := v.Op.Args[0].Type.Shape
+			p := k.prog(shape.Size())
+			n, err := p.b.node(v.Op.Args[0], nil)
+			if err != nil {
+				return err
+			}
+			fr := freduce{code: v.Op.Code, node: n, res: i, dt: v.Type.DType, nout: v.Type.Size()}
+			fr.prefix, fr.r, fr.ostage = reduceLayout(shape, v.Op.Attrs.Ints("axes"))
+			p.reduces = append(p.reduces, fr)
+			continue
+		}
+		p := k.prog(v.Type.Size())
+		n, err := p.b.node(v, nil)
+		if err != nil {
+			return err
+		}
+		p.results = append(p.results, [2]int{i, n})
+	}
+	for _, op := range reduces {
+		if !done[op.Result()] {
+			return unsupported("a reduction that is not a result")
+		}
+	}
+	k.elemOnly = make([]bool, len(rg.Params))
+	for i := range k.elemOnly {
+		k.elemOnly[i] = true
+	}
+	if k.dot != nil {
+		k.elemOnly[k.dotArgs[0]], k.elemOnly[k.dotArgs[1]] = false, false
+	}
+	for _, p := range k.progs {
+		p.prefix = len(p.reduces) > 0
+		for _, fr := range p.reduces {
+			p.prefix = p.prefix && fr.prefix && fr.r == p.reduces[0].r
+		}
+		for _, nd := range p.nodes {
+			if nd.kind == nLeaf && nd.src >= 0 && (!nd.direct || rg.Params[nd.src].Type.Size() != p.n) {
+				k.elemOnly[nd.src] = false
+			}
+		}
+		// Results computed by an op that runs per block write straight into
+		// the output (first use only), except the one holding the product,
+		// which is stored after the whole block is computed.
+		for _, rn := range p.results {
+			nd := &p.nodes[rn[1]]
+			if nd.kind == nOp && !nd.invariant && nd.out < 0 && !(k.mode == modeOutput && rn[0] == k.dotRes) {
+				nd.out = rn[0]
+			}
+		}
+	}
+	return nil
+}
+
+// reduceLayout describes reducing axes of shape: whether the reduced axes
+// are the trailing ones (ignoring size-1 dims), how many elements go into
+// each output, and the map from operand to output flat index.
+func reduceLayout(shape ir.Shape, axes []int) (prefix bool, r int, ost stage) {
+	r = 1
+	lastKept, firstRed := -1, len(shape)
+	ostr := make([]int, len(shape))
+	outShape := ir.RemoveAxes(shape, axes)
+	outStr := outShape.Strides()
+	k := 0
+	for d, n := range shape {
+		if slices.Contains(axes, d) {
+			r *= n
+			if n != 1 {
+				firstRed = min(firstRed, d)
+			}
+			continue
+		}
+		ostr[d] = outStr[k]
+		k++
+		if n != 1 {
+			lastKept = d
+		}
+	}
+	ost, _ = newStage(shape, ostr, 0)
+	return lastKept < firstRed, r, ost
+}
+
+// node returns the node of value v read through map m (from iteration flat
+// index to v's flat index), building it and its operands on first use.
+func (b *builder) node(v *ir.Value, m imap) (int, error) {
+	key := b.key(v, m)
+	if n, ok := b.memo[key]; ok {
+		return n, nil
+	}
+	k, p := b.p.k, b.p
+	nd := fnode{dt: v.Type.DType, esz: v.Type.DType.Size(), src: -1, out: -1}
+	if prm, ok := b.params[v]; ok {
+		nd.kind, nd.src, nd.m = nLeaf, prm, m
+	} else if v.Op == nil {
+		return 0, fmt.Errorf("%v is neither a parameter nor defined in the group", v)
+	} else {
+		op := v.Op
+		a := op.Attrs
+		switch {
+		case op == k.dot:
+			if len(m) != 0 || p.n != op.Result().Type.Size() {
+				return 0, unsupported("the product is read through an index map")
+			}
+			nd.kind = nDot
+		case op.Code == ir.Reshape || op.Code == ir.DevicePut:
+			return b.alias(key, op.Args[0], m)
+		case op.Code == ir.BroadcastInDim:
+			in := op.Args[0].Type.Shape
+			ist := in.Strides()
+			st := make([]int, v.Type.Rank())
+			for i, d := range a.Ints("dims") {
+				if in[i] != 1 {
+					st[d] = ist[i]
+				}
+			}
+			return b.alias(key, op.Args[0], m.then(newStage(v.Type.Shape, st, 0)))
+		case op.Code == ir.Transpose:
+			ist := op.Args[0].Type.Shape.Strides()
+			st := make([]int, v.Type.Rank())
+			for i, p := range a.Ints("perm") {
+				st[i] = ist[p]
+			}
+			return b.alias(key, op.Args[0], m.then(newStage(v.Type.Shape, st, 0)))
+		case op.Code == ir.Slice:
+			ist := op.Args[0].Type.Shape.Strides()
+			st := make([]int, v.Type.Rank())
+			off := 0
+			start, strides := a.Ints("start"), a.Ints("strides")
+			for i := range st {
+				st[i] = ist[i] * strides[i]
+				off += start[i] * ist[i]
+			}
+			return b.alias(key, op.Args[0], m.then(newStage(v.Type.Shape, st, off)))
+		case op.Code == ir.Constant:
+			nd.kind, nd.data, nd.m = nLeaf, a.Literal("value").Data, m
+		case op.Code == ir.Iota:
+			// The values along dim, converted like eval does, read through a
+			// map that ignores the other dims.
+			shape, dim := ir.Shape(a.Ints("shape")), a.Int("dim")
+			vec, err := eval.EvalOp(&ir.Op{Code: ir.Iota, Attrs: ir.Attrs{"dtype": a.DType("dtype"), "shape": []int{shape[dim]}, "dim": 0}}, nil)
+			if err != nil {
+				return 0, err
+			}
+			st := make([]int, len(shape))
+			st[dim] = 1
+			nd.kind, nd.data, nd.m = nLeaf, vec[0].Data, m.then(newStage(shape, st, 0))
+		case op.Info().Elementwise:
+			nd.kind, nd.code, nd.attrs = nOp, op.Code, op.Attrs
+			nd.invariant = true
+			for _, x := range op.Args {
+				c, err := b.node(x, m)
+				if err != nil {
+					return 0, err
+				}
+				nd.args = append(nd.args, c)
+				nd.invariant = nd.invariant && p.nodes[c].invariant
+			}
+		default:
+			return 0, unsupported(fmt.Sprintf("%v inside a fused group", op.Code))
+		}
+	}
+	if nd.kind == nLeaf {
+		nd.direct = len(nd.m) == 0
+		nd.invariant = nd.m.constant()
+	}
+	p.nodes = append(p.nodes, nd)
+	b.memo[key] = len(p.nodes) - 1
+	return len(p.nodes) - 1, nil
+}
+
+// alias builds the node of x through m and records it under key too.
+func (b *builder) alias(key string, x *ir.Value, m imap) (int, error) {
+	n, err := b.node(x, m)
+	if err != nil {
+		return 0, err
+	}
+	b.memo[key] = n
+	return n, nil
+}

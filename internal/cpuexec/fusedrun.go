@@ -1,0 +1,628 @@
+package cpuexec
+
+import (
+	"math"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/ir"
+)
+
+// worker is the per-goroutine state of a block program: a scratch block per
+// node that needs one, the literal views the kernels see, and the
+// reductions' accumulators. Workers are pooled per program.
+type worker struct {
+	p      *blockProg
+	blocks [][]byte
+	lits   []ir.Literal
+	args   [][]*ir.Literal
+	idx    []int
+	red    []reduceState
+	// per run
+	in, out []*ir.Literal
+	inPlace bool // store results only after the whole block is computed
+}
+
+func (p *blockProg) newWorker() any {
+	w := &worker{p: p, blocks: make([][]byte, len(p.nodes)), lits: make([]ir.Literal, len(p.nodes)),
+		args: make([][]*ir.Literal, len(p.nodes)), idx: make([]int, blockSize)}
+	for i := range p.nodes {
+		nd := &p.nodes[i]
+		w.lits[i].Type = ir.Type{DType: nd.dt}
+		if nd.invariant || nd.kind == nLeaf && !nd.direct || nd.kind == nOp {
+			w.blocks[i] = alignedBytes(blockSize * nd.esz)
+		}
+		for _, a := range nd.args {
+			w.args[i] = append(w.args[i], &w.lits[a])
+		}
+	}
+	for _, fr := range p.reduces {
+		w.red = append(w.red, newReduceState(fr.dt, fr.code))
+	}
+	return w
+}
+
+// alignedBytes allocates n bytes starting on an 8-byte boundary.
+func alignedBytes(n int) []byte {
+	if n == 0 {
+		return []byte{}
+	}
+	words := make([]uint64, (n+7)/8)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), n)
+}
+
+func isAligned(b []byte, n int) bool {
+	return len(b) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(n) == 0
+}
+
+// buffersOK reports whether the block programs may run over these buffers
+// (every buffer aligned for its dtype and of the right size, outputs sharing
+// memory with no operand except, in a loop group, exactly the memory of an
+// operand read element for element) and whether some output is in place.
+func (k *fusedKernel) buffersOK(args, outs []*ir.Literal) (ok, inPlace bool) {
+	for _, a := range args {
+		if !isAligned(a.Data, a.Type.DType.Size()) || int64(len(a.Data)) != a.Type.Bytes() {
+			return false, false
+		}
+	}
+	for i, o := range outs {
+		if !isAligned(o.Data, o.Type.DType.Size()) || int64(len(o.Data)) != k.op.Results[i].Type.Bytes() {
+			return false, false
+		}
+		for j, a := range args {
+			if !overlaps(o.Data, a.Data) {
+				continue
+			}
+			if k.mode != modeLoop || !k.elemOnly[j] || len(o.Data) != len(a.Data) || &o.Data[0] != &a.Data[0] {
+				return false, false
+			}
+			inPlace = true
+		}
+	}
+	return true, inPlace
+}
+
+// run executes the group over its operand and result buffers.
+func (k *fusedKernel) run(args, outs []*ir.Literal) error {
+	if k.mode == modeFallback {
+		return eval.EvalOpInto(k.op, args, outs)
+	}
+	ok, inPlace := k.buffersOK(args, outs)
+	if !ok {
+		return eval.EvalOpInto(k.op, args, outs)
+	}
+	if k.mode == modeOutput {
+		d := k.dot.Result()
+		prod := &ir.Literal{Type: d.Type, Data: outs[k.dotRes].Data}
+		if err := eval.EvalOpInto(k.dot, []*ir.Literal{args[k.dotArgs[0]], args[k.dotArgs[1]]}, []*ir.Literal{prod}); err != nil {
+			return err
+		}
+	}
+	for _, p := range k.progs {
+		if err := p.run(args, outs, inPlace); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run executes one block program.
+func (p *blockProg) run(args, outs []*ir.Literal, inPlace bool) error {
+	if len(p.results) == 0 && len(p.reduces) == 0 {
+		return nil
+	}
+	if p.k.mode == modeOutput && len(p.results) == 1 && p.nodes[p.results[0][1]].kind == nDot && p.results[0][0] == p.k.dotRes {
+		return nil // the product alone: already in place
+	}
+	if len(p.reduces) == 0 {
+		return p.parallel(args, outs, p.n, 1, inPlace)
+	}
+	if p.n == 0 {
+		w := p.pool.Get().(*worker)
+		defer p.pool.Put(w)
+		for i, fr := range p.reduces {
+			w.red[i].fill(outs[fr.res].Data, fr.nout)
+		}
+		return nil
+	}
+	if p.prefix {
+		r := p.reduces[0].r
+		return p.parallel(args, outs, p.n/r, r, false)
+	}
+	w := p.pool.Get().(*worker)
+	defer p.pool.Put(w)
+	for i, fr := range p.reduces {
+		w.red[i].begin(fr.nout)
+	}
+	if err := w.runRange(args, outs, 0, p.n, false); err != nil {
+		return err
+	}
+	for i, fr := range p.reduces {
+		w.red[i].finish(outs[fr.res].Data)
+	}
+	return nil
+}
+
+// parallel splits units (groups of per elements of the iteration space)
+// across goroutines. inPlace: some output is the memory of an operand.
+func (p *blockProg) parallel(args, outs []*ir.Literal, units, per int, inPlace bool) error {
+	n := units * per
+	workers := min(runtime.GOMAXPROCS(0), (n+minPerWorker-1)/minPerWorker, units)
+	if workers <= 1 {
+		w := p.pool.Get().(*worker)
+		defer p.pool.Put(w)
+		return w.runRange(args, outs, 0, n, inPlace)
+	}
+	chunk := (units + workers - 1) / workers
+	if per == 1 {
+		chunk = (chunk + blockSize - 1) / blockSize * blockSize
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for lo := 0; lo < units; lo += chunk {
+		hi := min(units, lo+chunk)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := p.pool.Get().(*worker)
+			defer p.pool.Put(w)
+			if err := w.runRange(args, outs, lo*per, hi*per, inPlace); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// runRange computes the invariant nodes, then every block of [lo, hi).
+func (w *worker) runRange(args, outs []*ir.Literal, lo, hi int, inPlace bool) error {
+	p := w.p
+	if lo >= hi {
+		return nil
+	}
+	w.in, w.out, w.inPlace = args, outs, inPlace
+	defer func() { w.in, w.out = nil, nil }()
+	for i := range p.nodes {
+		nd := &p.nodes[i]
+		if !nd.invariant {
+			continue
+		}
+		blk := w.blocks[i]
+		w.lits[i].Data = blk
+		if nd.kind == nLeaf {
+			j := nd.m.apply(0)
+			src := w.source(nd)
+			fillElem(blk, src[j*nd.esz:(j+1)*nd.esz])
+			continue
+		}
+		if err := eval.Elementwise(nd.code, nd.attrs, w.args[i], &w.lits[i]); err != nil {
+			return err
+		}
+	}
+	for b := lo; b < hi; b += blockSize {
+		if err := w.block(b, min(hi, b+blockSize)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// source returns the bytes a leaf reads.
+func (w *worker) source(nd *fnode) []byte {
+	if nd.src >= 0 {
+		return w.in[nd.src].Data
+	}
+	return nd.data
+}
+
+// block computes every node over iteration indices [lo, hi), writes the
+// results and feeds the reductions.
+func (w *worker) block(lo, hi int) error {
+	p := w.p
+	cnt := hi - lo
+	for i := range p.nodes {
+		nd := &p.nodes[i]
+		e := nd.esz
+		if nd.invariant {
+			w.lits[i].Data = w.blocks[i][:cnt*e]
+			continue
+		}
+		switch nd.kind {
+		case nLeaf:
+			src := w.source(nd)
+			if nd.direct {
+				w.lits[i].Data = src[lo*e : hi*e]
+				continue
+			}
+			dst := w.blocks[i][:cnt*e]
+			gather(e, dst, src, nd.m, lo, w.idx[:cnt])
+			w.lits[i].Data = dst
+		case nDot:
+			w.lits[i].Data = w.out[p.k.dotRes].Data[lo*e : hi*e]
+		case nOp:
+			if nd.out >= 0 && !w.inPlace {
+				w.lits[i].Data = w.out[nd.out].Data[lo*e : hi*e]
+			} else {
+				w.lits[i].Data = w.blocks[i][:cnt*e]
+			}
+			if err := eval.Elementwise(nd.code, nd.attrs, w.args[i], &w.lits[i]); err != nil {
+				return err
+			}
+		}
+	}
+	for _, rn := range p.results {
+		r, n := rn[0], rn[1]
+		if p.nodes[n].out == r && !w.inPlace {
+			continue
+		}
+		e := p.nodes[n].esz
+		copyMem(w.out[r].Data[lo*e:hi*e], w.lits[n].Data)
+	}
+	for i := range p.reduces {
+		fr := &p.reduces[i]
+		vals := w.lits[fr.node].Data
+		if p.prefix {
+			w.red[i].prefix(vals, lo, hi, fr.r, w.out[fr.res].Data)
+		} else {
+			fr.ostage.indices(lo, w.idx[:cnt])
+			w.red[i].general(vals, w.idx[:cnt])
+		}
+	}
+	return nil
+}
+
+// ---- gathers ----
+
+// gather writes src[m(i)] for i in [lo, lo+len(idx)) to dst (elements of e
+// bytes); idx is scratch.
+func gather(e int, dst, src []byte, m imap, lo int, idx []int) {
+	if len(m) == 1 {
+		switch e {
+		case 1:
+			gatherStage(dst, src, &m[0], lo, len(idx))
+		case 2:
+			gatherStage(ir.ViewBytes[ir.F16](dst), ir.ViewBytes[ir.F16](src), &m[0], lo, len(idx))
+		case 4:
+			gatherStage(ir.ViewBytes[uint32](dst), ir.ViewBytes[uint32](src), &m[0], lo, len(idx))
+		case 8:
+			gatherStage(ir.ViewBytes[int64](dst), ir.ViewBytes[int64](src), &m[0], lo, len(idx))
+		}
+		return
+	}
+	m[0].indices(lo, idx)
+	for _, s := range m[1:] {
+		for t, j := range idx {
+			idx[t] = s.apply(j)
+		}
+	}
+	switch e {
+	case 1:
+		gatherIdx(dst, src, idx)
+	case 2:
+		gatherIdx(ir.ViewBytes[ir.F16](dst), ir.ViewBytes[ir.F16](src), idx)
+	case 4:
+		gatherIdx(ir.ViewBytes[uint32](dst), ir.ViewBytes[uint32](src), idx)
+	case 8:
+		gatherIdx(ir.ViewBytes[int64](dst), ir.ViewBytes[int64](src), idx)
+	}
+}
+
+func gatherIdx[T any](dst, src []T, idx []int) {
+	dst = dst[:len(idx)]
+	for t, j := range idx {
+		dst[t] = src[j]
+	}
+}
+
+// gatherStage copies src[s(i)] for i in [lo, lo+cnt) to dst, a run of the
+// innermost dimension at a time.
+func gatherStage[T any](dst, src []T, s *stage, lo, cnt int) {
+	r := len(s.shape)
+	if r == 0 {
+		v := src[s.off]
+		for t := range dst[:cnt] {
+			dst[t] = v
+		}
+		return
+	}
+	var idxBuf [8]int
+	idx := idxBuf[:0]
+	if r > len(idxBuf) {
+		idx = make([]int, 0, r)
+	}
+	idx = idx[:r]
+	j := s.off
+	rem := lo
+	for d := r - 1; d >= 0; d-- {
+		idx[d] = rem % s.shape[d]
+		rem /= s.shape[d]
+		j += idx[d] * s.st[d]
+	}
+	inner, ist := s.shape[r-1], s.st[r-1]
+	k := 0
+	for k < cnt {
+		run := min(inner-idx[r-1], cnt-k)
+		out := dst[k : k+run]
+		switch ist {
+		case 1:
+			copy(out, src[j:j+run])
+		case 0:
+			v := src[j]
+			for t := range out {
+				out[t] = v
+			}
+		default:
+			for t := range out {
+				out[t] = src[j+t*ist]
+			}
+		}
+		k += run
+		j += run * ist
+		idx[r-1] += run
+		for d := r - 1; d > 0 && idx[d] == s.shape[d]; d-- {
+			j -= idx[d] * s.st[d]
+			idx[d] = 0
+			idx[d-1]++
+			j += s.st[d-1]
+		}
+	}
+}
+
+// fillElem sets every element of dst to elem.
+func fillElem(dst, elem []byte) {
+	switch len(elem) {
+	case 1:
+		fillT(dst, elem[0])
+	case 2:
+		fillT(ir.ViewBytes[ir.F16](dst), ir.ViewBytes[ir.F16](elem)[0])
+	case 4:
+		fillT(ir.ViewBytes[uint32](dst), ir.ViewBytes[uint32](elem)[0])
+	case 8:
+		fillT(ir.ViewBytes[int64](dst), ir.ViewBytes[int64](elem)[0])
+	}
+}
+
+func fillT[T any](dst []T, v T) {
+	for i := range dst {
+		dst[i] = v
+	}
+}
+
+// ---- reductions ----
+
+// reduceState accumulates one reduction of an input-mode group in eval's
+// order and precision.
+type reduceState interface {
+	// prefix accumulates the operand values of flat indices [lo, hi) into
+	// outputs of r elements each, carrying the running output across calls,
+	// and stores each output when its last element has been added.
+	prefix(vals []byte, lo, hi, r int, out []byte)
+	// begin starts one accumulator per output; general adds vals[t] into
+	// accumulator oidx[t]; finish stores them.
+	begin(nout int)
+	general(vals []byte, oidx []int)
+	finish(out []byte)
+	// fill stores the reduction of nothing into nout outputs.
+	fill(out []byte, nout int)
+}
+
+type num interface {
+	uint8 | int32 | int64 | uint32 | float32 | float64
+}
+
+// reducer accumulates values of type T (f16/bf16 widened to float32) in A.
+type reducer[T, A num] struct {
+	code  ir.Code
+	init  A
+	cur   A
+	arr   []A
+	half  func(src []byte, dst []float32) // widens f16/bf16 operands
+	wide  []float32
+	store func(out []byte, o int, a A)
+}
+
+func (r *reducer[T, A]) vals(b []byte) []T {
+	if r.half == nil {
+		return ir.ViewBytes[T](b)
+	}
+	n := len(b) / 2
+	if cap(r.wide) < n {
+		r.wide = make([]float32, max(n, blockSize))
+	}
+	w := r.wide[:n]
+	r.half(b, w)
+	return any(w).([]T)
+}
+
+// add folds vals into acc: sums and products in order, max and min with the
+// first NaN winning (as eval).
+func (r *reducer[T, A]) add(acc A, vals []T) A {
+	switch r.code {
+	case ir.ReduceSum:
+		for _, v := range vals {
+			acc += A(v)
+		}
+	case ir.ReduceProd:
+		for _, v := range vals {
+			acc *= A(v)
+		}
+	case ir.ReduceMax:
+		if acc != acc {
+			return acc
+		}
+		for _, v := range vals {
+			a := A(v)
+			if a != a {
+				return a
+			}
+			if a > acc {
+				acc = a
+			}
+		}
+	case ir.ReduceMin:
+		if acc != acc {
+			return acc
+		}
+		for _, v := range vals {
+			a := A(v)
+			if a != a {
+				return a
+			}
+			if a < acc {
+				acc = a
+			}
+		}
+	}
+	return acc
+}
+
+func (r *reducer[T, A]) prefix(b []byte, lo, hi, rr int, out []byte) {
+	v := r.vals(b)
+	for pos := lo; pos < hi; {
+		o := pos / rr
+		start := o * rr
+		end := min(hi, start+rr)
+		if pos == start {
+			r.cur = r.init
+		}
+		r.cur = r.add(r.cur, v[pos-lo:end-lo])
+		if end == start+rr {
+			r.store(out, o, r.cur)
+		}
+		pos = end
+	}
+}
+
+func (r *reducer[T, A]) begin(nout int) {
+	if cap(r.arr) < nout {
+		r.arr = make([]A, nout)
+	}
+	r.arr = r.arr[:nout]
+	for i := range r.arr {
+		r.arr[i] = r.init
+	}
+}
+
+func (r *reducer[T, A]) general(b []byte, oidx []int) {
+	v := r.vals(b)[:len(oidx)]
+	arr := r.arr
+	switch r.code {
+	case ir.ReduceSum:
+		for t, o := range oidx {
+			arr[o] += A(v[t])
+		}
+	case ir.ReduceProd:
+		for t, o := range oidx {
+			arr[o] *= A(v[t])
+		}
+	default:
+		for t, o := range oidx {
+			arr[o] = r.add(arr[o], v[t:t+1])
+		}
+	}
+}
+
+func (r *reducer[T, A]) finish(out []byte) {
+	for o, a := range r.arr {
+		r.store(out, o, a)
+	}
+	if cap(r.arr) > 1<<16 {
+		r.arr = nil // do not keep large accumulators in the pool
+	}
+}
+
+func (r *reducer[T, A]) fill(out []byte, nout int) {
+	for o := 0; o < nout; o++ {
+		r.store(out, o, r.init)
+	}
+}
+
+func storeAs[D, A num](out []byte, o int, a A) { ir.ViewBytes[D](out)[o] = D(a) }
+
+func widenF16(src []byte, dst []float32) {
+	for i, h := range ir.ViewBytes[ir.F16](src)[:len(dst)] {
+		dst[i] = h.Float32()
+	}
+}
+
+func widenBF16(src []byte, dst []float32) {
+	for i, h := range ir.ViewBytes[ir.BF16](src)[:len(dst)] {
+		dst[i] = h.Float32()
+	}
+}
+
+// intReducer accumulates an integer reduction in its own type (wrapping).
+func intReducer[T uint8 | int32 | int64 | uint32](code ir.Code, lo, hi T) reduceState {
+	r := &reducer[T, T]{code: code, store: storeAs[T, T]}
+	switch code {
+	case ir.ReduceProd:
+		r.init = 1
+	case ir.ReduceMax:
+		r.init = lo
+	case ir.ReduceMin:
+		r.init = hi
+	}
+	return r
+}
+
+// floatInit is the start of a float reduction: 0, 1, -inf or +inf.
+func floatInit(code ir.Code) float64 {
+	switch code {
+	case ir.ReduceProd:
+		return 1
+	case ir.ReduceMax:
+		return math.Inf(-1)
+	case ir.ReduceMin:
+		return math.Inf(1)
+	}
+	return 0
+}
+
+// newReduceState returns the accumulator of a reduction of dtype dt.
+func newReduceState(dt ir.DType, code ir.Code) reduceState {
+	wide := code == ir.ReduceSum || code == ir.ReduceProd
+	init := floatInit(code)
+	switch dt {
+	case ir.Float64:
+		return &reducer[float64, float64]{code: code, init: init, store: storeAs[float64, float64]}
+	case ir.Float32:
+		if wide {
+			return &reducer[float32, float64]{code: code, init: init, store: storeAs[float32, float64]}
+		}
+		return &reducer[float32, float32]{code: code, init: float32(init), store: storeAs[float32, float32]}
+	case ir.Float16, ir.BFloat16:
+		half := widenF16
+		if dt == ir.BFloat16 {
+			half = widenBF16
+		}
+		if wide {
+			st := func(out []byte, o int, a float64) { ir.ViewBytes[ir.F16](out)[o] = ir.F16FromFloat64(a) }
+			if dt == ir.BFloat16 {
+				st = func(out []byte, o int, a float64) { ir.ViewBytes[ir.BF16](out)[o] = ir.BF16FromFloat64(a) }
+			}
+			return &reducer[float32, float64]{code: code, init: init, half: half, store: st}
+		}
+		st := func(out []byte, o int, a float32) { ir.ViewBytes[ir.F16](out)[o] = ir.F16FromFloat32(a) }
+		if dt == ir.BFloat16 {
+			st = func(out []byte, o int, a float32) { ir.ViewBytes[ir.BF16](out)[o] = ir.BF16FromFloat32(a) }
+		}
+		return &reducer[float32, float32]{code: code, init: float32(init), half: half, store: st}
+	case ir.Uint8:
+		return intReducer[uint8](code, 0, math.MaxUint8)
+	case ir.Int32:
+		return intReducer[int32](code, math.MinInt32, math.MaxInt32)
+	case ir.Int64:
+		return intReducer[int64](code, math.MinInt64, math.MaxInt64)
+	case ir.Uint32:
+		return intReducer[uint32](code, 0, math.MaxUint32)
+	}
+	return &reducer[float64, float64]{code: code, store: func([]byte, int, float64) {}}
+}

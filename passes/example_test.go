@@ -1,0 +1,54 @@
+package passes_test
+
+import (
+	"fmt"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
+)
+
+// A dense layer with a tanh activation, y = tanh(x @ w + b) * 1: the multiply
+// by one goes, and the matrix product and its epilogue become one output
+// fusion. Nothing but the result needs memory of its own.
+func ExampleCompile() {
+	f, err := ir.Parse(`func @dense(%0: f32[2,4], %1: f32[4,3], %2: f32[3]) -> (f32[2,3]) {
+  %3 = dot_general(%0, %1) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f32[2,3]
+  %4 = broadcast_in_dim(%2) {dims=[1], shape=[2,3]} : f32[2,3]
+  %5 = add(%3, %4) : f32[2,3]
+  %6 = tanh(%5) : f32[2,3]
+  %7 = constant() {value=dense<f32[], 1>} : f32[]
+  %8 = broadcast_in_dim(%7) {dims=[], shape=[2,3]} : f32[2,3]
+  %9 = mul(%6, %8) : f32[2,3]
+  return %9
+}`)
+	if err != nil {
+		panic(err)
+	}
+	p, err := passes.Compile(f, passes.Options{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Print(p.Func)
+	fmt.Print(p.PlanString())
+	a := p.Analysis
+	fmt.Printf("argument %d B, output %d B, temp %d B\n", a.ArgumentBytes, a.OutputBytes, a.TempBytes)
+	// Output:
+	// func @dense(%0: f32[2,4], %1: f32[4,3], %2: f32[3]) -> (f32[2,3]) {
+	//   %13 = fusion(%0, %1, %2) {kind="output"} (
+	//     ^(%10: f32[2,4], %11: f32[4,3], %12: f32[3]) {
+	//       %3 = dot_general(%10, %11) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f32[2,3]
+	//       %4 = broadcast_in_dim(%12) {dims=[1], shape=[2,3]} : f32[2,3]
+	//       %5 = add(%3, %4) : f32[2,3]
+	//       %6 = tanh(%5) : f32[2,3]
+	//       return %6
+	//     }) : f32[2,3]
+	//   return %13
+	// }
+	// region: arena device 0 B, pinned_host 0 B
+	//   %0 f32[2,4] param 0 device 32 B
+	//   %1 f32[4,3] param 1 device 48 B
+	//   %2 f32[3] param 2 device 12 B
+	//   %13 f32[2,3] output 0 device 24 B
+	//   return %13
+	// argument 92 B, output 24 B, temp 0 B
+}

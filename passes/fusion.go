@@ -1,0 +1,494 @@
+package passes
+
+import (
+	"slices"
+
+	"github.com/ferryml/ferry/ir"
+)
+
+// Fusion kinds (the "kind" attribute of a fusion op).
+const (
+	FusionLoop   = "loop"   // elementwise ops, broadcasts and reshapes
+	FusionInput  = "input"  // a loop group feeding reductions, whose results are outputs
+	FusionOutput = "output" // a matrix product first, then its elementwise epilogue
+)
+
+// fusion groups ops of every region (not across region boundaries) into
+// fusion ops:
+//
+//   - loop: elementwise ops (OpInfo.Elementwise), broadcast_in_dim and reshape
+//     connected by def-use edges form one group;
+//   - input: a reduce_sum/max/min/prod whose operand is produced by a loop
+//     group joins it; nothing that depends on a reduction joins its group, so
+//     every reduction result is an output of the fusion;
+//   - output: a dot_general whose result is used only by elementwise ops of
+//     one loop group (its epilogue), and is not returned, joins that group;
+//     the fusion region holds the dot_general first.
+//
+// Cheap producers — scalar constants, iota, and broadcasts and reshapes of
+// those — are not grouped but copied into every group that reads them (not
+// into a dot_general's operands), so broadcast scalars never get a buffer.
+// Groups merge only when no path leaves the merged group and comes back (no
+// cycles). A value of a group used outside it, or returned, is a result of the
+// fusion op; fusion operands are the outside values in order of first use, and
+// results follow the order of the grouped ops. Groups of one op (cheap copies
+// included) are left as plain ops.
+func fusion(st *State) error {
+	return walkRegions(st.Func.Body, false, func(r *ir.Region) error {
+		fuseRegion(st.Func, r)
+		return nil
+	})
+}
+
+type fuseKind uint8
+
+const (
+	fkNone fuseKind = iota
+	fkLoop
+	fkReduce
+	fkDot
+	fkCheap
+)
+
+type fuseGroup struct {
+	members   []*ir.Op
+	hasReduce bool
+	hasDot    bool
+	// reductions holds the reductions in the group; consumes those that
+	// members read.
+	reductions map[*ir.Op]bool
+	consumes   map[*ir.Op]bool
+}
+
+type fuser struct {
+	f     *ir.Func
+	r     *ir.Region
+	pos   map[*ir.Op]int
+	def   map[*ir.Value]*ir.Op
+	users map[*ir.Value][]*ir.Op
+	ret   map[*ir.Value]bool
+	kinds map[*ir.Op]fuseKind
+	group map[*ir.Op]*fuseGroup
+}
+
+func fuseRegion(f *ir.Func, r *ir.Region) {
+	fu := &fuser{f: f, r: r, pos: map[*ir.Op]int{}, def: map[*ir.Value]*ir.Op{}, users: users(r),
+		ret: returned(r), kinds: map[*ir.Op]fuseKind{}, group: map[*ir.Op]*fuseGroup{}}
+	for i, op := range r.Ops {
+		fu.pos[op] = i
+		for _, v := range op.Results {
+			fu.def[v] = op
+		}
+	}
+	for _, op := range r.Ops {
+		fu.kinds[op] = fu.classify(op)
+	}
+	for _, op := range r.Ops {
+		switch fu.kinds[op] {
+		case fkLoop:
+			g := fu.newGroup(op)
+			for _, a := range op.Args {
+				p := fu.def[a]
+				if p == nil || fu.kinds[p] != fkLoop {
+					continue
+				}
+				if pg := fu.group[p]; pg != g && !pg.hasDot {
+					g = fu.tryMerge(pg, g)
+				}
+			}
+		case fkReduce:
+			g := fu.newGroup(op)
+			g.hasReduce = true
+			g.reductions[op] = true
+			if p := fu.def[op.Args[0]]; p != nil && fu.kinds[p] == fkLoop {
+				if pg := fu.group[p]; !pg.hasDot {
+					fu.tryMerge(pg, g)
+				}
+			}
+		}
+	}
+	for _, op := range r.Ops {
+		if fu.kinds[op] == fkDot {
+			fu.tryEpilogue(op)
+		}
+	}
+	fu.rewrite()
+}
+
+// classify says how op may take part in fusion.
+func (fu *fuser) classify(op *ir.Op) fuseKind {
+	if fu.cheap(op) {
+		return fkCheap
+	}
+	switch {
+	case op.Info().Elementwise, op.Code == ir.BroadcastInDim, op.Code == ir.Reshape:
+		return fkLoop
+	case op.Code == ir.ReduceSum, op.Code == ir.ReduceMax, op.Code == ir.ReduceMin, op.Code == ir.ReduceProd:
+		return fkReduce
+	case op.Code == ir.DotGeneral:
+		return fkDot
+	}
+	return fkNone
+}
+
+// cheap reports whether op is a scalar constant, an iota, or a broadcast or
+// reshape of a cheap op of this region.
+func (fu *fuser) cheap(op *ir.Op) bool {
+	if k, ok := fu.kinds[op]; ok {
+		return k == fkCheap
+	}
+	switch op.Code {
+	case ir.Iota:
+		return true
+	case ir.Constant:
+		return isScalarConst(op)
+	case ir.BroadcastInDim, ir.Reshape:
+		p := fu.def[op.Args[0]]
+		return p != nil && fu.cheap(p)
+	}
+	return false
+}
+
+func (fu *fuser) newGroup(op *ir.Op) *fuseGroup {
+	g := &fuseGroup{members: []*ir.Op{op}, reductions: map[*ir.Op]bool{}, consumes: map[*ir.Op]bool{}}
+	for _, a := range op.Args {
+		if p := fu.def[a]; p != nil && fu.kinds[p] == fkReduce {
+			g.consumes[p] = true
+		}
+	}
+	fu.group[op] = g
+	return g
+}
+
+// tryMerge merges groups a and b when that is legal and returns the group b's
+// members are in afterwards.
+func (fu *fuser) tryMerge(a, b *fuseGroup) *fuseGroup {
+	if a == b {
+		return a
+	}
+	if a.hasDot && b.hasDot || (a.hasDot || b.hasDot) && (a.hasReduce || b.hasReduce) {
+		return b
+	}
+	for op := range a.reductions {
+		if b.consumes[op] {
+			return b
+		}
+	}
+	for op := range b.reductions {
+		if a.consumes[op] {
+			return b
+		}
+	}
+	if fu.cycle(a, b) {
+		return b
+	}
+	if len(a.members) < len(b.members) {
+		a, b = b, a
+	}
+	for _, op := range b.members {
+		fu.group[op] = a
+	}
+	a.members = append(a.members, b.members...)
+	a.hasReduce = a.hasReduce || b.hasReduce
+	a.hasDot = a.hasDot || b.hasDot
+	for op := range b.reductions {
+		a.reductions[op] = true
+	}
+	for op := range b.consumes {
+		a.consumes[op] = true
+	}
+	return a
+}
+
+// cycle reports whether some path leaves a ∪ b and comes back, which merging
+// the two would turn into a cycle. Paths run through other groups as single
+// nodes.
+func (fu *fuser) cycle(a, b *fuseGroup) bool {
+	in := func(op *ir.Op) bool {
+		g := fu.group[op]
+		return g == a || g == b
+	}
+	seen := map[*ir.Op]bool{}
+	seenGroup := map[*fuseGroup]bool{}
+	var stack []*ir.Op
+	push := func(op *ir.Op) {
+		if seen[op] {
+			return
+		}
+		seen[op] = true
+		stack = append(stack, op)
+	}
+	succ := func(op *ir.Op, outside bool) bool {
+		for _, v := range op.Results {
+			for _, u := range fu.users[v] {
+				if in(u) {
+					if outside {
+						return true
+					}
+					continue
+				}
+				push(u)
+			}
+		}
+		return false
+	}
+	for _, g := range []*fuseGroup{a, b} {
+		for _, m := range g.members {
+			succ(m, false)
+		}
+	}
+	for len(stack) > 0 {
+		op := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if g := fu.group[op]; g != nil && !seenGroup[g] {
+			seenGroup[g] = true
+			for _, m := range g.members {
+				push(m)
+			}
+		}
+		if succ(op, true) {
+			return true
+		}
+	}
+	return false
+}
+
+// tryEpilogue merges dot_general d into the loop group that uses its result,
+// when every use is an elementwise op of that one group.
+func (fu *fuser) tryEpilogue(d *ir.Op) {
+	v := d.Result()
+	us := fu.users[v]
+	if fu.ret[v] || len(us) == 0 {
+		return
+	}
+	g := fu.group[us[0]]
+	if g == nil || g.hasDot || g.hasReduce {
+		return
+	}
+	for _, u := range us {
+		if fu.group[u] != g || !u.Info().Elementwise {
+			return
+		}
+	}
+	for _, a := range d.Args {
+		if p := fu.def[a]; p != nil && fu.group[p] == g {
+			return
+		}
+	}
+	dg := fu.newGroup(d)
+	dg.hasDot = true
+	fu.tryMerge(g, dg)
+}
+
+// rewrite replaces every group of two or more ops (cheap copies included) by a
+// fusion op and restores a topological order.
+func (fu *fuser) rewrite() {
+	done := map[*fuseGroup]bool{}
+	s := subst{}
+	replaced := map[*ir.Op]*ir.Op{}
+	key := map[*ir.Op]int{}
+	for _, op := range fu.r.Ops {
+		g := fu.group[op]
+		if g == nil || done[g] {
+			continue
+		}
+		done[g] = true
+		if fop := fu.build(g, s); fop != nil {
+			for _, m := range g.members {
+				replaced[m] = fop
+			}
+			key[fop] = fu.pos[op]
+		}
+	}
+	if len(replaced) == 0 {
+		return
+	}
+	var ops []*ir.Op
+	added := map[*ir.Op]bool{}
+	for _, op := range fu.r.Ops {
+		if fop, ok := replaced[op]; ok {
+			if !added[fop] {
+				added[fop] = true
+				ops = append(ops, fop)
+			}
+			continue
+		}
+		key[op] = fu.pos[op]
+		ops = append(ops, op)
+	}
+	for _, op := range ops {
+		s.apply(op)
+	}
+	s.applyResults(fu.r)
+	ops = stableTopo(ops, func(op *ir.Op) int { return key[op] })
+	// Cheap producers copied into every group that read them may be dead now.
+	used := map[*ir.Value]bool{}
+	for _, v := range fu.r.Results {
+		used[v] = true
+	}
+	keep := make([]bool, len(ops))
+	for i := len(ops) - 1; i >= 0; i-- {
+		op := ops[i]
+		live := fu.kinds[op] != fkCheap
+		for _, v := range op.Results {
+			live = live || used[v]
+		}
+		if live {
+			keep[i] = true
+			for _, a := range op.Args {
+				used[a] = true
+			}
+		}
+	}
+	fu.r.Ops = fu.r.Ops[:0]
+	for i, op := range ops {
+		if keep[i] {
+			fu.r.Ops = append(fu.r.Ops, op)
+		}
+	}
+}
+
+// build makes the fusion op of group g (nil when g is too small to fuse) and
+// records the replacement of its outputs in s.
+func (fu *fuser) build(g *fuseGroup, s subst) *ir.Op {
+	members := append([]*ir.Op{}, g.members...)
+	sortOps(members, fu.pos)
+	if g.hasDot {
+		for i, m := range members {
+			if fu.kinds[m] == fkDot {
+				copy(members[1:i+1], members[:i])
+				members[0] = m
+				break
+			}
+		}
+	}
+	inGroup := map[*ir.Op]bool{}
+	for _, m := range members {
+		inGroup[m] = true
+	}
+	// Count cheap copies to decide whether fusing is worth it.
+	n := len(members)
+	cheapSeen := map[*ir.Op]bool{}
+	var countCheap func(op *ir.Op)
+	countCheap = func(op *ir.Op) {
+		if cheapSeen[op] {
+			return
+		}
+		cheapSeen[op] = true
+		n++
+		for _, a := range op.Args {
+			if p := fu.def[a]; p != nil {
+				countCheap(p)
+			}
+		}
+	}
+	for _, m := range members {
+		if fu.kinds[m] == fkDot {
+			continue
+		}
+		for _, a := range m.Args {
+			if p := fu.def[a]; p != nil && !inGroup[p] && fu.kinds[p] == fkCheap {
+				countCheap(p)
+			}
+		}
+	}
+	if n < 2 {
+		return nil
+	}
+
+	region := fu.f.NewRegion()
+	inner := map[*ir.Value]*ir.Value{} // outside value → region value
+	var args []*ir.Value
+	var cheapOps []*ir.Op
+	var clone func(v *ir.Value) *ir.Value
+	clone = func(v *ir.Value) *ir.Value {
+		if iv, ok := inner[v]; ok {
+			return iv
+		}
+		op := fu.def[v]
+		cargs := make([]*ir.Value, len(op.Args))
+		for i, a := range op.Args {
+			cargs[i] = clone(a)
+		}
+		c, err := fu.f.NewOp(op.Code, cargs, ir.CloneAttrs(op.Attrs))
+		if err != nil {
+			panic("passes: fusion: copying " + op.Code.String() + ": " + err.Error())
+		}
+		c.Loc = op.Loc
+		cheapOps = append(cheapOps, c)
+		for i, r := range op.Results {
+			inner[r] = c.Results[i]
+		}
+		return inner[v]
+	}
+	param := func(v *ir.Value) *ir.Value {
+		if iv, ok := inner[v]; ok {
+			return iv
+		}
+		p := region.AddParam(v.Type)
+		args = append(args, v)
+		inner[v] = p
+		return p
+	}
+	// The dot's operands first, so that they are the first parameters.
+	for _, m := range members {
+		isDot := fu.kinds[m] == fkDot
+		for i, a := range m.Args {
+			p := fu.def[a]
+			switch {
+			case p != nil && inGroup[p]:
+			case p != nil && !isDot && fu.kinds[p] == fkCheap:
+				m.Args[i] = clone(a)
+			default:
+				m.Args[i] = param(a)
+			}
+		}
+	}
+	var ops []*ir.Op
+	if g.hasDot {
+		ops = append(ops, members[0])
+		members = members[1:]
+	}
+	ops = append(ops, cheapOps...)
+	region.Ops = append(ops, members...)
+	var outs []*ir.Value
+	for _, m := range region.Ops {
+		if !inGroup[m] {
+			continue
+		}
+		for _, v := range m.Results {
+			out := fu.ret[v]
+			for _, u := range fu.users[v] {
+				out = out || !inGroup[u]
+			}
+			if out {
+				outs = append(outs, v)
+			}
+		}
+	}
+	region.Results = outs
+	kind := FusionLoop
+	switch {
+	case g.hasDot:
+		kind = FusionOutput
+	case g.hasReduce:
+		kind = FusionInput
+	}
+	fop, err := fu.f.NewOp(ir.Fusion, args, ir.Attrs{"kind": kind}, region)
+	if err != nil {
+		panic("passes: fusion: " + err.Error())
+	}
+	fop.Loc = region.Ops[len(region.Ops)-1].Loc
+	if g.hasDot {
+		fop.Loc = region.Ops[0].Loc
+	}
+	for i, v := range outs {
+		s[v] = fop.Results[i]
+	}
+	return fop
+}
+
+// sortOps sorts ops by position.
+func sortOps(ops []*ir.Op, pos map[*ir.Op]int) {
+	slices.SortFunc(ops, func(a, b *ir.Op) int { return pos[a] - pos[b] })
+}

@@ -1,0 +1,242 @@
+// Package passes is Ferry's compiler: a fixed table of named passes (Pipeline)
+// that turns a traced ir.Func into a Program — the optimised, fused and
+// scheduled function, a buffer for every value the executor sees, and the
+// memory analysis (XLA's memory_analysis(): argument, output, alias and temp
+// bytes per memory space).
+//
+// Compile clones the function (the traced function is never changed), runs the
+// passes in order, verifies the IR (and, once there is one, the buffer plan)
+// after every pass when asked to (always inside test binaries), and writes the
+// IR after every pass to Options.DumpDir or $FERRY_DUMP_IR.
+//
+// # Buffer plan contract
+//
+// Program.Plan assigns a Buffer to every value the executor sees (see
+// RegionPlan). Beyond the doc comments of the types in program.go, the plan
+// follows these rules, which the executor relies on and CheckPlan checks:
+//
+//   - Every top-level result position i gets a buffer of its own: the value
+//     Func.Body.Results[i] maps to BufOutput (or BufAlias) with Index i the
+//     first time it is returned. When that is not so — the value is a
+//     parameter, or it was already returned at an earlier position — the
+//     executor allocates result i itself and copies the value into it.
+//   - BufAlias{Param: p, Index: i}: result i is written into the buffer of
+//     donated parameter p. Parameter p is dead by the op that defines the
+//     result, or that op may write the result in place over p (see below).
+//   - In place: a temp result of an elementwise op may have exactly the
+//     offset and size of one of its operands (a temp that dies at that op);
+//     such ops read element k of every operand before writing element k of
+//     any result. So may the result of a dynamic_update_slice and its operand
+//     0 (only the window is written). With Options.FusionInPlace, a loop
+//     fusion's result may overwrite an operand read only element for element;
+//     a fused kernel working block by block must then load a block of its
+//     inputs before storing that block of any output. Values never share
+//     bytes otherwise while both are live.
+//   - Temps of a region are live from the op that defines them (by position in
+//     Region.Ops) to their last use; values returned by a nested region live
+//     to its end; a value nobody uses still gets bytes while its op runs.
+//   - A region op (scan, while, cond) gets a block of the enclosing arena at
+//     SubOffset[op], live only while the op runs; each nested plan's offsets
+//     are relative to that block.
+package passes
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ferryml/ferry/ir"
+)
+
+// Pass is one named step of the pipeline.
+type Pass struct {
+	// Name identifies the pass in Options.Disable and in dump file names.
+	Name string
+	// Run transforms the state: the IR in State.Func, or the plan.
+	Run func(*State) error
+	// Required passes cannot be disabled: the program needs them.
+	Required bool
+	// Doc says in one line what the pass does.
+	Doc string
+}
+
+// State is what the passes work on: the function being compiled (a clone of
+// the traced one), the options, and what the later passes produce.
+type State struct {
+	Func    *ir.Func
+	Options Options
+	// Liveness holds the live intervals of every planned region, made by the
+	// liveness pass.
+	Liveness map[*ir.Region]*Liveness
+	// Program is made by buffer assignment and completed by memory analysis.
+	Program *Program
+}
+
+// Options configure Compile.
+type Options struct {
+	// Donated[i] is true when parameter i's buffer may be reused for a result.
+	Donated []bool
+	// Verify runs ir.Verify after every pass and CheckPlan once there is a
+	// plan. It is always on inside test binaries.
+	Verify bool
+	// DumpDir, when set, receives the IR after every pass; when empty,
+	// $FERRY_DUMP_IR is used. See Compile.
+	DumpDir string
+	// Disable names passes to skip (for tests and debugging). Naming a
+	// required pass or an unknown one is an error.
+	Disable []string
+	// FusionInPlace lets a loop fusion write a result over an operand that
+	// dies at it (same size and space, read only element for element), as
+	// elementwise ops and dynamic_update_slice always may. It is off by
+	// default: the executor must then load every block of such an operand
+	// before it stores that block of any result, which eval.EvalOpInto and
+	// cpuexec's fused kernels do not promise yet.
+	FusionInPlace bool
+}
+
+// Pipeline is the compiler: every pass in the order Compile runs them.
+var Pipeline = []Pass{
+	{Name: "canonicalize", Run: canonicalize, Doc: "exact algebraic identities; reshape, transpose and broadcast chains; identity shape ops"},
+	{Name: "constant-fold", Run: constantFold, Doc: "evaluate small all-constant ops; elementwise ops on broadcast scalars stay broadcast scalars"},
+	{Name: "cse", Run: cse, Doc: "merge ops with the same code, operands and attributes within a region"},
+	{Name: "dce", Run: dce, Doc: "remove unused ops, unused scan ys, and unused region operands, recursively"},
+	{Name: "fusion", Run: fusion, Doc: "loop, input (reduction) and output (matrix product epilogue) fusion into fusion ops"},
+	{Name: "schedule", Run: schedule, Doc: "memory-aware order of every region's ops (greedy list scheduling, never worse than the traced order)"},
+	{Name: "liveness", Run: liveness, Required: true, Doc: "live interval of every value the executor sees"},
+	{Name: "buffer-assignment", Run: assignBuffers, Required: true, Doc: "parameters, outputs, donated aliases; temps packed in one arena per memory space"},
+	{Name: "memory-analysis", Run: analyzeMemory, Required: true, Doc: "argument, output, alias and temp bytes per memory space"},
+}
+
+// dumpSeq numbers the compilations of this process in dump file names.
+var dumpSeq atomic.Int64
+
+// Compile runs the pipeline on a clone of f (f is never changed) and returns
+// the program. f must verify; len(opts.Donated) must not exceed the number of
+// parameters.
+//
+// When opts.DumpDir (or else $FERRY_DUMP_IR) names a directory, Compile creates
+// it and writes the input as NNN-<func>-00-input.ir and the IR after each pass
+// as NNN-<func>-PP-<pass>.ir, where NNN counts the compilations of the process
+// and PP is the pass's 1-based position in Pipeline. After buffer assignment
+// and memory analysis the file ends with the plan (PlanString) as // comments,
+// so every file still parses.
+func Compile(f *ir.Func, opts Options) (*Program, error) {
+	if err := ir.Verify(f); err != nil {
+		return nil, fmt.Errorf("passes: input: %w", err)
+	}
+	if len(opts.Donated) > len(f.Body.Params) {
+		return nil, fmt.Errorf("passes: %d donation flags for %d parameters", len(opts.Donated), len(f.Body.Params))
+	}
+	disabled := map[string]bool{}
+	for _, name := range opts.Disable {
+		i := slices.IndexFunc(Pipeline, func(p Pass) bool { return p.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("passes: cannot disable unknown pass %q", name)
+		}
+		if Pipeline[i].Required {
+			return nil, fmt.Errorf("passes: pass %q is required and cannot be disabled", name)
+		}
+		disabled[name] = true
+	}
+	verify := opts.Verify || testing.Testing()
+	st := &State{Func: ir.Clone(f), Options: opts}
+	st.Options.Donated = make([]bool, len(f.Body.Params))
+	copy(st.Options.Donated, opts.Donated)
+
+	dir := opts.DumpDir
+	if dir == "" {
+		dir = os.Getenv("FERRY_DUMP_IR")
+	}
+	var d *dumper
+	if dir != "" {
+		d = &dumper{dir: dir, seq: dumpSeq.Add(1) - 1, name: fileName(f.Name)}
+		if err := d.write(0, "input", st, false); err != nil {
+			return nil, err
+		}
+	}
+	for i, p := range Pipeline {
+		if disabled[p.Name] {
+			continue
+		}
+		if err := p.Run(st); err != nil {
+			return nil, fmt.Errorf("passes: %s: %w", p.Name, err)
+		}
+		if verify {
+			if err := ir.Verify(st.Func); err != nil {
+				return nil, fmt.Errorf("passes: after %s: %w", p.Name, err)
+			}
+			if st.Program != nil && st.Program.Plan != nil {
+				if err := CheckPlan(st.Program); err != nil {
+					return nil, fmt.Errorf("passes: after %s: %w", p.Name, err)
+				}
+			}
+		}
+		if d != nil {
+			if err := d.write(i+1, p.Name, st, st.Program != nil && st.Program.Plan != nil); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if st.Program == nil {
+		return nil, fmt.Errorf("passes: the pipeline made no program")
+	}
+	return st.Program, nil
+}
+
+type dumper struct {
+	dir  string
+	seq  int64
+	name string
+}
+
+func (d *dumper) write(idx int, pass string, st *State, plan bool) error {
+	if err := os.MkdirAll(d.dir, 0o755); err != nil {
+		return fmt.Errorf("passes: dump: %w", err)
+	}
+	var b strings.Builder
+	b.WriteString(st.Func.String())
+	if plan {
+		b.WriteString("\n// buffer plan after ")
+		b.WriteString(pass)
+		b.WriteString(":\n")
+		text := st.Program.PlanString()
+		if st.Program.Analysis != (MemoryAnalysis{}) {
+			text += st.Program.Analysis.String() + "\n"
+		}
+		for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+			b.WriteString("// ")
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	name := fmt.Sprintf("%03d-%s-%02d-%s.ir", d.seq, d.name, idx, pass)
+	if err := os.WriteFile(filepath.Join(d.dir, name), []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("passes: dump: %w", err)
+	}
+	return nil
+}
+
+// fileName makes a function name safe as part of a file name.
+func fileName(s string) string {
+	if s == "" {
+		return "func"
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '.', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	out := b.String()
+	if len(out) > 64 {
+		out = out[:64]
+	}
+	return out
+}
