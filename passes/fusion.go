@@ -31,8 +31,8 @@ const (
 // Groups merge only when no path leaves the merged group and comes back (no
 // cycles). A value of a group used outside it, or returned, is a result of the
 // fusion op; fusion operands are the outside values in order of first use, and
-// results follow the order of the grouped ops. Groups of one op (cheap copies
-// included) are left as plain ops.
+// results follow the order of the grouped ops. A group of one op with no
+// cheap producer to copy in is left as a plain op.
 func fusion(st *State) error {
 	return walkRegions(st.Func.Body, false, func(r *ir.Region) error {
 		fuseRegion(st.Func, r)

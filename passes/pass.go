@@ -91,10 +91,9 @@ type Options struct {
 	Disable []string
 	// FusionInPlace lets a loop fusion write a result over an operand that
 	// dies at it (same size and space, read only element for element), as
-	// elementwise ops and dynamic_update_slice always may. It is off by
-	// default: the executor must then load every block of such an operand
-	// before it stores that block of any result, which eval.EvalOpInto and
-	// cpuexec's fused kernels do not promise yet.
+	// elementwise ops and dynamic_update_slice always may. The executor must
+	// then compute a whole block before it stores any result's block
+	// (eval.EvalOpInto and cpuexec's fused kernels do). Off by default.
 	FusionInPlace bool
 }
 

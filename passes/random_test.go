@@ -545,6 +545,9 @@ func checkProgram(t testing.TB, seed uint64) {
 	require.NoError(t, err, "seed %d, options %+v, program\n%s", seed, opts, text)
 	require.Equal(t, text, f.String(), "Compile changed its input")
 	require.NoError(t, passes.CheckPlan(p), "seed %d\n%s\n%s", seed, p.Func, p.PlanString())
+	again, err := passes.Compile(f, opts)
+	require.NoError(t, err)
+	require.Equal(t, p.Func.String()+p.PlanString(), again.Func.String()+again.PlanString(), "seed %d: compiling is deterministic", seed)
 
 	args := randomArgs(rng, f)
 	want, err := eval.Run(f, args)

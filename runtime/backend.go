@@ -119,7 +119,7 @@ func (cpuBackend) FromLiteral(l *ir.Literal) (trace.Buffer, error) {
 var verifyPasses = testing.Testing() || os.Getenv("FERRY_VERIFY_IR") != ""
 
 func (cpuBackend) Compile(f *ir.Func, opts CompileOptions) (Executable, error) {
-	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, Verify: verifyPasses})
+	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, Verify: verifyPasses, FusionInPlace: true})
 	if err != nil {
 		return nil, err
 	}

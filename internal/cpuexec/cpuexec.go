@@ -81,7 +81,6 @@ func New(p *passes.Program) (*Executable, error) {
 		return nil, fmt.Errorf("cpuexec %s: %w", f.Name, err)
 	}
 	e := &Executable{prog: p, body: body, params: f.Body.ParamTypes()}
-	seen := map[*ir.Value]bool{}
 	for i, v := range f.Body.Results {
 		s, ok := body.slotOf[v]
 		if !ok {
@@ -90,21 +89,20 @@ func New(p *passes.Program) (*Executable, error) {
 		rp := resultPlan{typ: v.Type, slot: s, alias: -1}
 		b := body.slots[s].buf
 		switch {
-		case !seen[v] && b.Kind == passes.BufOutput && b.Index == i:
-		case !seen[v] && b.Kind == passes.BufAlias && b.Index == i:
+		case b.Kind == passes.BufOutput && b.Index == i:
+		case b.Kind == passes.BufAlias && b.Index == i:
 			rp.alias = b.Param
 		default:
 			rp.copy = true
 		}
-		seen[v] = true
 		e.results = append(e.results, rp)
 	}
 	// Every BufOutput/BufAlias slot must be the buffer of its result.
 	for _, sl := range body.slots {
 		if k := sl.buf.Kind; k == passes.BufOutput || k == passes.BufAlias {
 			i := sl.buf.Index
-			if i < 0 || i >= len(e.results) || e.results[i].copy || e.results[i].slot != body.slotOf[sl.v] {
-				return nil, fmt.Errorf("cpuexec %s: %v has %v buffer for result %d, which is not that value", f.Name, sl.v, k, i)
+			if i < 0 || i >= len(f.Body.Results) || f.Body.Results[i] != sl.v {
+				return nil, fmt.Errorf("cpuexec %s: %v has the %v buffer of result %d, which is another value", f.Name, sl.v, k, i)
 			}
 		}
 	}

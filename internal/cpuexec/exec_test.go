@@ -530,3 +530,15 @@ func TestMemorySpaces(t *testing.T) {
 	require.NotZero(t, p.Plan.Arena[ir.PinnedHost])
 	runBoth(t, p, randArgs(newRand(), f))
 }
+
+// TestOutputLaterOccurrence: a value returned twice whose output buffer is
+// the second position; the first gets a copy.
+func TestOutputLaterOccurrence(t *testing.T) {
+	f := ir.NewFunc("twice")
+	x := f.Body.AddParam(ir.TypeOf(ir.Float32, 5))
+	n := add1(t, f.Body, ir.Neg, nil, x)
+	f.Body.Results = []*ir.Value{n, n}
+	p := naivePlan(f, planOpts{})
+	p.Plan.Values[n] = passes.Buffer{Kind: passes.BufOutput, Space: ir.Device, Index: 1, Size: 20}
+	runBoth(t, p, randArgs(newRand(), f))
+}

@@ -260,6 +260,7 @@ type fusedKernel struct {
 	why     string // why the group falls back to eval
 	progs   []*blockProg
 	dot     *ir.Op
+	dotK    *eval.Kernel
 	dotArgs [2]int // fusion operands of the product
 	dotRes  int    // the result whose buffer holds the product
 	// elemOnly[p]: operand p is read only element for element (through
@@ -389,6 +390,11 @@ func (k *fusedKernel) build() error {
 		if k.dotRes < 0 {
 			return unsupported("no output fusion result fits the product's buffer")
 		}
+		dk, err := eval.Prepare(k.dot)
+		if err != nil {
+			return err
+		}
+		k.dotK = dk
 		for j, a := range k.dot.Args {
 			p, ok := params[a]
 			if !ok {

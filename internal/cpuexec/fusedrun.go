@@ -96,7 +96,7 @@ func (k *fusedKernel) run(args, outs []*ir.Literal) error {
 	if k.mode == modeOutput {
 		d := k.dot.Result()
 		prod := &ir.Literal{Type: d.Type, Data: outs[k.dotRes].Data}
-		if err := eval.EvalOpInto(k.dot, []*ir.Literal{args[k.dotArgs[0]], args[k.dotArgs[1]]}, []*ir.Literal{prod}); err != nil {
+		if err := k.dotK.Into([]*ir.Literal{args[k.dotArgs[0]], args[k.dotArgs[1]]}, []*ir.Literal{prod}); err != nil {
 			return err
 		}
 	}

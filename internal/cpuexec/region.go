@@ -31,8 +31,9 @@ const (
 type step struct {
 	op     *ir.Op
 	kind   stepKind
-	args   []int // slots of the operands
-	outs   []int // slots of the results
+	args   []int        // slots of the operands
+	outs   []int        // slots of the results
+	kernel *eval.Kernel // stepOp
 	fused  *fusedKernel
 	subs   []*region // nested regions (scan: body; while: cond, body; cond: true, false)
 	subOff [2]int64  // where the nested arenas start in this region's arena
@@ -184,6 +185,11 @@ func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, donated func
 			if op.Code.Info().NumRegions > 0 {
 				return nil, fmt.Errorf("%s: no executor for region op", opName(op))
 			}
+			k, err := eval.Prepare(op)
+			if err != nil {
+				return nil, err
+			}
+			st.kernel = k
 		}
 		g.steps = append(g.steps, st)
 	}
@@ -311,7 +317,7 @@ func (f *frame) run() error {
 		var err error
 		switch st.kind {
 		case stepOp:
-			err = eval.EvalOpInto(st.op, f.args[i], f.outs[i])
+			err = st.kernel.Into(f.args[i], f.outs[i])
 		case stepFusion:
 			err = st.fused.run(f.args[i], f.outs[i])
 			if err != nil {

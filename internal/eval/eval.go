@@ -258,6 +258,12 @@ func evalOp(op *ir.Op, args []*ir.Literal, outs []*ir.Literal) ([]*ir.Literal, e
 			}
 		}
 	}
+	return execute(op, args, ins, outs, outTypes)
+}
+
+// execute runs op on validated operands ins (args are the caller's, for the
+// aliasing checks) into outs, or into new results when outs is nil.
+func execute(op *ir.Op, args, ins, outs []*ir.Literal, outTypes []ir.Type) ([]*ir.Literal, error) {
 	if outs == nil {
 		if op.Code.Info().Class == ir.ClassRegion {
 			// Region ops make their own results (no copy).
@@ -467,6 +473,88 @@ func dispatch(op *ir.Op, x []*ir.Literal, outs []*ir.Literal) error {
 		return dotGeneral(x[0], x[1], a, out)
 	default:
 		return fmt.Errorf("no kernel for op %v", op.Code)
+	}
+	return nil
+}
+
+// Kernel is an op prepared for repeated execution into caller-provided
+// memory: its shape rule is checked once, by Prepare, and each Into call only
+// checks the operands' and destinations' types against the op's declared
+// ones. Executors prepare one Kernel per op of a compiled program.
+type Kernel struct {
+	op       *ir.Op
+	outTypes []ir.Type
+}
+
+// Prepare checks op (operands and results declared, attributes and regions
+// valid for its shape rule) and returns its kernel.
+func Prepare(op *ir.Op) (k *Kernel, err error) {
+	if op == nil {
+		return nil, fmt.Errorf("eval: nil op")
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			k, err = nil, fmt.Errorf("%s: internal error: %v", opName(op), p)
+		}
+	}()
+	types := make([]ir.Type, len(op.Args))
+	for i, a := range op.Args {
+		if a == nil {
+			return nil, fmt.Errorf("%s: operand %d is nil", opName(op), i)
+		}
+		types[i] = a.Type
+	}
+	outTypes, err := ir.InferTypes(op.Code, types, op.Attrs, op.Regions)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", opName(op), err)
+	}
+	if len(op.Results) != len(outTypes) {
+		return nil, fmt.Errorf("%s: op has %d results, its shape rule gives %d", opName(op), len(op.Results), len(outTypes))
+	}
+	for i, v := range op.Results {
+		if v == nil || !v.Type.Equal(outTypes[i]) {
+			return nil, fmt.Errorf("%s: result %d is not declared %v", opName(op), i, outTypes[i])
+		}
+	}
+	return &Kernel{op: op, outTypes: outTypes}, nil
+}
+
+// Op returns the kernel's op.
+func (k *Kernel) Op() *ir.Op { return k.op }
+
+// Into runs the op like EvalOpInto (same destinations, same aliasing rule),
+// checking only that every operand and destination has the op's declared
+// type and size.
+func (k *Kernel) Into(args, outs []*ir.Literal) (err error) {
+	op := k.op
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%s: internal error: %v", opName(op), p)
+		}
+	}()
+	if len(args) != len(op.Args) {
+		return fmt.Errorf("%s: op has %d operands, got %d literals", opName(op), len(op.Args), len(args))
+	}
+	var buf [4]*ir.Literal
+	ins := buf[:0]
+	if len(args) > len(buf) {
+		ins = make([]*ir.Literal, 0, len(args))
+	}
+	for i, a := range args {
+		if a == nil {
+			return fmt.Errorf("%s: operand %d is nil", opName(op), i)
+		}
+		l, err := checkArg(a, op.Args[i].Type)
+		if err != nil {
+			return fmt.Errorf("%s: operand %d: %w", opName(op), i, err)
+		}
+		ins = append(ins, l)
+	}
+	if outs == nil {
+		outs = []*ir.Literal{}
+	}
+	if _, err := execute(op, args, ins, outs, k.outTypes); err != nil {
+		return fmt.Errorf("%s: %w", opName(op), err)
 	}
 	return nil
 }

@@ -46,6 +46,15 @@ func checkInto(t *testing.T, f *ir.Func, args, want []*ir.Literal) {
 		for j := range outs {
 			require.True(t, bytes.Equal(ref[j].Data, outs[j].Data), "EvalOpInto %v result %d differs from EvalOp", op.Code, j)
 		}
+		k, err := Prepare(op)
+		require.NoError(t, err)
+		for j, v := range op.Results {
+			outs[j] = garbage(v.Type)
+		}
+		require.NoError(t, k.Into(ins, outs), "Kernel.Into %v", op.Code)
+		for j := range outs {
+			require.True(t, bytes.Equal(ref[j].Data, outs[j].Data), "Kernel.Into %v result %d differs from EvalOp", op.Code, j)
+		}
 		if len(op.Results) == 1 {
 			rt := op.Results[0].Type
 			for j, a := range ins {
@@ -172,4 +181,30 @@ func TestEvalOpIntoInPlace(t *testing.T) {
 	ub, _ := ir.LiteralOf(ir.Shape{3}, []uint8{2, 5, 3})
 	require.NoError(t, EvalOpInto(lt, []*ir.Literal{ua, ub}, []*ir.Literal{reinterpret(ub, ir.TypeOf(ir.Bool, 3))}))
 	require.Equal(t, []byte{1, 0, 0}, ub.Data)
+}
+
+func TestPrepare(t *testing.T) {
+	ty := ir.TypeOf(ir.Float32, 2)
+	f := addFunc(t, ty)
+	op := f.Body.Ops[0]
+	k, err := Prepare(op)
+	require.NoError(t, err)
+	require.Same(t, op, k.Op())
+	x := f32Lit(t, ir.Shape{2}, []float32{1, 2})
+	out := lit(ty)
+	require.NoError(t, k.Into([]*ir.Literal{x, x}, []*ir.Literal{out}))
+	require.Equal(t, []float32{2, 4}, ir.View[float32](out))
+	require.ErrorContains(t, k.Into([]*ir.Literal{x, f32Lit(t, ir.Shape{3}, []float32{1, 2, 3})}, []*ir.Literal{out}), "add (model.go:42): operand 1")
+	require.ErrorContains(t, k.Into([]*ir.Literal{x}, []*ir.Literal{out}), "2 operands")
+	require.ErrorContains(t, k.Into([]*ir.Literal{x, x}, []*ir.Literal{lit(ir.TypeOf(ir.Int32, 2))}), "destination 0 is i32[2]")
+
+	// Broken attributes are caught once, by Prepare.
+	g := ir.NewFunc("bcast")
+	p := g.Body.AddParam(ty)
+	bop := addOp(t, g.Body, ir.BroadcastInDim, []*ir.Value{p}, ir.Attrs{"shape": []int{3, 2}, "dims": []int{1}})
+	bop.Attrs["dims"] = []int{5}
+	_, err = Prepare(bop)
+	require.ErrorContains(t, err, "broadcast_in_dim")
+	_, err = Prepare(nil)
+	require.Error(t, err)
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package cpuexec
+
+const raceEnabled = false
