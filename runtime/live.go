@@ -2,12 +2,11 @@ package runtime
 
 import (
 	"fmt"
-	goruntime "runtime"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/trace"
 )
 
 // LiveArray describes one live buffer of a memory pool.
@@ -85,66 +84,11 @@ func (r *allocRecord) callSiteLocked() string {
 }
 
 // userSite returns "dir/file.go:line" of the innermost frame outside Ferry's
-// library packages, as trace.CallerLocation does for the current stack, or of
-// the outermost frame if all are library frames.
+// library packages (trace.UserLocation), or "?" for an empty stack.
 func userSite(pcs []uintptr) string {
-	if len(pcs) == 0 {
-		return "?"
+	file, line := trace.UserLocation(pcs)
+	if line == 0 {
+		return file
 	}
-	frames := goruntime.CallersFrames(pcs)
-	var last goruntime.Frame
-	for {
-		fr, more := frames.Next()
-		if fr.Function != "" {
-			last = fr
-			if !isLibraryFrame(fr) {
-				break
-			}
-		}
-		if !more {
-			break
-		}
-	}
-	if last.File == "" {
-		return "?"
-	}
-	return fmt.Sprintf("%s:%d", shortFile(last.File), last.Line)
-}
-
-// The same rules as trace's CallerLocation (trace/error.go): test files are
-// user code; Go's runtime and reflect and Ferry's library packages are not.
-const modulePrefix = "github.com/ferryml/ferry/"
-
-var libraryPackages = []string{"trace", "runtime", "ir", "passes", "internal/", "nn", "optim", "random", "cuda", "interop"}
-
-func isLibraryFrame(fr goruntime.Frame) bool {
-	if strings.HasSuffix(fr.File, "_test.go") {
-		return false
-	}
-	fn := fr.Function
-	if strings.HasPrefix(fn, "reflect.") || strings.HasPrefix(fn, "runtime.") {
-		return true
-	}
-	if !strings.HasPrefix(fn, modulePrefix) {
-		return false
-	}
-	rest := fn[len(modulePrefix):]
-	for _, p := range libraryPackages {
-		if strings.HasPrefix(rest, p) {
-			next := rest[len(p):]
-			if strings.HasSuffix(p, "/") || strings.HasPrefix(next, ".") || strings.HasPrefix(next, "/") {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func shortFile(f string) string {
-	i := strings.LastIndexByte(f, '/')
-	if i < 0 {
-		return f
-	}
-	j := strings.LastIndexByte(f[:i], '/')
-	return f[j+1:]
+	return fmt.Sprintf("%s:%d", file, line)
 }

@@ -86,7 +86,17 @@ func isLibraryFrame(fr runtime.Frame) bool {
 func CallerLocation() (string, int) {
 	var pcs [48]uintptr
 	n := runtime.Callers(2, pcs[:])
-	frames := runtime.CallersFrames(pcs[:n])
+	return UserLocation(pcs[:n])
+}
+
+// UserLocation is CallerLocation for a captured call stack (from
+// runtime.Callers): the innermost frame outside Ferry's library packages, or the
+// outermost frame if all are library frames; ("?", 0) for an empty stack.
+func UserLocation(pcs []uintptr) (string, int) {
+	if len(pcs) == 0 {
+		return "?", 0
+	}
+	frames := runtime.CallersFrames(pcs)
 	var last runtime.Frame
 	for {
 		fr, more := frames.Next()
@@ -99,6 +109,9 @@ func CallerLocation() (string, int) {
 		if !more {
 			break
 		}
+	}
+	if last.File == "" {
+		return "?", 0
 	}
 	return shortFile(last.File), last.Line
 }
