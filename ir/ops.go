@@ -92,6 +92,10 @@ const (
 	// Memory.
 	DevicePut // attrs: space — a copy into another memory space
 
+	// Remat.
+	CheckpointName      // attrs: name — identity that tags a value for checkpoint policies
+	OptimizationBarrier // (operands...) → the operands unchanged; opaque to CSE
+
 	// Control flow (regions).
 	Scan  // args: consts..., carry..., xs...; attrs num_consts, num_carry, length, reverse
 	While // args: consts..., state...; regions cond, body; attrs num_consts
@@ -277,6 +281,9 @@ func init() {
 		{"lhs_batch", AttrInts, false}, {"rhs_batch", AttrInts, false}, {"lhs_contract", AttrInts, false}, {"rhs_contract", AttrInts, false}}, Infer: inferDotGeneral})
 
 	def(DevicePut, OpInfo{Name: "device_put", NumArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"space", AttrSpace, false}}, Infer: inferDevicePut})
+
+	def(CheckpointName, OpInfo{Name: "checkpoint_name", NumArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"name", AttrString, false}}, Infer: inferIdentity})
+	def(OptimizationBarrier, OpInfo{Name: "optimization_barrier", NumArgs: -1, MinArgs: 1, Differentiable: true, Infer: inferIdentity})
 
 	def(Scan, OpInfo{Name: "scan", Class: ClassRegion, NumArgs: -1, NumRegions: 1, Differentiable: true, Attrs: []AttrSpec{
 		{"num_consts", AttrInt, false}, {"num_carry", AttrInt, false}, {"length", AttrInt, false}, {"reverse", AttrBool, true}}, Infer: inferScan})
@@ -790,6 +797,15 @@ func inferDevicePut(args []Type, a Attrs, _ []*Region) ([]Type, error) {
 		return nil, fmt.Errorf("device_put: invalid memory space %v", sp)
 	}
 	return one(args[0].WithSpace(sp)), nil
+}
+
+// inferIdentity: the results are the operands' types (memory space included).
+func inferIdentity(args []Type, _ Attrs, _ []*Region) ([]Type, error) {
+	out := make([]Type, len(args))
+	for i, a := range args {
+		out[i] = a.WithShape(a.Shape)
+	}
+	return out, nil
 }
 
 func typesEqual(a, b []Type) bool {

@@ -75,7 +75,20 @@ func txtCorpus(t testing.TB) map[string]*Func {
 		"empty":       NewFunc("empty"),
 		"odd":         txtOdd(t),
 		"fusion":      txtFusion(t),
+		"remat":       txtRemat(t),
 	}
+}
+
+func txtRemat(t testing.TB) *Func {
+	f := NewFunc("remat")
+	b := txtBuilder{t, f.Body}
+	x := f.Body.AddParam(TypeOf(Float32, 2, 3))
+	h := f.Body.AddParam(TypeOf(Float32, 3).WithSpace(PinnedHost))
+	n := b.opAt("layer.go:3", CheckpointName, vs(x), Attrs{"name": "x \"in\""})
+	bs := b.ops(OptimizationBarrier, vs(n, h), nil)
+	d := b.op(DevicePut, vs(bs[1]), Attrs{"space": Device})
+	f.Body.Results = vs(b.op(Exp, vs(bs[0]), nil), d)
+	return f
 }
 
 func txtElementwise(t testing.TB) *Func {

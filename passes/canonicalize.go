@@ -12,6 +12,7 @@ import (
 //	x - 0 → x (integers)             x * 1 → x, 1 * x → x, x / 1 → x
 //	neg(neg(x)) → x                  select(p, x, x) → x
 //	convert, bitcast_convert, device_put to what x already is → x
+//	checkpoint_name(x) → x (the name only matters while tracing)
 //	reshape(reshape(x)) → reshape(x) reshape(broadcast(scalar)) → broadcast(scalar)
 //	transpose(transpose(x)) → one transpose (or x)
 //	broadcast_in_dim(broadcast_in_dim(x)) → one broadcast
@@ -100,7 +101,7 @@ func simplify(f *ir.Func, op *ir.Op) (*ir.Value, []*ir.Op) {
 		if a[1] == a[2] {
 			return same(a[1]), nil
 		}
-	case ir.Convert, ir.BitcastConvert, ir.DevicePut:
+	case ir.Convert, ir.BitcastConvert, ir.DevicePut, ir.CheckpointName:
 		return same(a[0]), nil
 	case ir.Reshape:
 		if v := same(a[0]); v != nil {

@@ -13,11 +13,43 @@ import (
 // equal attributes (literals compared by type and bytes, floats by bits); the
 // later op's results are replaced by the earlier op's. Region ops are never
 // merged. Each region is its own scope (regions are isolated from above).
+//
+// optimization_barrier ops are opaque: never merged, so values computed from
+// their results (a checkpointed function's recomputation in the backward pass)
+// are never merged with the same computation from the barrier's operands (the
+// forward pass). Once CSE is done the barriers have served their purpose and
+// are removed: their results are replaced by their operands.
 func cse(st *State) error {
-	return walkRegions(st.Func.Body, true, func(r *ir.Region) error {
+	err := walkRegions(st.Func.Body, true, func(r *ir.Region) error {
 		cseRegion(r)
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return walkRegions(st.Func.Body, true, func(r *ir.Region) error {
+		stripBarriers(r)
+		return nil
+	})
+}
+
+// stripBarriers replaces the results of r's optimization_barrier ops by their
+// operands and removes the ops.
+func stripBarriers(r *ir.Region) {
+	s := subst{}
+	out := r.Ops[:0]
+	for _, op := range r.Ops {
+		s.apply(op)
+		if op.Code == ir.OptimizationBarrier {
+			for i, v := range op.Results {
+				s[v] = op.Args[i]
+			}
+			continue
+		}
+		out = append(out, op)
+	}
+	r.Ops = out
+	s.applyResults(r)
 }
 
 func cseRegion(r *ir.Region) {
@@ -26,7 +58,7 @@ func cseRegion(r *ir.Region) {
 	out := make([]*ir.Op, 0, len(r.Ops))
 	for _, op := range r.Ops {
 		s.apply(op)
-		if isRegionOp(op) {
+		if isRegionOp(op) || op.Code == ir.OptimizationBarrier {
 			out = append(out, op)
 			continue
 		}

@@ -99,7 +99,7 @@ func adCallBwd(bwd func(res, cts []*Array) []*Array, ins, res, outs, cts []*Arra
 		if i < len(cts) && cts[i] != nil {
 			full[i] = cts[i]
 		} else {
-			full[i] = adZeros(o.Type())
+			full[i] = adZeros(adCtType(o.Type()))
 		}
 	}
 	got := bwd(res, full)

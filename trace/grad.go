@@ -22,9 +22,11 @@ import (
 //     cotangent.
 //   - Arrays the function closes over (captured from outside) are constants: they
 //     get no gradient here, though an enclosing differentiation still sees them.
-//   - A gradient has its input's dtype and shape. Its memory space is where the
-//     backward pass produced it (the transpose of a device_put moves the
-//     cotangent back to the source space).
+//   - A gradient has its input's dtype and shape, and lives on device, whatever
+//     the input's memory space: cotangents are device arrays (the transpose of
+//     a device_put from pinned_host keeps the cotangent on device), so the
+//     gradients of parameters kept in pinned_host are device arrays, as XLA
+//     counts them. Move them to host with DevicePut where wanted.
 //   - Programming errors panic with *Error located at the user's line;
 //     differentiating through While is such an error (use Scan or ForLoop).
 

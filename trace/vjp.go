@@ -24,7 +24,8 @@ type vjpCall struct {
 	op   *ir.Op
 	args []*Array // primal operands
 	outs []*Array // primal results
-	ct   *Array   // cotangent of result 0 (never nil when a rule runs)
+	ct   *Array   // cotangent of result 0 (never nil when a rule runs, except for multi-result ops)
+	cts  []*Array // cotangents of every result (nil entries are zero)
 	act  []bool   // act[i]: operand i needs a cotangent
 }
 
@@ -92,6 +93,9 @@ func init() {
 		ir.ReduceProd: vjpReduceProd,
 		ir.DotGeneral: vjpDotGeneral,
 		ir.DevicePut:  vjpDevicePut,
+
+		ir.CheckpointName:      func(c *vjpCall) []*Array { return []*Array{c.ct} },
+		ir.OptimizationBarrier: func(c *vjpCall) []*Array { return append([]*Array(nil), c.cts...) },
 	}
 }
 

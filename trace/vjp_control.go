@@ -30,8 +30,11 @@ import (
 // of the forward cond (zeros from the other branch), and the backward is a cond
 // on the same predicate whose branches are the branches' VJPs.
 
-// adCtOrZeros returns ct with exactly type t, or zeros of t when ct is nil.
+// adCtOrZeros returns ct with t's dtype and shape, on device, or zeros of
+// that type when ct is nil. Cotangents always live in device memory, whatever
+// the space of their primal (see vjpDevicePut).
 func adCtOrZeros(ct *Array, t ir.Type) *Array {
+	t = adCtType(t)
 	if ct == nil {
 		return adZeros(t)
 	}
@@ -101,13 +104,13 @@ func adScanLin(op *ir.Op, args []*Array, argAct []bool) ([]*Array, []bool, func(
 		adWith(B, func() {
 			var acc, cc, cy []*Array
 			for _, i := range accIdx {
-				acc = append(acc, B.Param(body.Params[i].Type))
+				acc = append(acc, B.Param(adCtType(body.Params[i].Type)))
 			}
 			for _, j := range ccIdx {
-				cc = append(cc, B.Param(body.Params[nc+j].Type))
+				cc = append(cc, B.Param(adCtType(body.Params[nc+j].Type)))
 			}
 			for _, k := range yIdx {
-				cy = append(cy, B.Param(body.Results[nk+k].Type))
+				cy = append(cy, B.Param(adCtType(body.Results[nk+k].Type)))
 			}
 			nExp = len(acc) + len(cc) + len(cy)
 			cts := make([]*Array, nk+ny)
@@ -120,7 +123,7 @@ func adScanLin(op *ir.Op, args []*Array, argAct []bool) ([]*Array, []bool, func(
 			pc := lin.backward(cts)
 			var res []*ir.Value
 			for q, i := range accIdx {
-				res = append(res, B.Output(adCastLike(adAccum(acc[q], pc[i]), body.Params[i].Type)))
+				res = append(res, B.Output(adCtOrZeros(adAccum(acc[q], pc[i]), body.Params[i].Type)))
 			}
 			for _, j := range ccIdx {
 				res = append(res, B.Output(adCtOrZeros(pc[nc+j], body.Params[nc+j].Type)))
@@ -239,7 +242,7 @@ func adScanLin(op *ir.Op, args []*Array, argAct []bool) ([]*Array, []bool, func(
 	bwd := func(cts []*Array) []*Array {
 		bargs := append([]*Array{}, bConsts...)
 		for _, i := range accIdx {
-			bargs = append(bargs, adZeros(body.Params[i].Type))
+			bargs = append(bargs, adZeros(adCtType(body.Params[i].Type)))
 		}
 		for _, j := range ccIdx {
 			bargs = append(bargs, adCtOrZeros(cts[j], args[nc+j].Type()))
@@ -320,7 +323,7 @@ func adCondLin(op *ir.Op, args []*Array, argAct []bool) ([]*Array, []bool, func(
 			adWith(B, func() {
 				cts := make([]*Array, nr)
 				for _, i := range rIdx {
-					cts[i] = B.Param(op.Results[i].Type)
+					cts[i] = B.Param(adCtType(op.Results[i].Type))
 				}
 				pc := lins[b].backward(cts)
 				var res []*ir.Value

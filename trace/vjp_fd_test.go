@@ -395,6 +395,19 @@ func gtCases() []gtCase {
 				q := gtOp(ir.DevicePut, ir.Attrs{"space": ir.Device}, a[0])
 				return gtOp(ir.Sin, nil, q)
 			}},
+		{name: "checkpoint_name", codes: []ir.Code{ir.CheckpointName},
+			make: func(r *rand.Rand) []*trace.Array { return []*trace.Array{gtRand(r, -1, 1, 2, 3)} },
+			fn: func(a []*trace.Array) *trace.Array {
+				return gtOp(ir.Mul, nil, gtOp(ir.CheckpointName, ir.Attrs{"name": "x"}, a[0]), gtOp(ir.Sin, nil, a[0]))
+			}},
+		{name: "optimization_barrier", codes: []ir.Code{ir.OptimizationBarrier},
+			make: func(r *rand.Rand) []*trace.Array {
+				return []*trace.Array{gtRand(r, -1, 1, 2, 3), gtRand(r, -1, 1, 2, 3)}
+			},
+			fn: func(a []*trace.Array) *trace.Array {
+				b := trace.Apply(ir.OptimizationBarrier, nil, nil, a[0], a[1])
+				return gtOp(ir.Mul, nil, gtOp(ir.Sin, nil, b[0]), b[1])
+			}},
 		{name: "scan", codes: []ir.Code{ir.Scan},
 			make: func(r *rand.Rand) []*trace.Array {
 				return []*trace.Array{gtRand(r, -1, 1, 3), gtRand(r, -1, 1, 4, 3), gtRand(r, -1, 1, 3)}

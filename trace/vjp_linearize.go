@@ -49,6 +49,21 @@ type adLin struct {
 // the current context) and records what the backward pass needs. active[i] says
 // whether parameter i is differentiated.
 func adLinearize(r *ir.Region, params []*Array, active []bool) *adLin {
+	return adLinearizeSub(r, params, active, nil)
+}
+
+// adLinearizeSub is adLinearize where sub, when non-nil, may give the results
+// of a non-region op instead of replaying it (a checkpointed function's saved
+// or offloaded values); the op's VJP rule still runs on them.
+func adLinearizeSub(r *ir.Region, params []*Array, active []bool, sub func(op *ir.Op, args []*Array) []*Array) *adLin {
+	replay := func(op *ir.Op, args []*Array) []*Array {
+		if sub != nil && len(op.Regions) == 0 {
+			if outs := sub(op, args); outs != nil {
+				return outs
+			}
+		}
+		return adReplay(op, args)
+	}
 	l := &adLin{region: r, env: make(map[*ir.Value]*Array, len(r.Ops)+len(r.Params)), act: map[*ir.Value]bool{}}
 	for i, p := range r.Params {
 		l.env[p] = params[i]
@@ -74,13 +89,13 @@ func adLinearize(r *ir.Region, params []*Array, active []bool) *adLin {
 			anyAct = anyAct || argAct[i]
 		}
 		if m := adMarkOfOp(op); m != nil && m.stop {
-			outs := adReplay(op, args)
+			outs := replay(op, args)
 			adMarkStop(outs[0])
 			l.bind(op.Results, outs, nil)
 			continue
 		}
 		if !anyAct {
-			l.bind(op.Results, adReplay(op, args), nil)
+			l.bind(op.Results, replay(op, args), nil)
 			continue
 		}
 		switch op.Code {
@@ -97,7 +112,7 @@ func adLinearize(r *ir.Region, params []*Array, active []bool) *adLin {
 			l.tape = append(l.tape, &adNode{argVals: op.Args, argAct: argAct, outVals: op.Results, bwd: bwd, loc: op.Loc})
 			continue
 		}
-		outs := adReplay(op, args)
+		outs := replay(op, args)
 		if !op.Info().Differentiable {
 			l.bind(op.Results, outs, nil)
 			continue
@@ -114,7 +129,7 @@ func adLinearize(r *ir.Region, params []*Array, active []bool) *adLin {
 		call := &vjpCall{op: op, args: args, outs: outs, act: argAct}
 		l.tape = append(l.tape, &adNode{argVals: op.Args, argAct: argAct, outVals: op.Results, loc: op.Loc, bwd: func(cts []*Array) []*Array {
 			c := *call
-			c.ct = cts[0]
+			c.ct, c.cts = cts[0], cts
 			return rule(&c)
 		}})
 	}

@@ -156,11 +156,19 @@ func adDot(l, r *Array, lb, rb, lc, rc []int) *Array {
 	}, l, r)
 }
 
-// vjpDevicePut moves the cotangent back to the operand's memory space.
+// vjpDevicePut: the cotangent of a device_put stays on (or moves to) device.
+// Cotangents always live in device memory: the gradient of a parameter kept in
+// pinned_host is a device array (as XLA's memory analysis of host-offloaded
+// training counts it), and an offloaded activation's cotangent is computed
+// where the backward pass runs. Moving a gradient to host is the user's
+// DevicePut (or an out-sharding of the jitted step).
 func vjpDevicePut(c *vjpCall) []*Array {
-	x := c.args[0]
-	if c.ct.Space() == x.Space() {
+	if c.ct.Space() == ir.Device {
 		return []*Array{c.ct}
 	}
-	return []*Array{Apply1(ir.DevicePut, ir.Attrs{"space": x.Space()}, c.ct)}
+	return []*Array{Apply1(ir.DevicePut, ir.Attrs{"space": ir.Device}, c.ct)}
 }
+
+// adCtType is the type of a cotangent of a value of type t: t's dtype and
+// shape, in device memory.
+func adCtType(t ir.Type) ir.Type { return t.WithSpace(ir.Device) }

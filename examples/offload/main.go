@@ -6,8 +6,15 @@
 //	go run ./examples/offload          # a table
 //	go run ./examples/offload -json    # one JSON array of rows
 //
-// Cases: baseline (a plain scan). The remat and offload cases come with the
-// "Remat and host offload" work.
+// Cases (REFERENCES.md §1):
+//
+//   - baseline: a plain scan;
+//   - activation_offload: the layer input tagged checkpoint_name(x, "x"), the
+//     layer wrapped in remat with save_and_offload_only_these_names(saved=[],
+//     offloaded=["x"], device, pinned_host): the scan stacks every layer's
+//     input in pinned_host and the backward pass recomputes the rest;
+//   - activation_param_offload: as above, with w1 and w2 placed in pinned_host
+//     and the layer moving its slice to device (device_put) itself.
 package main
 
 import (
@@ -54,7 +61,9 @@ const mib = 1 << 20
 
 // xla holds XLA's figures from REFERENCES.md §1 (temp, total) in bytes.
 var xla = map[string][2]int64{
-	"baseline": {int64(17.25 * mib), int64(57.50 * mib)},
+	"baseline":                 {int64(17.25 * mib), int64(57.50 * mib)},
+	"activation_offload":       {int64(6.50 * mib), int64(46.75 * mib)},
+	"activation_param_offload": {int64(4.75 * mib), int64(25.00 * mib)},
 }
 
 // layer is one layer: y = x @ w1; x = y @ w2.
@@ -66,6 +75,40 @@ func layer(x *trace.Array, w Weights) *trace.Array {
 func baselineLoss(w Weights, x *trace.Array) *trace.Array {
 	final, _ := trace.ScanTree(func(x *trace.Array, w Weights) (*trace.Array, struct{}) {
 		return layer(x, w), struct{}{}
+	}, x, w)
+	return trace.Sum(final)
+}
+
+// offloadPolicy offloads the values named "x" to pinned_host and recomputes
+// everything else.
+var offloadPolicy = trace.SaveAndOffloadOnlyTheseNames(nil, []string{"x"}, ir.Device, ir.PinnedHost)
+
+// offloadedLayer is the layer with its input named "x", under remat.
+var offloadedLayer = trace.Remat(func(x *trace.Array, w Weights) *trace.Array {
+	return layer(trace.CheckpointName(x, "x"), w)
+}, offloadPolicy)
+
+// activationOffloadLoss scans the remat layer: every layer's input is stacked
+// in pinned_host by the forward scan and read back by the backward scan.
+func activationOffloadLoss(w Weights, x *trace.Array) *trace.Array {
+	final, _ := trace.ScanTree(func(x *trace.Array, w Weights) (*trace.Array, struct{}) {
+		return offloadedLayer(x, w), struct{}{}
+	}, x, w)
+	return trace.Sum(final)
+}
+
+// paramOffloadLayer also moves the layer's weights (pinned_host slices of the
+// stacked weights) to device, inside the remat: the backward pass copies them
+// in again rather than keeping them.
+var paramOffloadLayer = trace.Remat(func(x *trace.Array, w Weights) *trace.Array {
+	w = Weights{W1: trace.DevicePut(w.W1, ir.Device), W2: trace.DevicePut(w.W2, ir.Device)}
+	return layer(trace.CheckpointName(x, "x"), w)
+}, offloadPolicy)
+
+// paramOffloadLoss is activationOffloadLoss over weights kept in pinned_host.
+func paramOffloadLoss(w Weights, x *trace.Array) *trace.Array {
+	final, _ := trace.ScanTree(func(x *trace.Array, w Weights) (*trace.Array, struct{}) {
+		return paramOffloadLayer(x, w), struct{}{}
 	}, x, w)
 	return trace.Sum(final)
 }
@@ -176,13 +219,24 @@ func main() {
 	x := randn(r, 1, *d, *d)
 	w := Weights{W1: randn(r, 1/math.Sqrt(float64(*d)), *layers, *d, *h), W2: randn(r, 1/math.Sqrt(float64(*h)), *layers, *h, *d)}
 
+	// The weights again, in pinned_host, for the parameter-offload case.
+	wHost := Weights{W1: trace.DevicePut(w.W1, ir.PinnedHost), W2: trace.DevicePut(w.W2, ir.PinnedHost)}
+
 	var rows []Row
 	var grads []hostGrads
 	for _, c := range []struct {
 		name string
 		loss func(Weights, *trace.Array) *trace.Array
-	}{{"baseline", baselineLoss}} {
-		row, g, err := run(c.name, c.loss, w, x)
+		host bool // the weights live in pinned_host
+	}{{"baseline", baselineLoss, false}, {"activation_offload", activationOffloadLoss, false}, {"activation_param_offload", paramOffloadLoss, true}} {
+		cw := w
+		if c.host {
+			// Only the host copy may be live: free the device weights.
+			cw = wHost
+			_ = w.W1.Delete()
+			_ = w.W2.Delete()
+		}
+		row, g, err := run(c.name, c.loss, cw, x)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -191,7 +245,8 @@ func main() {
 		rows, grads = append(rows, row), append(grads, hostCopy(g))
 	}
 	// The reference: the unrolled program's gradient, computed after the
-	// measured runs.
+	// measured runs (from the host copy of the weights, moved back).
+	w = Weights{W1: trace.DevicePut(wHost.W1, ir.Device), W2: trace.DevicePut(wHost.W2, ir.Device)}
 	ref, err := rt.Jit(func(w Weights, x *trace.Array) (Weights, error) { return gradOf(unrolledLoss)(w, x), nil })(w, x)
 	if err != nil {
 		log.Fatal(err)
