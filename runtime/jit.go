@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,8 +16,41 @@ import (
 type Option func(*jitOptions)
 
 type jitOptions struct {
-	name   string
-	donate []int
+	name      string
+	donate    []int
+	outSpaces map[int]ir.MemorySpace
+}
+
+// OutSpaces places results in memory spaces, like jax.jit's out_shardings with a
+// memory kind: spaces[i] is where every array of result i goes (for example
+// ir.PinnedHost to write new optimizer state back to host memory). Results not
+// named stay where the function computed them. Arguments always stay where
+// they are.
+func OutSpaces(spaces ...ir.MemorySpace) Option {
+	return func(o *jitOptions) {
+		for i, sp := range spaces {
+			OutSpace(i, sp)(o)
+		}
+	}
+}
+
+// OutSpace places result i in a memory space (see OutSpaces).
+func OutSpace(i int, space ir.MemorySpace) Option {
+	return func(o *jitOptions) {
+		if o.outSpaces == nil {
+			o.outSpaces = map[int]ir.MemorySpace{}
+		}
+		o.outSpaces[i] = space
+	}
+}
+
+func sortedKeys(m map[int]ir.MemorySpace) []int {
+	ks := make([]int, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Ints(ks)
+	return ks
 }
 
 // Donate marks arguments (by position) as donated, like jax.jit's
@@ -350,26 +384,44 @@ func (j *Jitted[F]) lower(args []any) (*Lowered, []*trace.TreeDef, error) {
 		k += n
 		in[i] = argValue(v, j.argType(i))
 	}
-	var res []reflect.Value
+	var outs []any
+	outDefs := make([]*trace.TreeDef, j.numResults())
+	outLeaves := make([][]*trace.Array, j.numResults())
 	func() {
 		tr.Push()
 		defer tr.Pop()
-		res = j.fn.Call(in)
+		res := j.fn.Call(in)
+		if outs, err = j.splitResults(res); err != nil {
+			return
+		}
+		for i, o := range outs {
+			ls, d, ferr := trace.Flatten(o)
+			if ferr != nil {
+				err = trace.Errorf("rt.Jit", "%s: result %d: %v", j.opts.name, i, ferr)
+				return
+			}
+			if sp, ok := j.opts.outSpaces[i]; ok {
+				for k, l := range ls {
+					if l != nil {
+						ls[k] = trace.DevicePut(l, sp)
+					}
+				}
+			}
+			outDefs[i], outLeaves[i] = d, ls
+		}
 	}()
-	outs, err := j.splitResults(res)
 	if err != nil {
 		tr.Close()
 		return nil, nil, err
 	}
-	outDefs := make([]*trace.TreeDef, len(outs))
-	var results []*ir.Value
-	for i, o := range outs {
-		ls, d, err := trace.Flatten(o)
-		if err != nil {
+	for _, i := range sortedKeys(j.opts.outSpaces) {
+		if i < 0 || i >= len(outs) {
 			tr.Close()
-			return nil, nil, trace.Errorf("rt.Jit", "%s: result %d: %v", j.opts.name, i, err)
+			return nil, nil, trace.Errorf("rt.Jit", "%s: OutSpaces names result %d but the function has %d results", j.opts.name, i, len(outs))
 		}
-		outDefs[i] = d
+	}
+	var results []*ir.Value
+	for i, ls := range outLeaves {
 		for _, l := range ls {
 			if l == nil {
 				continue
