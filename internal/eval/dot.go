@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	fgemm "github.com/ferryml/ferry/internal/gemm"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -28,9 +29,20 @@ func dimsProduct(shape []int, axes []int) int {
 	return n
 }
 
-// dotGeneral lays lhs out as [batch, M, K] and rhs as [batch, K, N] and
-// multiplies; the result layout [batch, lhs free, rhs free] is then the
-// row-major [batch, M, N].
+// dotGeneral computes the product as a batch of matrix products
+// [batch, M, K] × [batch, K, N] → [batch, M, N]; the result layout [batch,
+// lhs free, rhs free] is exactly the row-major [batch, M, N].
+//
+// Floating-point products go to internal/gemm (f32 and f64 directly, f16
+// and bf16 widened to float32, accumulated in float32 and rounded once).
+// An operand is read in place when its batch, free and contracting axes
+// each merge into one strided index and one of the two matrix indices has
+// unit stride: contracting axes last on lhs (first on rhs) need nothing,
+// contracting axes first on lhs (last on rhs) are a transposed operand, and
+// batch axes may have any single stride (leading and contiguous in the
+// common case). Otherwise the operand is transposed into a packed
+// temporary first. Integer products use plain loops with wrapping
+// arithmetic over packed operands.
 func dotGeneral(lhs, rhs *ir.Literal, attrs ir.Attrs, out *ir.Literal) error {
 	lb, rb := attrs.Ints("lhs_batch"), attrs.Ints("rhs_batch")
 	lc, rc := attrs.Ints("lhs_contract"), attrs.Ints("rhs_contract")
@@ -40,21 +52,21 @@ func dotGeneral(lhs, rhs *ir.Literal, attrs ir.Attrs, out *ir.Literal) error {
 	if len(out.Data) == 0 {
 		return nil
 	}
+	dt := lhs.Type.DType
+	if k == 0 {
+		clear(out.Data) // an empty sum
+		return nil
+	}
+	g := gemm{batch: bsz, m: m, k: k, n: n}
+	switch dt {
+	case ir.Float32, ir.Float64, ir.Float16, ir.BFloat16:
+		dotFloat(lhs, rhs, g, lb, lf, rb, rf, lc, rc, out)
+		return nil
+	}
 	clear(out.Data) // matmul accumulates into zeros
 	a, _ := permute(lhs, slices.Concat(lb, lf, lc))
 	b, _ := permute(rhs, slices.Concat(rb, rc, rf))
-	g := gemm{batch: bsz, m: m, k: k, n: n}
-	switch dt := lhs.Type.DType; dt {
-	case ir.Float32:
-		matmul(g, viewAs[float32](out.Data), viewAs[float32](a), viewAs[float32](b))
-	case ir.Float64:
-		matmul(g, viewAs[float64](out.Data), viewAs[float64](a), viewAs[float64](b))
-	case ir.Float16, ir.BFloat16:
-		fa := toF32(&ir.Literal{Type: ir.TypeOf(dt, len(a)/2), Data: a})
-		fb := toF32(&ir.Literal{Type: ir.TypeOf(dt, len(b)/2), Data: b})
-		c := make([]float32, bsz*m*n)
-		matmul(g, c, fa, fb)
-		fromF32(out, c)
+	switch dt {
 	case ir.Uint8:
 		matmul(g, viewAs[uint8](out.Data), viewAs[uint8](a), viewAs[uint8](b))
 	case ir.Int32:
@@ -67,6 +79,153 @@ func dotGeneral(lhs, rhs *ir.Literal, attrs ir.Attrs, out *ir.Literal) error {
 		return fmt.Errorf("dot_general: no kernel for %v", dt)
 	}
 	return nil
+}
+
+// matLayout says how a gemm reads one operand in place: as batch matrices
+// starting stride elements apart, each stored rows×cols with row stride ld,
+// or, when trans is set, cols×rows (the transpose) with row stride ld.
+type matLayout struct {
+	trans      bool
+	ld, stride int
+}
+
+// groupStride returns the stride of axes (in the given order) of an array
+// with the given row-major strides when they merge into one index (unit
+// axes ignored); unit reports a group of one element, whose stride does not
+// matter. ok is false when the axes do not merge.
+func groupStride(shape, strides, axes []int) (s int, unit, ok bool) {
+	s = -1
+	for _, ax := range axes {
+		if shape[ax] == 1 {
+			continue
+		}
+		if s >= 0 && s != strides[ax]*shape[ax] {
+			return 0, false, false
+		}
+		s = strides[ax]
+	}
+	if s < 0 {
+		return 0, true, true
+	}
+	return s, false, true
+}
+
+// inPlace finds the layout in which an operand of the given shape is the
+// batch of matrices [batch axes][row axes][col axes] without a copy
+// (nrows and ncols are the row and column counts).
+func inPlace(shape, batch, rowAxes, colAxes []int, nrows, ncols int) (matLayout, bool) {
+	st := ir.Shape(shape).Strides()
+	bs, bunit, bok := groupStride(shape, st, batch)
+	rs, runit, rok := groupStride(shape, st, rowAxes)
+	cs, cunit, cok := groupStride(shape, st, colAxes)
+	if !bok || !rok || !cok {
+		return matLayout{}, false
+	}
+	var l matLayout
+	if !bunit {
+		l.stride = bs
+	}
+	switch {
+	case cunit || cs == 1: // row-major rows×cols
+		l.ld = max(1, ncols)
+		if !runit {
+			l.ld = rs
+		}
+	case runit || rs == 1: // stored as cols×rows
+		l.trans, l.ld = true, max(1, nrows, cs)
+	default:
+		return matLayout{}, false
+	}
+	return l, true
+}
+
+// dotOperand returns the bytes a gemm reads for one operand and their
+// layout: the operand itself when inPlace allows, a packed
+// [batch][rows][cols] copy otherwise.
+func dotOperand(l *ir.Literal, batch, rowAxes, colAxes []int, nrows, ncols int) ([]byte, matLayout) {
+	if ml, ok := inPlace(l.Type.Shape, batch, rowAxes, colAxes, nrows, ncols); ok {
+		return l.Data, ml
+	}
+	data, _ := permute(l, slices.Concat(batch, rowAxes, colAxes))
+	return data, matLayout{ld: max(1, ncols), stride: nrows * ncols}
+}
+
+// contractOrder picks the order of the contracting pairs: one in which
+// both operands can be read in place if there is one (the sum is over all
+// pairs, so any order computes the product).
+func contractOrder(lhs, rhs *ir.Literal, lb, lf, rb, rf, lc, rc []int, m, k, n int) ([]int, []int) {
+	cands := [][2][]int{{lc, rc}}
+	for _, byLHS := range []bool{true, false} {
+		idx := make([]int, len(lc))
+		for i := range idx {
+			idx[i] = i
+		}
+		slices.SortFunc(idx, func(i, j int) int {
+			if byLHS {
+				return lc[i] - lc[j]
+			}
+			return rc[i] - rc[j]
+		})
+		l2, r2 := make([]int, len(lc)), make([]int, len(rc))
+		for i, p := range idx {
+			l2[i], r2[i] = lc[p], rc[p]
+		}
+		cands = append(cands, [2][]int{l2, r2})
+	}
+	best, bestScore := 0, -1
+	for i, c := range cands {
+		score := 0
+		if _, ok := inPlace(lhs.Type.Shape, lb, lf, c[0], m, k); ok {
+			score++
+		}
+		if _, ok := inPlace(rhs.Type.Shape, rb, c[1], rf, k, n); ok {
+			score++
+		}
+		if score > bestScore {
+			best, bestScore = i, score
+		}
+	}
+	return cands[best][0], cands[best][1]
+}
+
+// dotFloat runs a floating-point dot_general through internal/gemm (k > 0,
+// non-empty result).
+func dotFloat(lhs, rhs *ir.Literal, g gemm, lb, lf, rb, rf, lc, rc []int, out *ir.Literal) {
+	m, k, n := g.m, g.k, g.n
+	if len(lc) > 1 {
+		lc, rc = contractOrder(lhs, rhs, lb, lf, rb, rf, lc, rc, m, k, n)
+	}
+	a, la := dotOperand(lhs, lb, lf, lc, m, k)
+	b, lb2 := dotOperand(rhs, rb, rc, rf, k, n)
+	switch lhs.Type.DType {
+	case ir.Float32:
+		runSgemm(g, viewAs[float32](a), la, viewAs[float32](b), lb2, viewAs[float32](out.Data))
+	case ir.Float64:
+		runDgemm(g, viewAs[float64](a), la, viewAs[float64](b), lb2, viewAs[float64](out.Data))
+	default: // f16, bf16: widen (same layout), f32 product, one rounding
+		dt := lhs.Type.DType
+		fa := toF32(&ir.Literal{Type: ir.TypeOf(dt, len(a)/2), Data: a})
+		fb := toF32(&ir.Literal{Type: ir.TypeOf(dt, len(b)/2), Data: b})
+		c := make([]float32, g.batch*m*n)
+		runSgemm(g, fa, la, fb, lb2, c)
+		fromF32(out, c)
+	}
+}
+
+func runSgemm(g gemm, a []float32, la matLayout, b []float32, lb matLayout, c []float32) {
+	if g.batch == 1 {
+		fgemm.Sgemm(la.trans, lb.trans, g.m, g.n, g.k, 1, a, la.ld, b, lb.ld, 0, c, max(1, g.n))
+		return
+	}
+	fgemm.SgemmStrided(la.trans, lb.trans, g.batch, g.m, g.n, g.k, 1, a, la.ld, la.stride, b, lb.ld, lb.stride, 0, c, max(1, g.n), g.m*g.n)
+}
+
+func runDgemm(g gemm, a []float64, la matLayout, b []float64, lb matLayout, c []float64) {
+	if g.batch == 1 {
+		fgemm.Dgemm(la.trans, lb.trans, g.m, g.n, g.k, 1, a, la.ld, b, lb.ld, 0, c, max(1, g.n))
+		return
+	}
+	fgemm.DgemmStrided(la.trans, lb.trans, g.batch, g.m, g.n, g.k, 1, a, la.ld, la.stride, b, lb.ld, lb.stride, 0, c, max(1, g.n), g.m*g.n)
 }
 
 type gemm struct{ batch, m, k, n int }

@@ -30,6 +30,15 @@ var dotCases = []dotCase{
 	{[]int{3, 2, 5}, []int{2, 5, 3}, []int{1, 0}, []int{0, 2}, []int{2}, []int{1}},
 	{[]int{33, 70}, []int{70, 41}, nil, nil, []int{1}, []int{0}},
 	{[]int{64, 128}, []int{96, 128}, nil, nil, []int{1}, []int{1}},
+	// Layouts the gemm reads in place or through a packed copy.
+	{[]int{70, 33}, []int{70, 41}, nil, nil, []int{0}, []int{0}},                           // transposed lhs
+	{[]int{70, 33}, []int{41, 70}, nil, nil, []int{0}, []int{1}},                           // both transposed
+	{[]int{5, 3, 7}, []int{3, 7, 4}, []int{1}, []int{0}, []int{2}, []int{1}},               // batch axis in the middle
+	{[]int{7, 5, 3}, []int{4, 7, 3}, []int{2}, []int{2}, []int{0}, []int{1}},               // batch last: copies
+	{[]int{4, 3, 5}, []int{3, 5, 6}, nil, nil, []int{2, 1}, []int{1, 0}},                   // contracting pairs reordered
+	{[]int{1, 3, 1, 4}, []int{4, 1, 5}, nil, nil, []int{3}, []int{0}},                      // unit axes
+	{[]int{2, 2, 9, 11}, []int{2, 2, 11, 3}, []int{0, 1}, []int{0, 1}, []int{3}, []int{2}}, // two batch axes
+	{[]int{3, 50, 97}, []int{3, 97, 40}, []int{0}, []int{0}, []int{2}, []int{1}},           // batched, several blocks
 }
 
 // dotValues draws moderate values with a few specials.
@@ -144,5 +153,35 @@ func checkDot(t *testing.T, c dotCase, a, b, res *ir.Literal) {
 			tol = ulpOf(want, formatOf(dt)) + float64(k+1)*0x1p-23*sumAbs
 		}
 		require.InDelta(t, want, got, tol, "dot %v %+v [%d]", dt, c, o)
+	}
+}
+
+// TestDotLayouts checks which operand layouts the gemm reads in place.
+func TestDotLayouts(t *testing.T) {
+	for _, c := range []struct {
+		name                     string
+		shape, batch, rows, cols []int
+		ok, trans                bool
+		ld, stride               int
+	}{
+		{"lhs [M,K]", []int{3, 4}, nil, []int{0}, []int{1}, true, false, 4, 0},
+		{"lhs [K,M]", []int{4, 3}, nil, []int{1}, []int{0}, true, true, 3, 0},
+		{"rhs [K,N]", []int{4, 5}, nil, []int{0}, []int{1}, true, false, 5, 0},
+		{"rhs [N,K]", []int{5, 4}, nil, []int{1}, []int{0}, true, true, 4, 0},
+		{"lhs [B,M,K]", []int{2, 3, 4}, []int{0}, []int{1}, []int{2}, true, false, 4, 12},
+		{"lhs [B,K,M]", []int{2, 4, 3}, []int{0}, []int{2}, []int{1}, true, true, 3, 12},
+		{"lhs [M,B,K]", []int{3, 2, 4}, []int{1}, []int{0}, []int{2}, true, false, 8, 4},
+		{"lhs [B,M1,M2,K]", []int{2, 3, 5, 4}, []int{0}, []int{1, 2}, []int{3}, true, false, 4, 60},
+		{"lhs [M,K1,K2]", []int{3, 4, 5}, nil, []int{0}, []int{1, 2}, true, false, 20, 0},
+		{"lhs [K,M,B]", []int{4, 3, 2}, []int{2}, []int{1}, []int{0}, false, false, 0, 0},
+		{"lhs [M,K2,K1] contracted as (K1,K2)", []int{3, 5, 4}, nil, []int{0}, []int{2, 1}, false, false, 0, 0},
+		{"lhs [1,M,1,K]", []int{1, 3, 1, 4}, nil, []int{1}, []int{0, 3}, true, false, 4, 0},
+	} {
+		rows, cols := dimsProduct(c.shape, c.rows), dimsProduct(c.shape, c.cols)
+		l, ok := inPlace(c.shape, c.batch, c.rows, c.cols, rows, cols)
+		require.Equal(t, c.ok, ok, c.name)
+		if ok {
+			require.Equal(t, matLayout{trans: c.trans, ld: c.ld, stride: c.stride}, l, c.name)
+		}
 	}
 }
