@@ -1,10 +1,14 @@
 package cpuexec
 
 import (
+	"os"
 	"runtime"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/internal/vmath"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"
@@ -208,4 +212,88 @@ func BenchmarkScanRNNEval(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// geluXWFunc is gelu(x*w + b) (tanh form) with x and w f32[2048,2048] (4M
+// elements each) and b a row vector broadcast on the last axis.
+func geluXWFunc(t testing.TB) *ir.Func {
+	return traceFunc(t, "gelu_xw", []ir.Type{f32(2048, 2048), f32(2048, 2048), f32(2048)}, func(x []*trace.Array) []*trace.Array {
+		return []*trace.Array{trace.Gelu(trace.Add(trace.Mul(x[0], x[1]), x[2]), true)}
+	})
+}
+
+// geluBytes is the memory traffic of one gelu(x*w+b): x and w read, y
+// written (b is 8 KiB).
+const geluBytes = 3 * 2048 * 2048 * 4
+
+// BenchmarkFusedGeluBandwidth runs the fused gelu(x*w+b) on every core
+// (GOMAXPROCS) and reports the bytes read and written per second.
+func BenchmarkFusedGeluBandwidth(b *testing.B) {
+	p, err := passes.Compile(geluXWFunc(b), passes.Options{})
+	require.NoError(b, err)
+	e, err := New(p)
+	require.NoError(b, err)
+	args := randArgs(newRand(), p.Func)
+	a := &reuseAlloc{}
+	_, _, err = e.Execute(args, a)
+	require.NoError(b, err)
+	b.SetBytes(geluBytes)
+	b.ResetTimer()
+	for b.Loop() {
+		if _, _, err := e.Execute(args, a); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(geluBytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
+
+// BenchmarkCopyBandwidth copies geluBytes/2 bytes (so geluBytes read and
+// written) with copy, split across GOMAXPROCS goroutines like the fused
+// loops.
+func BenchmarkCopyBandwidth(b *testing.B) {
+	const n = geluBytes / 2
+	src, dst := alignedBytes(n), alignedBytes(n)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	workers := runtime.GOMAXPROCS(0)
+	chunk := (n + workers - 1) / workers
+	run := func() {
+		var wg sync.WaitGroup
+		for lo := 0; lo < n; lo += chunk {
+			hi := min(n, lo+chunk)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				copy(dst[lo:hi], src[lo:hi])
+			}()
+		}
+		wg.Wait()
+	}
+	run()
+	b.SetBytes(geluBytes)
+	b.ResetTimer()
+	for b.Loop() {
+		run()
+	}
+	b.ReportMetric(float64(geluBytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
+
+// TestGeluBandwidthRatio prints the fused gelu's bandwidth over copy's (the
+// goal is ≥ 0.8) when FERRY_BENCH_RATIO is set:
+//
+//	FERRY_BENCH_RATIO=1 go test ./internal/cpuexec -run GeluBandwidthRatio -v
+//
+// It never fails on time.
+func TestGeluBandwidthRatio(t *testing.T) {
+	if os.Getenv("FERRY_BENCH_RATIO") == "" {
+		t.Skip("set FERRY_BENCH_RATIO=1")
+	}
+	gbs := func(r testing.BenchmarkResult) float64 { return float64(r.Bytes) * float64(r.N) / r.T.Seconds() / 1e9 }
+	cp := testing.Benchmark(BenchmarkCopyBandwidth)
+	g := testing.Benchmark(BenchmarkFusedGeluBandwidth)
+	cp2 := testing.Benchmark(BenchmarkCopyBandwidth)
+	c := (gbs(cp) + gbs(cp2)) / 2
+	t.Logf("GOMAXPROCS=%d vmath=%s: copy %.2f GB/s (%.2f, %.2f), fused gelu(x*w+b) %.2f GB/s (%v/op): ratio %.2f",
+		runtime.GOMAXPROCS(0), vmath.Impl(), c, gbs(cp), gbs(cp2), gbs(g), time.Duration(g.NsPerOp()), gbs(g)/c)
 }

@@ -21,8 +21,12 @@ import (
 // read through an index map (iteration flat index → the value's flat index):
 //
 //   - elementwise ops are nodes over their operands' nodes under the same map,
-//     computed by eval.Elementwise (eval's own kernels, hence its numerics)
-//     into a small per-worker scratch block, or straight into the output;
+//     computed by eval.Elementwise (eval's own kernels, hence its numerics;
+//     f32 arithmetic and transcendental ops call the very vmath kernel eval
+//     runs, eval.F32Kernels, without the dispatch) into a small per-worker
+//     scratch block, or straight into the output; results of 8 MiB and more
+//     are computed in scratch and stored with non-temporal stores
+//     (vmath.StoreNT: no read of the destination lines);
 //   - reshape and device_put keep the flat index (no node);
 //     broadcast_in_dim, transpose and slice compose a stage onto the map of
 //     their operand (no node, no data movement);
@@ -222,6 +226,10 @@ type fnode struct {
 	code  ir.Code
 	attrs ir.Attrs
 	args  []int
+	// f32 unary and binary ops: the vector kernel eval.Elementwise would
+	// run (eval.F32Kernels), called directly.
+	f1 func(dst, x []float32)
+	f2 func(dst, a, b []float32)
 	// invariant nodes have the same value at every position: computed once
 	// per worker.
 	invariant bool
@@ -568,6 +576,15 @@ func (b *builder) node(v *ir.Value, m imap) (int, error) {
 				}
 				nd.args = append(nd.args, c)
 				nd.invariant = nd.invariant && p.nodes[c].invariant
+			}
+			if nd.dt == ir.Float32 {
+				u, bin := eval.F32Kernels(op.Code)
+				switch cl := op.Info().Class; {
+				case cl == ir.ClassUnary && len(nd.args) == 1:
+					nd.f1 = u
+				case cl == ir.ClassBinary && len(nd.args) == 2:
+					nd.f2 = bin
+				}
 			}
 		default:
 			return 0, unsupported(fmt.Sprintf("%v inside a fused group", op.Code))

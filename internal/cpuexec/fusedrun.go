@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/internal/vmath"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -23,6 +24,7 @@ type worker struct {
 	// per run
 	in, out []*ir.Literal
 	inPlace bool // store results only after the whole block is computed
+	nt      bool // results computed in scratch, stored with non-temporal stores
 }
 
 func (p *blockProg) newWorker() any {
@@ -189,7 +191,18 @@ func (w *worker) runRange(args, outs []*ir.Literal, lo, hi int, inPlace bool) er
 		return nil
 	}
 	w.in, w.out, w.inPlace = args, outs, inPlace
-	defer func() { w.in, w.out = nil, nil }()
+	w.nt = false
+	for _, rn := range p.results {
+		if len(outs[rn[0]].Data) >= ntMinBytes {
+			w.nt = true
+		}
+	}
+	defer func() {
+		w.in, w.out = nil, nil
+		if w.nt {
+			vmath.Fence()
+		}
+	}()
 	for i := range p.nodes {
 		nd := &p.nodes[i]
 		if !nd.invariant {
@@ -214,6 +227,11 @@ func (w *worker) runRange(args, outs []*ir.Literal, lo, hi int, inPlace bool) er
 	}
 	return nil
 }
+
+// ntMinBytes is the size from which a program's results are stored with
+// non-temporal stores (far beyond the caches of a core: the result would not
+// be read from the cache anyway, and the stores skip reading its lines).
+const ntMinBytes = 8 << 20
 
 // source returns the bytes a leaf reads.
 func (w *worker) source(nd *fnode) []byte {
@@ -248,10 +266,19 @@ func (w *worker) block(lo, hi int) error {
 		case nDot:
 			w.lits[i].Data = w.out[p.k.dotRes].Data[lo*e : hi*e]
 		case nOp:
-			if nd.out >= 0 && !w.inPlace {
+			if nd.out >= 0 && !w.inPlace && !w.nt {
 				w.lits[i].Data = w.out[nd.out].Data[lo*e : hi*e]
 			} else {
 				w.lits[i].Data = w.blocks[i][:cnt*e]
+			}
+			if nd.f2 != nil {
+				a := w.args[i]
+				nd.f2(ir.ViewBytes[float32](w.lits[i].Data), ir.ViewBytes[float32](a[0].Data), ir.ViewBytes[float32](a[1].Data))
+				continue
+			}
+			if nd.f1 != nil {
+				nd.f1(ir.ViewBytes[float32](w.lits[i].Data), ir.ViewBytes[float32](w.args[i][0].Data))
+				continue
 			}
 			if err := eval.Elementwise(nd.code, nd.attrs, w.args[i], &w.lits[i]); err != nil {
 				return err
@@ -260,10 +287,14 @@ func (w *worker) block(lo, hi int) error {
 	}
 	for _, rn := range p.results {
 		r, n := rn[0], rn[1]
-		if p.nodes[n].out == r && !w.inPlace {
+		if p.nodes[n].out == r && !w.inPlace && !w.nt {
 			continue
 		}
 		e := p.nodes[n].esz
+		if w.nt {
+			vmath.StoreNT(w.out[r].Data[lo*e:hi*e], w.lits[n].Data)
+			continue
+		}
 		copyMem(w.out[r].Data[lo*e:hi*e], w.lits[n].Data)
 	}
 	for i := range p.reduces {

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"unsafe"
 
+	"github.com/ferryml/ferry/internal/vmath"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -25,7 +26,7 @@ type numT interface{ intT | floatT }
 func unaryOp(code ir.Code, x, out *ir.Literal) error {
 	switch dt := x.Type.DType; dt {
 	case ir.Float32:
-		return unaryFloat(code, viewAs[float32](out.Data), viewAs[float32](x.Data))
+		return unaryF32(code, viewAs[float32](out.Data), viewAs[float32](x.Data))
 	case ir.Float64:
 		return unaryFloat(code, viewAs[float64](out.Data), viewAs[float64](x.Data))
 	case ir.Float16, ir.BFloat16:
@@ -33,7 +34,7 @@ func unaryOp(code ir.Code, x, out *ir.Literal) error {
 		defer putScratch(&f32Scratch, sa)
 		sb, buf := getScratch[float32](&f32Scratch, len(a))
 		defer putScratch(&f32Scratch, sb)
-		if err := unaryFloat(code, buf, a); err != nil {
+		if err := unaryF32(code, buf, a); err != nil {
 			return err
 		}
 		fromF32(out, buf)
@@ -75,6 +76,66 @@ func logistic(x float64) float64 {
 }
 
 func rsqrt(x float64) float64 { return 1 / math.Sqrt(x) }
+
+// unaryF32 runs the float32 kernels: vmath's vector kernels where there is
+// one (exact for neg, abs and sqrt; exp, log, tanh, logistic and erf within 2
+// ulp of the correctly rounded value), unaryFloat otherwise.
+func unaryF32(code ir.Code, dst, src []float32) error {
+	if f := f32Unary(code); f != nil {
+		f(dst[:len(src)], src)
+		return nil
+	}
+	return unaryFloat(code, dst, src)
+}
+
+func f32Unary(code ir.Code) func(dst, x []float32) {
+	switch code {
+	case ir.Neg:
+		return vmath.Neg
+	case ir.Abs:
+		return vmath.Abs
+	case ir.Sqrt:
+		return vmath.Sqrt
+	case ir.Exp:
+		return vmath.Exp
+	case ir.Log:
+		return vmath.Log
+	case ir.Tanh:
+		return vmath.Tanh
+	case ir.Logistic:
+		return vmath.Logistic
+	case ir.Erf:
+		return vmath.Erf
+	}
+	return nil
+}
+
+func f32Binary(code ir.Code) func(dst, a, b []float32) {
+	switch code {
+	case ir.Add:
+		return vmath.Add
+	case ir.Sub:
+		return vmath.Sub
+	case ir.Mul:
+		return vmath.Mul
+	case ir.Div:
+		return vmath.Div
+	case ir.Max:
+		return vmath.Max
+	case ir.Min:
+		return vmath.Min
+	}
+	return nil
+}
+
+// F32Kernels returns the vector kernel Elementwise runs for code over
+// float32 operands (f16 and bf16 as well, over their float32 widening), or
+// nils where it runs a kernel of its own: a fused-loop executor may call it
+// directly, with the same results. unary is set for unary ops, binary for
+// binary ops.
+func F32Kernels(code ir.Code) (unary func(dst, x []float32), binary func(dst, a, b []float32)) {
+	return f32Unary(code), f32Binary(code)
+}
 
 func unaryFloat[T floatT](code ir.Code, dst, src []T) error {
 	dst = dst[:len(src)]
@@ -171,7 +232,7 @@ func unaryInt[T intT](code ir.Code, dst, src []T) error {
 func binaryOp(code ir.Code, x, y, out *ir.Literal) error {
 	switch dt := x.Type.DType; dt {
 	case ir.Float32:
-		return binaryFloat(code, viewAs[float32](out.Data), viewAs[float32](x.Data), viewAs[float32](y.Data))
+		return binaryF32(code, viewAs[float32](out.Data), viewAs[float32](x.Data), viewAs[float32](y.Data))
 	case ir.Float64:
 		return binaryFloat(code, viewAs[float64](out.Data), viewAs[float64](x.Data), viewAs[float64](y.Data))
 	case ir.Float16, ir.BFloat16:
@@ -181,7 +242,7 @@ func binaryOp(code ir.Code, x, y, out *ir.Literal) error {
 		defer putScratch(&f32Scratch, sb)
 		sc, buf := getScratch[float32](&f32Scratch, len(a))
 		defer putScratch(&f32Scratch, sc)
-		if err := binaryFloat(code, buf, a, b); err != nil {
+		if err := binaryF32(code, buf, a, b); err != nil {
 			return err
 		}
 		fromF32(out, buf)
@@ -228,6 +289,16 @@ func map2F[T floatT](dst, a, b []T, f func(float64, float64) float64) {
 	for i, x := range a {
 		dst[i] = T(f(float64(x), float64(b[i])))
 	}
+}
+
+// binaryF32 runs the float32 kernels: vmath's (exact, the same results as
+// binaryFloat) for add, sub, mul, div, max and min.
+func binaryF32(code ir.Code, dst, a, b []float32) error {
+	if f := f32Binary(code); f != nil {
+		f(dst[:len(a)], a, b[:len(a)])
+		return nil
+	}
+	return binaryFloat(code, dst, a, b)
 }
 
 func binaryFloat[T floatT](code ir.Code, dst, a, b []T) error {

@@ -1,0 +1,361 @@
+// Command _asm generates the AVX-512 kernels of package vmath with avo.
+//
+// Run it from this directory (go generate in package vmath does so):
+//
+//	go run . -out ../vmath_amd64.s -stubs ../vmath_amd64_stub.go
+//
+// Every kernel maps n float32 elements: a main loop over whole 16-lane
+// vectors and one masked tail (so every element goes through the same
+// instructions, whatever its position). The formulas are those of the
+// pure-Go scalar kernels in ../scalar.go, evaluated with fused multiply-adds:
+// constants are broadcast from memory, special values are fixed with
+// compares and blends.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// Must match ../scalar.go.
+const (
+	log2e  = 1.44269504088896341
+	ln2Hi  = 0.693359375
+	ln2Lo  = -2.12194440e-4
+	sqrtHf = 0.707106781186547524
+	expHi  = 89
+	expLo  = -104
+	tanhLo = 0.625
+	tanhHi = 9.1
+	erfMid = 0.875
+	erfHi  = 3.9375
+)
+
+var expP = []float32{1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1}
+
+var logP = []float32{7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
+	1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1}
+
+var tanhP = []float32{-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1}
+
+var erfS = []float32{8.7370725e-05, -0.0008225737, 0.005208063, -0.026862139, 0.11283744, -0.37612638, 0.12837917}
+
+var erfL = []float32{-8.414678e-07, -1.5651069e-05, 0.00029121392, -0.002210701, 0.011352337,
+	-0.04690298, -0.8265409, -2.4302197, -1.5328244}
+
+var consts = map[uint32]Mem{}
+
+// c returns a memory operand holding the float32 v.
+func c(v float32) Mem { return cbits(math.Float32bits(v)) }
+
+func cbits(b uint32) Mem {
+	if m, ok := consts[b]; ok {
+		return m
+	}
+	m := ConstData(fmt.Sprintf("vmc_%08x", b), U32(b))
+	consts[b] = m
+	return m
+}
+
+const (
+	signMask = 0x80000000
+	absMask  = 0x7fffffff
+)
+
+// Comparison predicates (VCMPPS imm8).
+const (
+	cmpEQ  = 0x00 // EQ_OQ
+	cmpLT  = 0x11 // LT_OQ
+	cmpGE  = 0x1d // GE_OQ
+	cmpUNO = 0x03 // UNORD_Q
+)
+
+var Z = []reg.VecPhysical{
+	reg.Z0, reg.Z1, reg.Z2, reg.Z3, reg.Z4, reg.Z5, reg.Z6, reg.Z7,
+	reg.Z8, reg.Z9, reg.Z10, reg.Z11, reg.Z12, reg.Z13, reg.Z14, reg.Z15,
+	reg.Z16, reg.Z17, reg.Z18, reg.Z19, reg.Z20, reg.Z21, reg.Z22, reg.Z23,
+}
+
+// horner leaves c[0]*t^(n-1)+...+c[n-1] in acc.
+func horner(acc, t reg.VecPhysical, cs []float32) {
+	VBROADCASTSS(c(cs[0]), acc)
+	for _, k := range cs[1:] {
+		VFMADD213PS_BCST(c(k), t, acc) // acc = t*acc + k
+	}
+}
+
+// body computes out from the inputs; temporaries are Z8 and up.
+type body func(in []reg.VecPhysical, out reg.VecPhysical)
+
+// expInto: out = e^x (x is preserved). Uses Z16..Z19.
+func expInto(x, out reg.VecPhysical) {
+	t0, t1, t2, t3 := Z[16], Z[17], Z[18], Z[19]
+	VBROADCASTSS(c(expLo), t1)
+	VMAXPS(x, t1, t0) // NaN: x
+	VBROADCASTSS(c(expHi), t1)
+	VMINPS(t0, t1, t0)
+	VMULPS_BCST(c(log2e), t0, t1)
+	VRNDSCALEPS(U8(8), t1, t1) // n, nearest even
+	VFNMADD231PS_BCST(c(ln2Hi), t1, t0)
+	VFNMADD231PS_BCST(c(ln2Lo), t1, t0) // r
+	VMULPS(t0, t0, t2)                  // z
+	horner(t3, t0, expP)
+	VFMADD213PS(t0, t2, t3) // p*z + r
+	VADDPS_BCST(c(1), t3, t3)
+	VSCALEFPS(t1, t3, out)
+}
+
+// copysign: out = |out| with the sign of x (bitwise select by the sign mask).
+func copysign(out, x, tmp reg.VecPhysical) {
+	VPBROADCASTD_m(signMask, tmp)
+	VPTERNLOGD(U8(0xB8), x, tmp, out) // out = tmp ? x : out
+}
+
+func VPBROADCASTD_m(b uint32, z reg.VecPhysical) { VBROADCASTSS(cbits(b), z) }
+
+func expBody(in []reg.VecPhysical, out reg.VecPhysical) { expInto(in[0], out) }
+
+func tanhBody(in []reg.VecPhysical, out reg.VecPhysical) {
+	x := in[0]
+	a, z, s, t, e := Z[8], Z[9], Z[10], Z[11], Z[12]
+	VPANDD_BCST(cbits(absMask), x, a)
+	VMULPS(x, x, z)
+	horner(s, z, tanhP)
+	VMULPS(x, z, t)
+	VFMADD213PS(x, t, s) // small = t*s + x
+	// large = 1 - 2/(e^(2a)+1), 2a clamped to 2*tanhHi (NaN kept)
+	VADDPS(a, a, t)
+	VBROADCASTSS(c(2*tanhHi), e)
+	VMINPS(t, e, t)
+	expInto(t, e)
+	VADDPS_BCST(c(1), e, e)
+	VBROADCASTSS(c(2), t)
+	VDIVPS(e, t, t)
+	VBROADCASTSS(c(1), out)
+	VSUBPS(t, out, out)
+	VCMPPS_BCST(U8(cmpLT), c(tanhLo), a, reg.K2)
+	VBLENDMPS(s, out, reg.K2, out)
+	copysign(out, x, t)
+}
+
+func logisticBody(in []reg.VecPhysical, out reg.VecPhysical) {
+	x := in[0]
+	n, e, num := Z[8], Z[9], Z[10]
+	VPORD_BCST(cbits(signMask), x, n) // -|x|
+	expInto(n, e)
+	VBROADCASTSS(c(1), num)
+	VXORPS(n, n, n)
+	VCMPPS(U8(cmpLT), n, x, reg.K2) // x < 0
+	VBLENDMPS(e, num, reg.K2, num)
+	VADDPS_BCST(c(1), e, e)
+	VDIVPS(e, num, out)
+}
+
+func erfBody(in []reg.VecPhysical, out reg.VecPhysical) {
+	x := in[0]
+	a, z, s, t, q := Z[8], Z[9], Z[10], Z[11], Z[12]
+	VPANDD_BCST(cbits(absMask), x, a)
+	VMULPS(x, x, z)
+	horner(s, z, erfS)
+	VFMADD213PS(x, x, s) // small = x*s + x
+	VBROADCASTSS(c(erfHi), t)
+	VMINPS(a, t, t) // NaN: a
+	VSUBPS_BCST(c(erfMid), t, t)
+	horner(q, t, erfL)
+	expInto(q, t)
+	VBROADCASTSS(c(1), out)
+	VSUBPS(t, out, out)
+	VCMPPS_BCST(U8(cmpGE), c(erfHi), a, reg.K2)
+	VBROADCASTSS(c(1), t)
+	VBLENDMPS(t, out, reg.K2, out)
+	VCMPPS_BCST(U8(cmpLT), c(erfMid), a, reg.K2)
+	VBLENDMPS(s, out, reg.K2, out)
+	copysign(out, x, t)
+}
+
+func logBody(in []reg.VecPhysical, out reg.VecPhysical) {
+	x := in[0]
+	m, e, f, z, y, t := Z[8], Z[9], Z[10], Z[11], Z[12], Z[13]
+	VGETMANTPS(U8(0x02), x, m) // [0.5, 1)
+	VGETEXPPS(x, e)
+	VADDPS_BCST(c(1), e, e)
+	VCMPPS_BCST(U8(cmpLT), c(sqrtHf), m, reg.K2)
+	VADDPS(m, m, reg.K2, m)
+	VSUBPS_BCST(c(1), e, reg.K2, e)
+	VSUBPS_BCST(c(1), m, f)
+	VMULPS(f, f, z)
+	horner(y, f, logP)
+	VMULPS(f, y, y)
+	VMULPS(z, y, y)
+	VFMADD231PS_BCST(c(ln2Lo), e, y)
+	VFNMADD231PS_BCST(c(0.5), z, y) // y -= 0.5*z
+	VADDPS(f, y, out)
+	VFMADD231PS_BCST(c(ln2Hi), e, out)
+	// x == +inf: +inf; x == 0: -inf; x < 0: NaN (NaN stays NaN).
+	VCMPPS_BCST(U8(cmpEQ), cbits(0x7f800000), x, reg.K2)
+	VMOVAPS(x, reg.K2, out)
+	VXORPS(t, t, t)
+	VCMPPS(U8(cmpEQ), t, x, reg.K2)
+	VBROADCASTSS(cbits(0xff800000), t)
+	VMOVAPS(t, reg.K2, out)
+	VXORPS(t, t, t)
+	VCMPPS(U8(cmpLT), t, x, reg.K2)
+	VBROADCASTSS(cbits(0x7fc00000), t)
+	VMOVAPS(t, reg.K2, out)
+}
+
+func binBody(op func(b, a, dst Op)) body {
+	return func(in []reg.VecPhysical, out reg.VecPhysical) { op(in[1], in[0], out) }
+}
+
+// maxBody: x > y ? x : y, and x when x is NaN (eval's max).
+func maxBody(in []reg.VecPhysical, out reg.VecPhysical) {
+	VMAXPS(in[1], in[0], out) // Intel vmaxps out, x, y: x > y ? x : y
+	VCMPPS(U8(cmpUNO), in[0], in[0], reg.K2)
+	VMOVAPS(in[0], reg.K2, out)
+}
+
+func minBody(in []reg.VecPhysical, out reg.VecPhysical) {
+	VMINPS(in[1], in[0], out)
+	VCMPPS(U8(cmpUNO), in[0], in[0], reg.K2)
+	VMOVAPS(in[0], reg.K2, out)
+}
+
+// kernel emits func name(dst, a[, b] *float32, n int).
+func kernel(name string, nin int, b body) {
+	params := "dst, a *float32, n int"
+	if nin == 2 {
+		params = "dst, a, b *float32, n int"
+	}
+	TEXT(name, NOSPLIT, "func("+params+")")
+	Pragma("noescape")
+	ptrs := []reg.Register{reg.RSI, reg.RDX}
+	names := []string{"a", "b"}
+	Load(Param("dst"), reg.RDI)
+	for i := 0; i < nin; i++ {
+		Load(Param(names[i]), ptrs[i])
+	}
+	Load(Param("n"), reg.RCX)
+	in := Z[:nin]
+	out := Z[4]
+	Label(name + "_loop")
+	CMPQ(reg.RCX, Imm(16))
+	JL(LabelRef(name + "_tail"))
+	for i := 0; i < nin; i++ {
+		VMOVUPS(Mem{Base: ptrs[i]}, in[i])
+	}
+	b(in, out)
+	VMOVUPS(out, Mem{Base: reg.RDI})
+	for i := 0; i < nin; i++ {
+		ADDQ(Imm(64), ptrs[i])
+	}
+	ADDQ(Imm(64), reg.RDI)
+	SUBQ(Imm(16), reg.RCX)
+	JMP(LabelRef(name + "_loop"))
+	Label(name + "_tail")
+	TESTQ(reg.RCX, reg.RCX)
+	JLE(LabelRef(name + "_done"))
+	MOVL(U32(0xffff), reg.EAX)
+	BZHIL(reg.ECX, reg.EAX, reg.EAX)
+	KMOVW(reg.EAX, reg.K1)
+	for i := 0; i < nin; i++ {
+		VMOVUPS_Z(Mem{Base: ptrs[i]}, reg.K1, in[i])
+	}
+	b(in, out)
+	VMOVUPS(out, reg.K1, Mem{Base: reg.RDI})
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+func cpuid() {
+	TEXT("cpuid", NOSPLIT, "func(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)")
+	Load(Param("eaxArg"), reg.EAX)
+	Load(Param("ecxArg"), reg.ECX)
+	CPUID()
+	Store(reg.EAX, Return("eax"))
+	Store(reg.EBX, Return("ebx"))
+	Store(reg.ECX, Return("ecx"))
+	Store(reg.EDX, Return("edx"))
+	RET()
+
+	TEXT("xgetbv", NOSPLIT, "func() (eax, edx uint32)")
+	XORL(reg.ECX, reg.ECX)
+	XGETBV()
+	Store(reg.EAX, Return("eax"))
+	Store(reg.EDX, Return("edx"))
+	RET()
+}
+
+// prefetch emits func prefetchT0(p *byte, n int) and prefetchT1: a
+// prefetch of every 64-byte line of [p, p+n).
+func prefetch(name string, ins func(Op)) {
+	TEXT(name, NOSPLIT, "func(p *byte, n int)")
+	Pragma("noescape")
+	Load(Param("p"), reg.RSI)
+	Load(Param("n"), reg.RCX)
+	Label(name + "_loop")
+	CMPQ(reg.RCX, Imm(0))
+	JLE(LabelRef(name + "_done"))
+	ins(Mem{Base: reg.RSI})
+	ADDQ(Imm(64), reg.RSI)
+	SUBQ(Imm(64), reg.RCX)
+	JMP(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	RET()
+}
+
+// storeNT emits func storeNT(dst, src *byte, n int): n bytes (a multiple of
+// 64, dst 64-byte aligned) copied with non-temporal stores; and sfence.
+func storeNT() {
+	TEXT("storeNT", NOSPLIT, "func(dst, src *byte, n int)")
+	Pragma("noescape")
+	Load(Param("dst"), reg.RDI)
+	Load(Param("src"), reg.RSI)
+	Load(Param("n"), reg.RCX)
+	Label("storeNT_loop")
+	CMPQ(reg.RCX, Imm(64))
+	JL(LabelRef("storeNT_done"))
+	VMOVUPS(Mem{Base: reg.RSI}, reg.Z0)
+	VMOVNTPS(reg.Z0, Mem{Base: reg.RDI})
+	ADDQ(Imm(64), reg.RSI)
+	ADDQ(Imm(64), reg.RDI)
+	SUBQ(Imm(64), reg.RCX)
+	JMP(LabelRef("storeNT_loop"))
+	Label("storeNT_done")
+	VZEROUPPER()
+	RET()
+
+	TEXT("sfence", NOSPLIT, "func()")
+	SFENCE()
+	RET()
+}
+
+func main() {
+	flag.CommandLine.Set("pkg", "vmath")
+	ConstraintExpr("amd64")
+	cpuid()
+	storeNT()
+	prefetch("prefetchT0", func(m Op) { PREFETCHT0(m) })
+	prefetch("prefetchT1", func(m Op) { PREFETCHT1(m) })
+	kernel("expAVX512", 1, expBody)
+	kernel("logAVX512", 1, logBody)
+	kernel("tanhAVX512", 1, tanhBody)
+	kernel("logisticAVX512", 1, logisticBody)
+	kernel("erfAVX512", 1, erfBody)
+	kernel("sqrtAVX512", 1, func(in []reg.VecPhysical, out reg.VecPhysical) { VSQRTPS(in[0], out) })
+	kernel("negAVX512", 1, func(in []reg.VecPhysical, out reg.VecPhysical) { VPXORD_BCST(cbits(signMask), in[0], out) })
+	kernel("absAVX512", 1, func(in []reg.VecPhysical, out reg.VecPhysical) { VPANDD_BCST(cbits(absMask), in[0], out) })
+	kernel("addAVX512", 2, binBody(func(b, a, d Op) { VADDPS(b, a, d) }))
+	kernel("subAVX512", 2, binBody(func(b, a, d Op) { VSUBPS(b, a, d) }))
+	kernel("mulAVX512", 2, binBody(func(b, a, d Op) { VMULPS(b, a, d) }))
+	kernel("divAVX512", 2, binBody(func(b, a, d Op) { VDIVPS(b, a, d) }))
+	kernel("maxAVX512", 2, maxBody)
+	kernel("minAVX512", 2, minBody)
+	Generate()
+}
