@@ -1,0 +1,470 @@
+// Package checkpoint saves and loads trees of arrays (parameters, optimizer
+// states) in the safetensors format of Hugging Face, so that checkpoints can be
+// read by other tools (safetensors, PyTorch, JAX) and Ferry can read theirs.
+//
+// A safetensors file is an 8-byte little-endian header length N, N bytes of a
+// JSON header, then the raw tensor data, little-endian and row-major. The
+// header maps each tensor name to {"dtype", "shape", "data_offsets": [begin,
+// end]} (offsets relative to the start of the data) and may hold string
+// metadata under "__metadata__":
+//
+//	{"__metadata__":{"step":"100"},"W":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}}
+//
+// Tensors are named by their path in the tree (trace.TreeDef.Paths): a
+// struct {Layers []Layer; Opt optim.AdamState} saves tensors such as
+// "Layers[0].W" and "Opt.Mu.Layers[0].W". Save writes the header with
+// "__metadata__" first (when there is metadata) and the tensors in the tree's
+// leaf order, their data in the same order and the header padded with spaces
+// to a multiple of 8 bytes, as the reference implementation does.
+//
+// Supported dtypes: F32, F16, BF16, F64, I32, I64, U8, U32 and BOOL (Ferry's
+// dtypes). Files with other dtypes can be inspected with ReadHeader but not
+// loaded.
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/ferryml/ferry/ir"
+	rt "github.com/ferryml/ferry/runtime"
+	"github.com/ferryml/ferry/trace"
+)
+
+// MaxHeaderBytes is the largest header Load and ReadHeader accept (100 MB,
+// the limit of the reference implementation).
+const MaxHeaderBytes = 100_000_000
+
+// TensorInfo describes one tensor of a safetensors header.
+type TensorInfo struct {
+	// DType is the safetensors dtype name ("F32", "BF16", ...).
+	DType string
+	// Shape is the tensor's dimensions.
+	Shape []int
+	// DataOffsets are the tensor's begin and end byte offsets in the data that
+	// follows the header.
+	DataOffsets [2]int64
+}
+
+// Type returns the tensor's Ferry dtype and shape, or an error for a dtype
+// Ferry does not support.
+func (t TensorInfo) Type() (ir.Type, error) {
+	dt, ok := dtypeOf[t.DType]
+	if !ok {
+		return ir.Type{}, fmt.Errorf("unsupported safetensors dtype %q", t.DType)
+	}
+	return ir.Type{DType: dt, Shape: ir.Shape(slices.Clone(t.Shape))}, nil
+}
+
+var dtypeNames = map[ir.DType]string{
+	ir.Float32: "F32", ir.Float16: "F16", ir.BFloat16: "BF16", ir.Float64: "F64",
+	ir.Int32: "I32", ir.Int64: "I64", ir.Uint8: "U8", ir.Uint32: "U32", ir.Bool: "BOOL",
+}
+
+var dtypeOf = func() map[string]ir.DType {
+	m := map[string]ir.DType{}
+	for d, n := range dtypeNames {
+		m[n] = d
+	}
+	return m
+}()
+
+// otherDTypeSizes are element sizes of safetensors dtypes Ferry does not load,
+// so that ReadHeader can still check their offsets.
+var otherDTypeSizes = map[string]int64{"I8": 1, "U16": 2, "I16": 2, "U64": 8, "F8_E5M2": 1, "F8_E4M3": 1}
+
+func elemSize(dtype string) (int64, bool) {
+	if d, ok := dtypeOf[dtype]; ok {
+		return int64(d.Size()), true
+	}
+	n, ok := otherDTypeSizes[dtype]
+	return n, ok
+}
+
+// ---- saving ----
+
+// Save writes tree (any tree of concrete arrays, see trace.Flatten) to w in the
+// safetensors format, each leaf named by its path, with metadata (may be nil)
+// as "__metadata__". Arrays in pinned host memory are saved like device ones.
+func Save(w io.Writer, tree any, metadata map[string]string) error {
+	leaves, def, err := trace.Flatten(tree)
+	if err != nil {
+		return fmt.Errorf("checkpoint.Save: %w", err)
+	}
+	paths := def.Paths()
+	seen := make(map[string]bool, len(paths))
+	lits := make([]*ir.Literal, len(leaves))
+	var hdr bytes.Buffer
+	hdr.WriteByte('{')
+	if len(metadata) > 0 {
+		hdr.WriteString(`"__metadata__":{`)
+		keys := make([]string, 0, len(metadata))
+		for k := range metadata {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for i, k := range keys {
+			if i > 0 {
+				hdr.WriteByte(',')
+			}
+			writeJSONString(&hdr, k)
+			hdr.WriteByte(':')
+			writeJSONString(&hdr, metadata[k])
+		}
+		hdr.WriteByte('}')
+	}
+	var off int64
+	for i, a := range leaves {
+		name := paths[i]
+		if name == "__metadata__" || seen[name] {
+			return fmt.Errorf("checkpoint.Save: duplicate or reserved tensor name %q", name)
+		}
+		seen[name] = true
+		l, err := a.Literal()
+		if err != nil {
+			return fmt.Errorf("checkpoint.Save: %s: %w", name, err)
+		}
+		lits[i] = l
+		if len(metadata) > 0 || i > 0 {
+			hdr.WriteByte(',')
+		}
+		writeJSONString(&hdr, name)
+		fmt.Fprintf(&hdr, `:{"dtype":"%s","shape":[`, dtypeNames[l.Type.DType])
+		for j, d := range l.Type.Shape {
+			if j > 0 {
+				hdr.WriteByte(',')
+			}
+			fmt.Fprint(&hdr, d)
+		}
+		n := int64(len(l.Data))
+		fmt.Fprintf(&hdr, `],"data_offsets":[%d,%d]}`, off, off+n)
+		off += n
+	}
+	hdr.WriteByte('}')
+	for hdr.Len()%8 != 0 {
+		hdr.WriteByte(' ')
+	}
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(hdr.Len()))
+	if _, err := w.Write(n[:]); err != nil {
+		return fmt.Errorf("checkpoint.Save: %w", err)
+	}
+	if _, err := w.Write(hdr.Bytes()); err != nil {
+		return fmt.Errorf("checkpoint.Save: %w", err)
+	}
+	for i, l := range lits {
+		// Literal data is little-endian (Ferry runs on little-endian machines).
+		if _, err := w.Write(l.Data); err != nil {
+			return fmt.Errorf("checkpoint.Save: %s: %w", paths[i], err)
+		}
+	}
+	return nil
+}
+
+func writeJSONString(b *bytes.Buffer, s string) {
+	var tmp bytes.Buffer
+	enc := json.NewEncoder(&tmp)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	b.Write(bytes.TrimSuffix(tmp.Bytes(), []byte("\n")))
+}
+
+// SaveFile is Save to a file at path, which it creates or truncates. The file
+// is written to a temporary file beside it and renamed, so a crash never
+// leaves a partial checkpoint at path.
+func SaveFile(path string, tree any, metadata map[string]string) (err error) {
+	f, err := os.CreateTemp(dirOf(path), ".checkpoint-*.tmp")
+	if err != nil {
+		return fmt.Errorf("checkpoint.SaveFile: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err = Save(f, tree, metadata); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("checkpoint.SaveFile: %w", err)
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("checkpoint.SaveFile: %w", err)
+	}
+	return nil
+}
+
+func dirOf(path string) string {
+	i := strings.LastIndexAny(path, `/`+string(os.PathSeparator))
+	if i < 0 {
+		return "."
+	}
+	if i == 0 {
+		return path[:1]
+	}
+	return path[:i]
+}
+
+// ---- reading ----
+
+// header is a parsed and checked safetensors header.
+type header struct {
+	tensors  map[string]TensorInfo
+	meta     map[string]string
+	dataSize int64
+	order    []string // tensor names by data offset
+}
+
+// sizeOf returns the number of bytes left in r if it can tell (files, bytes
+// and strings readers), or -1.
+func sizeOf(r io.Reader) int64 {
+	switch r := r.(type) {
+	case interface{ Len() int }:
+		return int64(r.Len())
+	case *os.File:
+		fi, err := r.Stat()
+		if err != nil || !fi.Mode().IsRegular() {
+			return -1
+		}
+		pos, err := r.Seek(0, io.SeekCurrent)
+		if err != nil {
+			return -1
+		}
+		return fi.Size() - pos
+	}
+	return -1
+}
+
+// readHeader reads and checks the header. size is the number of bytes left in
+// r, or -1 if unknown.
+func readHeader(r io.Reader, size int64) (*header, error) {
+	var lenBuf [8]byte
+	if _, err := io.ReadFull(r, lenBuf[:]); err != nil {
+		return nil, fmt.Errorf("truncated file: reading the header length: %w", err)
+	}
+	n := binary.LittleEndian.Uint64(lenBuf[:])
+	if n > MaxHeaderBytes {
+		return nil, fmt.Errorf("header length %d exceeds the limit of %d bytes (not a safetensors file?)", n, MaxHeaderBytes)
+	}
+	if size >= 0 && int64(n) > size-8 {
+		return nil, fmt.Errorf("truncated file: header length %d but only %d bytes follow", n, max(size-8, 0))
+	}
+	// Read through a growing buffer, so that a hostile length cannot make us
+	// allocate more than the input holds.
+	var buf bytes.Buffer
+	if got, err := io.CopyN(&buf, r, int64(n)); err != nil {
+		return nil, fmt.Errorf("truncated file: header length %d but only %d bytes follow", n, got)
+	}
+	h, err := parseHeader(buf.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	if size >= 0 && h.dataSize > size-8-int64(n) {
+		return nil, fmt.Errorf("truncated file: the header describes %d bytes of data but only %d follow", h.dataSize, size-8-int64(n))
+	}
+	return h, nil
+}
+
+func parseHeader(b []byte) (*header, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("invalid header JSON: %w", err)
+	}
+	h := &header{tensors: make(map[string]TensorInfo, len(raw)), meta: map[string]string{}}
+	for name, v := range raw {
+		if name == "__metadata__" {
+			if err := json.Unmarshal(v, &h.meta); err != nil {
+				return nil, fmt.Errorf("invalid __metadata__ (must map strings to strings): %w", err)
+			}
+			if h.meta == nil {
+				h.meta = map[string]string{}
+			}
+			continue
+		}
+		var ti struct {
+			DType       string  `json:"dtype"`
+			Shape       []int64 `json:"shape"`
+			DataOffsets []int64 `json:"data_offsets"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(v))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&ti); err != nil {
+			return nil, fmt.Errorf("tensor %q: invalid header entry: %w", name, err)
+		}
+		es, ok := elemSize(ti.DType)
+		if !ok {
+			return nil, fmt.Errorf("tensor %q: unknown dtype %q", name, ti.DType)
+		}
+		if ti.Shape == nil {
+			return nil, fmt.Errorf("tensor %q: no shape", name)
+		}
+		if len(ti.DataOffsets) != 2 {
+			return nil, fmt.Errorf("tensor %q: data_offsets must be [begin, end]", name)
+		}
+		nbytes := es
+		shape := make([]int, len(ti.Shape))
+		for i, d := range ti.Shape {
+			if d < 0 || d > math.MaxInt32 {
+				return nil, fmt.Errorf("tensor %q: invalid dimension %d in shape %v", name, d, ti.Shape)
+			}
+			shape[i] = int(d)
+			if d != 0 && nbytes > math.MaxInt64/d {
+				return nil, fmt.Errorf("tensor %q: shape %v is too large", name, ti.Shape)
+			}
+			nbytes *= d
+		}
+		b0, b1 := ti.DataOffsets[0], ti.DataOffsets[1]
+		if b0 < 0 || b1 < b0 || b1-b0 != nbytes {
+			return nil, fmt.Errorf("tensor %q: data_offsets [%d, %d] do not hold %s%v (%d bytes)", name, b0, b1, ti.DType, ti.Shape, nbytes)
+		}
+		h.tensors[name] = TensorInfo{DType: ti.DType, Shape: shape, DataOffsets: [2]int64{b0, b1}}
+		h.order = append(h.order, name)
+	}
+	sort.Slice(h.order, func(i, j int) bool {
+		a, b := h.tensors[h.order[i]].DataOffsets, h.tensors[h.order[j]].DataOffsets
+		if a[0] != b[0] {
+			return a[0] < b[0]
+		}
+		return a[1] < b[1]
+	})
+	var end int64
+	for _, name := range h.order {
+		o := h.tensors[name].DataOffsets
+		if o[0] != end {
+			return nil, fmt.Errorf("tensor %q: data_offsets [%d, %d] leave a gap or overlap (expected to begin at %d)", name, o[0], o[1], end)
+		}
+		end = o[1]
+	}
+	h.dataSize = end
+	return h, nil
+}
+
+// ReadHeader reads the header of a safetensors stream: the tensors by name and
+// the metadata (empty if none). It checks the header as Load does (dtypes,
+// shapes against offsets, offsets contiguous) but reads no tensor data.
+func ReadHeader(r io.Reader) (map[string]TensorInfo, map[string]string, error) {
+	h, err := readHeader(r, sizeOf(r))
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint.ReadHeader: %w", err)
+	}
+	return h.tensors, h.meta, nil
+}
+
+// Load reads a safetensors stream into a tree shaped like like: like gives the
+// structure, the tensor names (its paths) and each tensor's dtype and shape,
+// and its arrays are only read for those (zeros of the right shapes do). Nil
+// arrays in like are not leaves and stay nil. The file must hold exactly the
+// tensors of like with the same dtypes and shapes; otherwise the error names
+// the tensor. Arrays are created in device memory, or in pinned host memory
+// where like's array is there (an offloaded optimizer state loads offloaded).
+// Use ReadHeader for the metadata.
+func Load[T any](r io.Reader, like T) (T, error) {
+	v, err := load(r, sizeOf(r), like)
+	if err != nil {
+		var z T
+		return z, fmt.Errorf("checkpoint.Load: %w", err)
+	}
+	return trace.UnflattenAs[T](v.def, v.leaves)
+}
+
+// LoadFile is Load from the file at path.
+func LoadFile[T any](path string, like T) (T, error) {
+	var z T
+	f, err := os.Open(path)
+	if err != nil {
+		return z, fmt.Errorf("checkpoint.LoadFile: %w", err)
+	}
+	defer f.Close()
+	v, err := load(f, sizeOf(f), like)
+	if err != nil {
+		return z, fmt.Errorf("checkpoint.LoadFile %s: %w", path, err)
+	}
+	return trace.UnflattenAs[T](v.def, v.leaves)
+}
+
+type loaded struct {
+	leaves []*trace.Array
+	def    *trace.TreeDef
+}
+
+func load(r io.Reader, size int64, like any) (*loaded, error) {
+	leaves, def, err := trace.Flatten(like)
+	if err != nil {
+		return nil, err
+	}
+	paths := def.Paths()
+	index := make(map[string]int, len(paths))
+	for i, p := range paths {
+		index[p] = i
+	}
+	h, err := readHeader(r, size)
+	if err != nil {
+		return nil, err
+	}
+	// Check names, dtypes and shapes before reading (and allocating) any data.
+	var errs []error
+	for i, p := range paths {
+		ti, ok := h.tensors[p]
+		if !ok {
+			errs = append(errs, fmt.Errorf("tensor %q is missing from the file", p))
+			continue
+		}
+		want := leaves[i]
+		if want.IsTraced() {
+			return nil, fmt.Errorf("tensor %q: like holds a traced array; load outside of traced functions", p)
+		}
+		typ, err := ti.Type()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tensor %q: %w", p, err))
+			continue
+		}
+		if typ.DType != want.DType() || !slices.Equal(typ.Shape, want.Shape()) {
+			errs = append(errs, fmt.Errorf("tensor %q is %v in the file, want %v", p, typ, ir.Type{DType: want.DType(), Shape: want.Shape()}))
+		}
+	}
+	for _, name := range h.order {
+		if _, ok := index[name]; !ok {
+			errs = append(errs, fmt.Errorf("the file has tensor %q, which is not in the tree", name))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	out := make([]*trace.Array, len(leaves))
+	for _, name := range h.order {
+		i := index[name]
+		want := leaves[i]
+		l := ir.NewLiteral(ir.Type{DType: want.DType(), Shape: want.Shape()})
+		if _, err := io.ReadFull(r, l.Data); err != nil {
+			return nil, fmt.Errorf("truncated file: reading tensor %q: %w", name, err)
+		}
+		if l.Type.DType == ir.Bool {
+			for j, b := range l.Data { // Ferry's bools are 0 or 1
+				if b != 0 {
+					l.Data[j] = 1
+				}
+			}
+		}
+		a, err := rt.FromLiteral(l)
+		if err != nil {
+			return nil, fmt.Errorf("tensor %q: %w", name, err)
+		}
+		if sp := want.Space(); sp != a.Space() {
+			b := trace.DevicePut(a, sp)
+			_ = a.Delete()
+			a = b
+		}
+		out[i] = a
+	}
+	return &loaded{leaves: out, def: def}, nil
+}
