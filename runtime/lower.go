@@ -100,6 +100,9 @@ func (l *Lowered) buffers(leaves []*trace.Array) ([]trace.Buffer, error) {
 		if a.IsTraced() {
 			return nil, trace.Errorf("rt.Jit", "%s: argument leaf %d is a tracer", l.Func.Name, i)
 		}
+		if a.IsAbstract() {
+			return nil, trace.Errorf("rt.Jit", "%s: argument leaf %d (%v) is abstract (trace.Abstract): lower and compile it, but call with concrete arrays", l.Func.Name, i, a.Type())
+		}
 		if want := params[i].Type; !a.Type().Equal(want) {
 			return nil, trace.Errorf("rt.Jit", "%s: argument leaf %d is %v, compiled for %v", l.Func.Name, i, a.Type(), want)
 		}

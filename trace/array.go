@@ -49,6 +49,14 @@ type Array struct {
 	weak bool
 }
 
+// Abstract returns an array that has only a type, like jax.ShapeDtypeStruct: it
+// can be passed to rt.Lower and Jitted.Lower to trace and compile (and read the
+// memory analysis of) programs too large to materialise, but not run.
+func Abstract(t ir.Type) *Array { return &Array{typ: t.WithShape(t.Shape)} }
+
+// IsAbstract reports whether a has neither a buffer nor a tracer (see Abstract).
+func (a *Array) IsAbstract() bool { return a != nil && a.buf == nil && a.tr == nil }
+
 // FromBuffer wraps a backend buffer as a concrete array.
 func FromBuffer(b Buffer) *Array { return &Array{typ: b.Type(), buf: b} }
 
@@ -96,7 +104,7 @@ func (a *Array) Literal() (*ir.Literal, error) {
 		return nil, fmt.Errorf("array %v is traced: its value is not known while tracing (return it from the jitted function instead)", a.typ)
 	}
 	if a.buf == nil {
-		return nil, fmt.Errorf("array %v has no buffer", a.typ)
+		return nil, fmt.Errorf("array %v is abstract (trace.Abstract): it has a type but no values; it can be lowered, not run", a.typ)
 	}
 	return a.buf.Literal()
 }

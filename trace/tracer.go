@@ -277,7 +277,7 @@ func applyEager(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Arra
 	types := make([]ir.Type, len(args))
 	for i, a := range args {
 		if a.buf == nil {
-			panic(Errorf(name, "operand %d has no buffer", i))
+			panic(Errorf(name, "operand %d (%v) has no values: it is abstract (trace.Abstract) or its buffer is gone", i, a.typ))
 		}
 		bufs[i] = a.buf
 		types[i] = a.typ

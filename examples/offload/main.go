@@ -55,6 +55,10 @@ type Row struct {
 	XLATempBytes      int64   `json:"xla_temp_bytes"`
 	XLATotalBytes     int64   `json:"xla_total_bytes"`
 	Seconds           float64 `json:"seconds"`
+	// Dim is the width the analysis is for and ExecDim the width executed
+	// (the optimizer cases analyse DIM = 7168 and run a small DIM).
+	Dim     int `json:"dim,omitempty"`
+	ExecDim int `json:"exec_dim,omitempty"`
 }
 
 const mib = 1 << 20
@@ -213,6 +217,8 @@ func main() {
 	d := flag.Int("d", 256, "model width (x is f32[d,d])")
 	h := flag.Int("h", 1024, "hidden width")
 	seed := flag.Uint64("seed", 1, "random seed for the weights and input")
+	optDim := flag.Int("opt-dim", 7168, "optimizer cases: width analysed")
+	optExec := flag.Int("opt-exec-dim", 256, "optimizer cases: width executed and compared")
 	flag.Parse()
 
 	r := rand.New(rand.NewPCG(*seed, 2))
@@ -254,6 +260,12 @@ func main() {
 	for i := range rows {
 		rows[i].MaxAbsGradDiff = maxAbsDiff(grads[i], ref)
 	}
+	ref, w, wHost, x = Weights{}, Weights{}, Weights{}, nil
+	optRows, err := optimizerRows(*optDim, *optExec, *seed)
+	if err != nil {
+		log.Fatal(err)
+	}
+	rows = append(rows, optRows...)
 
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -275,4 +287,5 @@ func main() {
 	for _, r := range rows {
 		fmt.Printf("%-26s temp %s  argument %s  output %s\n", r.Case, f(r.HostTempBytes), f(r.HostArgumentBytes), f(r.HostOutputBytes))
 	}
+	fmt.Printf("\noptimizer cases: analysis at DIM = %d, executed (peak, max|Δ| of params and state vs the device-only run after 3 steps) at DIM = %d\n", *optDim, *optExec)
 }
