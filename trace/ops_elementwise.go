@@ -314,6 +314,29 @@ func Relu(x *Array) *Array {
 func Gelu(x *Array, approximate bool) *Array {
 	needArrays("Gelu", x)
 	checkKind("Gelu", kindFloat, x)
+	if approximate {
+		return geluTanhVJP(x)[0]
+	}
+	return geluErfVJP(x)[0]
+}
+
+// Gelu's gradient saves only its input: the backward pass recomputes the
+// derivative elementwise (fused with the cotangent product) instead of keeping
+// every intermediate of the forward formula alive, as XLA's fused kernels do.
+var (
+	geluTanhVJP = geluWithVJP(true)
+	geluErfVJP  = geluWithVJP(false)
+)
+
+func geluWithVJP(approximate bool) func(args ...*Array) []*Array {
+	return CustomVJP(func(args []*Array) (outs, residuals []*Array) {
+		return []*Array{geluValue(args[0], approximate)}, []*Array{args[0]}
+	}, func(residuals, cts []*Array) []*Array {
+		return []*Array{Mul(cts[0], geluDerivative(residuals[0], approximate))}
+	})
+}
+
+func geluValue(x *Array, approximate bool) *Array {
 	half := scalarLike(x, 0.5)
 	one := scalarLike(x, 1)
 	var inner *Array
@@ -325,6 +348,25 @@ func Gelu(x *Array, approximate bool) *Array {
 		inner = Erf(Mul(x, scalarLike(x, 1/math.Sqrt2)))
 	}
 	return Mul(Mul(half, x), Add(one, inner))
+}
+
+// geluDerivative is d gelu/dx: for the tanh form
+// 0.5(1+t) + 0.5x(1−t²)·c(1+3·0.044715x²) with t = tanh(c(x+0.044715x³)),
+// c = √(2/π); for the erf form 0.5(1+erf(x/√2)) + x·exp(−x²/2)/√(2π).
+func geluDerivative(x *Array, approximate bool) *Array {
+	half := scalarLike(x, 0.5)
+	one := scalarLike(x, 1)
+	x2 := Mul(x, x)
+	if approximate {
+		c := scalarLike(x, math.Sqrt(2/math.Pi))
+		k := scalarLike(x, 0.044715)
+		t := Tanh(Mul(c, Add(x, Mul(k, Mul(x2, x)))))
+		du := Mul(c, Add(one, Mul(scalarLike(x, 3*0.044715), x2)))
+		return Add(Mul(half, Add(one, t)), Mul(Mul(Mul(half, x), Sub(one, Mul(t, t))), du))
+	}
+	cdf := Mul(half, Add(one, Erf(Mul(x, scalarLike(x, 1/math.Sqrt2)))))
+	pdf := Mul(scalarLike(x, 1/math.Sqrt(2*math.Pi)), Exp(Mul(scalarLike(x, -0.5), x2)))
+	return Add(cdf, Mul(x, pdf))
 }
 
 // Softplus returns log(1+e**x) elementwise, computed stably as
