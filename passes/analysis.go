@@ -113,6 +113,8 @@ func bufString(b Buffer) string {
 		return fmt.Sprintf("alias %d = param %d %v %d B", b.Index, b.Param, b.Space, b.Size)
 	case BufTemp:
 		return fmt.Sprintf("temp %v @%d %d B", b.Space, b.Offset, b.Size)
+	case BufSlice:
+		return fmt.Sprintf("ys slice of result %d %v %d B", b.Index, b.Space, b.Size)
 	}
 	return fmt.Sprintf("%v %v %d B", b.Kind, b.Space, b.Size)
 }

@@ -38,6 +38,12 @@ func assignBuffers(st *State) error {
 
 // planRegion plans r; top marks the function body, whose results are outputs.
 func planRegion(r *ir.Region, top bool, donated []bool, fusionInPlace bool, lv func(*ir.Region) *Liveness) *RegionPlan {
+	return planRegionYs(r, top, -1, donated, fusionInPlace, lv)
+}
+
+// planRegionYs is planRegion where ysFrom ≥ 0 marks a scan body whose
+// results from position ysFrom on are ys (see assignSlices).
+func planRegionYs(r *ir.Region, top bool, ysFrom int, donated []bool, fusionInPlace bool, lv func(*ir.Region) *Liveness) *RegionPlan {
 	l := lv(r)
 	p := &RegionPlan{Region: r, Values: map[*ir.Value]Buffer{}, Sub: map[*ir.Op][]*RegionPlan{}, SubOffset: map[*ir.Op][2]int64{}}
 	for i, v := range r.Params {
@@ -48,13 +54,20 @@ func planRegion(r *ir.Region, top bool, donated []bool, fusionInPlace bool, lv f
 			continue
 		}
 		subs := make([]*RegionPlan, len(op.Regions))
+		ys := -1
+		if op.Code == ir.Scan {
+			ys = op.Attrs.Int("num_carry")
+		}
 		for i, sub := range op.Regions {
-			subs[i] = planRegion(sub, false, nil, fusionInPlace, lv)
+			subs[i] = planRegionYs(sub, false, ys, nil, fusionInPlace, lv)
 		}
 		p.Sub[op] = subs
 	}
 	if top {
 		assignOutputs(p, l, donated, fusionInPlace)
+	}
+	if ysFrom >= 0 {
+		assignSlices(p, ysFrom)
 	}
 	packArena(p, l, fusionInPlace)
 	return p
@@ -84,6 +97,27 @@ func assignOutputs(p *RegionPlan, l *Liveness, donated []bool, fusionInPlace boo
 			}
 		}
 		p.Values[v] = b
+	}
+}
+
+// assignSlices plans every y result of a scan body (position ≥ ysFrom) that
+// an op of the body defines and that the body returns only there as
+// BufSlice: the executor points it at the iteration's slice of the op's ys
+// buffer, so it needs no arena space and no copy. (The slice is memory of
+// its own for the whole iteration, so the body may read the value after
+// defining it.)
+func assignSlices(p *RegionPlan, ysFrom int) {
+	r := p.Region
+	count := map[*ir.Value]int{}
+	for _, v := range r.Results {
+		count[v]++
+	}
+	for j := ysFrom; j < len(r.Results); j++ {
+		v := r.Results[j]
+		if _, ok := p.Values[v]; ok || v.Op == nil || count[v] != 1 {
+			continue
+		}
+		p.Values[v] = Buffer{Kind: BufSlice, Space: v.Type.Space, Size: bytesOf(v), Index: j}
 	}
 }
 

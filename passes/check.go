@@ -19,6 +19,9 @@ import (
 //   - an alias names a donated parameter of the same size and space, each
 //     parameter at most once, and the parameter is dead when the result is
 //     written (or read element for element by the op writing it);
+//   - a BufSlice is a scan body's y result, defined by an op of the body,
+//     returned only at its Index (≥ num_carry), of the size and space of one
+//     slice of the op's ys result;
 //   - temps and nested-arena blocks lie inside the arena of their space, at
 //     aligned offsets, and two of them live at the same time never share a
 //     byte — except a result written in place over an operand that dies at
@@ -31,7 +34,7 @@ func CheckPlan(p *Program) error {
 	if p.Plan.Region != p.Func.Body {
 		return fmt.Errorf("check plan: the top plan is not for the function body")
 	}
-	if err := checkRegionPlan(p.Plan, true, p.Donated, "body"); err != nil {
+	if err := checkRegionPlan(p.Plan, true, p.Donated, nil, "body"); err != nil {
 		return fmt.Errorf("check plan: %w", err)
 	}
 	if p.Analysis != (MemoryAnalysis{}) && p.Analysis != Analyze(p.Plan) {
@@ -40,7 +43,9 @@ func CheckPlan(p *Program) error {
 	return nil
 }
 
-func checkRegionPlan(rp *RegionPlan, top bool, donated []bool, where string) error {
+// checkRegionPlan checks one region's plan; encl is the region op whose
+// region it is (nil for the function body).
+func checkRegionPlan(rp *RegionPlan, top bool, donated []bool, encl *ir.Op, where string) error {
 	r := rp.Region
 	if r == nil {
 		return fmt.Errorf("%s: plan without a region", where)
@@ -81,11 +86,12 @@ func checkRegionPlan(rp *RegionPlan, top bool, donated []bool, where string) err
 		}
 	}
 	// Outputs and aliases.
-	first := map[*ir.Value]int{}
+	first, returned := map[*ir.Value]int{}, map[*ir.Value]int{}
 	for j, v := range r.Results {
 		if _, ok := first[v]; !ok {
 			first[v] = j
 		}
+		returned[v]++
 	}
 	aliased := map[int]bool{}
 	for k, op := range r.Ops {
@@ -116,6 +122,17 @@ func checkRegionPlan(rp *RegionPlan, top bool, donated []bool, where string) err
 					if last[pv] > k || last[pv] == k && !inPlace(op, pv, true) {
 						return fmt.Errorf("%s: %v aliases parameter %d, which is read later (at op %d)", where, v, i, last[pv])
 					}
+				}
+			case BufSlice:
+				if encl == nil || encl.Code != ir.Scan {
+					return fmt.Errorf("%s: %v is a ys slice outside a scan body", where, v)
+				}
+				j := b.Index
+				if j < encl.Attrs.Int("num_carry") || j >= len(r.Results) || j >= len(encl.Results) || r.Results[j] != v || returned[v] != 1 {
+					return fmt.Errorf("%s: %v has %s, but is not the only y returned there", where, v, bufString(b))
+				}
+				if ys := encl.Results[j].Type; ys.Space != b.Space || ys.Bytes() != b.Size*int64(encl.Attrs.Int("length")) {
+					return fmt.Errorf("%s: %v has %s, which is not a slice of ys %v", where, v, bufString(b), ys)
 				}
 			case BufTemp:
 				if top {
@@ -167,7 +184,7 @@ func checkRegionPlan(rp *RegionPlan, top bool, donated []bool, where string) err
 			}
 		}
 		for i, sp := range subs {
-			if err := checkRegionPlan(sp, false, nil, fmt.Sprintf("%s / %v %s region %d", where, op.Code, valueList(op.Results), i)); err != nil {
+			if err := checkRegionPlan(sp, false, nil, op, fmt.Sprintf("%s / %v %s region %d", where, op.Code, valueList(op.Results), i)); err != nil {
 				return err
 			}
 		}

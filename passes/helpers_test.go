@@ -258,7 +258,14 @@ func runNested(op *ir.Op, subs []*passes.RegionPlan, arenas [2][]byte, x, dst []
 				sz := t.Bytes()
 				ps = append(ps, view(t, xs.Data[int64(i)*sz:]))
 			}
-			env, err := runRegionPlan(subs[0], arenas, ps, noLoc)
+			// ys slices: the body writes those results in place.
+			slice := func(v *ir.Value, b passes.Buffer) *ir.Literal {
+				if b.Kind != passes.BufSlice {
+					return nil
+				}
+				return view(v.Type, dst[b.Index].Data[int64(i)*v.Type.Bytes():])
+			}
+			env, err := runRegionPlan(subs[0], arenas, ps, slice)
 			if err != nil {
 				return err
 			}

@@ -34,6 +34,12 @@ const (
 	BufAlias
 	// BufTemp lives in the region's arena of Buffer.Space at Buffer.Offset.
 	BufTemp
+	// BufSlice is, inside a scan body, the slice of the running iteration in
+	// the ys result buffer of the enclosing scan op that body result
+	// Buffer.Index (≥ num_carry) fills: the value is computed straight into
+	// the stacked output, and the executor's copy of that result after the
+	// iteration is a no-op. It takes no arena space.
+	BufSlice
 )
 
 // String names the kind.
@@ -47,6 +53,8 @@ func (k BufferKind) String() string {
 		return "alias"
 	case BufTemp:
 		return "temp"
+	case BufSlice:
+		return "slice"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -57,7 +65,7 @@ type Buffer struct {
 	Space  ir.MemorySpace
 	Offset int64 // BufTemp: byte offset in the arena of Space
 	Size   int64 // bytes
-	Index  int   // BufParam: parameter index; BufOutput, BufAlias: result index
+	Index  int   // BufParam: parameter index; BufOutput, BufAlias, BufSlice: result index
 	Param  int   // BufAlias: the donated parameter index
 }
 
@@ -73,6 +81,8 @@ type Buffer struct {
 // carry result buffers; x: one slice of an xs operand) and copies nested region
 // results where they belong after each iteration (carry, ys slice, cond
 // results), going through a temporary copy when results and parameters overlap.
+// A scan body result that is a y, defined by an op of the body and returned
+// once, is planned as BufSlice: it is computed in place in its ys slice.
 type RegionPlan struct {
 	Region *ir.Region
 	Values map[*ir.Value]Buffer

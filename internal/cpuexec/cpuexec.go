@@ -76,7 +76,7 @@ func New(p *passes.Program) (*Executable, error) {
 		return nil, fmt.Errorf("cpuexec %s: the plan is not the body's", f.Name)
 	}
 	donated := func(i int) bool { return i >= 0 && i < len(p.Donated) && p.Donated[i] }
-	body, err := compileRegion(f.Body, p.Plan, true, donated)
+	body, err := compileRegion(f.Body, p.Plan, true, -1, donated)
 	if err != nil {
 		return nil, fmt.Errorf("cpuexec %s: %w", f.Name, err)
 	}

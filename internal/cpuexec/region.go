@@ -46,16 +46,18 @@ type region struct {
 	plan    *passes.RegionPlan
 	slots   []slot
 	slotOf  map[*ir.Value]int
-	params  []int   // slot of each parameter
-	derived [][]int // per parameter: other slots that live in its memory
-	results []int   // slot of each region result
+	params  []int    // slot of each parameter
+	derived [][]int  // per parameter: other slots that live in its memory
+	results []int    // slot of each region result
+	slices  [][2]int // scan body: {slot, result index} of values planned in ys slices
 	steps   []step
 }
 
 // compileRegion prepares region r with plan. top says whether r is the
 // function body (where outputs and aliases exist); donated reports donated
-// parameters.
-func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, donated func(int) bool) (*region, error) {
+// parameters; ysFrom ≥ 0 marks a scan body whose results from ysFrom on are
+// ys (where BufSlice values may exist).
+func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, ysFrom int, donated func(int) bool) (*region, error) {
 	if plan == nil {
 		return nil, fmt.Errorf("region has no plan")
 	}
@@ -99,6 +101,15 @@ func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, donated func
 		case passes.BufTemp:
 			if b.Offset < 0 || b.Offset+size > plan.Arena[b.Space] {
 				return 0, fmt.Errorf("%v: [%d, %d) is outside the %d-byte %v arena", v, b.Offset, b.Offset+size, plan.Arena[b.Space], b.Space)
+			}
+		case passes.BufSlice:
+			if ysFrom < 0 || b.Index < ysFrom || b.Index >= len(r.Results) || r.Results[b.Index] != v || v.Op == nil {
+				return 0, fmt.Errorf("%v: ys slice of result %d is not a y of this scan body", v, b.Index)
+			}
+			for j, w := range r.Results {
+				if w == v && j != b.Index {
+					return 0, fmt.Errorf("%v: ys slice of result %d is also result %d", v, b.Index, j)
+				}
 			}
 		case passes.BufOutput:
 			if !top {
@@ -172,7 +183,11 @@ func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, donated func
 							st.subOff[sp], st.subOff[sp]+subs[k].Arena[sp], plan.Arena[sp], ir.MemorySpace(sp))
 					}
 				}
-				sub, err := compileRegion(sr, subs[k], false, donated)
+				ys := -1
+				if op.Code == ir.Scan {
+					ys = op.Attrs.Int("num_carry")
+				}
+				sub, err := compileRegion(sr, subs[k], false, ys, donated)
 				if err != nil {
 					return nil, fmt.Errorf("%s, region %d: %w", opName(op), k, err)
 				}
@@ -204,6 +219,9 @@ func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, donated func
 	for s, sl := range g.slots {
 		if sl.buf.Kind == passes.BufParam && sl.v.Op != nil {
 			g.derived[sl.buf.Index] = append(g.derived[sl.buf.Index], s)
+		}
+		if sl.buf.Kind == passes.BufSlice {
+			g.slices = append(g.slices, [2]int{s, sl.buf.Index})
 		}
 	}
 	return g, nil
@@ -376,13 +394,19 @@ func (f *frame) runScan(i int) error {
 			sz := len(xs) / n
 			body.setParam(nc+nk+j, xs[idx*sz:(idx+1)*sz:(idx+1)*sz])
 		}
-		if err := body.run(); err != nil {
-			return fmt.Errorf("%s: body, iteration %d: %w", opName(op), idx, err)
-		}
 		for j := 0; j < ny; j++ {
 			ys := outs[nk+j].Data
 			sz := len(ys) / n
 			dst[nk+j] = ys[idx*sz : (idx+1)*sz]
+		}
+		// Values planned in ys slices are computed there (their copy
+		// below is then a no-op).
+		for _, sj := range body.g.slices {
+			size := body.g.slots[sj[0]].size
+			body.lits[sj[0]].Data = dst[sj[1]][:size:size]
+		}
+		if err := body.run(); err != nil {
+			return fmt.Errorf("%s: body, iteration %d: %w", opName(op), idx, err)
 		}
 		for j := range src {
 			src[j] = body.result(j)
