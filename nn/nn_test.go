@@ -496,10 +496,10 @@ func TestStackInitMemory(t *testing.T) {
 		}
 	}
 	walk(c.Program().Plan)
-	// The temp is one layer's parameters: the scan body's per-step results,
-	// copied into the stacked outputs after each step (1/L of the output).
-	perLayer := float64(m.OutputBytes) / L
-	if float64(m.TempBytes) > 1.1*perLayer {
-		t.Errorf("TempBytes %d is more than one layer's worth (%v per layer)", m.TempBytes, perLayer)
+	// Each scan step writes its layer straight into its slice of the stacked
+	// outputs, so the jitted initialiser peaks at the size of what it returns:
+	// temporaries are at most 5 % of the output (the goal of REFERENCES §2).
+	if float64(m.TempBytes) > 0.05*float64(m.OutputBytes) {
+		t.Errorf("TempBytes %d is more than 5%% of the output %d", m.TempBytes, m.OutputBytes)
 	}
 }
