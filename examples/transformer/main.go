@@ -1,0 +1,100 @@
+// Command transformer trains a character-level Transformer language model on
+// the text of Debian's fortunes package (/usr/share/games/fortunes, `apt-get
+// install fortunes`) or on any text file given with -data.
+//
+// The model is a token embedding plus a learned positional embedding, a stack
+// of pre-norm Transformer blocks (nn.Stack: parameters stacked on axis 0,
+// applied with one scan step per layer), a final LayerNorm and the output
+// logits tied to the token embedding (nn.Embedding.Attend). It is trained with
+// AdamW under a warmup-cosine schedule and global-norm clipping; the train step
+// is jitted with params and optimizer state donated.
+//
+//	go run ./examples/transformer                       # default run
+//	go run ./examples/transformer -remat offload -offload-opt -steps 20
+//	go run ./examples/transformer -json -samples 300
+//
+// -remat picks what the backward pass keeps of each block: none (everything),
+// nothing (recompute the block), dots (keep matrix products) or offload (keep
+// the block input in pinned_host memory, trace.SaveAndOffloadOnlyTheseNames).
+// -offload-params keeps the stacked block parameters in pinned_host (each scan
+// step copies its layer in); -offload-opt keeps the optimizer state in
+// pinned_host (optim.ToSpace, and rt.OutSpace(1, ir.PinnedHost) on the step).
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+func main() {
+	var cfg Config
+	flag.StringVar(&cfg.Data, "data", "", "text file to train on (default: the fortunes under "+fortuneDir+")")
+	flag.IntVar(&cfg.Steps, "steps", defaultConfig.Steps, "training steps")
+	flag.IntVar(&cfg.Batch, "batch", defaultConfig.Batch, "sequences per batch")
+	flag.IntVar(&cfg.Seq, "seq", defaultConfig.Seq, "sequence length (context)")
+	flag.IntVar(&cfg.Layers, "layers", defaultConfig.Layers, "Transformer blocks")
+	flag.IntVar(&cfg.D, "d", defaultConfig.D, "model width")
+	flag.IntVar(&cfg.Heads, "heads", defaultConfig.Heads, "attention heads")
+	flag.Float64Var(&cfg.LR, "lr", defaultConfig.LR, "peak learning rate")
+	flag.Uint64Var(&cfg.Seed, "seed", defaultConfig.Seed, "random seed")
+	flag.StringVar(&cfg.Remat, "remat", "none", "remat policy per block: none|nothing|dots|offload")
+	flag.BoolVar(&cfg.OffloadParams, "offload-params", false, "keep the stacked block parameters in pinned_host")
+	flag.BoolVar(&cfg.OffloadOpt, "offload-opt", false, "keep the optimizer state in pinned_host")
+	flag.IntVar(&cfg.EvalBatches, "eval-batches", defaultConfig.EvalBatches, "validation batches for val_loss")
+	flag.IntVar(&cfg.Samples, "samples", 0, "print this many sampled characters at the end")
+	flag.StringVar(&cfg.Prompt, "prompt", "The ", "prompt for -samples")
+	flag.Float64Var(&cfg.Temperature, "temperature", 0.8, "sampling temperature for -samples")
+	flag.IntVar(&cfg.LossEvery, "loss-every", 0, "record the training loss every N steps (train_losses in -json)")
+	jsonOut := flag.Bool("json", false, "print one final JSON object")
+	flag.Parse()
+
+	text, err := loadText(cfg.Data)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "transformer:", err)
+		os.Exit(1)
+	}
+	cfg.Log = progressWriter()
+	start := time.Now()
+	res, err := Run(cfg, text)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "transformer:", err)
+		os.Exit(1)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	if *jsonOut {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			fmt.Fprintln(os.Stderr, "transformer:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	fmt.Printf("text: %d chars, vocab %d; params %d\n", res.TrainChars+res.ValChars, res.Vocab, res.Params)
+	fmt.Printf("train step memory: %v\n", res.MemoryString)
+	fmt.Printf("val_loss %.4f nats/char, unigram entropy %.4f nats/char (ratio %.3f), %d steps in %.1f s (%.1f ms/step)\n",
+		res.ValLoss, res.UnigramEntropy, res.ValLoss/res.UnigramEntropy, res.Steps, res.Seconds, res.MsPerStep)
+	if res.SampleText != "" {
+		fmt.Printf("sample:\n%s%s\n", cfg.Prompt, res.SampleText)
+	}
+}
+
+// progressWriter reports progress on stderr, in place when stderr is a
+// terminal.
+func progressWriter() *Progress {
+	fi, err := os.Stderr.Stat()
+	tty := err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return &Progress{W: os.Stderr, TTY: tty}
+}
+
+// Progress reports training progress: in place with \r on a terminal,
+// otherwise a line every Every steps.
+type Progress struct {
+	W     io.Writer
+	TTY   bool
+	Every int
+}

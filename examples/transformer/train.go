@@ -1,0 +1,482 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/nn"
+	"github.com/ferryml/ferry/optim"
+	"github.com/ferryml/ferry/passes"
+	"github.com/ferryml/ferry/random"
+	rt "github.com/ferryml/ferry/runtime"
+	"github.com/ferryml/ferry/trace"
+)
+
+const fortuneDir = "/usr/share/games/fortunes"
+
+// Config is one training run.
+type Config struct {
+	Data                  string
+	Steps, Batch, Seq     int
+	Layers, D, Heads      int
+	LR                    float64
+	Seed                  uint64
+	Remat                 string // none|nothing|dots|offload
+	OffloadParams         bool
+	OffloadOpt            bool
+	EvalBatches           int
+	Samples               int
+	Prompt                string
+	Temperature           float64
+	Log                   *Progress // nil: silent
+	LossEvery             int       // record the training loss every LossEvery steps in Result.Losses (0: never)
+	WarmupSteps           int       // 0: min(100, Steps/10)
+	ValFraction           float64   // 0: 0.05
+	WeightDecay, ClipNorm float64   // 0: 0.01 and 1.0
+}
+
+var defaultConfig = Config{
+	Steps: 2000, Batch: 32, Seq: 64, Layers: 4, D: 128, Heads: 4,
+	LR: 3e-3, Seed: 0, EvalBatches: 16,
+}
+
+// Memory is a compiled program's memory analysis in bytes.
+type Memory struct {
+	ArgumentBytes     int64 `json:"argument_bytes"`
+	OutputBytes       int64 `json:"output_bytes"`
+	AliasBytes        int64 `json:"alias_bytes"`
+	TempBytes         int64 `json:"temp_bytes"`
+	TotalBytes        int64 `json:"total_bytes"`
+	HostArgumentBytes int64 `json:"host_argument_bytes"`
+	HostOutputBytes   int64 `json:"host_output_bytes"`
+	HostAliasBytes    int64 `json:"host_alias_bytes"`
+	HostTempBytes     int64 `json:"host_temp_bytes"`
+	HostTotalBytes    int64 `json:"host_total_bytes"`
+}
+
+func memoryOf(m passes.MemoryAnalysis) Memory {
+	return Memory{
+		ArgumentBytes: m.ArgumentBytes, OutputBytes: m.OutputBytes, AliasBytes: m.AliasBytes,
+		TempBytes: m.TempBytes, TotalBytes: m.TotalBytes(),
+		HostArgumentBytes: m.HostArgumentBytes, HostOutputBytes: m.HostOutputBytes,
+		HostAliasBytes: m.HostAliasBytes, HostTempBytes: m.HostTempBytes, HostTotalBytes: m.HostTotalBytes(),
+	}
+}
+
+// Result is what a run measured.
+type Result struct {
+	ValLoss        float64   `json:"val_loss"`
+	UnigramEntropy float64   `json:"unigram_entropy"`
+	Steps          int       `json:"steps"`
+	Seconds        float64   `json:"seconds"`
+	TrainSeconds   float64   `json:"train_seconds"`
+	MsPerStep      float64   `json:"ms_per_step"`
+	FinalLoss      float64   `json:"final_train_loss"`
+	Losses         []float64 `json:"train_losses,omitempty"`
+	Memory         Memory    `json:"memory"`
+	MemoryString   string    `json:"-"`
+	Vocab          int       `json:"vocab"`
+	Params         int       `json:"params"`
+	TrainChars     int       `json:"train_chars"`
+	ValChars       int       `json:"val_chars"`
+	Config         string    `json:"config"`
+	SampleText     string    `json:"samples,omitempty"`
+}
+
+// loadText reads path, or with path "" concatenates the plain-text fortune
+// files (those without .dat/.u8 extensions).
+func loadText(path string) (string, error) {
+	if path != "" {
+		b, err := os.ReadFile(path)
+		return string(b), err
+	}
+	ents, err := os.ReadDir(fortuneDir)
+	if err != nil {
+		return "", fmt.Errorf("no training text: %v; install it with `apt-get install fortunes` or give a text file with -data FILE", err)
+	}
+	var sb strings.Builder
+	for _, e := range ents {
+		n := e.Name()
+		if e.IsDir() || strings.HasSuffix(n, ".dat") || strings.HasSuffix(n, ".u8") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(fortuneDir, n))
+		if err != nil {
+			continue
+		}
+		sb.Write(b)
+	}
+	if sb.Len() == 0 {
+		return "", fmt.Errorf("no fortune files in %s; install them with `apt-get install fortunes` or give a text file with -data FILE", fortuneDir)
+	}
+	return sb.String(), nil
+}
+
+// Vocab maps the bytes present in a text to ids 0..n-1.
+type Vocab struct {
+	id    [256]int32
+	bytes []byte
+}
+
+func newVocab(text string) *Vocab {
+	var seen [256]bool
+	for i := 0; i < len(text); i++ {
+		seen[text[i]] = true
+	}
+	v := &Vocab{}
+	for b := range 256 {
+		v.id[b] = -1
+		if seen[b] {
+			v.id[b] = int32(len(v.bytes))
+			v.bytes = append(v.bytes, byte(b))
+		}
+	}
+	return v
+}
+
+func (v *Vocab) encode(s string) []int32 {
+	out := make([]int32, len(s))
+	for i := 0; i < len(s); i++ {
+		id := v.id[s[i]]
+		if id < 0 {
+			id = 0
+		}
+		out[i] = id
+	}
+	return out
+}
+
+// unigramEntropy is −Σ p log p over the symbol frequencies of ids, in nats.
+func unigramEntropy(ids []int32, n int) float64 {
+	counts := make([]float64, n)
+	for _, id := range ids {
+		counts[id]++
+	}
+	h := 0.0
+	for _, c := range counts {
+		if c > 0 {
+			p := c / float64(len(ids))
+			h -= p * math.Log(p)
+		}
+	}
+	return h
+}
+
+// Model is the language model.
+type Model struct {
+	Tok    nn.Embedding // [vocab, d], also the output projection (tied)
+	Pos    *trace.Array // [seq, d]
+	Blocks nn.Stack
+	Norm   nn.LayerNorm
+}
+
+func newModel(key *trace.Array, vocab, seq, layers, d, heads int) Model {
+	ks := random.Keys(key, 3)
+	return Model{
+		Tok:    nn.NewEmbedding(ks[0], ir.Float32, vocab, d),
+		Pos:    nn.NormalInit(0.02)(ks[1], ir.Float32, ir.Shape{seq, d}),
+		Blocks: nn.NewStack(ks[2], ir.Float32, layers, d, heads, 4*d),
+		Norm:   nn.NewLayerNorm(ir.Float32, d),
+	}
+}
+
+// logits runs the model on ids [batch, t] (t ≤ seq): [batch, t, vocab].
+func (m Model) logits(ids *trace.Array, opts ...nn.StackOption) *trace.Array {
+	t := ids.Shape()[1]
+	pos := m.Pos
+	if t != pos.Shape()[0] {
+		pos = trace.SliceAxis(pos, 0, 0, t)
+	}
+	x := trace.Add(m.Tok.Apply(ids), pos)
+	x = m.Blocks.Apply(x, opts...)
+	return m.Tok.Attend(m.Norm.Apply(x))
+}
+
+func (m Model) loss(x, y *trace.Array, opts ...nn.StackOption) *trace.Array {
+	return nn.SoftmaxCrossEntropy(m.logits(x, opts...), y)
+}
+
+func rematPolicy(name string) (trace.CheckpointPolicy, error) {
+	switch name {
+	case "", "none":
+		return nil, nil
+	case "nothing":
+		return trace.NothingSaveable, nil
+	case "dots":
+		return trace.DotsSaveable, nil
+	case "offload":
+		return trace.SaveAndOffloadOnlyTheseNames(nil, []string{nn.BlockInput}, ir.Device, ir.PinnedHost), nil
+	}
+	return nil, fmt.Errorf("unknown -remat %q (want none, nothing, dots or offload)", name)
+}
+
+// batcher draws random windows of seq+1 symbols.
+type batcher struct {
+	ids      []int32
+	batch    int
+	seq      int
+	r        *rand.Rand
+	xs, ys   []int32
+	position int // for sequential (validation) batches
+}
+
+func newBatcher(ids []int32, batch, seq int, seed uint64) *batcher {
+	return &batcher{ids: ids, batch: batch, seq: seq, r: rand.New(rand.NewPCG(seed, 0x7f4a7c15)),
+		xs: make([]int32, batch*seq), ys: make([]int32, batch*seq)}
+}
+
+func (b *batcher) fill(start func(i int) int) (x, y *trace.Array) {
+	for i := range b.batch {
+		s := start(i)
+		copy(b.xs[i*b.seq:(i+1)*b.seq], b.ids[s:s+b.seq])
+		copy(b.ys[i*b.seq:(i+1)*b.seq], b.ids[s+1:s+b.seq+1])
+	}
+	return rt.FromSlice(b.xs, b.batch, b.seq), rt.FromSlice(b.ys, b.batch, b.seq)
+}
+
+func (b *batcher) random() (x, y *trace.Array) {
+	return b.fill(func(int) int { return b.r.IntN(len(b.ids) - b.seq - 1) })
+}
+
+// evenly returns batch k of n batches whose windows are spread evenly over ids.
+func (b *batcher) evenly(k, n int) (x, y *trace.Array) {
+	total := n * b.batch
+	span := len(b.ids) - b.seq - 1
+	return b.fill(func(i int) int { return (k*b.batch + i) * span / total })
+}
+
+// Run trains a model on text as cfg says.
+func Run(cfg Config, text string) (res Result, err error) {
+	defer trace.Recover(&err)
+	if cfg.Steps < 0 || cfg.Batch <= 0 || cfg.Seq <= 0 || cfg.Layers <= 0 || cfg.D <= 0 || cfg.Heads <= 0 {
+		return res, errors.New("steps, batch, seq, layers, d and heads must be positive")
+	}
+	policy, err := rematPolicy(cfg.Remat)
+	if err != nil {
+		return res, err
+	}
+	valFrac := cfg.ValFraction
+	if valFrac == 0 {
+		valFrac = 0.05
+	}
+	vocab := newVocab(text)
+	ids := vocab.encode(text)
+	nVal := int(float64(len(ids)) * valFrac)
+	train, val := ids[:len(ids)-nVal], ids[len(ids)-nVal:]
+	if len(train) < cfg.Seq+2 {
+		return res, fmt.Errorf("text too short: %d training symbols for -seq %d", len(train), cfg.Seq)
+	}
+	if len(val) < cfg.Seq+2 {
+		val = train // tiny texts: validate on the training text
+	}
+	V := len(vocab.bytes)
+	res.Vocab, res.TrainChars, res.ValChars = V, len(train), len(val)
+	res.UnigramEntropy = unigramEntropy(train, V)
+	res.Config = fmt.Sprintf("layers=%d d=%d heads=%d seq=%d batch=%d steps=%d lr=%g remat=%s offload_params=%v offload_opt=%v tied=true",
+		cfg.Layers, cfg.D, cfg.Heads, cfg.Seq, cfg.Batch, cfg.Steps, cfg.LR, cfg.Remat, cfg.OffloadParams, cfg.OffloadOpt)
+
+	warmup := cfg.WarmupSteps
+	if warmup == 0 {
+		warmup = min(100, cfg.Steps/10)
+	}
+	wd, clip := cfg.WeightDecay, cfg.ClipNorm
+	if wd == 0 {
+		wd = 0.01
+	}
+	if clip == 0 {
+		clip = 1
+	}
+	opt := optim.Chain(
+		optim.ClipByGlobalNorm(clip),
+		optim.AdamW(optim.WarmupCosine(cfg.LR, warmup, max(cfg.Steps, warmup+1), cfg.LR/10), 0.9, 0.95, 1e-8, wd),
+	)
+
+	key := random.NewKey(cfg.Seed)
+	ks := random.Keys(key, 2)
+	params := rt.Jit(func(k *trace.Array) Model {
+		return newModel(k, V, cfg.Seq, cfg.Layers, cfg.D, cfg.Heads)
+	})(ks[0])
+	for _, l := range trace.Leaves(params) {
+		res.Params += l.Shape().Size()
+	}
+	state, err := opt.Init(params)
+	if err != nil {
+		return res, err
+	}
+	if cfg.OffloadOpt {
+		if state, err = optim.ToSpace(state, ir.PinnedHost); err != nil {
+			return res, err
+		}
+	}
+	var stackOpts []nn.StackOption
+	if policy != nil {
+		stackOpts = append(stackOpts, nn.WithRemat(policy))
+	}
+	if cfg.OffloadParams {
+		stackOpts = append(stackOpts, nn.WithParamOffload())
+		if params.Blocks, err = optim.ToSpaceAs(params.Blocks, ir.PinnedHost); err != nil {
+			return res, err
+		}
+	}
+
+	step := func(p Model, s optim.State, x, y *trace.Array) (Model, optim.State, *trace.Array, error) {
+		loss, g := trace.ValueAndGrad(func(p Model) *trace.Array { return p.loss(x, y, stackOpts...) })(p)
+		if cfg.OffloadParams {
+			// The update runs on device; the new stacked parameters go back to host.
+			p.Blocks = toSpace(p.Blocks, ir.Device)
+			g.Blocks = toSpace(g.Blocks, ir.Device)
+		}
+		upd, s2, err := opt.Update(g, s, p)
+		if err != nil {
+			return Model{}, nil, nil, err
+		}
+		p2, err := optim.ApplyUpdates(p, upd)
+		if err != nil {
+			return Model{}, nil, nil, err
+		}
+		if cfg.OffloadParams {
+			p2.Blocks = toSpace(p2.Blocks, ir.PinnedHost)
+		}
+		return p2, s2, loss, nil
+	}
+	jopts := []rt.Option{rt.Donate(0, 1)}
+	if cfg.OffloadOpt {
+		jopts = append(jopts, rt.OutSpace(1, ir.PinnedHost))
+	}
+	jstep := rt.NewJitted(step, jopts...)
+	tb := newBatcher(train, cfg.Batch, cfg.Seq, cfg.Seed+1)
+
+	// The train step's memory analysis.
+	x0, y0 := tb.random()
+	low, err := jstep.Lower(params, state, x0, y0)
+	if err != nil {
+		return res, err
+	}
+	comp, err := low.Compile()
+	if err != nil {
+		return res, err
+	}
+	ma := comp.MemoryAnalysis()
+	res.Memory, res.MemoryString = memoryOf(ma), ma.String()
+
+	every := 100
+	if cfg.Log != nil && cfg.Log.Every > 0 {
+		every = cfg.Log.Every
+	}
+	fn := jstep.Fn()
+	t0 := time.Now()
+	var tFirst time.Time
+	for i := range cfg.Steps {
+		x, y := tb.random()
+		var loss *trace.Array
+		if params, state, loss, err = fn(params, state, x, y); err != nil {
+			return res, err
+		}
+		if i == 0 {
+			tFirst = time.Now() // the first step compiles
+		}
+		last := i == cfg.Steps-1
+		record := cfg.LossEvery > 0 && i%cfg.LossEvery == 0
+		show := cfg.Log != nil && (cfg.Log.TTY && i%10 == 0 || i%every == 0 || last)
+		if record || show || last {
+			l := loss.Item()
+			if record {
+				res.Losses = append(res.Losses, l)
+			}
+			res.FinalLoss = l
+			if show {
+				el := time.Since(t0).Seconds()
+				sps := float64(i+1) / el
+				if i > 0 {
+					sps = float64(i) / time.Since(tFirst).Seconds()
+				}
+				if cfg.Log.TTY {
+					fmt.Fprintf(cfg.Log.W, "\rstep %d/%d  loss %.4f  %.2f steps/s   ", i+1, cfg.Steps, l, sps)
+					if last {
+						fmt.Fprintln(cfg.Log.W)
+					}
+				} else {
+					fmt.Fprintf(cfg.Log.W, "step %d/%d loss %.4f %.2f steps/s\n", i+1, cfg.Steps, l, sps)
+				}
+			}
+		}
+		loss.Delete()
+	}
+	res.Steps = cfg.Steps
+	res.TrainSeconds = time.Since(t0).Seconds()
+	if cfg.Steps > 1 {
+		res.MsPerStep = 1000 * time.Since(tFirst).Seconds() / float64(cfg.Steps-1)
+	}
+
+	// Validation: the mean loss over EvalBatches batches spread over the split.
+	evalParams := params
+	if cfg.OffloadParams {
+		evalParams.Blocks = toSpace(params.Blocks, ir.Device)
+	}
+	evalLoss := rt.Jit(func(p Model, x, y *trace.Array) *trace.Array { return p.loss(x, y) })
+	vb := newBatcher(val, cfg.Batch, cfg.Seq, 0)
+	nb := max(cfg.EvalBatches, 1)
+	sum := 0.0
+	for k := range nb {
+		x, y := vb.evenly(k, nb)
+		sum += evalLoss(evalParams, x, y).Item()
+	}
+	res.ValLoss = sum / float64(nb)
+
+	if cfg.Samples > 0 {
+		res.SampleText = sample(evalParams, vocab, cfg, ks[1])
+	}
+	return res, nil
+}
+
+// sample generates cfg.Samples characters after cfg.Prompt with temperature
+// sampling (random.Categorical over logits/temperature).
+func sample(p Model, v *Vocab, cfg Config, key *trace.Array) string {
+	T := cfg.Seq
+	temp := cfg.Temperature
+	if temp <= 0 {
+		temp = 1
+	}
+	next := rt.Jit(func(p Model, ids, pos, key *trace.Array) *trace.Array {
+		lg := p.logits(ids)                                         // [1, T, V]
+		sel := trace.OneHot(pos, T, ir.Float32)                     // [T]
+		lt := trace.Sum(trace.Mul(lg, trace.ExpandDims(sel, 1)), 1) // [1, V]
+		lt = trace.Mul(lt, trace.Scalar(1/temp))
+		return random.Categorical(key, lt, 1)
+	})
+	ctx := v.encode(cfg.Prompt)
+	if len(ctx) == 0 {
+		ctx = []int32{0}
+	}
+	var out []byte
+	buf := make([]int32, T)
+	for i := range cfg.Samples {
+		w := ctx
+		if len(w) > T {
+			w = w[len(w)-T:]
+		}
+		clear(buf)
+		copy(buf, w)
+		k := random.FoldIn(key, uint32(i))
+		tok := next(p, rt.FromSlice(buf, 1, T), rt.Scalar(int32(len(w)-1)), k).Int32s()[0]
+		ctx = append(ctx, tok)
+		out = append(out, v.bytes[tok])
+	}
+	return string(out)
+}
+
+// toSpace puts every leaf of tree in memory space sp (trace.DevicePut).
+func toSpace[T any](tree T, sp ir.MemorySpace) T {
+	t, err := trace.MapAs(tree, func(a *trace.Array) *trace.Array { return trace.DevicePut(a, sp) })
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
