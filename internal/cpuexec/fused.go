@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/internal/vmath"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -24,7 +25,12 @@ import (
 //     computed by eval.Elementwise (eval's own kernels, hence its numerics;
 //     f32 arithmetic and transcendental ops call the very vmath kernel eval
 //     runs, eval.F32Kernels, without the dispatch) into a small per-worker
-//     scratch block, or straight into the output; results of 8 MiB and more
+//     scratch block, or straight into the output; when every per-block op
+//     of a program is such an f32 op, one vmath.RunProgram per block runs
+//     them all, 64 elements at a time, each op's result kept in registers
+//     for the next one (the same instructions as the kernels, so the same
+//     values; the block's last elements past whole chunks go through the
+//     kernels); results of 8 MiB and more
 //     are computed in scratch and stored with non-temporal stores
 //     (vmath.StoreNT: no read of the destination lines);
 //   - reshape and device_put keep the flat index (no node);
@@ -230,6 +236,8 @@ type fnode struct {
 	// run (eval.F32Kernels), called directly.
 	f1 func(dst, x []float32)
 	f2 func(dst, a, b []float32)
+	// vop is the opcode of the op in a vmath program (0: none).
+	vop int32
 	// invariant nodes have the same value at every position: computed once
 	// per worker.
 	invariant bool
@@ -257,8 +265,11 @@ type blockProg struct {
 	results [][2]int // (fusion result, node) pairs
 	reduces []freduce
 	prefix  bool // all reductions are prefix with the same r: split by outputs
-	pool    sync.Pool
-	b       *builder
+	// code computes every per-block op node when all of them have a vmath
+	// opcode: one vmath.RunProgram per block runs them chunk by chunk.
+	code []vmath.Instr
+	pool sync.Pool
+	b    *builder
 }
 
 // fusedKernel is the compiled form of one fusion op.
@@ -456,6 +467,7 @@ func (k *fusedKernel) build() error {
 		for _, fr := range p.reduces {
 			p.prefix = p.prefix && fr.prefix && fr.r == p.reduces[0].r
 		}
+		p.code = progCode(p)
 		for _, nd := range p.nodes {
 			if nd.kind == nLeaf && nd.src >= 0 && (!nd.direct || rg.Params[nd.src].Type.Size() != p.n) {
 				k.elemOnly[nd.src] = false
@@ -585,6 +597,9 @@ func (b *builder) node(v *ir.Value, m imap) (int, error) {
 				case cl == ir.ClassBinary && len(nd.args) == 2:
 					nd.f2 = bin
 				}
+				if nd.f1 != nil || nd.f2 != nil {
+					nd.vop = vmathOps[op.Code]
+				}
 			}
 		default:
 			return 0, unsupported(fmt.Sprintf("%v inside a fused group", op.Code))
@@ -607,4 +622,60 @@ func (b *builder) alias(key string, x *ir.Value, m imap) (int, error) {
 	}
 	b.memo[key] = n
 	return n, nil
+}
+
+// vmathOps are the vmath program opcodes of the f32 ops whose kernel
+// (eval.F32Kernels) is the vmath function of the same name.
+var vmathOps = map[ir.Code]int32{
+	ir.Add: vmath.OpAdd, ir.Sub: vmath.OpSub, ir.Mul: vmath.OpMul, ir.Div: vmath.OpDiv,
+	ir.Max: vmath.OpMax, ir.Min: vmath.OpMin, ir.Neg: vmath.OpNeg, ir.Abs: vmath.OpAbs,
+	ir.Sqrt: vmath.OpSqrt, ir.Exp: vmath.OpExp, ir.Log: vmath.OpLog, ir.Tanh: vmath.OpTanh,
+	ir.Logistic: vmath.OpLogistic, ir.Erf: vmath.OpErf,
+}
+
+// progCode returns the vmath program of the per-block op nodes, in node
+// order (operands first), or nil when one of them has no opcode. An operand
+// computed by the instruction just before is read from registers; a value
+// read only that way, and neither a result nor reduced, is not stored.
+func progCode(p *blockProg) []vmath.Instr {
+	nodes := p.nodes
+	uses := make([]int, len(nodes))
+	for _, nd := range nodes {
+		for _, a := range nd.args {
+			uses[a]++
+		}
+	}
+	for _, rn := range p.results {
+		uses[rn[1]] += 2
+	}
+	for _, fr := range p.reduces {
+		uses[fr.node] += 2
+	}
+	var code []vmath.Instr
+	for i, nd := range nodes {
+		if nd.kind != nOp || nd.invariant {
+			continue
+		}
+		if nd.vop == 0 {
+			return nil
+		}
+		in := vmath.Instr{Op: nd.vop, Dst: int32(i), A: int32(nd.args[0]), B: int32(nd.args[0])}
+		if len(nd.args) == 2 {
+			in.B = int32(nd.args[1])
+		}
+		if k := len(code) - 1; k >= 0 {
+			prev := code[k].Dst
+			if in.A == prev {
+				in.Op |= vmath.AccA
+			}
+			if in.B == prev {
+				in.Op |= vmath.AccB
+			}
+			if in.Op&(vmath.AccA|vmath.AccB) != 0 && (uses[prev] == 1 || in.A == prev && in.B == prev && uses[prev] == 2) {
+				code[k].Op |= vmath.NoStore
+			}
+		}
+		code = append(code, in)
+	}
+	return code
 }

@@ -21,6 +21,7 @@ type worker struct {
 	args   [][]*ir.Literal
 	idx    []int
 	red    []reduceState
+	ptrs   []*float32 // the block's values, for vmath.RunProgram
 	// per run
 	in, out []*ir.Literal
 	inPlace bool // store results only after the whole block is computed
@@ -29,12 +30,15 @@ type worker struct {
 
 func (p *blockProg) newWorker() any {
 	w := &worker{p: p, blocks: make([][]byte, len(p.nodes)), lits: make([]ir.Literal, len(p.nodes)),
-		args: make([][]*ir.Literal, len(p.nodes)), idx: make([]int, blockSize)}
+		args: make([][]*ir.Literal, len(p.nodes)), idx: make([]int, blockSize), ptrs: make([]*float32, len(p.nodes))}
 	for i := range p.nodes {
 		nd := &p.nodes[i]
 		w.lits[i].Type = ir.Type{DType: nd.dt}
 		if nd.invariant || nd.kind == nLeaf && !nd.direct || nd.kind == nOp {
-			w.blocks[i] = alignedBytes(blockSize * nd.esz)
+			// Blocks start at different offsets modulo 4 KiB, so that the
+			// same chunk of every value does not fall in the same L1 sets.
+			off := i * 320 % 4096
+			w.blocks[i] = alignedBytes(off + blockSize*nd.esz)[off:]
 		}
 		for _, a := range nd.args {
 			w.args[i] = append(w.args[i], &w.lits[a])
@@ -271,6 +275,9 @@ func (w *worker) block(lo, hi int) error {
 			} else {
 				w.lits[i].Data = w.blocks[i][:cnt*e]
 			}
+			if p.code != nil {
+				continue // computed below
+			}
 			if nd.f2 != nil {
 				a := w.args[i]
 				nd.f2(ir.ViewBytes[float32](w.lits[i].Data), ir.ViewBytes[float32](a[0].Data), ir.ViewBytes[float32](a[1].Data))
@@ -284,6 +291,9 @@ func (w *worker) block(lo, hi int) error {
 				return err
 			}
 		}
+	}
+	if p.code != nil {
+		w.runCode(cnt)
 	}
 	for _, rn := range p.results {
 		r, n := rn[0], rn[1]
@@ -308,6 +318,37 @@ func (w *worker) block(lo, hi int) error {
 		}
 	}
 	return nil
+}
+
+// runCode computes the block's op nodes (all f32 with a vmath opcode) with
+// one vmath program, and the elements past its last whole chunk with the
+// nodes' kernels, which compute the same values.
+func (w *worker) runCode(cnt int) {
+	if cnt == 0 {
+		return
+	}
+	p := w.p
+	for i := range p.nodes {
+		w.ptrs[i] = nil
+		if p.nodes[i].esz == 4 && len(w.lits[i].Data) >= 4*cnt {
+			w.ptrs[i] = &ir.ViewBytes[float32](w.lits[i].Data)[0]
+		}
+	}
+	m := vmath.RunProgram(p.code, w.ptrs, cnt)
+	clear(w.ptrs)
+	if m == cnt {
+		return
+	}
+	for _, in := range p.code {
+		nd := &p.nodes[in.Dst]
+		dst := ir.ViewBytes[float32](w.lits[in.Dst].Data)[m:cnt]
+		a := ir.ViewBytes[float32](w.lits[in.A].Data)[m:cnt]
+		if nd.f2 != nil {
+			nd.f2(dst, a, ir.ViewBytes[float32](w.lits[in.B].Data)[m:cnt])
+		} else {
+			nd.f1(dst, a)
+		}
+	}
 }
 
 // ---- gathers ----

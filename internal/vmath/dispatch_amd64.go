@@ -108,3 +108,18 @@ func Fence() {
 		sfence()
 	}
 }
+
+func runProgram(code []Instr, vals []*float32, n int) int {
+	m := n &^ (ProgramChunk - 1)
+	if cur != avx512Impl || len(code) == 0 || len(vals) == 0 || m == 0 {
+		return 0
+	}
+	ok := func(i int32) bool { return uint32(i) < uint32(len(vals)) && vals[i] != nil }
+	for _, in := range code {
+		if in.Op&^(0xff|AccA|AccB|NoStore) != 0 || !ok(in.Dst) || !ok(in.A) || !ok(in.B) {
+			panic("vmath: bad program instruction")
+		}
+	}
+	progAVX512(&code[0].Op, len(code), &vals[0], m)
+	return m
+}

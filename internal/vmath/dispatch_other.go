@@ -12,3 +12,5 @@ func StoreNT(dst, src []byte) { copy(dst, src) }
 
 // Fence is a no-op here.
 func Fence() {}
+
+func runProgram(code []Instr, vals []*float32, n int) int { return 0 }

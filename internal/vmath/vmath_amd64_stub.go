@@ -60,3 +60,6 @@ func maxAVX512(dst *float32, a *float32, b *float32, n int)
 
 //go:noescape
 func minAVX512(dst *float32, a *float32, b *float32, n int)
+
+//go:noescape
+func progAVX512(code *int32, ncode int, ptrs **float32, n int)

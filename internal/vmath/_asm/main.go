@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"slices"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -336,6 +337,123 @@ func storeNT() {
 	RET()
 }
 
+// progOps are the bodies of the program interpreter's opcodes (opcode i+1;
+// must match the Op constants of ../program.go): the very bodies of the
+// kernels, so a program computes what the kernels compute.
+var progOps = []body{
+	binBody(func(b, a, d Op) { VADDPS(b, a, d) }),
+	binBody(func(b, a, d Op) { VSUBPS(b, a, d) }),
+	binBody(func(b, a, d Op) { VMULPS(b, a, d) }),
+	binBody(func(b, a, d Op) { VDIVPS(b, a, d) }),
+	maxBody,
+	minBody,
+	func(in []reg.VecPhysical, out reg.VecPhysical) { VPXORD_BCST(cbits(signMask), in[0], out) },
+	func(in []reg.VecPhysical, out reg.VecPhysical) { VPANDD_BCST(cbits(absMask), in[0], out) },
+	func(in []reg.VecPhysical, out reg.VecPhysical) { VSQRTPS(in[0], out) },
+	expBody,
+	logBody,
+	tanhBody,
+	logisticBody,
+	erfBody,
+}
+
+// progChunk is the number of elements each instruction of a program
+// computes before the next one runs: 4 vectors, held in registers.
+const progChunk = 64
+
+// Flags of a program instruction's opcode word (must match ../program.go).
+const (
+	flagAccA    = 1 << 8  // operand a is the previous instruction's result (registers)
+	flagAccB    = 1 << 9  // operand b likewise
+	flagNoStore = 1 << 10 // the result is not stored (only the next instruction reads it)
+)
+
+// program emits func progAVX512(code *int32, ncode int, ptrs **float32,
+// n int): for every chunk of progChunk elements of n (a multiple of it), the
+// instructions in order, each (op|flags, dst, a, b) computing
+// ptrs[dst][chunk] = op(ptrs[a][chunk], ptrs[b][chunk]) (b ignored by unary
+// ops). The result of an instruction stays in Z20..Z23 for the next one
+// (flagAccA, flagAccB), and is stored unless flagNoStore.
+func program() {
+	TEXT("progAVX512", NOSPLIT, "func(code *int32, ncode int, ptrs **float32, n int)")
+	Pragma("noescape")
+	Load(Param("ptrs"), reg.R9)
+	Load(Param("n"), reg.RCX)
+	XORQ(reg.R10, reg.R10) // byte offset of the chunk
+	acc := []reg.VecPhysical{reg.Z20, reg.Z21, reg.Z22, reg.Z23}
+	ina := []reg.VecPhysical{reg.Z24, reg.Z25, reg.Z26, reg.Z27}
+	inb := []reg.VecPhysical{reg.Z28, reg.Z29, reg.Z30, reg.Z31}
+	Label("prog_chunk")
+	CMPQ(reg.RCX, U32(progChunk))
+	JL(LabelRef("prog_done"))
+	Load(Param("code"), reg.RSI)
+	Load(Param("ncode"), reg.R11)
+	Label("prog_ins")
+	TESTQ(reg.R11, reg.R11)
+	JE(LabelRef("prog_next"))
+	MOVL(Mem{Base: reg.RSI}, reg.EAX)
+	MOVLQZX(Mem{Base: reg.RSI, Disp: 4}, reg.RBX)
+	MOVQ(Mem{Base: reg.R9, Index: reg.RBX, Scale: 8}, reg.RBX)
+	ADDQ(reg.R10, reg.RBX)
+	MOVLQZX(Mem{Base: reg.RSI, Disp: 8}, reg.RDX)
+	MOVQ(Mem{Base: reg.R9, Index: reg.RDX, Scale: 8}, reg.RDX)
+	ADDQ(reg.R10, reg.RDX)
+	MOVLQZX(Mem{Base: reg.RSI, Disp: 12}, reg.RDI)
+	MOVQ(Mem{Base: reg.R9, Index: reg.RDI, Scale: 8}, reg.RDI)
+	ADDQ(reg.R10, reg.RDI)
+	ADDQ(Imm(16), reg.RSI)
+	DECQ(reg.R11)
+	operand := func(name string, flag int, p reg.Register, in []reg.VecPhysical) {
+		TESTL(U32(flag), reg.EAX)
+		JNZ(LabelRef("prog_" + name + "_acc"))
+		for v := range in {
+			VMOVUPS(Mem{Base: p, Disp: 64 * v}, in[v])
+		}
+		JMP(LabelRef("prog_" + name + "_done"))
+		Label("prog_" + name + "_acc")
+		for v := range in {
+			VMOVAPS(acc[v], in[v])
+		}
+		Label("prog_" + name + "_done")
+	}
+	operand("a", flagAccA, reg.RDX, ina)
+	operand("b", flagAccB, reg.RDI, inb)
+	MOVBLZX(reg.AL, reg.R13L)
+	// The most common opcodes first: mul, add, tanh, sub, then in order.
+	order := []int{3, 1, 12, 2}
+	for i := range progOps {
+		if !slices.Contains(order, i+1) {
+			order = append(order, i+1)
+		}
+	}
+	for _, op := range order {
+		CMPL(reg.R13L, U32(op))
+		JE(LabelRef(fmt.Sprintf("prog_op%d", op)))
+	}
+	JMP(LabelRef("prog_ins")) // unknown opcode: skipped
+	for i, b := range progOps {
+		Label(fmt.Sprintf("prog_op%d", i+1))
+		for v := range acc {
+			b([]reg.VecPhysical{ina[v], inb[v]}, acc[v])
+		}
+		JMP(LabelRef("prog_store"))
+	}
+	Label("prog_store")
+	TESTL(U32(flagNoStore), reg.EAX)
+	JNZ(LabelRef("prog_ins"))
+	for v := range acc {
+		VMOVUPS(acc[v], Mem{Base: reg.RBX, Disp: 64 * v})
+	}
+	JMP(LabelRef("prog_ins"))
+	Label("prog_next")
+	ADDQ(U32(4*progChunk), reg.R10)
+	SUBQ(U32(progChunk), reg.RCX)
+	JMP(LabelRef("prog_chunk"))
+	Label("prog_done")
+	VZEROUPPER()
+	RET()
+}
+
 func main() {
 	flag.CommandLine.Set("pkg", "vmath")
 	ConstraintExpr("amd64")
@@ -357,5 +475,6 @@ func main() {
 	kernel("divAVX512", 2, binBody(func(b, a, d Op) { VDIVPS(b, a, d) }))
 	kernel("maxAVX512", 2, maxBody)
 	kernel("minAVX512", 2, minBody)
+	program()
 	Generate()
 }
