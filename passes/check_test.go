@@ -93,6 +93,23 @@ func TestCheckPlanCatches(t *testing.T) {
 			b.Kind = passes.BufOutput
 			sub.Values[v] = b
 		}, "nested region"},
+		{"ys slice at a carry position", func(p *passes.Program, fwd, _ *ir.Op) {
+			sub, v := sliceValue(t, p, fwd)
+			b := sub.Values[v]
+			b.Index = 0 // the carry, not a y
+			sub.Values[v] = b
+		}, "not the only y returned there"},
+		{"ys slice of the wrong size", func(p *passes.Program, fwd, _ *ir.Op) {
+			sub, v := sliceValue(t, p, fwd)
+			b := sub.Values[v]
+			b.Size *= 2
+			sub.Values[v] = b
+		}, "has buffer ys slice of result 1 device 192 B, want 96 B"},
+		{"ys slice outside a scan body", func(p *passes.Program, fwd, _ *ir.Op) {
+			b := p.Plan.Values[fwd.Results[1]]
+			b.Kind, b.Index = passes.BufSlice, 1
+			p.Plan.Values[fwd.Results[1]] = b
+		}, "outside a scan body"},
 		{"analysis out of date", func(p *passes.Program, _, _ *ir.Op) {
 			p.Analysis.TempBytes++
 		}, "does not match"},
@@ -106,6 +123,29 @@ func TestCheckPlanCatches(t *testing.T) {
 			require.Contains(t, err.Error(), c.msg)
 		})
 	}
+}
+
+// sliceValue returns the forward scan body's plan and a value of it planned
+// as a slice of the scan's stacked ys, failing the test if there is none.
+func sliceValue(t *testing.T, p *passes.Program, fwd *ir.Op) (*passes.RegionPlan, *ir.Value) {
+	sub := p.Plan.Sub[fwd][0]
+	for _, v := range sub.Region.Results {
+		if b, ok := sub.Values[v]; ok && b.Kind == passes.BufSlice {
+			return sub, v
+		}
+	}
+	t.Fatal("the forward scan's residuals are not planned in their ys slices")
+	return nil, nil
+}
+
+// TestScanYsArePlannedInTheirSlices: the forward scan's stacked residuals
+// computed by body ops take no room in the body arena.
+func TestScanYsArePlannedInTheirSlices(t *testing.T) {
+	p, fwd, _ := gradPlan(t)
+	sub, v := sliceValue(t, p, fwd)
+	b := sub.Values[v]
+	require.Equal(t, v.Type.Bytes(), b.Size)
+	require.NoError(t, passes.CheckPlan(p))
 }
 
 // TestPlanRunSeesOverlap checks that the plan-following executor of the tests
