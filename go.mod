@@ -3,6 +3,7 @@ module github.com/ferryml/ferry
 go 1.26
 
 require (
+	github.com/ebitengine/purego v0.11.3
 	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
 	github.com/stretchr/testify v1.12.1
 	gonum.org/v1/gonum v0.17.0

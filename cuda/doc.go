@@ -1,0 +1,8 @@
+// Package cuda holds the pieces of Ferry's CUDA backend that build and test
+// without a GPU: a run-time loader for the CUDA driver, NVRTC and cuBLASLt
+// (through purego, so the module still builds with CGO_ENABLED=0 on machines
+// with no CUDA at all), and the generator that turns fused elementwise groups
+// (`fusion` ops of kind "loop") into CUDA C kernels for NVRTC.
+//
+// The package does not register a runtime backend yet.
+package cuda

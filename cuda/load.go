@@ -1,0 +1,281 @@
+package cuda
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// PinnedCUDAVersion is the driver ABI version entry points are resolved for
+// (cudaVersion argument of cuGetProcAddress): 12.0. CUDA 13 changed several
+// signatures; pinning the version keeps the ones this package calls with.
+const PinnedCUDAVersion = 12000
+
+// cuGetProcAddressDefault is CU_GET_PROC_ADDRESS_DEFAULT.
+const cuGetProcAddressDefault = 0
+
+// LibDirEnv names the environment variable searched first for CUDA libraries.
+const LibDirEnv = "FERRY_CUDA_LIB_DIR"
+
+// Attempt is one place a library was looked for, and why it did not load.
+type Attempt struct {
+	// Path is the file (or glob pattern, or bare name for the system loader)
+	// tried.
+	Path string
+	// Err says what went wrong: not found, no match, or the dlopen error.
+	Err string
+}
+
+// LoadError reports a library that could not be loaded, with every place it
+// was looked for.
+type LoadError struct {
+	// Library is the file name searched for (libcuda.so.1, libnvrtc.so*, ...).
+	Library string
+	// Attempts lists each path tried, in order.
+	Attempts []Attempt
+	// Detail is set when the library loaded but was unusable (a missing entry
+	// point, for example).
+	Detail string
+}
+
+// Error lists the library and every path tried.
+func (e *LoadError) Error() string {
+	var b strings.Builder
+	if e.Detail != "" {
+		fmt.Fprintf(&b, "cuda: %s: %s", e.Library, e.Detail)
+	} else {
+		fmt.Fprintf(&b, "cuda: cannot load %s; looked in:", e.Library)
+	}
+	for _, a := range e.Attempts {
+		fmt.Fprintf(&b, "\n  %s: %s", a.Path, a.Err)
+	}
+	return b.String()
+}
+
+// SearchDirs returns the directories searched for CUDA libraries, in order:
+// $FERRY_CUDA_LIB_DIR, /usr/local/cuda*/lib64, the $LD_LIBRARY_PATH entries,
+// and the nvidia/*/lib folders of Python installs (system, /usr/local, the
+// user's ~/.local, and any python3* under /opt or /root/.pyenv). Glob patterns
+// are expanded; duplicates are dropped.
+func SearchDirs() []string {
+	var dirs []string
+	seen := map[string]bool{}
+	add := func(ds ...string) {
+		for _, d := range ds {
+			if d == "" || seen[d] {
+				continue
+			}
+			seen[d] = true
+			dirs = append(dirs, d)
+		}
+	}
+	glob := func(pattern string) []string {
+		m, _ := filepath.Glob(pattern)
+		sort.Sort(sort.Reverse(sort.StringSlice(m))) // newest version first
+		return m
+	}
+	if d := os.Getenv(LibDirEnv); d != "" {
+		add(filepath.SplitList(d)...)
+	}
+	add(glob("/usr/local/cuda*/lib64")...)
+	add(filepath.SplitList(os.Getenv("LD_LIBRARY_PATH"))...)
+	sites := []string{
+		"/usr/lib/python3*/site-packages",
+		"/usr/lib/python3*/dist-packages",
+		"/usr/local/lib/python3*/dist-packages",
+		"/usr/local/lib/python3*/site-packages",
+		"/opt/*/lib/python3*/site-packages",
+		"/opt/*/*/lib/python3*/site-packages",
+		"/root/.pyenv/versions/*/lib/python3*/site-packages",
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		sites = append(sites, filepath.Join(home, ".local/lib/python3*/site-packages"))
+	}
+	for _, s := range sites {
+		add(glob(filepath.Join(s, "nvidia/*/lib"))...)
+	}
+	return dirs
+}
+
+// openLibrary looks for a file matching pattern (a file name, possibly with a
+// * glob) in dirs, then asks the system loader for fallback (a bare soname;
+// empty to skip). It returns the handle and the path that loaded.
+func openLibrary(pattern, fallback string, dirs []string) (uintptr, string, error) {
+	le := &LoadError{Library: pattern}
+	try := func(path string) (uintptr, bool) {
+		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err != nil {
+			le.Attempts = append(le.Attempts, Attempt{Path: path, Err: err.Error()})
+			return 0, false
+		}
+		return h, true
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, pattern)
+		matches, _ := filepath.Glob(p)
+		if len(matches) == 0 {
+			why := "not found"
+			if strings.Contains(pattern, "*") {
+				why = "no match"
+			}
+			if _, err := os.Stat(d); err != nil {
+				why += " (no such directory)"
+			}
+			le.Attempts = append(le.Attempts, Attempt{Path: p, Err: why})
+			continue
+		}
+		sort.Sort(sort.Reverse(sort.StringSlice(matches)))
+		for _, m := range matches {
+			if h, ok := try(m); ok {
+				return h, m, nil
+			}
+		}
+	}
+	if fallback != "" {
+		if h, ok := try(fallback); ok {
+			return h, fallback, nil
+		}
+		le.Attempts[len(le.Attempts)-1].Path = fallback + " (system loader: ld.so.cache, /etc/ld.so.conf dirs)"
+	}
+	return 0, "", le
+}
+
+// Library is one loaded shared library.
+type Library struct {
+	// Path is the file (or soname) that loaded.
+	Path   string
+	handle uintptr
+}
+
+// Sym returns the address of an exported symbol.
+func (l *Library) Sym(name string) (uintptr, error) {
+	p, err := purego.Dlsym(l.handle, name)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: %s: symbol %s: %w", l.Path, name, err)
+	}
+	return p, nil
+}
+
+// Result is a CUresult (or nvrtcResult, cublasStatus_t) status code.
+type Result int32
+
+// Driver is the loaded CUDA driver API with NVRTC and cuBLASLt.
+type Driver struct {
+	// CUDA is libcuda.so.1; NVRTC is libnvrtc; CublasLt is libcublasLt.
+	CUDA, NVRTC, CublasLt *Library
+	getProc               uintptr
+	procs                 map[string]uintptr
+}
+
+// driverEntryPoints are the driver functions the backend calls, resolved once
+// through cuGetProcAddress at PinnedCUDAVersion.
+var driverEntryPoints = []string{
+	"cuInit", "cuDriverGetVersion", "cuDeviceGet", "cuDeviceGetCount",
+	"cuDeviceGetName", "cuDeviceGetAttribute", "cuDeviceTotalMem",
+	"cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease", "cuCtxSetCurrent",
+	"cuCtxSynchronize", "cuMemAlloc", "cuMemFree", "cuMemAllocHost", "cuMemFreeHost",
+	"cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync", "cuMemsetD8Async",
+	"cuMemGetInfo", "cuStreamCreate", "cuStreamDestroy", "cuStreamSynchronize",
+	"cuStreamWaitEvent", "cuEventCreate", "cuEventDestroy", "cuEventRecord",
+	"cuEventSynchronize", "cuEventElapsedTime", "cuModuleLoadData", "cuModuleUnload",
+	"cuModuleGetFunction", "cuLaunchKernel", "cuGetErrorString",
+}
+
+// Load loads libcuda.so.1, resolves the driver entry points through
+// cuGetProcAddress_v2 for PinnedCUDAVersion, and loads libnvrtc.so* and
+// libcublasLt.so*, searching SearchDirs and then the system loader. A missing
+// or unusable library is a *LoadError naming every path tried. Load does not
+// call cuInit.
+func Load() (*Driver, error) {
+	dirs := SearchDirs()
+	d := &Driver{procs: map[string]uintptr{}}
+	for _, l := range []struct {
+		pattern, fallback string
+		dst               **Library
+	}{
+		{"libcuda.so.1", "libcuda.so.1", &d.CUDA},
+		{"libnvrtc.so*", "libnvrtc.so", &d.NVRTC},
+		{"libcublasLt.so*", "libcublasLt.so", &d.CublasLt},
+	} {
+		h, path, err := openLibrary(l.pattern, l.fallback, dirs)
+		if err != nil {
+			return nil, err
+		}
+		*l.dst = &Library{Path: path, handle: h}
+	}
+	gp, err := d.CUDA.Sym("cuGetProcAddress_v2")
+	if err != nil {
+		return nil, &LoadError{Library: d.CUDA.Path, Detail: "no cuGetProcAddress_v2 (driver older than CUDA 12): " + err.Error()}
+	}
+	d.getProc = gp
+	for _, name := range driverEntryPoints {
+		p, err := d.resolve(name)
+		if err != nil {
+			return nil, &LoadError{Library: d.CUDA.Path, Detail: err.Error()}
+		}
+		d.procs[name] = p
+	}
+	return d, nil
+}
+
+// resolve calls cuGetProcAddress_v2(symbol, &pfn, PinnedCUDAVersion,
+// CU_GET_PROC_ADDRESS_DEFAULT, &status).
+func (d *Driver) resolve(name string) (uintptr, error) {
+	cname := append([]byte(name), 0)
+	var pfn uintptr
+	var status int32
+	r, _, _ := purego.SyscallN(d.getProc,
+		uintptr(unsafe.Pointer(&cname[0])), uintptr(unsafe.Pointer(&pfn)),
+		uintptr(PinnedCUDAVersion), uintptr(cuGetProcAddressDefault), uintptr(unsafe.Pointer(&status)))
+	runtime.KeepAlive(cname)
+	if Result(r) != 0 || pfn == 0 {
+		return 0, fmt.Errorf("cuGetProcAddress(%s, %d) failed: CUresult %d, symbol status %d", name, PinnedCUDAVersion, int32(r), status)
+	}
+	return pfn, nil
+}
+
+// Proc returns the address of a driver entry point resolved by Load (one of
+// the names the backend uses), or 0.
+func (d *Driver) Proc(name string) uintptr { return d.procs[name] }
+
+// Call calls the driver entry point name with raw arguments and returns its
+// CUresult; an unresolved name returns an error.
+func (d *Driver) Call(name string, args ...uintptr) (Result, error) {
+	p := d.procs[name]
+	if p == 0 {
+		return 0, fmt.Errorf("cuda: entry point %s was not resolved", name)
+	}
+	r, _, _ := purego.SyscallN(p, args...)
+	return Result(int32(r)), nil
+}
+
+// Init calls cuInit(0).
+func (d *Driver) Init() error {
+	r, err := d.Call("cuInit", 0)
+	if err != nil {
+		return err
+	}
+	if r != 0 {
+		return fmt.Errorf("cuda: cuInit: CUresult %d", r)
+	}
+	return nil
+}
+
+// Version returns cuDriverGetVersion (for example 12040 for CUDA 12.4).
+func (d *Driver) Version() (int, error) {
+	var v int32
+	r, err := d.Call("cuDriverGetVersion", uintptr(unsafe.Pointer(&v)))
+	if err != nil {
+		return 0, err
+	}
+	if r != 0 {
+		return 0, fmt.Errorf("cuda: cuDriverGetVersion: CUresult %d", r)
+	}
+	return int(v), nil
+}
