@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"time"
 )
 
@@ -50,7 +51,19 @@ func main() {
 	flag.Float64Var(&cfg.Temperature, "temperature", 0.8, "sampling temperature for -samples")
 	flag.IntVar(&cfg.LossEvery, "loss-every", 0, "record the training loss every N steps (train_losses in -json)")
 	jsonOut := flag.Bool("json", false, "print one final JSON object")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "transformer:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	text, err := loadText(cfg.Data)
 	if err != nil {

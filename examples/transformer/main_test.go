@@ -44,6 +44,7 @@ func TestOffloadSameTrajectory(t *testing.T) {
 	}{
 		{"remat_offload", func(c *Config) { c.Remat = "offload" }},
 		{"remat_nothing", func(c *Config) { c.Remat = "nothing" }},
+		{"remat_dots", func(c *Config) { c.Remat = "dots" }},
 		{"offload_opt", func(c *Config) { c.OffloadOpt = true }},
 		{"offload_params", func(c *Config) { c.OffloadParams = true }},
 	} {
@@ -58,6 +59,24 @@ func TestOffloadSameTrajectory(t *testing.T) {
 			for i := range ref.Losses {
 				if d := math.Abs(res.Losses[i] - ref.Losses[i]); d > 1e-4*math.Max(1, ref.Losses[i]) {
 					t.Errorf("step %d: loss %v, plain run %v", i, res.Losses[i], ref.Losses[i])
+				}
+			}
+			// Each option moves memory the way it promises.
+			m, m0 := res.Memory, ref.Memory
+			switch c.name {
+			case "remat_offload", "remat_nothing", "remat_dots":
+				if m.TempBytes >= m0.TempBytes {
+					t.Errorf("%s: device temp %d B, not below the plain run's %d B", c.name, m.TempBytes, m0.TempBytes)
+				}
+			}
+			switch c.name {
+			case "remat_offload":
+				if m.HostTempBytes == 0 {
+					t.Errorf("remat offload: no host temp (offloaded residuals)")
+				}
+			case "offload_opt", "offload_params":
+				if m.HostArgumentBytes == 0 || m.ArgumentBytes >= m0.ArgumentBytes {
+					t.Errorf("%s: device argument %d B (plain %d B), host argument %d B", c.name, m.ArgumentBytes, m0.ArgumentBytes, m.HostArgumentBytes)
 				}
 			}
 		})
