@@ -85,6 +85,12 @@ const (
 	ArgMax // attrs: axis, dtype (index dtype); first index of the maximum; NaN wins
 	ArgMin // attrs: axis, dtype
 
+	// Sort: (operands...) attrs: dimension, num_keys. A stable ascending sort of
+	// every operand along dimension, ordered by the first num_keys operands
+	// lexicographically (lax.sort). Floats compare in a total order in which
+	// -0 equals +0 and every NaN sorts last, equal to the other NaNs.
+	Sort
+
 	// DotGeneral: attrs lhs_batch, rhs_batch, lhs_contract, rhs_contract. Result
 	// dims: batch dims, then lhs free dims, then rhs free dims (as XLA).
 	DotGeneral
@@ -274,6 +280,7 @@ func init() {
 	reduce(ReduceMax, "reduce_max", true)
 	reduce(ReduceMin, "reduce_min", true)
 	reduce(ReduceProd, "reduce_prod", true)
+	def(Sort, OpInfo{Name: "sort", NumArgs: -1, MinArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"dimension", AttrInt, false}, {"num_keys", AttrInt, false}}, Infer: inferSort})
 	def(ArgMax, OpInfo{Name: "argmax", NumArgs: 1, Attrs: []AttrSpec{{"axis", AttrInt, false}, {"dtype", AttrDType, false}}, Infer: inferArg})
 	def(ArgMin, OpInfo{Name: "argmin", NumArgs: 1, Attrs: []AttrSpec{{"axis", AttrInt, false}, {"dtype", AttrDType, false}}, Infer: inferArg})
 
@@ -749,6 +756,27 @@ func inferArg(args []Type, a Attrs, _ []*Region) ([]Type, error) {
 		return nil, fmt.Errorf("argmax/argmin: index dtype must be i32 or i64, got %v", dt)
 	}
 	return one(Type{DType: dt, Shape: RemoveAxes(args[0].Shape, []int{axis})}), nil
+}
+
+func inferSort(args []Type, a Attrs, _ []*Region) ([]Type, error) {
+	dim, nk := a.Int("dimension"), a.Int("num_keys")
+	if dim < 0 || dim >= args[0].Rank() {
+		return nil, fmt.Errorf("sort: dimension %d out of range for rank %d", dim, args[0].Rank())
+	}
+	if nk < 1 || nk > len(args) {
+		return nil, fmt.Errorf("sort: num_keys %d out of range for %d operands", nk, len(args))
+	}
+	out := make([]Type, len(args))
+	for i, t := range args {
+		if !t.Shape.Equal(args[0].Shape) {
+			return nil, fmt.Errorf("sort: operand %d has shape %v, operand 0 has %v", i, t.Shape, args[0].Shape)
+		}
+		if t.Space != args[0].Space {
+			return nil, fmt.Errorf("sort: operand %d is in %v, operand 0 in %v", i, t.Space, args[0].Space)
+		}
+		out[i] = t
+	}
+	return out, nil
 }
 
 // DotShape returns the result shape of dot_general.

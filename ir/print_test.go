@@ -152,6 +152,7 @@ func txtShapes(t testing.TB) *Func {
 	rmin := b.op(ReduceMin, vs(pad), Attrs{"axes": []int{}})
 	rp := b.op(ReduceProd, vs(sl), Attrs{"axes": []int{0}})
 	am := b.op(ArgMax, vs(x), Attrs{"axis": 1, "dtype": Int32})
+	srt := b.ops(Sort, vs(x, x), Attrs{"dimension": 1, "num_keys": 1})
 	an := b.op(ArgMin, vs(x), Attrs{"axis": 0, "dtype": Int64})
 	dot := b.op(DotGeneral, vs(x, r), Attrs{"lhs_batch": []int{}, "rhs_batch": []int{}, "lhs_contract": []int{1}, "rhs_contract": []int{0}})
 	bdot := b.op(DotGeneral, vs(cat, cat), Attrs{"lhs_batch": []int{1}, "rhs_batch": []int{1}, "lhs_contract": []int{0}, "rhs_contract": []int{0}})
@@ -159,7 +160,7 @@ func txtShapes(t testing.TB) *Func {
 	host := b.op(DevicePut, vs(dot), Attrs{"space": PinnedHost})
 	back := b.op(DevicePut, vs(host), Attrs{"space": Device})
 	empty := b.op(Slice, vs(x), Attrs{"start": []int{0, 0}, "limit": []int{0, 3}, "strides": []int{1, 1}})
-	f.Body.Results = vs(rs, rmax, rmin, rp, am, an, bdot, io, host, back, empty, tr)
+	f.Body.Results = vs(rs, rmax, rmin, rp, am, an, bdot, io, host, back, empty, tr, srt[1])
 	return f
 }
 

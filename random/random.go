@@ -354,35 +354,25 @@ func Categorical(key *trace.Array, logits *trace.Array, axis int) *trace.Array {
 
 // Permutation returns a random permutation of 0..n-1 as i32[n], like
 // jax.random.permutation(key, n): JAX's shuffle, ceil(3·ln n / ln(2³²-1))
-// rounds of a stable sort by random u32 keys from split(key). Ferry has no sort
-// op, so each round ranks by comparing all pairs: O(n²) work (fused into a
-// reduction when jitted, but an n×n temporary when eager).
+// rounds of a stable sort (trace.SortMulti) by random u32 keys from
+// split(key): O(n log n) per round.
 func Permutation(key *trace.Array, n int) *trace.Array {
 	const op = "random.Permutation"
 	if n < 0 {
 		panic(trace.Errorf(op, "negative length %d", n))
 	}
-	if n > 1<<24 {
-		panic(trace.Errorf(op, "n = %d is too large for the O(n²) ranking", n))
+	if n > 1<<31-1 {
+		panic(trace.Errorf(op, "n = %d is more than int32 indices reach", n))
 	}
 	keyWords(op, key)
 	x := trace.Arange(n, ir.Int32)
 	rounds := int(math.Ceil(3 * math.Log(float64(max(1, n))) / math.Log(maxCount)))
-	idx := trace.Arange(n, ir.Int32)
 	for range rounds {
 		ks := Split(key, 2)
 		var sub *trace.Array
 		key, sub = trace.Index(ks, 0), trace.Index(ks, 1)
-		b := Bits(sub, n)
-		// rank[i] = #{j : b[j] < b[i] or (b[j] == b[i] and j < i)}: i's place in
-		// a stable sort.
-		bi, bj := trace.Reshape(b, n, 1), trace.Reshape(b, 1, n)
-		ii, jj := trace.Reshape(idx, n, 1), trace.Reshape(idx, 1, n)
-		before := trace.Or(trace.Less(bj, bi), trace.And(trace.Equal(bj, bi), trace.Less(jj, ii)))
-		rank := trace.Sum(before, 1)
-		// order[rank[i]] = i.
-		order := trace.ScatterAdd(trace.Zeros(ir.Shape{n}, ir.Int32), rank, idx, 0)
-		x = trace.Take(x, order, 0)
+		// A stable sort of x by fresh random bits, as JAX's _shuffle does.
+		x = trace.SortMulti([]*trace.Array{Bits(sub, n), x}, 0, 1)[1]
 	}
 	return x
 }

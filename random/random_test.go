@@ -167,7 +167,7 @@ func TestDistributions(t *testing.T) {
 	idx0 := random.Categorical(k, trace.Transpose(l, 1, 0), 0)
 	require.Equal(t, ir.Shape{n / 4}, idx0.Shape())
 
-	for _, m := range []int{0, 1, 2, 10, 500, 2000} {
+	for _, m := range []int{0, 1, 2, 10, 500, 2000, 200_000} {
 		p := random.Permutation(random.FoldIn(k, uint32(m)), m).Int32s()
 		require.Len(t, p, m)
 		s := slices.Clone(p)

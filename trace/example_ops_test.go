@@ -2,6 +2,7 @@ package trace_test
 
 import (
 	"fmt"
+	"math"
 
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
@@ -58,4 +59,18 @@ func ExampleSoftmax() {
 	// Output:
 	// [0.0900 0.2447 0.6652 0.3333 0.3333 0.3333]
 	// [1.0000 1.0000]
+}
+
+func ExampleSort() {
+	x := rt.FromSlice([]float32{3, float32(math.NaN()), -1, 2, 0, 2}, 2, 3)
+	fmt.Println(trace.Sort(x, 1))    // NaN sorts last
+	fmt.Println(trace.Argsort(x, 1)) // stable: equal keys keep their order
+	// Sort values by keys (lax.sort with num_keys=1).
+	keys := rt.FromSlice([]int32{2, 0, 1}, 3)
+	vals := rt.FromSlice([]float32{20, 0, 10}, 3)
+	fmt.Println(trace.SortMulti([]*trace.Array{keys, vals}, 0, 1)[1])
+	// Output:
+	// f32[2,3] [[-1 3 NaN] [0 2 2]]
+	// i32[2,3] [[2 0 1] [1 0 2]]
+	// f32[3] [0 10 20]
 }

@@ -86,6 +86,7 @@ func init() {
 		ir.Pad:                vjpPad,
 		ir.Gather:             vjpGather,
 		ir.ScatterAdd:         vjpScatterAdd,
+		ir.Sort:               vjpSort,
 
 		ir.ReduceSum:  vjpReduceSum,
 		ir.ReduceMax:  vjpReduceMaxMin,

@@ -345,6 +345,24 @@ func gtCases() []gtCase {
 				return []*trace.Array{gtRand(r, -1, 1, 2, 4, 3), gtI([]int32{1, 1, 3}, 3)}
 			},
 			fn: func(a []*trace.Array) *trace.Array { return gtOp(ir.Gather, ir.Attrs{"axis": 1}, a[0], a[1]) }},
+		{name: "sort", codes: []ir.Code{ir.Sort},
+			make: func(r *rand.Rand) []*trace.Array { return []*trace.Array{gtRand(r, -1, 1, 3, 5)} },
+			fn:   func(a []*trace.Array) *trace.Array { return trace.Sort(a[0], 1) }},
+		{name: "sort/axis0-weighted", codes: []ir.Code{ir.Sort},
+			make: func(r *rand.Rand) []*trace.Array { return []*trace.Array{gtRand(r, -1, 1, 4, 2, 3)} },
+			fn: func(a []*trace.Array) *trace.Array {
+				// Weights by position make the result depend on where each element lands.
+				return trace.Mul(trace.Sort(a[0], 0), trace.Iota(ir.Float64, ir.Shape{4, 2, 3}, 0))
+			}},
+		{name: "sort/multi-key-and-payload", codes: []ir.Code{ir.Sort},
+			make: func(r *rand.Rand) []*trace.Array {
+				return []*trace.Array{gtI([]int32{2, 0, 1, 0, 2, 1, 0, 2}, 2, 4), gtRand(r, -1, 1, 2, 4), gtRand(r, -1, 1, 2, 4)}
+			},
+			fn: func(a []*trace.Array) *trace.Array {
+				s := trace.SortMulti([]*trace.Array{a[0], a[1], a[2]}, 1, 2)
+				w := trace.Iota(ir.Float64, ir.Shape{2, 4}, 1)
+				return trace.Add(trace.Mul(s[1], w), trace.Mul(trace.Mul(s[2], s[2]), w))
+			}},
 		{name: "scatter_add", codes: []ir.Code{ir.ScatterAdd},
 			make: func(r *rand.Rand) []*trace.Array {
 				return []*trace.Array{gtRand(r, -1, 1, 4, 3), gtI([]int32{1, 1, 7, -1, 0}, 5), gtRand(r, -1, 1, 5, 3)}

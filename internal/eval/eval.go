@@ -473,6 +473,8 @@ func dispatch(op *ir.Op, x []*ir.Literal, outs []*ir.Literal) error {
 		return scatterAdd(x[0], x[1], x[2], a.Int("axis"), out)
 	case ir.ArgMax, ir.ArgMin:
 		return argReduce(op.Code, x[0], a.Int("axis"), out)
+	case ir.Sort:
+		return sortOp(x, a.Int("dimension"), a.Int("num_keys"), outs)
 	case ir.DotGeneral:
 		return dotGeneral(x[0], x[1], a, out)
 	default:

@@ -27,6 +27,7 @@ var opTests = map[ir.Code]func(*testing.T){
 	ir.ArgMax:              func(t *testing.T) { testArg(t, ir.ArgMax) },
 	ir.ArgMin:              func(t *testing.T) { testArg(t, ir.ArgMin) },
 	ir.DotGeneral:          testDot,
+	ir.Sort:                testSort,
 	ir.DevicePut:           testDevicePut,
 	ir.CheckpointName:      testCheckpointName,
 	ir.OptimizationBarrier: testOptimizationBarrier,
