@@ -19,6 +19,7 @@ import (
 	"log"
 	"os"
 	goruntime "runtime"
+	"runtime/pprof"
 
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
@@ -116,7 +117,18 @@ func bytesOf(a *trace.Array) int64 { return a.Type().Bytes() }
 
 func main() {
 	asJSON := flag.Bool("json", false, "print one JSON array of rows")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var rows []row
 	add := func(r row) {
 		if r.OutputBytes > 0 {
