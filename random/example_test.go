@@ -13,7 +13,7 @@ import (
 // eagerly or jitted, and the values match jax.random for the same key.
 func Example() {
 	key := random.NewKey(0)
-	fmt.Println(random.Split(key, 2)) // jax.random.split(PRNGKey(0))
+	fmt.Println(random.Split(key, 2)) // jax.random.split(jax.random.key(0))
 	ks := random.Keys(key, 2)
 	k1, k2 := ks[0], ks[1]
 	fmt.Println(random.Bits(k1, 3))
@@ -23,8 +23,18 @@ func Example() {
 	fmt.Println(init(k2))
 	fmt.Println(random.Permutation(k2, 8))
 	// Output:
+	// u32[2,2] [[1797259609 2579123966] [928981903 3453687069]]
+	// u32[3] [3617712097 783310428 975722988]
+	// f32[2,3] [[-0.98541236 -0.9582176 0.162853] [-0.27632403 -0.55392456 -0.76142335]]
+	// i32[8] [0 3 5 1 4 6 2 7]
+}
+
+// The original bit layout of JAX before 0.5 (jax_threefry_partitionable=False)
+// stays available, for values generated with it.
+func ExampleSetPartitionable() {
+	prev := random.SetPartitionable(false)
+	defer random.SetPartitionable(prev)
+	fmt.Println(random.Split(random.NewKey(0), 2))
+	// Output:
 	// u32[2,2] [[4146024105 967050713] [2718843009 1272950319]]
-	// u32[3] [2384771982 2983891053 1278412471]
-	// f32[2,3] [[-0.8552129 -0.9593463 -0.84563637] [0.7573583 -0.67085457 -0.7965734]]
-	// i32[8] [3 6 4 1 2 5 0 7]
 }

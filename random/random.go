@@ -12,15 +12,26 @@
 //     compiler fuses into its consumer: a jitted initialiser holds no bit
 //     buffer, only its output (see the package tests).
 //
-// The 32-bit layout is JAX's default non-partitionable one
-// (jax_threefry_partitionable=False): for n values, counters iota(n) (padded
-// with one 0 when n is odd) are split into halves x0 and x1, and the output is
-// concat(threefry(key, x0, x1)) truncated to n. NewKey, Split, FoldIn and Bits
-// therefore return the same values as jax.random.PRNGKey, split, fold_in and
-// bits for the same key; Uniform and Normal in f32, and Uniform in f64 (with
-// x64), follow jax.random's formulas on those bits. bf16 and f16 values are
-// generated in f32 and converted inside the same fused group (JAX draws 16-bit
-// bits for them instead, so those values differ from JAX's).
+// Two bit layouts are available (SetPartitionable), the two of JAX's
+// jax_threefry_partitionable flag:
+//
+//   - partitionable (the default, JAX's default since 0.5): element i is
+//     y0 ^ y1 of the block on the counters (i>>32, i&0xffffffff) of its
+//     row-major index; Split(key, n)[i] is (y0, y1) of the block on (0, i);
+//     8- and 16-bit requests keep the low bits. Any request size works (the
+//     index may pass 2^32). Uniform, Normal, TruncatedNormal and Gumbel in bf16
+//     and f16 follow JAX's formulas in those dtypes (bf16 from 8 random bits,
+//     f16 from 16), so they generate straight into the 16-bit dtype.
+//   - original (JAX before 0.5): for n values, counters iota(n) (padded with
+//     one 0 when n is odd) are split into halves x0 and x1, and the output is
+//     concat(threefry(key, x0, x1)) truncated to n; bf16 and f16 values are
+//     generated in f32 and converted (JAX draws 8- and 16-bit bits for them
+//     instead, so those differ from JAX's).
+//
+// In both, NewKey, Split, FoldIn and Bits return the values of
+// jax.random.PRNGKey, split, fold_in and bits for the same key, and Uniform
+// and Normal in f32, and Uniform in f64 (with x64), follow jax.random's
+// formulas on those bits (checked against values published by JAX).
 //
 // Normal uses JAX's method: u uniform in (-1, 1), then sqrt(2)·erfinv(u), with
 // erfinv by Giles' single-precision polynomial (as XLA's ErfInv for f32); in f64
@@ -45,11 +56,20 @@ func NewKey(seed uint64) *trace.Array {
 	return trace.Const([]uint32{uint32(seed >> 32), uint32(seed)}, 2)
 }
 
-// Split returns n new keys as a u32[n,2] array, like jax.random.split (the
-// non-partitionable form: threefry2x32(key, iota(2n)) reshaped to [n,2]).
+// Split returns n new keys as a u32[n,2] array, like jax.random.split: in the
+// partitionable layout key i is the block (y0, y1) on counters (0, i); in the
+// original one threefry2x32(key, iota(2n)) reshaped to [n,2].
 func Split(key *trace.Array, n int) *trace.Array {
 	if n < 0 {
 		panic(trace.Errorf("random.Split", "negative count %d", n))
+	}
+	if Partitionable() {
+		if n == 0 {
+			keyWords("random.Split", key)
+			return trace.Zeros(ir.Shape{0, 2}, ir.Uint32)
+		}
+		y0, y1 := blocks("random.Split", key, ir.Shape{n}, 0)
+		return trace.Stack(1, y0, y1)
 	}
 	return trace.Reshape(Bits(key, 2*n), n, 2)
 }
@@ -123,7 +143,7 @@ func size(op string, shape []int) int {
 }
 
 // Bits returns random u32 bits of the given shape, like jax.random.bits with
-// dtype uint32 (non-partitionable layout, see the package doc).
+// dtype uint32 (in the current layout, see the package doc).
 func Bits(key *trace.Array, shape ...int) *trace.Array {
 	n := size("random.Bits", shape)
 	return BitsAt(key, n, 0, shape...)
@@ -136,6 +156,16 @@ func BitsAt(key *trace.Array, total, offset int, shape ...int) *trace.Array {
 	const op = "random.BitsAt"
 	k0, k1 := keyWords(op, key)
 	n := size(op, shape)
+	if Partitionable() {
+		if total < 0 || offset < 0 || offset+n > total {
+			panic(trace.Errorf(op, "chunk [%d, %d) is not inside [0, %d)", offset, offset+n, total))
+		}
+		if n == 0 {
+			return trace.Zeros(ir.Shape(shape), ir.Uint32)
+		}
+		y0, y1 := blocks(op, key, ir.Shape(shape), offset)
+		return trace.Xor(y0, y1)
+	}
 	if total < 0 || total > maxCount || offset < 0 || offset+n > total {
 		panic(trace.Errorf(op, "chunk [%d, %d) is not inside [0, %d) (at most %d values)", offset, offset+n, total, maxCount))
 	}
@@ -162,11 +192,20 @@ func BitsAt(key *trace.Array, total, offset int, shape ...int) *trace.Array {
 
 // bits64 returns the 64-bit random words of jax.random.bits(key, shape,
 // uint64) as an i64 array: hi<<32 | lo with (hi, lo) the block on counters
-// (i, i+n) for element i of n.
+// (i, i+n) for element i of n (original layout), or on the counters of i
+// (partitionable layout).
 func bits64(key *trace.Array, shape []int) *trace.Array {
 	const op = "random.bits64"
-	k0, k1 := keyWords(op, key)
 	n := size(op, shape)
+	if Partitionable() {
+		if n == 0 {
+			keyWords(op, key)
+			return trace.Zeros(ir.Shape(shape), ir.Int64)
+		}
+		hi, lo := blocks(op, key, ir.Shape(shape), 0)
+		return trace.Or(trace.ShiftLeft(trace.Convert(hi, ir.Int64), trace.ScalarOf(32, ir.Int64)), trace.Convert(lo, ir.Int64))
+	}
+	k0, k1 := keyWords(op, key)
 	if 2*n > maxCount {
 		panic(trace.Errorf(op, "%d values need more than 2^32 counters", n))
 	}
@@ -194,6 +233,16 @@ func workDType(dt ir.DType) ir.DType {
 	return ir.Float32
 }
 
+// genDType is the dtype a distribution computes in for dt: dt itself in the
+// partitionable layout (JAX's formulas run in the requested dtype), workDType
+// in the original one.
+func genDType(dt ir.DType) ir.DType {
+	if Partitionable() && (dt == ir.BFloat16 || dt == ir.Float16) {
+		return dt
+	}
+	return workDType(dt)
+}
+
 // unit returns floats uniform in [0, 1) of dtype f32 or f64 from the mantissa
 // bits, as jax.random.uniform does before scaling.
 func unit(key *trace.Array, dt ir.DType, shape ir.Shape) *trace.Array {
@@ -202,9 +251,21 @@ func unit(key *trace.Array, dt ir.DType, shape ir.Shape) *trace.Array {
 		b = trace.Or(b, trace.ScalarOf(float64(0x3ff0000000000000), ir.Int64))
 		return trace.Sub(trace.BitcastConvert(b, ir.Float64), trace.ScalarOf(1, ir.Float64))
 	}
-	b := trace.ShiftRightLogical(Bits(key, shape...), u32(9))
-	b = trace.Or(b, u32(0x3f800000))
-	return trace.Sub(trace.BitcastConvert(b, ir.Float32), trace.ScalarOf(1, ir.Float32))
+	one := func(b *trace.Array) *trace.Array {
+		return trace.Sub(trace.BitcastConvert(trace.Or(b, u32(0x3f800000)), ir.Float32), trace.ScalarOf(1, ir.Float32))
+	}
+	switch dt {
+	case ir.BFloat16:
+		// JAX: 8 random bits (the low byte), the top 7 as the mantissa of a
+		// bf16 in [1, 2). Built as the equal f32 and converted exactly.
+		b := trace.ShiftRightLogical(trace.And(Bits(key, shape...), u32(0xff)), u32(1))
+		return trace.Convert(one(trace.ShiftLeft(b, u32(16))), dt)
+	case ir.Float16:
+		// JAX: 16 random bits (the low half), the top 10 as the mantissa.
+		b := trace.ShiftRightLogical(trace.And(Bits(key, shape...), u32(0xffff)), u32(6))
+		return trace.Convert(one(trace.ShiftLeft(b, u32(13))), dt)
+	}
+	return one(trace.ShiftRightLogical(Bits(key, shape...), u32(9)))
 }
 
 // uniformWork is Uniform computed in the working dtype w (f32 or f64).
@@ -220,7 +281,7 @@ func uniformWork(key *trace.Array, w ir.DType, shape ir.Shape, lo, hi float64) *
 // shape, like jax.random.uniform (same values for f32, and for f64 with x64).
 func Uniform(key *trace.Array, dt ir.DType, shape ir.Shape, lo, hi float64) *trace.Array {
 	checkFloat("random.Uniform", dt)
-	return trace.Convert(uniformWork(key, workDType(dt), shape, lo, hi), dt)
+	return trace.Convert(uniformWork(key, genDType(dt), shape, lo, hi), dt)
 }
 
 // Normal returns standard normal values of float dtype dt, like
@@ -228,12 +289,8 @@ func Uniform(key *trace.Array, dt ir.DType, shape ir.Shape, lo, hi float64) *tra
 // Giles' polynomial (see ErfInv).
 func Normal(key *trace.Array, dt ir.DType, shape ir.Shape) *trace.Array {
 	checkFloat("random.Normal", dt)
-	w := workDType(dt)
-	lo := math.Nextafter(-1, 0)
-	if w == ir.Float32 {
-		lo = float64(math.Nextafter32(-1, 0))
-	}
-	u := uniformWork(key, w, shape, lo, 1)
+	w := genDType(dt)
+	u := uniformWork(key, w, shape, nextAfter(-1, 0, w), 1)
 	return trace.Convert(trace.Mul(trace.ScalarOf(math.Sqrt2, w), ErfInv(u)), dt)
 }
 
@@ -247,12 +304,22 @@ func TruncatedNormal(key *trace.Array, dt ir.DType, shape ir.Shape, lower, upper
 	if !(lower < upper) {
 		panic(trace.Errorf(op, "lower %v must be below upper %v", lower, upper))
 	}
-	w := workDType(dt)
+	w := genDType(dt)
 	a := math.Erf(lower / math.Sqrt2)
 	b := math.Erf(upper / math.Sqrt2)
+	if w != workDType(dt) {
+		// As JAX in a 16-bit dtype: the bounds, √2 and the quotient rounded
+		// to it before erf, whose result rounds too.
+		r := func(v float64) float64 { return roundTo(v, w) }
+		a = r(math.Erf(r(r(lower) / r(math.Sqrt2))))
+		b = r(math.Erf(r(r(upper) / r(math.Sqrt2))))
+	}
 	u := uniformWork(key, w, shape, a, b)
 	out := trace.Mul(trace.ScalarOf(math.Sqrt2, w), ErfInv(u))
 	lo, hi := nextUp(lower, dt), nextDown(upper, dt)
+	if w == dt {
+		lo, hi = nextAfter(roundTo(lower, dt), math.Inf(1), dt), nextAfter(roundTo(upper, dt), math.Inf(-1), dt)
+	}
 	return trace.Convert(trace.Clip(out, trace.ScalarOf(lo, w), trace.ScalarOf(hi, w)), dt)
 }
 
@@ -329,10 +396,13 @@ func Bernoulli(key *trace.Array, p float64, shape ir.Shape) *trace.Array {
 // jax.random.gumbel: -log(-log(u)) for u uniform in [tiny, 1).
 func Gumbel(key *trace.Array, dt ir.DType, shape ir.Shape) *trace.Array {
 	checkFloat("random.Gumbel", dt)
-	w := workDType(dt)
+	w := genDType(dt)
 	tiny := math.SmallestNonzeroFloat64 * (1 << 52) // smallest normal f64
-	if w == ir.Float32 {
+	switch w {
+	case ir.Float32, ir.BFloat16:
 		tiny = float64(math.Float32frombits(0x00800000))
+	case ir.Float16:
+		tiny = math.Ldexp(1, -14)
 	}
 	u := uniformWork(key, w, shape, tiny, 1)
 	return trace.Convert(trace.Neg(trace.Log(trace.Neg(trace.Log(u)))), dt)
@@ -347,7 +417,7 @@ func Categorical(key *trace.Array, logits *trace.Array, axis int) *trace.Array {
 		panic(trace.Errorf(op, "logits must be an array of rank ≥ 1"))
 	}
 	checkFloat(op, logits.DType())
-	w := workDType(logits.DType())
+	w := genDType(logits.DType())
 	g := Gumbel(key, w, logits.Shape())
 	return trace.ArgMax(trace.Add(g, trace.Convert(logits, w)), axis)
 }
