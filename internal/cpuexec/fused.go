@@ -181,6 +181,14 @@ func (m imap) then(s stage, ident bool) imap {
 	if ident {
 		return m
 	}
+	if k := len(m) - 1; k >= 0 {
+		if c, ok := compose(m[k], s); ok {
+			if c.off == 0 && (len(c.shape) == 0 || len(c.shape) == 1 && c.st[0] == 1) {
+				return slices.Clip(m[:k]) // the two stages cancel
+			}
+			return append(slices.Clip(m[:k]), c)
+		}
+	}
 	return append(slices.Clip(m), s)
 }
 
