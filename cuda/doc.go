@@ -4,5 +4,6 @@
 // with no CUDA at all), and the generator that turns fused elementwise groups
 // (`fusion` ops of kind "loop") into CUDA C kernels for NVRTC.
 //
-// The package does not register a runtime backend yet.
+// Backend (backend.go) runs compiled programs on the device; Register adds it
+// to the runtime when a driver and a device are present.
 package cuda

@@ -167,10 +167,14 @@ type Result int32
 
 // Driver is the loaded CUDA driver API with NVRTC and cuBLASLt.
 type Driver struct {
-	// CUDA is libcuda.so.1; NVRTC is libnvrtc; CublasLt is libcublasLt.
-	CUDA, NVRTC, CublasLt *Library
-	getProc               uintptr
-	procs                 map[string]uintptr
+	// CUDA is libcuda.so.1.
+	CUDA *Library
+	// NVRTC is the run-time compiler (libnvrtc.so*).
+	NVRTC *NVRTC
+	// Lt is cuBLASLt (libcublasLt.so*).
+	Lt      *CublasLt
+	getProc uintptr
+	procs   map[string]uintptr
 }
 
 // driverEntryPoints are the driver functions the backend calls, resolved once
@@ -180,35 +184,24 @@ var driverEntryPoints = []string{
 	"cuDeviceGetName", "cuDeviceGetAttribute", "cuDeviceTotalMem",
 	"cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease", "cuCtxSetCurrent",
 	"cuCtxSynchronize", "cuMemAlloc", "cuMemFree", "cuMemAllocHost", "cuMemFreeHost",
-	"cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync", "cuMemsetD8Async",
+	"cuMemHostAlloc", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync",
+	"cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemsetD8Async",
 	"cuMemGetInfo", "cuStreamCreate", "cuStreamDestroy", "cuStreamSynchronize",
 	"cuStreamWaitEvent", "cuEventCreate", "cuEventDestroy", "cuEventRecord",
 	"cuEventSynchronize", "cuEventElapsedTime", "cuModuleLoadData", "cuModuleUnload",
-	"cuModuleGetFunction", "cuLaunchKernel", "cuGetErrorString",
+	"cuModuleGetFunction", "cuLaunchKernel", "cuGetErrorString", "cuGetErrorName",
 }
 
-// Load loads libcuda.so.1, resolves the driver entry points through
-// cuGetProcAddress_v2 for PinnedCUDAVersion, and loads libnvrtc.so* and
-// libcublasLt.so*, searching SearchDirs and then the system loader. A missing
-// or unusable library is a *LoadError naming every path tried. Load does not
-// call cuInit.
-func Load() (*Driver, error) {
-	dirs := SearchDirs()
+// LoadDriver loads libcuda.so.1 alone and resolves the driver entry points
+// through cuGetProcAddress_v2 for PinnedCUDAVersion, searching dirs and then
+// the system loader. It does not call cuInit.
+func LoadDriver(dirs []string) (*Driver, error) {
 	d := &Driver{procs: map[string]uintptr{}}
-	for _, l := range []struct {
-		pattern, fallback string
-		dst               **Library
-	}{
-		{"libcuda.so.1", "libcuda.so.1", &d.CUDA},
-		{"libnvrtc.so*", "libnvrtc.so", &d.NVRTC},
-		{"libcublasLt.so*", "libcublasLt.so", &d.CublasLt},
-	} {
-		h, path, err := openLibrary(l.pattern, l.fallback, dirs)
-		if err != nil {
-			return nil, err
-		}
-		*l.dst = &Library{Path: path, handle: h}
+	h, path, err := openLibrary("libcuda.so.1", "libcuda.so.1", dirs)
+	if err != nil {
+		return nil, err
 	}
+	d.CUDA = &Library{Path: path, handle: h}
 	gp, err := d.CUDA.Sym("cuGetProcAddress_v2")
 	if err != nil {
 		return nil, &LoadError{Library: d.CUDA.Path, Detail: "no cuGetProcAddress_v2 (driver older than CUDA 12): " + err.Error()}
@@ -220,6 +213,25 @@ func Load() (*Driver, error) {
 			return nil, &LoadError{Library: d.CUDA.Path, Detail: err.Error()}
 		}
 		d.procs[name] = p
+	}
+	return d, nil
+}
+
+// Load loads libcuda.so.1 (LoadDriver), then NVRTC (LoadNVRTC) and cuBLASLt
+// (LoadCublasLt), searching SearchDirs and then the system loader. A missing
+// or unusable library is a *LoadError naming every path tried. Load does not
+// call cuInit.
+func Load() (*Driver, error) {
+	dirs := SearchDirs()
+	d, err := LoadDriver(dirs)
+	if err != nil {
+		return nil, err
+	}
+	if d.NVRTC, err = LoadNVRTC(dirs); err != nil {
+		return nil, err
+	}
+	if d.Lt, err = LoadCublasLt(dirs); err != nil {
+		return nil, err
 	}
 	return d, nil
 }

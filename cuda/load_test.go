@@ -70,3 +70,43 @@ func TestSearchDirs(t *testing.T) {
 		t.Errorf("LD_LIBRARY_PATH entries missing: %v", ds)
 	}
 }
+
+// NVRTC and cuBLASLt report the glob they looked for in each directory.
+func TestLoadLibrariesReportSearchedPaths(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := LoadNVRTC([]string{dir}); err == nil {
+		t.Skip("NVRTC loaded from the system")
+	} else {
+		var le *LoadError
+		if !errors.As(err, &le) || le.Library != "libnvrtc.so*" || !strings.Contains(err.Error(), filepath.Join(dir, "libnvrtc.so*")) {
+			t.Fatalf("NVRTC error: %v", err)
+		}
+	}
+	_, err := LoadCublasLt([]string{dir})
+	if err == nil {
+		t.Skip("cuBLASLt loaded from the system")
+	}
+	if !strings.Contains(err.Error(), filepath.Join(dir, "libcublasLt.so*")) || !strings.Contains(err.Error(), "no match") {
+		t.Fatalf("cuBLASLt error: %v", err)
+	}
+}
+
+// A symbol table reports the names it tried for a missing entry point.
+func TestResolveSymbolsMissing(t *testing.T) {
+	_, err := resolveSymbols(&Library{Path: "libc.so.6", handle: libcHandle(t)}, []symbolSpec{{Canonical: "ferryNoSuchFn", Names: []string{"ferryNoSuchFn_v2", "ferryNoSuchFn"}}})
+	if err == nil || !strings.Contains(err.Error(), "ferryNoSuchFn_v2, ferryNoSuchFn") {
+		t.Fatalf("err = %v", err)
+	}
+	tab, err := resolveSymbols(&Library{Path: "libc.so.6", handle: libcHandle(t)}, []symbolSpec{{Canonical: "strlen", Names: []string{"strlen_v2", "strlen"}}})
+	if err != nil || tab.procs["strlen"] == 0 {
+		t.Fatalf("strlen not resolved through its fallback name: %v", err)
+	}
+}
+
+func libcHandle(t *testing.T) uintptr {
+	h, _, err := openLibrary("libc.so.6", "libc.so.6", nil)
+	if err != nil {
+		t.Skipf("no libc: %v", err)
+	}
+	return h
+}

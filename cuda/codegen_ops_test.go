@@ -1,0 +1,127 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ferryml/ferry/ir"
+)
+
+// opCase builds one op over fresh parameters.
+type opCase struct {
+	name   string
+	params []ir.Type
+	code   ir.Code
+	attrs  ir.Attrs
+}
+
+func buildOp(t *testing.T, c opCase) *ir.Op {
+	t.Helper()
+	f := ir.NewFunc("f")
+	var args []*ir.Value
+	for _, p := range c.params {
+		args = append(args, f.Body.AddParam(p))
+	}
+	op, err := f.Body.AddOp(c.code, args, c.attrs)
+	if err != nil {
+		t.Fatalf("%s: %v", c.name, err)
+	}
+	return op
+}
+
+var allDTypes = []ir.DType{ir.Bool, ir.Uint8, ir.Int32, ir.Int64, ir.Uint32, ir.Float16, ir.BFloat16, ir.Float32, ir.Float64}
+
+func ty(dt ir.DType, d ...int) ir.Type { return ir.TypeOf(dt, d...) }
+
+// opCases covers every op of the Core table the generator handles, each on
+// the dtypes the op accepts.
+func opCases() []opCase {
+	var cs []opCase
+	add := func(name string, code ir.Code, attrs ir.Attrs, params ...ir.Type) {
+		cs = append(cs, opCase{name: name, params: params, code: code, attrs: attrs})
+	}
+	for _, dt := range allDTypes {
+		numeric := dt != ir.Bool
+		if numeric {
+			for _, c := range []ir.Code{ir.Neg, ir.Abs, ir.Sign} {
+				add(fmt.Sprintf("%v_%v", c, dt), c, nil, ty(dt, 3, 5))
+			}
+			for _, c := range []ir.Code{ir.Add, ir.Sub, ir.Mul, ir.Div, ir.Max, ir.Min, ir.Rem} {
+				add(fmt.Sprintf("%v_%v", c, dt), c, nil, ty(dt, 3, 5), ty(dt, 3, 5))
+			}
+		}
+		if dt.IsFloat() {
+			for _, c := range []ir.Code{ir.Exp, ir.Log, ir.Log1p, ir.Expm1, ir.Sqrt, ir.Rsqrt, ir.Tanh, ir.Logistic, ir.Sin, ir.Cos, ir.Erf, ir.Floor, ir.Ceil, ir.Round} {
+				add(fmt.Sprintf("%v_%v", c, dt), c, nil, ty(dt, 4, 3))
+			}
+			add(fmt.Sprintf("pow_%v", dt), ir.Pow, nil, ty(dt, 7), ty(dt, 7))
+		}
+		if dt == ir.Bool || dt.IsInteger() {
+			add(fmt.Sprintf("not_%v", dt), ir.Not, nil, ty(dt, 6))
+			for _, c := range []ir.Code{ir.And, ir.Or, ir.Xor} {
+				add(fmt.Sprintf("%v_%v", c, dt), c, nil, ty(dt, 6), ty(dt, 6))
+			}
+		}
+		if dt.IsInteger() {
+			for _, c := range []ir.Code{ir.ShiftLeft, ir.ShiftRightLogical, ir.ShiftRightArithmetic} {
+				add(fmt.Sprintf("%v_%v", c, dt), c, nil, ty(dt, 9), ty(dt, 9))
+			}
+		}
+		for _, c := range []ir.Code{ir.Eq, ir.Ne, ir.Lt, ir.Le, ir.Gt, ir.Ge} {
+			add(fmt.Sprintf("%v_%v", c, dt), c, nil, ty(dt, 5), ty(dt, 5))
+		}
+		add(fmt.Sprintf("select_%v", dt), ir.Select, nil, ty(ir.Bool, 2, 3), ty(dt, 2, 3), ty(dt, 2, 3))
+		for _, to := range allDTypes {
+			add(fmt.Sprintf("convert_%v_%v", dt, to), ir.Convert, ir.Attrs{"dtype": to}, ty(dt, 11))
+		}
+		// Shape ops.
+		add(fmt.Sprintf("broadcast_%v", dt), ir.BroadcastInDim, ir.Attrs{"shape": []int{2, 3, 4}, "dims": []int{0, 2}}, ty(dt, 2, 4))
+		add(fmt.Sprintf("reshape_%v", dt), ir.Reshape, ir.Attrs{"shape": []int{6, 2}}, ty(dt, 3, 4))
+		add(fmt.Sprintf("transpose_%v", dt), ir.Transpose, ir.Attrs{"perm": []int{2, 0, 1}}, ty(dt, 2, 3, 4))
+		add(fmt.Sprintf("slice_%v", dt), ir.Slice, ir.Attrs{"start": []int{1, 0}, "limit": []int{5, 7}, "strides": []int{2, 3}}, ty(dt, 6, 7))
+		add(fmt.Sprintf("pad_%v", dt), ir.Pad, ir.Attrs{"low": []int{1, -1}, "high": []int{2, 1}, "interior": []int{1, 0}}, ty(dt, 3, 4), ty(dt))
+		add(fmt.Sprintf("concatenate_%v", dt), ir.Concatenate, ir.Attrs{"axis": 1}, ty(dt, 2, 3), ty(dt, 2, 1), ty(dt, 2, 4))
+		add(fmt.Sprintf("dynamic_slice_%v", dt), ir.DynamicSlice, ir.Attrs{"sizes": []int{2, 3}}, ty(dt, 5, 6), ty(ir.Int32), ty(ir.Int64))
+		add(fmt.Sprintf("dynamic_update_slice_%v", dt), ir.DynamicUpdateSlice, nil, ty(dt, 5, 6), ty(dt, 2, 3), ty(ir.Int32), ty(ir.Int32))
+		add(fmt.Sprintf("gather_%v", dt), ir.Gather, ir.Attrs{"axis": 1}, ty(dt, 3, 5, 2), ty(ir.Int32, 2, 3))
+		add(fmt.Sprintf("scatter_add_%v", dt), ir.ScatterAdd, ir.Attrs{"axis": 1}, ty(dt, 3, 4, 2), ty(ir.Int32, 5), ty(dt, 3, 5, 2))
+		add(fmt.Sprintf("argmax_%v", dt), ir.ArgMax, ir.Attrs{"axis": 1, "dtype": ir.Int32}, ty(dt, 3, 70, 2))
+		add(fmt.Sprintf("argmin_%v", dt), ir.ArgMin, ir.Attrs{"axis": 0, "dtype": ir.Int64}, ty(dt, 37, 3))
+		if numeric {
+			for _, c := range []ir.Code{ir.ReduceSum, ir.ReduceMax, ir.ReduceMin, ir.ReduceProd} {
+				add(fmt.Sprintf("%v_%v", c, dt), c, ir.Attrs{"axes": []int{0, 2}}, ty(dt, 9, 3, 11))
+				add(fmt.Sprintf("%v_all_%v", c, dt), c, ir.Attrs{"axes": []int{0, 1}}, ty(dt, 5, 40))
+			}
+			add(fmt.Sprintf("dot_%v", dt), ir.DotGeneral, ir.Attrs{"lhs_batch": []int{0}, "rhs_batch": []int{1}, "lhs_contract": []int{2}, "rhs_contract": []int{0}}, ty(dt, 2, 3, 4), ty(dt, 4, 2, 5))
+		}
+		add(fmt.Sprintf("iota_%v", dt), ir.Iota, ir.Attrs{"dtype": dt, "shape": []int{3, 4}, "dim": 1})
+	}
+	for _, pair := range [][2]ir.DType{{ir.Float32, ir.Int32}, {ir.Int32, ir.Float32}, {ir.Float64, ir.Int64}, {ir.Float16, ir.BFloat16}, {ir.Uint32, ir.Int32}, {ir.Float32, ir.Uint32}} {
+		add(fmt.Sprintf("bitcast_%v_%v", pair[0], pair[1]), ir.BitcastConvert, ir.Attrs{"dtype": pair[1]}, ty(pair[0], 6))
+	}
+	return cs
+}
+
+// TestGenerateOpsHostC runs every op of the table, on every dtype it takes,
+// through the generator and gcc, and compares with internal/eval on fresh
+// random operands.
+func TestGenerateOpsHostC(t *testing.T) {
+	gcc := needGCC(t)
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	for ci, c := range opCases() {
+		f := ir.NewFunc("probe")
+		var args []*ir.Value
+		for _, p := range c.params {
+			args = append(args, f.Body.AddParam(p))
+		}
+		if _, err := f.Body.AddOp(c.code, args, c.attrs); err != nil {
+			continue // the op does not take this dtype
+		}
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			checkOnHost(t, gcc, rand.New(rand.NewPCG(seed, uint64(ci))), buildOp(t, c))
+		})
+	}
+}

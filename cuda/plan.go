@@ -1,0 +1,279 @@
+package cuda
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/ferryml/ferry/ir"
+)
+
+// LaunchConfig is the grid and block of one kernel launch.
+type LaunchConfig struct {
+	Grid, Block int
+}
+
+// ConfigFor returns the launch configuration of an entry on a device with sms
+// multiprocessors: loops get 256-thread blocks, enough blocks to cover N up
+// to 32 per multiprocessor (the grid-stride loop covers the rest); reductions
+// one block per output up to the same cap, with a block of 32 to 256 threads
+// (a multiple of 32, no larger than R rounded up).
+func ConfigFor(e Entry, sms int) LaunchConfig {
+	if sms < 1 {
+		sms = 1
+	}
+	maxGrid := int64(sms * 32)
+	switch e.Kind {
+	case LaunchReduce:
+		block := int64(256)
+		if r := (e.R + 31) / 32 * 32; r < block {
+			block = max(r, 32)
+		}
+		return LaunchConfig{Grid: int(max(1, min(e.N, maxGrid))), Block: int(block)}
+	default:
+		grid := (e.N + 255) / 256
+		return LaunchConfig{Grid: int(max(1, min(grid, maxGrid))), Block: 256}
+	}
+}
+
+// Stream names the three streams of the backend.
+type Stream uint8
+
+// Streams: kernels run on Compute; copies into device memory on H2D, copies
+// out of it on D2H, so that they overlap with compute.
+const (
+	Compute Stream = iota
+	H2D
+	D2H
+)
+
+func (s Stream) String() string { return [...]string{"compute", "h2d", "d2h"}[s] }
+
+// StepPlan says on which stream a step runs and which earlier steps' events
+// it waits for (only those on another stream: a stream is ordered).
+type StepPlan struct {
+	Stream Stream
+	Wait   []int
+	// Record is true when a later step on another stream waits for this one.
+	Record bool
+}
+
+// PlanStreams assigns each step of a program body to a stream and lists the
+// cross-stream dependencies: device_put to device runs on H2D, to
+// pinned_host on D2H, everything else on Compute; step i waits for the last
+// step of each other stream that produced one of its operands, and for the
+// last step of another stream that read a value it overwrites (none: the
+// arena plan never reuses a live buffer, so write-after-read is covered by
+// liveness order on the compute stream, and copies write fresh buffers).
+func PlanStreams(ops []*ir.Op) []StepPlan {
+	def := map[*ir.Value]int{}
+	plans := make([]StepPlan, len(ops))
+	for i, op := range ops {
+		st := Compute
+		if op.Code == ir.DevicePut {
+			if op.Attrs.Space("space") == ir.Device {
+				st = H2D
+			} else {
+				st = D2H
+			}
+		}
+		plans[i].Stream = st
+		var waits []int
+		for _, a := range op.Args {
+			j, ok := def[a]
+			if !ok || plans[j].Stream == st {
+				continue
+			}
+			waits = append(waits, j)
+		}
+		// Of several steps of one stream only the last matters.
+		sort.Ints(waits)
+		waits = slices.Compact(waits)
+		last := map[Stream]int{}
+		for _, j := range waits {
+			last[plans[j].Stream] = j
+		}
+		for _, j := range last {
+			plans[i].Wait = append(plans[i].Wait, j)
+			plans[j].Record = true
+		}
+		sort.Ints(plans[i].Wait)
+		for _, v := range op.Results {
+			def[v] = i
+		}
+	}
+	return plans
+}
+
+// MatmulLayout is how one dot_general maps onto a cuBLASLt matmul in
+// column-major terms: C (m×n) = op(A) (m×k) · op(B) (k×n), batched with
+// strides. Ferry arrays are row-major, so the row-major product
+// out[b] (M×N) = L[b] (M×K) · R[b] (K×N) is computed as the column-major
+// out^T = R^T · L^T: A is the rhs, B the lhs.
+type MatmulLayout struct {
+	M, N, K, Batch int
+	// TransA/TransB say whether A (the rhs) and B (the lhs) are transposed
+	// in the column-major view; LDA, LDB, LDC are leading dimensions.
+	TransA, TransB bool
+	LDA, LDB, LDC  int
+	// StrideA, StrideB, StrideC are the batch strides in elements.
+	StrideA, StrideB, StrideC int64
+}
+
+// PlanMatmul returns the cuBLASLt layout of a dot_general whose operands
+// have at most one free and one contracting dimension each and batch
+// dimensions leading in both, or an error saying why it does not fit (the
+// caller then uses the generated kernel).
+func PlanMatmul(op *ir.Op) (MatmulLayout, error) {
+	if op.Code != ir.DotGeneral {
+		return MatmulLayout{}, fmt.Errorf("not a dot_general")
+	}
+	a := op.Attrs
+	lb, rb, lc, rc := a.Ints("lhs_batch"), a.Ints("rhs_batch"), a.Ints("lhs_contract"), a.Ints("rhs_contract")
+	ls, rs := op.Args[0].Type.Shape, op.Args[1].Type.Shape
+	if len(lc) != 1 || len(rc) != 1 {
+		return MatmulLayout{}, fmt.Errorf("%d contracting dimensions (cuBLASLt path takes 1)", len(lc))
+	}
+	for i := range lb {
+		if lb[i] != i || rb[i] != i {
+			return MatmulLayout{}, fmt.Errorf("batch dimensions are not leading")
+		}
+	}
+	nb := len(lb)
+	if len(ls)-nb > 2 || len(rs)-nb > 2 {
+		return MatmulLayout{}, fmt.Errorf("more than one free dimension")
+	}
+	batch := ir.Shape(ls[:nb]).Size()
+	// lhs: [batch..., M, K] (contract last) or [batch..., K, M].
+	var M, N, K int
+	var lhsKLast, rhsKFirst bool
+	switch len(ls) - nb {
+	case 1:
+		M, K, lhsKLast = 1, ls[nb], true
+	case 2:
+		lhsKLast = lc[0] == nb+1
+		if lhsKLast {
+			M, K = ls[nb], ls[nb+1]
+		} else {
+			K, M = ls[nb], ls[nb+1]
+		}
+	}
+	switch len(rs) - nb {
+	case 1:
+		N, rhsKFirst = 1, true
+	case 2:
+		rhsKFirst = rc[0] == nb
+		if rhsKFirst {
+			N = rs[nb+1]
+		} else {
+			N = rs[nb]
+		}
+	}
+	l := MatmulLayout{M: M, N: N, K: K, Batch: batch}
+	// Column-major A = rhs viewed as N×K (stored K×N row-major = N×K col-major
+	// with ld N when rhsKFirst: no transpose).
+	if rhsKFirst {
+		l.TransA, l.LDA = false, max(N, 1)
+	} else {
+		l.TransA, l.LDA = true, max(K, 1)
+	}
+	if lhsKLast {
+		l.TransB, l.LDB = false, max(K, 1)
+	} else {
+		l.TransB, l.LDB = true, max(M, 1)
+	}
+	l.LDC = max(N, 1)
+	l.StrideA, l.StrideB, l.StrideC = int64(K)*int64(N), int64(M)*int64(K), int64(M)*int64(N)
+	return l, nil
+}
+
+// DeviceAllocator hands out ranges of one pre-allocated device slab
+// (FERRY_ALLOCATOR=bfc, the default: the runtime's pre-allocated fraction of
+// free memory) with best-fit and coalescing, as the runtime's bfc allocator
+// does over host slabs. Offsets are aligned to 256 bytes (cuBLASLt and
+// vectorised loads want it). It is pure bookkeeping: the backend adds the
+// slab's base address.
+type DeviceAllocator struct {
+	size   int64
+	free   []span // sorted by offset, coalesced
+	inUse  map[int64]int64
+	InUse  int64
+	Peak   int64
+	Limit  int64
+	allocs int
+}
+
+type span struct{ off, size int64 }
+
+// allocAlign is the alignment of every device allocation.
+const allocAlign = 256
+
+// NewDeviceAllocator manages size bytes.
+func NewDeviceAllocator(size int64) *DeviceAllocator {
+	return &DeviceAllocator{size: size, Limit: size, free: []span{{0, size}}, inUse: map[int64]int64{}}
+}
+
+// Alloc returns the offset of n bytes, or an error naming the request, the
+// bytes in use and the largest free range.
+func (a *DeviceAllocator) Alloc(n int64) (int64, error) {
+	if n <= 0 {
+		n = 1
+	}
+	n = (n + allocAlign - 1) / allocAlign * allocAlign
+	best := -1
+	for i, s := range a.free {
+		if s.size >= n && (best < 0 || s.size < a.free[best].size) {
+			best = i
+		}
+	}
+	if best < 0 {
+		var largest int64
+		for _, s := range a.free {
+			largest = max(largest, s.size)
+		}
+		return 0, fmt.Errorf("cuda: out of device memory: %d bytes requested, %d of %d in use, largest free range %d", n, a.InUse, a.size, largest)
+	}
+	s := a.free[best]
+	off := s.off
+	if s.size == n {
+		a.free = slices.Delete(a.free, best, best+1)
+	} else {
+		a.free[best] = span{s.off + n, s.size - n}
+	}
+	a.inUse[off] = n
+	a.InUse += n
+	a.Peak = max(a.Peak, a.InUse)
+	a.allocs++
+	return off, nil
+}
+
+// Free returns the range at off; freeing an unknown offset is an error.
+func (a *DeviceAllocator) Free(off int64) error {
+	n, ok := a.inUse[off]
+	if !ok {
+		return fmt.Errorf("cuda: free of unallocated device offset %d", off)
+	}
+	delete(a.inUse, off)
+	a.InUse -= n
+	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].off > off })
+	a.free = slices.Insert(a.free, i, span{off, n})
+	// Coalesce with the neighbours.
+	if i+1 < len(a.free) && a.free[i].off+a.free[i].size == a.free[i+1].off {
+		a.free[i].size += a.free[i+1].size
+		a.free = slices.Delete(a.free, i+1, i+2)
+	}
+	if i > 0 && a.free[i-1].off+a.free[i-1].size == a.free[i].off {
+		a.free[i-1].size += a.free[i].size
+		a.free = slices.Delete(a.free, i, i+1)
+	}
+	return nil
+}
+
+// LargestFree returns the largest free range.
+func (a *DeviceAllocator) LargestFree() int64 {
+	var l int64
+	for _, s := range a.free {
+		l = max(l, s.size)
+	}
+	return l
+}

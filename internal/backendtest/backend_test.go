@@ -1,0 +1,131 @@
+package backendtest
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/ir"
+	rt "github.com/ferryml/ferry/runtime"
+	"github.com/ferryml/ferry/trace"
+)
+
+// program is a traced function and how to fill its inputs.
+type program struct {
+	name   string
+	params []ir.Type
+	fn     func(xs []*trace.Array) []*trace.Array
+}
+
+func traceFn(t *testing.T, p program) *ir.Func {
+	t.Helper()
+	tr := trace.NewFuncTracer(p.name)
+	tr.Push()
+	var xs []*trace.Array
+	for _, ty := range p.params {
+		xs = append(xs, tr.Param(ty))
+	}
+	for _, o := range p.fn(xs) {
+		tr.Func().Body.Results = append(tr.Func().Body.Results, tr.Output(o))
+	}
+	tr.Pop()
+	tr.Close()
+	return tr.Func()
+}
+
+func f32(d ...int) ir.Type { return ir.TypeOf(ir.Float32, d...) }
+
+var programs = []program{
+	{"ops", []ir.Type{f32(8, 16), f32(16, 4), f32(4)}, func(x []*trace.Array) []*trace.Array {
+		h := trace.Add(trace.MatMul(x[0], x[1]), x[2])
+		s := trace.Softmax(trace.Tanh(h), 1)
+		return []*trace.Array{s, trace.Sum(trace.Mul(h, h), 0), trace.ArgMax(h, 1), trace.Transpose(h, 1, 0)}
+	}},
+	{"autodiff", []ir.Type{f32(6, 5), f32(5, 3)}, func(x []*trace.Array) []*trace.Array {
+		loss := func(ps []*trace.Array) []*trace.Array {
+			y := trace.Gelu(trace.MatMul(ps[0], ps[1]), true)
+			return []*trace.Array{trace.Sum(trace.Mul(y, y))}
+		}
+		out, pb := trace.VJP(loss, x)
+		gs := pb([]*trace.Array{trace.OnesLike(out[0])})
+		return append(out, gs...)
+	}},
+	{"scan", []ir.Type{f32(4), f32(10, 4, 4)}, func(x []*trace.Array) []*trace.Array {
+		carry, ys := trace.Scan(func(c, xs []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			n := trace.Tanh(trace.MatMul(xs[0], c[0]))
+			return []*trace.Array{n}, []*trace.Array{trace.Sum(n)}
+		}, []*trace.Array{x[0]}, []*trace.Array{x[1]})
+		return append(carry, ys...)
+	}},
+	{"remat_offload", []ir.Type{f32(8, 8), f32(8, 8)}, func(x []*trace.Array) []*trace.Array {
+		h := trace.Tanh(trace.MatMul(x[0], x[1]))
+		off := trace.DevicePut(h, ir.PinnedHost)
+		back := trace.DevicePut(off, ir.Device)
+		return []*trace.Array{trace.Add(trace.CheckpointName(back, "h"), x[0]), off}
+	}},
+}
+
+func random(rng *rand.Rand, t ir.Type) *ir.Literal {
+	l := ir.NewLiteral(t)
+	for i := range t.Size() {
+		l.SetFloat64At(i, rng.Float64()*2-1)
+	}
+	return l
+}
+
+// Every program runs on every backend and matches eval: values, dtypes,
+// shapes and memory spaces.
+func TestProgramsOnBackends(t *testing.T) {
+	for _, be := range Backends() {
+		t.Run(be.Name, func(t *testing.T) {
+			if be.Backend == nil {
+				t.Skipf("%s backend unavailable: %v", be.Name, be.Err)
+			}
+			for _, p := range programs {
+				t.Run(p.name, func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
+					f := traceFn(t, p)
+					var ins []*ir.Literal
+					var bufs []trace.Buffer
+					for _, prm := range f.Body.Params {
+						l := random(rng, prm.Type)
+						ins = append(ins, l)
+						b, err := be.Backend.FromLiteral(l)
+						if err != nil {
+							t.Fatal(err)
+						}
+						bufs = append(bufs, b)
+					}
+					want, err := eval.Run(f, ins)
+					if err != nil {
+						t.Fatal(err)
+					}
+					exe, err := be.Backend.Compile(f, rt.CompileOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					outs, err := exe.Execute(bufs, rt.ExecOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i, w := range want {
+						got, err := outs[i].Literal()
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !got.Type.Equal(w.Type) {
+							t.Fatalf("result %d is %v, want %v", i, got.Type, w.Type)
+						}
+						for j := range w.Type.Size() {
+							g, x := got.Float64At(j), w.Float64At(j)
+							if math.Abs(g-x) > 1e-4*(1+math.Abs(x)) {
+								t.Fatalf("result %d element %d = %v, want %v", i, j, g, x)
+							}
+						}
+					}
+				})
+			}
+		})
+	}
+}
