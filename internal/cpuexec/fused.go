@@ -30,7 +30,11 @@ import (
 //     them all, 64 elements at a time, each op's result kept in registers
 //     for the next one (the same instructions as the kernels, so the same
 //     values; the block's last elements past whole chunks go through the
-//     kernels); results of 8 MiB and more
+//     kernels). Where the CPU allows (AVX-512 on linux/amd64, FERRY_CPU_JIT
+//     not 0) that program is compiled to machine code instead
+//     (vmath.CompileChain, fusedjit.go): one loop over 16-lane vectors with
+//     every value in registers while needed, the same instructions per op,
+//     hence the same values again; results of 8 MiB and more
 //     are computed in scratch and stored with non-temporal stores
 //     (vmath.StoreNT: no read of the destination lines);
 //   - reshape and device_put keep the flat index (no node);
@@ -276,8 +280,10 @@ type blockProg struct {
 	// code computes every per-block op node when all of them have a vmath
 	// opcode: one vmath.RunProgram per block runs them chunk by chunk.
 	code []vmath.Instr
-	pool sync.Pool
-	b    *builder
+	// chain is code compiled to machine code (nil: interpreted).
+	chain *vmath.Chain
+	pool  sync.Pool
+	b     *builder
 }
 
 // fusedKernel is the compiled form of one fusion op.
@@ -476,6 +482,7 @@ func (k *fusedKernel) build() error {
 			p.prefix = p.prefix && fr.prefix && fr.r == p.reduces[0].r
 		}
 		p.code = progCode(p)
+		p.chain = compileChain(p)
 		for _, nd := range p.nodes {
 			if nd.kind == nLeaf && nd.src >= 0 && (!nd.direct || rg.Params[nd.src].Type.Size() != p.n) {
 				k.elemOnly[nd.src] = false

@@ -321,8 +321,9 @@ func (w *worker) block(lo, hi int) error {
 }
 
 // runCode computes the block's op nodes (all f32 with a vmath opcode) with
-// one vmath program, and the elements past its last whole chunk with the
-// nodes' kernels, which compute the same values.
+// the compiled chain when there is one, else with one vmath program and the
+// elements past its last whole chunk with the nodes' kernels, which compute
+// the same values.
 func (w *worker) runCode(cnt int) {
 	if cnt == 0 {
 		return
@@ -333,6 +334,10 @@ func (w *worker) runCode(cnt int) {
 		if p.nodes[i].esz == 4 && len(w.lits[i].Data) >= 4*cnt {
 			w.ptrs[i] = &ir.ViewBytes[float32](w.lits[i].Data)[0]
 		}
+	}
+	if p.chain != nil && p.chain.Run(w.ptrs, cnt) {
+		clear(w.ptrs)
+		return
 	}
 	m := vmath.RunProgram(p.code, w.ptrs, cnt)
 	clear(w.ptrs)

@@ -1,0 +1,507 @@
+// Package amd64enc encodes the few x86-64 instructions Ferry's run-time code
+// generator needs: AVX-512 (EVEX) float32 vector arithmetic, compares,
+// blends, broadcasts and conversions on 512-bit registers, opmask moves, and
+// the general-purpose loads, adds, compares and jumps of a loop.
+//
+// Operands are written in the Go assembler's order (sources first, the
+// destination last), so code ported from an avo generator reads the same;
+// the tests compare the bytes with what the Go assembler produces for the
+// same text.
+//
+// Memory operands are [base + index*scale + disp] or RIP-relative constants
+// of the code's constant pool (placed after the code by Finish). A memory
+// operand with Bcst set is an embedded {1to16} broadcast of a float32.
+package amd64enc
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Reg is a general-purpose register (RAX=0 ... R15=15).
+type Reg uint8
+
+// The general-purpose registers.
+const (
+	RAX Reg = iota
+	RCX
+	RDX
+	RBX
+	RSP
+	RBP
+	RSI
+	RDI
+	R8
+	R9
+	R10
+	R11
+	R12
+	R13
+	R14
+	R15
+)
+
+// Z is a 512-bit vector register (Z0 ... Z31).
+type Z uint8
+
+// K is an opmask register (K0 ... K7); K0 as a write mask means no mask.
+type K uint8
+
+// Mem is a memory operand: Base + Index*Scale + Disp, or the constant of
+// the pool at offset Disp when RIP is set. Bcst broadcasts one float32 to
+// all 16 lanes (EVEX embedded broadcast).
+type Mem struct {
+	Base     Reg
+	Index    Reg
+	HasIndex bool
+	Scale    uint8 // 1, 2, 4 or 8 (with HasIndex)
+	Disp     int32
+	RIP      bool
+	Bcst     bool
+}
+
+// Operand is a vector instruction's register-or-memory operand: a Z or a Mem.
+type Operand interface{ isOperand() }
+
+func (Z) isOperand()   {}
+func (Mem) isOperand() {}
+
+// Label is a position in the code, bound by Bind.
+type Label int
+
+// Asm accumulates code.
+type Asm struct {
+	b      []byte
+	pool   []byte
+	consts map[uint32]int32
+	labels []int // position, -1 while unbound
+	jumps  []fix // rel32 to labels
+	rips   []fix // rel32 to the pool
+}
+
+type fix struct {
+	at, end int // the rel32 field and the end of its instruction
+	target  int // label, or pool offset
+}
+
+// Len returns the number of bytes emitted so far.
+func (a *Asm) Len() int { return len(a.b) }
+
+// Const returns a broadcast memory operand holding the float32 bits b in the
+// constant pool.
+func (a *Asm) Const(b uint32) Mem {
+	if a.consts == nil {
+		a.consts = map[uint32]int32{}
+	}
+	off, ok := a.consts[b]
+	if !ok {
+		off = int32(len(a.pool))
+		a.pool = binary.LittleEndian.AppendUint32(a.pool, b)
+		a.consts[b] = off
+	}
+	return Mem{RIP: true, Disp: off, Bcst: true}
+}
+
+// ConstF returns Const(math.Float32bits(v)).
+func (a *Asm) ConstF(v float32) Mem { return a.Const(math.Float32bits(v)) }
+
+// NewLabel returns an unbound label.
+func (a *Asm) NewLabel() Label {
+	a.labels = append(a.labels, -1)
+	return Label(len(a.labels) - 1)
+}
+
+// Bind sets l to the current position.
+func (a *Asm) Bind(l Label) { a.labels[l] = len(a.b) }
+
+// Finish resolves jumps and constant references and returns the code
+// followed by the constant pool (64-byte aligned).
+func (a *Asm) Finish() ([]byte, error) {
+	for _, j := range a.jumps {
+		p := a.labels[j.target]
+		if p < 0 {
+			return nil, fmt.Errorf("amd64enc: label %d not bound", j.target)
+		}
+		binary.LittleEndian.PutUint32(a.b[j.at:], uint32(int32(p-j.end)))
+	}
+	out := append([]byte(nil), a.b...)
+	for len(out)%64 != 0 {
+		out = append(out, 0xcc) // int3
+	}
+	poolAt := len(out)
+	out = append(out, a.pool...)
+	for _, r := range a.rips {
+		binary.LittleEndian.PutUint32(out[r.at:], uint32(int32(poolAt+r.target-r.end)))
+	}
+	return out, nil
+}
+
+func (a *Asm) byte1(v ...byte) { a.b = append(a.b, v...) }
+
+func (a *Asm) imm32(v int32) { a.b = binary.LittleEndian.AppendUint32(a.b, uint32(v)) }
+
+// modrm emits ModRM, SIB and displacement for reg (low 3 bits used) and rm;
+// n is the disp8 scale (EVEX compressed displacement; 1 otherwise). It
+// returns the position of a RIP-relative disp32, or -1.
+func (a *Asm) modrm(reg byte, rm Operand, n int32) int {
+	switch o := rm.(type) {
+	case Z:
+		a.byte1(0xc0 | (reg&7)<<3 | byte(o)&7)
+		return -1
+	case Reg:
+		a.byte1(0xc0 | (reg&7)<<3 | byte(o)&7)
+		return -1
+	case Mem:
+		if o.RIP {
+			a.byte1(0x05 | (reg&7)<<3)
+			at := len(a.b)
+			a.imm32(o.Disp)
+			return at
+		}
+		var mod byte
+		d8 := o.Disp / n
+		switch {
+		case o.Disp == 0 && o.Base&7 != 5:
+			mod = 0
+		case o.Disp%n == 0 && d8 >= -128 && d8 <= 127:
+			mod = 1
+		default:
+			mod = 2
+		}
+		if o.HasIndex || o.Base&7 == 4 {
+			a.byte1(mod<<6 | (reg&7)<<3 | 4)
+			idx, sc := byte(4), byte(0) // no index
+			if o.HasIndex {
+				idx = byte(o.Index) & 7
+				switch o.Scale {
+				case 2:
+					sc = 1
+				case 4:
+					sc = 2
+				case 8:
+					sc = 3
+				}
+			}
+			a.byte1(sc<<6 | idx<<3 | byte(o.Base)&7)
+		} else {
+			a.byte1(mod<<6 | (reg&7)<<3 | byte(o.Base)&7)
+		}
+		switch mod {
+		case 1:
+			a.byte1(byte(int8(d8)))
+		case 2:
+			a.imm32(o.Disp)
+		}
+	}
+	return -1
+}
+
+func (Reg) isOperand() {}
+
+// EVEX map and prefix selectors.
+const (
+	m0F   = 1
+	m0F38 = 2
+	m0F3A = 3
+
+	ppNone = 0
+	pp66   = 1
+)
+
+// evex emits one EVEX.512 instruction: opcode op in map mm with prefix pp,
+// ModRM.reg = reg (a vector or opmask register number), vvvv = the second
+// source (0 when unused), rm the register-or-memory operand, opmask k,
+// zeroing z, and an imm8 when imm >= 0.
+func (a *Asm) evex(pp, mm byte, op byte, reg, vvvv byte, rm Operand, k K, z bool, imm int) {
+	var bx, xx byte // X and B extension bits of rm (before inversion)
+	r1, r2 := reg>>3&1, reg>>4&1
+	var bc byte
+	n := int32(64)
+	switch o := rm.(type) {
+	case Z:
+		bx, xx = byte(o)>>3&1, byte(o)>>4&1
+	case Mem:
+		if !o.RIP {
+			bx = byte(o.Base) >> 3 & 1
+			if o.HasIndex {
+				xx = byte(o.Index) >> 3 & 1
+			}
+		}
+		if o.Bcst {
+			bc, n = 1, 4
+		}
+	}
+	p0 := (^r1&1)<<7 | (^xx&1)<<6 | (^bx&1)<<5 | (^r2&1)<<4 | mm
+	p1 := (^vvvv&15)<<3 | 1<<2 | pp
+	var zz byte
+	if z {
+		zz = 1
+	}
+	p2 := zz<<7 | 2<<5 | bc<<4 | (^(vvvv>>4)&1)<<3 | byte(k)&7
+	a.byte1(0x62, p0, p1, p2, op)
+	at := a.modrm(reg, rm, n)
+	end := len(a.b)
+	if imm >= 0 {
+		a.byte1(byte(imm))
+		end++
+	}
+	if at >= 0 {
+		m := rm.(Mem)
+		a.rips = append(a.rips, fix{at: at, end: end, target: int(m.Disp)})
+	}
+}
+
+// ---- vector instructions (Go operand order: sources first, then the
+// destination; Intel's is the reverse) ----
+
+func (a *Asm) v3(pp, mm, op byte, src2 Operand, src1, dst Z, k K) {
+	a.evex(pp, mm, op, byte(dst), byte(src1), src2, k, false, -1)
+}
+
+// VADDPS sets dst = src1 + src2.
+func (a *Asm) VADDPS(src2 Operand, src1, dst Z) { a.v3(ppNone, m0F, 0x58, src2, src1, dst, 0) }
+
+// VADDPSk is VADDPS merged under mask k.
+func (a *Asm) VADDPSk(src2 Operand, src1 Z, k K, dst Z) { a.v3(ppNone, m0F, 0x58, src2, src1, dst, k) }
+
+// VSUBPS sets dst = src1 - src2.
+func (a *Asm) VSUBPS(src2 Operand, src1, dst Z) { a.v3(ppNone, m0F, 0x5c, src2, src1, dst, 0) }
+
+// VSUBPSk is VSUBPS merged under mask k.
+func (a *Asm) VSUBPSk(src2 Operand, src1 Z, k K, dst Z) { a.v3(ppNone, m0F, 0x5c, src2, src1, dst, k) }
+
+// VMULPS sets dst = src1 * src2.
+func (a *Asm) VMULPS(src2 Operand, src1, dst Z) { a.v3(ppNone, m0F, 0x59, src2, src1, dst, 0) }
+
+// VDIVPS sets dst = src1 / src2.
+func (a *Asm) VDIVPS(src2 Operand, src1, dst Z) { a.v3(ppNone, m0F, 0x5e, src2, src1, dst, 0) }
+
+// VMAXPS sets dst = src1 > src2 ? src1 : src2 (src2 when either is NaN).
+func (a *Asm) VMAXPS(src2 Operand, src1, dst Z) { a.v3(ppNone, m0F, 0x5f, src2, src1, dst, 0) }
+
+// VMINPS sets dst = src1 < src2 ? src1 : src2 (src2 when either is NaN).
+func (a *Asm) VMINPS(src2 Operand, src1, dst Z) { a.v3(ppNone, m0F, 0x5d, src2, src1, dst, 0) }
+
+// VSQRTPS sets dst = √src.
+func (a *Asm) VSQRTPS(src Operand, dst Z) { a.evex(ppNone, m0F, 0x51, byte(dst), 0, src, 0, false, -1) }
+
+// VFMADD213PS sets dst = src1*dst + src2.
+func (a *Asm) VFMADD213PS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0xa8, src2, src1, dst, 0) }
+
+// VFMADD231PS sets dst = src1*src2 + dst.
+func (a *Asm) VFMADD231PS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0xb8, src2, src1, dst, 0) }
+
+// VFNMADD231PS sets dst = -(src1*src2) + dst.
+func (a *Asm) VFNMADD231PS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0xbc, src2, src1, dst, 0) }
+
+// VSCALEFPS sets dst = src1 * 2^floor(src2).
+func (a *Asm) VSCALEFPS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0x2c, src2, src1, dst, 0) }
+
+// VPANDD sets dst = src1 & src2 (bitwise).
+func (a *Asm) VPANDD(src2 Operand, src1, dst Z) { a.v3(pp66, m0F, 0xdb, src2, src1, dst, 0) }
+
+// VPORD sets dst = src1 | src2.
+func (a *Asm) VPORD(src2 Operand, src1, dst Z) { a.v3(pp66, m0F, 0xeb, src2, src1, dst, 0) }
+
+// VPXORD sets dst = src1 ^ src2.
+func (a *Asm) VPXORD(src2 Operand, src1, dst Z) { a.v3(pp66, m0F, 0xef, src2, src1, dst, 0) }
+
+// VBLENDMPSk sets dst = k ? src2 : src1 per lane.
+func (a *Asm) VBLENDMPSk(src2 Operand, src1 Z, k K, dst Z) {
+	a.v3(pp66, m0F38, 0x65, src2, src1, dst, k)
+}
+
+// VPTERNLOGD sets dst to the ternary logic function imm of dst, src1, src2.
+func (a *Asm) VPTERNLOGD(imm uint8, src2 Operand, src1, dst Z) {
+	a.evex(pp66, m0F3A, 0x25, byte(dst), byte(src1), src2, 0, false, int(imm))
+}
+
+// VRNDSCALEPS rounds src as imm says (8: to nearest even, no precision
+// exception).
+func (a *Asm) VRNDSCALEPS(imm uint8, src Operand, dst Z) {
+	a.evex(pp66, m0F3A, 0x08, byte(dst), 0, src, 0, false, int(imm))
+}
+
+// VGETMANTPS sets dst to the mantissa of src normalised as imm says.
+func (a *Asm) VGETMANTPS(imm uint8, src Operand, dst Z) {
+	a.evex(pp66, m0F3A, 0x26, byte(dst), 0, src, 0, false, int(imm))
+}
+
+// VGETEXPPS sets dst = floor(log2 |src|) as a float.
+func (a *Asm) VGETEXPPS(src Operand, dst Z) {
+	a.evex(pp66, m0F38, 0x42, byte(dst), 0, src, 0, false, -1)
+}
+
+// VCMPPS sets opmask k to the predicate imm of src1 and src2 per lane.
+func (a *Asm) VCMPPS(imm uint8, src2 Operand, src1 Z, k K) {
+	a.evex(ppNone, m0F, 0xc2, byte(k), byte(src1), src2, 0, false, int(imm))
+}
+
+// VMOVAPS copies register src to dst.
+func (a *Asm) VMOVAPS(src, dst Z) { a.evex(ppNone, m0F, 0x29, byte(src), 0, dst, 0, false, -1) }
+
+// VMOVAPSk copies src to dst in the lanes of k (others kept).
+func (a *Asm) VMOVAPSk(src Z, k K, dst Z) { a.evex(ppNone, m0F, 0x29, byte(src), 0, dst, k, false, -1) }
+
+// VMOVUPSload loads 16 float32 from m into dst; with k != 0 only the lanes
+// of k, the others zeroed (no fault on masked-off lanes).
+func (a *Asm) VMOVUPSload(m Mem, k K, dst Z) {
+	a.evex(ppNone, m0F, 0x10, byte(dst), 0, m, k, k != 0, -1)
+}
+
+// VMOVUPSstore stores src to m; with k != 0 only the lanes of k.
+func (a *Asm) VMOVUPSstore(src Z, k K, m Mem) {
+	a.evex(ppNone, m0F, 0x11, byte(src), 0, m, k, false, -1)
+}
+
+// VBROADCASTSS sets every lane of dst to the float32 at m (m's Bcst is
+// ignored).
+func (a *Asm) VBROADCASTSS(m Mem, dst Z) {
+	m.Bcst = false
+	a.evexT1S(pp66, m0F38, 0x18, byte(dst), m)
+}
+
+// evexT1S is evex for a 32-bit scalar memory operand (tuple T1S: disp8
+// scaled by 4, no broadcast bit).
+func (a *Asm) evexT1S(pp, mm, op, reg byte, m Mem) {
+	var bx, xx byte
+	if !m.RIP {
+		bx = byte(m.Base) >> 3 & 1
+		if m.HasIndex {
+			xx = byte(m.Index) >> 3 & 1
+		}
+	}
+	r1, r2 := reg>>3&1, reg>>4&1
+	p0 := (^r1&1)<<7 | (^xx&1)<<6 | (^bx&1)<<5 | (^r2&1)<<4 | mm
+	p1 := byte(15)<<3 | 1<<2 | pp
+	p2 := byte(2)<<5 | 1<<3
+	a.byte1(0x62, p0, p1, p2, op)
+	if at := a.modrm(reg, m, 4); at >= 0 {
+		a.rips = append(a.rips, fix{at: at, end: len(a.b), target: int(m.Disp)})
+	}
+}
+
+// VZEROUPPER clears the upper halves of the vector registers.
+func (a *Asm) VZEROUPPER() { a.byte1(0xc5, 0xf8, 0x77) }
+
+// KMOVW sets opmask k to the low 16 bits of r (r below R8).
+func (a *Asm) KMOVW(r Reg, k K) {
+	if r >= R8 {
+		panic("amd64enc: KMOVW from r8-r15")
+	}
+	a.byte1(0xc5, 0xf8, 0x92, 0xc0|byte(k)<<3|byte(r))
+}
+
+// ---- general-purpose instructions ----
+
+func (a *Asm) rex(w bool, reg, idx, base byte, force bool) {
+	var v byte
+	if w {
+		v |= 8
+	}
+	v |= reg >> 3 & 1 << 2
+	v |= idx >> 3 & 1 << 1
+	v |= base >> 3 & 1
+	if v != 0 || force {
+		a.byte1(0x40 | v)
+	}
+}
+
+func memRex(m Mem) (idx, base byte) {
+	if m.HasIndex {
+		idx = byte(m.Index)
+	}
+	return idx, byte(m.Base)
+}
+
+// MOVQload sets dst to the 64-bit word at m.
+func (a *Asm) MOVQload(m Mem, dst Reg) {
+	idx, base := memRex(m)
+	a.rex(true, byte(dst), idx, base, true)
+	a.byte1(0x8b)
+	a.modrm(byte(dst), m, 1)
+}
+
+// MOVQstore stores src at m.
+func (a *Asm) MOVQstore(src Reg, m Mem) {
+	idx, base := memRex(m)
+	a.rex(true, byte(src), idx, base, true)
+	a.byte1(0x89)
+	a.modrm(byte(src), m, 1)
+}
+
+func (a *Asm) arithImm(ext byte, imm int32, r Reg) {
+	a.rex(true, 0, 0, byte(r), true)
+	if imm >= -128 && imm <= 127 {
+		a.byte1(0x83, 0xc0|ext<<3|byte(r)&7, byte(int8(imm)))
+		return
+	}
+	a.byte1(0x81, 0xc0|ext<<3|byte(r)&7)
+	a.imm32(imm)
+}
+
+// ADDQ adds imm to r.
+func (a *Asm) ADDQ(imm int32, r Reg) { a.arithImm(0, imm, r) }
+
+// SUBQ subtracts imm from r.
+func (a *Asm) SUBQ(imm int32, r Reg) { a.arithImm(5, imm, r) }
+
+// CMPQ compares r with imm (flags of r - imm).
+func (a *Asm) CMPQ(r Reg, imm int32) { a.arithImm(7, imm, r) }
+
+// TESTQ sets the flags of r & r.
+func (a *Asm) TESTQ(r Reg) {
+	a.rex(true, byte(r), 0, byte(r), true)
+	a.byte1(0x85, 0xc0|byte(r)&7<<3|byte(r)&7)
+}
+
+// XORL clears r (32-bit xor with itself, zero-extended).
+func (a *Asm) XORL(r Reg) {
+	a.rex(false, byte(r), 0, byte(r), false)
+	a.byte1(0x31, 0xc0|byte(r)&7<<3|byte(r)&7)
+}
+
+// MOVL sets r to the 32-bit imm (zero-extended).
+func (a *Asm) MOVL(imm uint32, r Reg) {
+	a.rex(false, 0, 0, byte(r), false)
+	a.byte1(0xb8 + byte(r)&7)
+	a.imm32(int32(imm))
+}
+
+// SHLLCL shifts the 32-bit r left by CL.
+func (a *Asm) SHLLCL(r Reg) {
+	a.rex(false, 0, 0, byte(r), false)
+	a.byte1(0xd3, 0xe0|byte(r)&7)
+}
+
+// DECL decrements the 32-bit r.
+func (a *Asm) DECL(r Reg) {
+	a.rex(false, 0, 0, byte(r), false)
+	a.byte1(0xff, 0xc8|byte(r)&7)
+}
+
+// Condition codes of Jcc.
+const (
+	CondL  = 0xc // less (signed)
+	CondGE = 0xd
+	CondLE = 0xe
+	CondG  = 0xf
+)
+
+// Jcc jumps to l when condition cc holds (rel32).
+func (a *Asm) Jcc(cc byte, l Label) {
+	a.byte1(0x0f, 0x80|cc)
+	a.jumps = append(a.jumps, fix{at: len(a.b), end: len(a.b) + 4, target: int(l)})
+	a.imm32(0)
+}
+
+// JMP jumps to l (rel32).
+func (a *Asm) JMP(l Label) {
+	a.byte1(0xe9)
+	a.jumps = append(a.jumps, fix{at: len(a.b), end: len(a.b) + 4, target: int(l)})
+	a.imm32(0)
+}
+
+// RET returns.
+func (a *Asm) RET() { a.byte1(0xc3) }

@@ -1,0 +1,144 @@
+package cpuexec
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ferryml/ferry/internal/vmath"
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
+	"github.com/ferryml/ferry/trace"
+	"github.com/stretchr/testify/require"
+)
+
+// jitOps are the f32 ops a compiled chain covers.
+var (
+	jitUnary  = []ir.Code{ir.Neg, ir.Abs, ir.Sqrt, ir.Exp, ir.Log, ir.Tanh, ir.Logistic, ir.Erf}
+	jitBinary = []ir.Code{ir.Add, ir.Sub, ir.Mul, ir.Div, ir.Max, ir.Min}
+)
+
+// jitExpr returns a random f32 expression of the chain's ops over
+// parameters (some broadcast rows or scalars) and scalar constants.
+func (g *groupGen) jitExpr(shape []int, depth int) *ir.Value {
+	r := g.r
+	if depth <= 0 || r.IntN(6) == 0 {
+		switch r.IntN(4) {
+		case 0:
+			c := constant(g.t, g.rg, float32(r.NormFloat64()*2))
+			return bcast(g.t, g.rg, c, shape)
+		case 1: // a row broadcast over the leading axis
+			row := g.param(shape[len(shape)-1:])
+			return bcast(g.t, g.rg, row, shape, len(shape)-1)
+		}
+		return g.param(shape)
+	}
+	if r.IntN(2) == 0 {
+		return g.op(jitUnary[r.IntN(len(jitUnary))], nil, g.jitExpr(shape, depth-1))
+	}
+	return g.op(jitBinary[r.IntN(len(jitBinary))], nil, g.jitExpr(shape, depth-1), g.jitExpr(shape, depth-1))
+}
+
+// edgeArgs fills f32 operands with random values mixed with NaN, ±Inf,
+// ±0, subnormals and large magnitudes.
+func edgeArgs(r *rand.Rand, f *ir.Func) []*ir.Literal {
+	edges := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)),
+		1e-45, -2e-39, 3e38, -3e38, 1e10, -88, 89.5, -104.5, 0.625, 9.2}
+	var args []*ir.Literal
+	for _, p := range f.Body.Params {
+		l := ir.NewLiteral(p.Type)
+		v := ir.ViewBytes[float32](l.Data)
+		for i := range v {
+			switch r.IntN(5) {
+			case 0:
+				v[i] = edges[r.IntN(len(edges))]
+			case 1:
+				v[i] = float32(r.NormFloat64() * 20)
+			default:
+				v[i] = float32(r.NormFloat64())
+			}
+		}
+		args = append(args, l)
+	}
+	return args
+}
+
+// TestJITRandomChains runs random f32 chains of every op the compiled
+// chains cover (with broadcast rows, scalar constants, several results, and
+// sizes with and without a partial last vector and block) through the fused
+// executor with run-time code generation on and off, comparing every result
+// byte for byte with the reference executor, and checks the chain was
+// compiled where the CPU allows.
+func TestJITRandomChains(t *testing.T) {
+	r := rand.New(rand.NewPCG(rand.Uint64(), 11))
+	sizes := [][]int{{3, 5}, {4, 16}, {7, 33}, {2, 1024}, {3, 1000}, {5, 4099}}
+	compiled := 0
+	defer func() {
+		if !t.Failed() && vmath.JITAvailable() && compiled < 20 {
+			t.Errorf("only %d groups got a compiled chain", compiled)
+		}
+	}()
+	for it := range 60 {
+		shape := sizes[it%len(sizes)]
+		f := ir.NewFunc(fmt.Sprintf("jit%d", it))
+		g := &groupGen{t: t, r: r, f: f, rg: f.NewRegion(), dt: ir.Float32}
+		res := []*ir.Value{g.jitExpr(shape, 3+r.IntN(4))}
+		if it%3 == 0 {
+			res = append(res, g.jitExpr(shape, 3))
+		}
+		g.rg.Results = res
+		op := addOp(t, f.Body, ir.Fusion, g.out, ir.Attrs{"kind": "loop"}, g.rg)
+		f.Body.Results = op.Results
+		p := naivePlan(f, planOpts{})
+		args := edgeArgs(r, f)
+		for _, on := range []bool{true, false} {
+			prev := vmath.SetJIT(on)
+			e, err := New(p)
+			require.NoError(t, err)
+			k := e.body.steps[0].fused
+			require.NotEqual(t, modeFallback, k.mode, "%s: %s", f.Name, k.why)
+			for _, bp := range k.progs {
+				if bp.chain != nil {
+					compiled++
+				}
+				if bp.code != nil && (bp.chain != nil) != (on && vmath.JITAvailable()) {
+					t.Fatalf("%s: JIT %v, available %v, chain compiled %v", f.Name, on, vmath.JITAvailable(), bp.chain != nil)
+				}
+			}
+			t.Run(fmt.Sprintf("%s/jit=%v", f.Name, on), func(t *testing.T) { runBoth(t, p, args) })
+			vmath.SetJIT(prev)
+			if t.Failed() {
+				t.Logf("%v", f)
+				return
+			}
+		}
+	}
+}
+
+// TestJITGelu checks that a gelu(x*w+b) group (as the benchmark traces it)
+// gets a compiled chain where the CPU allows and matches the reference
+// executor byte for byte.
+func TestJITGelu(t *testing.T) {
+	f := traceFunc(t, "gelu_small", []ir.Type{f32(37, 203), f32(37, 203), f32(203)}, func(x []*trace.Array) []*trace.Array {
+		return []*trace.Array{trace.Gelu(trace.Add(trace.Mul(x[0], x[1]), x[2]), true)}
+	})
+	p, err := passes.Compile(f, passes.Options{})
+	require.NoError(t, err)
+	e, err := New(p)
+	require.NoError(t, err)
+	chains := 0
+	for _, st := range e.body.steps {
+		if st.fused != nil {
+			for _, bp := range st.fused.progs {
+				if bp.chain != nil {
+					chains++
+				}
+			}
+		}
+	}
+	if vmath.JITAvailable() && chains == 0 {
+		t.Fatal("no compiled chain for gelu")
+	}
+	runBoth(t, p, edgeArgs(rand.New(rand.NewPCG(rand.Uint64(), 3)), p.Func))
+}

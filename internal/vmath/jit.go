@@ -1,0 +1,756 @@
+package vmath
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"sync/atomic"
+
+	e "github.com/ferryml/ferry/internal/amd64enc"
+)
+
+// Run-time code generation for chains of ops.
+//
+// CompileChain turns a program (the Instr list RunProgram interprets) into
+// straight-line AVX-512 machine code: one loop over 16-lane vectors with a
+// masked tail, every op's result kept in a vector register for as long as a
+// later op reads it, constants (and operands the caller marks uniform) held
+// in registers across the loop when registers allow. Every op is emitted
+// with the very instruction sequence of its vmath kernel (the bodies below
+// are those of _asm/main.go, ported instruction for instruction, with no
+// contraction of separate ops into fused multiply-adds), so a chain computes,
+// bit for bit, what the kernels compute one after the other, and the
+// accuracy of the transcendental functions is that of the kernels.
+//
+// Registers: the generated code uses RAX (byte offset), RCX (elements left),
+// RDX (scratch), RDI (argument block), RBX, RSI and R8–R13 (operand
+// pointers), Z0–Z31 and K1–K2. It never touches RSP, RBP, R14 or R15 and
+// pushes nothing beyond the return address of the trampoline's CALL (which
+// is within the stack guard every NOSPLIT Go function may use), so it needs
+// no stack frame of its own.
+//
+// Go runtime: the trampoline (callChain, NOSPLIT assembly) calls the code
+// with the argument block in RDI. Asynchronous preemption signals that land
+// in the generated code find a PC outside any Go function, which the runtime
+// treats as not preemptible: it resumes the code, which returns within one
+// call (a call covers at most chainMaxPerCall elements; the caller splits
+// larger ranges), and the goroutine is preempted later at a safe point. The
+// kernel saves and restores the vector and mask registers around the signal
+// handler, so the handler does not disturb the code. The pointers in the
+// argument block are kept alive by the caller's vals slice.
+
+// chainMaxPerCall bounds the elements one call of generated code computes,
+// so that it returns to Go often.
+const chainMaxPerCall = 1 << 14
+
+// ErrNoJIT is returned by CompileChain when run-time code generation is not
+// available: another architecture or OS, no AVX-512, the pure-Go kernels in
+// use (FERRY_VMATH=go), or FERRY_CPU_JIT=0.
+var ErrNoJIT = errors.New("vmath: run-time code generation not available")
+
+var jitOff atomic.Bool
+
+func init() { jitOff.Store(os.Getenv("FERRY_CPU_JIT") == "0") }
+
+// SetJIT turns run-time code generation on or off (FERRY_CPU_JIT=0 starts
+// with it off) and returns the previous setting. Compiled chains refuse to
+// run while it is off (Chain.Run returns false). For tests and benchmarks.
+func SetJIT(on bool) bool { return !jitOff.Swap(!on) }
+
+// JITAvailable reports whether CompileChain can compile code now.
+func JITAvailable() bool { return jitExecOK && !jitOff.Load() && cur == avx512Impl }
+
+// Chain is a program compiled to machine code by CompileChain.
+type Chain struct {
+	code    []byte // machine code and constant pool (before mapping)
+	exec    *execMem
+	slots   []int32 // argument slot of each vals index (-1: unused)
+	used    []int32 // vals indices in slot order
+	uniform []bool  // by slot
+	spills  int     // registers evicted while generating (for tests)
+	hoisted int     // constants and uniform inputs held in registers
+}
+
+// Size returns the bytes of machine code and constants.
+func (c *Chain) Size() int { return len(c.code) }
+
+// Code returns a copy of the machine code and constant pool (for tests and
+// disassembly).
+func (c *Chain) Code() []byte { return slices.Clone(c.code) }
+
+// CompileChain compiles code (as RunProgram takes it: vals[Dst] =
+// Op(vals[A], vals[B]) in order) to machine code over 16-lane vectors.
+// Values are SSA: every Dst is written by one instruction, after the
+// instructions that compute its operands; operands not computed by code are
+// inputs. nvals bounds the vals indices. uniform[i] (optional) says input i
+// holds the same value in every element (only its first element is read).
+// AccA and AccB are ignored (every value stays in registers while needed);
+// NoStore values are not stored, but their vals memory may be used to spill
+// them, so every vals index code names must point to memory at run time.
+func CompileChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
+	if !JITAvailable() {
+		return nil, ErrNoJIT
+	}
+	c, err := generateChain(code, nvals, uniform)
+	if err != nil {
+		return nil, err
+	}
+	c.exec, err = mapExec(c.code)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Run computes the chain over elements [0, n) of vals (all of them: the
+// last partial vector is masked) and returns true, or returns false without
+// computing anything when generated code may not run now (SetJIT(false) or
+// the pure-Go kernels selected): the caller then runs the program another
+// way. Every vals index the code names must point to n float32 elements (one
+// for uniform inputs).
+func (c *Chain) Run(vals []*float32, n int) bool {
+	if jitOff.Load() || cur != avx512Impl || c.exec == nil {
+		return false
+	}
+	if n <= 0 {
+		return true
+	}
+	var buf [40]uint64
+	args := buf[:0]
+	if 1+len(c.used) > len(buf) {
+		args = make([]uint64, 0, 1+len(c.used))
+	}
+	args = args[:1+len(c.used)]
+	for _, v := range c.used {
+		if int(v) >= len(vals) || vals[v] == nil {
+			panic(fmt.Sprintf("vmath: chain value %d has no memory", v))
+		}
+	}
+	for off := 0; off < n; off += chainMaxPerCall {
+		cnt := min(n-off, chainMaxPerCall)
+		args[0] = uint64(cnt)
+		for s, v := range c.used {
+			p := uintptrOf(vals[v])
+			if !c.uniform[s] {
+				p += uintptr(4 * off)
+			}
+			args[1+s] = uint64(p)
+		}
+		c.exec.call(&args[0])
+	}
+	keepAlive(vals)
+	return true
+}
+
+// ---- code generation ----
+
+// streamRegs hold operand pointers (the first streams in slot order); later
+// streams are reloaded into RDX at each access.
+var streamRegs = []e.Reg{e.RBX, e.RSI, e.R8, e.R9, e.R10, e.R11, e.R12, e.R13}
+
+// valInfo is what the generator knows of one vals index.
+type valInfo struct {
+	def     int   // instruction defining it, -1 for inputs
+	uses    []int // instructions reading it (ascending, repeated per operand)
+	store   bool  // stored (defined and not NoStore)
+	uniform bool
+	slot    int
+}
+
+// gen emits one chain.
+type gen struct {
+	a      e.Asm
+	code   []Instr
+	vals   []valInfo
+	used   []int32
+	hoist  map[hkey]e.Z // constants and uniform inputs held in registers
+	counts map[hkey]int // uses of each (first pass)
+	// per body
+	sreg   []int // slot → index in streamRegs, -1: reloaded into RDX
+	acc    []int // memory accesses per slot (first pass)
+	nv     int
+	reg    []int   // virtual value → register, -1
+	owner  [32]int // register → virtual value, -1 free, -2 temp or hoisted
+	pinned [32]bool
+	stored []bool
+	xuses  [][]int
+	pos    int
+	mask   e.K // 0, or K1 in the tail
+	peak   int
+	spills int
+}
+
+// hkey names a hoistable constant: float bits, or (with val >= 0) a uniform
+// input.
+type hkey struct {
+	bits uint32
+	val  int
+}
+
+func generateChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
+	if len(code) == 0 {
+		return nil, fmt.Errorf("vmath: empty chain")
+	}
+	vals := make([]valInfo, nvals)
+	for i := range vals {
+		vals[i].def, vals[i].slot = -1, -1
+		vals[i].uniform = i < len(uniform) && uniform[i]
+	}
+	ok := func(i int32) bool { return i >= 0 && int(i) < nvals }
+	for k, in := range code {
+		cd := in.Code()
+		if in.Op&^(0xff|AccA|AccB|NoStore) != 0 || cd < OpAdd || cd > OpErf || !ok(in.Dst) || !ok(in.A) || !ok(in.B) {
+			return nil, fmt.Errorf("vmath: bad chain instruction %d: %+v", k, in)
+		}
+		for _, x := range operands(in) {
+			vals[x].uses = append(vals[x].uses, k)
+		}
+		d := &vals[in.Dst]
+		if d.def >= 0 || len(d.uses) > 0 {
+			return nil, fmt.Errorf("vmath: chain value %d written twice or read before written", in.Dst)
+		}
+		d.def, d.store, d.uniform = k, in.Op&NoStore == 0, false
+	}
+	g := &gen{code: code, vals: vals}
+	for k := range code {
+		for _, x := range append(operands(code[k]), int(code[k].Dst)) {
+			if vals[x].slot < 0 {
+				vals[x].slot = len(g.used)
+				g.used = append(g.used, int32(x))
+			}
+		}
+	}
+	// First pass: count constant uses and memory accesses, and measure
+	// register pressure.
+	g.hoist = map[hkey]e.Z{}
+	g.counts = map[hkey]int{}
+	g.sreg = make([]int, len(g.used))
+	for s := range g.sreg {
+		g.sreg[s] = -1
+	}
+	g.acc = make([]int, len(g.used))
+	g.emit()
+	// The most accessed slots get pointer registers.
+	order := make([]int, len(g.used))
+	for s := range order {
+		order[s] = s
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return g.acc[y] - g.acc[x] })
+	for i, s := range order {
+		if i < len(streamRegs) && g.acc[s] > 0 {
+			g.sreg[s] = i
+		}
+	}
+	g.acc = nil
+	free := 32 - g.peak
+	type kc struct {
+		k hkey
+		n int
+	}
+	var cands []kc
+	for k, n := range g.counts {
+		cands = append(cands, kc{k, n})
+	}
+	slices.SortFunc(cands, func(x, y kc) int {
+		if x.n != y.n {
+			return y.n - x.n
+		}
+		if x.k.val != y.k.val {
+			return x.k.val - y.k.val
+		}
+		return int(x.k.bits) - int(y.k.bits)
+	})
+	hoist := map[hkey]e.Z{}
+	for i := 0; i < len(cands) && i < free; i++ {
+		hoist[cands[i].k] = e.Z(31 - i)
+	}
+	// Second pass: the code.
+	g.a = e.Asm{}
+	g.hoist, g.counts, g.spills = hoist, nil, 0
+	g.emit()
+	out, err := g.a.Finish()
+	if err != nil {
+		return nil, err
+	}
+	c := &Chain{code: out, slots: make([]int32, nvals), used: g.used, uniform: make([]bool, len(g.used)),
+		spills: g.spills, hoisted: len(hoist)}
+	for i := range c.slots {
+		c.slots[i] = int32(vals[i].slot)
+	}
+	for s, v := range g.used {
+		c.uniform[s] = vals[v].uniform
+	}
+	return c, nil
+}
+
+func operands(in Instr) []int {
+	switch in.Code() {
+	case OpAdd, OpSub, OpMul, OpDiv, OpMax, OpMin:
+		return []int{int(in.A), int(in.B)}
+	}
+	return []int{int(in.A)}
+}
+
+// chainUnroll is the number of vectors the main loop computes per
+// iteration, each op over all of them before the next op: independent work
+// for the out-of-order core while one vector waits on a long chain (a
+// transcendental's latency is far above its throughput).
+const chainUnroll = 2
+
+// emit writes the whole function: the main loop over chainUnroll vectors,
+// a loop over single vectors, and one masked vector.
+func (g *gen) emit() {
+	a := &g.a
+	a.MOVQload(e.Mem{Base: e.RDI}, e.RCX)
+	a.XORL(e.RAX)
+	for s, r := range g.sreg {
+		if r >= 0 {
+			a.MOVQload(e.Mem{Base: e.RDI, Disp: int32(8 * (1 + s))}, streamRegs[r])
+		}
+	}
+	keys := make([]hkey, 0, len(g.hoist))
+	for k := range g.hoist {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y hkey) int { return int(g.hoist[y]) - int(g.hoist[x]) })
+	for _, k := range keys {
+		z := g.hoist[k]
+		if k.val >= 0 {
+			a.VBROADCASTSS(g.base(k.val), z)
+		} else {
+			a.VBROADCASTSS(a.Const(k.bits), z)
+		}
+	}
+	big, single, one, tail, done := a.NewLabel(), a.NewLabel(), a.NewLabel(), a.NewLabel(), a.NewLabel()
+	const u = chainUnroll
+	a.CMPQ(e.RCX, 16*u)
+	a.Jcc(e.CondL, single)
+	a.Bind(big)
+	g.body(u, 0)
+	a.ADDQ(64*u, e.RAX)
+	a.SUBQ(16*u, e.RCX)
+	a.CMPQ(e.RCX, 16*u)
+	a.Jcc(e.CondGE, big)
+	a.Bind(single)
+	a.CMPQ(e.RCX, 16)
+	a.Jcc(e.CondL, tail)
+	a.Bind(one)
+	g.body(1, 0)
+	a.ADDQ(64, e.RAX)
+	a.SUBQ(16, e.RCX)
+	a.CMPQ(e.RCX, 16)
+	a.Jcc(e.CondGE, one)
+	a.Bind(tail)
+	a.TESTQ(e.RCX)
+	a.Jcc(e.CondLE, done)
+	a.MOVL(1, e.RDX)
+	a.SHLLCL(e.RDX)
+	a.DECL(e.RDX)
+	a.KMOVW(e.RDX, 1)
+	g.body(1, 1)
+	a.Bind(done)
+	a.VZEROUPPER()
+	a.RET()
+}
+
+// base returns the memory operand of the first element of vals index v
+// (its pointer register, or RDX reloaded from the argument block).
+func (g *gen) base(v int) e.Mem {
+	s := g.vals[v].slot
+	if g.acc != nil {
+		g.acc[s]++
+	}
+	if r := g.sreg[s]; r >= 0 {
+		return e.Mem{Base: streamRegs[r]}
+	}
+	g.a.MOVQload(e.Mem{Base: e.RDI, Disp: int32(8 * (1 + s))}, e.RDX)
+	return e.Mem{Base: e.RDX}
+}
+
+// at returns the memory operand of the current vector of virtual value x.
+func (g *gen) at(x int) e.Mem {
+	m := g.base(x % g.nv)
+	m.Index, m.HasIndex, m.Scale = e.RAX, true, 1
+	m.Disp = int32(64 * (x / g.nv))
+	return m
+}
+
+// body emits the chain over u consecutive vectors (masked by K1 when mask
+// is 1, with u = 1). Registers are allocated over virtual values x = v +
+// j*nv (value v of vector j).
+func (g *gen) body(u int, mask e.K) {
+	g.mask = mask
+	nv := len(g.vals)
+	g.nv = nv
+	g.reg = make([]int, nv*u)
+	for i := range g.reg {
+		g.reg[i] = -1
+	}
+	for z := range g.owner {
+		g.owner[z], g.pinned[z] = -1, false
+	}
+	for _, z := range g.hoist {
+		g.owner[z] = -2
+	}
+	g.stored = make([]bool, nv*u)
+	g.xuses = make([][]int, nv*u)
+	type step struct {
+		in Instr
+		j  int
+	}
+	var steps []step
+	for _, in := range g.code {
+		for j := 0; j < u; j++ {
+			for _, x := range operands(in) {
+				g.xuses[x+j*nv] = append(g.xuses[x+j*nv], len(steps))
+			}
+			steps = append(steps, step{in, j})
+		}
+	}
+	for k, st := range steps {
+		g.pos = k
+		in, off := st.in, st.j*nv
+		ops := operands(in)
+		regs := make([]e.Z, len(ops))
+		for i, x := range ops {
+			regs[i] = g.operand(x + off)
+			g.pinned[regs[i]] = true
+		}
+		temps := make([]e.Z, opTemps[in.Code()])
+		for i := range temps {
+			temps[i] = g.alloc(-2)
+		}
+		d := int(in.Dst) + off
+		out := g.alloc(d)
+		g.reg[d] = int(out)
+		g.peakNow()
+		g.op(in.Code(), regs, out, temps)
+		for _, z := range temps {
+			g.owner[z], g.pinned[z] = -1, false
+		}
+		g.pinned[out] = false
+		for i, x := range ops {
+			g.pinned[regs[i]] = false
+			if g.nextUse(x+off) < 0 && g.reg[x+off] >= 0 {
+				g.release(x + off)
+			}
+		}
+		if g.vals[in.Dst].store {
+			g.store(d)
+		}
+		if g.nextUse(d) < 0 {
+			g.release(d)
+		}
+	}
+}
+
+func (g *gen) peakNow() {
+	n := 0
+	for z := range g.owner {
+		if g.owner[z] != -1 {
+			n++
+		}
+	}
+	g.peak = max(g.peak, n)
+}
+
+// nextUse returns the next step after pos reading virtual value x, or -1.
+func (g *gen) nextUse(x int) int {
+	for _, u := range g.xuses[x] {
+		if u > g.pos {
+			return u
+		}
+	}
+	return -1
+}
+
+func (g *gen) release(x int) {
+	z := g.reg[x]
+	g.reg[x] = -1
+	if z >= 0 && g.owner[z] == x {
+		g.owner[z] = -1
+	}
+}
+
+func (g *gen) store(x int) {
+	if g.stored[x] {
+		return
+	}
+	g.a.VMOVUPSstore(e.Z(g.reg[x]), g.mask, g.at(x))
+	g.stored[x] = true
+}
+
+// alloc returns a free register for owner o (a virtual value, or -2 for a
+// temporary), evicting the value read furthest in the future if none is
+// free (stored first if its memory does not hold it yet).
+func (g *gen) alloc(o int) e.Z {
+	for z := range g.owner {
+		if g.owner[z] == -1 {
+			g.owner[z] = o
+			return e.Z(z)
+		}
+	}
+	best, far := -1, -1
+	for z, x := range g.owner {
+		if x < 0 || g.pinned[z] {
+			continue
+		}
+		nu := g.nextUse(x)
+		if nu < 0 {
+			nu = math.MaxInt32
+		}
+		if nu > far {
+			best, far = z, nu
+		}
+	}
+	if best < 0 {
+		panic("vmath: chain register allocation failed")
+	}
+	x := g.owner[best]
+	g.spills++
+	if g.vals[x%g.nv].def >= 0 {
+		g.store(x) // spill to its own memory
+	}
+	g.reg[x] = -1
+	g.owner[best] = o
+	return e.Z(best)
+}
+
+// operand returns a register holding virtual value x, loading it if needed.
+func (g *gen) operand(x int) e.Z {
+	if z := g.reg[x]; z >= 0 {
+		return e.Z(z)
+	}
+	v := x % g.nv
+	if g.vals[v].uniform {
+		k := hkey{val: v}
+		if z, ok := g.hoist[k]; ok {
+			return z
+		}
+		if g.counts != nil {
+			g.counts[k]++
+		}
+		z := g.alloc(x)
+		g.reg[x] = int(z)
+		g.a.VBROADCASTSS(g.base(v), z)
+		return z
+	}
+	z := g.alloc(x)
+	g.reg[x] = int(z)
+	g.a.VMOVUPSload(g.at(x), g.mask, z)
+	return z
+}
+
+// c returns the float32 constant v as an operand: a hoisted register or a
+// broadcast from the pool.
+func (g *gen) c(v float32) e.Operand { return g.cbits(math.Float32bits(v)) }
+
+func (g *gen) cbits(b uint32) e.Operand {
+	k := hkey{bits: b, val: -1}
+	if z, ok := g.hoist[k]; ok {
+		return z
+	}
+	if g.counts != nil {
+		g.counts[k]++
+	}
+	return g.a.Const(b)
+}
+
+// bcast sets every lane of dst to the constant o.
+func (g *gen) bcast(o e.Operand, dst e.Z) {
+	switch o := o.(type) {
+	case e.Z:
+		g.a.VMOVAPS(o, dst)
+	case e.Mem:
+		g.a.VBROADCASTSS(o, dst)
+	}
+}
+
+// opTemps is the number of temporary registers each op's body needs.
+var opTemps = map[int32]int{OpExp: 4, OpLog: 6, OpTanh: 9, OpLogistic: 7, OpErf: 9}
+
+// Comparison predicates (VCMPPS imm8), as _asm/main.go.
+const (
+	cmpEQ  = 0x00
+	cmpLT  = 0x11
+	cmpGE  = 0x1d
+	cmpUNO = 0x03
+)
+
+// op emits one op's body: the instruction sequence of _asm/main.go, in the
+// Go assembler's operand order, with the temporaries t.
+func (g *gen) op(code int32, in []e.Z, out e.Z, t []e.Z) {
+	a := &g.a
+	switch code {
+	case OpAdd:
+		a.VADDPS(in[1], in[0], out)
+	case OpSub:
+		a.VSUBPS(in[1], in[0], out)
+	case OpMul:
+		a.VMULPS(in[1], in[0], out)
+	case OpDiv:
+		a.VDIVPS(in[1], in[0], out)
+	case OpMax:
+		a.VMAXPS(in[1], in[0], out)
+		a.VCMPPS(cmpUNO, in[0], in[0], 2)
+		a.VMOVAPSk(in[0], 2, out)
+	case OpMin:
+		a.VMINPS(in[1], in[0], out)
+		a.VCMPPS(cmpUNO, in[0], in[0], 2)
+		a.VMOVAPSk(in[0], 2, out)
+	case OpNeg:
+		a.VPXORD(g.cbits(signBit), in[0], out)
+	case OpAbs:
+		a.VPANDD(g.cbits(0x7fffffff), in[0], out)
+	case OpSqrt:
+		a.VSQRTPS(in[0], out)
+	case OpExp:
+		g.expInto(in[0], out, t[:4])
+	case OpLog:
+		g.logBody(in[0], out, t)
+	case OpTanh:
+		g.tanhBody(in[0], out, t)
+	case OpLogistic:
+		g.logisticBody(in[0], out, t)
+	case OpErf:
+		g.erfBody(in[0], out, t)
+	}
+}
+
+// horner leaves c[0]*t^(n-1)+...+c[n-1] in acc.
+func (g *gen) horner(acc, t e.Z, cs []float32) {
+	g.bcast(g.c(cs[0]), acc)
+	for _, k := range cs[1:] {
+		g.a.VFMADD213PS(g.c(k), t, acc)
+	}
+}
+
+// expP is the polynomial of expCore.
+var expP = []float32{expP0, expP1, expP2, expP3, expP4, expP5}
+
+// expInto: out = e^x (x preserved); tmp holds 4 registers.
+func (g *gen) expInto(x, out e.Z, tmp []e.Z) { g.expClamped(x, out, tmp, true, true) }
+
+// expClamped is expInto with the clamps of x to [expLo, expHi] left out
+// where the caller knows x is already inside (or NaN): max(expLo, x) is x
+// for x ≥ expLo and for NaN x (VMAXPS returns its second source, x, for
+// NaN), and min likewise, so the results are those of expInto bit for bit.
+func (g *gen) expClamped(x, out e.Z, tmp []e.Z, lo, hi bool) {
+	a := &g.a
+	t0, t1, t2, t3 := tmp[0], tmp[1], tmp[2], tmp[3]
+	switch {
+	case lo:
+		g.bcast(g.c(expLo), t1)
+		a.VMAXPS(x, t1, t0)
+	default:
+		a.VMOVAPS(x, t0)
+	}
+	if hi {
+		g.bcast(g.c(expHi), t1)
+		a.VMINPS(t0, t1, t0)
+	}
+	a.VMULPS(g.c(log2e), t0, t1)
+	a.VRNDSCALEPS(8, t1, t1)
+	a.VFNMADD231PS(g.c(ln2Hi), t1, t0)
+	a.VFNMADD231PS(g.c(ln2Lo), t1, t0)
+	a.VMULPS(t0, t0, t2)
+	g.horner(t3, t0, expP)
+	a.VFMADD213PS(t0, t2, t3)
+	a.VADDPS(g.c(1), t3, t3)
+	a.VSCALEFPS(t1, t3, out)
+}
+
+// copysign: out = |out| with the sign of x.
+func (g *gen) copysign(out, x, tmp e.Z) {
+	g.bcast(g.cbits(signBit), tmp)
+	g.a.VPTERNLOGD(0xB8, x, tmp, out)
+}
+
+func (g *gen) tanhBody(x, out e.Z, r []e.Z) {
+	a := &g.a
+	ab, z, s, t, ex := r[0], r[1], r[2], r[3], r[4]
+	a.VPANDD(g.cbits(0x7fffffff), x, ab)
+	a.VMULPS(x, x, z)
+	g.horner(s, z, tanhP[:])
+	a.VMULPS(x, z, t)
+	a.VFMADD213PS(x, t, s)
+	a.VADDPS(ab, ab, t)
+	g.bcast(g.c(2*tanhHi), ex)
+	a.VMINPS(t, ex, t)
+	g.expClamped(t, ex, r[5:9], false, false) // t in [0, 2*tanhHi] or NaN
+	a.VADDPS(g.c(1), ex, ex)
+	g.bcast(g.c(2), t)
+	a.VDIVPS(ex, t, t)
+	g.bcast(g.c(1), out)
+	a.VSUBPS(t, out, out)
+	a.VCMPPS(cmpLT, g.c(tanhLo), ab, 2)
+	a.VBLENDMPSk(s, out, 2, out)
+	g.copysign(out, x, t)
+}
+
+func (g *gen) logisticBody(x, out e.Z, r []e.Z) {
+	a := &g.a
+	n, ex, num := r[0], r[1], r[2]
+	a.VPORD(g.cbits(signBit), x, n)
+	g.expClamped(n, ex, r[3:7], true, false) // n = -|x| ≤ 0 or NaN
+	g.bcast(g.c(1), num)
+	a.VPXORD(n, n, n) // VXORPS in the kernel: the same zero
+	a.VCMPPS(cmpLT, n, x, 2)
+	a.VBLENDMPSk(ex, num, 2, num)
+	a.VADDPS(g.c(1), ex, ex)
+	a.VDIVPS(ex, num, out)
+}
+
+func (g *gen) erfBody(x, out e.Z, r []e.Z) {
+	a := &g.a
+	ab, z, s, t, q := r[0], r[1], r[2], r[3], r[4]
+	a.VPANDD(g.cbits(0x7fffffff), x, ab)
+	a.VMULPS(x, x, z)
+	g.horner(s, z, erfS[:])
+	a.VFMADD213PS(x, x, s)
+	g.bcast(g.c(erfHi), t)
+	a.VMINPS(ab, t, t)
+	a.VSUBPS(g.c(erfMid), t, t)
+	g.horner(q, t, erfL[:])
+	g.expInto(q, t, r[5:9])
+	g.bcast(g.c(1), out)
+	a.VSUBPS(t, out, out)
+	a.VCMPPS(cmpGE, g.c(erfHi), ab, 2)
+	g.bcast(g.c(1), t)
+	a.VBLENDMPSk(t, out, 2, out)
+	a.VCMPPS(cmpLT, g.c(erfMid), ab, 2)
+	a.VBLENDMPSk(s, out, 2, out)
+	g.copysign(out, x, t)
+}
+
+func (g *gen) logBody(x, out e.Z, r []e.Z) {
+	a := &g.a
+	m, ex, f, z, y, t := r[0], r[1], r[2], r[3], r[4], r[5]
+	a.VGETMANTPS(0x02, x, m)
+	a.VGETEXPPS(x, ex)
+	a.VADDPS(g.c(1), ex, ex)
+	a.VCMPPS(cmpLT, g.c(sqrtHf), m, 2)
+	a.VADDPSk(m, m, 2, m)
+	a.VSUBPSk(g.c(1), ex, 2, ex)
+	a.VSUBPS(g.c(1), m, f)
+	a.VMULPS(f, f, z)
+	g.horner(y, f, logP[:])
+	a.VMULPS(f, y, y)
+	a.VMULPS(z, y, y)
+	a.VFMADD231PS(g.c(ln2Lo), ex, y)
+	a.VFNMADD231PS(g.c(0.5), z, y)
+	a.VADDPS(f, y, out)
+	a.VFMADD231PS(g.c(ln2Hi), ex, out)
+	a.VCMPPS(cmpEQ, g.cbits(0x7f800000), x, 2)
+	a.VMOVAPSk(x, 2, out)
+	a.VPXORD(t, t, t)
+	a.VCMPPS(cmpEQ, t, x, 2)
+	g.bcast(g.cbits(0xff800000), t)
+	a.VMOVAPSk(t, 2, out)
+	a.VPXORD(t, t, t)
+	a.VCMPPS(cmpLT, t, x, 2)
+	g.bcast(g.cbits(0x7fc00000), t)
+	a.VMOVAPSk(t, 2, out)
+}
