@@ -25,6 +25,16 @@ const (
 //     one loop group (its epilogue), and is not returned, joins that group;
 //     the fusion region holds the dot_general first.
 //
+// A loop op pulls in the group of a narrow operand (narrowEdge: a value at
+// least narrowRatio times smaller than the op's result, such as a global
+// norm or a step count about to be broadcast) only once the other merges are
+// done, and only when nothing outside the two groups reads the producer
+// group: a narrow value costs next to nothing to keep in a buffer, and
+// merging through it would tie every large consumer of it (independent
+// chains) into one multi-output fusion whose operands and results must then
+// all be live at once. For the same reason a broadcast of a narrow operand
+// is first copied for each of its fusible users (splitNarrowBroadcasts).
+//
 // Cheap producers — scalar constants, iota, and broadcasts and reshapes of
 // those — are not grouped but copied into every group that reads them (not
 // into a dot_general's operands), so broadcast scalars never get a buffer.
@@ -72,6 +82,7 @@ type fuser struct {
 }
 
 func fuseRegion(f *ir.Func, r *ir.Region) {
+	splitNarrowBroadcasts(f, r)
 	fu := &fuser{f: f, r: r, pos: map[*ir.Op]int{}, def: map[*ir.Value]*ir.Op{}, users: users(r),
 		ret: returned(r), kinds: map[*ir.Op]fuseKind{}, group: map[*ir.Op]*fuseGroup{}}
 	for i, op := range r.Ops {
@@ -83,6 +94,10 @@ func fuseRegion(f *ir.Func, r *ir.Region) {
 	for _, op := range r.Ops {
 		fu.kinds[op] = fu.classify(op)
 	}
+	type edge struct {
+		p, op *ir.Op
+	}
+	var narrow []edge
 	for _, op := range r.Ops {
 		switch fu.kinds[op] {
 		case fkLoop:
@@ -90,6 +105,10 @@ func fuseRegion(f *ir.Func, r *ir.Region) {
 			for _, a := range op.Args {
 				p := fu.def[a]
 				if p == nil || fu.kinds[p] != fkLoop {
+					continue
+				}
+				if narrowEdge(a, op) {
+					narrow = append(narrow, edge{p, op})
 					continue
 				}
 				if pg := fu.group[p]; pg != g && !pg.hasDot {
@@ -107,12 +126,111 @@ func fuseRegion(f *ir.Func, r *ir.Region) {
 			}
 		}
 	}
+	for _, e := range narrow {
+		pg, g := fu.group[e.p], fu.group[e.op]
+		if pg != g && !pg.hasDot && fu.onlyFeeds(pg, g) {
+			fu.tryMerge(pg, g)
+		}
+	}
 	for _, op := range r.Ops {
 		if fu.kinds[op] == fkDot {
 			fu.tryEpilogue(op)
 		}
 	}
 	fu.rewrite()
+}
+
+// narrowRatio is how many times more elements a loop op's result must have
+// than an operand for that operand to be narrow (see narrowEdge).
+const narrowRatio = 64
+
+// narrowEdge reports whether operand a of loop op is narrow: a has at most
+// 1/narrowRatio of the elements of op's result. A narrow operand's producer
+// group joins op's group only after the other merges, and only when it feeds
+// nothing else (fuser.onlyFeeds).
+func narrowEdge(a *ir.Value, op *ir.Op) bool {
+	n := op.Results[0].Type.Shape.Size()
+	return a.Type.Shape.Size()*narrowRatio <= n
+}
+
+// splitNarrowBroadcasts gives every fusible user (an elementwise op, a
+// broadcast, a reshape or a reduction) of a broadcast_in_dim of a narrow
+// operand its own copy of the broadcast, placed just before it, when the
+// broadcast has more than one user. A fused kernel recomputes such a
+// broadcast for free, and one shared broadcast would otherwise merge all its
+// users (independent chains that share only, say, a global norm) into one
+// multi-output fusion. Users of other kinds keep the original.
+func splitNarrowBroadcasts(f *ir.Func, r *ir.Region) {
+	us := users(r)
+	ret := returned(r)
+	fusible := func(op *ir.Op) bool {
+		switch op.Code {
+		case ir.BroadcastInDim, ir.Reshape, ir.ReduceSum, ir.ReduceMax, ir.ReduceMin, ir.ReduceProd:
+			return true
+		}
+		return op.Info().Elementwise
+	}
+	before := map[*ir.Op][]*ir.Op{} // user → copies to insert before it
+	for _, op := range r.Ops {
+		if op.Code != ir.BroadcastInDim || !narrowEdge(op.Args[0], op) {
+			continue
+		}
+		v := op.Result()
+		var distinct []*ir.Op
+		for _, u := range us[v] {
+			if !slices.Contains(distinct, u) {
+				distinct = append(distinct, u)
+			}
+		}
+		if len(distinct) < 2 {
+			continue
+		}
+		keep := ret[v] || slices.ContainsFunc(distinct, func(u *ir.Op) bool { return !fusible(u) })
+		for _, u := range distinct {
+			if !fusible(u) {
+				continue
+			}
+			if !keep {
+				keep = true // the first fusible user keeps the original
+				continue
+			}
+			c, err := f.NewOp(op.Code, []*ir.Value{op.Args[0]}, ir.CloneAttrs(op.Attrs))
+			if err != nil {
+				panic("passes: fusion: copying broadcast_in_dim: " + err.Error())
+			}
+			c.Loc = op.Loc
+			for i, a := range u.Args {
+				if a == v {
+					u.Args[i] = c.Result()
+				}
+			}
+			before[u] = append(before[u], c)
+		}
+	}
+	if len(before) == 0 {
+		return
+	}
+	ops := make([]*ir.Op, 0, len(r.Ops))
+	for _, op := range r.Ops {
+		ops = append(ops, before[op]...)
+		ops = append(ops, op)
+	}
+	r.Ops = ops
+}
+
+// onlyFeeds reports whether every op outside group p that reads a result of
+// p is a member of group g.
+func (fu *fuser) onlyFeeds(p, g *fuseGroup) bool {
+	for _, m := range p.members {
+		for _, v := range m.Results {
+			for _, u := range fu.users[v] {
+				if ug := fu.group[u]; ug != p && ug != g {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // classify says how op may take part in fusion.

@@ -1,15 +1,21 @@
 package passes
 
 import (
+	"slices"
+
 	"github.com/ferryml/ferry/ir"
 )
 
 // schedule orders the ops of every region (inner regions first; not fusion
-// regions) to keep memory low. A greedy list scheduler repeatedly runs, among
-// the ops whose operands are ready, the one that frees the most device bytes
-// (operands it is the last reader of) minus the bytes it allocates (its
-// results that get arena space), ties broken by host bytes, then by the
-// traced order. The region's arena is then planned for both the greedy and the
+// regions) to keep memory low. A greedy list scheduler (greedyOrder)
+// repeatedly runs, among the ops whose operands are ready, the one that frees
+// the most device bytes (operands it is the last reader of) minus the bytes
+// it allocates (its results that get arena space), ties broken in favour of
+// device→host copies, then by host bytes, then by the traced order.
+// Host→device copies are not candidates of their own: each runs just before
+// the first op that reads it, and counts in that op's bytes, so copied-in
+// values (optimizer state, offloaded activations) reach device memory only
+// when needed. The region's arena is then planned for both the greedy and the
 // traced order, and the greedy order is kept only when it needs strictly less
 // (device bytes first, then pinned_host bytes). The result depends only on the
 // IR. As a last guard the whole function's arenas are compared with the
@@ -62,13 +68,37 @@ func scheduleRegion(r *ir.Region, top, fusionInPlace bool) {
 	r.Ops = orig
 }
 
+// hostToDevice reports whether op copies a value from another memory space
+// to device: such a copy only allocates device memory, so the scheduler runs
+// it as late as possible, just before its first reader.
+func hostToDevice(op *ir.Op) bool {
+	return op.Code == ir.DevicePut && len(op.Args) == 1 && op.Result().Type.Space == ir.Device &&
+		op.Args[0].Type.Space != ir.Device
+}
+
+// deviceToHost reports whether op copies a device value to another memory
+// space: such a copy allocates no device memory, so the scheduler runs it as
+// early as possible among ops that free as much device memory.
+func deviceToHost(op *ir.Op) bool {
+	return op.Code == ir.DevicePut && len(op.Args) == 1 && op.Result().Type.Space != ir.Device &&
+		op.Args[0].Type.Space == ir.Device
+}
+
 // greedyOrder returns the list-scheduled order of r's ops.
+//
+// Rules, in order:
+//
+//   - a host→device copy read by some op of r (hostToDevice) is never chosen
+//     on its own: it is emitted just before the first op that reads it, and
+//     its bytes count in that op's score (as late as possible);
+//   - among the ready ops, the one that frees the most device bytes minus
+//     the device bytes it (and the copies emitted with it) allocates;
+//   - ties: a device→host copy first (as early as possible), then the most
+//     host bytes freed, then the traced order.
 func greedyOrder(r *ir.Region, top bool) []*ir.Op {
 	n := len(r.Ops)
-	idx := make(map[*ir.Op]int, n)
 	def := map[*ir.Value]int{}
 	for i, op := range r.Ops {
-		idx[op] = i
 		for _, v := range op.Results {
 			def[v] = i
 		}
@@ -78,6 +108,7 @@ func greedyOrder(r *ir.Region, top bool) []*ir.Op {
 	remaining := map[*ir.Value]int{}
 	preds := make([]int, n)
 	succs := make([][]int, n)
+	predList := make([][]int, n)
 	distinctArgs := make([][]*ir.Value, n)
 	for i, op := range r.Ops {
 		seen := map[*ir.Value]bool{}
@@ -93,24 +124,78 @@ func greedyOrder(r *ir.Region, top bool) []*ir.Op {
 				predSeen[p] = true
 				preds[i]++
 				succs[p] = append(succs[p], i)
+				predList[i] = append(predList[i], p)
 			}
 		}
 	}
+	// late[i]: op i is a host→device copy emitted with its first reader.
+	late := make([]bool, n)
+	for i, op := range r.Ops {
+		late[i] = hostToDevice(op) && len(succs[i]) > 0
+	}
+	// waiting[i] counts op i's predecessors that have not run and are not
+	// late copies ready to be emitted with it.
+	waiting := append([]int(nil), preds...)
+	done := make([]bool, n)
 	// inArena reports whether a value defined in r takes arena bytes.
 	inArena := func(v *ir.Value) bool {
 		_, local := def[v]
 		return local && !(top && ret[v])
 	}
 	var ready []int
-	for i := range r.Ops {
-		if preds[i] == 0 {
+	var release func(i int)
+	release = func(i int) { // op i's predecessors are done (or emitted with it)
+		if !late[i] {
 			ready = append(ready, i)
+			return
+		}
+		for _, s := range succs[i] {
+			if waiting[s]--; waiting[s] == 0 {
+				release(s)
+			}
 		}
 	}
+	for i := range r.Ops {
+		if preds[i] == 0 {
+			release(i)
+		}
+	}
+	// pending lists the late copies op i would emit first, in traced order.
+	pending := func(i int) []int {
+		var out []int
+		for _, p := range predList[i] {
+			if late[p] && !done[p] {
+				out = append(out, p)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
 	out := make([]*ir.Op, 0, n)
+	emit := func(i int) {
+		done[i] = true
+		out = append(out, r.Ops[i])
+		for _, a := range distinctArgs[i] {
+			remaining[a]--
+		}
+		for _, s := range succs[i] {
+			preds[s]--
+			if !late[i] {
+				if waiting[s]--; waiting[s] == 0 {
+					release(s)
+				}
+			}
+		}
+	}
+	type read struct {
+		v *ir.Value
+		k int // reads by op i and the copies emitted with it
+	}
+	var reads []read
 	for len(ready) > 0 {
 		best := -1
 		var bestDev, bestHost int64
+		var bestD2H bool
 		for j, i := range ready {
 			var dev, host int64
 			add := func(v *ir.Value, sign int64) {
@@ -120,9 +205,33 @@ func greedyOrder(r *ir.Region, top bool) []*ir.Op {
 					host += sign * bytesOf(v)
 				}
 			}
+			// Reads by the late copies emitted first count as reads of op i.
+			reads = reads[:0]
+			note := func(a *ir.Value) {
+				for j := range reads {
+					if reads[j].v == a {
+						reads[j].k++
+						return
+					}
+				}
+				reads = append(reads, read{a, 1})
+			}
+			for _, p := range pending(i) {
+				for _, a := range distinctArgs[p] {
+					note(a)
+				}
+				for _, v := range r.Ops[p].Results {
+					if inArena(v) {
+						add(v, -1)
+					}
+				}
+			}
 			for _, a := range distinctArgs[i] {
-				if inArena(a) && remaining[a] == 1 && !ret[a] {
-					add(a, 1)
+				note(a)
+			}
+			for _, rd := range reads {
+				if inArena(rd.v) && remaining[rd.v] == rd.k && !ret[rd.v] {
+					add(rd.v, 1)
 				}
 			}
 			for _, v := range r.Ops[i].Results {
@@ -130,23 +239,31 @@ func greedyOrder(r *ir.Region, top bool) []*ir.Op {
 					add(v, -1)
 				}
 			}
-			if best < 0 || dev > bestDev || dev == bestDev && (host > bestHost || host == bestHost && i < ready[best]) {
-				best, bestDev, bestHost = j, dev, host
+			d2h := deviceToHost(r.Ops[i])
+			better := best < 0 || dev > bestDev
+			if !better && dev == bestDev {
+				switch {
+				case d2h != bestD2H:
+					better = d2h
+				case host != bestHost:
+					better = host > bestHost
+				default:
+					better = i < ready[best]
+				}
+			}
+			if better {
+				best, bestDev, bestHost, bestD2H = j, dev, host, d2h
 			}
 		}
 		i := ready[best]
 		ready = append(ready[:best], ready[best+1:]...)
-		out = append(out, r.Ops[i])
-		for _, a := range distinctArgs[i] {
-			remaining[a]--
+		for _, p := range pending(i) {
+			emit(p)
 		}
-		for _, s := range succs[i] {
-			preds[s]--
-			if preds[s] == 0 {
-				ready = append(ready, s)
-			}
-		}
+		emit(i)
 	}
+	// Late copies nobody ran with (impossible: every late copy has a
+	// reader) would leave the order incomplete; keep the traced order then.
 	if len(out) != n {
 		return r.Ops
 	}
