@@ -33,8 +33,11 @@ func dimsProduct(shape []int, axes []int) int {
 // [batch, M, K] × [batch, K, N] → [batch, M, N]; the result layout [batch,
 // lhs free, rhs free] is exactly the row-major [batch, M, N].
 //
-// Floating-point products go to internal/gemm (f32 and f64 directly, f16
-// and bf16 widened to float32, accumulated in float32 and rounded once).
+// Floating-point products go to internal/gemm (f32 and f64 directly; f16
+// and bf16 through gemm.SgemmHalf, which widens the operands to float32 a
+// cache block at a time while packing them, accumulates in float32 and
+// rounds each result once from the kernel's tile, so no full-size float32
+// copy is made).
 // An operand is read in place when its batch, free and contracting axes
 // each merge into one strided index and one of the two matrix indices has
 // unit stride: contracting axes last on lhs (first on rhs) need nothing,
@@ -202,14 +205,22 @@ func dotFloat(lhs, rhs *ir.Literal, g gemm, lb, lf, rb, rf, lc, rc []int, out *i
 		runSgemm(g, viewAs[float32](a), la, viewAs[float32](b), lb2, viewAs[float32](out.Data))
 	case ir.Float64:
 		runDgemm(g, viewAs[float64](a), la, viewAs[float64](b), lb2, viewAs[float64](out.Data))
-	default: // f16, bf16: widen (same layout), f32 product, one rounding
-		dt := lhs.Type.DType
-		fa := toF32(&ir.Literal{Type: ir.TypeOf(dt, len(a)/2), Data: a})
-		fb := toF32(&ir.Literal{Type: ir.TypeOf(dt, len(b)/2), Data: b})
-		c := make([]float32, g.batch*m*n)
-		runSgemm(g, fa, la, fb, lb2, c)
-		fromF32(out, c)
+	case ir.BFloat16:
+		runHalf(fgemm.BF16, g, viewAs[uint16](a), la, viewAs[uint16](b), lb2, viewAs[uint16](out.Data))
+	case ir.Float16:
+		runHalf(fgemm.F16, g, viewAs[uint16](a), la, viewAs[uint16](b), lb2, viewAs[uint16](out.Data))
 	}
+}
+
+// runHalf is runSgemm for 16-bit floats: the gemm widens the operands while
+// packing them, accumulates in float32 and rounds each result once, with
+// no full-size float32 copy.
+func runHalf(f fgemm.Format, g gemm, a []uint16, la matLayout, b []uint16, lb matLayout, c []uint16) {
+	if g.batch == 1 {
+		fgemm.SgemmHalf(f, la.trans, lb.trans, g.m, g.n, g.k, 1, a, la.ld, b, lb.ld, 0, c, max(1, g.n))
+		return
+	}
+	fgemm.SgemmHalfStrided(f, la.trans, lb.trans, g.batch, g.m, g.n, g.k, 1, a, la.ld, la.stride, b, lb.ld, lb.stride, 0, c, max(1, g.n), g.m*g.n)
 }
 
 func runSgemm(g gemm, a []float32, la matLayout, b []float32, lb matLayout, c []float32) {

@@ -185,3 +185,46 @@ func TestDotLayouts(t *testing.T) {
 		}
 	}
 }
+
+// TestDotHalf runs bf16 and f16 dot_general (gemm.SgemmHalf: operands
+// widened while packed, float32 accumulation, one rounding per result) on
+// fresh random inputs of odd sizes, transposed, batched and copied layouts,
+// and long contractions cut into several k slices. Each result must match
+// the float64 loop-nest reference within float32 accumulation error plus
+// one rounding, and equal bit for bit the former path: the same product in
+// f32 on widened operands, rounded (NaN payloads included).
+func TestDotHalf(t *testing.T) {
+	r := newRand(t)
+	cases := []dotCase{
+		{[]int{37, 53}, []int{53, 71}, nil, nil, []int{1}, []int{0}},
+		{[]int{53, 37}, []int{71, 53}, nil, nil, []int{0}, []int{1}},                            // both transposed
+		{[]int{19, 900}, []int{900, 67}, nil, nil, []int{1}, []int{0}},                          // k in several slices
+		{[]int{900, 13}, []int{70, 900}, nil, nil, []int{0}, []int{1}},                          // same, transposed
+		{[]int{5, 64, 32}, []int{5, 64, 32}, []int{0}, []int{0}, []int{2}, []int{2}},            // attention scores
+		{[]int{3, 41, 29}, []int{29, 3, 23}, []int{0}, []int{1}, []int{2}, []int{0}},            // batch axis in the middle
+		{[]int{7, 5, 3}, []int{4, 7, 3}, []int{2}, []int{2}, []int{0}, []int{1}},                // batch last: copies
+		{[]int{2, 3, 11, 13}, []int{13, 2, 3, 9}, []int{0, 1}, []int{1, 2}, []int{3}, []int{0}}, // two batch axes
+		{[]int{4, 9, 450}, []int{4, 450, 7}, []int{0}, []int{0}, []int{2}, []int{1}},            // batched, several k slices
+		{[]int{1, 1}, []int{1, 1}, nil, nil, []int{1}, []int{0}},
+	}
+	for _, dt := range []ir.DType{ir.BFloat16, ir.Float16} {
+		for _, c := range cases {
+			a := randLit(r, dt, c.lhs, dotValues)
+			b := randLit(r, dt, c.rhs, dotValues)
+			attrs := ir.Attrs{"lhs_batch": nz(c.lb), "rhs_batch": nz(c.rb), "lhs_contract": nz(c.lc), "rhs_contract": nz(c.rc)}
+			res := runOp(t, ir.DotGeneral, []*ir.Literal{a, b}, attrs)[0]
+			require.Equal(t, dt, res.Type.DType)
+			checkDot(t, c, a, b, res)
+
+			wide := func(l *ir.Literal) *ir.Literal {
+				w := lit(ir.Type{DType: ir.Float32, Shape: l.Type.Shape})
+				copy(viewAs[float32](w.Data), toF32(l))
+				return w
+			}
+			res32 := runOp(t, ir.DotGeneral, []*ir.Literal{wide(a), wide(b)}, attrs)[0]
+			want := lit(res.Type)
+			fromF32(want, viewAs[float32](res32.Data))
+			require.Equal(t, want.Data, res.Data, "%v %+v: not the bits of the f32 product rounded", dt, c)
+		}
+	}
+}

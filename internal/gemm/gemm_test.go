@@ -304,3 +304,37 @@ func TestConcurrent(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// TestInPlaceA checks that reading A in place gives the same bits as
+// packing it, for every transpose and sizes with partial row tiles.
+func TestInPlaceA(t *testing.T) {
+	save := inPlaceMaxN
+	defer func() { inPlaceMaxN = save }()
+	forEachKernel(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(31, 32))
+		for _, g := range append(randomCases(rng, 100), gemmCase{m: 300, n: 130, k: 900, alpha: 1, beta: 1}, gemmCase{transA: true, m: 131, n: 64, k: 777, padA: 5, alpha: 2}) {
+			a := randMat32(max(g.m, g.k)*(max(g.m, g.k)+g.padA), rng.Uint64())
+			b := randMat32(max(g.n, g.k)*(max(g.n, g.k)+g.padB), rng.Uint64())
+			lda, ldb := g.k+g.padA, g.n+g.padB
+			if g.transA {
+				lda = g.m + g.padA
+			}
+			if g.transB {
+				ldb = g.k + g.padB
+			}
+			lda, ldb = max(lda, 1), max(ldb, 1)
+			c0 := randMat32(g.m*(g.n+g.padC), rng.Uint64())
+			var out [2][]float32
+			for i, maxN := range []int{-1, 1 << 30} {
+				inPlaceMaxN = maxN
+				out[i] = append([]float32(nil), c0...)
+				Sgemm(g.transA, g.transB, g.m, g.n, g.k, float32(g.alpha), a, lda, b, ldb, float32(g.beta), out[i], max(1, g.n+g.padC))
+			}
+			for i := range c0 {
+				if math.Float32bits(out[0][i]) != math.Float32bits(out[1][i]) {
+					t.Fatalf("%v: C[%d] = %v in place, %v packed", g, i, out[1][i], out[0][i])
+				}
+			}
+		}
+	})
+}

@@ -20,9 +20,16 @@ type float interface {
 // When beta is ±0, C is not read.
 type microKernel[T float] func(k int, a, b, c *T, ldc int, alpha, beta T)
 
+// inPlaceKernel is microKernel with A read in place: element (i, p) of
+// the mr×k block at a[i*rsa + p*csa] (B still packed).
+type inPlaceKernel[T float] func(k int, a, b, c *T, ldc int, alpha, beta T, rsa, csa int)
+
 // kernel is a micro-kernel with its tile shape and cache blocking.
 type kernel[T float] struct {
-	fn     microKernel[T]
+	fn microKernel[T]
+	// fnA, when there is one, reads A in place; products with few
+	// columns use it instead of packing A (see useInPlaceA).
+	fnA    inPlaceKernel[T]
 	mr, nr int
 	// mc×kc is the packed block of A (kept in L2), kc×nc the packed panel
 	// of B (kept in L3); kc×nr (one sliver of B) should fit in L1.

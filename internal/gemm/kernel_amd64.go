@@ -34,13 +34,13 @@ func detectCPU() (avx2fma, avx512f bool) {
 // The shapes must match the generator's specs in _asm/main.go.
 var avx512Kernels = &kernelSet{
 	name: "avx512",
-	s:    kernel[float32]{fn: sgemmKernelAVX512, mr: 6, nr: 64, mc: 144, kc: 384, nc: 4096},
+	s:    kernel[float32]{fn: sgemmKernelAVX512, fnA: sgemmKernelAVX512A, mr: 6, nr: 64, mc: 144, kc: 384, nc: 4096},
 	d:    kernel[float64]{fn: dgemmKernelAVX512, mr: 6, nr: 32, mc: 144, kc: 384, nc: 4096},
 }
 
 var avx2Kernels = &kernelSet{
 	name: "avx2",
-	s:    kernel[float32]{fn: sgemmKernelAVX2, mr: 6, nr: 16, mc: 144, kc: 384, nc: 4096},
+	s:    kernel[float32]{fn: sgemmKernelAVX2, fnA: sgemmKernelAVX2A, mr: 6, nr: 16, mc: 144, kc: 384, nc: 4096},
 	d:    kernel[float64]{fn: dgemmKernelAVX2, mr: 6, nr: 8, mc: 144, kc: 384, nc: 4096},
 }
 

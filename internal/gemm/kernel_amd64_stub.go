@@ -21,3 +21,9 @@ func sgemmKernelAVX2(k int, a *float32, b *float32, c *float32, ldc int, alpha f
 
 // dgemmKernelAVX2 computes a 6×8 tile of C with AVX2+FMA from packed panels: C = alpha*A*B + beta*C, C not read when beta is ±0.
 func dgemmKernelAVX2(k int, a *float64, b *float64, c *float64, ldc int, alpha float64, beta float64)
+
+// sgemmKernelAVX512A computes a 6×64 tile of C with AVX-512F from A in place (element (i, p) at a[i*rsa+p*csa]) and a packed panel of B: C = alpha*A*B + beta*C, C not read when beta is ±0.
+func sgemmKernelAVX512A(k int, a *float32, b *float32, c *float32, ldc int, alpha float32, beta float32, rsa int, csa int)
+
+// sgemmKernelAVX2A computes a 6×16 tile of C with AVX2+FMA from A in place (element (i, p) at a[i*rsa+p*csa]) and a packed panel of B: C = alpha*A*B + beta*C, C not read when beta is ±0.
+func sgemmKernelAVX2A(k int, a *float32, b *float32, c *float32, ldc int, alpha float32, beta float32, rsa int, csa int)

@@ -32,6 +32,10 @@ type kernelSpec struct {
 	mr     int  // rows of the tile
 	nv     int  // vectors per row; NR = nv * lanes
 	unroll int  // k-loop unroll factor
+	// stridedA: A is read in place, element (i, p) at a[i*rsa + p*csa]
+	// (two more arguments), instead of from a packed panel (rsa = 1,
+	// csa = MR). B is packed either way.
+	stridedA bool
 }
 
 func (s kernelSpec) vecBytes() int {
@@ -112,12 +116,20 @@ func (s kernelSpec) generate() {
 	if s.elem == 8 {
 		typ = "float64"
 	}
-	TEXT(s.name, NOSPLIT, fmt.Sprintf("func(k int, a, b, c *%s, ldc int, alpha, beta %s)", typ, typ))
+	sig := fmt.Sprintf("func(k int, a, b, c *%s, ldc int, alpha, beta %s)", typ, typ)
+	if s.stridedA {
+		sig = fmt.Sprintf("func(k int, a, b, c *%s, ldc int, alpha, beta %s, rsa, csa int)", typ, typ)
+	}
+	TEXT(s.name, NOSPLIT, sig)
 	isa := "AVX2+FMA"
 	if s.zmm {
 		isa = "AVX-512F"
 	}
-	Doc(fmt.Sprintf("%s computes a %d×%d tile of C with %s from packed panels: C = alpha*A*B + beta*C, C not read when beta is ±0.", s.name, s.mr, s.nr(), isa))
+	if s.stridedA {
+		Doc(fmt.Sprintf("%s computes a %d×%d tile of C with %s from A in place (element (i, p) at a[i*rsa+p*csa]) and a packed panel of B: C = alpha*A*B + beta*C, C not read when beta is ±0.", s.name, s.mr, s.nr(), isa))
+	} else {
+		Doc(fmt.Sprintf("%s computes a %d×%d tile of C with %s from packed panels: C = alpha*A*B + beta*C, C not read when beta is ±0.", s.name, s.mr, s.nr(), isa))
+	}
 
 	nacc := s.mr * s.nv
 	acc := func(i, j int) reg.VecPhysical { return s.vreg(i*s.nv + j) }
@@ -172,6 +184,39 @@ func (s kernelSpec) generate() {
 
 	aStep := s.mr * s.elem
 	bStep := s.nr() * s.elem
+	// In place, rows 0-2 of A are at ap + {0,1,2}*rs and rows 3-5 at
+	// ap3 + {0,1,2}*rs, and both pointers move by cs per k step.
+	var rs, cs, ap3 reg.Register
+	if s.stridedA {
+		if s.mr != 6 {
+			panic(s.name + ": strided A needs MR = 6")
+		}
+		rs = Load(Param("rsa"), reg.R10)
+		cs = Load(Param("csa"), reg.R11)
+		if s.elem == 4 {
+			SHLQ(Imm(2), rs)
+			SHLQ(Imm(2), cs)
+		} else {
+			SHLQ(Imm(3), rs)
+			SHLQ(Imm(3), cs)
+		}
+		ap3 = reg.R12
+		LEAQ(Mem{Base: rs, Index: rs, Scale: 2}, ap3)
+		ADDQ(ap, ap3)
+	}
+	aAddr := func(u, i int) Mem {
+		if !s.stridedA {
+			return Mem{Base: ap, Disp: u*aStep + i*s.elem}
+		}
+		base := ap
+		if i >= 3 {
+			base, i = ap3, i-3
+		}
+		if i == 0 {
+			return Mem{Base: base}
+		}
+		return Mem{Base: base, Index: rs, Scale: uint8(i)}
+	}
 	tmpi := 0
 	step := func(u int) {
 		for j := 0; j < s.nv; j++ {
@@ -180,10 +225,20 @@ func (s kernelSpec) generate() {
 		for i := 0; i < s.mr; i++ {
 			t := tmps[tmpi%len(tmps)]
 			tmpi++
-			s.bcast(Mem{Base: ap, Disp: u*aStep + i*s.elem}, t)
+			s.bcast(aAddr(u, i), t)
 			for j := 0; j < s.nv; j++ {
 				s.fma(bregs[j], t, acc(i, j))
 			}
+		}
+		if s.stridedA {
+			ADDQ(cs, ap)
+			ADDQ(cs, ap3)
+		}
+	}
+	// advanceA moves the packed A pointer past u steps (in place, step did).
+	advanceA := func(u int) {
+		if !s.stridedA {
+			ADDQ(U32(u*aStep), ap)
 		}
 	}
 
@@ -196,7 +251,7 @@ func (s kernelSpec) generate() {
 	for u := 0; u < s.unroll; u++ {
 		step(u)
 	}
-	ADDQ(U32(s.unroll*aStep), ap)
+	advanceA(s.unroll)
 	ADDQ(U32(s.unroll*bStep), bp)
 	DECQ(n)
 	JNZ(LabelRef("loop"))
@@ -206,7 +261,7 @@ func (s kernelSpec) generate() {
 	JZ(LabelRef("epilogue"))
 	Label("tailloop")
 	step(0)
-	ADDQ(U32(aStep), ap)
+	advanceA(1)
 	ADDQ(U32(bStep), bp)
 	DECQ(k)
 	JNZ(LabelRef("tailloop"))
@@ -300,6 +355,8 @@ var specs = []kernelSpec{
 	{name: "dgemmKernelAVX512", elem: 8, zmm: true, mr: 6, nv: 4, unroll: 4},
 	{name: "sgemmKernelAVX2", elem: 4, zmm: false, mr: 6, nv: 2, unroll: 4},
 	{name: "dgemmKernelAVX2", elem: 8, zmm: false, mr: 6, nv: 2, unroll: 4},
+	{name: "sgemmKernelAVX512A", elem: 4, zmm: true, mr: 6, nv: 4, unroll: 4, stridedA: true},
+	{name: "sgemmKernelAVX2A", elem: 4, zmm: false, mr: 6, nv: 2, unroll: 4, stridedA: true},
 }
 
 func main() {
