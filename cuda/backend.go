@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"os"
+	"slices"
 
 	"sync"
 	"unsafe"
@@ -28,6 +29,14 @@ type Backend struct {
 	sms     int
 	name    string
 	cache   *Cache
+
+	// lt is the cuBLASLt handle (0 when cublasLtCreate failed: ltErr says
+	// why, and every dot_general uses the generated kernel); workspace is
+	// the device memory its matmuls may use, on the compute stream only.
+	lt        uintptr
+	ltErr     error
+	allowTF32 bool
+	workspace mem
 
 	mu       sync.Mutex
 	platform bool
@@ -94,8 +103,27 @@ func New() (*Backend, error) {
 	if err := b.reserve(); err != nil {
 		return nil, err
 	}
+	b.allowTF32 = os.Getenv(TF32Env) == "1"
+	var h uintptr
+	if r := d.Lt.syms.call("cublasLtCreate", uintptr(unsafe.Pointer(&h))); r != 0 {
+		b.ltErr = fmt.Errorf("cuda: cublasLtCreate: cublasStatus %d", r)
+	} else {
+		b.lt = h
+		if p, err := d.MemAlloc(ltWorkspaceBytes); err != nil {
+			b.ltErr = fmt.Errorf("cuda: cuBLASLt workspace: %w", err)
+			b.lt = 0
+		} else {
+			b.workspace = mem{ptr: p, off: -1, size: ltWorkspaceBytes}
+		}
+	}
 	return b, nil
 }
+
+// ltWorkspaceBytes is the device workspace offered to cuBLASLt matmuls.
+const ltWorkspaceBytes = 32 << 20
+
+// MatmulStatus says whether dot_general steps use cuBLASLt, and why not.
+func (b *Backend) MatmulStatus() (bool, error) { return b.lt != 0, b.ltErr }
 
 // reserve sets up device memory per the runtime's memory variables.
 func (b *Backend) reserve() error {
@@ -296,7 +324,7 @@ func (b *Backend) Compile(f *ir.Func, opts rt.CompileOptions) (rt.Executable, er
 		return nil, err
 	}
 	ops := prog.Func.Body.Ops
-	e := &executable{b: b, prog: prog, plans: PlanStreams(ops), steps: make([]step, len(ops))}
+	e := &executable{b: b, prog: prog, steps: make([]step, len(ops))}
 	for i, op := range ops {
 		s := &e.steps[i]
 		s.op = op
@@ -311,6 +339,8 @@ func (b *Backend) Compile(f *ir.Func, opts rt.CompileOptions) (rt.Executable, er
 				return nil, err
 			}
 			s.constant = c.(*Buffer)
+		case b.prepareMatmul(e, s):
+			// cuBLASLt (with the generated epilogue of an output fusion).
 		default:
 			k, err := GenerateOp(op, GenerateOptions{})
 			if err != nil {
@@ -325,6 +355,13 @@ func (b *Backend) Compile(f *ir.Func, opts rt.CompileOptions) (rt.Executable, er
 			s.kind, s.kernel, s.fns = stepKernel, k, fns
 		}
 	}
+	barrier := make([]bool, len(ops))
+	for i := range e.steps {
+		barrier[i] = e.steps[i].kind == stepHost
+	}
+	if e.plan, err = PlanStreams(ops, prog.Plan, barrier); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -335,6 +372,7 @@ const (
 	stepCopy
 	stepConst
 	stepHost
+	stepMatmul
 )
 
 type step struct {
@@ -344,13 +382,25 @@ type step struct {
 	fns      []uintptr
 	constant *Buffer
 	why      string
+	// stepMatmul: the prepared cuBLASLt matmul of the dot (the op itself, or
+	// the first op of an output fusion, whose result then goes to the
+	// executable's scratch buffer and the generated epilogue kernel reads it
+	// as an External operand); lhs, rhs are the dot's operand indexes among
+	// op.Args.
+	mm       *LtMatmul
+	lhs, rhs int
+	fused    bool
 }
 
 type executable struct {
-	b     *Backend
-	prog  *passes.Program
-	plans []StepPlan
-	steps []step
+	b *Backend
+	// scratch is the device bytes of the largest dot result of an output
+	// fusion computed by cuBLASLt (allocated per execution, used on the
+	// compute stream only).
+	scratch int64
+	prog    *passes.Program
+	plan    Plan
+	steps   []step
 }
 
 func (e *executable) Program() *passes.Program { return e.prog }
@@ -377,6 +427,16 @@ func (e *executable) Execute(args []trace.Buffer, opts rt.ExecOptions) ([]trace.
 	in := make([]*Buffer, len(args))
 	for i, a := range args {
 		x, ok := a.(*Buffer)
+		if ok && x.freed {
+			return nil, fmt.Errorf("cuda: argument %d (%v) was deleted or donated to an earlier call", i, x.t)
+		}
+		if ok && i < len(e.prog.Donated) && e.prog.Donated[i] {
+			for k, o := range args {
+				if k != i && o == a {
+					return nil, fmt.Errorf("cuda: argument %d is donated and also passed as argument %d", i, k)
+				}
+			}
+		}
 		if !ok {
 			l, err := a.Literal()
 			if err != nil {
@@ -400,11 +460,18 @@ func (e *executable) Execute(args []trace.Buffer, opts rt.ExecOptions) ([]trace.
 			}
 		}
 	}
+	var scratch mem
+	if e.scratch > 0 {
+		if scratch, err = b.allocate(e.scratch, ir.Device); err != nil {
+			return nil, err
+		}
+	}
 	defer func() {
 		_ = b.sync()
 		for _, a := range arenas {
 			_ = b.release(a)
 		}
+		_ = b.release(scratch)
 	}()
 	results := make([]*Buffer, len(body.Results))
 	ptr := func(v *ir.Value) (uintptr, bool, error) {
@@ -448,14 +515,14 @@ func (e *executable) Execute(args []trace.Buffer, opts rt.ExecOptions) ([]trace.
 	}()
 	for i := range e.steps {
 		s := &e.steps[i]
-		p := e.plans[i]
+		p := e.plan.Steps[i]
 		stream := b.streams[p.Stream]
 		for _, j := range p.Wait {
 			if err := b.d.Check("cuStreamWaitEvent", stream, events[j], 0); err != nil {
 				return nil, err
 			}
 		}
-		if err := e.run(s, stream, ptr); err != nil {
+		if err := e.run(s, stream, ptr, scratch.ptr); err != nil {
 			return nil, fmt.Errorf("%v step %d: %w", s.op.Code, i, err)
 		}
 		if p.Record {
@@ -466,6 +533,15 @@ func (e *executable) Execute(args []trace.Buffer, opts rt.ExecOptions) ([]trace.
 			if err := b.d.Check("cuEventRecord", events[i], stream); err != nil {
 				return nil, err
 			}
+		}
+	}
+	// The end of execution waits for the copy streams (PlanAccesses orders
+	// it after every copy not already ordered before compute), so that the
+	// result copies below and the synchronisation of the compute stream
+	// cover every outstanding read and write.
+	for _, j := range e.plan.Final {
+		if err := b.d.Check("cuStreamWaitEvent", b.streams[Compute], events[j], 0); err != nil {
+			return nil, err
 		}
 	}
 	// Results that are parameters or computed twice: copy into fresh buffers.
@@ -486,7 +562,10 @@ func (e *executable) Execute(args []trace.Buffer, opts rt.ExecOptions) ([]trace.
 		}
 		results[i] = &Buffer{b: b, t: v.Type, m: m}
 	}
-	if err := b.sync(); err != nil {
+	// Compute now follows every other stream: when it drains, nothing of
+	// this execution is outstanding, and freeing the arenas (deferred),
+	// donated arguments or deleted buffers is safe.
+	if err := b.d.Check("cuStreamSynchronize", b.streams[Compute]); err != nil {
 		return nil, err
 	}
 	out := make([]trace.Buffer, len(results))
@@ -516,7 +595,7 @@ func (b *Backend) copy(dst uintptr, dstHost bool, src uintptr, srcHost bool, n i
 	return b.d.Check("cuMemcpyDtoDAsync", dst, src, uintptr(n), stream)
 }
 
-func (e *executable) run(s *step, stream uintptr, ptr func(*ir.Value) (uintptr, bool, error)) error {
+func (e *executable) run(s *step, stream uintptr, ptr func(*ir.Value) (uintptr, bool, error), scratch uintptr) error {
 	b := e.b
 	op := s.op
 	switch s.kind {
@@ -533,7 +612,7 @@ func (e *executable) run(s *step, stream uintptr, ptr func(*ir.Value) (uintptr, 
 			return err
 		}
 		return b.copy(dst, dh, src, sh, op.Results[0].Type.Bytes(), stream)
-	case stepKernel:
+	case stepKernel, stepMatmul:
 		var args []uintptr
 		for _, a := range op.Args {
 			p, _, err := ptr(a)
@@ -541,6 +620,23 @@ func (e *executable) run(s *step, stream uintptr, ptr func(*ir.Value) (uintptr, 
 				return err
 			}
 			args = append(args, p)
+		}
+		if s.kind == stepMatmul {
+			out := scratch
+			if !s.fused {
+				p, _, err := ptr(op.Results[0])
+				if err != nil {
+					return err
+				}
+				out = p
+			}
+			if err := s.mm.Run(args[s.rhs], args[s.lhs], out, b.workspace.ptr, uint64(b.workspace.size), stream); err != nil {
+				return err
+			}
+			if !s.fused {
+				return nil
+			}
+			args = append(args, scratch) // the External operand of the epilogue
 		}
 		for _, r := range op.Results {
 			p, _, err := ptr(r)
@@ -627,4 +723,52 @@ func init() {
 			fmt.Fprintf(os.Stderr, "ferry: FERRY_BACKEND=cuda but the CUDA backend is unavailable; using cpu: %v\n", err)
 		}
 	}
+}
+
+// prepareMatmul makes s a cuBLASLt step when it is a dot_general (or an
+// output fusion starting with one) that MatmulSpecFor accepts on device
+// memory and the heuristic finds an algorithm for; otherwise it returns
+// false and the step gets its generated kernel.
+func (b *Backend) prepareMatmul(e *executable, s *step) bool {
+	if b.lt == 0 {
+		return false
+	}
+	op := s.op
+	dot, lhs, rhs, fused := op, 0, 1, false
+	if op.Code != ir.DotGeneral {
+		var ok bool
+		if dot, lhs, rhs, ok = outputDot(op); !ok {
+			return false
+		}
+		fused = true
+	}
+	for _, v := range append(slices.Clone(op.Args), op.Results...) {
+		if v.Type.Space != ir.Device {
+			return false
+		}
+	}
+	spec, err := MatmulSpecFor(dot, b.allowTF32)
+	if err != nil {
+		return false
+	}
+	mm, err := NewLtMatmul(b.d.Lt, b.lt, spec, uint64(b.workspace.size))
+	if err != nil {
+		return false
+	}
+	if fused {
+		k, err := GenerateOp(op, GenerateOptions{External: []*ir.Value{dot.Results[0]}})
+		if err != nil {
+			mm.Destroy()
+			return false
+		}
+		fns, err := b.module(k)
+		if err != nil {
+			mm.Destroy()
+			return false
+		}
+		s.kernel, s.fns = k, fns
+		e.scratch = max(e.scratch, dot.Results[0].Type.Bytes())
+	}
+	s.kind, s.mm, s.lhs, s.rhs, s.fused = stepMatmul, mm, lhs, rhs, fused
+	return true
 }

@@ -32,34 +32,6 @@ func TestConfigFor(t *testing.T) {
 	}
 }
 
-func TestPlanStreams(t *testing.T) {
-	f := ir.NewFunc("f")
-	x := f.Body.AddParam(ir.TypeOf(ir.Float32, 4).WithSpace(ir.PinnedHost))
-	w := f.Body.AddParam(ir.TypeOf(ir.Float32, 4))
-	up, _ := f.Body.AddOp(ir.DevicePut, []*ir.Value{x}, ir.Attrs{"space": ir.Device})                    // 0: h2d
-	e1, _ := f.Body.AddOp(ir.Exp, []*ir.Value{w}, nil)                                                   // 1: compute
-	add, _ := f.Body.AddOp(ir.Add, []*ir.Value{up.Results[0], e1.Results[0]}, nil)                       // 2: waits 0
-	down, _ := f.Body.AddOp(ir.DevicePut, []*ir.Value{add.Results[0]}, ir.Attrs{"space": ir.PinnedHost}) // 3: d2h waits 2
-	mul, _ := f.Body.AddOp(ir.Mul, []*ir.Value{add.Results[0], e1.Results[0]}, nil)                      // 4: no wait
-	up2, _ := f.Body.AddOp(ir.DevicePut, []*ir.Value{down.Results[0]}, ir.Attrs{"space": ir.Device})     // 5: h2d waits 3
-	_, _ = f.Body.AddOp(ir.Add, []*ir.Value{up2.Results[0], mul.Results[0]}, nil)                        // 6: waits 5
-	p := PlanStreams(f.Body.Ops)
-	want := []StepPlan{
-		{Stream: H2D, Record: true},
-		{Stream: Compute},
-		{Stream: Compute, Wait: []int{0}, Record: true},
-		{Stream: D2H, Wait: []int{2}, Record: true},
-		{Stream: Compute},
-		{Stream: H2D, Wait: []int{3}, Record: true},
-		{Stream: Compute, Wait: []int{5}},
-	}
-	for i := range want {
-		if p[i].Stream != want[i].Stream || p[i].Record != want[i].Record || len(p[i].Wait) != len(want[i].Wait) || len(p[i].Wait) > 0 && p[i].Wait[0] != want[i].Wait[0] {
-			t.Errorf("step %d (%v): %+v, want %+v", i, f.Body.Ops[i].Code, p[i], want[i])
-		}
-	}
-}
-
 // PlanMatmul's layout, applied by a column-major reference GEMM written
 // here, reproduces eval's dot_general.
 func TestPlanMatmulLayouts(t *testing.T) {

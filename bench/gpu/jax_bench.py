@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """JAX side of bench/gpu (see README.md): the same programs as main.go.
 
-    python3 jax_bench.py --case scan|scan_offload|optimizer|transformer [--dim 7168] [--steps 10]
+    python3 jax_bench.py --case scan|scan_offload|optimizer|transformer [--dim 7168] [--steps 10] [--warmup 2]
 
-Prints one JSON line: median step time after 2 warm-up steps (measured with
+Prints one JSON line: median step time after the warm-up steps (wall time to
 block_until_ready), compiled.memory_analysis() and the device's
 peak_bytes_in_use.
 """
@@ -57,49 +57,66 @@ def optimizer_model(dim):
     return f, (ws, state, x), lambda out, args: (out[0], out[1], args[2])
 
 
+# The Transformer step of README.md, the same as main.go's transformerConfig
+# and model (examples/transformer's Model: tied token embedding, learned
+# positions, pre-norm blocks with bias-free attention and a 4·d GELU MLP with
+# biases, LayerNorm eps 1e-6 with scale and bias, final LayerNorm), trained
+# with chain(clip_by_global_norm(1), adamw(3e-3, 0.9, 0.95, 1e-8, 0.01)),
+# params and optimizer state donated.
+TF = dict(vocab=256, d=256, heads=4, layers=4, seq=128, batch=16, lr=3e-3)
+
+
 def transformer_model():
-    # The examples/transformer step: a small pre-LN decoder block stack with
-    # Adam; sizes match the Go example's defaults (see README).
-    d, heads, layers, seq, batch, vocab = 256, 4, 4, 128, 16, 256
-    k = jax.random.key(0)
+    vocab, d, heads, layers, seq, batch = (TF[k] for k in ("vocab", "d", "heads", "layers", "seq", "batch"))
+    dh = d // heads
+    def lecun(k, shape):
+        return jax.random.normal(k, shape, jnp.float32) / np.sqrt(shape[0])
     def init(k):
-        ks = jax.random.split(k, 4 * layers + 2)
-        p = {"emb": jax.random.normal(ks[0], (vocab, d)) * 0.02, "blocks": []}
+        ks = jax.random.split(k, 2 + 6 * layers)
+        ln = lambda: {"scale": jnp.ones((d,)), "bias": jnp.zeros((d,))}
+        p = {"tok": jax.random.normal(ks[0], (vocab, d)) / np.sqrt(d),
+             "pos": jax.random.normal(ks[1], (seq, d)) * 0.02, "norm": ln(), "blocks": []}
         for i in range(layers):
+            kk = ks[2 + 6 * i: 8 + 6 * i]
             p["blocks"].append({
-                "qkv": jax.random.normal(ks[4 * i + 1], (d, 3 * d)) * 0.02,
-                "o": jax.random.normal(ks[4 * i + 2], (d, d)) * 0.02,
-                "w1": jax.random.normal(ks[4 * i + 3], (d, 4 * d)) * 0.02,
-                "w2": jax.random.normal(ks[4 * i + 4], (4 * d, d)) * 0.02})
+                "ln1": ln(), "ln2": ln(),
+                "wq": lecun(kk[0], (d, d)), "wk": lecun(kk[1], (d, d)), "wv": lecun(kk[2], (d, d)), "wo": lecun(kk[3], (d, d)),
+                "w1": lecun(kk[4], (d, 4 * d)), "b1": jnp.zeros((4 * d,)),
+                "w2": lecun(kk[5], (4 * d, d)), "b2": jnp.zeros((d,))})
+        # Stacked on a layer axis and scanned, as nn.Stack does.
+        p["blocks"] = jax.tree.map(lambda *xs: jnp.stack(xs), *p["blocks"])
         return p
-    def ln(x):
+    def ln(x, p):
         m = x.mean(-1, keepdims=True)
-        return (x - m) * jax.lax.rsqrt(((x - m) ** 2).mean(-1, keepdims=True) + 1e-5)
-    def fwd(p, tok):
-        x = p["emb"][tok]
-        mask = jnp.tril(jnp.ones((seq, seq), bool))
-        for b in p["blocks"]:
-            q, kk, v = jnp.split(ln(x) @ b["qkv"], 3, -1)
-            sh = lambda t: t.reshape(batch, seq, heads, d // heads).transpose(0, 2, 1, 3)
-            a = jnp.einsum("bhqd,bhkd->bhqk", sh(q), sh(kk)) / np.sqrt(d // heads)
-            a = jax.nn.softmax(jnp.where(mask, a, -1e9), -1)
-            o = jnp.einsum("bhqk,bhkd->bhqd", a, sh(v)).transpose(0, 2, 1, 3).reshape(batch, seq, d)
-            x = x + o @ b["o"]
-            x = x + jax.nn.gelu(ln(x) @ b["w1"], approximate=True) @ b["w2"]
-        return ln(x) @ p["emb"].T
-    def loss(p, tok):
-        logits = fwd(p, tok[:, :-1])
-        return optax.softmax_cross_entropy_with_integer_labels(logits, tok[:, 1:]).mean()
-    opt = optax.adam(1e-3)
-    p = init(k)
+        v = ((x - m) ** 2).mean(-1, keepdims=True)
+        return (x - m) * jax.lax.rsqrt(v + 1e-6) * p["scale"] + p["bias"]
+    mask = jnp.tril(jnp.ones((seq, seq), bool))
+    def block(x, b):
+        h = ln(x, b["ln1"])
+        sh = lambda w: (h @ w).reshape(batch, seq, heads, dh)
+        q, k, v = sh(b["wq"]), sh(b["wk"]), sh(b["wv"])
+        a = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(dh)
+        a = jax.nn.softmax(jnp.where(mask, a, -1e30), -1)
+        o = jnp.einsum("bhqk,bkhd->bqhd", a, v).reshape(batch, seq, d)
+        x = x + o @ b["wo"]
+        h = ln(x, b["ln2"])
+        return x + jax.nn.gelu(h @ b["w1"] + b["b1"], approximate=True) @ b["w2"] + b["b2"], None
+    def loss(p, x, y):
+        h = p["tok"][x] + p["pos"]
+        h, _ = jax.lax.scan(block, h, p["blocks"])
+        logits = ln(h, p["norm"]) @ p["tok"].T
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(TF["lr"], b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.01))
+    p = init(jax.random.key(0))
     st = opt.init(p)
-    def step(p, st, tok):
-        g = jax.grad(loss)(p, tok)
+    def step(p, st, x, y):
+        l, g = jax.value_and_grad(loss)(p, x, y)
         u, st = opt.update(g, st, p)
-        return optax.apply_updates(p, u), st
+        return optax.apply_updates(p, u), st, l
     tok = jax.random.randint(jax.random.key(1), (batch, seq + 1), 0, vocab)
+    x, y = tok[:, :-1], tok[:, 1:]
     f = jax.jit(step, donate_argnums=(0, 1))
-    return f, (p, st, tok), lambda out, args: (out[0], out[1], args[2])
+    return f, (p, st, x, y), lambda out, args: (out[0], out[1], args[2], args[3])
 
 
 def main():
@@ -107,6 +124,7 @@ def main():
     ap.add_argument("--case", default="scan")
     ap.add_argument("--dim", type=int, default=7168)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
     a = ap.parse_args()
     if a.case in ("scan", "scan_offload"):
         f, args, nxt = scan_model(a.case == "scan_offload")
@@ -118,12 +136,12 @@ def main():
         raise SystemExit(f"unknown case {a.case}")
     ma = f.lower(*args).compile().memory_analysis()
     times = []
-    for s in range(a.steps + 2):
+    for s in range(a.steps + a.warmup):
         t0 = time.perf_counter()
         out = f(*args)
         jax.block_until_ready(out)
         el = (time.perf_counter() - t0) * 1e3
-        if s >= 2:
+        if s >= a.warmup:
             times.append(el)
         if nxt is not None:
             args = nxt(out, args)
@@ -131,7 +149,8 @@ def main():
     stats = dev.memory_stats() or {}
     print(json.dumps({
         "framework": "jax", "jax_version": jax.__version__, "case": a.case, "device": dev.device_kind,
-        "median_step_ms": statistics.median(times), "steps": a.steps,
+        "median_step_ms": statistics.median(times), "steps": a.steps, "warmup": a.warmup,
+        "timing": "wall time to block_until_ready",
         "temp_bytes": ma.temp_size_in_bytes, "argument_bytes": ma.argument_size_in_bytes,
         "output_bytes": ma.output_size_in_bytes, "alias_bytes": ma.alias_size_in_bytes,
         "host_temp_bytes": getattr(ma, "host_temp_size_in_bytes", 0),

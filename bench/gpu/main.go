@@ -1,11 +1,14 @@
 // Command gpu runs Ferry's side of the GPU benchmarks (bench/gpu/README.md)
 // on the CUDA backend: the scan model of shared/REFERENCES.md §1 (10 layers,
 // jit(grad(loss)) with respect to w1, w2) with and without activation
-// offload, and one step of chain(clip_by_global_norm(1.0), adam(0.1)) on the
-// optimizer model at DIM (7168). Each prints one JSON line with the median
-// step time after warm-up, the memory analysis and the measured peak.
+// offload, one step of chain(clip_by_global_norm(1.0), adam(0.1)) on the
+// optimizer model at DIM (7168), and the training step of
+// examples/transformer at the size of transformerConfig. Each prints one
+// JSON line with the median step time after warm-up (device time between
+// CUDA events on the compute stream; wall time beside it), the memory
+// analysis and the measured peak.
 //
-//	gpu -case scan|scan_offload|optimizer [-dim 7168] [-steps 10]
+//	gpu -case scan|scan_offload|optimizer|transformer [-dim 7168] [-steps 10] [-warmup 2]
 package main
 
 import (
@@ -126,15 +129,18 @@ func optimizerModel(dim int) *ir.Func {
 }
 
 func main() {
-	which := flag.String("case", "scan", "scan, scan_offload or optimizer")
+	which := flag.String("case", "scan", "scan, scan_offload, optimizer or transformer")
 	dim := flag.Int("dim", 7168, "optimizer model size")
-	steps := flag.Int("steps", 10, "timed steps after 2 warm-up steps")
+	steps := flag.Int("steps", 10, "timed steps after the warm-up steps")
+	warmup := flag.Int("warmup", 2, "untimed warm-up steps")
 	flag.Parse()
 	be, err := cuda.Register()
 	if err != nil {
 		log.Fatalf("CUDA backend: %v", err)
 	}
 	var f *ir.Func
+	var donated []bool
+	var lits []*ir.Literal
 	switch *which {
 	case "scan":
 		f = scanModel(false)
@@ -142,15 +148,16 @@ func main() {
 		f = scanModel(true)
 	case "optimizer":
 		f = optimizerModel(*dim)
-	default:
-		log.Fatalf("unknown case %q", *which)
-	}
-	var donated []bool
-	if *which == "optimizer" {
 		donated = make([]bool, len(f.Body.Params))
 		for i := 1; i < len(donated); i++ {
 			donated[i] = true
 		}
+	case "transformer":
+		if f, donated, lits, err = transformerStep(); err != nil {
+			log.Fatal(err)
+		}
+	default:
+		log.Fatalf("unknown case %q", *which)
 	}
 	exe, err := be.Compile(f, rt.CompileOptions{Donated: donated})
 	if err != nil {
@@ -158,11 +165,15 @@ func main() {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	args := make([]trace.Buffer, len(f.Body.Params))
-	fill := func(i int) {
-		p := f.Body.Params[i]
-		l := ir.NewLiteral(p.Type)
-		for j := range p.Type.Size() {
-			l.SetFloat64At(j, (rng.Float64()*2-1)*0.02)
+	for i, p := range f.Body.Params {
+		var l *ir.Literal
+		if lits != nil {
+			l = lits[i]
+		} else {
+			l = ir.NewLiteral(p.Type)
+			for j := range p.Type.Size() {
+				l.SetFloat64At(j, (rng.Float64()*2-1)*0.02)
+			}
 		}
 		b, err := be.FromLiteral(l)
 		if err != nil {
@@ -170,38 +181,57 @@ func main() {
 		}
 		args[i] = b
 	}
-	for i := range args {
-		fill(i)
+	// Donated arguments take, in order, the first results of each step.
+	var donatedIdx []int
+	for i, d := range donated {
+		if d {
+			donatedIdx = append(donatedIdx, i)
+		}
 	}
-	var times []float64
-	for s := 0; s < *steps+2; s++ {
+	timer, err := be.NewTimer()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer timer.Close()
+	var devMS, wallMS []float64
+	for s := 0; s < *steps+*warmup; s++ {
 		t0 := time.Now()
+		if err := timer.Start(); err != nil {
+			log.Fatal(err)
+		}
 		outs, err := exe.Execute(args, rt.ExecOptions{})
 		if err != nil {
 			log.Fatal(err)
 		}
-		el := time.Since(t0).Seconds() * 1e3
-		if s >= 2 {
-			times = append(times, el)
+		dev, err := timer.Stop()
+		if err != nil {
+			log.Fatal(err)
 		}
-		if donated != nil {
-			copy(args[1:], outs)
-		} else {
-			for _, o := range outs {
-				if d, ok := o.(interface{ Delete() error }); ok {
-					d.Delete()
-				}
+		wall := time.Since(t0).Seconds() * 1e3
+		if s >= *warmup {
+			devMS, wallMS = append(devMS, dev), append(wallMS, wall)
+		}
+		for k, o := range outs {
+			if k < len(donatedIdx) {
+				args[donatedIdx[k]] = o
+			} else if d, ok := o.(interface{ Delete() error }); ok {
+				d.Delete()
 			}
 		}
 	}
-	sort.Float64s(times)
 	ma := exe.Program().Analysis
 	res := map[string]any{
 		"framework": "ferry", "case": *which, "device": be.Devices()[0].Kind,
-		"median_step_ms": times[len(times)/2], "steps": *steps,
+		"median_step_ms": median(devMS), "median_wall_ms": median(wallMS), "timing": "cuda events on the compute stream",
+		"steps": *steps, "warmup": *warmup,
 		"temp_bytes": ma.TempBytes, "argument_bytes": ma.ArgumentBytes, "output_bytes": ma.OutputBytes,
 		"alias_bytes": ma.AliasBytes, "total_bytes": ma.TotalBytes(), "host_temp_bytes": ma.HostTempBytes,
 		"peak_bytes": be.PeakBytes(),
+	}
+	if ok, why := be.MatmulStatus(); ok {
+		res["matmul"] = "cublaslt"
+	} else {
+		res["matmul"] = fmt.Sprintf("generated (%v)", why)
 	}
 	if hs, ok := exe.(interface{ HostSteps() []string }); ok {
 		res["host_fallback_steps"] = len(hs.HostSteps())
@@ -209,4 +239,14 @@ func main() {
 	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
+}
+
+// median of xs (the upper middle one for an even count, 0 when empty).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }

@@ -58,6 +58,20 @@ var programs = []program{
 		}, []*trace.Array{x[0]}, []*trace.Array{x[1]})
 		return append(carry, ys...)
 	}},
+	// Dots in the layouts cuBLASLt takes (batched, contracting either
+	// operand's either axis) and its dtypes, plus an output fusion.
+	{"batched_dots", []ir.Type{f32(3, 5, 4), f32(3, 6, 4), f32(4, 7)}, func(x []*trace.Array) []*trace.Array {
+		a := trace.Einsum("bij,bkj->bik", x[0], x[1])
+		c := trace.Einsum("bij,jk->bik", x[0], x[2])
+		d := trace.Einsum("bji,bjk->bik", x[0], x[0])
+		return []*trace.Array{a, trace.Tanh(c), d}
+	}},
+	{"bf16_dense", []ir.Type{ir.TypeOf(ir.BFloat16, 8, 16), ir.TypeOf(ir.BFloat16, 16, 8)}, func(x []*trace.Array) []*trace.Array {
+		return []*trace.Array{trace.MatMul(x[0], x[1])}
+	}},
+	{"f64_dense", []ir.Type{ir.TypeOf(ir.Float64, 9, 5), ir.TypeOf(ir.Float64, 7, 5)}, func(x []*trace.Array) []*trace.Array {
+		return []*trace.Array{trace.Einsum("ik,jk->ij", x[0], x[1])}
+	}},
 	{"remat_offload", []ir.Type{f32(8, 8), f32(8, 8)}, func(x []*trace.Array) []*trace.Array {
 		h := trace.Tanh(trace.MatMul(x[0], x[1]))
 		off := trace.DevicePut(h, ir.PinnedHost)
@@ -117,9 +131,16 @@ func TestProgramsOnBackends(t *testing.T) {
 						if !got.Type.Equal(w.Type) {
 							t.Fatalf("result %d is %v, want %v", i, got.Type, w.Type)
 						}
+						tol := 1e-4
+						switch w.Type.DType {
+						case ir.BFloat16:
+							tol = 1.6e-2 // one bf16 ulp of the rounded result
+						case ir.Float16:
+							tol = 2e-3
+						}
 						for j := range w.Type.Size() {
 							g, x := got.Float64At(j), w.Float64At(j)
-							if math.Abs(g-x) > 1e-4*(1+math.Abs(x)) {
+							if math.Abs(g-x) > tol*(1+math.Abs(x)) {
 								t.Fatalf("result %d element %d = %v, want %v", i, j, g, x)
 							}
 						}

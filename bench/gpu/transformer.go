@@ -1,0 +1,110 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/nn"
+	"github.com/ferryml/ferry/optim"
+	"github.com/ferryml/ferry/random"
+	rt "github.com/ferryml/ferry/runtime"
+	"github.com/ferryml/ferry/trace"
+)
+
+// transformerConfig is the Transformer step of bench/gpu/README.md, the same
+// in jax_bench.py: the model of examples/transformer (token embedding tied
+// to the output, learned positions, pre-norm blocks in an nn.Stack with a
+// 4·d GELU MLP, final LayerNorm) at this size, trained with
+// chain(clip_by_global_norm(1), adamw(3e-3, 0.9, 0.95, 1e-8, 0.01)) and a
+// constant learning rate, params and optimizer state donated.
+var transformerConfig = struct {
+	Vocab, D, Heads, Layers, Seq, Batch int
+	LR                                  float64
+}{Vocab: 256, D: 256, Heads: 4, Layers: 4, Seq: 128, Batch: 16, LR: 3e-3}
+
+// tfModel is examples/transformer's Model (that package is a command, so
+// the dozen lines are repeated here rather than imported).
+type tfModel struct {
+	Tok    nn.Embedding
+	Pos    *trace.Array
+	Blocks nn.Stack
+	Norm   nn.LayerNorm
+}
+
+func newTFModel(key *trace.Array, vocab, seq, layers, d, heads int) tfModel {
+	ks := random.Keys(key, 3)
+	return tfModel{
+		Tok:    nn.NewEmbedding(ks[0], ir.Float32, vocab, d),
+		Pos:    nn.NormalInit(0.02)(ks[1], ir.Float32, ir.Shape{seq, d}),
+		Blocks: nn.NewStack(ks[2], ir.Float32, layers, d, heads, 4*d),
+		Norm:   nn.NewLayerNorm(ir.Float32, d),
+	}
+}
+
+func (m tfModel) loss(x, y *trace.Array) *trace.Array {
+	h := trace.Add(m.Tok.Apply(x), m.Pos)
+	h = m.Blocks.Apply(h)
+	return nn.SoftmaxCrossEntropy(m.Tok.Attend(m.Norm.Apply(h)), y)
+}
+
+// transformerStep traces one training step and returns the function (its
+// parameters: the model's leaves, the optimizer state's, x, y, then captured
+// constants), which parameters are donated, and host literals of the
+// initial arguments (initialised on the CPU backend).
+func transformerStep() (*ir.Func, []bool, []*ir.Literal, error) {
+	c := transformerConfig
+	opt := optim.Chain(optim.ClipByGlobalNorm(1), optim.AdamW(optim.Constant(c.LR), 0.9, 0.95, 1e-8, 0.01))
+	params := rt.Jit(func(k *trace.Array) tfModel {
+		return newTFModel(k, c.Vocab, c.Seq, c.Layers, c.D, c.Heads)
+	})(random.NewKey(0))
+	state, err := opt.Init(params)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	step := func(p tfModel, s optim.State, x, y *trace.Array) (tfModel, optim.State, *trace.Array, error) {
+		loss, g := trace.ValueAndGrad(func(p tfModel) *trace.Array { return p.loss(x, y) })(p)
+		upd, s2, err := opt.Update(g, s, p)
+		if err != nil {
+			return tfModel{}, nil, nil, err
+		}
+		p2, err := optim.ApplyUpdates(p, upd)
+		if err != nil {
+			return tfModel{}, nil, nil, err
+		}
+		return p2, s2, loss, nil
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	tok := make([]int32, c.Batch*(c.Seq+1))
+	for i := range tok {
+		tok[i] = int32(rng.IntN(c.Vocab))
+	}
+	xs, ys := make([]int32, c.Batch*c.Seq), make([]int32, c.Batch*c.Seq)
+	for b := range c.Batch {
+		copy(xs[b*c.Seq:], tok[b*(c.Seq+1):b*(c.Seq+1)+c.Seq])
+		copy(ys[b*c.Seq:], tok[b*(c.Seq+1)+1:(b+1)*(c.Seq+1)])
+	}
+	x, y := rt.FromSlice(xs, c.Batch, c.Seq), rt.FromSlice(ys, c.Batch, c.Seq)
+	low, err := rt.NewJitted(step, rt.Donate(0, 1)).Lower(params, state, x, y)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var args []*trace.Array
+	args = append(args, trace.Leaves(params)...)
+	nDonated := len(args) + len(trace.Leaves(state))
+	args = append(args, trace.Leaves(state)...)
+	args = append(args, x, y)
+	args = append(args, low.Captured()...)
+	if len(args) != len(low.Func.Body.Params) {
+		return nil, nil, nil, fmt.Errorf("transformer step: %d argument leaves for %d parameters", len(args), len(low.Func.Body.Params))
+	}
+	donated := make([]bool, len(args))
+	lits := make([]*ir.Literal, len(args))
+	for i, a := range args {
+		donated[i] = i < nDonated
+		if lits[i], err = a.Literal(); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return low.Func, donated, lits, nil
+}

@@ -1,0 +1,286 @@
+package cuda
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
+)
+
+// Stream names the three streams of the backend.
+type Stream uint8
+
+// Streams: kernels run on Compute; copies into device memory on H2D, copies
+// out of it on D2H, so that they overlap with compute.
+const (
+	Compute Stream = iota
+	H2D
+	D2H
+)
+
+const numStreams = 3
+
+func (s Stream) String() string { return [...]string{"compute", "h2d", "d2h"}[s] }
+
+// MemKind says which allocation of one execution an access touches.
+type MemKind uint8
+
+// Allocations of one execution.
+const (
+	// MemParam is argument buffer Mem.Index (a donated argument reused for a
+	// result is still MemParam: it is the same memory).
+	MemParam MemKind = iota + 1
+	// MemOutput is the buffer the executor allocates for result Mem.Index.
+	MemOutput
+	// MemArena is the arena of memory space Mem.Index (ir.MemorySpace).
+	MemArena
+)
+
+// Mem names one allocation.
+type Mem struct {
+	Kind  MemKind
+	Index int
+}
+
+func (m Mem) String() string {
+	switch m.Kind {
+	case MemParam:
+		return fmt.Sprintf("param%d", m.Index)
+	case MemOutput:
+		return fmt.Sprintf("out%d", m.Index)
+	case MemArena:
+		return fmt.Sprintf("arena(%v)", ir.MemorySpace(m.Index))
+	}
+	return fmt.Sprintf("mem(%d,%d)", m.Kind, m.Index)
+}
+
+// Access is one byte range a step reads or writes.
+type Access struct {
+	Mem       Mem
+	Off, Size int64
+	Write     bool
+}
+
+// conflicts reports whether two accesses touch a common byte and one of
+// them writes.
+func (a Access) conflicts(b Access) bool {
+	return (a.Write || b.Write) && a.Mem == b.Mem && a.Size > 0 && b.Size > 0 &&
+		a.Off < b.Off+b.Size && b.Off < a.Off+a.Size
+}
+
+// StepAccess is what one step touches and where it runs. A Barrier step runs
+// on the host after every stream has drained and finishes before the next
+// step is issued (the executor's host fallback): it needs no events, and
+// everything before it is complete for everything after it.
+type StepAccess struct {
+	Stream   Stream
+	Barrier  bool
+	Accesses []Access
+}
+
+func stepsConflict(a, b *StepAccess) bool {
+	for _, x := range a.Accesses {
+		for _, y := range b.Accesses {
+			if x.conflicts(y) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// StepPlan says on which stream a step runs and which earlier steps' events
+// it waits for (only steps on other streams: a stream is ordered).
+type StepPlan struct {
+	Stream Stream
+	Wait   []int
+	// Record is true when a later step (or the end of execution) waits for
+	// this one: the executor records an event after it.
+	Record bool
+}
+
+// Plan is the stream plan of one program body.
+type Plan struct {
+	Steps []StepPlan
+	// Final lists the steps of the copy streams that the compute stream
+	// waits for at the end of execution, before the executor's trailing
+	// result copies and before it synchronises the compute stream: after
+	// that synchronisation no work of the execution is outstanding, so the
+	// arenas, donated arguments and deleted buffers may be freed.
+	Final []int
+}
+
+// PlanAccesses orders every hazard between steps on different streams:
+// read-after-write, write-after-read and write-after-write on overlapping
+// bytes of one allocation. Step i on stream s waits, for each other stream
+// t, for the latest earlier step of t that conflicts with it — unless that
+// step is already ordered before i through earlier waits (vector clocks over
+// the three streams) or through a later wait of i itself; so no wait is
+// implied by the others, and each waits for the weakest sufficient step
+// (the latest conflicting one, not the latest on t).
+func PlanAccesses(steps []StepAccess) Plan {
+	n := len(steps)
+	p := Plan{Steps: make([]StepPlan, n)}
+	none := [numStreams]int{-1, -1, -1}
+	known := [numStreams][numStreams]int{none, none, none} // known[s][t]: last step of t ordered before s's next step
+	clock := make([][numStreams]int, n)                    // clock[j][t]: last step of t ordered before (or =) j
+	var of [numStreams][]int                               // steps per stream, in order
+	last := none
+	for i := range steps {
+		st := &steps[i]
+		s := st.Stream
+		p.Steps[i].Stream = s
+		if st.Barrier {
+			// Everything issued so far is complete for every stream.
+			for a := range known {
+				known[a] = last
+				known[a][s] = max(known[a][s], i)
+			}
+			clock[i] = known[s]
+			of[s] = append(of[s], i)
+			last[s] = i
+			continue
+		}
+		var need []int
+		for t := Stream(0); t < numStreams; t++ {
+			if t == s {
+				continue
+			}
+			for k := len(of[t]) - 1; k >= 0 && of[t][k] > known[s][t]; k-- {
+				if j := of[t][k]; stepsConflict(st, &steps[j]) {
+					need = append(need, j)
+					break
+				}
+			}
+		}
+		for _, j := range need {
+			implied := false
+			for _, d := range need {
+				if d != j && clock[d][steps[j].Stream] >= j {
+					implied = true
+				}
+			}
+			if implied {
+				continue
+			}
+			p.Steps[i].Wait = append(p.Steps[i].Wait, j)
+			p.Steps[j].Record = true
+			for t := range known[s] {
+				known[s][t] = max(known[s][t], clock[j][t])
+			}
+		}
+		slices.Sort(p.Steps[i].Wait)
+		known[s][s] = i
+		clock[i] = known[s]
+		of[s] = append(of[s], i)
+		last[s] = i
+	}
+	// The end: compute waits for the last step of each copy stream.
+	var need []int
+	for t := H2D; t < numStreams; t++ {
+		if last[t] > known[Compute][t] {
+			need = append(need, last[t])
+		}
+	}
+	for _, j := range need {
+		implied := false
+		for _, d := range need {
+			if d != j && clock[d][steps[j].Stream] >= j {
+				implied = true
+			}
+		}
+		if !implied {
+			p.Final = append(p.Final, j)
+			p.Steps[j].Record = true
+		}
+	}
+	slices.Sort(p.Final)
+	return p
+}
+
+// StreamOf returns the stream an op runs on: device_put to device on H2D,
+// to pinned_host on D2H, everything else on Compute.
+func StreamOf(op *ir.Op) Stream {
+	if op.Code == ir.DevicePut {
+		if op.Attrs.Space("space") == ir.Device {
+			return H2D
+		}
+		return D2H
+	}
+	return Compute
+}
+
+// bufferAccess is the access of value v's buffer in plan.
+func bufferAccess(plan *passes.RegionPlan, v *ir.Value, write bool) (Access, error) {
+	b, ok := plan.Values[v]
+	if !ok {
+		return Access{}, fmt.Errorf("cuda: value %v has no buffer in the plan", v)
+	}
+	a := Access{Size: b.Size, Write: write}
+	switch b.Kind {
+	case passes.BufParam:
+		a.Mem = Mem{MemParam, b.Index}
+	case passes.BufAlias:
+		a.Mem = Mem{MemParam, b.Param}
+	case passes.BufOutput:
+		a.Mem = Mem{MemOutput, b.Index}
+	case passes.BufTemp:
+		a.Mem, a.Off = Mem{MemArena, int(b.Space)}, b.Offset
+	default:
+		return Access{}, fmt.Errorf("cuda: value %v has buffer kind %v at top level", v, b.Kind)
+	}
+	return a, nil
+}
+
+// StepAccesses lists what each top-level op of a program body reads and
+// writes, from the buffer plan (planned offsets and sizes, so temps that the
+// plan packs into the same arena bytes conflict): its operands' buffers
+// (read), its results' (written; a constant reads only its own upload), and
+// for a region op the nested arenas it uses. barrier[i] marks the steps the
+// executor runs on the host (nil: none).
+func StepAccesses(ops []*ir.Op, plan *passes.RegionPlan, barrier []bool) ([]StepAccess, error) {
+	out := make([]StepAccess, len(ops))
+	for i, op := range ops {
+		st := &out[i]
+		st.Stream = StreamOf(op)
+		st.Barrier = i < len(barrier) && barrier[i]
+		for _, a := range op.Args {
+			acc, err := bufferAccess(plan, a, false)
+			if err != nil {
+				return nil, fmt.Errorf("%v step %d: %w", op.Code, i, err)
+			}
+			st.Accesses = append(st.Accesses, acc)
+		}
+		for _, r := range op.Results {
+			acc, err := bufferAccess(plan, r, true)
+			if err != nil {
+				return nil, fmt.Errorf("%v step %d: %w", op.Code, i, err)
+			}
+			st.Accesses = append(st.Accesses, acc)
+		}
+		if subs, ok := plan.Sub[op]; ok {
+			off := plan.SubOffset[op]
+			for sp := range off {
+				var size int64
+				for _, sub := range subs {
+					size = max(size, sub.Arena[sp])
+				}
+				if size > 0 {
+					st.Accesses = append(st.Accesses, Access{Mem: Mem{MemArena, sp}, Off: off[sp], Size: size, Write: true})
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// PlanStreams is the stream plan of a compiled program body: StepAccesses,
+// then PlanAccesses.
+func PlanStreams(ops []*ir.Op, plan *passes.RegionPlan, barrier []bool) (Plan, error) {
+	st, err := StepAccesses(ops, plan, barrier)
+	if err != nil {
+		return Plan{}, err
+	}
+	return PlanAccesses(st), nil
+}
