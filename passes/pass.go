@@ -106,6 +106,7 @@ var Pipeline = []Pass{
 	{Name: "fusion", Run: fusion, Doc: "loop, input (reduction) and output (matrix product epilogue) fusion into fusion ops"},
 	{Name: "schedule", Run: schedule, Doc: "memory-aware order of every region's ops (greedy list scheduling, never worse than the traced order)"},
 	{Name: "liveness", Run: liveness, Required: true, Doc: "live interval of every value the executor sees"},
+	{Name: "prefetch", Run: prefetch, Doc: "reserve the buffer of a scan body's copy of an xs slice for the whole iteration when that costs no memory, so the executor double buffers it"},
 	{Name: "buffer-assignment", Run: assignBuffers, Required: true, Doc: "parameters, outputs, donated aliases; temps packed in one arena per memory space"},
 	{Name: "memory-analysis", Run: analyzeMemory, Required: true, Doc: "argument, output, alias and temp bytes per memory space"},
 }

@@ -194,6 +194,7 @@ func Apply(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args ...*Array) [
 	if attrs == nil {
 		attrs = ir.Attrs{}
 	}
+	checkHostOperands(code, attrs, args)
 	if target == nil {
 		return applyEager(code, attrs, regions, args)
 	}

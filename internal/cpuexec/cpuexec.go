@@ -11,6 +11,7 @@
 //     inside the group. See fused.go for the three strategies (loop, input,
 //     output). Groups the block compiler does not understand fall back to
 //     eval (correct, but with full-size temporaries on the Go heap).
+//
 //   - scan, while and cond, which run their nested regions with their
 //     sub-plans: the nested arena lives inside the enclosing one at
 //     RegionPlan.SubOffset, parameters are views (consts: the operand
@@ -22,6 +23,12 @@
 //     destination (a body returning its carries swapped, say). A result
 //     computed in place into its own carry (dynamic_update_slice) is not
 //     copied at all.
+//
+//   - device_put between memory spaces, which is a copy step started on a
+//     copy worker and waited for before its result is read or its memory
+//     reused, with scan-body copies of xs slices double buffered where the
+//     plan reserves their buffer (copy.go; FERRY_ASYNC_COPY=0 copies
+//     synchronously).
 //
 // Numerics are exactly eval's: element values are computed by eval's own
 // kernels (eval.Elementwise over blocks) and reductions accumulate in the same
@@ -181,7 +188,11 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 		rels = append(rels, rel)
 		arena[sp] = mem
 	}
-	fr := newFrame(e.body, arena)
+	cfg, err := copyConfigFromEnv()
+	if err != nil {
+		return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+	}
+	fr := newFrame(e.body, arena, cfg)
 	for i, l := range args {
 		fr.setParam(i, l.Data)
 	}

@@ -25,6 +25,7 @@ const (
 	stepScan
 	stepWhile
 	stepCond
+	stepCopy // a device_put between memory spaces (copy.go)
 )
 
 // step is one op of a region.
@@ -37,6 +38,14 @@ type step struct {
 	fused  *fusedKernel
 	subs   []*region // nested regions (scan: body; while: cond, body; cond: true, false)
 	subOff [2]int64  // where the nested arenas start in this region's arena
+	// stepCopy: the direction; whether a scan iteration may find its copy
+	// prefetched by the previous one.
+	dir        copyDir
+	prefetched bool
+	// waits lists copy steps to wait for before this step runs; prefetch the
+	// double-buffered copies whose next-iteration copy starts after it.
+	waits    []int
+	prefetch []prefetch
 }
 
 // region is a compiled region: the slot of every value with a buffer and the
@@ -51,6 +60,8 @@ type region struct {
 	results []int    // slot of each region result
 	slices  [][2]int // scan body: {slot, result index} of values planned in ys slices
 	steps   []step
+	// endWaits lists the copy steps waited for only at the end of the region.
+	endWaits []int
 }
 
 // compileRegion prepares region r with plan. top says whether r is the
@@ -161,6 +172,11 @@ func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, ysFrom int, 
 			}
 			st.outs = append(st.outs, s)
 		}
+		if dir, ok := crossSpaceCopy(op); ok {
+			st.kind, st.dir = stepCopy, dir
+			g.steps = append(g.steps, st)
+			continue
+		}
 		switch op.Code {
 		case ir.Fusion:
 			st.kind = stepFusion
@@ -190,6 +206,9 @@ func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, ysFrom int, 
 				sub, err := compileRegion(sr, subs[k], false, ys, donated)
 				if err != nil {
 					return nil, fmt.Errorf("%s, region %d: %w", opName(op), k, err)
+				}
+				if op.Code == ir.Scan {
+					planPrefetch(sub, op.Attrs.Int("num_consts"), op.Attrs.Int("num_carry"))
 				}
 				st.subs = append(st.subs, sub)
 			}
@@ -224,6 +243,7 @@ func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, ysFrom int, 
 			g.slices = append(g.slices, [2]int{s, sl.buf.Index})
 		}
 	}
+	copyWaits(g)
 	return g, nil
 }
 
@@ -261,18 +281,25 @@ func opName(op *ir.Op) string {
 // and result lists of every step, and nested frames made on first use.
 type frame struct {
 	g     *region
+	cfg   *copyConfig
 	arena [2][]byte
 	lits  []ir.Literal
 	args  [][]*ir.Literal
 	outs  [][]*ir.Literal
-	subs  [][]*frame // per step, per nested region
-	stage [][][]byte // per step: staging copies of region results
+	subs  [][]*frame   // per step, per nested region
+	stage [][][]byte   // per step: staging copies of region results
+	ev    []*copyEvent // per copy step: its copy, until waited for
+	pre   []*copyEvent // per copy step: its copy started by the previous iteration
+	next  [][]byte     // scan body: per xs parameter, the next iteration's slice
 }
 
 // newFrame makes the views of g's temporaries in arena (the region's own
 // arena per space); parameters, outputs and aliases are set by the caller.
-func newFrame(g *region, arena [2][]byte) *frame {
-	f := &frame{g: g, arena: arena, lits: make([]ir.Literal, len(g.slots))}
+func newFrame(g *region, arena [2][]byte, cfg *copyConfig) *frame {
+	f := &frame{g: g, cfg: cfg, arena: arena, lits: make([]ir.Literal, len(g.slots))}
+	f.ev = make([]*copyEvent, len(g.steps))
+	f.pre = make([]*copyEvent, len(g.steps))
+	f.next = make([][]byte, len(g.params))
 	for s, sl := range g.slots {
 		f.lits[s].Type = sl.v.Type
 		if sl.buf.Kind == passes.BufTemp {
@@ -323,17 +350,22 @@ func (f *frame) sub(i, k int) *frame {
 			off := st.subOff[sp]
 			arena[sp] = f.arena[sp][off : off+st.subs[k].plan.Arena[sp]]
 		}
-		f.subs[i][k] = newFrame(st.subs[k], arena)
+		f.subs[i][k] = newFrame(st.subs[k], arena, f.cfg)
 	}
 	return f.subs[i][k]
 }
 
-// run executes the steps of the region.
+// run executes the steps of the region. Every copy it starts is complete
+// when it returns (prefetches of the next iteration aside).
 func (f *frame) run() error {
+	defer f.waitAll()
 	for i := range f.g.steps {
 		st := &f.g.steps[i]
+		f.waitCopies(st.waits)
 		var err error
 		switch st.kind {
+		case stepCopy:
+			f.runCopy(i)
 		case stepOp:
 			err = st.kernel.Into(f.args[i], f.outs[i])
 		case stepFusion:
@@ -351,7 +383,11 @@ func (f *frame) run() error {
 		if err != nil {
 			return err
 		}
+		if len(st.prefetch) > 0 {
+			f.startPrefetches(i)
+		}
 	}
+	f.waitCopies(f.g.endWaits)
 	return nil
 }
 
@@ -379,6 +415,7 @@ func (f *frame) runScan(i int) error {
 	}
 	nx := len(args) - nc - nk
 	ny := len(outs) - nk
+	defer body.drainPrefetches()
 	dst := make([][]byte, nk+ny)
 	src := make([][]byte, nk+ny)
 	for j := 0; j < nk; j++ {
@@ -389,10 +426,18 @@ func (f *frame) runScan(i int) error {
 		if reverse {
 			idx = n - 1 - it
 		}
+		nextIdx := idx + 1
+		if reverse {
+			nextIdx = idx - 1
+		}
 		for j := 0; j < nx; j++ {
 			xs := args[nc+nk+j].Data
 			sz := len(xs) / n
 			body.setParam(nc+nk+j, xs[idx*sz:(idx+1)*sz:(idx+1)*sz])
+			body.next[nc+nk+j] = nil
+			if f.cfg.async && it+1 < n {
+				body.next[nc+nk+j] = xs[nextIdx*sz : (nextIdx+1)*sz : (nextIdx+1)*sz]
+			}
 		}
 		for j := 0; j < ny; j++ {
 			ys := outs[nk+j].Data

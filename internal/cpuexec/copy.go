@@ -1,0 +1,394 @@
+package cpuexec
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
+)
+
+// Copies between memory spaces.
+//
+// A device_put whose operand and result live in different memory spaces is a
+// step of its own (stepCopy). With asynchronous copies on (the default; set
+// FERRY_ASYNC_COPY=0 to turn them off) the step only starts the copy on a
+// copy worker — one goroutine per direction, host→device and device→host,
+// as CUDA copy streams, each running its copies in the order they were
+// started — and the region keeps running. The copy is waited for (its event)
+// before the first later step that reads memory the copy writes or writes
+// memory the copy reads or writes (the plan reuses a dead buffer's bytes, so
+// this covers a source about to be overwritten), and at the end of the
+// region at the latest. These positions are computed once, at New, from the
+// buffer plan (copyWaits).
+//
+// Inside a scan body, a copy of an xs slice (a pinned_host parameter scanned
+// over axis 0, say) whose destination bytes belong to it alone for the whole
+// iteration is also double buffered: once its last reader of iteration i has
+// run (and after the last copy of the same direction in the body, so that it
+// does not hold up a copy iteration i still waits for), the copy of the next
+// iteration's slice is started into the same bytes, and iteration i+1's
+// device_put step only waits for it. The prefetch pass of package passes
+// reserves such buffers where that costs no device memory.
+//
+// FERRY_HOST_COPY_GBPS=g simulates a host link of g GB/s: a copy between
+// spaces takes bytes/g nanoseconds of its direction's link, which runs one
+// copy at a time (a synchronous copy sleeps for the rest after its memcpy;
+// the waiter of an asynchronous one sleeps until the link is done with it),
+// so the overlap of copies with compute is observable on a machine where both
+// spaces are the same RAM. Results are bit-identical either way: a copy is a
+// memcpy.
+
+// copyDir is the direction of a copy between spaces.
+type copyDir uint8
+
+const (
+	toDevice copyDir = iota // pinned_host → device
+	toHost                  // device → pinned_host
+)
+
+func (d copyDir) String() string {
+	if d == toDevice {
+		return "host→device"
+	}
+	return "device→host"
+}
+
+// copyConfig is how one Execute runs its copies between spaces.
+type copyConfig struct {
+	async bool
+	gbps  float64 // simulated link speed in GB/s; 0: as fast as memory
+}
+
+// copyConfigFromEnv reads FERRY_ASYNC_COPY and FERRY_HOST_COPY_GBPS.
+func copyConfigFromEnv() (*copyConfig, error) {
+	c := &copyConfig{async: true}
+	if s := strings.TrimSpace(os.Getenv("FERRY_ASYNC_COPY")); s != "" {
+		on, err := strconv.ParseBool(s)
+		if err != nil {
+			return nil, fmt.Errorf("FERRY_ASYNC_COPY=%q: want 0 or 1", s)
+		}
+		c.async = on
+	}
+	if s := strings.TrimSpace(os.Getenv("FERRY_HOST_COPY_GBPS")); s != "" {
+		g, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(g > 0) || g > 1e9 {
+			return nil, fmt.Errorf("FERRY_HOST_COPY_GBPS=%q: want a positive number of GB/s", s)
+		}
+		c.gbps = g
+	}
+	return c, nil
+}
+
+// copyBytes copies src into dst, taking at least len(src)/gbps ns when a
+// simulated link speed is set.
+func copyBytes(dst, src []byte, gbps float64) {
+	start := time.Now()
+	copy(dst, src)
+	if gbps > 0 {
+		want := time.Duration(float64(len(src)) / gbps)
+		if rest := want - time.Since(start); rest > 0 {
+			time.Sleep(rest)
+		}
+	}
+}
+
+// copyEvent is the completion of one asynchronous copy.
+type copyEvent struct {
+	done chan struct{}
+	// until is when the copy completes on the simulated link (zero: none).
+	until time.Time
+}
+
+// wait blocks until the copy is complete.
+func (e *copyEvent) wait() {
+	<-e.done
+	if !e.until.IsZero() {
+		if rest := time.Until(e.until); rest > 0 {
+			time.Sleep(rest)
+		}
+	}
+}
+
+type copyJob struct {
+	dst, src []byte
+	ev       *copyEvent
+}
+
+// copyWorkers are the two copy streams of the process, started on first use.
+var copyWorkers = sync.OnceValue(func() *[2]chan copyJob {
+	var qs [2]chan copyJob
+	for d := range qs {
+		qs[d] = make(chan copyJob, 256)
+		go func(q chan copyJob) {
+			for j := range q {
+				copy(j.dst, j.src)
+				close(j.ev.done)
+			}
+		}(qs[d])
+	}
+	return &qs
+})
+
+// link is the simulated host link: per direction, when its last queued copy
+// completes. A simulated copy takes the link from the later of its start
+// and that time, for len/gbps ns; the waiter sleeps until then. (The copy
+// itself is a memcpy as soon as the worker runs, so the simulation does not
+// depend on when the Go scheduler gets to the worker.)
+var link struct {
+	sync.Mutex
+	free [2]time.Time
+}
+
+// startCopy queues a copy of src into dst on the worker of direction d.
+func startCopy(d copyDir, dst, src []byte, gbps float64) *copyEvent {
+	ev := &copyEvent{done: make(chan struct{})}
+	if gbps > 0 {
+		now := time.Now()
+		link.Lock()
+		start := link.free[d]
+		if start.Before(now) {
+			start = now
+		}
+		ev.until = start.Add(time.Duration(float64(len(src)) / gbps))
+		link.free[d] = ev.until
+		link.Unlock()
+	}
+	copyWorkers()[d] <- copyJob{dst: dst, src: src, ev: ev}
+	return ev
+}
+
+// crossSpaceCopy reports whether op is a device_put between two memory
+// spaces, and its direction.
+func crossSpaceCopy(op *ir.Op) (copyDir, bool) {
+	if op.Code != ir.DevicePut || len(op.Args) != 1 || len(op.Results) != 1 {
+		return 0, false
+	}
+	from, to := op.Args[0].Type.Space, op.Results[0].Type.Space
+	switch {
+	case from == ir.PinnedHost && to == ir.Device:
+		return toDevice, true
+	case from == ir.Device && to == ir.PinnedHost:
+		return toHost, true
+	}
+	return 0, false
+}
+
+// memRef names the memory of a slot for hazard checks: a byte range of the
+// region's arena in one space, or all of a parameter's, an output's or a ys
+// slice's memory.
+type memRef struct {
+	kind   passes.BufferKind
+	space  ir.MemorySpace
+	idx    int
+	lo, hi int64
+}
+
+func (a memRef) overlaps(b memRef) bool {
+	if a.kind != b.kind {
+		return false
+	}
+	if a.kind == passes.BufTemp {
+		return a.space == b.space && a.lo < b.hi && b.lo < a.hi
+	}
+	return a.idx == b.idx
+}
+
+// ref returns the memory of slot s.
+func (g *region) ref(s int) memRef {
+	b := g.slots[s].buf
+	switch b.Kind {
+	case passes.BufTemp:
+		return memRef{kind: passes.BufTemp, space: b.Space, lo: b.Offset, hi: b.Offset + g.slots[s].size}
+	case passes.BufAlias:
+		return memRef{kind: passes.BufParam, idx: b.Param}
+	default: // BufParam, BufOutput, BufSlice
+		return memRef{kind: b.Kind, idx: b.Index}
+	}
+}
+
+// writes returns the memory step i writes: its results, and for a region op
+// the blocks of its nested arenas.
+func (g *region) writes(i int) []memRef {
+	st := &g.steps[i]
+	var w []memRef
+	for _, s := range st.outs {
+		w = append(w, g.ref(s))
+	}
+	for sp := range 2 {
+		var size int64
+		for _, sub := range st.subs {
+			size = max(size, sub.plan.Arena[sp])
+		}
+		if size > 0 {
+			w = append(w, memRef{kind: passes.BufTemp, space: ir.MemorySpace(sp), lo: st.subOff[sp], hi: st.subOff[sp] + size})
+		}
+	}
+	return w
+}
+
+// copyWaits decides, for every copy step of g, the step before which its
+// copy is waited for (len(g.steps): the end of the region): the first later
+// step that reads memory overlapping the copy's destination or writes memory
+// overlapping its source or destination.
+func copyWaits(g *region) {
+	g.endWaits = nil
+	for k := range g.steps {
+		if g.steps[k].kind != stepCopy {
+			continue
+		}
+		src, dst := g.ref(g.steps[k].args[0]), g.ref(g.steps[k].outs[0])
+		at := len(g.steps)
+	scan:
+		for j := k + 1; j < len(g.steps); j++ {
+			for _, s := range g.steps[j].args {
+				if g.ref(s).overlaps(dst) {
+					at = j
+					break scan
+				}
+			}
+			for _, w := range g.writes(j) {
+				if w.overlaps(src) || w.overlaps(dst) {
+					at = j
+					break scan
+				}
+			}
+		}
+		if at == len(g.steps) {
+			g.endWaits = append(g.endWaits, k)
+		} else {
+			g.steps[at].waits = append(g.steps[at].waits, k)
+		}
+	}
+}
+
+// prefetch is a double-buffered copy of a scan body: the copy step whose
+// next-iteration copy is started after step after.
+type prefetch struct {
+	step  int // the copy step
+	param int // the xs parameter it copies
+}
+
+// planPrefetch finds the copies of scan body g (nc consts, nk carries) that
+// can be double buffered: a copy of an xs parameter whose result is a temp
+// that no other value or nested arena of the body overlaps, is not returned,
+// and is read. The next iteration's copy is started after the later of its
+// last reader and the body's last copy in the same direction.
+func planPrefetch(g *region, nc, nk int) {
+	returned := map[int]bool{}
+	for _, s := range g.results {
+		returned[s] = true
+	}
+	lastCopy := [2]int{-1, -1}
+	for i := range g.steps {
+		if g.steps[i].kind == stepCopy {
+			lastCopy[g.steps[i].dir] = i
+		}
+	}
+	for k := range g.steps {
+		st := &g.steps[k]
+		if st.kind != stepCopy {
+			continue
+		}
+		a, d := st.args[0], st.outs[0]
+		ab := g.slots[a].buf
+		if g.slots[a].v.Op != nil || ab.Kind != passes.BufParam || ab.Index < nc+nk || ab.Index >= len(g.params) ||
+			g.slots[d].buf.Kind != passes.BufTemp || returned[d] {
+			continue
+		}
+		dst := g.ref(d)
+		alone := true
+		for s := range g.slots {
+			if s != d && g.ref(s).overlaps(dst) {
+				alone = false
+			}
+		}
+		last := -1
+		for j := range g.steps {
+			for _, w := range g.writes(j) {
+				if j != k && w.overlaps(dst) {
+					alone = false
+				}
+			}
+			for _, s := range g.steps[j].args {
+				if g.ref(s).overlaps(dst) {
+					last = j
+				}
+			}
+		}
+		if !alone || last < k {
+			continue
+		}
+		after := max(last, lastCopy[st.dir])
+		g.steps[after].prefetch = append(g.steps[after].prefetch, prefetch{step: k, param: ab.Index})
+		st.prefetched = true
+	}
+}
+
+// startPrefetches starts, after step i, the next iteration's copies of the
+// double-buffered copies issued there (f.next holds the next slices).
+func (f *frame) startPrefetches(i int) {
+	for _, p := range f.g.steps[i].prefetch {
+		next := f.next[p.param]
+		if next == nil {
+			continue
+		}
+		if ev := f.ev[p.step]; ev != nil { // it is waited for by now; be sure
+			ev.wait()
+			f.ev[p.step] = nil
+		}
+		st := &f.g.steps[p.step]
+		f.pre[p.step] = startCopy(st.dir, f.lits[st.outs[0]].Data, next, f.cfg.gbps)
+	}
+}
+
+// runCopy runs copy step i: it takes over a prefetched copy, starts one, or
+// copies synchronously.
+func (f *frame) runCopy(i int) {
+	st := &f.g.steps[i]
+	if ev := f.pre[i]; ev != nil {
+		f.ev[i], f.pre[i] = ev, nil
+		return
+	}
+	dst, src := f.outs[i][0].Data, f.args[i][0].Data
+	if f.cfg.async && len(src) > 0 {
+		f.ev[i] = startCopy(st.dir, dst, src, f.cfg.gbps)
+		return
+	}
+	copyBytes(dst, src, f.cfg.gbps)
+}
+
+// waitCopies waits for the copies of the listed steps.
+func (f *frame) waitCopies(steps []int) {
+	for _, k := range steps {
+		if ev := f.ev[k]; ev != nil {
+			ev.wait()
+			f.ev[k] = nil
+		}
+	}
+}
+
+// waitAll waits for every copy the region started, prefetches excluded.
+func (f *frame) waitAll() {
+	for k, ev := range f.ev {
+		if ev != nil {
+			ev.wait()
+			f.ev[k] = nil
+		}
+	}
+}
+
+// drainPrefetches waits for prefetched copies nobody took over (after the
+// last iteration of a scan, or when an iteration failed).
+func (f *frame) drainPrefetches() {
+	for k, ev := range f.pre {
+		if ev != nil {
+			ev.wait()
+			f.pre[k] = nil
+		}
+	}
+}
