@@ -298,6 +298,34 @@ func (a *Asm) VFNMADD231PS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0xbc, 
 // VSCALEFPS sets dst = src1 * 2^floor(src2).
 func (a *Asm) VSCALEFPS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0x2c, src2, src1, dst, 0) }
 
+// VRCP14PS sets dst to an approximation of 1/src (relative error below
+// 2^-14).
+func (a *Asm) VRCP14PS(src Operand, dst Z) {
+	a.evex(pp66, m0F38, 0x4c, byte(dst), 0, src, 0, false, -1)
+}
+
+// VCVTPS2DQ converts src to int32 lanes (rounding to nearest even).
+func (a *Asm) VCVTPS2DQ(src Operand, dst Z) { a.evex(pp66, m0F, 0x5b, byte(dst), 0, src, 0, false, -1) }
+
+// VCVTDQ2PS converts the int32 lanes of src to float32.
+func (a *Asm) VCVTDQ2PS(src Operand, dst Z) {
+	a.evex(ppNone, m0F, 0x5b, byte(dst), 0, src, 0, false, -1)
+}
+
+// VPERMPS sets dst[i] = src2[idx[i] & 15].
+func (a *Asm) VPERMPS(src2 Operand, idx, dst Z) { a.v3(pp66, m0F38, 0x16, src2, idx, dst, 0) }
+
+// VPADDD sets dst = src1 + src2 (int32 lanes).
+func (a *Asm) VPADDD(src2 Operand, src1, dst Z) { a.v3(pp66, m0F, 0xfe, src2, src1, dst, 0) }
+
+// VPSLLD sets dst = src << imm (int32 lanes).
+func (a *Asm) VPSLLD(imm uint8, src Operand, dst Z) {
+	a.evex(pp66, m0F, 0x72, 6, byte(dst), src, 0, false, int(imm))
+}
+
+// VMOVNTPS stores src to m (64-byte aligned) with a non-temporal hint.
+func (a *Asm) VMOVNTPS(src Z, m Mem) { a.evex(ppNone, m0F, 0x2b, byte(src), 0, m, 0, false, -1) }
+
 // VPANDD sets dst = src1 & src2 (bitwise).
 func (a *Asm) VPANDD(src2 Operand, src1, dst Z) { a.v3(pp66, m0F, 0xdb, src2, src1, dst, 0) }
 
@@ -483,6 +511,7 @@ func (a *Asm) DECL(r Reg) {
 
 // Condition codes of Jcc.
 const (
+	CondNE = 0x5
 	CondL  = 0xc // less (signed)
 	CondGE = 0xd
 	CondLE = 0xe

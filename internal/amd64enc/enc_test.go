@@ -65,6 +65,16 @@ var encCases = []encCase{
 	{"VRNDSCALEPS $8, Z17, Z17", func(a *Asm) { a.VRNDSCALEPS(8, Z(17), 17) }},
 	{"VGETMANTPS $2, Z0, Z8", func(a *Asm) { a.VGETMANTPS(2, Z(0), 8) }},
 	{"VGETEXPPS Z24, Z9", func(a *Asm) { a.VGETEXPPS(Z(24), 9) }},
+	{"VRCP14PS Z3, Z4", func(a *Asm) { a.VRCP14PS(Z(3), 4) }},
+	{"VRCP14PS Z25, Z17", func(a *Asm) { a.VRCP14PS(Z(25), 17) }},
+	{"VCVTPS2DQ Z9, Z20", func(a *Asm) { a.VCVTPS2DQ(Z(9), 20) }},
+	{"VCVTDQ2PS Z21, Z2", func(a *Asm) { a.VCVTDQ2PS(Z(21), 2) }},
+	{"VPERMPS Z1, Z18, Z27", func(a *Asm) { a.VPERMPS(Z(1), 18, 27) }},
+	{"VPADDD Z16, Z9, Z8", func(a *Asm) { a.VPADDD(Z(16), 9, 8) }},
+	{"VPSLLD $23, Z17, Z12", func(a *Asm) { a.VPSLLD(23, Z(17), 12) }},
+	{"VPSLLD $23, Z5, Z30", func(a *Asm) { a.VPSLLD(23, Z(5), 30) }},
+	{"VMOVNTPS Z6, (DI)(AX*1)", func(a *Asm) { a.VMOVNTPS(6, mi(RDI, RAX, 0)) }},
+	{"VMOVNTPS Z22, 64(R9)(AX*1)", func(a *Asm) { a.VMOVNTPS(22, mi(R9, RAX, 64)) }},
 	{"VCMPPS $0x11, Z10, Z8, K2", func(a *Asm) { a.VCMPPS(0x11, Z(10), 8, 2) }},
 	{"VCMPPS.BCST $0x1d, (R10), Z24, K2", func(a *Asm) { a.VCMPPS(0x1d, bc(m(R10, 0)), 24, 2) }},
 	{"VCMPPS $3, Z24, Z24, K1", func(a *Asm) { a.VCMPPS(3, Z(24), 24, 1) }},
@@ -191,6 +201,10 @@ func TestHandChecked(t *testing.T) {
 		{"62c17cc9100c00", func(a *Asm) { a.VMOVUPSload(mi(R8, RAX, 0), 1, 17) }},
 		// kmovw k1, edx
 		{"c5f892ca", func(a *Asm) { a.KMOVW(RDX, 1) }},
+		// vrcp14ps zmm4, zmm3
+		{"62f27d484ce3", func(a *Asm) { a.VRCP14PS(Z(3), 4) }},
+		// vpslld zmm12, zmm17, 23
+		{"62b11d4872f117", func(a *Asm) { a.VPSLLD(23, Z(17), 12) }},
 		// add rax, 64
 		{"4883c040", func(a *Asm) { a.ADDQ(64, RAX) }},
 	}

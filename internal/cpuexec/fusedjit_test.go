@@ -142,3 +142,16 @@ func TestJITGelu(t *testing.T) {
 	}
 	runBoth(t, p, edgeArgs(rand.New(rand.NewPCG(rand.Uint64(), 3)), p.Func))
 }
+
+// TestJITGeluLarge is TestJITGelu with a result above ntMinBytes (stored
+// with non-temporal stores, by the compiled chain where it runs) and a
+// partial last vector.
+func TestJITGeluLarge(t *testing.T) {
+	f := traceFunc(t, "gelu_large", []ir.Type{f32(1031, 2053), f32(1031, 2053), f32(2053)}, func(x []*trace.Array) []*trace.Array {
+		return []*trace.Array{trace.Gelu(trace.Add(trace.Mul(x[0], x[1]), x[2]), true)}
+	})
+	require.GreaterOrEqual(t, 1031*2053*4, ntMinBytes)
+	p, err := passes.Compile(f, passes.Options{})
+	require.NoError(t, err)
+	runBoth(t, p, edgeArgs(rand.New(rand.NewPCG(rand.Uint64(), 5)), p.Func))
+}

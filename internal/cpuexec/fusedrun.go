@@ -25,7 +25,8 @@ type worker struct {
 	// per run
 	in, out []*ir.Literal
 	inPlace bool // store results only after the whole block is computed
-	nt      bool // results computed in scratch, stored with non-temporal stores
+	nt      bool // results stored with non-temporal stores
+	ntChain bool // (with nt) the compiled chain stores them in place
 }
 
 func (p *blockProg) newWorker() any {
@@ -201,6 +202,7 @@ func (w *worker) runRange(args, outs []*ir.Literal, lo, hi int, inPlace bool) er
 			w.nt = true
 		}
 	}
+	w.ntChain = w.nt && !inPlace && p.chain != nil
 	defer func() {
 		w.in, w.out = nil, nil
 		if w.nt {
@@ -270,7 +272,7 @@ func (w *worker) block(lo, hi int) error {
 		case nDot:
 			w.lits[i].Data = w.out[p.k.dotRes].Data[lo*e : hi*e]
 		case nOp:
-			if nd.out >= 0 && !w.inPlace && !w.nt {
+			if nd.out >= 0 && !w.inPlace && (!w.nt || w.ntChain) {
 				w.lits[i].Data = w.out[nd.out].Data[lo*e : hi*e]
 			} else {
 				w.lits[i].Data = w.blocks[i][:cnt*e]
@@ -297,7 +299,7 @@ func (w *worker) block(lo, hi int) error {
 	}
 	for _, rn := range p.results {
 		r, n := rn[0], rn[1]
-		if p.nodes[n].out == r && !w.inPlace && !w.nt {
+		if p.nodes[n].out == r && !w.inPlace && (!w.nt || w.ntChain) {
 			continue
 		}
 		e := p.nodes[n].esz
@@ -335,7 +337,7 @@ func (w *worker) runCode(cnt int) {
 			w.ptrs[i] = &ir.ViewBytes[float32](w.lits[i].Data)[0]
 		}
 	}
-	if p.chain != nil && p.chain.Run(w.ptrs, cnt) {
+	if w.ntChain && p.chain.RunNT(w.ptrs, cnt) || !w.ntChain && p.chain != nil && p.chain.Run(w.ptrs, cnt) {
 		clear(w.ptrs)
 		return
 	}

@@ -65,10 +65,13 @@ func JITAvailable() bool { return jitExecOK && !jitOff.Load() && cur == avx512Im
 // Chain is a program compiled to machine code by CompileChain.
 type Chain struct {
 	code    []byte // machine code and constant pool (before mapping)
+	ntCode  []byte // the same with non-temporal stores of the stored values
 	exec    *execMem
+	execNT  *execMem
 	slots   []int32 // argument slot of each vals index (-1: unused)
 	used    []int32 // vals indices in slot order
 	uniform []bool  // by slot
+	stored  []bool  // by slot: a result the code stores
 	spills  int     // registers evicted while generating (for tests)
 	hoisted int     // constants and uniform inputs held in registers
 }
@@ -93,11 +96,20 @@ func CompileChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
 	if !JITAvailable() {
 		return nil, ErrNoJIT
 	}
-	c, err := generateChain(code, nvals, uniform)
+	c, err := generateChain(code, nvals, uniform, false)
 	if err != nil {
 		return nil, err
 	}
 	c.exec, err = mapExec(c.code)
+	if err != nil {
+		return nil, err
+	}
+	nt, err := generateChain(code, nvals, uniform, true)
+	if err != nil {
+		return nil, err
+	}
+	c.ntCode = nt.code
+	c.execNT, err = mapExec(nt.code)
 	if err != nil {
 		return nil, err
 	}
@@ -110,9 +122,28 @@ func CompileChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
 // the pure-Go kernels selected): the caller then runs the program another
 // way. Every vals index the code names must point to n float32 elements (one
 // for uniform inputs).
-func (c *Chain) Run(vals []*float32, n int) bool {
+func (c *Chain) Run(vals []*float32, n int) bool { return c.run(vals, n, false) }
+
+// RunNT is Run with the stored values written by non-temporal stores (past
+// the caches, without reading their lines first: for results far larger
+// than the caches) when every stored value's memory starts on a 64-byte
+// boundary, by ordinary stores otherwise. The caller runs Fence before the
+// results are read by another goroutine.
+func (c *Chain) RunNT(vals []*float32, n int) bool { return c.run(vals, n, true) }
+
+func (c *Chain) run(vals []*float32, n int, nt bool) bool {
 	if jitOff.Load() || cur != avx512Impl || c.exec == nil {
 		return false
+	}
+	ex := c.exec
+	if nt && c.execNT != nil {
+		ex = c.execNT
+		for s, v := range c.used {
+			if c.stored[s] && int(v) < len(vals) && uintptrOf(vals[v])%64 != 0 {
+				ex = c.exec
+				break
+			}
+		}
 	}
 	if n <= 0 {
 		return true
@@ -138,7 +169,7 @@ func (c *Chain) Run(vals []*float32, n int) bool {
 			}
 			args[1+s] = uint64(p)
 		}
-		c.exec.call(&args[0])
+		ex.call(&args[0])
 	}
 	keepAlive(vals)
 	return true
@@ -177,7 +208,8 @@ type gen struct {
 	stored []bool
 	xuses  [][]int
 	pos    int
-	mask   e.K // 0, or K1 in the tail
+	mask   e.K  // 0, or K1 in the tail
+	nt     bool // stored values (not spills) written with VMOVNTPS
 	peak   int
 	spills int
 }
@@ -189,7 +221,7 @@ type hkey struct {
 	val  int
 }
 
-func generateChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
+func generateChain(code []Instr, nvals int, uniform []bool, nt bool) (*Chain, error) {
 	if len(code) == 0 {
 		return nil, fmt.Errorf("vmath: empty chain")
 	}
@@ -213,7 +245,7 @@ func generateChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
 		}
 		d.def, d.store, d.uniform = k, in.Op&NoStore == 0, false
 	}
-	g := &gen{code: code, vals: vals}
+	g := &gen{code: code, vals: vals, nt: nt}
 	for k := range code {
 		for _, x := range append(operands(code[k]), int(code[k].Dst)) {
 			if vals[x].slot < 0 {
@@ -275,12 +307,13 @@ func generateChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
 		return nil, err
 	}
 	c := &Chain{code: out, slots: make([]int32, nvals), used: g.used, uniform: make([]bool, len(g.used)),
-		spills: g.spills, hoisted: len(hoist)}
+		stored: make([]bool, len(g.used)), spills: g.spills, hoisted: len(hoist)}
 	for i := range c.slots {
 		c.slots[i] = int32(vals[i].slot)
 	}
 	for s, v := range g.used {
 		c.uniform[s] = vals[v].uniform
+		c.stored[s] = vals[v].store
 	}
 	return c, nil
 }
@@ -438,7 +471,7 @@ func (g *gen) body(u int, mask e.K) {
 			}
 		}
 		if g.vals[in.Dst].store {
-			g.store(d)
+			g.store(d, g.nt)
 		}
 		if g.nextUse(d) < 0 {
 			g.release(d)
@@ -474,11 +507,17 @@ func (g *gen) release(x int) {
 	}
 }
 
-func (g *gen) store(x int) {
+// store writes virtual value x to its memory (non-temporal when nt,
+// except in the masked tail, which VMOVNTPS cannot mask).
+func (g *gen) store(x int, nt bool) {
 	if g.stored[x] {
 		return
 	}
-	g.a.VMOVUPSstore(e.Z(g.reg[x]), g.mask, g.at(x))
+	if nt && g.mask == 0 {
+		g.a.VMOVNTPS(e.Z(g.reg[x]), g.at(x))
+	} else {
+		g.a.VMOVUPSstore(e.Z(g.reg[x]), g.mask, g.at(x))
+	}
 	g.stored[x] = true
 }
 
@@ -511,7 +550,7 @@ func (g *gen) alloc(o int) e.Z {
 	x := g.owner[best]
 	g.spills++
 	if g.vals[x%g.nv].def >= 0 {
-		g.store(x) // spill to its own memory
+		g.store(x, false) // spill to its own memory
 	}
 	g.reg[x] = -1
 	g.owner[best] = o
@@ -627,6 +666,20 @@ func (g *gen) horner(acc, t e.Z, cs []float32) {
 	}
 }
 
+// estrin6 is the kernels' estrin6: c[0]*r^5+...+c[5] in acc, as (c[5] +
+// c[4]r) + z((c[3] + c[2]r) + z(c[1] + c[0]r)) with z = r*r (tmp scratch).
+func (g *gen) estrin6(acc, tmp, r, z e.Z, c []float32) {
+	a := &g.a
+	g.bcast(g.c(c[1]), acc)
+	a.VFMADD231PS(g.c(c[0]), r, acc)
+	g.bcast(g.c(c[3]), tmp)
+	a.VFMADD231PS(g.c(c[2]), r, tmp)
+	a.VFMADD213PS(tmp, z, acc)
+	g.bcast(g.c(c[5]), tmp)
+	a.VFMADD231PS(g.c(c[4]), r, tmp)
+	a.VFMADD213PS(tmp, z, acc)
+}
+
 // expP is the polynomial of expCore.
 var expP = []float32{expP0, expP1, expP2, expP3, expP4, expP5}
 
@@ -656,7 +709,7 @@ func (g *gen) expClamped(x, out e.Z, tmp []e.Z, lo, hi bool) {
 	a.VFNMADD231PS(g.c(ln2Hi), t1, t0)
 	a.VFNMADD231PS(g.c(ln2Lo), t1, t0)
 	a.VMULPS(t0, t0, t2)
-	g.horner(t3, t0, expP)
+	g.estrin6(t3, out, t0, t2, expP)
 	a.VFMADD213PS(t0, t2, t3)
 	a.VADDPS(g.c(1), t3, t3)
 	a.VSCALEFPS(t1, t3, out)
@@ -681,8 +734,12 @@ func (g *gen) tanhBody(x, out e.Z, r []e.Z) {
 	a.VMINPS(t, ex, t)
 	g.expClamped(t, ex, r[5:9], false, false) // t in [0, 2*tanhHi] or NaN
 	a.VADDPS(g.c(1), ex, ex)
-	g.bcast(g.c(2), t)
-	a.VDIVPS(ex, t, t)
+	rc := r[5]
+	a.VRCP14PS(ex, rc)
+	a.VADDPS(rc, rc, t)
+	g.bcast(g.c(2), out)
+	a.VFNMADD231PS(t, ex, out)
+	a.VFMADD231PS(out, rc, t)
 	g.bcast(g.c(1), out)
 	a.VSUBPS(t, out, out)
 	a.VCMPPS(cmpLT, g.c(tanhLo), ab, 2)
@@ -700,7 +757,16 @@ func (g *gen) logisticBody(x, out e.Z, r []e.Z) {
 	a.VCMPPS(cmpLT, n, x, 2)
 	a.VBLENDMPSk(ex, num, 2, num)
 	a.VADDPS(g.c(1), ex, ex)
-	a.VDIVPS(ex, num, out)
+	g.recipDiv(num, ex, out, r[3])
+}
+
+// recipDiv: out = num/d (num clobbered) as the kernels' recipDiv.
+func (g *gen) recipDiv(num, d, out, r e.Z) {
+	a := &g.a
+	a.VRCP14PS(d, r)
+	a.VMULPS(r, num, out)
+	a.VFNMADD231PS(out, d, num)
+	a.VFMADD231PS(num, r, out)
 }
 
 func (g *gen) erfBody(x, out e.Z, r []e.Z) {

@@ -113,16 +113,19 @@ func TestChainMatchesKernels(t *testing.T) {
 				}
 				nv := len(uniform)
 				got, want := make([][]float32, nv), make([][]float32, nv)
+				// Run, RunNT over 64-byte aligned memory (non-temporal
+				// stores), RunNT over misaligned memory (ordinary stores).
+				mode := (trial + n) % 3
 				for i := range got {
+					got[i] = aligned32(n+16, 4*(mode/2))
 					if i < sh.nin {
-						got[i] = randVec(r, n+16)
+						copy(got[i], randVec(r, n+16))
 						if uniform[i] {
 							for j := range got[i] {
 								got[i][j] = got[i][0]
 							}
 						}
 					} else {
-						got[i] = make([]float32, n+16)
 						for j := range got[i] {
 							got[i][j] = 12345 // guard: past n must stay
 						}
@@ -133,9 +136,10 @@ func TestChainMatchesKernels(t *testing.T) {
 				for i := range ptrs {
 					ptrs[i] = &got[i][0]
 				}
-				if !ch.Run(ptrs, n) {
+				if ran := mode == 0 && ch.Run(ptrs, n) || mode > 0 && ch.RunNT(ptrs, n); !ran {
 					t.Fatal("Run refused")
 				}
+				Fence()
 				runChainRef(code, want, n)
 				for k, in := range code {
 					v := int(in.Dst)
@@ -156,6 +160,13 @@ func TestChainMatchesKernels(t *testing.T) {
 			}
 		}
 	}
+}
+
+// aligned32 returns n float32 starting off bytes past a 64-byte boundary.
+func aligned32(n, off int) []float32 {
+	b := make([]float32, n+32)
+	skip := (64 - int(uintptrOf(&b[0])%64) + off) % 64 / 4
+	return b[skip : skip+n]
 }
 
 // TestChainAccuracy runs each transcendental op alone as a compiled chain

@@ -90,6 +90,21 @@ func horner(acc, t reg.VecPhysical, cs []float32) {
 	}
 }
 
+// estrin6 leaves c[0]*r^5+...+c[5] in acc as (c[5] + c[4]r) + z((c[3] +
+// c[2]r) + z(c[1] + c[0]r)) with z = r*r: the same fused multiply-adds as
+// Horner's scheme, in three independent pairs, so the dependency chain is
+// three multiply-adds shorter. tmp is scratch.
+func estrin6(acc, tmp, r, z reg.VecPhysical, c6 []float32) {
+	VBROADCASTSS(c(c6[1]), acc)
+	VFMADD231PS_BCST(c(c6[0]), r, acc)
+	VBROADCASTSS(c(c6[3]), tmp)
+	VFMADD231PS_BCST(c(c6[2]), r, tmp)
+	VFMADD213PS(tmp, z, acc)
+	VBROADCASTSS(c(c6[5]), tmp)
+	VFMADD231PS_BCST(c(c6[4]), r, tmp)
+	VFMADD213PS(tmp, z, acc)
+}
+
 // body computes out from the inputs; temporaries are Z8 and up.
 type body func(in []reg.VecPhysical, out reg.VecPhysical)
 
@@ -105,7 +120,7 @@ func expInto(x, out reg.VecPhysical) {
 	VFNMADD231PS_BCST(c(ln2Hi), t1, t0)
 	VFNMADD231PS_BCST(c(ln2Lo), t1, t0) // r
 	VMULPS(t0, t0, t2)                  // z
-	horner(t3, t0, expP)
+	estrin6(t3, out, t0, t2, expP)
 	VFMADD213PS(t0, t2, t3) // p*z + r
 	VADDPS_BCST(c(1), t3, t3)
 	VSCALEFPS(t1, t3, out)
@@ -134,9 +149,14 @@ func tanhBody(in []reg.VecPhysical, out reg.VecPhysical) {
 	VBROADCASTSS(c(2*tanhHi), e)
 	VMINPS(t, e, t)
 	expInto(t, e)
-	VADDPS_BCST(c(1), e, e)
-	VBROADCASTSS(c(2), t)
-	VDIVPS(e, t, t)
+	VADDPS_BCST(c(1), e, e) // d
+	// t = 2/d: reciprocal estimate r, q0 = 2r, q = q0 + r*(2 - d*q0)
+	r := Z[13]
+	VRCP14PS(e, r)
+	VADDPS(r, r, t)
+	VBROADCASTSS(c(2), out)
+	VFNMADD231PS(t, e, out)
+	VFMADD231PS(out, r, t)
 	VBROADCASTSS(c(1), out)
 	VSUBPS(t, out, out)
 	VCMPPS_BCST(U8(cmpLT), c(tanhLo), a, reg.K2)
@@ -154,7 +174,19 @@ func logisticBody(in []reg.VecPhysical, out reg.VecPhysical) {
 	VCMPPS(U8(cmpLT), n, x, reg.K2) // x < 0
 	VBLENDMPS(e, num, reg.K2, num)
 	VADDPS_BCST(c(1), e, e)
-	VDIVPS(e, num, out)
+	recipDiv(num, e, out, Z[11])
+}
+
+// recipDiv: out = num/d for d in [1, 2^27] and num in [0, 2] (num is
+// clobbered, d kept): the reciprocal estimate r (relative error below
+// 2^-14), q0 = num*r and one Newton step on the quotient, q0 + r*(num -
+// d*q0), whose error is about that of r squared plus the last rounding.
+// VDIVPS is several times slower (bench/RESULTS.md, 2026-11-24).
+func recipDiv(num, d, out, r reg.VecPhysical) {
+	VRCP14PS(d, r)
+	VMULPS(r, num, out)
+	VFNMADD231PS(out, d, num)
+	VFMADD231PS(num, r, out)
 }
 
 func erfBody(in []reg.VecPhysical, out reg.VecPhysical) {
