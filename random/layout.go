@@ -41,27 +41,22 @@ func Partitionable() bool { return partitionable.Load() }
 // index (plus offset) of every element of shape. Requests below 2^32
 // elements compute the index in u32 (hi is zero); larger ones in i64.
 func counters(shape ir.Shape, offset int) (hi, lo *trace.Array) {
-	n := shape.Size()
+	dt := ir.Uint32
+	if offset+shape.Size() > maxCount {
+		dt = ir.Int64
+	}
 	strides := shape.Strides()
-	if offset+n <= maxCount {
-		lo = trace.Full(shape, float64(offset), ir.Uint32)
-		for d := range shape {
-			if shape[d] == 1 {
-				continue
-			}
-			lo = trace.Add(lo, trace.Mul(trace.Iota(ir.Uint32, shape, d), u32(float64(strides[d]))))
-		}
-		return trace.Zeros(shape, ir.Uint32), lo
-	}
-	idx := trace.Full(shape, float64(offset), ir.Int64)
+	idx := trace.Full(shape, float64(offset), dt)
 	for d := range shape {
-		if shape[d] == 1 {
-			continue
+		if shape[d] != 1 {
+			idx = trace.Add(idx, trace.Mul(trace.Iota(dt, shape, d), trace.ScalarOf(float64(strides[d]), dt)))
 		}
-		idx = trace.Add(idx, trace.Mul(trace.Iota(ir.Int64, shape, d), trace.ScalarOf(float64(strides[d]), ir.Int64)))
 	}
-	hi = trace.Convert(trace.ShiftRightLogical(idx, trace.ScalarOf(32, ir.Int64)), ir.Uint32)
-	lo = trace.Convert(trace.And(idx, trace.ScalarOf(maxCount, ir.Int64)), ir.Uint32)
+	if dt == ir.Uint32 {
+		return trace.Zeros(shape, ir.Uint32), idx
+	}
+	hi = trace.Convert(trace.ShiftRightLogical(idx, trace.ScalarOf(32, dt)), ir.Uint32)
+	lo = trace.Convert(trace.And(idx, trace.ScalarOf(maxCount, dt)), ir.Uint32)
 	return hi, lo
 }
 

@@ -316,27 +316,11 @@ func TruncatedNormal(key *trace.Array, dt ir.DType, shape ir.Shape, lower, upper
 	}
 	u := uniformWork(key, w, shape, a, b)
 	out := trace.Mul(trace.ScalarOf(math.Sqrt2, w), ErfInv(u))
-	lo, hi := nextUp(lower, dt), nextDown(upper, dt)
-	if w == dt {
-		lo, hi = nextAfter(roundTo(lower, dt), math.Inf(1), dt), nextAfter(roundTo(upper, dt), math.Inf(-1), dt)
-	}
+	// The bounds one ulp of the working dtype inwards (for bf16/f16 drawn in
+	// f32, one f32 ulp: the value rounds to dt after the clip).
+	lo := nextAfter(roundTo(lower, w), math.Inf(1), w)
+	hi := nextAfter(roundTo(upper, w), math.Inf(-1), w)
 	return trace.Convert(trace.Clip(out, trace.ScalarOf(lo, w), trace.ScalarOf(hi, w)), dt)
-}
-
-// nextUp and nextDown step a bound one ulp of dt inwards.
-func nextUp(v float64, dt ir.DType) float64   { return step(v, dt, math.Inf(1)) }
-func nextDown(v float64, dt ir.DType) float64 { return step(v, dt, math.Inf(-1)) }
-
-func step(v float64, dt ir.DType, to float64) float64 {
-	switch dt {
-	case ir.Float64:
-		return math.Nextafter(v, to)
-	case ir.Float32:
-		return float64(math.Nextafter32(float32(v), float32(to)))
-	}
-	// bf16/f16: the value rounds to dt after the clip; stepping one f32 ulp
-	// keeps the bound's own value, which is the closest dt can do.
-	return float64(math.Nextafter32(float32(v), float32(to)))
 }
 
 // ErfInv returns the inverse error function of x (f32 or f64; bf16 and f16 are

@@ -27,9 +27,6 @@ func Argsort(x *Array, axis int) *Array {
 		panic(Errorf(op, "axis %d has %d elements, more than int32 indices reach", a, x.typ.Shape[a]))
 	}
 	idx := Iota(ir.Int32, x.typ.Shape, a)
-	if x.typ.Space != idx.typ.Space {
-		idx = DevicePut(idx, x.typ.Space)
-	}
 	return sortMulti(op, []*Array{StopGradient(x), idx}, a, 1)[1]
 }
 
@@ -58,9 +55,6 @@ func sortMulti(op string, operands []*Array, axis, numKeys int) []*Array {
 		if !o.typ.Shape.Equal(x.typ.Shape) {
 			panic(Errorf(op, "operand %d is %v, operand 0 is %v: all operands need one shape", i+1, o.typ, x.typ))
 		}
-		if o.typ.Space != x.typ.Space {
-			panic(Errorf(op, "operand %d is in %v, operand 0 in %v", i+1, o.typ.Space, x.typ.Space))
-		}
 	}
 	return Apply(ir.Sort, ir.Attrs{"dimension": a, "num_keys": numKeys}, nil, operands...)
 }
@@ -85,9 +79,6 @@ func vjpSort(c *vjpCall) []*Array {
 	}
 	keys := slices.Clone(c.args[:nk])
 	iota := Iota(ir.Int32, shape, dim)
-	if iota.typ.Space != x.typ.Space {
-		iota = Apply1(ir.DevicePut, ir.Attrs{"space": x.typ.Space}, iota)
-	}
 	perm := Apply(ir.Sort, ir.Attrs{"dimension": dim, "num_keys": nk}, nil, append(keys, iota)...)[nk]
 
 	// Move dim last and flatten to lines of n: flat = perm + n·line.
@@ -109,9 +100,6 @@ func vjpSort(c *vjpCall) []*Array {
 	lines := shape.Size() / n
 	flat := Apply1(ir.Reshape, ir.Attrs{"shape": []int{lines, n}}, Apply1(ir.Transpose, ir.Attrs{"perm": tperm}, perm))
 	base := adMul(Iota(ir.Int32, ir.Shape{lines, n}, 0), adFull(ir.Int32, ir.Shape{lines, n}, float64(n)))
-	if base.typ.Space != flat.typ.Space {
-		base = Apply1(ir.DevicePut, ir.Attrs{"space": flat.typ.Space}, base)
-	}
 	flat = Apply1(ir.Reshape, ir.Attrs{"shape": []int{lines * n}}, adAdd(flat, base))
 	for i, a := range c.args {
 		ct := c.cts[i]
@@ -120,9 +108,6 @@ func vjpSort(c *vjpCall) []*Array {
 		}
 		g := Apply1(ir.Reshape, ir.Attrs{"shape": []int{lines * n}}, Apply1(ir.Transpose, ir.Attrs{"perm": tperm}, ct))
 		z := adFull(a.DType(), ir.Shape{lines * n}, 0)
-		if z.typ.Space != g.typ.Space {
-			z = Apply1(ir.DevicePut, ir.Attrs{"space": g.typ.Space}, z)
-		}
 		g = Apply1(ir.ScatterAdd, ir.Attrs{"axis": 0}, z, flat, g)
 		out[i] = Apply1(ir.Transpose, ir.Attrs{"perm": inv}, Apply1(ir.Reshape, ir.Attrs{"shape": tshape}, g))
 	}
