@@ -214,10 +214,30 @@ const (
 // source (0 when unused), rm the register-or-memory operand, opmask k,
 // zeroing z, and an imm8 when imm >= 0.
 func (a *Asm) evex(pp, mm byte, op byte, reg, vvvv byte, rm Operand, k K, z bool, imm int) {
-	var bx, xx byte // X and B extension bits of rm (before inversion)
-	r1, r2 := reg>>3&1, reg>>4&1
 	var bc byte
 	n := int32(64)
+	if o, ok := rm.(Mem); ok && o.Bcst {
+		bc, n = 1, 4
+	}
+	var zz byte
+	if z {
+		zz = 1
+	}
+	p2 := zz<<7 | 2<<5 | bc<<4 | (^(vvvv>>4)&1)<<3 | byte(k)&7
+	a.byte1(0x62, evexP0(mm, reg, rm), (^vvvv&15)<<3|1<<2|pp, p2, op)
+	at := a.modrm(reg, rm, n)
+	end := len(a.b)
+	if imm >= 0 {
+		a.byte1(byte(imm))
+		end++
+	}
+	a.ripFix(at, end, rm)
+}
+
+// evexP0 is the first EVEX payload byte: the inverted R, X, B and R'
+// extension bits of reg and rm, and the map mm.
+func evexP0(mm, reg byte, rm Operand) byte {
+	var bx, xx byte // X and B extension bits of rm (before inversion)
 	switch o := rm.(type) {
 	case Z:
 		bx, xx = byte(o)>>3&1, byte(o)>>4&1
@@ -228,27 +248,16 @@ func (a *Asm) evex(pp, mm byte, op byte, reg, vvvv byte, rm Operand, k K, z bool
 				xx = byte(o.Index) >> 3 & 1
 			}
 		}
-		if o.Bcst {
-			bc, n = 1, 4
-		}
 	}
-	p0 := (^r1&1)<<7 | (^xx&1)<<6 | (^bx&1)<<5 | (^r2&1)<<4 | mm
-	p1 := (^vvvv&15)<<3 | 1<<2 | pp
-	var zz byte
-	if z {
-		zz = 1
-	}
-	p2 := zz<<7 | 2<<5 | bc<<4 | (^(vvvv>>4)&1)<<3 | byte(k)&7
-	a.byte1(0x62, p0, p1, p2, op)
-	at := a.modrm(reg, rm, n)
-	end := len(a.b)
-	if imm >= 0 {
-		a.byte1(byte(imm))
-		end++
-	}
+	r1, r2 := reg>>3&1, reg>>4&1
+	return (^r1&1)<<7 | (^xx&1)<<6 | (^bx&1)<<5 | (^r2&1)<<4 | mm
+}
+
+// ripFix records the RIP-relative disp32 at (from modrm; -1: none) of an
+// instruction ending at end, referring to the pool constant of rm.
+func (a *Asm) ripFix(at, end int, rm Operand) {
 	if at >= 0 {
-		m := rm.(Mem)
-		a.rips = append(a.rips, fix{at: at, end: end, target: int(m.Disp)})
+		a.rips = append(a.rips, fix{at: at, end: end, target: int(rm.(Mem).Disp)})
 	}
 }
 
@@ -393,21 +402,9 @@ func (a *Asm) VBROADCASTSS(m Mem, dst Z) {
 // evexT1S is evex for a 32-bit scalar memory operand (tuple T1S: disp8
 // scaled by 4, no broadcast bit).
 func (a *Asm) evexT1S(pp, mm, op, reg byte, m Mem) {
-	var bx, xx byte
-	if !m.RIP {
-		bx = byte(m.Base) >> 3 & 1
-		if m.HasIndex {
-			xx = byte(m.Index) >> 3 & 1
-		}
-	}
-	r1, r2 := reg>>3&1, reg>>4&1
-	p0 := (^r1&1)<<7 | (^xx&1)<<6 | (^bx&1)<<5 | (^r2&1)<<4 | mm
-	p1 := byte(15)<<3 | 1<<2 | pp
-	p2 := byte(2)<<5 | 1<<3
-	a.byte1(0x62, p0, p1, p2, op)
-	if at := a.modrm(reg, m, 4); at >= 0 {
-		a.rips = append(a.rips, fix{at: at, end: len(a.b), target: int(m.Disp)})
-	}
+	a.byte1(0x62, evexP0(mm, reg, m), 15<<3|1<<2|pp, 2<<5|1<<3, op)
+	at := a.modrm(reg, m, 4)
+	a.ripFix(at, len(a.b), m)
 }
 
 // VZEROUPPER clears the upper halves of the vector registers.
@@ -521,13 +518,17 @@ const (
 // Jcc jumps to l when condition cc holds (rel32).
 func (a *Asm) Jcc(cc byte, l Label) {
 	a.byte1(0x0f, 0x80|cc)
-	a.jumps = append(a.jumps, fix{at: len(a.b), end: len(a.b) + 4, target: int(l)})
-	a.imm32(0)
+	a.rel32(l)
 }
 
 // JMP jumps to l (rel32).
 func (a *Asm) JMP(l Label) {
 	a.byte1(0xe9)
+	a.rel32(l)
+}
+
+// rel32 emits a jump's rel32 to l, resolved by Finish.
+func (a *Asm) rel32(l Label) {
 	a.jumps = append(a.jumps, fix{at: len(a.b), end: len(a.b) + 4, target: int(l)})
 	a.imm32(0)
 }

@@ -337,10 +337,7 @@ func (f *frame) startPrefetches(i int) {
 		if next == nil {
 			continue
 		}
-		if ev := f.ev[p.step]; ev != nil { // it is waited for by now; be sure
-			ev.wait()
-			f.ev[p.step] = nil
-		}
+		waitClear(&f.ev[p.step]) // it is waited for by now; be sure
 		st := &f.g.steps[p.step]
 		f.pre[p.step] = startCopy(st.dir, f.lits[st.outs[0]].Data, next, f.cfg.gbps)
 	}
@@ -362,33 +359,32 @@ func (f *frame) runCopy(i int) {
 	copyBytes(dst, src, f.cfg.gbps)
 }
 
+// waitClear waits for the copy *ev, if any, and clears *ev.
+func waitClear(ev **copyEvent) {
+	if *ev != nil {
+		(*ev).wait()
+		*ev = nil
+	}
+}
+
 // waitCopies waits for the copies of the listed steps.
 func (f *frame) waitCopies(steps []int) {
 	for _, k := range steps {
-		if ev := f.ev[k]; ev != nil {
-			ev.wait()
-			f.ev[k] = nil
-		}
+		waitClear(&f.ev[k])
 	}
 }
 
 // waitAll waits for every copy the region started, prefetches excluded.
 func (f *frame) waitAll() {
-	for k, ev := range f.ev {
-		if ev != nil {
-			ev.wait()
-			f.ev[k] = nil
-		}
+	for k := range f.ev {
+		waitClear(&f.ev[k])
 	}
 }
 
 // drainPrefetches waits for prefetched copies nobody took over (after the
 // last iteration of a scan, or when an iteration failed).
 func (f *frame) drainPrefetches() {
-	for k, ev := range f.pre {
-		if ev != nil {
-			ev.wait()
-			f.pre[k] = nil
-		}
+	for k := range f.pre {
+		waitClear(&f.pre[k])
 	}
 }

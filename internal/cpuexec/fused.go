@@ -112,8 +112,12 @@ func newStage(shape, st []int, off int) (stage, bool) {
 		s.shape = append(s.shape, n)
 		s.st = append(s.st, st[d])
 	}
-	ident := off == 0 && (len(s.shape) == 0 || len(s.shape) == 1 && s.st[0] == 1)
-	return s, ident
+	return s, s.identity()
+}
+
+// identity reports whether the stage maps every index to itself.
+func (s *stage) identity() bool {
+	return s.off == 0 && (len(s.shape) == 0 || len(s.shape) == 1 && s.st[0] == 1)
 }
 
 // constant reports whether the stage maps every index to off.
@@ -187,7 +191,7 @@ func (m imap) then(s stage, ident bool) imap {
 	}
 	if k := len(m) - 1; k >= 0 {
 		if c, ok := compose(m[k], s); ok {
-			if c.off == 0 && (len(c.shape) == 0 || len(c.shape) == 1 && c.st[0] == 1) {
+			if c.identity() {
 				return slices.Clip(m[:k]) // the two stages cancel
 			}
 			return append(slices.Clip(m[:k]), c)

@@ -272,7 +272,7 @@ func (w *worker) block(lo, hi int) error {
 		case nDot:
 			w.lits[i].Data = w.out[p.k.dotRes].Data[lo*e : hi*e]
 		case nOp:
-			if nd.out >= 0 && !w.inPlace && (!w.nt || w.ntChain) {
+			if nd.out >= 0 && w.direct() {
 				w.lits[i].Data = w.out[nd.out].Data[lo*e : hi*e]
 			} else {
 				w.lits[i].Data = w.blocks[i][:cnt*e]
@@ -299,7 +299,7 @@ func (w *worker) block(lo, hi int) error {
 	}
 	for _, rn := range p.results {
 		r, n := rn[0], rn[1]
-		if p.nodes[n].out == r && !w.inPlace && (!w.nt || w.ntChain) {
+		if p.nodes[n].out == r && w.direct() {
 			continue
 		}
 		e := p.nodes[n].esz
@@ -321,6 +321,10 @@ func (w *worker) block(lo, hi int) error {
 	}
 	return nil
 }
+
+// direct reports whether op nodes that are results are computed straight
+// into the outputs' memory (not in blocks copied there afterwards).
+func (w *worker) direct() bool { return !w.inPlace && (!w.nt || w.ntChain) }
 
 // runCode computes the block's op nodes (all f32 with a vmath opcode) with
 // the compiled chain when there is one, else with one vmath program and the

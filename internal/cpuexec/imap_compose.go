@@ -1,5 +1,7 @@
 package cpuexec
 
+import "github.com/ferryml/ferry/ir"
+
 // compose returns the single stage equal to applying a and then b, when one
 // exists: a maps an output index into b's domain (b.shape flattened row-major),
 // b maps that into its operand. It exists when every dimension of a moves
@@ -9,25 +11,15 @@ package cpuexec
 // attention's head split, compose; the caller keeps the chain otherwise.
 func compose(a, b stage) (stage, bool) {
 	r := len(b.shape)
-	total := 1
-	for _, n := range b.shape {
-		total *= n
-	}
-	if total == 0 || a.off < 0 || a.off >= total {
+	if total := ir.Shape(b.shape).Size(); total == 0 || a.off < 0 || a.off >= total {
 		return stage{}, false
 	}
-	place := make([]int, r) // place[k] = Π b.shape[k+1:]
-	p := 1
-	for k := r - 1; k >= 0; k-- {
-		place[k] = p
-		p *= b.shape[k]
-	}
-	used := make([]int, r) // digit k's offset plus the largest step of the dims on it
-	for k := range r {
-		used[k] = a.off / place[k] % b.shape[k]
-	}
+	place := ir.Shape(b.shape).Strides() // place[k] = Π b.shape[k+1:]
+	// used[k]: digit k's offset plus the largest step of the dims on it.
+	used := make([]int, r)
 	off := b.off
 	for k := range r {
+		used[k] = a.off / place[k] % b.shape[k]
 		off += used[k] * b.st[k]
 	}
 	var shape, st []int

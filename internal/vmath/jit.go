@@ -64,16 +64,14 @@ func JITAvailable() bool { return jitExecOK && !jitOff.Load() && cur == avx512Im
 
 // Chain is a program compiled to machine code by CompileChain.
 type Chain struct {
-	code    []byte // machine code and constant pool (before mapping)
-	ntCode  []byte // the same with non-temporal stores of the stored values
-	exec    *execMem
-	execNT  *execMem
-	slots   []int32 // argument slot of each vals index (-1: unused)
-	used    []int32 // vals indices in slot order
-	uniform []bool  // by slot
-	stored  []bool  // by slot: a result the code stores
-	spills  int     // registers evicted while generating (for tests)
-	hoisted int     // constants and uniform inputs held in registers
+	code    []byte   // machine code and constant pool (before mapping)
+	exec    *execMem // code
+	execNT  *execMem // code with non-temporal stores of the stored values
+	used    []int32  // vals indices in slot order
+	uniform []bool   // by slot
+	stored  []bool   // by slot: a result the code stores
+	spills  int      // registers evicted while generating (for tests)
+	hoisted int      // constants and uniform inputs held in registers
 }
 
 // Size returns the bytes of machine code and constants.
@@ -108,7 +106,6 @@ func CompileChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.ntCode = nt.code
 	c.execNT, err = mapExec(nt.code)
 	if err != nil {
 		return nil, err
@@ -306,11 +303,8 @@ func generateChain(code []Instr, nvals int, uniform []bool, nt bool) (*Chain, er
 	if err != nil {
 		return nil, err
 	}
-	c := &Chain{code: out, slots: make([]int32, nvals), used: g.used, uniform: make([]bool, len(g.used)),
+	c := &Chain{code: out, used: g.used, uniform: make([]bool, len(g.used)),
 		stored: make([]bool, len(g.used)), spills: g.spills, hoisted: len(hoist)}
-	for i := range c.slots {
-		c.slots[i] = int32(vals[i].slot)
-	}
 	for s, v := range g.used {
 		c.uniform[s] = vals[v].uniform
 		c.stored[s] = vals[v].store
