@@ -106,7 +106,11 @@ func greedyOrder(r *ir.Region, top bool) []*ir.Op {
 	ret := returned(r)
 	// remaining[v] counts the distinct ops still to run that read v.
 	remaining := map[*ir.Value]int{}
-	preds := make([]int, n)
+	// readers[v] lists the ops of r that read v.
+	readers := map[*ir.Value][]int{}
+	// waiting[i] counts op i's predecessors that have not run and are not
+	// late copies ready to be emitted with it.
+	waiting := make([]int, n)
 	succs := make([][]int, n)
 	predList := make([][]int, n)
 	distinctArgs := make([][]*ir.Value, n)
@@ -120,9 +124,10 @@ func greedyOrder(r *ir.Region, top bool) []*ir.Op {
 			seen[a] = true
 			distinctArgs[i] = append(distinctArgs[i], a)
 			remaining[a]++
+			readers[a] = append(readers[a], i)
 			if p, ok := def[a]; ok && !predSeen[p] {
 				predSeen[p] = true
-				preds[i]++
+				waiting[i]++
 				succs[p] = append(succs[p], i)
 				predList[i] = append(predList[i], p)
 			}
@@ -133,9 +138,6 @@ func greedyOrder(r *ir.Region, top bool) []*ir.Op {
 	for i, op := range r.Ops {
 		late[i] = hostToDevice(op) && len(succs[i]) > 0
 	}
-	// waiting[i] counts op i's predecessors that have not run and are not
-	// late copies ready to be emitted with it.
-	waiting := append([]int(nil), preds...)
 	done := make([]bool, n)
 	// inArena reports whether a value defined in r takes arena bytes.
 	inArena := func(v *ir.Value) bool {
@@ -155,10 +157,14 @@ func greedyOrder(r *ir.Region, top bool) []*ir.Op {
 			}
 		}
 	}
+	var roots []int // found first: release lowers waiting
 	for i := range r.Ops {
-		if preds[i] == 0 {
-			release(i)
+		if waiting[i] == 0 {
+			roots = append(roots, i)
 		}
+	}
+	for _, i := range roots {
+		release(i)
 	}
 	// pending lists the late copies op i would emit first, in traced order.
 	pending := func(i int) []int {
@@ -171,16 +177,35 @@ func greedyOrder(r *ir.Region, top bool) []*ir.Op {
 		slices.Sort(out)
 		return out
 	}
+	// A candidate's score depends only on remaining[] of the values it and
+	// its pending copies read, and on which of those copies are done; it
+	// is cached in scores and recomputed only after one of those changed.
+	type score struct {
+		dev, host int64
+		ok        bool
+	}
+	scores := make([]score, n)
+	stale := func(q int) { // q's reads changed: q and, for a late copy, its readers
+		scores[q].ok = false
+		if late[q] {
+			for _, s := range succs[q] {
+				scores[s].ok = false
+			}
+		}
+	}
 	out := make([]*ir.Op, 0, n)
 	emit := func(i int) {
 		done[i] = true
 		out = append(out, r.Ops[i])
 		for _, a := range distinctArgs[i] {
 			remaining[a]--
+			for _, q := range readers[a] {
+				stale(q)
+			}
 		}
-		for _, s := range succs[i] {
-			preds[s]--
-			if !late[i] {
+		stale(i) // i's readers' pending copies, if i is a late copy
+		if !late[i] {
+			for _, s := range succs[i] {
 				if waiting[s]--; waiting[s] == 0 {
 					release(s)
 				}
@@ -192,53 +217,62 @@ func greedyOrder(r *ir.Region, top bool) []*ir.Op {
 		k int // reads by op i and the copies emitted with it
 	}
 	var reads []read
+	// scoreOf returns the device and host bytes op i (with its pending
+	// copies) frees minus those it allocates.
+	scoreOf := func(i int) (dev, host int64) {
+		add := func(v *ir.Value, sign int64) {
+			if v.Type.Space == ir.Device {
+				dev += sign * bytesOf(v)
+			} else {
+				host += sign * bytesOf(v)
+			}
+		}
+		// Reads by the late copies emitted first count as reads of op i.
+		reads = reads[:0]
+		note := func(a *ir.Value) {
+			for j := range reads {
+				if reads[j].v == a {
+					reads[j].k++
+					return
+				}
+			}
+			reads = append(reads, read{a, 1})
+		}
+		for _, p := range pending(i) {
+			for _, a := range distinctArgs[p] {
+				note(a)
+			}
+			for _, v := range r.Ops[p].Results {
+				if inArena(v) {
+					add(v, -1)
+				}
+			}
+		}
+		for _, a := range distinctArgs[i] {
+			note(a)
+		}
+		for _, rd := range reads {
+			if inArena(rd.v) && remaining[rd.v] == rd.k && !ret[rd.v] {
+				add(rd.v, 1)
+			}
+		}
+		for _, v := range r.Ops[i].Results {
+			if inArena(v) {
+				add(v, -1)
+			}
+		}
+		return dev, host
+	}
 	for len(ready) > 0 {
 		best := -1
 		var bestDev, bestHost int64
 		var bestD2H bool
 		for j, i := range ready {
-			var dev, host int64
-			add := func(v *ir.Value, sign int64) {
-				if v.Type.Space == ir.Device {
-					dev += sign * bytesOf(v)
-				} else {
-					host += sign * bytesOf(v)
-				}
+			if !scores[i].ok {
+				d, h := scoreOf(i)
+				scores[i] = score{d, h, true}
 			}
-			// Reads by the late copies emitted first count as reads of op i.
-			reads = reads[:0]
-			note := func(a *ir.Value) {
-				for j := range reads {
-					if reads[j].v == a {
-						reads[j].k++
-						return
-					}
-				}
-				reads = append(reads, read{a, 1})
-			}
-			for _, p := range pending(i) {
-				for _, a := range distinctArgs[p] {
-					note(a)
-				}
-				for _, v := range r.Ops[p].Results {
-					if inArena(v) {
-						add(v, -1)
-					}
-				}
-			}
-			for _, a := range distinctArgs[i] {
-				note(a)
-			}
-			for _, rd := range reads {
-				if inArena(rd.v) && remaining[rd.v] == rd.k && !ret[rd.v] {
-					add(rd.v, 1)
-				}
-			}
-			for _, v := range r.Ops[i].Results {
-				if inArena(v) {
-					add(v, -1)
-				}
-			}
+			dev, host := scores[i].dev, scores[i].host
 			d2h := deviceToHost(r.Ops[i])
 			better := best < 0 || dev > bestDev
 			if !better && dev == bestDev {
