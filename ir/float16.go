@@ -11,8 +11,27 @@ type BF16 uint16
 // F16FromFloat64 rounds x to the nearest binary16 value, ties to even.
 func F16FromFloat64(x float64) F16 { return F16(roundSmallFloat(x, 5, 10)) }
 
-// F16FromFloat32 rounds x to the nearest binary16 value, ties to even.
-func F16FromFloat32(x float32) F16 { return F16(roundSmallFloat(float64(x), 5, 10)) }
+// F16FromFloat32 rounds x to the nearest binary16 value, ties to even
+// (overflow gives ±Inf); a NaN becomes the quiet NaN 0x7e00 with x's sign.
+func F16FromFloat32(x float32) F16 {
+	b := math.Float32bits(x)
+	sign := uint16(b>>16) & 0x8000
+	a := b & 0x7fffffff
+	switch {
+	case a > 0x7f800000:
+		return F16(sign | 0x7e00)
+	case a >= 0x477ff000: // 65520 = 65504 + half an ulp, and above: Inf
+		return F16(sign | 0x7c00)
+	case a < 0x38800000: // below 2⁻¹⁴: subnormal or zero
+		// Adding 0.5 (ulp 2⁻²⁴, the binary16 quantum here) rounds to
+		// nearest even in the FPU; the mantissa is then the result,
+		// 0x400 (the smallest normal) included.
+		v := math.Float32frombits(a) + 0.5
+		return F16(sign | uint16(math.Float32bits(v)-0x3f000000))
+	}
+	a += 0xfff + (a>>13)&1
+	return F16(sign | uint16((a-0x38000000)>>13))
+}
 
 // BF16FromFloat64 rounds x to the nearest bfloat16 value, ties to even.
 func BF16FromFloat64(x float64) BF16 { return BF16(roundSmallFloat(x, 8, 7)) }
@@ -27,8 +46,22 @@ func BF16FromFloat32(x float32) BF16 {
 	return BF16(b >> 16)
 }
 
-// Float32 widens h exactly.
-func (h F16) Float32() float32 { return float32(h.Float64()) }
+// Float32 widens h exactly; every NaN becomes the float32 quiet NaN 0x7fc00000.
+func (h F16) Float32() float32 {
+	sign := uint32(h&0x8000) << 16
+	e := uint32(h>>10) & 0x1f
+	m := uint32(h & 0x3ff)
+	switch e {
+	case 0: // zero or subnormal: m·2⁻²⁴, exact in float32
+		return math.Float32frombits(math.Float32bits(float32(m)*0x1p-24) | sign)
+	case 0x1f:
+		if m != 0 {
+			return math.Float32frombits(0x7fc00000)
+		}
+		return math.Float32frombits(sign | 0x7f800000)
+	}
+	return math.Float32frombits(sign | (e+112)<<23 | m<<13)
+}
 
 // Float64 widens h exactly.
 func (h F16) Float64() float64 { return expandSmallFloat(uint16(h), 5, 10) }

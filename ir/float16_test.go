@@ -97,6 +97,9 @@ func TestSmallFloatRoundingAgainstExactReference(t *testing.T) {
 		}
 		if math.Abs(x) < math.MaxFloat32 {
 			x32 := float32(x)
+			if got, want := F16FromFloat32(x32), F16FromFloat64(float64(x32)); got != want {
+				t.Fatalf("seed %d: f16 from f32(%v) = %04x, the float64 path gives %04x", seed, x32, uint16(got), uint16(want))
+			}
 			if got, want := BF16FromFloat32(x32).Float64(), refRound(float64(x32), 8, 7); got != want && !(got == 0 && want == 0) {
 				t.Fatalf("seed %d: bf16 from f32(%v) = %v, want %v", seed, x32, got, want)
 			}

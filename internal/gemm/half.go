@@ -2,7 +2,6 @@ package gemm
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/ferryml/ferry/ir"
 )
@@ -46,21 +45,7 @@ func bf16ToF32(h uint16) float32 { return ir.BF16(h).Float32() }
 
 // f16ToF32 widens a binary16 exactly; every NaN becomes the float32 quiet
 // NaN 0x7fc00000.
-func f16ToF32(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
-	e := uint32(h>>10) & 0x1f
-	m := uint32(h & 0x3ff)
-	switch e {
-	case 0: // zero or subnormal: m·2⁻²⁴, exact in float32
-		return math.Float32frombits(math.Float32bits(float32(m)*0x1p-24) | sign)
-	case 0x1f:
-		if m != 0 {
-			return math.Float32frombits(0x7fc00000)
-		}
-		return math.Float32frombits(sign | 0x7f800000)
-	}
-	return math.Float32frombits(sign | (e+112)<<23 | m<<13)
-}
+func f16ToF32(h uint16) float32 { return ir.F16(h).Float32() }
 
 // f32ToBF16 rounds x to bfloat16, to nearest with ties to even; a NaN keeps
 // its sign and top payload bits and is made quiet.
@@ -68,25 +53,7 @@ func f32ToBF16(x float32) uint16 { return uint16(ir.BF16FromFloat32(x)) }
 
 // f32ToF16 rounds x to binary16, to nearest with ties to even (overflow
 // gives ±Inf); a NaN becomes the quiet NaN 0x7e00 with x's sign.
-func f32ToF16(x float32) uint16 {
-	b := math.Float32bits(x)
-	sign := uint16(b>>16) & 0x8000
-	a := b & 0x7fffffff
-	switch {
-	case a > 0x7f800000:
-		return sign | 0x7e00
-	case a >= 0x477ff000: // 65520 = 65504 + half an ulp, and above: Inf
-		return sign | 0x7c00
-	case a < 0x38800000: // below 2⁻¹⁴: subnormal or zero
-		// Adding 0.5 (ulp 2⁻²⁴, the binary16 quantum here) rounds to
-		// nearest even in the FPU; the mantissa is then the result,
-		// 0x400 (the smallest normal) included.
-		v := math.Float32frombits(a) + 0.5
-		return sign | uint16(math.Float32bits(v)-0x3f000000)
-	}
-	a += 0xfff + (a>>13)&1
-	return sign | uint16((a-0x38000000)>>13)
-}
+func f32ToF16(x float32) uint16 { return uint16(ir.F16FromFloat32(x)) }
 
 // widenRow sets dst[i] to the float32 value of src[i].
 func widenRow(f Format, dst []float32, src []uint16) {
