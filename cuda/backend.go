@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-
 	"sync"
 	"unsafe"
 
@@ -238,14 +237,33 @@ func (x *Buffer) Literal() (*ir.Literal, error) {
 	if err := x.b.sync(); err != nil {
 		return nil, err
 	}
-	if x.m.host {
-		copy(l.Data, hostBytes(x.m.ptr, x.t.Bytes()))
-		return l, nil
+	return l, x.b.readInto(l.Data, x.m.ptr, x.m.host, x.b.streams[D2H])
+}
+
+// readInto copies len(dst) bytes at p (pinned host when host, else device)
+// into dst, waiting for a device copy on stream to finish.
+func (b *Backend) readInto(dst []byte, p uintptr, host bool, stream uintptr) error {
+	if host {
+		copy(dst, hostBytes(p, int64(len(dst))))
+		return nil
 	}
-	if len(l.Data) == 0 {
-		return l, nil
+	if len(dst) == 0 {
+		return nil
 	}
-	return l, x.b.d.CopyDtoH(unsafe.Pointer(&l.Data[0]), x.m.ptr, x.t.Bytes(), x.b.streams[D2H], true)
+	return b.d.CopyDtoH(unsafe.Pointer(&dst[0]), p, int64(len(dst)), stream, true)
+}
+
+// writeFrom copies src to p (pinned host when host, else device), waiting
+// for a device copy on stream to finish.
+func (b *Backend) writeFrom(p uintptr, host bool, src []byte, stream uintptr) error {
+	if host {
+		copy(hostBytes(p, int64(len(src))), src)
+		return nil
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	return b.d.CopyHtoD(p, unsafe.Pointer(&src[0]), int64(len(src)), stream, true)
 }
 
 // Delete frees the buffer's memory.
@@ -275,15 +293,10 @@ func (b *Backend) FromLiteral(l *ir.Literal) (trace.Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Buffer{b: b, t: l.Type, m: m}
-	if m.host {
-		copy(hostBytes(m.ptr, l.Type.Bytes()), l.Data)
-	} else if len(l.Data) > 0 {
-		if err := b.d.CopyHtoD(m.ptr, unsafe.Pointer(&l.Data[0]), l.Type.Bytes(), b.streams[H2D], true); err != nil {
-			return nil, err
-		}
+	if err := b.writeFrom(m.ptr, m.host, l.Data, b.streams[H2D]); err != nil {
+		return nil, err
 	}
-	return x, nil
+	return &Buffer{b: b, t: l.Type, m: m}, nil
 }
 
 // module loads (once) the module of a generated kernel and returns its
@@ -667,15 +680,10 @@ func (e *executable) run(s *step, stream uintptr, ptr func(*ir.Value) (uintptr, 
 		if err != nil {
 			return err
 		}
-		l := ir.NewLiteral(a.Type)
-		if host {
-			copy(l.Data, hostBytes(p, a.Type.Bytes()))
-		} else if len(l.Data) > 0 {
-			if err := b.d.CopyDtoH(unsafe.Pointer(&l.Data[0]), p, a.Type.Bytes(), stream, true); err != nil {
-				return err
-			}
+		lits[i] = ir.NewLiteral(a.Type)
+		if err := b.readInto(lits[i].Data, p, host, stream); err != nil {
+			return err
 		}
-		lits[i] = l
 	}
 	outs, err := eval.EvalOp(op, lits)
 	if err != nil {
@@ -686,12 +694,8 @@ func (e *executable) run(s *step, stream uintptr, ptr func(*ir.Value) (uintptr, 
 		if err != nil {
 			return err
 		}
-		if host {
-			copy(hostBytes(p, r.Type.Bytes()), outs[i].Data)
-		} else if len(outs[i].Data) > 0 {
-			if err := b.d.CopyHtoD(p, unsafe.Pointer(&outs[i].Data[0]), r.Type.Bytes(), stream, true); err != nil {
-				return err
-			}
+		if err := b.writeFrom(p, host, outs[i].Data, stream); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -742,7 +746,7 @@ func (b *Backend) prepareMatmul(e *executable, s *step) bool {
 		}
 		fused = true
 	}
-	for _, v := range append(slices.Clone(op.Args), op.Results...) {
+	for _, v := range slices.Concat(op.Args, op.Results) {
 		if v.Type.Space != ir.Device {
 			return false
 		}

@@ -45,48 +45,37 @@ func computeType(dt ir.DType) string {
 	return s
 }
 
-// unsignedOf is the unsigned C type of the same width as an integer dtype.
+// unsignedOf is the unsigned C type of the same width as an integer dtype
+// (unsigned int for the narrower ones, which C promotes to int anyway).
 func unsignedOf(dt ir.DType) string {
-	switch dt {
-	case ir.Int64:
+	if dt == ir.Int64 {
 		return "unsigned long long"
-	case ir.Uint8:
-		return "unsigned int"
 	}
 	return "unsigned int"
 }
 
 func bitWidth(dt ir.DType) int { return dt.Size() * 8 }
 
-func load(dt ir.DType, e string) string {
+// halfCall wraps e in the f16 or bf16 prelude function named for dt, and
+// returns e itself for every other dtype.
+func halfCall(dt ir.DType, e, f16, bf16 string) string {
 	switch dt {
 	case ir.Float16:
-		return "ferry_h2f(" + e + ")"
+		return f16 + "(" + e + ")"
 	case ir.BFloat16:
-		return "ferry_b2f(" + e + ")"
+		return bf16 + "(" + e + ")"
 	}
 	return e
 }
 
-func store(dt ir.DType, e string) string {
-	switch dt {
-	case ir.Float16:
-		return "ferry_f2h(" + e + ")"
-	case ir.BFloat16:
-		return "ferry_f2b(" + e + ")"
-	}
-	return e
-}
+// load converts a stored value of dt to its compute type.
+func load(dt ir.DType, e string) string { return halfCall(dt, e, "ferry_h2f", "ferry_b2f") }
 
-func roundHalf(dt ir.DType, e string) string {
-	switch dt {
-	case ir.Float16:
-		return "ferry_rh(" + e + ")"
-	case ir.BFloat16:
-		return "ferry_rb(" + e + ")"
-	}
-	return e
-}
+// store converts a computed value to dt's stored representation.
+func store(dt ir.DType, e string) string { return halfCall(dt, e, "ferry_f2h", "ferry_f2b") }
+
+// roundHalf rounds a float to the nearest value of dt when dt is f16 or bf16.
+func roundHalf(dt ir.DType, e string) string { return halfCall(dt, e, "ferry_rh", "ferry_rb") }
 
 // LaunchKind says how an entry point is launched.
 type LaunchKind uint8
@@ -991,6 +980,13 @@ func (g *gen) dot(op *ir.Op, at string) (string, error) {
 	return roundHalf(dt, fmt.Sprintf("(%s)%s", computeType(dt), acc)), nil
 }
 
+// gridLoop wraps body (statements indented four spaces) in the grid-stride
+// loop over i < n that every LaunchLoop entry runs.
+func gridLoop(body string) string {
+	return "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n" +
+		body + "  }\n"
+}
+
 // genLoop emits a grid-stride loop computing results[ris] at every index.
 func genLoop(s *shared, results []*ir.Value, ris []int, n int64) (Entry, string, error) {
 	g := newGen(s, "    ")
@@ -1003,8 +999,7 @@ func genLoop(s *shared, results []*ir.Value, ris []int, n int64) (Entry, string,
 		}
 		fmt.Fprintf(&stores, "    out%d[i] = %s;\n", ri, store(v.Type.DType, x))
 	}
-	body := "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n" +
-		g.b.String() + stores.String() + "  }\n"
+	body := gridLoop(g.b.String() + stores.String())
 	return Entry{Kind: LaunchLoop, N: n, Writes: ris}, body, nil
 }
 
@@ -1238,8 +1233,7 @@ func genScatter(s *shared, v *ir.Value, ri int) ([]Entry, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	copyBody := "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n" +
-		g.b.String() + fmt.Sprintf("    out%d[i] = %s;\n  }\n", ri, store(v.Type.DType, xv))
+	copyBody := gridLoop(g.b.String() + fmt.Sprintf("    out%d[i] = %s;\n", ri, store(v.Type.DType, xv)))
 	g2 := newGen(s, "    ")
 	j := g2.index(fmt.Sprintf("(i / %dLL) %% %dLL", inner, ni))
 	kv, err := g2.value(ix, j)
@@ -1257,8 +1251,7 @@ func genScatter(s *shared, v *ir.Value, ri int) ([]Entry, []string, error) {
 		val = "(" + uv + " ? 1 : 0)"
 	}
 	g2.emit("if ((long long)%s >= 0 && (long long)%s < %dLL) %s", kv, kv, n, atomicAdd(dt, fmt.Sprintf("&out%d[%s]", ri, dst), val))
-	scatterBody := "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n" +
-		g2.b.String() + "  }\n"
+	scatterBody := gridLoop(g2.b.String())
 	return []Entry{
 			{Kind: LaunchLoop, N: int64(x.Type.Size()), Writes: []int{ri}},
 			{Kind: LaunchLoop, N: int64(u.Type.Size()), Writes: []int{ri}},

@@ -37,8 +37,9 @@ func traceFn(t *testing.T, params []ir.Type, fn func(xs []*trace.Array) []*trace
 	return tr.Func()
 }
 
-// loopFusions compiles f and returns its loop fusion ops.
-func loopFusions(t *testing.T, f *ir.Func) []*ir.Op {
+// compiledOps compiles f and returns the ops of its body that keep accepts,
+// failing with "no <what> in" the program when there are none.
+func compiledOps(t *testing.T, f *ir.Func, what string, keep func(*ir.Op) bool) []*ir.Op {
 	t.Helper()
 	p, err := passes.Compile(f, passes.Options{})
 	if err != nil {
@@ -46,14 +47,22 @@ func loopFusions(t *testing.T, f *ir.Func) []*ir.Op {
 	}
 	var ops []*ir.Op
 	for _, op := range p.Func.Body.Ops {
-		if op.Code == ir.Fusion && op.Attrs.String("kind") == "loop" {
+		if keep(op) {
 			ops = append(ops, op)
 		}
 	}
 	if len(ops) == 0 {
-		t.Fatalf("no loop fusion in\n%v", p.Func)
+		t.Fatalf("no %s in\n%v", what, p.Func)
 	}
 	return ops
+}
+
+// loopFusions compiles f and returns its loop fusion ops.
+func loopFusions(t *testing.T, f *ir.Func) []*ir.Op {
+	t.Helper()
+	return compiledOps(t, f, "loop fusion", func(op *ir.Op) bool {
+		return op.Code == ir.Fusion && op.Attrs.String("kind") == "loop"
+	})
 }
 
 type genCase struct {
@@ -116,21 +125,9 @@ var genCases = []genCase{
 // handles (fusions and plain ops; not constants, sort or region ops).
 func programSteps(t *testing.T, f *ir.Func) []*ir.Op {
 	t.Helper()
-	p, err := passes.Compile(f, passes.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ops []*ir.Op
-	for _, op := range p.Func.Body.Ops {
-		if op.Code == ir.Constant || op.Code == ir.Sort || op.Code == ir.DevicePut || op.Code.Info().Class == ir.ClassRegion && op.Code != ir.Fusion {
-			continue
-		}
-		ops = append(ops, op)
-	}
-	if len(ops) == 0 {
-		t.Fatalf("no generated step in\n%v", p.Func)
-	}
-	return ops
+	return compiledOps(t, f, "generated step", func(op *ir.Op) bool {
+		return !(op.Code == ir.Constant || op.Code == ir.Sort || op.Code == ir.DevicePut || op.Code.Info().Class == ir.ClassRegion && op.Code != ir.Fusion)
+	})
 }
 
 func TestGenerateTraced(t *testing.T) {

@@ -158,25 +158,26 @@ func (m *LtMatmul) check(name string, args ...uintptr) error {
 // set calls a SetAttribute function with v (int32, uint32, int64, uint64 or
 // uintptr) encoded in the cells.
 func (m *LtMatmul) set(fn string, obj uintptr, attr int, v any) error {
-	var n int
+	var u uint64
+	n := 8
 	switch x := v.(type) {
 	case int32:
-		binary.LittleEndian.PutUint32(m.cells.val[:], uint32(x))
-		n = 4
+		u, n = uint64(uint32(x)), 4
 	case uint32:
-		binary.LittleEndian.PutUint32(m.cells.val[:], x)
-		n = 4
+		u, n = uint64(x), 4
 	case int64:
-		binary.LittleEndian.PutUint64(m.cells.val[:], uint64(x))
-		n = 8
+		u = uint64(x)
 	case uint64:
-		binary.LittleEndian.PutUint64(m.cells.val[:], x)
-		n = 8
+		u = x
 	case uintptr:
-		binary.LittleEndian.PutUint64(m.cells.val[:], uint64(x))
-		n = 8
+		u = uint64(x)
 	default:
 		return fmt.Errorf("cuda: attribute value %T", v)
+	}
+	if n == 4 {
+		binary.LittleEndian.PutUint32(m.cells.val[:], uint32(u))
+	} else {
+		binary.LittleEndian.PutUint64(m.cells.val[:], u)
 	}
 	err := m.check(fn, obj, uintptr(attr), uintptr(unsafe.Pointer(&m.cells.val[0])), uintptr(n))
 	runtime.KeepAlive(m.cells)

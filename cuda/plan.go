@@ -125,13 +125,12 @@ func PlanMatmul(op *ir.Op) (MatmulLayout, error) {
 // vectorised loads want it). It is pure bookkeeping: the backend adds the
 // slab's base address.
 type DeviceAllocator struct {
-	size   int64
-	free   []span // sorted by offset, coalesced
-	inUse  map[int64]int64
-	InUse  int64
-	Peak   int64
-	Limit  int64
-	allocs int
+	size  int64
+	free  []span // sorted by offset, coalesced
+	inUse map[int64]int64
+	InUse int64
+	Peak  int64
+	Limit int64
 }
 
 type span struct{ off, size int64 }
@@ -158,11 +157,7 @@ func (a *DeviceAllocator) Alloc(n int64) (int64, error) {
 		}
 	}
 	if best < 0 {
-		var largest int64
-		for _, s := range a.free {
-			largest = max(largest, s.size)
-		}
-		return 0, fmt.Errorf("cuda: out of device memory: %d bytes requested, %d of %d in use, largest free range %d", n, a.InUse, a.size, largest)
+		return 0, fmt.Errorf("cuda: out of device memory: %d bytes requested, %d of %d in use, largest free range %d", n, a.InUse, a.size, a.LargestFree())
 	}
 	s := a.free[best]
 	off := s.off
@@ -174,7 +169,6 @@ func (a *DeviceAllocator) Alloc(n int64) (int64, error) {
 	a.inUse[off] = n
 	a.InUse += n
 	a.Peak = max(a.Peak, a.InUse)
-	a.allocs++
 	return off, nil
 }
 
