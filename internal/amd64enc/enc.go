@@ -78,6 +78,7 @@ type Asm struct {
 	labels []int // position, -1 while unbound
 	jumps  []fix // rel32 to labels
 	rips   []fix // rel32 to the pool
+	wv     *weave
 }
 
 type fix struct {
@@ -214,6 +215,7 @@ const (
 // source (0 when unused), rm the register-or-memory operand, opmask k,
 // zeroing z, and an imm8 when imm >= 0.
 func (a *Asm) evex(pp, mm byte, op byte, reg, vvvv byte, rm Operand, k K, z bool, imm int) {
+	a.mark()
 	var bc byte
 	n := int32(64)
 	if o, ok := rm.(Mem); ok && o.Bcst {
@@ -402,6 +404,7 @@ func (a *Asm) VBROADCASTSS(m Mem, dst Z) {
 // evexT1S is evex for a 32-bit scalar memory operand (tuple T1S: disp8
 // scaled by 4, no broadcast bit).
 func (a *Asm) evexT1S(pp, mm, op, reg byte, m Mem) {
+	a.mark()
 	a.byte1(0x62, evexP0(mm, reg, m), 15<<3|1<<2|pp, 2<<5|1<<3, op)
 	at := a.modrm(reg, m, 4)
 	a.ripFix(at, len(a.b), m)
@@ -438,6 +441,15 @@ func memRex(m Mem) (idx, base byte) {
 		idx = byte(m.Index)
 	}
 	return idx, byte(m.Base)
+}
+
+// PREFETCHT0 asks for the cache line at m in every cache level (a hint: no
+// fault, no effect on results).
+func (a *Asm) PREFETCHT0(m Mem) {
+	idx, base := memRex(m)
+	a.rex(false, 0, idx, base, false)
+	a.byte1(0x0f, 0x18)
+	a.modrm(1, m, 1)
 }
 
 // MOVQload sets dst to the 64-bit word at m.
@@ -531,6 +543,106 @@ func (a *Asm) JMP(l Label) {
 func (a *Asm) rel32(l Label) {
 	a.jumps = append(a.jumps, fix{at: len(a.b), end: len(a.b) + 4, target: int(l)})
 	a.imm32(0)
+}
+
+// ---- weaving ----
+
+// weave is a region being emitted as separate instruction streams.
+type weave struct {
+	start   int
+	streams [][]int // each stream's instruction start offsets
+}
+
+// BeginWeave starts a region of independent instruction streams, each begun
+// by NextStream; EndWeave then interleaves their instructions round-robin
+// (the first of every stream, then the second, ...), so that the
+// out-of-order core sees several dependency chains side by side. The
+// streams must not depend on each other (through registers, flags or
+// memory), and the region must hold no labels or jumps. Vector
+// instructions are tracked one by one; any other bytes stay glued to the
+// instruction before them in their stream.
+func (a *Asm) BeginWeave() { a.wv = &weave{start: len(a.b)} }
+
+// NextStream starts the next stream of the region.
+func (a *Asm) NextStream() { a.wv.streams = append(a.wv.streams, []int{len(a.b)}) }
+
+// mark records the start of an instruction in the current stream.
+func (a *Asm) mark() {
+	if a.wv == nil || len(a.wv.streams) == 0 {
+		return
+	}
+	s := &a.wv.streams[len(a.wv.streams)-1]
+	if (*s)[len(*s)-1] != len(a.b) {
+		*s = append(*s, len(a.b))
+	}
+}
+
+// EndWeave interleaves the region's streams and ends it.
+func (a *Asm) EndWeave() error {
+	w := a.wv
+	a.wv = nil
+	end := len(a.b)
+	for _, j := range a.jumps {
+		if j.at >= w.start {
+			return fmt.Errorf("amd64enc: jump inside a woven region")
+		}
+	}
+	for _, l := range a.labels {
+		if l > w.start {
+			return fmt.Errorf("amd64enc: label inside a woven region")
+		}
+	}
+	type span struct{ lo, hi, to int }
+	var spans [][]span
+	most := 0
+	for k, st := range w.streams {
+		hi := end
+		if k+1 < len(w.streams) {
+			hi = w.streams[k+1][0]
+		}
+		var ss []span
+		for i, lo := range st {
+			e := hi
+			if i+1 < len(st) {
+				e = st[i+1]
+			}
+			if e > lo {
+				ss = append(ss, span{lo: lo, hi: e})
+			}
+		}
+		spans = append(spans, ss)
+		most = max(most, len(ss))
+	}
+	out := make([]byte, 0, end-w.start)
+	var all []span
+	for i := range most {
+		for k := range spans {
+			if i < len(spans[k]) {
+				sp := spans[k][i]
+				sp.to = w.start + len(out)
+				out = append(out, a.b[sp.lo:sp.hi]...)
+				all = append(all, sp)
+			}
+		}
+	}
+	if len(out) != end-w.start {
+		return fmt.Errorf("amd64enc: woven region lost bytes")
+	}
+	copy(a.b[w.start:], out)
+	for r := range a.rips {
+		f := &a.rips[r]
+		if f.at < w.start {
+			continue
+		}
+		for _, sp := range all {
+			if f.at >= sp.lo && f.at < sp.hi {
+				f.at += sp.to - sp.lo
+				f.end += sp.to - sp.lo
+				break
+			}
+		}
+	}
+	return nil
 }
 
 // RET returns.

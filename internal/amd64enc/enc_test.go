@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -105,6 +106,9 @@ var encCases = []encCase{
 	{"MOVL $1, DX", func(a *Asm) { a.MOVL(1, RDX) }},
 	{"SHLL CX, DX", func(a *Asm) { a.SHLLCL(RDX) }},
 	{"DECL DX", func(a *Asm) { a.DECL(RDX) }},
+	{"PREFETCHT0 2048(SI)(AX*1)", func(a *Asm) { a.PREFETCHT0(mi(RSI, RAX, 2048)) }},
+	{"PREFETCHT0 2112(R13)(AX*1)", func(a *Asm) { a.PREFETCHT0(mi(R13, RAX, 2112)) }},
+	{"PREFETCHT0 64(R9)(R10*1)", func(a *Asm) { a.PREFETCHT0(mi(R9, R10, 64)) }},
 	{"RET", func(a *Asm) { a.RET() }},
 }
 
@@ -207,6 +211,8 @@ func TestHandChecked(t *testing.T) {
 		{"62b11d4872f117", func(a *Asm) { a.VPSLLD(23, Z(17), 12) }},
 		// add rax, 64
 		{"4883c040", func(a *Asm) { a.ADDQ(64, RAX) }},
+		// prefetcht0 [rsi+rax+0x800]
+		{"0f188c0600080000", func(a *Asm) { a.PREFETCHT0(mi(RSI, RAX, 2048)) }},
 	}
 	for _, c := range cases {
 		var a Asm
@@ -247,5 +253,101 @@ func TestFinishResolves(t *testing.T) {
 	bad.JMP(bad.NewLabel())
 	if _, err := bad.Finish(); err == nil {
 		t.Fatal("unbound label accepted")
+	}
+}
+
+// TestWeave checks that a woven region holds the streams' instructions
+// round-robin, byte for byte as if emitted in that order, with the
+// RIP-relative constants of moved instructions still resolved, and that a
+// region holding a label is refused.
+func TestWeave(t *testing.T) {
+	streams := [][]func(a *Asm){
+		{
+			func(a *Asm) { a.VMULPS(a.ConstF(2), 1, 2) },
+			func(a *Asm) { a.VADDPS(Z(2), 2, 3) },
+			func(a *Asm) { a.VFMADD231PS(a.ConstF(3), 3, 4) },
+		},
+		{
+			func(a *Asm) { a.VBROADCASTSS(a.ConstF(5), 9) },
+			func(a *Asm) { a.VSUBPS(Z(9), 8, 10) },
+		},
+		{
+			func(a *Asm) { a.VCMPPS(1, a.ConstF(2), 20, 3) },
+			func(a *Asm) { a.VBLENDMPSk(Z(21), 22, 3, 23) },
+			func(a *Asm) { a.VPXORD(Z(24), 24, 24) },
+			func(a *Asm) { a.VMOVUPSstore(25, 0, mi(RBX, RAX, 64)) },
+		},
+	}
+	var woven, plain Asm
+	woven.XORL(RAX)
+	plain.XORL(RAX)
+	woven.BeginWeave()
+	for _, s := range streams {
+		woven.NextStream()
+		for _, f := range s {
+			f(&woven)
+		}
+	}
+	if err := woven.EndWeave(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		for _, s := range streams {
+			if i < len(s) {
+				s[i](&plain)
+			}
+		}
+	}
+	woven.RET()
+	plain.RET()
+	// The pools differ in order (constants are pooled at first use), so
+	// compare after resolving: the same constant bits at every RIP target.
+	w, err := woven.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plain.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w) != len(p) || len(woven.b) != len(plain.b) {
+		t.Fatalf("lengths %d/%d, code %d/%d", len(w), len(p), len(woven.b), len(plain.b))
+	}
+	if len(woven.rips) != len(plain.rips) {
+		t.Fatalf("%d/%d constant references", len(woven.rips), len(plain.rips))
+	}
+	// Every constant reference of the woven code sits where the plain
+	// order has one and reaches the same constant bits.
+	disp := func(code []byte, f fix) int {
+		return int(int32(uint32(code[f.at])|uint32(code[f.at+1])<<8|uint32(code[f.at+2])<<16|uint32(code[f.at+3])<<24)) + f.end
+	}
+	for _, rw := range woven.rips {
+		i := slices.IndexFunc(plain.rips, func(q fix) bool { return q.at == rw.at && q.end == rw.end })
+		if i < 0 {
+			t.Fatalf("constant reference at %d not where the plain order has one", rw.at)
+		}
+		tw, tp := disp(w, rw), disp(p, plain.rips[i])
+		if !bytes.Equal(w[tw:tw+4], p[tp:tp+4]) {
+			t.Fatalf("constant at %d: %x, want %x", rw.at, w[tw:tw+4], p[tp:tp+4])
+		}
+	}
+	for _, r := range woven.rips {
+		for k := r.at; k < r.at+4; k++ {
+			w[k], p[k] = 0, 0
+		}
+	}
+	if !bytes.Equal(w[:len(woven.b)], p[:len(plain.b)]) {
+		t.Fatalf("woven code\n%x\nwant\n%x", w[:len(woven.b)], p[:len(plain.b)])
+	}
+
+	var bad Asm
+	bad.BeginWeave()
+	bad.NextStream()
+	bad.VADDPS(Z(1), 1, 1)
+	bad.Bind(bad.NewLabel())
+	bad.NextStream()
+	bad.VADDPS(Z(2), 2, 2)
+	if err := bad.EndWeave(); err == nil {
+		t.Fatal("label inside a woven region accepted")
 	}
 }
