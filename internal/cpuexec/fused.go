@@ -286,6 +286,9 @@ type blockProg struct {
 	code []vmath.Instr
 	// chain is code compiled to machine code (nil: interpreted).
 	chain *vmath.Chain
+	// spans: the chain may run over whole spans of contiguous elements
+	// instead of blocks (see spansOK).
+	spans bool
 	pool  sync.Pool
 	b     *builder
 }
@@ -501,8 +504,69 @@ func (k *fusedKernel) build() error {
 				nd.out = rn[0]
 			}
 		}
+		p.spans = p.spansOK()
 	}
 	return nil
+}
+
+// spansOK reports whether the compiled chain can run straight over the
+// operands' and results' memory, a span of consecutive elements at a time,
+// with no block copies: every value is f32; every leaf is invariant, read
+// in place (direct) or read through one stage whose innermost stride is 1
+// (a span ends where that run does: a slice is read in place; a row
+// broadcast along leading axes is periodic, see spanPeriod); every result
+// is an op node written straight to its output; the chain never spills (the
+// values it does not store then need no memory of span size); and there are
+// no reductions.
+func (p *blockProg) spansOK() bool {
+	if p.chain == nil || !p.chain.SpillFree() || len(p.reduces) > 0 {
+		return false
+	}
+	for i := range p.nodes {
+		nd := &p.nodes[i]
+		if nd.esz != 4 {
+			return false
+		}
+		if nd.kind != nLeaf || nd.invariant || nd.direct {
+			continue
+		}
+		if len(nd.m) != 1 || len(nd.m[0].shape) == 0 || nd.m[0].st[len(nd.m[0].st)-1] != 1 {
+			return false
+		}
+	}
+	for _, rn := range p.results {
+		if nd := &p.nodes[rn[1]]; nd.kind != nOp || nd.invariant || nd.out != rn[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// spanTarget is the span length (elements) the repeated copies of periodic
+// leaves allow: long enough that the per-call cost of the chain is small,
+// short enough that the copies stay in a core's L2.
+const spanTarget = 4096
+
+// spanPeriod returns P when leaf nd reads the same P consecutive elements
+// over and over (a stage of shape [R, P] and strides [0, 1]: a row
+// broadcast along the leading axes), 0 otherwise.
+func spanPeriod(nd *fnode) int {
+	if nd.kind != nLeaf || nd.invariant || nd.direct || len(nd.m) != 1 {
+		return 0
+	}
+	s := &nd.m[0]
+	if len(s.shape) != 2 || s.st[0] != 0 || s.st[1] != 1 || s.shape[1] >= spanTarget {
+		return 0
+	}
+	return s.shape[1]
+}
+
+// run returns the operand index of flat index i and the number of
+// consecutive indices from i that read consecutive operand elements (the
+// rest of i's innermost run; the stage's innermost stride is 1).
+func (s *stage) run(i int) (j, n int) {
+	inner := s.shape[len(s.shape)-1]
+	return s.apply(i), inner - i%inner
 }
 
 // reduceLayout describes reducing axes of shape: whether the reduced axes

@@ -66,20 +66,22 @@ func edgeArgs(r *rand.Rand, f *ir.Func) []*ir.Literal {
 
 // TestJITRandomChains runs random f32 chains of every op the compiled
 // chains cover (with broadcast rows, scalar constants, several results, and
-// sizes with and without a partial last vector and block) through the fused
-// executor with run-time code generation on and off, comparing every result
-// byte for byte with the reference executor, and checks the chain was
-// compiled where the CPU allows.
+// sizes with and without a partial last vector and block, and sizes split
+// across workers in the middle of a row) through the fused executor with
+// run-time code generation on and off, comparing every result byte for byte
+// with the reference executor, and checks the chain was compiled where the
+// CPU allows and ran over spans (with periodic rows shorter and longer than
+// spanTarget) in some groups.
 func TestJITRandomChains(t *testing.T) {
 	r := rand.New(rand.NewPCG(rand.Uint64(), 11))
-	sizes := [][]int{{3, 5}, {4, 16}, {7, 33}, {2, 1024}, {3, 1000}, {5, 4099}}
-	compiled := 0
+	sizes := [][]int{{3, 5}, {4, 16}, {7, 33}, {2, 1024}, {3, 1000}, {5, 4099}, {257, 129}, {9, 5000}}
+	compiled, spans := 0, 0
 	defer func() {
-		if !t.Failed() && vmath.JITAvailable() && compiled < 20 {
-			t.Errorf("only %d groups got a compiled chain", compiled)
+		if !t.Failed() && vmath.JITAvailable() && (compiled < 20 || spans < 5) {
+			t.Errorf("only %d groups got a compiled chain, %d ran over spans", compiled, spans)
 		}
 	}()
-	for it := range 60 {
+	for it := range 64 {
 		shape := sizes[it%len(sizes)]
 		f := ir.NewFunc(fmt.Sprintf("jit%d", it))
 		g := &groupGen{t: t, r: r, f: f, rg: f.NewRegion(), dt: ir.Float32}
@@ -101,6 +103,9 @@ func TestJITRandomChains(t *testing.T) {
 			for _, bp := range k.progs {
 				if bp.chain != nil {
 					compiled++
+				}
+				if bp.spans {
+					spans++
 				}
 				if bp.code != nil && (bp.chain != nil) != (on && vmath.JITAvailable()) {
 					t.Fatalf("%s: JIT %v, available %v, chain compiled %v", f.Name, on, vmath.JITAvailable(), bp.chain != nil)

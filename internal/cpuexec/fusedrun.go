@@ -22,6 +22,10 @@ type worker struct {
 	idx    []int
 	red    []reduceState
 	ptrs   []*float32 // the block's values, for vmath.RunProgram
+	// spans (blockProg.spans): each periodic leaf's elements repeated, and
+	// each stage leaf's operand index at the current span.
+	reps    [][]byte
+	spanOff []int
 	// per run
 	in, out []*ir.Literal
 	inPlace bool // store results only after the whole block is computed
@@ -31,7 +35,8 @@ type worker struct {
 
 func (p *blockProg) newWorker() any {
 	w := &worker{p: p, blocks: make([][]byte, len(p.nodes)), lits: make([]ir.Literal, len(p.nodes)),
-		args: make([][]*ir.Literal, len(p.nodes)), idx: make([]int, blockSize), ptrs: make([]*float32, len(p.nodes))}
+		args: make([][]*ir.Literal, len(p.nodes)), idx: make([]int, blockSize), ptrs: make([]*float32, len(p.nodes)),
+		spanOff: make([]int, len(p.nodes))}
 	for i := range p.nodes {
 		nd := &p.nodes[i]
 		w.lits[i].Type = ir.Type{DType: nd.dt}
@@ -226,12 +231,99 @@ func (w *worker) runRange(args, outs []*ir.Literal, lo, hi int, inPlace bool) er
 			return err
 		}
 	}
+	if p.spans && !inPlace && w.spans(lo, hi) {
+		return nil
+	}
 	for b := lo; b < hi; b += blockSize {
 		if err := w.block(b, min(hi, b+blockSize)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// spans runs the compiled chain over [lo, hi) straight on the operands' and
+// results' memory (p.spans), one span of indices at a time: a span ends
+// where a leaf read through a stage ends its contiguous run. A periodic
+// leaf (spanPeriod P) is read from a per-worker copy of its P elements
+// repeated up to spanTarget, so that its spans are not cut at every
+// period. Values the chain neither reads from memory nor stores (invariant
+// nodes, read as uniforms, and op nodes that are not results) point at
+// their blocks. It returns false when the generated code may not run now or
+// some memory is shorter than a span needs; the caller then computes the
+// whole range by blocks (spans already written are written again, with the
+// same values).
+func (w *worker) spans(lo, hi int) bool {
+	p := w.p
+	defer clear(w.ptrs)
+	if w.reps == nil {
+		w.reps = make([][]byte, len(p.nodes))
+	}
+	for i := range p.nodes {
+		nd := &p.nodes[i]
+		per := spanPeriod(nd)
+		if per == 0 {
+			continue
+		}
+		src := w.source(nd)
+		off := nd.m[0].off
+		if 4*(off+per) > len(src) {
+			return false
+		}
+		n := spanTarget / per * per
+		if cap(w.reps[i]) < 4*n {
+			w.reps[i] = alignedBytes(4 * n)
+		}
+		rep := w.reps[i][:4*n]
+		for k := 0; k < n; k += per {
+			copy(rep[4*k:], src[4*off:4*(off+per)])
+		}
+		w.reps[i] = rep
+	}
+	for lo < hi {
+		end := hi
+		for i := range p.nodes {
+			nd := &p.nodes[i]
+			if nd.kind != nLeaf || nd.invariant || nd.direct {
+				continue
+			}
+			j, n := nd.m[0].run(lo)
+			if per := spanPeriod(nd); per > 0 {
+				j, n = lo%per, len(w.reps[i])/4-lo%per
+			}
+			w.spanOff[i] = j
+			end = min(end, lo+n)
+		}
+		cnt := end - lo
+		for i := range p.nodes {
+			nd := &p.nodes[i]
+			var b []byte
+			off, need := lo, cnt
+			switch {
+			case nd.invariant || nd.kind == nOp && nd.out < 0:
+				b, off, need = w.blocks[i], 0, 1
+			case nd.kind == nLeaf && nd.direct:
+				b = w.source(nd)
+			case nd.kind == nLeaf && spanPeriod(nd) > 0:
+				b, off = w.reps[i], w.spanOff[i]
+			case nd.kind == nLeaf:
+				b, off = w.source(nd), w.spanOff[i]
+			case nd.kind == nDot:
+				b = w.out[p.k.dotRes].Data
+			default:
+				b = w.out[nd.out].Data
+			}
+			if 4*(off+need) > len(b) {
+				return false
+			}
+			w.ptrs[i] = &ir.ViewBytes[float32](b[4*off:])[0]
+		}
+		if w.ntChain && !p.chain.RunNT(w.ptrs, cnt) || !w.ntChain && !p.chain.Run(w.ptrs, cnt) {
+			return false
+		}
+		lo = end
+	}
+	return true
 }
 
 // ntMinBytes is the size from which a program's results are stored with
