@@ -432,6 +432,9 @@ func newPool(space ir.MemorySpace, cfg MemoryConfig) *pool {
 	return p
 }
 
+// poisonUninit (FERRY_POISON_UNINIT=1): AllocUninit fills memory with 0xff.
+var poisonUninit = os.Getenv("FERRY_POISON_UNINIT") == "1"
+
 var (
 	errRetired = errors.New("pool retired")
 	errCollect = errors.New("collect garbage before growing")
@@ -474,6 +477,11 @@ func (p *pool) tryAlloc(size int64, rec *allocRecord, zero, mayCollect bool) ([]
 	}
 	if mem == nil {
 		return nil, p.oomLocked(size, rec.what, note)
+	}
+	if !zero && poisonUninit {
+		for i := range mem {
+			mem[i] = 0xff // NaN in every float type, -1 in every integer one
+		}
 	}
 	rec.pool = p
 	rec.size = size
@@ -645,7 +653,14 @@ func (ps *Pools) Alloc(space ir.MemorySpace, size int64, what string) (mem []byt
 }
 
 // AllocUninit is Alloc without zeroing the memory: for executors that write
-// every byte of an output or arena value before reading it.
+// every byte of an output or arena value before reading it. With the
+// environment variable FERRY_POISON_UNINIT=1 the memory is filled with 0xff
+// bytes instead (NaN in every float type): a debugging aid that makes a
+// kernel reading memory it did not write show up in results.
+//
+// The CPU backend runs its programs over such memory: every kernel writes
+// all of its results (the arena reuses memory between values anyway), so
+// zeroing a fresh 16 MiB output would only cost a pass over memory.
 func (ps *Pools) AllocUninit(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
 	return releaseFunc(ps.alloc(space, size, what, false, 3))
 }
