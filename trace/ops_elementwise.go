@@ -343,9 +343,10 @@ func geluValue(x *Array, approximate bool) *Array {
 	if approximate {
 		// 0.5·(1 + tanh(u)) = logistic(2u): the same function with one
 		// cheaper transcendental and three fewer ops, and no cancellation in
-		// 1 + tanh(u) for large negative x.
-		x3 := Mul(Mul(x, x), x)
-		u2 := Mul(scalarLike(x, 2*math.Sqrt(2/math.Pi)), Add(x, Mul(scalarLike(x, 0.044715), x3)))
+		// 1 + tanh(u) for large negative x. 2u = x·(a + b·x²) with the
+		// constants folded: four ops where the textbook form takes five.
+		a := 2 * math.Sqrt(2/math.Pi)
+		u2 := Mul(x, Add(scalarLike(x, a), Mul(scalarLike(x, a*0.044715), Mul(x, x))))
 		return Mul(x, Logistic(u2))
 	}
 	inner := Erf(Mul(x, scalarLike(x, 1/math.Sqrt2)))
