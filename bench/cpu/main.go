@@ -29,6 +29,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -81,7 +82,18 @@ func main() {
 	sizesFlag := flag.String("sizes", "256,512,1024,2048", "sgemm sizes")
 	steps := flag.Int("steps", 20, "MLP training steps per round")
 	sections := flag.String("sections", "sgemm,fused,mlp", "sections to run")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	rep := Report{Machine: machine(), Threads: runtime.GOMAXPROCS(0), Kernel: gemm.Kernel()}
 	if strings.Contains(*sections, "sgemm") {
