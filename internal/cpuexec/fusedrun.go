@@ -174,22 +174,28 @@ func (p *blockProg) parallel(args, outs []*ir.Literal, units, per int, inPlace b
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error
-	for lo := 0; lo < units; lo += chunk {
+	run := func(lo, hi int) {
+		w := p.pool.Get().(*worker)
+		defer p.pool.Put(w)
+		if err := w.runRange(args, outs, lo*per, hi*per, inPlace); err != nil {
+			mu.Lock()
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+		}
+	}
+	// The calling goroutine computes the first chunk itself rather than
+	// wait idle for the others.
+	for lo := chunk; lo < units; lo += chunk {
 		hi := min(units, lo+chunk)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := p.pool.Get().(*worker)
-			defer p.pool.Put(w)
-			if err := w.runRange(args, outs, lo*per, hi*per, inPlace); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
+			run(lo, hi)
 		}()
 	}
+	run(0, min(units, chunk))
 	wg.Wait()
 	return first
 }

@@ -703,6 +703,16 @@ func (g *gen) cbits(b uint32) e.Operand {
 	return g.a.Const(b)
 }
 
+// creg returns the constant o in a register: its hoisted register, or tmp
+// after a broadcast (for an operand that must be a register, read only).
+func (g *gen) creg(o e.Operand, tmp e.Z) e.Z {
+	if z, ok := o.(e.Z); ok {
+		return z
+	}
+	g.bcast(o, tmp)
+	return tmp
+}
+
 // bcast sets every lane of dst to the constant o.
 func (g *gen) bcast(o e.Operand, dst e.Z) {
 	switch o := o.(type) {
@@ -714,7 +724,7 @@ func (g *gen) bcast(o e.Operand, dst e.Z) {
 }
 
 // opTemps is the number of temporary registers each op's body needs.
-var opTemps = map[int32]int{OpExp: 4, OpLog: 6, OpTanh: 9, OpLogistic: 7, OpErf: 9}
+var opTemps = map[int32]int{OpExp: 4, OpLog: 5, OpTanh: 9, OpLogistic: 7, OpErf: 9}
 
 // Comparison predicates (VCMPPS imm8), as _asm/main.go.
 const (
@@ -722,6 +732,7 @@ const (
 	cmpLT  = 0x11
 	cmpGE  = 0x1d
 	cmpUNO = 0x03
+	cmpNLT = 0x05 // not less than (true for NaN)
 )
 
 // op emits one op's body: the instruction sequence of _asm/main.go, in the
@@ -801,14 +812,12 @@ func (g *gen) expClamped(x, out e.Z, tmp []e.Z, lo, hi bool) {
 	t0, t1, t2, t3 := tmp[0], tmp[1], tmp[2], tmp[3]
 	switch {
 	case lo:
-		g.bcast(g.c(expLo), t1)
-		a.VMAXPS(x, t1, t0)
+		a.VMAXPS(x, g.creg(g.c(expLo), t1), t0)
 	default:
 		a.VMOVAPS(x, t0)
 	}
 	if hi {
-		g.bcast(g.c(expHi), t1)
-		a.VMINPS(t0, t1, t0)
+		a.VMINPS(t0, g.creg(g.c(expHi), t1), t0)
 	}
 	a.VMULPS(g.c(log2e), t0, t1)
 	a.VRNDSCALEPS(8, t1, t1)
@@ -823,8 +832,7 @@ func (g *gen) expClamped(x, out e.Z, tmp []e.Z, lo, hi bool) {
 
 // copysign: out = |out| with the sign of x.
 func (g *gen) copysign(out, x, tmp e.Z) {
-	g.bcast(g.cbits(signBit), tmp)
-	g.a.VPTERNLOGD(0xB8, x, tmp, out)
+	g.a.VPTERNLOGD(0xB8, x, g.creg(g.cbits(signBit), tmp), out)
 }
 
 func (g *gen) tanhBody(x, out e.Z, r []e.Z) {
@@ -836,8 +844,7 @@ func (g *gen) tanhBody(x, out e.Z, r []e.Z) {
 	a.VMULPS(x, z, t)
 	a.VFMADD213PS(x, t, s)
 	a.VADDPS(ab, ab, t)
-	g.bcast(g.c(2*tanhHi), ex)
-	a.VMINPS(t, ex, t)
+	a.VMINPS(t, g.creg(g.c(2*tanhHi), ex), t)
 	g.expClamped(t, ex, r[5:9], false, false) // t in [0, 2*tanhHi] or NaN
 	a.VADDPS(g.c(1), ex, ex)
 	rc := r[5]
@@ -858,10 +865,10 @@ func (g *gen) logisticBody(x, out e.Z, r []e.Z) {
 	n, ex, num := r[0], r[1], r[2]
 	a.VPORD(g.cbits(signBit), x, n)
 	g.expClamped(n, ex, r[3:7], true, false) // n = -|x| ≤ 0 or NaN
-	g.bcast(g.c(1), num)
-	a.VPXORD(n, n, n) // VXORPS in the kernel: the same zero
-	a.VCMPPS(cmpLT, n, x, g.km)
-	a.VBLENDMPSk(ex, num, g.km, num)
+	// num = 1 where x ≥ 0 or NaN (not x < 0, as the kernel's compare
+	// with a zeroed register), e^-|x| elsewhere.
+	a.VCMPPS(cmpNLT, g.cbits(0), x, g.km)
+	a.VBLENDMPSk(g.c(1), ex, g.km, num)
 	a.VADDPS(g.c(1), ex, ex)
 	g.recipDiv(num, ex, out, r[3])
 }
@@ -882,16 +889,14 @@ func (g *gen) erfBody(x, out e.Z, r []e.Z) {
 	a.VMULPS(x, x, z)
 	g.horner(s, z, erfS[:])
 	a.VFMADD213PS(x, x, s)
-	g.bcast(g.c(erfHi), t)
-	a.VMINPS(ab, t, t)
+	a.VMINPS(ab, g.creg(g.c(erfHi), t), t)
 	a.VSUBPS(g.c(erfMid), t, t)
 	g.horner(q, t, erfL[:])
 	g.expInto(q, t, r[5:9])
 	g.bcast(g.c(1), out)
 	a.VSUBPS(t, out, out)
 	a.VCMPPS(cmpGE, g.c(erfHi), ab, g.km)
-	g.bcast(g.c(1), t)
-	a.VBLENDMPSk(t, out, g.km, out)
+	a.VBLENDMPSk(g.c(1), out, g.km, out)
 	a.VCMPPS(cmpLT, g.c(erfMid), ab, g.km)
 	a.VBLENDMPSk(s, out, g.km, out)
 	g.copysign(out, x, t)
@@ -899,7 +904,7 @@ func (g *gen) erfBody(x, out e.Z, r []e.Z) {
 
 func (g *gen) logBody(x, out e.Z, r []e.Z) {
 	a := &g.a
-	m, ex, f, z, y, t := r[0], r[1], r[2], r[3], r[4], r[5]
+	m, ex, f, z, y := r[0], r[1], r[2], r[3], r[4]
 	a.VGETMANTPS(0x02, x, m)
 	a.VGETEXPPS(x, ex)
 	a.VADDPS(g.c(1), ex, ex)
@@ -917,12 +922,8 @@ func (g *gen) logBody(x, out e.Z, r []e.Z) {
 	a.VFMADD231PS(g.c(ln2Hi), ex, out)
 	a.VCMPPS(cmpEQ, g.cbits(0x7f800000), x, g.km)
 	a.VMOVAPSk(x, g.km, out)
-	a.VPXORD(t, t, t)
-	a.VCMPPS(cmpEQ, t, x, g.km)
-	g.bcast(g.cbits(0xff800000), t)
-	a.VMOVAPSk(t, g.km, out)
-	a.VPXORD(t, t, t)
-	a.VCMPPS(cmpLT, t, x, g.km)
-	g.bcast(g.cbits(0x7fc00000), t)
-	a.VMOVAPSk(t, g.km, out)
+	a.VCMPPS(cmpEQ, g.cbits(0), x, g.km) // the kernel's zeroed register
+	a.VBLENDMPSk(g.cbits(0xff800000), out, g.km, out)
+	a.VCMPPS(cmpLT, g.cbits(0), x, g.km)
+	a.VBLENDMPSk(g.cbits(0x7fc00000), out, g.km, out)
 }
