@@ -445,11 +445,19 @@ func memRex(m Mem) (idx, base byte) {
 
 // PREFETCHT0 asks for the cache line at m in every cache level (a hint: no
 // fault, no effect on results).
-func (a *Asm) PREFETCHT0(m Mem) {
+func (a *Asm) PREFETCHT0(m Mem) { a.prefetch(1, m) }
+
+// PREFETCHNTA asks for the cache line at m close to the core while
+// keeping it out of the outer caches as far as the CPU allows (data read
+// once).
+func (a *Asm) PREFETCHNTA(m Mem) { a.prefetch(0, m) }
+
+// prefetch emits 0F 18 /hint with memory operand m.
+func (a *Asm) prefetch(hint byte, m Mem) {
 	idx, base := memRex(m)
 	a.rex(false, 0, idx, base, false)
 	a.byte1(0x0f, 0x18)
-	a.modrm(1, m, 1)
+	a.modrm(hint, m, 1)
 }
 
 // MOVQload sets dst to the 64-bit word at m.

@@ -109,6 +109,8 @@ var encCases = []encCase{
 	{"PREFETCHT0 2048(SI)(AX*1)", func(a *Asm) { a.PREFETCHT0(mi(RSI, RAX, 2048)) }},
 	{"PREFETCHT0 2112(R13)(AX*1)", func(a *Asm) { a.PREFETCHT0(mi(R13, RAX, 2112)) }},
 	{"PREFETCHT0 64(R9)(R10*1)", func(a *Asm) { a.PREFETCHT0(mi(R9, R10, 64)) }},
+	{"PREFETCHNTA 3072(BX)(AX*1)", func(a *Asm) { a.PREFETCHNTA(mi(RBX, RAX, 3072)) }},
+	{"PREFETCHNTA 3136(R12)(AX*1)", func(a *Asm) { a.PREFETCHNTA(mi(R12, RAX, 3136)) }},
 	{"RET", func(a *Asm) { a.RET() }},
 }
 

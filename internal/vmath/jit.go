@@ -368,11 +368,13 @@ func operands(in Instr) []int {
 var chainUnrolls = []int{8, 4, 2, 1}
 
 // chainPrefetch is how far ahead (bytes) the main loop prefetches its
-// streamed inputs; 0 turns it off. On Zen 5 (2 cores, the executor's gelu
-// over 4M elements, 6 alternating runs each) the fused/copy ratio's median
-// was 0.49 with none, 0.53 at 1 KiB, 0.59 at 2 KiB, 0.64 at 4 KiB and 0.59
-// at 8 KiB.
-const chainPrefetch = 4096
+// streamed inputs (PREFETCHNTA: read once); 0 turns it off. On Zen 5 (2
+// cores, the executor's gelu over 4M elements, alternating runs) the
+// fused/copy ratio's median was 0.49 with no prefetch; with PREFETCHT0 0.53
+// at 1 KiB, 0.59 at 2 KiB, 0.64 at 4 KiB and 0.59 at 8 KiB; in a later
+// series PREFETCHNTA at 3 KiB gave 0.58 (15 runs) where PREFETCHT0 at 4 KiB
+// gave 0.53.
+const chainPrefetch = 3072
 
 // weaveRegs bounds the registers the woven bodies of one transcendental op
 // over several vectors may hold at once (operands, temporaries, results).
@@ -415,7 +417,7 @@ func (g *gen) emit() {
 				continue
 			}
 			for j := 0; j < g.unroll; j++ {
-				a.PREFETCHT0(e.Mem{Base: streamRegs[g.sreg[s]], Index: e.RAX, HasIndex: true, Scale: 1, Disp: int32(chainPrefetch + 64*j)})
+				a.PREFETCHNTA(e.Mem{Base: streamRegs[g.sreg[s]], Index: e.RAX, HasIndex: true, Scale: 1, Disp: int32(chainPrefetch + 64*j)})
 			}
 		}
 	}
