@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ferryml/ferry/internal/eval"
@@ -167,38 +168,58 @@ func (p *blockProg) parallel(args, outs []*ir.Literal, units, per int, inPlace b
 		defer p.pool.Put(w)
 		return w.runRange(args, outs, 0, n, inPlace)
 	}
-	chunk := (units + workers - 1) / workers
+	// Units go out in chunks from a shared counter, several chunks per
+	// worker, and the calling goroutine works too: a goroutine whose thread
+	// wakes late (150 µs on the project machine, a sixth of a 1 ms call)
+	// then takes fewer chunks instead of finishing last.
+	chunk := (units + workers*chunksPerWorker - 1) / (workers * chunksPerWorker)
+	chunk = max(chunk, (minChunk+per-1)/per)
 	if per == 1 {
 		chunk = (chunk + blockSize - 1) / blockSize * blockSize
 	}
+	nchunks := (units + chunk - 1) / chunk
+	var next atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error
-	run := func(lo, hi int) {
+	work := func() {
 		w := p.pool.Get().(*worker)
 		defer p.pool.Put(w)
-		if err := w.runRange(args, outs, lo*per, hi*per, inPlace); err != nil {
-			mu.Lock()
-			if first == nil {
-				first = err
+		for {
+			c := int(next.Add(1)) - 1
+			if c >= nchunks {
+				return
 			}
-			mu.Unlock()
+			lo, hi := c*chunk, min(units, (c+1)*chunk)
+			if err := w.runRange(args, outs, lo*per, hi*per, inPlace); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				next.Store(int64(nchunks)) // the others stop at their next chunk
+				return
+			}
 		}
 	}
-	// The calling goroutine computes the first chunk itself rather than
-	// wait idle for the others.
-	for lo := chunk; lo < units; lo += chunk {
-		hi := min(units, lo+chunk)
+	for range workers - 1 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			run(lo, hi)
+			work()
 		}()
 	}
-	run(0, min(units, chunk))
+	work()
 	wg.Wait()
 	return first
 }
+
+// chunksPerWorker is how many chunks parallel cuts per worker, and
+// minChunk the fewest elements of one.
+const (
+	chunksPerWorker = 8
+	minChunk        = 4 * blockSize
+)
 
 // runRange computes the invariant nodes, then every block of [lo, hi).
 func (w *worker) runRange(args, outs []*ir.Literal, lo, hi int, inPlace bool) error {
