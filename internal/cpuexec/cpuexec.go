@@ -10,7 +10,12 @@
 //     space (1024 elements), so no full-size buffer ever exists for a value
 //     inside the group. See fused.go for the three strategies (loop, input,
 //     output). Groups the block compiler does not understand fall back to
-//     eval (correct, but with full-size temporaries on the Go heap).
+//     eval (correct, but with full-size temporaries on the Go heap). An f32
+//     chain compiled to machine code (vmath.CompileChain) that keeps every
+//     intermediate in registers runs instead straight over the operands and
+//     results in spans of up to 4096 elements (row broadcasts read from a
+//     per-worker repeated copy), with no block copies at all. Large groups
+//     are split across cores in chunks taken from a shared counter.
 //
 //   - scan, while and cond, which run their nested regions with their
 //     sub-plans: the nested arena lives inside the enclosing one at
