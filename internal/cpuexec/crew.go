@@ -14,9 +14,10 @@ import (
 // 1 ms fused call; back-to-back calls (a training step's fused groups, a
 // benchmark's loop) find the helpers still spinning.
 type crew struct {
-	once  sync.Once
-	board atomic.Pointer[crewJob]
-	wake  chan struct{}
+	once     sync.Once
+	board    atomic.Pointer[crewJob]
+	wake     chan struct{}
+	sleeping atomic.Int32 // helpers asleep or about to sleep on wake
 }
 
 // crewJob is one parallel call: work is run by the caller and by every
@@ -41,7 +42,9 @@ func (c *crew) run(n int, work func()) {
 	c.grow(n)
 	j := &crewJob{work: work}
 	c.board.Store(j)
-	for range n {
+	// Wake sleepers (a helper counts itself asleep before its last look
+	// at the board, so one of the two always sees the other).
+	for range min(n, int(c.sleeping.Load())) {
 		select {
 		case c.wake <- struct{}{}:
 		default:
@@ -87,7 +90,11 @@ func (c *crew) helper() {
 			runtime.Gosched()
 		}
 		if !found {
-			<-c.wake
+			c.sleeping.Add(1)
+			if c.board.Load() == nil {
+				<-c.wake
+			}
+			c.sleeping.Add(-1)
 		}
 	}
 }
