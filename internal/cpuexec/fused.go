@@ -258,6 +258,7 @@ type fnode struct {
 	// per worker.
 	invariant bool
 	out       int // output written straight by this node, or -1
+	period    int // spanPeriod (leaves read the same run over and over), or 0
 }
 
 // freduce is one reduction of an input-mode group.
@@ -504,6 +505,9 @@ func (k *fusedKernel) build() error {
 				nd.out = rn[0]
 			}
 		}
+		for i := range p.nodes {
+			p.nodes[i].period = spanPeriod(&p.nodes[i])
+		}
 		p.spans = p.spansOK()
 	}
 	return nil
@@ -547,9 +551,9 @@ func (p *blockProg) spansOK() bool {
 // short enough that the copies stay in a core's L2.
 const spanTarget = 4096
 
-// spanPeriod returns P when leaf nd reads the same P consecutive elements
-// over and over (a stage of shape [R, P] and strides [0, 1]: a row
-// broadcast along the leading axes), 0 otherwise.
+// spanPeriod (kept as fnode.period) returns P when leaf nd reads the same
+// P consecutive elements over and over (a stage of shape [R, P] and strides
+// [0, 1]: a row broadcast along the leading axes), 0 otherwise.
 func spanPeriod(nd *fnode) int {
 	if nd.kind != nLeaf || nd.invariant || nd.direct || len(nd.m) != 1 {
 		return 0

@@ -30,6 +30,7 @@ type worker struct {
 	// per run
 	in, out []*ir.Literal
 	inPlace bool // store results only after the whole block is computed
+	spanOK  bool // spans may run (blockProg.spans, not in place, reps filled)
 	nt      bool // results stored with non-temporal stores
 	ntChain bool // (with nt) the compiled chain stores them in place
 }
@@ -184,13 +185,27 @@ func (p *blockProg) parallel(args, outs []*ir.Literal, units, per int, inPlace b
 	work := func() {
 		w := p.pool.Get().(*worker)
 		defer p.pool.Put(w)
+		begun := false
+		defer func() {
+			if begun {
+				w.end()
+			}
+		}()
 		for {
 			c := int(next.Add(1)) - 1
 			if c >= nchunks {
 				return
 			}
 			lo, hi := c*chunk, min(units, (c+1)*chunk)
-			if err := w.runRange(args, outs, lo*per, hi*per, inPlace); err != nil {
+			var err error
+			if !begun { // set up on the first chunk this goroutine takes
+				begun = true
+				err = w.begin(args, outs, inPlace)
+			}
+			if err == nil {
+				err = w.compute(lo*per, hi*per)
+			}
+			if err != nil {
 				mu.Lock()
 				if first == nil {
 					first = err
@@ -212,12 +227,23 @@ const (
 	minChunk        = 4 * blockSize
 )
 
-// runRange computes the invariant nodes, then every block of [lo, hi).
+// runRange computes [lo, hi) of the iteration space: begin, compute, end.
 func (w *worker) runRange(args, outs []*ir.Literal, lo, hi int, inPlace bool) error {
-	p := w.p
 	if lo >= hi {
 		return nil
 	}
+	defer w.end()
+	if err := w.begin(args, outs, inPlace); err != nil {
+		return err
+	}
+	return w.compute(lo, hi)
+}
+
+// begin sets the worker up for one call over args and outs: the store mode,
+// the invariant nodes' blocks and, for spans, the periodic leaves' repeated
+// copies. Every range the worker computes in the call shares them.
+func (w *worker) begin(args, outs []*ir.Literal, inPlace bool) error {
+	p := w.p
 	w.in, w.out, w.inPlace = args, outs, inPlace
 	w.nt = false
 	for _, rn := range p.results {
@@ -226,12 +252,6 @@ func (w *worker) runRange(args, outs []*ir.Literal, lo, hi int, inPlace bool) er
 		}
 	}
 	w.ntChain = w.nt && !inPlace && p.chain != nil
-	defer func() {
-		w.in, w.out = nil, nil
-		if w.nt {
-			vmath.Fence()
-		}
-	}()
 	for i := range p.nodes {
 		nd := &p.nodes[i]
 		if !nd.invariant {
@@ -249,7 +269,22 @@ func (w *worker) runRange(args, outs []*ir.Literal, lo, hi int, inPlace bool) er
 			return err
 		}
 	}
-	if p.spans && !inPlace && w.spans(lo, hi) {
+	w.spanOK = p.spans && !inPlace && w.fillReps()
+	return nil
+}
+
+// end closes a call: its results' non-temporal stores are fenced and the
+// operands let go.
+func (w *worker) end() {
+	w.in, w.out = nil, nil
+	if w.nt {
+		vmath.Fence()
+	}
+}
+
+// compute computes [lo, hi) in spans where it can, else by blocks.
+func (w *worker) compute(lo, hi int) error {
+	if w.spanOK && w.spans(lo, hi) {
 		return nil
 	}
 	for b := lo; b < hi; b += blockSize {
@@ -260,26 +295,17 @@ func (w *worker) runRange(args, outs []*ir.Literal, lo, hi int, inPlace bool) er
 	return nil
 }
 
-// spans runs the compiled chain over [lo, hi) straight on the operands' and
-// results' memory (p.spans), one span of indices at a time: a span ends
-// where a leaf read through a stage ends its contiguous run. A periodic
-// leaf (spanPeriod P) is read from a per-worker copy of its P elements
-// repeated up to spanTarget, so that its spans are not cut at every
-// period. Values the chain neither reads from memory nor stores (invariant
-// nodes, read as uniforms, and op nodes that are not results) point at
-// their blocks. It returns false when the generated code may not run now or
-// some memory is shorter than a span needs; the caller then computes the
-// whole range by blocks (spans already written are written again, with the
-// same values).
-func (w *worker) spans(lo, hi int) bool {
+// fillReps copies each periodic leaf's P elements into its per-worker
+// buffer, repeated up to spanTarget, and reports whether every source held
+// them.
+func (w *worker) fillReps() bool {
 	p := w.p
-	defer clear(w.ptrs)
 	if w.reps == nil {
 		w.reps = make([][]byte, len(p.nodes))
 	}
 	for i := range p.nodes {
 		nd := &p.nodes[i]
-		per := spanPeriod(nd)
+		per := nd.period
 		if per == 0 {
 			continue
 		}
@@ -298,6 +324,23 @@ func (w *worker) spans(lo, hi int) bool {
 		}
 		w.reps[i] = rep
 	}
+	return true
+}
+
+// spans runs the compiled chain over [lo, hi) straight on the operands' and
+// results' memory (p.spans), one span of indices at a time: a span ends
+// where a leaf read through a stage ends its contiguous run. A periodic
+// leaf (fnode.period P) is read from the worker's copy of its P elements
+// repeated up to spanTarget (fillReps), so that its spans are not cut at
+// every period. Values the chain neither reads from memory nor stores
+// (invariant nodes, read as uniforms, and op nodes that are not results)
+// point at their blocks. It returns false when the generated code may not
+// run now or some memory is shorter than a span needs; the caller then
+// computes the whole range by blocks (spans already written are written
+// again, with the same values).
+func (w *worker) spans(lo, hi int) bool {
+	p := w.p
+	defer clear(w.ptrs)
 	for lo < hi {
 		end := hi
 		for i := range p.nodes {
@@ -305,9 +348,11 @@ func (w *worker) spans(lo, hi int) bool {
 			if nd.kind != nLeaf || nd.invariant || nd.direct {
 				continue
 			}
-			j, n := nd.m[0].run(lo)
-			if per := spanPeriod(nd); per > 0 {
+			var j, n int
+			if per := nd.period; per > 0 {
 				j, n = lo%per, len(w.reps[i])/4-lo%per
+			} else {
+				j, n = nd.m[0].run(lo)
 			}
 			w.spanOff[i] = j
 			end = min(end, lo+n)
@@ -322,7 +367,7 @@ func (w *worker) spans(lo, hi int) bool {
 				b, off, need = w.blocks[i], 0, 1
 			case nd.kind == nLeaf && nd.direct:
 				b = w.source(nd)
-			case nd.kind == nLeaf && spanPeriod(nd) > 0:
+			case nd.kind == nLeaf && nd.period > 0:
 				b, off = w.reps[i], w.spanOff[i]
 			case nd.kind == nLeaf:
 				b, off = w.source(nd), w.spanOff[i]
@@ -336,12 +381,25 @@ func (w *worker) spans(lo, hi int) bool {
 			}
 			w.ptrs[i] = &ir.ViewBytes[float32](b[4*off:])[0]
 		}
-		if w.ntChain && !p.chain.RunNT(w.ptrs, cnt) || !w.ntChain && !p.chain.Run(w.ptrs, cnt) {
+		if !w.runChain(cnt) {
 			return false
 		}
 		lo = end
 	}
 	return true
+}
+
+// runChain runs the compiled chain over cnt elements of w.ptrs (results
+// stored non-temporally when ntChain) and reports whether it ran.
+func (w *worker) runChain(cnt int) bool {
+	switch c := w.p.chain; {
+	case c == nil:
+		return false
+	case w.ntChain:
+		return c.RunNT(w.ptrs, cnt)
+	default:
+		return c.Run(w.ptrs, cnt)
+	}
 }
 
 // ntMinBytes is the size from which a program's results are stored with
@@ -451,7 +509,7 @@ func (w *worker) runCode(cnt int) {
 			w.ptrs[i] = &ir.ViewBytes[float32](w.lits[i].Data)[0]
 		}
 	}
-	if w.ntChain && p.chain.RunNT(w.ptrs, cnt) || !w.ntChain && p.chain != nil && p.chain.Run(w.ptrs, cnt) {
+	if w.runChain(cnt) {
 		clear(w.ptrs)
 		return
 	}
