@@ -72,6 +72,7 @@ type Chain struct {
 	stored  []bool   // by slot: a result the code stores
 	spills  int      // registers evicted while generating (for tests)
 	hoisted int      // constants and uniform inputs held in registers
+	unroll  int      // vectors per main-loop iteration
 }
 
 // SpillFree reports whether the code keeps every NoStore value in
@@ -99,7 +100,11 @@ func CompileChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
 	if !JITAvailable() {
 		return nil, ErrNoJIT
 	}
-	c, err := generateChain(code, nvals, uniform, false)
+	vals, err := checkChain(code, nvals, uniform)
+	if err != nil {
+		return nil, err
+	}
+	c, err := generateChain(code, vals)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +112,7 @@ func CompileChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
 	if err != nil {
 		return nil, err
 	}
-	nt, err := generateChain(code, nvals, uniform, true)
+	nt, err := generateUnrolled(code, vals, true, c.unroll) // the same code but its stores
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +230,9 @@ type hkey struct {
 	val  int
 }
 
-func generateChain(code []Instr, nvals int, uniform []bool, nt bool) (*Chain, error) {
+// checkChain checks code as CompileChain documents it and returns what the
+// generator knows of each vals index.
+func checkChain(code []Instr, nvals int, uniform []bool) ([]valInfo, error) {
 	if len(code) == 0 {
 		return nil, fmt.Errorf("vmath: empty chain")
 	}
@@ -249,10 +256,16 @@ func generateChain(code []Instr, nvals int, uniform []bool, nt bool) (*Chain, er
 		}
 		d.def, d.store, d.uniform = k, in.Op&NoStore == 0, false
 	}
+	return vals, nil
+}
+
+// generateChain generates the chain (ordinary stores) with the largest of
+// chainUnrolls that does not spill, or the one that spills least.
+func generateChain(code []Instr, vals []valInfo) (*Chain, error) {
 	var best *Chain
 	var err error
 	for _, u := range chainUnrolls {
-		c, e := generateUnrolled(code, vals, nt, u)
+		c, e := generateUnrolled(code, vals, false, u)
 		if e != nil {
 			err = e
 			continue
@@ -271,7 +284,8 @@ func generateChain(code []Instr, nvals int, uniform []bool, nt bool) (*Chain, er
 }
 
 // generateUnrolled generates the chain with u vectors per main-loop
-// iteration (vals as generateChain checked them).
+// iteration (vals as checkChain made them), its results stored
+// non-temporally when nt.
 func generateUnrolled(code []Instr, vals []valInfo, nt bool, u int) (c *Chain, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -343,7 +357,7 @@ func generateUnrolled(code []Instr, vals []valInfo, nt bool, u int) (c *Chain, e
 		return nil, err
 	}
 	c = &Chain{code: out, used: g.used, uniform: make([]bool, len(g.used)),
-		stored: make([]bool, len(g.used)), spills: g.spills, hoisted: len(hoist)}
+		stored: make([]bool, len(g.used)), spills: g.spills, hoisted: len(hoist), unroll: u}
 	for s, v := range g.used {
 		c.uniform[s] = vals[v].uniform
 		c.stored[s] = vals[v].store
@@ -564,21 +578,15 @@ func (g *gen) body(u int, mask e.K) {
 			rs[i] = prepare(k + i)
 		}
 		g.peakNow()
-		if n > 1 {
-			g.a.BeginWeave()
-		}
+		g.a.BeginWeave() // one stream (n = 1) is kept as it is
 		for i, r := range rs {
-			if n > 1 {
-				g.a.NextStream()
-			}
+			g.a.NextStream()
 			g.km = e.K(2 + i) // each stream its own opmask
 			g.op(in.Code(), r.regs, r.out, r.temps)
 		}
 		g.km = 2
-		if n > 1 {
-			if err := g.a.EndWeave(); err != nil {
-				panic(err) // op bodies hold no labels or jumps
-			}
+		if err := g.a.EndWeave(); err != nil {
+			panic(err) // op bodies hold no labels or jumps
 		}
 		for i, r := range rs {
 			finish(k+i, r)
