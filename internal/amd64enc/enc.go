@@ -558,6 +558,7 @@ func (a *Asm) rel32(l Label) {
 // weave is a region being emitted as separate instruction streams.
 type weave struct {
 	start   int
+	rips    int     // constant references before the region (a.rips index)
 	streams [][]int // each stream's instruction start offsets
 }
 
@@ -569,7 +570,7 @@ type weave struct {
 // memory), and the region must hold no labels or jumps. Vector
 // instructions are tracked one by one; any other bytes stay glued to the
 // instruction before them in their stream.
-func (a *Asm) BeginWeave() { a.wv = &weave{start: len(a.b)} }
+func (a *Asm) BeginWeave() { a.wv = &weave{start: len(a.b), rips: len(a.rips)} }
 
 // NextStream starts the next stream of the region.
 func (a *Asm) NextStream() { a.wv.streams = append(a.wv.streams, []int{len(a.b)}) }
@@ -637,11 +638,8 @@ func (a *Asm) EndWeave() error {
 		return fmt.Errorf("amd64enc: woven region lost bytes")
 	}
 	copy(a.b[w.start:], out)
-	for r := range a.rips {
-		f := &a.rips[r]
-		if f.at < w.start {
-			continue
-		}
+	for r := range a.rips[w.rips:] {
+		f := &a.rips[w.rips+r]
 		for _, sp := range all {
 			if f.at >= sp.lo && f.at < sp.hi {
 				f.at += sp.to - sp.lo
