@@ -154,7 +154,7 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.
 		}
 		lits[i] = l
 	}
-	outs, rels, err := e.exe.Execute(lits, memPools.allocatorFor(e.prog.Func.Name, false))
+	outs, rels, err := e.exe.Execute(lits, memPools.allocatorFor(e.prog.Func.Name))
 	goruntime.KeepAlive(lits)
 	if err != nil {
 		return nil, err

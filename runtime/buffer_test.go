@@ -179,7 +179,7 @@ var (
 // the function, and their call site is the user's line.
 func TestNamedAllocator(t *testing.T) {
 	SetMemoryForTest(t, MemoryConfig{Capacity: 1 << 20, Fraction: 1})
-	var a executorAllocator = memPools.allocatorFor("train_step", false)
+	var a executorAllocator = memPools.allocatorFor("train_step")
 	_, file, line, _ := goruntime.Caller(0)
 	out, rel, err := a.Alloc(ir.Device, 1000, "output 0")
 	require.NoError(t, err)

@@ -673,26 +673,27 @@ func releaseFunc(rec *allocRecord, mem []byte, err error) ([]byte, func(), error
 }
 
 // namedAllocator is the pools as the allocator of one executable: it appends
-// " of name" to what ("output 0 of train_step", "temp arena of train_step").
+// " of name" to what ("output 0 of train_step", "temp arena of train_step")
+// and hands out uninitialised memory (AllocUninit: executors write every
+// byte of an output or arena value before reading it).
 type namedAllocator struct {
 	ps     *Pools
 	suffix string
-	zero   bool
 }
 
 // allocatorFor returns the pools as an allocator for the executable of the
-// function name; zero says whether memory is zeroed (see AllocUninit).
-func (ps *Pools) allocatorFor(name string, zero bool) namedAllocator {
+// function name.
+func (ps *Pools) allocatorFor(name string) namedAllocator {
 	suffix := ""
 	if name != "" {
 		suffix = " of " + name
 	}
-	return namedAllocator{ps: ps, suffix: suffix, zero: zero}
+	return namedAllocator{ps: ps, suffix: suffix}
 }
 
-// Alloc is Pools.Alloc with the function's name added to what.
+// Alloc is Pools.AllocUninit with the function's name added to what.
 func (a namedAllocator) Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	return releaseFunc(a.ps.alloc(space, size, what+a.suffix, a.zero, 3))
+	return releaseFunc(a.ps.alloc(space, size, what+a.suffix, false, 3))
 }
 
 // alloc is Alloc returning the record (nil for size 0); skip is the number of
