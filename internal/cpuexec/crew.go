@@ -2,7 +2,6 @@ package cpuexec
 
 import (
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -14,9 +13,9 @@ import (
 // 1 ms fused call; back-to-back calls (a training step's fused groups, a
 // benchmark's loop) find the helpers still spinning.
 type crew struct {
-	once     sync.Once
 	board    atomic.Pointer[crewJob]
 	wake     chan struct{}
+	size     atomic.Int32 // helpers started
 	sleeping atomic.Int32 // helpers asleep or about to sleep on wake
 }
 
@@ -33,12 +32,11 @@ type crewJob struct {
 // before it sleeps.
 const crewSpin = 100 * time.Microsecond
 
-var helpers crew
+var helpers = crew{wake: make(chan struct{}, 64)}
 
 // run runs job.work on the calling goroutine and on up to n helpers, and
 // returns when every one that joined has returned from it.
 func (c *crew) run(n int, work func()) {
-	c.once.Do(func() { c.wake = make(chan struct{}, 64) })
 	c.grow(n)
 	j := &crewJob{work: work}
 	c.board.Store(j)
@@ -58,16 +56,14 @@ func (c *crew) run(n int, work func()) {
 	}
 }
 
-var crewSize atomic.Int32
-
 // grow starts helpers until there are at least n.
 func (c *crew) grow(n int) {
 	for {
-		have := crewSize.Load()
+		have := c.size.Load()
 		if int(have) >= n {
 			return
 		}
-		if crewSize.CompareAndSwap(have, have+1) {
+		if c.size.CompareAndSwap(have, have+1) {
 			go c.helper()
 		}
 	}
@@ -79,17 +75,7 @@ func (c *crew) helper() {
 		if j := c.board.Load(); j != nil && c.join(j) {
 			continue
 		}
-		// Nothing posted: poll for a while, then sleep until woken.
-		deadline := time.Now().Add(crewSpin)
-		found := false
-		for time.Now().Before(deadline) {
-			if j := c.board.Load(); j != nil {
-				found = true
-				break
-			}
-			runtime.Gosched()
-		}
-		if !found {
+		if !c.poll() {
 			c.sleeping.Add(1)
 			if c.board.Load() == nil {
 				<-c.wake
@@ -97,6 +83,17 @@ func (c *crew) helper() {
 			c.sleeping.Add(-1)
 		}
 	}
+}
+
+// poll watches the board for up to crewSpin and reports whether a job
+// came.
+func (c *crew) poll() bool {
+	for deadline := time.Now().Add(crewSpin); time.Now().Before(deadline); runtime.Gosched() {
+		if c.board.Load() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // join runs j's work unless the caller has finished with it, and reports
