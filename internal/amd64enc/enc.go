@@ -75,6 +75,7 @@ type Asm struct {
 	b      []byte
 	pool   []byte
 	consts map[uint32]int32
+	vecs   map[[16]uint32]int32
 	labels []int // position, -1 while unbound
 	jumps  []fix // rel32 to labels
 	rips   []fix // rel32 to the pool
@@ -102,6 +103,28 @@ func (a *Asm) Const(b uint32) Mem {
 		a.consts[b] = off
 	}
 	return Mem{RIP: true, Disp: off, Bcst: true}
+}
+
+// ConstVec returns a full-width (not broadcast) memory operand holding the
+// 16 float32 bit patterns v in the constant pool, 64-byte aligned so that a
+// load of it never splits a cache line (a table for VPERMPS, say). Equal
+// tables are pooled once.
+func (a *Asm) ConstVec(v [16]uint32) Mem {
+	if a.vecs == nil {
+		a.vecs = map[[16]uint32]int32{}
+	}
+	off, ok := a.vecs[v]
+	if !ok {
+		for len(a.pool)%64 != 0 {
+			a.pool = append(a.pool, 0)
+		}
+		off = int32(len(a.pool))
+		for _, b := range v {
+			a.pool = binary.LittleEndian.AppendUint32(a.pool, b)
+		}
+		a.vecs[v] = off
+	}
+	return Mem{RIP: true, Disp: off}
 }
 
 // ConstF returns Const(math.Float32bits(v)).
@@ -305,6 +328,15 @@ func (a *Asm) VFMADD231PS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0xb8, s
 
 // VFNMADD231PS sets dst = -(src1*src2) + dst.
 func (a *Asm) VFNMADD231PS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0xbc, src2, src1, dst, 0) }
+
+// VFMSUB213PS sets dst = src1*dst - src2.
+func (a *Asm) VFMSUB213PS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0xaa, src2, src1, dst, 0) }
+
+// VFMSUB231PS sets dst = src1*src2 - dst.
+func (a *Asm) VFMSUB231PS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0xba, src2, src1, dst, 0) }
+
+// VFNMADD213PS sets dst = src2 - src1*dst.
+func (a *Asm) VFNMADD213PS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0xac, src2, src1, dst, 0) }
 
 // VSCALEFPS sets dst = src1 * 2^floor(src2).
 func (a *Asm) VSCALEFPS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0x2c, src2, src1, dst, 0) }

@@ -2,6 +2,7 @@ package amd64enc
 
 import (
 	"bytes"
+	"encoding/binary"
 	"debug/elf"
 	"encoding/hex"
 	"fmt"
@@ -54,6 +55,10 @@ var encCases = []encCase{
 	{"VFMADD213PS.BCST (R11), Z18, Z27", func(a *Asm) { a.VFMADD213PS(bc(m(R11, 0)), 18, 27) }},
 	{"VFMADD231PS Z19, Z11, Z4", func(a *Asm) { a.VFMADD231PS(Z(19), 11, 4) }},
 	{"VFNMADD231PS.BCST 4(AX), Z17, Z16", func(a *Asm) { a.VFNMADD231PS(bc(m(RAX, 4)), 17, 16) }},
+	{"VFMSUB213PS Z1, Z2, Z3", func(a *Asm) { a.VFMSUB213PS(Z(1), 2, 3) }},
+	{"VFMSUB213PS.BCST 4(AX), Z17, Z26", func(a *Asm) { a.VFMSUB213PS(bc(m(RAX, 4)), 17, 26) }},
+	{"VFMSUB231PS Z19, Z11, Z4", func(a *Asm) { a.VFMSUB231PS(Z(19), 11, 4) }},
+	{"VFNMADD213PS Z29, Z2, Z13", func(a *Asm) { a.VFNMADD213PS(Z(29), 2, 13) }},
 	{"VSCALEFPS Z17, Z19, Z4", func(a *Asm) { a.VSCALEFPS(Z(17), 19, 4) }},
 	{"VPANDD.BCST (CX), Z0, Z8", func(a *Asm) { a.VPANDD(bc(m(RCX, 0)), 0, 8) }},
 	{"VPORD Z7, Z23, Z15", func(a *Asm) { a.VPORD(Z(7), 23, 15) }},
@@ -71,6 +76,7 @@ var encCases = []encCase{
 	{"VCVTPS2DQ Z9, Z20", func(a *Asm) { a.VCVTPS2DQ(Z(9), 20) }},
 	{"VCVTDQ2PS Z21, Z2", func(a *Asm) { a.VCVTDQ2PS(Z(21), 2) }},
 	{"VPERMPS Z1, Z18, Z27", func(a *Asm) { a.VPERMPS(Z(1), 18, 27) }},
+	{"VPERMPS 64(DX), Z18, Z27", func(a *Asm) { a.VPERMPS(m(RDX, 64), 18, 27) }},
 	{"VPADDD Z16, Z9, Z8", func(a *Asm) { a.VPADDD(Z(16), 9, 8) }},
 	{"VPSLLD $23, Z17, Z12", func(a *Asm) { a.VPSLLD(23, Z(17), 12) }},
 	{"VPSLLD $23, Z5, Z30", func(a *Asm) { a.VPSLLD(23, Z(5), 30) }},
@@ -250,6 +256,34 @@ func TestFinishResolves(t *testing.T) {
 	jrel := int32(uint32(code[12]) | uint32(code[13])<<8 | uint32(code[14])<<16 | uint32(code[15])<<24)
 	if int(jrel)+16 != 0 {
 		t.Fatalf("jump displacement %d", jrel)
+	}
+	// A table: 64-byte aligned in the pool after the scalar constant,
+	// pooled once, read in full (no broadcast bit, disp32 to its start).
+	var v Asm
+	v.ConstF(1)
+	var tab [16]uint32
+	for i := range tab {
+		tab[i] = uint32(i) * 0x01010101
+	}
+	tm := v.ConstVec(tab)
+	if v.ConstVec(tab) != tm || tm.Bcst || tm.Disp != 64 {
+		t.Fatalf("table operand %+v", tm)
+	}
+	v.VPERMPS(tm, 1, 2)
+	vc, err := v.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := v.Len()
+	vrel := int(int32(binary.LittleEndian.Uint32(vc[end-4:])))
+	at := end + vrel
+	if at%64 != 0 || at+64 > len(vc) {
+		t.Fatalf("table at %d (code %d bytes, %d in all)", at, end, len(vc))
+	}
+	for i, w := range tab {
+		if got := binary.LittleEndian.Uint32(vc[at+4*i:]); got != w {
+			t.Fatalf("table word %d = %#x, want %#x", i, got, w)
+		}
 	}
 	bad := Asm{}
 	bad.JMP(bad.NewLabel())

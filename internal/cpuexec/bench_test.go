@@ -229,6 +229,7 @@ const geluBytes = 3 * 2048 * 2048 * 4
 // BenchmarkFusedGeluBandwidth runs the fused gelu(x*w+b) on every core
 // (GOMAXPROCS) and reports the bytes read and written per second.
 func BenchmarkFusedGeluBandwidth(b *testing.B) {
+	defer vmath.SetContract(vmath.SetContract(true)) // the default outside this package's tests
 	p, err := passes.Compile(geluXWFunc(b), passes.Options{})
 	require.NoError(b, err)
 	e, err := New(p)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/ferryml/ferry/internal/vmath"
@@ -12,6 +13,15 @@ import (
 	"github.com/ferryml/ferry/trace"
 	"github.com/stretchr/testify/require"
 )
+
+// TestMain runs the package's tests with the contraction of multiplies into
+// fused multiply-adds off (vmath.SetContract), so that every executor result
+// can be compared byte for byte with the reference executor's; the
+// TestContracted tests turn it on and compare within float32 tolerance.
+func TestMain(m *testing.M) {
+	vmath.SetContract(false)
+	os.Exit(m.Run())
+}
 
 // jitOps are the f32 ops a compiled chain covers.
 var (
@@ -159,4 +169,101 @@ func TestJITGeluLarge(t *testing.T) {
 	p, err := passes.Compile(f, passes.Options{})
 	require.NoError(t, err)
 	runBoth(t, p, edgeArgs(rand.New(rand.NewPCG(rand.Uint64(), 5)), p.Func))
+}
+
+// normalArgs fills f32 operands with standard normal values.
+func normalArgs(r *rand.Rand, f *ir.Func) []*ir.Literal {
+	var args []*ir.Literal
+	for _, p := range f.Body.Params {
+		l := ir.NewLiteral(p.Type)
+		v := ir.ViewBytes[float32](l.Data)
+		for i := range v {
+			v[i] = float32(r.NormFloat64())
+		}
+		args = append(args, l)
+	}
+	return args
+}
+
+// contractedChains compiles p with contraction on and returns the executor
+// and the multiply-adds its compiled chains hold.
+func contractedChains(t *testing.T, p *passes.Program) (*Executable, int) {
+	t.Helper()
+	e, err := New(p)
+	require.NoError(t, err)
+	fused := 0
+	for _, st := range e.body.steps {
+		if st.fused != nil {
+			for _, bp := range st.fused.progs {
+				if bp.chain != nil {
+					fused += bp.chain.Fused()
+				}
+			}
+		}
+	}
+	return e, fused
+}
+
+// TestContractedGelu runs gelu(x*w+b) with multiplies contracted into fused
+// multiply-adds (the default outside this package's tests): x*w+b and the
+// cubic's a+b·x² become multiply-adds where the CPU compiles chains, and the
+// results stay within float32 tolerance of the reference executor's.
+func TestContractedGelu(t *testing.T) {
+	defer vmath.SetContract(vmath.SetContract(true))
+	f := traceFunc(t, "gelu_fma", []ir.Type{f32(37, 203), f32(37, 203), f32(203)}, func(x []*trace.Array) []*trace.Array {
+		return []*trace.Array{trace.Gelu(trace.Add(trace.Mul(x[0], x[1]), x[2]), true)}
+	})
+	p, err := passes.Compile(f, passes.Options{})
+	require.NoError(t, err)
+	if _, fused := contractedChains(t, p); vmath.JITAvailable() && fused < 2 {
+		t.Fatalf("%d multiply-adds in the gelu chain, want 2", fused)
+	}
+	runClose(t, p, normalArgs(rand.New(rand.NewPCG(rand.Uint64(), 13)), p.Func), 1e-5, 1e-6)
+}
+
+// TestContractedRandomChains runs random chains of multiplies read by adds
+// and subtracts (either side) over random subexpressions of well-conditioned
+// ops (no division, logarithm, square root or exponential, which magnify one
+// rounding's difference without bound) over normal inputs with contraction
+// on, within float32 tolerance of the reference executor.
+func TestContractedRandomChains(t *testing.T) {
+	defer vmath.SetContract(vmath.SetContract(true))
+	r := rand.New(rand.NewPCG(rand.Uint64(), 17))
+	saveU, saveB := jitUnary, jitBinary
+	defer func() { jitUnary, jitBinary = saveU, saveB }()
+	jitUnary = []ir.Code{ir.Neg, ir.Abs, ir.Tanh, ir.Logistic, ir.Erf}
+	jitBinary = []ir.Code{ir.Add, ir.Sub, ir.Mul, ir.Mul, ir.Max, ir.Min}
+	fused := 0
+	for it := range 24 {
+		shape := [][]int{{3, 5}, {7, 33}, {257, 129}}[it%3]
+		f := ir.NewFunc(fmt.Sprintf("fma%d", it))
+		g := &groupGen{t: t, r: r, f: f, rg: f.NewRegion(), dt: ir.Float32}
+		// a*b ± c and c - a*b over random subexpressions, nested.
+		var fmaExpr func(depth int) *ir.Value
+		fmaExpr = func(depth int) *ir.Value {
+			if depth == 0 {
+				return g.jitExpr(shape, r.IntN(3))
+			}
+			m := g.op(ir.Mul, nil, fmaExpr(depth-1), g.jitExpr(shape, 1))
+			args := []*ir.Value{m, fmaExpr(depth - 1)}
+			if r.IntN(2) == 0 {
+				args[0], args[1] = args[1], args[0]
+			}
+			return g.op([]ir.Code{ir.Add, ir.Sub}[r.IntN(2)], nil, args...)
+		}
+		g.rg.Results = []*ir.Value{fmaExpr(1 + r.IntN(3))}
+		op := addOp(t, f.Body, ir.Fusion, g.out, ir.Attrs{"kind": "loop"}, g.rg)
+		f.Body.Results = op.Results
+		p := naivePlan(f, planOpts{})
+		_, n := contractedChains(t, p)
+		fused += n
+		runClose(t, p, normalArgs(r, f), 1e-4, 1e-4)
+		if t.Failed() {
+			t.Logf("%v", f)
+			return
+		}
+	}
+	if vmath.JITAvailable() && fused < 24 {
+		t.Fatalf("%d multiplies contracted in 24 chains", fused)
+	}
 }

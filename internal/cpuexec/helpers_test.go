@@ -3,6 +3,7 @@ package cpuexec
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -227,6 +228,33 @@ func cloneAll(ls []*ir.Literal) []*ir.Literal {
 // allocation discipline and returns the results.
 func runBoth(t *testing.T, p *passes.Program, args []*ir.Literal) []*ir.Literal {
 	t.Helper()
+	return runCompare(t, p, args, func(i int, got, want *ir.Literal) {
+		if !bytes.Equal(got.Data, want.Data) {
+			require.Failf(t, "result differs", "result %d (%v):\n got %v\nwant %v", i, got.Type, head(got), head(want))
+		}
+	})
+}
+
+// runClose is runBoth with every element within atol + rtol*|want| of
+// eval's (NaN where eval has NaN, the same infinities).
+func runClose(t *testing.T, p *passes.Program, args []*ir.Literal, rtol, atol float64) []*ir.Literal {
+	t.Helper()
+	return runCompare(t, p, args, func(i int, got, want *ir.Literal) {
+		for j := range want.Type.Size() {
+			g, w := got.Float64At(j), want.Float64At(j)
+			if g == w || math.IsNaN(g) && math.IsNaN(w) || math.Abs(g-w) <= atol+rtol*math.Abs(w) {
+				continue
+			}
+			require.Failf(t, "result differs", "result %d (%v) element %d: got %v, want %v", i, got.Type, j, g, w)
+		}
+	})
+}
+
+// runCompare executes p on args with a counting allocator, compares every
+// result with eval.Run's by cmp (after their types), checks the allocation
+// discipline and returns the results.
+func runCompare(t *testing.T, p *passes.Program, args []*ir.Literal, cmp func(i int, got, want *ir.Literal)) []*ir.Literal {
+	t.Helper()
 	want, err := eval.Run(p.Func, cloneAll(args))
 	require.NoError(t, err)
 	e, err := New(p)
@@ -237,9 +265,7 @@ func runBoth(t *testing.T, p *passes.Program, args []*ir.Literal) []*ir.Literal 
 	require.Len(t, got, len(want))
 	for i := range want {
 		require.True(t, got[i].Type.Equal(want[i].Type), "result %d: %v, want %v", i, got[i].Type, want[i].Type)
-		if !bytes.Equal(got[i].Data, want[i].Data) {
-			require.Failf(t, "result differs", "result %d (%v):\n got %v\nwant %v", i, got[i].Type, head(got[i]), head(want[i]))
-		}
+		cmp(i, got[i], want[i])
 	}
 	checkAllocs(t, p, a)
 	a.requireReleased(t, false)

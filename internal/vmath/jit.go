@@ -73,12 +73,17 @@ type Chain struct {
 	spills  int      // registers evicted while generating (for tests)
 	hoisted int      // constants and uniform inputs held in registers
 	unroll  int      // vectors per main-loop iteration
+	fused   int      // multiplies contracted into fused multiply-adds
 }
 
 // SpillFree reports whether the code keeps every NoStore value in
 // registers: it then never touches their memory, and a caller may pass any
 // valid pointer for them whatever the element count.
 func (c *Chain) SpillFree() bool { return c.spills == 0 }
+
+// Fused returns the number of multiplies contracted into fused
+// multiply-adds (see SetContract).
+func (c *Chain) Fused() int { return c.fused }
 
 // Size returns the bytes of machine code and constants.
 func (c *Chain) Size() int { return len(c.code) }
@@ -104,7 +109,8 @@ func CompileChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := generateChain(code, vals)
+	cc, fused := contract(code, vals, !contractOff.Load())
+	c, err := generateChain(cc, vals)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +118,8 @@ func CompileChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
 	if err != nil {
 		return nil, err
 	}
-	nt, err := generateUnrolled(code, vals, true, c.unroll) // the same code but its stores
+	c.fused = fused
+	nt, err := generateUnrolled(cc, vals, true, c.unroll) // the same code but its stores
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +207,7 @@ type valInfo struct {
 // gen emits one chain.
 type gen struct {
 	a      e.Asm
-	code   []Instr
+	code   []cins
 	vals   []valInfo
 	used   []int32
 	hoist  map[hkey]e.Z // constants and uniform inputs held in registers
@@ -247,7 +254,7 @@ func checkChain(code []Instr, nvals int, uniform []bool) ([]valInfo, error) {
 		if in.Op&^(0xff|AccA|AccB|NoStore) != 0 || cd < OpAdd || cd > OpErf || !ok(in.Dst) || !ok(in.A) || !ok(in.B) {
 			return nil, fmt.Errorf("vmath: bad chain instruction %d: %+v", k, in)
 		}
-		for _, x := range operands(in) {
+		for _, x := range (cins{Instr: in}).operands() {
 			vals[x].uses = append(vals[x].uses, k)
 		}
 		d := &vals[in.Dst]
@@ -261,7 +268,7 @@ func checkChain(code []Instr, nvals int, uniform []bool) ([]valInfo, error) {
 
 // generateChain generates the chain (ordinary stores) with the largest of
 // chainUnrolls that does not spill, or the one that spills least.
-func generateChain(code []Instr, vals []valInfo) (*Chain, error) {
+func generateChain(code []cins, vals []valInfo) (*Chain, error) {
 	var best *Chain
 	var err error
 	for _, u := range chainUnrolls {
@@ -286,7 +293,7 @@ func generateChain(code []Instr, vals []valInfo) (*Chain, error) {
 // generateUnrolled generates the chain with u vectors per main-loop
 // iteration (vals as checkChain made them), its results stored
 // non-temporally when nt.
-func generateUnrolled(code []Instr, vals []valInfo, nt bool, u int) (c *Chain, err error) {
+func generateUnrolled(code []cins, vals []valInfo, nt bool, u int) (c *Chain, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			c, err = nil, fmt.Errorf("%v (%d vectors per iteration)", r, u)
@@ -297,7 +304,7 @@ func generateUnrolled(code []Instr, vals []valInfo, nt bool, u int) (c *Chain, e
 	}
 	g := &gen{code: code, vals: vals, nt: nt, km: 2, unroll: u}
 	for k := range code {
-		for _, x := range append(operands(code[k]), int(code[k].Dst)) {
+		for _, x := range append(code[k].operands(), int(code[k].Dst)) {
 			if vals[x].slot < 0 {
 				vals[x].slot = len(g.used)
 				g.used = append(g.used, int32(x))
@@ -365,12 +372,116 @@ func generateUnrolled(code []Instr, vals []valInfo, nt bool, u int) (c *Chain, e
 	return c, nil
 }
 
-func operands(in Instr) []int {
+func (in cins) operands() []int {
 	switch in.Code() {
 	case OpAdd, OpSub, OpMul, OpDiv, OpMax, OpMin:
 		return []int{int(in.A), int(in.B)}
+	case opFMA, opFMS, opFNMA:
+		return []int{int(in.A), int(in.B), int(in.C)}
 	}
 	return []int{int(in.A)}
+}
+
+// reuse returns the result register of step in (virtual values off
+// onward, operands loaded in regs): for a contracted multiply-add, the
+// register of an operand read for the last time here (the addend first),
+// which the one instruction then overwrites; a free register otherwise.
+func (g *gen) reuse(in cins, off int, regs []e.Z) e.Z {
+	d := int(in.Dst) + off
+	switch in.Code() {
+	case opFMA, opFMS, opFNMA:
+		ops := in.operands()
+		for _, i := range []int{2, 0, 1} {
+			x, z := ops[i]+off, regs[i]
+			if g.owner[z] == x && g.nextUse(x) < 0 {
+				g.reg[x] = -1 // stored already if it is ever stored
+				g.owner[z] = d
+				return z
+			}
+		}
+	}
+	return g.alloc(d)
+}
+
+// cins is a chain instruction as the generator sees it: an Instr, or a
+// multiply-add contracted from a multiply and the add or subtract that
+// reads it (opFMA: A*B + C, opFMS: A*B - C, opFNMA: C - A*B).
+type cins struct {
+	Instr
+	C int32
+}
+
+// Opcodes of contracted multiply-adds (generator only; never in an Instr
+// a caller passes).
+const (
+	opFMA int32 = 0x40 + iota
+	opFMS
+	opFNMA
+)
+
+var contractOff atomic.Bool
+
+func init() { contractOff.Store(os.Getenv("FERRY_CPU_FMA") == "0") }
+
+// SetContract turns the contraction of multiplies into fused multiply-adds
+// on or off for chains compiled from now on (FERRY_CPU_FMA=0 starts with it
+// off) and returns the previous setting. With it on (the default, as in
+// XLA's CPU backend, whose LLVM target options always allow FMA fusion), a
+// multiply whose result is not stored and is read only by one add or
+// subtract is computed with it by one fused multiply-add: one rounding
+// instead of two, so results may differ from the kernels' op-by-op results
+// in the last bits. With it off, compiled chains compute the kernels'
+// results bit for bit.
+func SetContract(on bool) bool { return !contractOff.Swap(!on) }
+
+// contract returns code as the generator sees it and the number of
+// multiplies contracted (none unless on): every OpMul whose result is
+// NoStore and read only once, by an OpAdd or OpSub, is dropped and that
+// add or subtract becomes a multiply-add of the multiply's operands.
+func contract(code []Instr, vals []valInfo, on bool) ([]cins, int) {
+	out := make([]cins, 0, len(code))
+	drop := make([]bool, len(code))
+	n := 0
+	for k, in := range code {
+		out = append(out, cins{Instr: in})
+		cd := in.Code()
+		if !on || (cd != OpAdd && cd != OpSub) {
+			continue
+		}
+		single := func(x int32) (int, bool) {
+			v := vals[x]
+			if v.def < 0 || v.store || len(v.uses) != 1 || code[v.def].Code() != OpMul {
+				return 0, false
+			}
+			return v.def, true
+		}
+		m, c, fop := -1, int32(0), int32(0)
+		if d, ok := single(in.A); ok {
+			m, c, fop = d, in.B, opFMA
+			if cd == OpSub {
+				fop = opFMS
+			}
+		} else if d, ok := single(in.B); ok {
+			m, c, fop = d, in.A, opFMA
+			if cd == OpSub {
+				fop = opFNMA
+			}
+		}
+		if m < 0 {
+			continue
+		}
+		mul := code[m]
+		out[k] = cins{Instr: Instr{Op: fop | in.Op&^0xff, Dst: in.Dst, A: mul.A, B: mul.B}, C: c}
+		drop[m] = true
+		n++
+	}
+	kept := out[:0]
+	for k, in := range out {
+		if !drop[k] {
+			kept = append(kept, in)
+		}
+	}
+	return kept, n
 }
 
 // chainUnrolls are the numbers of vectors the main loop may compute per
@@ -504,13 +615,13 @@ func (g *gen) body(u int, mask e.K) {
 	g.stored = make([]bool, nv*u)
 	g.xuses = make([][]int, nv*u)
 	type step struct {
-		in Instr
+		in cins
 		j  int
 	}
 	var steps []step
 	for _, in := range g.code {
 		for j := 0; j < u; j++ {
-			for _, x := range operands(in) {
+			for _, x := range in.operands() {
 				g.xuses[x+j*nv] = append(g.xuses[x+j*nv], len(steps))
 			}
 			steps = append(steps, step{in, j})
@@ -525,7 +636,7 @@ func (g *gen) body(u int, mask e.K) {
 	prepare := func(k int) ready {
 		g.pos = k
 		in, off := steps[k].in, steps[k].j*nv
-		ops := operands(in)
+		ops := in.operands()
 		r := ready{regs: make([]e.Z, len(ops)), temps: make([]e.Z, opTemps[in.Code()])}
 		for i, x := range ops {
 			r.regs[i] = g.operand(x + off)
@@ -536,7 +647,7 @@ func (g *gen) body(u int, mask e.K) {
 			g.pinned[r.temps[i]] = true
 		}
 		d := int(in.Dst) + off
-		r.out = g.alloc(d)
+		r.out = g.reuse(in, off, r.regs)
 		g.reg[d] = int(r.out)
 		g.pinned[r.out] = true
 		return r
@@ -550,7 +661,7 @@ func (g *gen) body(u int, mask e.K) {
 			g.owner[z], g.pinned[z] = -1, false
 		}
 		g.pinned[r.out] = false
-		for i, x := range operands(in) {
+		for i, x := range in.operands() {
 			g.pinned[r.regs[i]] = false
 			if g.nextUse(x+off) < 0 && g.reg[x+off] >= 0 {
 				g.release(x + off)
@@ -571,7 +682,7 @@ func (g *gen) body(u int, mask e.K) {
 			// One op over several vectors, woven: as many as leave
 			// registers for the values live around it, never past this
 			// op's last vector, at most six (opmasks K2..K7).
-			n = max(1, min(u-steps[k].j, weaveRegs/(t+len(operands(in))+1), 6))
+			n = max(1, min(u-steps[k].j, weaveRegs/(t+len(in.operands())+1), 6))
 		}
 		rs := make([]ready, n)
 		for i := range rs {
@@ -782,6 +893,41 @@ func (g *gen) op(code int32, in []e.Z, out e.Z, t []e.Z) {
 		g.logisticBody(in[0], out, t)
 	case OpErf:
 		g.erfBody(in[0], out, t)
+	case opFMA, opFMS, opFNMA:
+		g.fma(code, in, out)
+	}
+}
+
+// fma emits a contracted multiply-add, in[0]*in[1] ± in[2] (opFMA, opFMS)
+// or in[2] - in[0]*in[1] (opFNMA), in one instruction when out is one of
+// its operands' registers (see reuse), after a copy of the addend otherwise.
+func (g *gen) fma(code int32, in []e.Z, out e.Z) {
+	a := &g.a
+	if out != in[2] && (out == in[0] || out == in[1]) {
+		m := in[1] // out holds one factor, m the other
+		if out == in[1] {
+			m = in[0]
+		}
+		switch code {
+		case opFMA:
+			a.VFMADD213PS(in[2], m, out)
+		case opFMS:
+			a.VFMSUB213PS(in[2], m, out)
+		default:
+			a.VFNMADD213PS(in[2], m, out)
+		}
+		return
+	}
+	if out != in[2] {
+		a.VMOVAPS(in[2], out)
+	}
+	switch code {
+	case opFMA:
+		a.VFMADD231PS(in[1], in[0], out)
+	case opFMS:
+		a.VFMSUB231PS(in[1], in[0], out)
+	default:
+		a.VFNMADD231PS(in[1], in[0], out)
 	}
 }
 
@@ -792,23 +938,6 @@ func (g *gen) horner(acc, t e.Z, cs []float32) {
 		g.a.VFMADD213PS(g.c(k), t, acc)
 	}
 }
-
-// estrin6 is the kernels' estrin6: c[0]*r^5+...+c[5] in acc, as (c[5] +
-// c[4]r) + z((c[3] + c[2]r) + z(c[1] + c[0]r)) with z = r*r (tmp scratch).
-func (g *gen) estrin6(acc, tmp, r, z e.Z, c []float32) {
-	a := &g.a
-	g.bcast(g.c(c[1]), acc)
-	a.VFMADD231PS(g.c(c[0]), r, acc)
-	g.bcast(g.c(c[3]), tmp)
-	a.VFMADD231PS(g.c(c[2]), r, tmp)
-	a.VFMADD213PS(tmp, z, acc)
-	g.bcast(g.c(c[5]), tmp)
-	a.VFMADD231PS(g.c(c[4]), r, tmp)
-	a.VFMADD213PS(tmp, z, acc)
-}
-
-// expP is the polynomial of expCore.
-var expP = []float32{expP0, expP1, expP2, expP3, expP4, expP5}
 
 // expInto: out = e^x (x preserved); tmp holds 4 registers.
 func (g *gen) expInto(x, out e.Z, tmp []e.Z) { g.expClamped(x, out, tmp, true, true) }
@@ -829,16 +958,29 @@ func (g *gen) expClamped(x, out e.Z, tmp []e.Z, lo, hi bool) {
 	if hi {
 		a.VMINPS(t0, g.creg(g.c(expHi), t1), t0)
 	}
-	a.VMULPS(g.c(log2e), t0, t1)
-	a.VRNDSCALEPS(8, t1, t1)
-	a.VFNMADD231PS(g.c(ln2Hi), t1, t0)
-	a.VFNMADD231PS(g.c(ln2Lo), t1, t0)
-	a.VMULPS(t0, t0, t2)
-	g.estrin6(t3, out, t0, t2, expP)
-	a.VFMADD213PS(t0, t2, t3)
-	a.VADDPS(g.c(1), t3, t3)
-	a.VSCALEFPS(t1, t3, out)
+	g.bcast(g.c(expShift), t1)
+	a.VFMADD231PS(g.c(log2e), t0, t1)
+	a.VSUBPS(g.c(expShift), t1, t2)
+	a.VFNMADD231PS(g.c(ln2F32), t2, t0)
+	a.VPERMPS(g.a.ConstVec(exp2Bits[0]), t1, out)
+	a.VPERMPS(g.a.ConstVec(exp2Bits[1]), t1, t1)
+	a.VFNMADD231PS(g.c(ln2F32Lo), t2, t1)
+	g.bcast(g.c(expC2), t3)
+	a.VFMADD231PS(g.c(expC3), t0, t3)
+	a.VFMADD213PS(g.c(1), t0, t3)
+	a.VFMADD213PS(t1, t0, t3)
+	a.VFMADD213PS(out, out, t3)
+	a.VSCALEFPS(t2, t3, out)
 }
+
+// exp2Bits holds exp2Tab and exp2Err as bits, for the constant pool.
+var exp2Bits = func() (b [2][16]uint32) {
+	for j := range 16 {
+		b[0][j] = math.Float32bits(exp2Tab[j])
+		b[1][j] = math.Float32bits(exp2Err[j])
+	}
+	return
+}()
 
 // copysign: out = |out| with the sign of x.
 func (g *gen) copysign(out, x, tmp e.Z) {

@@ -2,6 +2,7 @@ package vmath
 
 import (
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"testing"
 )
@@ -43,6 +44,9 @@ var kernel2 = map[int32]func(dst, a, b []float32){OpAdd: Add, OpSub: Sub, OpMul:
 // them uniform) with nins instructions, every opcode used at least once when
 // nins allows; operands are drawn from all earlier values (so many stay live
 // and the allocator must spill when there are many).
+//
+// Half the multiplies are NoStore and read by the next instruction, an add
+// or subtract (as A or B): candidates for contraction into multiply-adds.
 func randChain(r *rand.Rand, nin, nuni, nins int) (code []Instr, uniform []bool) {
 	uniform = make([]bool, nin+nins)
 	for i := 0; i < nuni; i++ {
@@ -53,6 +57,14 @@ func randChain(r *rand.Rand, nin, nuni, nins int) (code []Instr, uniform []bool)
 		if k >= int(OpErf) {
 			op = OpAdd + int32(r.IntN(int(OpErf)))
 		}
+		if k > 0 && code[k-1].Code() == OpMul && code[k-1].Op&NoStore != 0 {
+			in := Instr{Op: OpAdd + int32(r.IntN(2)), Dst: int32(nin + k), A: code[k-1].Dst, B: int32(r.IntN(nin + k))}
+			if r.IntN(2) == 0 {
+				in.A, in.B = in.B, in.A
+			}
+			code = append(code, in)
+			continue
+		}
 		nv := nin + k
 		pick := func() int32 {
 			if r.IntN(2) == 0 && nv > nin {
@@ -61,7 +73,7 @@ func randChain(r *rand.Rand, nin, nuni, nins int) (code []Instr, uniform []bool)
 			return int32(r.IntN(nv))
 		}
 		in := Instr{Op: op, Dst: int32(nv), A: pick(), B: pick()}
-		if r.IntN(3) == 0 {
+		if r.IntN(3) == 0 || op == OpMul && k+1 < nins && r.IntN(2) == 0 {
 			in.Op |= NoStore
 		}
 		code = append(code, in)
@@ -71,31 +83,83 @@ func randChain(r *rand.Rand, nin, nuni, nins int) (code []Instr, uniform []bool)
 
 // runChainRef computes the chain with the kernels, one op after the other.
 func runChainRef(code []Instr, vals [][]float32, n int) {
+	cc, _ := contract(code, nil, false)
+	runContractedRef(cc, vals, n)
+}
+
+// runContractedRef computes code as the generator sees it with the
+// kernels, and contracted multiply-adds with fma32.
+func runContractedRef(code []cins, vals [][]float32, n int) {
 	for _, in := range code {
 		dst, a, b := vals[in.Dst][:n], vals[in.A][:n], vals[in.B][:n]
-		if f := kernel1[in.Code()]; f != nil {
-			f(dst, a)
-		} else {
-			kernel2[in.Code()](dst, a, b)
+		switch cd := in.Code(); {
+		case cd == opFMA || cd == opFMS || cd == opFNMA:
+			c := vals[in.C][:n]
+			for i := range dst {
+				switch cd {
+				case opFMA:
+					dst[i] = fma32(a[i], b[i], c[i])
+				case opFMS:
+					dst[i] = fma32(a[i], b[i], -c[i])
+				default:
+					dst[i] = fma32(-a[i], b[i], c[i])
+				}
+			}
+		case kernel1[cd] != nil:
+			kernel1[cd](dst, a)
+		default:
+			kernel2[cd](dst, a, b)
 		}
 	}
+}
+
+// fma32 returns a*b + c rounded once to float32: exactly (math/big) for
+// finite operands, by float64 arithmetic (exact here) for infinities and
+// NaNs.
+func fma32(a, b, c float32) float32 {
+	for _, v := range []float32{a, b, c} {
+		if math.IsInf(float64(v), 0) || v != v {
+			return float32(float64(a)*float64(b) + float64(c))
+		}
+	}
+	if a == 0 || b == 0 || c == 0 {
+		return float32(float64(a)*float64(b) + float64(c)) // exact: one term, or a product of 48 bits
+	}
+	z := new(big.Float).SetPrec(1024)
+	z.Mul(big.NewFloat(float64(a)), big.NewFloat(float64(b)))
+	z.Add(z, big.NewFloat(float64(c)))
+	f, _ := z.Float32()
+	return f
 }
 
 // TestChainMatchesKernels checks that compiled chains compute, bit for bit,
 // what the kernels compute op by op, over random chains of every op, fresh
 // random inputs with edge values, uniform inputs, lengths around the vector
-// and per-call boundaries, and chains long and wide enough to spill.
+// and per-call boundaries, and chains long and wide enough to spill. With
+// contraction on, the multiplies it contracts are computed with their adds
+// in one rounding (fma32) and every other op as the kernels do it (NaNs
+// may then differ in payload).
 func TestChainMatchesKernels(t *testing.T) {
 	needJIT(t)
+	for _, fuse := range []bool{false, true} {
+		t.Run(map[bool]string{false: "separate", true: "contracted"}[fuse], func(t *testing.T) {
+			defer SetContract(SetContract(fuse))
+			testChainMatches(t, fuse)
+		})
+	}
+}
+
+func testChainMatches(t *testing.T, fuse bool) {
 	r := rand.New(rand.NewPCG(rand.Uint64(), 7))
 	shapes := []struct{ nin, nuni, nins int }{
 		{1, 0, 1}, {2, 0, 14}, {3, 1, 20}, {2, 2, 14}, {12, 3, 40}, {30, 4, 60}, {4, 0, 120},
 	}
 	lengths := []int{1, 7, 15, 16, 17, 31, 64, 100, 1024, 1031, chainMaxPerCall + 33}
-	spilled, hoisted := false, false
+	spilled, hoisted, fused := false, false, false
 	defer func() {
-		if !t.Failed() && (!spilled || !hoisted) {
-			t.Errorf("no chain spilled (%v) or hoisted constants (%v): the tests miss a path", spilled, hoisted)
+		if !t.Failed() && (!spilled || !hoisted || fuse != fused) {
+			t.Errorf("no chain spilled (%v), hoisted constants (%v) or contracted (%v, want %v): the tests miss a path",
+				spilled, hoisted, fused, fuse)
 		}
 	}()
 	for _, sh := range shapes {
@@ -107,6 +171,15 @@ func TestChainMatchesKernels(t *testing.T) {
 			}
 			spilled = spilled || ch.spills > 0
 			hoisted = hoisted || ch.hoisted > 0
+			fused = fused || ch.fused > 0
+			vals, err := checkChain(code, len(uniform), uniform)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cc, nf := contract(code, vals, fuse)
+			if nf != ch.fused {
+				t.Fatalf("contract: %d multiply-adds, the chain has %d", nf, ch.fused)
+			}
 			for _, n := range lengths {
 				if n > 2000 && sh.nins > 20 {
 					continue
@@ -140,7 +213,7 @@ func TestChainMatchesKernels(t *testing.T) {
 					t.Fatal("Run refused")
 				}
 				Fence()
-				runChainRef(code, want, n)
+				runContractedRef(cc, want, n)
 				for k, in := range code {
 					v := int(in.Dst)
 					stored := in.Op&NoStore == 0
@@ -151,7 +224,7 @@ func TestChainMatchesKernels(t *testing.T) {
 						} else if !stored {
 							continue
 						}
-						if math.Float32bits(g) != math.Float32bits(w) {
+						if math.Float32bits(g) != math.Float32bits(w) && !(fuse && g != g && w != w) {
 							t.Fatalf("chain %v n=%d: instruction %d (op %d, a=%v b=%v) element %d: got %v (%#x), want %v (%#x)",
 								sh, n, k, in.Code(), want[in.A][j], want[in.B][j], j, g, math.Float32bits(g), w, math.Float32bits(w))
 						}
@@ -235,6 +308,73 @@ func TestChainSwitch(t *testing.T) {
 	} {
 		if _, err := CompileChain(bad, 3, nil); err == nil {
 			t.Errorf("accepted %+v", bad)
+		}
+	}
+}
+
+// TestChainContractionForms compiles a multiply and the add or subtract
+// reading it, in each operand order, with the addend, the factors, both or
+// neither read again later (so the multiply-add overwrites the addend's
+// register, a factor's, or a copy), and checks the results against one
+// rounding of a*b ± c, and that a stored or twice-read product is not
+// contracted.
+func TestChainContractionForms(t *testing.T) {
+	needJIT(t)
+	defer SetContract(SetContract(true))
+	r := rand.New(rand.NewPCG(rand.Uint64(), 11))
+	const x, y, c, m, s = 0, 1, 2, 3, 4 // inputs x, y, c; m = x*y; s = m ± c (or c ± m)
+	for _, form := range []Instr{{Op: OpAdd, A: m, B: c}, {Op: OpAdd, A: c, B: m}, {Op: OpSub, A: m, B: c}, {Op: OpSub, A: c, B: m}} {
+		for keep := 0; keep < 8; keep++ { // bit 0: c read later, bit 1: x, bit 2: y
+			for _, variant := range []string{"", "stored", "twice"} {
+				mul := Instr{Op: OpMul | NoStore, Dst: m, A: x, B: y}
+				if variant == "stored" {
+					mul.Op = OpMul
+				}
+				form.Dst = s
+				code := []Instr{mul, form}
+				next := int32(s + 1)
+				for i, v := range []int32{c, x, y} {
+					if keep>>i&1 != 0 {
+						code = append(code, Instr{Op: OpMul, Dst: next, A: next - 1, B: v})
+						next++
+					}
+				}
+				if variant == "twice" {
+					code = append(code, Instr{Op: OpAdd, Dst: next, A: next - 1, B: m})
+					next++
+				}
+				ch, err := CompileChain(code, int(next), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := map[bool]int{true: 1, false: 0}[variant == ""]; ch.fused != want {
+					t.Fatalf("%v: %d multiply-adds, want %d", code, ch.fused, want)
+				}
+				const n = 37
+				got, want := make([][]float32, next), make([][]float32, next)
+				ptrs := make([]*float32, next)
+				for i := range got {
+					got[i] = make([]float32, n)
+					if i < 3 {
+						copy(got[i], randVec(r, n))
+					}
+					want[i] = append([]float32(nil), got[i]...)
+					ptrs[i] = &got[i][0]
+				}
+				ch.Run(ptrs, n)
+				vals, _ := checkChain(code, int(next), nil)
+				cc, _ := contract(code, vals, true)
+				runContractedRef(cc, want, n)
+				for _, in := range code[1:] {
+					for j := range n {
+						g, w := got[in.Dst][j], want[in.Dst][j]
+						if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+							t.Fatalf("%v keep %03b %s: value %d element %d: got %v, want %v (x=%v y=%v c=%v)",
+								form, keep, variant, in.Dst, j, g, w, want[x][j], want[y][j], want[c][j])
+						}
+					}
+				}
+			}
 		}
 	}
 }

@@ -12,24 +12,22 @@ var inf32 = float32(math.Inf(1))
 // in the last bit, both are within 2 ulp of the correctly rounded value).
 
 const (
-	log2e   = 1.44269504088896341
-	ln2Hi   = 0.693359375    // high bits of ln 2 (exact product with |n| < 2^14)
-	ln2Lo   = -2.12194440e-4 // ln 2 - ln2Hi
-	sqrtHf  = 0.707106781186547524
-	rndMag  = 12582912 // 1.5 * 2^23: adding it rounds to an integer
-	expHi   = 89       // exp(x) = +inf above
-	expLo   = -104     // exp(x) = 0 below
-	tanhLo  = 0.625    // odd polynomial below
-	tanhHi  = 9.1      // ±1 above
-	erfMid  = 0.875    // odd polynomial below, 1-exp(Q) above
-	erfHi   = 3.9375   // ±1 above
-	expP0   = 1.9875691500e-4
-	expP1   = 1.3981999507e-3
-	expP2   = 8.3334519073e-3
-	expP3   = 4.1665795894e-2
-	expP4   = 1.6666665459e-1
-	expP5   = 5.0000001201e-1
-	signBit = 0x80000000
+	log2e    = 1.44269504088896341
+	ln2Hi    = 0.693359375    // high bits of ln 2 (exact product with |n| < 2^14)
+	ln2Lo    = -2.12194440e-4 // ln 2 - ln2Hi
+	sqrtHf   = 0.707106781186547524
+	expHi    = 89                      // exp(x) = +inf above
+	expLo    = -104                    // exp(x) = 0 below
+	tanhLo   = 0.625                   // odd polynomial below
+	tanhHi   = 9.1                     // ±1 above
+	erfMid   = 0.875                   // odd polynomial below, 1-exp(Q) above
+	erfHi    = 3.9375                  // ±1 above
+	ln2F32   = 0.693147182464599609375 // float32(ln 2)
+	ln2F32Lo = -1.904654323148236e-09  // ln 2 - ln2F32
+	expShift = 786432                  // 1.5 * 2^19 (ulp 1/16): adding it rounds to a multiple of 1/16
+	expC2    = 5.000162721e-01         // e^r ≈ 1 + r + expC2 r² + expC3 r³ for |r| ≤ ln2/32
+	expC3    = 1.666700840e-01
+	signBit  = 0x80000000
 )
 
 var logP = [...]float32{7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
@@ -69,17 +67,33 @@ func scale2(p float32, n int32) float32 {
 	return p * f32frombits(uint32(n1+127)<<23) * f32frombits(uint32(n2+127)<<23)
 }
 
-// expCore returns e^x for x in [expLo, expHi].
+// expCore returns e^x for x in [expLo, expHi] as the kernels do (see
+// expInto in _asm/main.go): kf = x*log2e rounded to a multiple of 1/16
+// (adding expShift), e^x = 2^floor(kf) * 2^(kf-floor(kf)) * e^r with
+// r = x - kf*ln2, the middle factor from exp2Tab (corrected by exp2Err),
+// e^r by a cubic.
 func expCore(x float32) float32 {
-	t := x*log2e + rndMag
-	n := int32(f32bits(t)) - int32(f32bits(rndMag))
-	fn := t - rndMag
-	r := x - fn*ln2Hi
-	r = r - fn*ln2Lo
-	z := r * r
-	p := (((((expP0*r+expP1)*r+expP2)*r+expP3)*r+expP4)*r+expP5)*z + r + 1
-	return scale2(p, n)
+	t := x*log2e + expShift
+	k := int32(f32bits(t)) - int32(f32bits(expShift)) // 16 kf
+	kf := t - expShift
+	r := x - kf*ln2Hi
+	r = r - kf*ln2Lo
+	T := exp2Tab[k&15]
+	p := ((expC3*r+expC2)*r+1)*r + exp2Err[k&15]
+	return scale2(T+T*p, k>>4)
 }
+
+// exp2Tab holds T = 2^(j/16), j = 0..15, rounded to float32, and exp2Err
+// the relative rounding errors (2^(j/16) - T) / T, added to e^r - 1 so that
+// the result carries no table error.
+var exp2Tab, exp2Err = func() (t, d [16]float32) {
+	for j := range t {
+		v := math.Exp2(float64(j) / 16)
+		t[j] = float32(v)
+		d[j] = float32((v - float64(t[j])) / float64(t[j]))
+	}
+	return
+}()
 
 func exp32(x float32) float32 {
 	if x != x {

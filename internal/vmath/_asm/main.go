@@ -31,13 +31,18 @@ const (
 	sqrtHf = 0.707106781186547524
 	expHi  = 89
 	expLo  = -104
-	tanhLo = 0.625
-	tanhHi = 9.1
-	erfMid = 0.875
-	erfHi  = 3.9375
+	// expShift (1.5 * 2^19, ulp 1/16): x*log2e + expShift rounds x*log2e
+	// to a multiple of 1/16.
+	ln2F32   = 0.693147182464599609375 // float32(ln 2)
+	ln2F32Lo = -1.904654323148236e-09  // ln 2 - ln2F32
+	expShift = 786432
+	expC2    = 5.000162721e-01
+	expC3    = 1.666700840e-01
+	tanhLo   = 0.625
+	tanhHi   = 9.1
+	erfMid   = 0.875
+	erfHi    = 3.9375
 )
-
-var expP = []float32{1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1}
 
 var logP = []float32{7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
 	1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1}
@@ -90,40 +95,60 @@ func horner(acc, t reg.VecPhysical, cs []float32) {
 	}
 }
 
-// estrin6 leaves c[0]*r^5+...+c[5] in acc as (c[5] + c[4]r) + z((c[3] +
-// c[2]r) + z(c[1] + c[0]r)) with z = r*r: the same fused multiply-adds as
-// Horner's scheme, in three independent pairs, so the dependency chain is
-// three multiply-adds shorter. tmp is scratch.
-func estrin6(acc, tmp, r, z reg.VecPhysical, c6 []float32) {
-	VBROADCASTSS(c(c6[1]), acc)
-	VFMADD231PS_BCST(c(c6[0]), r, acc)
-	VBROADCASTSS(c(c6[3]), tmp)
-	VFMADD231PS_BCST(c(c6[2]), r, tmp)
-	VFMADD213PS(tmp, z, acc)
-	VBROADCASTSS(c(c6[5]), tmp)
-	VFMADD231PS_BCST(c(c6[4]), r, tmp)
-	VFMADD213PS(tmp, z, acc)
-}
-
 // body computes out from the inputs; temporaries are Z8 and up.
 type body func(in []reg.VecPhysical, out reg.VecPhysical)
 
 // expInto: out = e^x (x is preserved). Uses Z16..Z19.
+//
+// e^x = 2^(n + j/16) * e^r: kf = n + j/16 is x*log2e rounded to a multiple
+// of 1/16 (by adding expShift, whose ulp is 1/16, so the low four mantissa
+// bits of the sum are j), r = x - kf*ln2F32 (one rounding, |r| ≤ ln2/32),
+// the rest of kf*ln2 added to e^r - 1 (where it is a relative correction
+// of 2^-22 at most, so r's polynomial need not see it), 2^(j/16)
+// comes from 16-entry tables by VPERMPS (which reads the low four bits of
+// each index lane) as T(1 + d) with d T's relative rounding error, e^r - 1
+// is r(1 + r(expC2 + expC3 r)), 2^(j/16) e^r is T + T(e^r - 1 + d), and
+// VSCALEFPS multiplies by 2^floor(kf) = 2^n, overflowing to +inf and underflowing
+// through the subnormals with one rounding.
 func expInto(x, out reg.VecPhysical) {
 	t0, t1, t2, t3 := Z[16], Z[17], Z[18], Z[19]
 	VBROADCASTSS(c(expLo), t1)
 	VMAXPS(x, t1, t0) // NaN: x
 	VBROADCASTSS(c(expHi), t1)
 	VMINPS(t0, t1, t0)
-	VMULPS_BCST(c(log2e), t0, t1)
-	VRNDSCALEPS(U8(8), t1, t1) // n, nearest even
-	VFNMADD231PS_BCST(c(ln2Hi), t1, t0)
-	VFNMADD231PS_BCST(c(ln2Lo), t1, t0) // r
-	VMULPS(t0, t0, t2)                  // z
-	estrin6(t3, out, t0, t2, expP)
-	VFMADD213PS(t0, t2, t3) // p*z + r
-	VADDPS_BCST(c(1), t3, t3)
-	VSCALEFPS(t1, t3, out)
+	VBROADCASTSS(c(expShift), t1)
+	VFMADD231PS_BCST(c(log2e), t0, t1)     // kf + expShift
+	VSUBPS_BCST(c(expShift), t1, t2)       // kf
+	VFNMADD231PS_BCST(c(ln2F32), t2, t0)   // r = x - kf*ln2F32, one rounding
+	VPERMPS(expTable(0), t1, out)          // T: 2^(j/16) rounded
+	VPERMPS(expTable(1), t1, t1)           // d = (2^(j/16) - T) / T
+	VFNMADD231PS_BCST(c(ln2F32Lo), t2, t1) // d - kf*(ln 2 - ln2F32)
+	VBROADCASTSS(c(expC2), t3)
+	VFMADD231PS_BCST(c(expC3), t0, t3)
+	VFMADD213PS_BCST(c(1), t0, t3)
+	VFMADD213PS(t1, t0, t3)   // e^r - 1 + d
+	VFMADD213PS(out, out, t3) // ≈ 2^(j/16) e^r
+	VSCALEFPS(t2, t3, out)
+}
+
+var expTabs [2]Mem
+
+// expTable returns the table of T = 2^(j/16) rounded to float32, j = 0..15
+// (which 0), or of the relative rounding errors (2^(j/16) - T) / T (which
+// 1), folded into e^r - 1 so that the result carries no table error.
+func expTable(which int) Mem {
+	if expTabs[which].Symbol.Name == "" {
+		expTabs[which] = GLOBL(fmt.Sprintf("vmtab_exp2_%d", which), RODATA|NOPTR)
+		for j := range 16 {
+			v := math.Exp2(float64(j) / 16)
+			t := float64(float32(v))
+			if which == 1 {
+				t = (v - t) / t
+			}
+			DATA(4*j, U32(math.Float32bits(float32(t))))
+		}
+	}
+	return expTabs[which]
 }
 
 // copysign: out = |out| with the sign of x (bitwise select by the sign mask).
