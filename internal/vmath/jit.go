@@ -845,7 +845,7 @@ func (g *gen) bcast(o e.Operand, dst e.Z) {
 }
 
 // opTemps is the number of temporary registers each op's body needs.
-var opTemps = map[int32]int{OpExp: 4, OpLog: 5, OpTanh: 9, OpLogistic: 7, OpErf: 9}
+var opTemps = map[int32]int{OpExp: 4, OpLog: 5, OpTanh: 8, OpLogistic: 6, OpErf: 9}
 
 // Comparison predicates (VCMPPS imm8), as _asm/main.go.
 const (
@@ -940,24 +940,19 @@ func (g *gen) horner(acc, t e.Z, cs []float32) {
 }
 
 // expInto: out = e^x (x preserved); tmp holds 4 registers.
-func (g *gen) expInto(x, out e.Z, tmp []e.Z) { g.expClamped(x, out, tmp, true, true) }
-
-// expClamped is expInto with the clamps of x to [expLo, expHi] left out
-// where the caller knows x is already inside (or NaN): max(expLo, x) is x
-// for x ≥ expLo and for NaN x (VMAXPS returns its second source, x, for
-// NaN), and min likewise, so the results are those of expInto bit for bit.
-func (g *gen) expClamped(x, out e.Z, tmp []e.Z, lo, hi bool) {
+func (g *gen) expInto(x, out e.Z, tmp []e.Z) {
 	a := &g.a
-	t0, t1, t2, t3 := tmp[0], tmp[1], tmp[2], tmp[3]
-	switch {
-	case lo:
-		a.VMAXPS(x, g.creg(g.c(expLo), t1), t0)
-	default:
-		a.VMOVAPS(x, t0)
-	}
-	if hi {
-		a.VMINPS(t0, g.creg(g.c(expHi), t1), t0)
-	}
+	t0 := tmp[0]
+	a.VMAXPS(x, g.creg(g.c(expLo), tmp[1]), t0)
+	a.VMINPS(t0, g.creg(g.c(expHi), tmp[1]), t0)
+	g.expCore(t0, out, tmp[1:4])
+}
+
+// expCore: out = e^t0 for t0 in [expLo, expHi] or NaN, as the kernels'
+// expCore (t0 is clobbered); tmp holds 3 registers.
+func (g *gen) expCore(t0, out e.Z, tmp []e.Z) {
+	a := &g.a
+	t1, t2, t3 := tmp[0], tmp[1], tmp[2]
 	g.bcast(g.c(expShift), t1)
 	a.VFMADD231PS(g.c(log2e), t0, t1)
 	a.VSUBPS(g.c(expShift), t1, t2)
@@ -997,7 +992,7 @@ func (g *gen) tanhBody(x, out e.Z, r []e.Z) {
 	a.VFMADD213PS(x, t, s)
 	a.VADDPS(ab, ab, t)
 	a.VMINPS(t, g.creg(g.c(2*tanhHi), ex), t)
-	g.expClamped(t, ex, r[5:9], false, false) // t in [0, 2*tanhHi] or NaN
+	g.expCore(t, ex, r[5:8]) // t in [0, 2*tanhHi] or NaN
 	a.VADDPS(g.c(1), ex, ex)
 	rc := r[5]
 	a.VRCP14PS(ex, rc)
@@ -1016,7 +1011,8 @@ func (g *gen) logisticBody(x, out e.Z, r []e.Z) {
 	a := &g.a
 	n, ex, num := r[0], r[1], r[2]
 	a.VPORD(g.cbits(signBit), x, n)
-	g.expClamped(n, ex, r[3:7], true, false) // n = -|x| ≤ 0 or NaN
+	a.VMAXPS(n, g.creg(g.c(expLo), ex), n) // -|x| ≥ expLo, or NaN
+	g.expCore(n, ex, r[3:6])
 	// num = 1 where x ≥ 0 or NaN (not x < 0, as the kernel's compare
 	// with a zeroed register), e^-|x| elsewhere.
 	a.VCMPPS(cmpNLT, g.cbits(0), x, g.km)

@@ -111,11 +111,18 @@ type body func(in []reg.VecPhysical, out reg.VecPhysical)
 // VSCALEFPS multiplies by 2^floor(kf) = 2^n, overflowing to +inf and underflowing
 // through the subnormals with one rounding.
 func expInto(x, out reg.VecPhysical) {
-	t0, t1, t2, t3 := Z[16], Z[17], Z[18], Z[19]
+	t0, t1 := Z[16], Z[17]
 	VBROADCASTSS(c(expLo), t1)
 	VMAXPS(x, t1, t0) // NaN: x
 	VBROADCASTSS(c(expHi), t1)
 	VMINPS(t0, t1, t0)
+	expCore(t0, out)
+}
+
+// expCore: out = e^t0 for t0 in [expLo, expHi] or NaN (t0 is clobbered).
+// Uses Z17..Z19.
+func expCore(t0, out reg.VecPhysical) {
+	t1, t2, t3 := Z[17], Z[18], Z[19]
 	VBROADCASTSS(c(expShift), t1)
 	VFMADD231PS_BCST(c(log2e), t0, t1)     // kf + expShift
 	VSUBPS_BCST(c(expShift), t1, t2)       // kf
@@ -172,8 +179,8 @@ func tanhBody(in []reg.VecPhysical, out reg.VecPhysical) {
 	// large = 1 - 2/(e^(2a)+1), 2a clamped to 2*tanhHi (NaN kept)
 	VADDPS(a, a, t)
 	VBROADCASTSS(c(2*tanhHi), e)
-	VMINPS(t, e, t)
-	expInto(t, e)
+	VMINPS(t, e, t) // [0, 2*tanhHi] or NaN: no clamps
+	expCore(t, e)
 	VADDPS_BCST(c(1), e, e) // d
 	// t = 2/d: reciprocal estimate r, q0 = 2r, q = q0 + r*(2 - d*q0)
 	r := Z[13]
@@ -193,7 +200,9 @@ func logisticBody(in []reg.VecPhysical, out reg.VecPhysical) {
 	x := in[0]
 	n, e, num := Z[8], Z[9], Z[10]
 	VPORD_BCST(cbits(signMask), x, n) // -|x|
-	expInto(n, e)
+	VBROADCASTSS(c(expLo), e)
+	VMAXPS(n, e, n) // ≥ expLo, or NaN
+	expCore(n, e)
 	VBROADCASTSS(c(1), num)
 	VXORPS(n, n, n)
 	VCMPPS(U8(cmpLT), n, x, reg.K2) // x < 0
