@@ -34,7 +34,9 @@ import (
 //     not 0) that program is compiled to machine code instead
 //     (vmath.CompileChain, fusedjit.go): one loop over 16-lane vectors with
 //     every value in registers while needed, the same instructions per op,
-//     hence the same values again; results of 8 MiB and more
+//     hence the same values again, except that a multiply read only by one
+//     add or subtract becomes one fused multiply-add (vmath.SetContract;
+//     FERRY_CPU_FMA=0 keeps them apart); results of 8 MiB and more
 //     are computed in scratch and stored with non-temporal stores
 //     (vmath.StoreNT: no read of the destination lines);
 //   - reshape and device_put keep the flat index (no node);

@@ -19,10 +19,12 @@ import (
 // later op reads it, constants (and operands the caller marks uniform) held
 // in registers across the loop when registers allow. Every op is emitted
 // with the very instruction sequence of its vmath kernel (the bodies below
-// are those of _asm/main.go, ported instruction for instruction, with no
-// contraction of separate ops into fused multiply-adds), so a chain computes,
-// bit for bit, what the kernels compute one after the other, and the
-// accuracy of the transcendental functions is that of the kernels.
+// are those of _asm/main.go, ported instruction for instruction), so the
+// accuracy of the transcendental functions is that of the kernels. The one
+// liberty is contraction (SetContract, on by default): a multiply read only
+// by one add or subtract is computed with it by one fused multiply-add.
+// With contraction off, a chain computes, bit for bit, what the kernels
+// compute one after the other.
 //
 // Registers: the generated code uses RAX (byte offset), RCX (elements left),
 // RDX (scratch), RDI (argument block), RBX, RSI and R8–R13 (operand
