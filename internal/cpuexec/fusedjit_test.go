@@ -140,19 +140,7 @@ func TestJITGelu(t *testing.T) {
 	})
 	p, err := passes.Compile(f, passes.Options{})
 	require.NoError(t, err)
-	e, err := New(p)
-	require.NoError(t, err)
-	chains := 0
-	for _, st := range e.body.steps {
-		if st.fused != nil {
-			for _, bp := range st.fused.progs {
-				if bp.chain != nil {
-					chains++
-				}
-			}
-		}
-	}
-	if vmath.JITAvailable() && chains == 0 {
+	if chains, _ := compiledChains(t, p); vmath.JITAvailable() && chains == 0 {
 		t.Fatal("no compiled chain for gelu")
 	}
 	runBoth(t, p, edgeArgs(rand.New(rand.NewPCG(rand.Uint64(), 3)), p.Func))
@@ -185,23 +173,23 @@ func normalArgs(r *rand.Rand, f *ir.Func) []*ir.Literal {
 	return args
 }
 
-// contractedChains compiles p with contraction on and returns the executor
-// and the multiply-adds its compiled chains hold.
-func contractedChains(t *testing.T, p *passes.Program) (*Executable, int) {
+// compiledChains builds p's executor and returns how many compiled chains
+// its fused groups hold and how many multiply-adds were contracted in them.
+func compiledChains(t *testing.T, p *passes.Program) (chains, fused int) {
 	t.Helper()
 	e, err := New(p)
 	require.NoError(t, err)
-	fused := 0
 	for _, st := range e.body.steps {
 		if st.fused != nil {
 			for _, bp := range st.fused.progs {
 				if bp.chain != nil {
+					chains++
 					fused += bp.chain.Fused()
 				}
 			}
 		}
 	}
-	return e, fused
+	return chains, fused
 }
 
 // TestContractedGelu runs gelu(x*w+b) with multiplies contracted into fused
@@ -215,7 +203,7 @@ func TestContractedGelu(t *testing.T) {
 	})
 	p, err := passes.Compile(f, passes.Options{})
 	require.NoError(t, err)
-	if _, fused := contractedChains(t, p); vmath.JITAvailable() && fused < 2 {
+	if _, fused := compiledChains(t, p); vmath.JITAvailable() && fused < 2 {
 		t.Fatalf("%d multiply-adds in the gelu chain, want 2", fused)
 	}
 	runClose(t, p, normalArgs(rand.New(rand.NewPCG(rand.Uint64(), 13)), p.Func), 1e-5, 1e-6)
@@ -255,7 +243,7 @@ func TestContractedRandomChains(t *testing.T) {
 		op := addOp(t, f.Body, ir.Fusion, g.out, ir.Attrs{"kind": "loop"}, g.rg)
 		f.Body.Results = op.Results
 		p := naivePlan(f, planOpts{})
-		_, n := contractedChains(t, p)
+		_, n := compiledChains(t, p)
 		fused += n
 		runClose(t, p, normalArgs(r, f), 1e-4, 1e-4)
 		if t.Failed() {
