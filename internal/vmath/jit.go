@@ -441,30 +441,30 @@ func SetContract(on bool) bool { return !contractOff.Swap(!on) }
 // NoStore and read only once, by an OpAdd or OpSub, is dropped and that
 // add or subtract becomes a multiply-add of the multiply's operands.
 func contract(code []Instr, vals []valInfo, on bool) ([]cins, int) {
-	out := make([]cins, 0, len(code))
+	// product returns the OpMul defining x when x is NoStore and read
+	// once, -1 otherwise.
+	product := func(x int32) int {
+		v := vals[x]
+		if v.def < 0 || v.store || len(v.uses) != 1 || code[v.def].Code() != OpMul {
+			return -1
+		}
+		return v.def
+	}
+	out := make([]cins, len(code))
 	drop := make([]bool, len(code))
 	n := 0
 	for k, in := range code {
-		out = append(out, cins{Instr: in})
+		out[k] = cins{Instr: in}
 		cd := in.Code()
-		if !on || (cd != OpAdd && cd != OpSub) {
+		if !on || cd != OpAdd && cd != OpSub {
 			continue
 		}
-		single := func(x int32) (int, bool) {
-			v := vals[x]
-			if v.def < 0 || v.store || len(v.uses) != 1 || code[v.def].Code() != OpMul {
-				return 0, false
-			}
-			return v.def, true
+		m, c, fop := product(in.A), in.B, opFMA // A*B ± C
+		if cd == OpSub {
+			fop = opFMS
 		}
-		m, c, fop := -1, int32(0), int32(0)
-		if d, ok := single(in.A); ok {
-			m, c, fop = d, in.B, opFMA
-			if cd == OpSub {
-				fop = opFMS
-			}
-		} else if d, ok := single(in.B); ok {
-			m, c, fop = d, in.A, opFMA
+		if m < 0 {
+			m, c, fop = product(in.B), in.A, opFMA // C ± A*B
 			if cd == OpSub {
 				fop = opFNMA
 			}
@@ -472,8 +472,7 @@ func contract(code []Instr, vals []valInfo, on bool) ([]cins, int) {
 		if m < 0 {
 			continue
 		}
-		mul := code[m]
-		out[k] = cins{Instr: Instr{Op: fop | in.Op&^0xff, Dst: in.Dst, A: mul.A, B: mul.B}, C: c}
+		out[k] = cins{Instr: Instr{Op: fop | in.Op&^0xff, Dst: in.Dst, A: code[m].A, B: code[m].B}, C: c}
 		drop[m] = true
 		n++
 	}
