@@ -55,19 +55,25 @@ func (g *groupGen) jitExpr(shape []int, depth int) *ir.Value {
 func edgeArgs(r *rand.Rand, f *ir.Func) []*ir.Literal {
 	edges := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)),
 		1e-45, -2e-39, 3e38, -3e38, 1e10, -88, 89.5, -104.5, 0.625, 9.2}
+	return f32Args(f, func() float32 {
+		switch r.IntN(5) {
+		case 0:
+			return edges[r.IntN(len(edges))]
+		case 1:
+			return float32(r.NormFloat64() * 20)
+		}
+		return float32(r.NormFloat64())
+	})
+}
+
+// f32Args fills f's f32 operands with values drawn from next.
+func f32Args(f *ir.Func, next func() float32) []*ir.Literal {
 	var args []*ir.Literal
 	for _, p := range f.Body.Params {
 		l := ir.NewLiteral(p.Type)
 		v := ir.ViewBytes[float32](l.Data)
 		for i := range v {
-			switch r.IntN(5) {
-			case 0:
-				v[i] = edges[r.IntN(len(edges))]
-			case 1:
-				v[i] = float32(r.NormFloat64() * 20)
-			default:
-				v[i] = float32(r.NormFloat64())
-			}
+			v[i] = next()
 		}
 		args = append(args, l)
 	}
@@ -161,16 +167,7 @@ func TestJITGeluLarge(t *testing.T) {
 
 // normalArgs fills f32 operands with standard normal values.
 func normalArgs(r *rand.Rand, f *ir.Func) []*ir.Literal {
-	var args []*ir.Literal
-	for _, p := range f.Body.Params {
-		l := ir.NewLiteral(p.Type)
-		v := ir.ViewBytes[float32](l.Data)
-		for i := range v {
-			v[i] = float32(r.NormFloat64())
-		}
-		args = append(args, l)
-	}
-	return args
+	return f32Args(f, func() float32 { return float32(r.NormFloat64()) })
 }
 
 // compiledChains builds p's executor and returns how many compiled chains
