@@ -995,12 +995,7 @@ func (g *gen) tanhBody(x, out e.Z, r []e.Z) {
 	a.VMINPS(t, g.creg(g.c(2*tanhHi), ex), t)
 	g.expCore(t, ex, r[5:8]) // t in [0, 2*tanhHi] or NaN
 	a.VADDPS(g.c(1), ex, ex)
-	rc := r[5]
-	a.VRCP14PS(ex, rc)
-	a.VADDPS(rc, rc, t)
-	g.bcast(g.c(2), out)
-	a.VFNMADD231PS(t, ex, out)
-	a.VFMADD231PS(out, rc, t)
+	a.VDIVPS(ex, g.creg(g.c(2), out), t) // 2/d
 	g.bcast(g.c(1), out)
 	a.VSUBPS(t, out, out)
 	a.VCMPPS(cmpLT, g.c(tanhLo), ab, g.km)
@@ -1019,16 +1014,7 @@ func (g *gen) logisticBody(x, out e.Z, r []e.Z) {
 	a.VCMPPS(cmpNLT, g.cbits(0), x, g.km)
 	a.VBLENDMPSk(g.c(1), ex, g.km, num)
 	a.VADDPS(g.c(1), ex, ex)
-	g.recipDiv(num, ex, out, r[3])
-}
-
-// recipDiv: out = num/d (num clobbered) as the kernels' recipDiv.
-func (g *gen) recipDiv(num, d, out, r e.Z) {
-	a := &g.a
-	a.VRCP14PS(d, r)
-	a.VMULPS(r, num, out)
-	a.VFNMADD231PS(out, d, num)
-	a.VFMADD231PS(num, r, out)
+	a.VDIVPS(ex, num, out) // as the kernel: see _asm/main.go
 }
 
 func (g *gen) erfBody(x, out e.Z, r []e.Z) {

@@ -393,11 +393,8 @@ tanhAVX512_loop:
 	VFMADD213PS       Z12, Z12, Z19
 	VSCALEFPS         Z18, Z19, Z12
 	VADDPS.BCST       vmc_3f800000<>+0(SB), Z12, Z12
-	VRCP14PS          Z12, Z13
-	VADDPS            Z13, Z13, Z11
 	VBROADCASTSS      vmc_40000000<>+0(SB), Z4
-	VFNMADD231PS      Z11, Z12, Z4
-	VFMADD231PS       Z4, Z13, Z11
+	VDIVPS            Z12, Z4, Z11
 	VBROADCASTSS      vmc_3f800000<>+0(SB), Z4
 	VSUBPS            Z11, Z4, Z4
 	VCMPPS.BCST       $0x11, vmc_3f200000<>+0(SB), Z8, K2
@@ -443,11 +440,8 @@ tanhAVX512_tail:
 	VFMADD213PS       Z12, Z12, Z19
 	VSCALEFPS         Z18, Z19, Z12
 	VADDPS.BCST       vmc_3f800000<>+0(SB), Z12, Z12
-	VRCP14PS          Z12, Z13
-	VADDPS            Z13, Z13, Z11
 	VBROADCASTSS      vmc_40000000<>+0(SB), Z4
-	VFNMADD231PS      Z11, Z12, Z4
-	VFMADD231PS       Z4, Z13, Z11
+	VDIVPS            Z12, Z4, Z11
 	VBROADCASTSS      vmc_3f800000<>+0(SB), Z4
 	VSUBPS            Z11, Z4, Z4
 	VCMPPS.BCST       $0x11, vmc_3f200000<>+0(SB), Z8, K2
@@ -522,10 +516,7 @@ logisticAVX512_loop:
 	VCMPPS            $0x11, Z8, Z0, K2
 	VBLENDMPS         Z9, Z10, K2, Z10
 	VADDPS.BCST       vmc_3f800000<>+0(SB), Z9, Z9
-	VRCP14PS          Z9, Z11
-	VMULPS            Z11, Z10, Z4
-	VFNMADD231PS      Z4, Z9, Z10
-	VFMADD231PS       Z10, Z11, Z4
+	VDIVPS            Z9, Z10, Z4
 	VMOVUPS           Z4, (DI)
 	ADDQ              $0x40, SI
 	ADDQ              $0x40, DI
@@ -560,10 +551,7 @@ logisticAVX512_tail:
 	VCMPPS            $0x11, Z8, Z0, K2
 	VBLENDMPS         Z9, Z10, K2, Z10
 	VADDPS.BCST       vmc_3f800000<>+0(SB), Z9, Z9
-	VRCP14PS          Z9, Z11
-	VMULPS            Z11, Z10, Z4
-	VFNMADD231PS      Z4, Z9, Z10
-	VFMADD231PS       Z10, Z11, Z4
+	VDIVPS            Z9, Z10, Z4
 	VMOVUPS           Z4, K1, (DI)
 
 logisticAVX512_done:
@@ -1471,11 +1459,8 @@ prog_op12:
 	VFMADD213PS       Z12, Z12, Z19
 	VSCALEFPS         Z18, Z19, Z12
 	VADDPS.BCST       vmc_3f800000<>+0(SB), Z12, Z12
-	VRCP14PS          Z12, Z13
-	VADDPS            Z13, Z13, Z11
 	VBROADCASTSS      vmc_40000000<>+0(SB), Z20
-	VFNMADD231PS      Z11, Z12, Z20
-	VFMADD231PS       Z20, Z13, Z11
+	VDIVPS            Z12, Z20, Z11
 	VBROADCASTSS      vmc_3f800000<>+0(SB), Z20
 	VSUBPS            Z11, Z20, Z20
 	VCMPPS.BCST       $0x11, vmc_3f200000<>+0(SB), Z8, K2
@@ -1508,11 +1493,8 @@ prog_op12:
 	VFMADD213PS       Z12, Z12, Z19
 	VSCALEFPS         Z18, Z19, Z12
 	VADDPS.BCST       vmc_3f800000<>+0(SB), Z12, Z12
-	VRCP14PS          Z12, Z13
-	VADDPS            Z13, Z13, Z11
 	VBROADCASTSS      vmc_40000000<>+0(SB), Z21
-	VFNMADD231PS      Z11, Z12, Z21
-	VFMADD231PS       Z21, Z13, Z11
+	VDIVPS            Z12, Z21, Z11
 	VBROADCASTSS      vmc_3f800000<>+0(SB), Z21
 	VSUBPS            Z11, Z21, Z21
 	VCMPPS.BCST       $0x11, vmc_3f200000<>+0(SB), Z8, K2
@@ -1545,11 +1527,8 @@ prog_op12:
 	VFMADD213PS       Z12, Z12, Z19
 	VSCALEFPS         Z18, Z19, Z12
 	VADDPS.BCST       vmc_3f800000<>+0(SB), Z12, Z12
-	VRCP14PS          Z12, Z13
-	VADDPS            Z13, Z13, Z11
 	VBROADCASTSS      vmc_40000000<>+0(SB), Z22
-	VFNMADD231PS      Z11, Z12, Z22
-	VFMADD231PS       Z22, Z13, Z11
+	VDIVPS            Z12, Z22, Z11
 	VBROADCASTSS      vmc_3f800000<>+0(SB), Z22
 	VSUBPS            Z11, Z22, Z22
 	VCMPPS.BCST       $0x11, vmc_3f200000<>+0(SB), Z8, K2
@@ -1582,11 +1561,8 @@ prog_op12:
 	VFMADD213PS       Z12, Z12, Z19
 	VSCALEFPS         Z18, Z19, Z12
 	VADDPS.BCST       vmc_3f800000<>+0(SB), Z12, Z12
-	VRCP14PS          Z12, Z13
-	VADDPS            Z13, Z13, Z11
 	VBROADCASTSS      vmc_40000000<>+0(SB), Z23
-	VFNMADD231PS      Z11, Z12, Z23
-	VFMADD231PS       Z23, Z13, Z11
+	VDIVPS            Z12, Z23, Z11
 	VBROADCASTSS      vmc_3f800000<>+0(SB), Z23
 	VSUBPS            Z11, Z23, Z23
 	VCMPPS.BCST       $0x11, vmc_3f200000<>+0(SB), Z8, K2
@@ -1617,10 +1593,7 @@ prog_op13:
 	VCMPPS            $0x11, Z8, Z24, K2
 	VBLENDMPS         Z9, Z10, K2, Z10
 	VADDPS.BCST       vmc_3f800000<>+0(SB), Z9, Z9
-	VRCP14PS          Z9, Z11
-	VMULPS            Z11, Z10, Z20
-	VFNMADD231PS      Z20, Z9, Z10
-	VFMADD231PS       Z10, Z11, Z20
+	VDIVPS            Z9, Z10, Z20
 	VPORD.BCST        vmc_80000000<>+0(SB), Z25, Z8
 	VBROADCASTSS      vmc_c2d00000<>+0(SB), Z9
 	VMAXPS            Z8, Z9, Z8
@@ -1642,10 +1615,7 @@ prog_op13:
 	VCMPPS            $0x11, Z8, Z25, K2
 	VBLENDMPS         Z9, Z10, K2, Z10
 	VADDPS.BCST       vmc_3f800000<>+0(SB), Z9, Z9
-	VRCP14PS          Z9, Z11
-	VMULPS            Z11, Z10, Z21
-	VFNMADD231PS      Z21, Z9, Z10
-	VFMADD231PS       Z10, Z11, Z21
+	VDIVPS            Z9, Z10, Z21
 	VPORD.BCST        vmc_80000000<>+0(SB), Z26, Z8
 	VBROADCASTSS      vmc_c2d00000<>+0(SB), Z9
 	VMAXPS            Z8, Z9, Z8
@@ -1667,10 +1637,7 @@ prog_op13:
 	VCMPPS            $0x11, Z8, Z26, K2
 	VBLENDMPS         Z9, Z10, K2, Z10
 	VADDPS.BCST       vmc_3f800000<>+0(SB), Z9, Z9
-	VRCP14PS          Z9, Z11
-	VMULPS            Z11, Z10, Z22
-	VFNMADD231PS      Z22, Z9, Z10
-	VFMADD231PS       Z10, Z11, Z22
+	VDIVPS            Z9, Z10, Z22
 	VPORD.BCST        vmc_80000000<>+0(SB), Z27, Z8
 	VBROADCASTSS      vmc_c2d00000<>+0(SB), Z9
 	VMAXPS            Z8, Z9, Z8
@@ -1692,10 +1659,7 @@ prog_op13:
 	VCMPPS            $0x11, Z8, Z27, K2
 	VBLENDMPS         Z9, Z10, K2, Z10
 	VADDPS.BCST       vmc_3f800000<>+0(SB), Z9, Z9
-	VRCP14PS          Z9, Z11
-	VMULPS            Z11, Z10, Z23
-	VFNMADD231PS      Z23, Z9, Z10
-	VFMADD231PS       Z10, Z11, Z23
+	VDIVPS            Z9, Z10, Z23
 	JMP               prog_store
 
 prog_op14:

@@ -182,13 +182,8 @@ func tanhBody(in []reg.VecPhysical, out reg.VecPhysical) {
 	VMINPS(t, e, t) // [0, 2*tanhHi] or NaN: no clamps
 	expCore(t, e)
 	VADDPS_BCST(c(1), e, e) // d
-	// t = 2/d: reciprocal estimate r, q0 = 2r, q = q0 + r*(2 - d*q0)
-	r := Z[13]
-	VRCP14PS(e, r)
-	VADDPS(r, r, t)
 	VBROADCASTSS(c(2), out)
-	VFNMADD231PS(t, e, out)
-	VFMADD231PS(out, r, t)
+	VDIVPS(e, out, t) // 2/d (see logisticBody's note on VDIVPS)
 	VBROADCASTSS(c(1), out)
 	VSUBPS(t, out, out)
 	VCMPPS_BCST(U8(cmpLT), c(tanhLo), a, reg.K2)
@@ -208,19 +203,12 @@ func logisticBody(in []reg.VecPhysical, out reg.VecPhysical) {
 	VCMPPS(U8(cmpLT), n, x, reg.K2) // x < 0
 	VBLENDMPS(e, num, reg.K2, num)
 	VADDPS_BCST(c(1), e, e)
-	recipDiv(num, e, out, Z[11])
-}
-
-// recipDiv: out = num/d for d in [1, 2^27] and num in [0, 2] (num is
-// clobbered, d kept): the reciprocal estimate r (relative error below
-// 2^-14), q0 = num*r and one Newton step on the quotient, q0 + r*(num -
-// d*q0), whose error is about that of r squared plus the last rounding.
-// VDIVPS is several times slower (bench/RESULTS.md, 2026-11-24).
-func recipDiv(num, d, out, r reg.VecPhysical) {
-	VRCP14PS(d, r)
-	VMULPS(r, num, out)
-	VFNMADD231PS(out, d, num)
-	VFMADD231PS(num, r, out)
+	// A correctly rounded VDIVPS: with the table exp, the FMA pipe is the
+	// bottleneck of logistic, tanh and gelu, and the divider runs beside
+	// it, so one VDIVPS beat VRCP14PS with a Newton step (four FMA-pipe
+	// ops): logistic 8.2 → 6.7 and gelu 13.0 → 12.1 cycles per vector in
+	// L1 (bench/RESULTS.md, 2026-11-25, third session).
+	VDIVPS(e, num, out)
 }
 
 func erfBody(in []reg.VecPhysical, out reg.VecPhysical) {
