@@ -13,11 +13,11 @@
 //     eval (correct, but with full-size temporaries on the Go heap). An f32
 //     chain compiled to machine code (vmath.CompileChain) that keeps every
 //     intermediate in registers runs instead straight over the operands and
-//     results in spans of up to 4096 elements (row broadcasts read from a
-//     per-worker repeated copy), with no block copies at all. Large groups
-//     are split across cores in chunks taken from a shared counter by the
-//     caller and a crew of helper goroutines, which poll for the next job
-//     for 100 µs before sleeping (crew.go).
+//     results in spans of up to spanTarget elements (row broadcasts read
+//     from a per-worker repeated copy), with no block copies at all. Large
+//     groups are split across cores in chunks taken from a shared counter by
+//     the caller and the process's worker pool (internal/parallel, shared
+//     with the matrix products).
 //
 //   - scan, while and cond, which run their nested regions with their
 //     sub-plans: the nested arena lives inside the enclosing one at

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/internal/parallel"
 	"github.com/ferryml/ferry/internal/vmath"
 	"github.com/ferryml/ferry/ir"
 )
@@ -170,9 +171,10 @@ func (p *blockProg) parallel(args, outs []*ir.Literal, units, per int, inPlace b
 		return w.runRange(args, outs, 0, n, inPlace)
 	}
 	// Units go out in chunks from a shared counter, several chunks per
-	// worker, to the calling goroutine and the crew's helpers: a helper
-	// whose thread wakes late (150 µs on the project machine, a sixth of a
-	// 1 ms call) then takes fewer chunks instead of finishing last.
+	// worker, to the calling goroutine and the pool's workers
+	// (internal/parallel): a worker whose thread wakes late (150 µs on the
+	// project machine, a sixth of a 1 ms call) then takes fewer chunks
+	// instead of finishing last.
 	chunk := (units + workers*chunksPerWorker - 1) / (workers * chunksPerWorker)
 	chunk = max(chunk, (minChunk+per-1)/per)
 	if per == 1 {
@@ -182,7 +184,7 @@ func (p *blockProg) parallel(args, outs []*ir.Literal, units, per int, inPlace b
 	var next atomic.Int64
 	var mu sync.Mutex
 	var first error
-	work := func() {
+	work := func(int) {
 		w := p.pool.Get().(*worker)
 		defer p.pool.Put(w)
 		begun := false
@@ -216,7 +218,7 @@ func (p *blockProg) parallel(args, outs []*ir.Literal, units, per int, inPlace b
 			}
 		}
 	}
-	helpers.run(workers-1, work)
+	parallel.Run(workers, work)
 	return first
 }
 

@@ -20,10 +20,10 @@
 // FERRY_GEMM_KERNEL=avx512|avx2|go, or SetKernel, forces one.
 //
 // Products of at least 96³ multiply-adds are split across cores
-// (SetThreads; GOMAXPROCS by default) by a persistent pool of goroutines:
-// the packed panel of B is shared, and blocks of C rows are handed out from
-// atomic counters, so a late or descheduled thread holds nobody up. Idle
-// workers poll for new work for 0.5 ms before they block.
+// (SetThreads; GOMAXPROCS by default) on the process's worker pool
+// (internal/parallel): the packed panel of B is shared, and blocks of C rows
+// are handed out from atomic counters, so a late or descheduled thread holds
+// nobody up.
 package gemm
 
 import (
@@ -32,8 +32,9 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
+
+	"github.com/ferryml/ferry/internal/parallel"
 )
 
 // Sgemm computes C = alpha*op(A)*op(B) + beta*C for row-major float32
@@ -229,7 +230,7 @@ func gemmStrided[T float](kr *kernel[T], batch, strideA, strideB, strideC int, s
 	if s.m == 0 || s.n == 0 {
 		return
 	}
-	parallel(nt, func(t int) {
+	parallel.Run(nt, func(t int) {
 		for i := t * batch / nt; i < (t+1)*batch/nt; i++ {
 			it := s.item(i, strideA, strideB, strideC)
 			if s.k == 0 || s.alpha == 0 {
@@ -381,7 +382,7 @@ func gemmBlocked[T float](kr *kernel[T], nt int, s *spec[T]) {
 		j.run(0)
 		return
 	}
-	parallel(nt, j.run)
+	parallel.Run(nt, j.run)
 }
 
 // wait blocks until cond holds; signal wakes the waiters after a counter
@@ -728,82 +729,4 @@ func getBuf[T float](n int) *[]T {
 
 func putBuf[T float](b *[]T) {
 	poolFor[T](bits.Len(uint(cap(*b) - 1))).Put(b)
-}
-
-// The worker pool: goroutines started on demand that run the parts of a
-// parallel product other than the caller's own. An idle worker polls for
-// new work for a while before it blocks: waking a blocked thread (and its
-// idle CPU) costs tens of microseconds, more than a small product.
-var (
-	workMu   sync.Mutex
-	nWorkers int
-	workCh   = make(chan func(), 64)
-)
-
-const spinTime = 500 * time.Microsecond
-
-func worker() {
-	for {
-		var f func()
-		select {
-		case f = <-workCh:
-		default:
-			f = spinRecv()
-		}
-		f()
-	}
-}
-
-func spinRecv() func() {
-	var deadline time.Time
-	for i := 0; ; i++ {
-		select {
-		case f := <-workCh:
-			return f
-		default:
-		}
-		if i%64 == 0 {
-			if now := time.Now(); deadline.IsZero() {
-				deadline = now.Add(spinTime)
-			} else if now.After(deadline) {
-				return <-workCh
-			}
-		}
-		runtime.Gosched()
-	}
-}
-
-// parallel runs f(0..nt-1), f(0) on the calling goroutine. A part that no
-// worker has started when the caller is done with its own is run by the
-// caller, so a busy pool (other products in flight) delays nobody.
-func parallel(nt int, f func(t int)) {
-	workMu.Lock()
-	for nWorkers < nt-1 {
-		nWorkers++
-		go worker()
-	}
-	workMu.Unlock()
-	var pending atomic.Int32
-	pending.Store(int32(nt - 1))
-	done := make(chan struct{})
-	claimed := make([]atomic.Bool, nt)
-	part := func(t int) {
-		if claimed[t].CompareAndSwap(false, true) {
-			f(t)
-			if pending.Add(-1) == 0 {
-				close(done)
-			}
-		}
-	}
-	for t := 1; t < nt; t++ {
-		workCh <- func() { part(t) }
-	}
-	f(0)
-	for t := 1; t < nt; t++ {
-		part(t)
-	}
-	for i := 0; i < 1000 && pending.Load() != 0; i++ {
-		runtime.Gosched()
-	}
-	<-done
 }

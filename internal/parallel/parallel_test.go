@@ -1,0 +1,83 @@
+package parallel
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestRunRunsEveryPartOnce has several goroutines call Run at once, with
+// and without pauses (workers blocked or still polling), with parts that
+// take chunks from a shared counter as internal/cpuexec's do, and checks
+// that every part and every chunk ran exactly once and had finished when
+// Run returned.
+func TestRunRunsEveryPartOnce(t *testing.T) {
+	const callers, calls, chunks = 6, 150, 40
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range calls {
+				nt := 1 + (c+k)%4
+				var next atomic.Int64
+				var done [chunks]atomic.Int32
+				parts := make([]atomic.Int32, nt)
+				Run(nt, func(p int) {
+					parts[p].Add(1)
+					for {
+						i := int(next.Add(1)) - 1
+						if i >= chunks {
+							return
+						}
+						if i%7 == 0 {
+							time.Sleep(time.Microsecond)
+						}
+						done[i].Add(1)
+					}
+				})
+				for p := range parts {
+					if n := parts[p].Load(); n != 1 {
+						t.Errorf("caller %d call %d: part %d of %d ran %d times", c, k, p, nt, n)
+						return
+					}
+				}
+				for i := range done {
+					if n := done[i].Load(); n != 1 {
+						t.Errorf("caller %d call %d: chunk %d ran %d times", c, k, i, n)
+						return
+					}
+				}
+				if k%50 == 0 {
+					time.Sleep(2 * SpinTime) // let the workers block
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestRunNested runs Run inside the parts of a Run (as a matrix product
+// inside a parallel fused group could): every inner part runs once and
+// nothing deadlocks, even with more parts than workers.
+func TestRunNested(t *testing.T) {
+	var n atomic.Int32
+	Run(4, func(int) {
+		Run(8, func(int) { n.Add(1) })
+	})
+	if got := n.Load(); got != 32 {
+		t.Fatalf("inner parts ran %d times, want 32", got)
+	}
+}
+
+// TestRunZeroAndOne checks the degenerate sizes: nothing for 0, f(0) on
+// the caller for 1.
+func TestRunZeroAndOne(t *testing.T) {
+	Run(0, func(int) { t.Fatal("Run(0) ran a part") })
+	ran := -1
+	Run(1, func(p int) { ran = p })
+	if ran != 0 {
+		t.Fatalf("Run(1) ran part %d, want 0", ran)
+	}
+}
