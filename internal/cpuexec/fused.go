@@ -37,8 +37,10 @@ import (
 //     hence the same values again, except that a multiply read only by one
 //     add or subtract becomes one fused multiply-add (vmath.SetContract;
 //     FERRY_CPU_FMA=0 keeps them apart); results of 8 MiB and more
-//     are computed in scratch and stored with non-temporal stores
-//     (vmath.StoreNT: no read of the destination lines);
+//     are stored with non-temporal stores (no read of the destination
+//     lines): by the compiled chain straight into the output
+//     (Chain.RunNT), or from scratch by vmath.StoreNT when the program is
+//     interpreted;
 //   - reshape and device_put keep the flat index (no node);
 //     broadcast_in_dim, transpose and slice compose a stage onto the map of
 //     their operand (no node, no data movement);

@@ -25,16 +25,16 @@ import (
 
 // Must match ../scalar.go.
 const (
-	log2e  = 1.44269504088896341
-	ln2Hi  = 0.693359375
-	ln2Lo  = -2.12194440e-4
-	sqrtHf = 0.707106781186547524
-	expHi  = 89
-	expLo  = -104
-	// expShift (1.5 * 2^19, ulp 1/16): x*log2e + expShift rounds x*log2e
-	// to a multiple of 1/16.
+	log2e    = 1.44269504088896341
+	ln2Hi    = 0.693359375
+	ln2Lo    = -2.12194440e-4
+	sqrtHf   = 0.707106781186547524
+	expHi    = 89
+	expLo    = -104
 	ln2F32   = 0.693147182464599609375 // float32(ln 2)
 	ln2F32Lo = -1.904654323148236e-09  // ln 2 - ln2F32
+	// expShift (1.5 * 2^19, ulp 1/16): x*log2e + expShift rounds x*log2e
+	// to a multiple of 1/16.
 	expShift = 786432
 	expC2    = 5.000162721e-01
 	expC3    = 1.666700840e-01
