@@ -11,7 +11,7 @@
 //	{"__metadata__":{"step":"100"},"W":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}}
 //
 // Tensors are named by their path in the tree (trace.TreeDef.Paths): a
-// struct {Layers []Layer; Opt optim.AdamState} saves tensors such as
+// struct {Layers []Layer; Opt optim.AdamState[Params]} saves tensors such as
 // "Layers[0].W" and "Opt.Mu.Layers[0].W". Save writes the header with
 // "__metadata__" first (when there is metadata) and the tensors in the tree's
 // leaf order, their data in the same order and the header padded with spaces

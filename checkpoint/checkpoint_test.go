@@ -79,7 +79,7 @@ type Model struct {
 
 type Checkpoint struct {
 	Params Model
-	Opt    optim.State
+	Opt    optim.AdamState[Model]
 	All    AllTypes
 	Step   int // static: not saved
 }
@@ -100,7 +100,7 @@ func newCheckpoint(t *testing.T, r *rand.Rand) Checkpoint {
 		},
 		Embed: map[string]*trace.Array{"tok": rt.FromSlice(randF32(r, 6), 3, 2)},
 	}
-	opt := optim.Adam(optim.Constant(0.1), 0.9, 0.999, 1e-8)
+	opt := optim.Adam[Model](optim.Constant(0.1), 0.9, 0.999, 1e-8)
 	st, err := opt.Init(model)
 	require.NoError(t, err)
 	for range 2 { // non-trivial moments and count
@@ -174,25 +174,26 @@ func TestRoundTrip(t *testing.T) {
 	requireSameTree(t, ck, got)
 	require.Nil(t, got.All.Nil)
 	require.Equal(t, 0, got.Step, "static values come from like")
-	require.Equal(t, []int32{2}, got.Opt.(optim.AdamState).Count.Int32s())
+	require.Equal(t, []int32{2}, got.Opt.Count.Int32s())
 
-	// Through a file, with the optimizer state offloaded: it loads offloaded.
+	// Through a file, with the optimizer state offloaded: it loads offloaded
+	// into a like made in pinned_host by InitIn.
 	path := filepath.Join(t.TempDir(), "ck.safetensors")
 	off := ck
 	off.Opt, err = optim.ToSpace(ck.Opt, ir.PinnedHost)
 	require.NoError(t, err)
 	require.NoError(t, checkpoint.SaveFile(path, off, nil))
 	likeOff := like
-	likeOff.Opt, err = optim.ToSpace(like.Opt, ir.PinnedHost)
+	likeOff.Opt, err = optim.InitIn(optim.Adam[Model](optim.Constant(0.1), 0.9, 0.999, 1e-8), like.Params, ir.PinnedHost)
 	require.NoError(t, err)
 	got, err = checkpoint.LoadFile(path, likeOff)
 	require.NoError(t, err)
 	requireSameTree(t, ck, got)
-	require.Equal(t, ir.PinnedHost, got.Opt.(optim.AdamState).Mu.(Model).Layers[0].W.Space())
+	require.Equal(t, ir.PinnedHost, got.Opt.Mu.Layers[0].W.Space())
 	require.Equal(t, ir.Device, got.Params.Layers[0].W.Space())
 
 	// The loaded state continues training like the saved one.
-	opt := optim.Adam(optim.Constant(0.1), 0.9, 0.999, 1e-8)
+	opt := optim.Adam[Model](optim.Constant(0.1), 0.9, 0.999, 1e-8)
 	u1, _, err := opt.Update(ck.Params, ck.Opt, ck.Params)
 	require.NoError(t, err)
 	u2, _, err := opt.Update(got.Params, got.Opt, got.Params)

@@ -1,8 +1,10 @@
 package optim_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -141,25 +143,52 @@ func refWarmupCosine(peak float64, warmup, total int, end float64) func(int) flo
 	}
 }
 
+// anyOpt is an optimizer over Params with its state type erased, so that the
+// cases of different state types fit in one table.
+type anyOpt struct {
+	init   func(p Params) (any, error)
+	initIn func(p Params, space ir.MemorySpace) (any, error)
+	update func(g Params, s any, p Params) (Params, any, error)
+}
+
+func erase[S any](o optim.Optimizer[Params, S]) anyOpt {
+	return anyOpt{
+		init: func(p Params) (any, error) { return o.Init(p) },
+		initIn: func(p Params, space ir.MemorySpace) (any, error) {
+			return optim.InitIn(o, p, space)
+		},
+		update: func(g Params, s any, p Params) (Params, any, error) {
+			st, ok := s.(S)
+			if !ok {
+				return g, s, fmt.Errorf("state %T, want %T", s, st)
+			}
+			return o.Update(g, st, p)
+		},
+	}
+}
+
 type optCase struct {
-	name  string
-	opt   optim.Optimizer
-	ref   func() refOpt
-	gradS float64 // gradient scale
+	name    string
+	opt     anyOpt
+	ref     func() refOpt
+	gradS   float64 // gradient scale
+	moments int64   // the state holds this many arrays of the params' size
 }
 
 func optCases() []optCase {
 	return []optCase{
-		{"SGD", optim.SGD(optim.Constant(0.1)), func() refOpt { return refSGD(constLR(0.1)) }, 1},
-		{"SGDWarmupCosine", optim.SGD(optim.WarmupCosine(0.5, 2, 5, 0.05)), func() refOpt { return refSGD(refWarmupCosine(0.5, 2, 5, 0.05)) }, 1},
-		{"Momentum", optim.Momentum(optim.Constant(0.05), 0.9, false), func() refOpt { return refMomentum(constLR(0.05), 0.9, false) }, 1},
-		{"Nesterov", optim.Momentum(optim.Constant(0.05), 0.9, true), func() refOpt { return refMomentum(constLR(0.05), 0.9, true) }, 1},
-		{"Adam", optim.Adam(optim.Constant(0.01), 0.9, 0.999, 1e-8), func() refOpt { return refAdam(constLR(0.01), 0.9, 0.999, 1e-8, 0) }, 1},
-		{"AdamW", optim.AdamW(optim.Constant(0.01), 0.8, 0.99, 1e-6, 0.1), func() refOpt { return refAdam(constLR(0.01), 0.8, 0.99, 1e-6, 0.1) }, 1},
-		{"Clip", optim.Chain(optim.ClipByGlobalNorm(1), optim.SGD(optim.Constant(1))), func() refOpt { return refClip(1, refSGD(constLR(1))) }, 1},
-		{"ClipNoop", optim.Chain(optim.ClipByGlobalNorm(100), optim.SGD(optim.Constant(1))), func() refOpt { return refClip(100, refSGD(constLR(1))) }, 1},
-		{"ChainClipAdam", optim.Chain(optim.ClipByGlobalNorm(0.5), optim.Adam(optim.Constant(0.02), 0.9, 0.999, 1e-8)),
-			func() refOpt { return refClip(0.5, refAdam(constLR(0.02), 0.9, 0.999, 1e-8, 0)) }, 1},
+		{"SGD", erase(optim.SGD[Params](optim.Constant(0.1))), func() refOpt { return refSGD(constLR(0.1)) }, 1, 0},
+		{"SGDWarmupCosine", erase(optim.SGD[Params](optim.WarmupCosine(0.5, 2, 5, 0.05))), func() refOpt { return refSGD(refWarmupCosine(0.5, 2, 5, 0.05)) }, 1, 0},
+		{"Momentum", erase(optim.Momentum[Params](optim.Constant(0.05), 0.9, false)), func() refOpt { return refMomentum(constLR(0.05), 0.9, false) }, 1, 1},
+		{"Nesterov", erase(optim.Momentum[Params](optim.Constant(0.05), 0.9, true)), func() refOpt { return refMomentum(constLR(0.05), 0.9, true) }, 1, 1},
+		{"Adam", erase(optim.Adam[Params](optim.Constant(0.01), 0.9, 0.999, 1e-8)), func() refOpt { return refAdam(constLR(0.01), 0.9, 0.999, 1e-8, 0) }, 1, 2},
+		{"AdamW", erase(optim.AdamW[Params](optim.Constant(0.01), 0.8, 0.99, 1e-6, 0.1)), func() refOpt { return refAdam(constLR(0.01), 0.8, 0.99, 1e-6, 0.1) }, 1, 2},
+		{"Clip", erase(optim.Chain(optim.ClipByGlobalNorm[Params](1), optim.SGD[Params](optim.Constant(1)))), func() refOpt { return refClip(1, refSGD(constLR(1))) }, 1, 0},
+		{"ClipNoop", erase(optim.Chain(optim.ClipByGlobalNorm[Params](100), optim.SGD[Params](optim.Constant(1)))), func() refOpt { return refClip(100, refSGD(constLR(1))) }, 1, 0},
+		{"ChainClipAdam", erase(optim.Chain(optim.ClipByGlobalNorm[Params](0.5), optim.Adam[Params](optim.Constant(0.02), 0.9, 0.999, 1e-8))),
+			func() refOpt { return refClip(0.5, refAdam(constLR(0.02), 0.9, 0.999, 1e-8, 0)) }, 1, 2},
+		{"ChainOfThree", erase(optim.Chain(optim.ClipByGlobalNorm[Params](2), optim.Chain(optim.ClipByGlobalNorm[Params](0.5), optim.Momentum[Params](optim.Constant(0.1), 0.5, true)))),
+			func() refOpt { return refClip(2, refClip(0.5, refMomentum(constLR(0.1), 0.5, true))) }, 1, 1},
 	}
 }
 
@@ -177,10 +206,10 @@ func TestOptimizersMatchReference(t *testing.T) {
 				r := newRand(t)
 				p0 := round32(randVec(r, 16, 1))
 				params := toParams(p0)
-				state, err := c.opt.Init(params)
+				state, err := c.opt.init(params)
 				require.NoError(t, err)
-				update := func(p Params, s optim.State, g Params) (Params, optim.State, error) {
-					u, s, err := c.opt.Update(g, s, p)
+				update := func(p Params, s any, g Params) (Params, any, error) {
+					u, s, err := c.opt.update(g, s, p)
 					if err != nil {
 						return p, s, err
 					}
@@ -211,19 +240,18 @@ func TestOptimizersMatchReference(t *testing.T) {
 	}
 }
 
-// countOf finds the step count in a state.
-func countOf(t *testing.T, s optim.State) []int32 {
-	switch s := s.(type) {
-	case optim.CountState:
-		return s.Count.Int32s()
-	case optim.MomentumState:
-		return s.Count.Int32s()
-	case optim.AdamState:
-		return s.Count.Int32s()
-	case optim.ChainState:
-		return countOf(t, s.States[len(s.States)-1])
+// countOf finds the step count in a state: the last Count leaf of the tree
+// (the innermost optimizer of a chain).
+func countOf(t *testing.T, s any) []int32 {
+	d, err := trace.Structure(s)
+	require.NoError(t, err)
+	paths, leaves := d.Paths(), trace.Leaves(s)
+	for i := len(paths) - 1; i >= 0; i-- {
+		if strings.HasSuffix(paths[i], "Count") {
+			return leaves[i].Int32s()
+		}
 	}
-	t.Fatalf("state %T", s)
+	t.Fatalf("state %T has no Count", s)
 	return nil
 }
 
@@ -251,7 +279,7 @@ func TestGlobalNormAndApplyUpdates(t *testing.T) {
 	require.InDelta(t, 5, optim.GlobalNorm(p).Item(), 1e-6)
 	require.InDelta(t, 0, optim.GlobalNorm(struct{}{}).Item(), 0)
 
-	q, err := optim.ApplyUpdates(p, any(p))
+	q, err := optim.ApplyUpdates(p, p)
 	require.NoError(t, err)
 	require.Equal(t, []float32{6, 0, 0, 0}, q.W.Float32s())
 
@@ -267,17 +295,44 @@ func TestGlobalNormAndApplyUpdates(t *testing.T) {
 
 func TestUpdateErrors(t *testing.T) {
 	p := toParams(make([]float64, 16))
-	adam := optim.Adam(optim.Constant(0.1), 0.9, 0.999, 1e-8)
+	adam := optim.Adam[Params](optim.Constant(0.1), 0.9, 0.999, 1e-8)
 	s, err := adam.Init(p)
 	require.NoError(t, err)
-	_, _, err = adam.Update(p, optim.CountState{}, p)
-	require.ErrorContains(t, err, "not a optim.AdamState")
-	_, _, err = adam.Update(struct{ W *trace.Array }{p.W}, s, p)
+	_, _, err = adam.Update(p, optim.AdamState[Params]{}, p)
+	require.ErrorContains(t, err, "state has no Count")
+	_, _, err = adam.Update(Params{W: p.W}, s, p)
 	require.ErrorContains(t, err, "structure")
-	_, _, err = optim.AdamW(optim.Constant(0.1), 0.9, 0.999, 1e-8, 0.1).Update(p, s, nil)
+	_, _, err = optim.AdamW[Params](optim.Constant(0.1), 0.9, 0.999, 1e-8, 0.1).Update(p, s, Params{})
 	require.ErrorContains(t, err, "needs the params")
-	_, _, err = optim.Chain(optim.SGD(optim.Constant(1))).Update(p, optim.ChainState{}, p)
-	require.ErrorContains(t, err, "0 states for 1")
+	chain := optim.Chain(optim.ClipByGlobalNorm[Params](1), optim.SGD[Params](optim.Constant(1)))
+	_, _, err = chain.Update(p, optim.ChainState[optim.EmptyState, optim.CountState]{}, p)
+	require.ErrorContains(t, err, "optim.Chain: second: optim.SGD: state has no Count")
+	_, err = optim.InitIn(adam, p, ir.MemorySpace(42))
+	require.ErrorContains(t, err, "invalid memory space")
+}
+
+// plainSGD is an optimizer written outside the package, without InitIn.
+type plainSGD struct{}
+
+func (plainSGD) Init(Params) (optim.EmptyState, error) { return optim.EmptyState{}, nil }
+
+func (plainSGD) Update(g Params, s optim.EmptyState, _ Params) (Params, optim.EmptyState, error) {
+	u, err := trace.MapAs(g, trace.Neg)
+	return u, s, err
+}
+
+// User-defined optimizers chain with the package's; InitIn needs every part
+// to implement SpaceIniter.
+func TestUserOptimizer(t *testing.T) {
+	p := toParams(randVec(newRand(t), 16, 1))
+	opt := optim.Chain(optim.ClipByGlobalNorm[Params](1e9), optim.Optimizer[Params, optim.EmptyState](plainSGD{}))
+	s, err := opt.Init(p)
+	require.NoError(t, err)
+	u, _, err := opt.Update(p, s, p)
+	require.NoError(t, err)
+	require.Equal(t, trace.Neg(p.W).Float32s(), u.W.Float32s())
+	_, err = optim.InitIn(opt, p, ir.PinnedHost)
+	require.ErrorContains(t, err, "optim.Chain: second: optim.InitIn: optim_test.plainSGD cannot build its state in a memory space")
 }
 
 // A jitted training step with donated params and state minimizes a quadratic.
@@ -289,8 +344,9 @@ func TestJitTrainingStepMinimizesQuadratic(t *testing.T) {
 		db := trace.Sub(p.B, target.B)
 		return trace.Add(trace.Sum(trace.Square(dw)), trace.Sum(trace.Square(db)))
 	}
-	opt := optim.Chain(optim.ClipByGlobalNorm(10), optim.Adam(optim.WarmupCosine(0.1, 10, 300, 0.001), 0.9, 0.999, 1e-8))
-	step := rt.NewJitted(func(p Params, s optim.State) (Params, optim.State, *trace.Array, error) {
+	opt := optim.Chain(optim.ClipByGlobalNorm[Params](10), optim.Adam[Params](optim.WarmupCosine(0.1, 10, 300, 0.001), 0.9, 0.999, 1e-8))
+	type State = optim.ChainState[optim.EmptyState, optim.AdamState[Params]]
+	step := rt.NewJitted(func(p Params, s State) (Params, State, *trace.Array, error) {
 		l, g := trace.ValueAndGrad(loss)(p)
 		u, s, err := opt.Update(g, s, p)
 		if err != nil {
@@ -305,13 +361,13 @@ func TestJitTrainingStepMinimizesQuadratic(t *testing.T) {
 	first := loss(params).Item()
 	var l *trace.Array
 	for range 300 {
-		out, err := step.Call(params, state)
+		params, state, l, err = step.Fn()(params, state)
 		require.NoError(t, err)
-		params, state, l = out[0].(Params), out[1], out[2].(*trace.Array)
 	}
 	require.Less(t, l.Item(), 1e-3*first)
 	require.Equal(t, int64(1), step.Stats().Misses, "compiled once")
 	require.InDeltaSlice(t, target.W.Float64s(), params.W.Float64s(), 1e-2)
+	require.Equal(t, []int32{300}, state.Second.Count.Int32s())
 }
 
 func stateBytes(s any) int64 {
@@ -322,13 +378,14 @@ func stateBytes(s any) int64 {
 	return n
 }
 
-// The offloaded state (pinned_host, written back with OutSpace) gives the same
-// parameters as the device-resident state, and the program counts the state as
-// host argument and output bytes.
+// The offloaded state (made in pinned_host by InitIn, written back with
+// OutSpace) gives the same parameters as the device-resident state, and the
+// program counts the state as host argument and output bytes.
 func TestOffloadedStateMatchesDevice(t *testing.T) {
 	r := newRand(t)
-	opt := optim.AdamW(optim.Constant(0.01), 0.9, 0.999, 1e-8, 0.01)
-	stepFn := func(p Params, s optim.State, g Params) (Params, optim.State, error) {
+	opt := optim.AdamW[Params](optim.Constant(0.01), 0.9, 0.999, 1e-8, 0.01)
+	type State = optim.AdamState[Params]
+	stepFn := func(p Params, s State, g Params) (Params, State, error) {
 		u, s, err := opt.Update(g, s, p)
 		if err != nil {
 			return p, s, err
@@ -343,9 +400,7 @@ func TestOffloadedStateMatchesDevice(t *testing.T) {
 	pd, po := toParams(p0), toParams(p0)
 	sd, err := opt.Init(pd)
 	require.NoError(t, err)
-	so, err := opt.Init(po)
-	require.NoError(t, err)
-	so, err = optim.ToSpace(so, ir.PinnedHost)
+	so, err := optim.InitIn(opt, po, ir.PinnedHost)
 	require.NoError(t, err)
 	for _, x := range trace.Leaves(so) {
 		require.Equal(t, ir.PinnedHost, x.Space())
@@ -366,9 +421,8 @@ func TestOffloadedStateMatchesDevice(t *testing.T) {
 		g := randVec(r, 16, 1)
 		pd, sd, err = dev(pd, sd, toParams(g))
 		require.NoError(t, err)
-		out, err := off.Call(po, so, toParams(g))
+		po, so, err = off.Fn()(po, so, toParams(g))
 		require.NoError(t, err)
-		po, so = out[0].(Params), out[1]
 		require.Equal(t, fromParams(pd), fromParams(po))
 		require.Equal(t, ir.Device, po.W.Space())
 		for _, x := range trace.Leaves(so) {
@@ -378,12 +432,13 @@ func TestOffloadedStateMatchesDevice(t *testing.T) {
 			require.Equal(t, ir.Device, x.Space())
 		}
 	}
-	require.Equal(t, trace.Leaves(sd)[0].Int32s(), trace.Leaves(so)[0].Int32s())
+	require.Equal(t, sd.Count.Int32s(), so.Count.Int32s())
+	require.Equal(t, sd.Mu.W.Float32s(), so.Mu.W.Float32s())
 
-	// ToSpaceAs back to device, typed.
-	back, err := optim.ToSpaceAs(so.(optim.AdamState), ir.Device)
+	// ToSpace back to device, typed.
+	back, err := optim.ToSpace(so, ir.Device)
 	require.NoError(t, err)
-	require.Equal(t, ir.Device, back.Mu.(Params).W.Space())
+	require.Equal(t, ir.Device, back.Mu.W.Space())
 }
 
 // Low-precision parameters keep their dtype through every optimizer, and the
@@ -393,20 +448,20 @@ func TestBF16Params(t *testing.T) {
 	g, err := trace.MapAs(p, func(x *trace.Array) *trace.Array { return trace.OnesLike(x) })
 	require.NoError(t, err)
 	for _, c := range optCases() {
-		s, err := c.opt.Init(p)
+		s, err := c.opt.init(p)
 		require.NoError(t, err, c.name)
-		u, s, err := c.opt.Update(g, s, p)
+		u, s, err := c.opt.update(g, s, p)
 		require.NoError(t, err, c.name)
-		require.Equal(t, ir.BFloat16, u.(Params).W.DType(), c.name)
-		require.Equal(t, ir.Float16, u.(Params).B.DType(), c.name)
+		require.Equal(t, ir.BFloat16, u.W.DType(), c.name)
+		require.Equal(t, ir.Float16, u.B.DType(), c.name)
 		q, err := optim.ApplyUpdates(p, u)
 		require.NoError(t, err, c.name)
 		require.Equal(t, ir.BFloat16, q.W.DType(), c.name)
 		if c.name != "SGDWarmupCosine" { // whose learning rate is 0 at step 0
 			require.Less(t, q.W.Float64s()[0], 0.0, c.name)
 		}
-		if a, ok := s.(optim.AdamState); ok {
-			require.Equal(t, ir.BFloat16, a.Mu.(Params).W.DType(), c.name)
+		if a, ok := s.(optim.AdamState[Params]); ok {
+			require.Equal(t, ir.BFloat16, a.Mu.W.DType(), c.name)
 		}
 	}
 }

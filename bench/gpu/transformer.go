@@ -54,7 +54,7 @@ func (m tfModel) loss(x, y *trace.Array) *trace.Array {
 // initial arguments (initialised on the CPU backend).
 func transformerStep() (*ir.Func, []bool, []*ir.Literal, error) {
 	c := transformerConfig
-	opt := optim.Chain(optim.ClipByGlobalNorm(1), optim.AdamW(optim.Constant(c.LR), 0.9, 0.95, 1e-8, 0.01))
+	opt := optim.Chain(optim.ClipByGlobalNorm[tfModel](1), optim.AdamW[tfModel](optim.Constant(c.LR), 0.9, 0.95, 1e-8, 0.01))
 	params := rt.Jit(func(k *trace.Array) tfModel {
 		return newTFModel(k, c.Vocab, c.Seq, c.Layers, c.D, c.Heads)
 	})(random.NewKey(0))
@@ -62,15 +62,16 @@ func transformerStep() (*ir.Func, []bool, []*ir.Literal, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	step := func(p tfModel, s optim.State, x, y *trace.Array) (tfModel, optim.State, *trace.Array, error) {
+	type optState = optim.ChainState[optim.EmptyState, optim.AdamState[tfModel]]
+	step := func(p tfModel, s optState, x, y *trace.Array) (tfModel, optState, *trace.Array, error) {
 		loss, g := trace.ValueAndGrad(func(p tfModel) *trace.Array { return p.loss(x, y) })(p)
 		upd, s2, err := opt.Update(g, s, p)
 		if err != nil {
-			return tfModel{}, nil, nil, err
+			return tfModel{}, optState{}, nil, err
 		}
 		p2, err := optim.ApplyUpdates(p, upd)
 		if err != nil {
-			return tfModel{}, nil, nil, err
+			return tfModel{}, optState{}, nil, err
 		}
 		return p2, s2, loss, nil
 	}

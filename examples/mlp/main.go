@@ -90,12 +90,12 @@ func Train(train, test *datasets.ImageSet, cfg Config, progress func(Progress)) 
 		return nn.NewMLP(key, ir.Float32, sizes, nn.Relu)
 	})(random.NewKey(cfg.Seed))
 
-	opt := optim.Adam(optim.Constant(cfg.LR), 0.9, 0.999, 1e-8)
+	opt := optim.Adam[Model](optim.Constant(cfg.LR), 0.9, 0.999, 1e-8)
 	state, err := opt.Init(params)
 	if err != nil {
 		return Result{}, Model{}, err
 	}
-	step := rt.Jit(func(p Model, s optim.State, x, y *trace.Array) (Model, optim.State, *trace.Array, error) {
+	step := rt.Jit(func(p Model, s optim.AdamState[Model], x, y *trace.Array) (Model, optim.AdamState[Model], *trace.Array, error) {
 		loss, g := trace.ValueAndGrad(func(p Model) *trace.Array {
 			return nn.SoftmaxCrossEntropy(p.Apply(x), y)
 		})(p)

@@ -39,21 +39,24 @@ func optLoss(p OptParams, input *trace.Array) *trace.Array {
 	return trace.Add(trace.Mean(trace.Square(d)), trace.Mul(trace.Scalar(0.001), reg))
 }
 
-var optimizer = optim.Chain(optim.ClipByGlobalNorm(1.0), optim.Adam(optim.Constant(0.1), 0.9, 0.999, 1e-8))
+var optimizer = optim.Chain(optim.ClipByGlobalNorm[OptParams](1.0), optim.Adam[OptParams](optim.Constant(0.1), 0.9, 0.999, 1e-8))
+
+// OptState is the optimizer's state: clipping's (empty) and Adam's.
+type OptState = optim.ChainState[optim.EmptyState, optim.AdamState[OptParams]]
 
 // optStep is one jitted training step; the state may live in pinned_host
 // (optim's Update moves each leaf to device inside the step).
-func optStep(p OptParams, s optim.State, input *trace.Array) (OptParams, optim.State, error) {
+func optStep(p OptParams, s OptState, input *trace.Array) (OptParams, OptState, error) {
 	g := trace.Grad(func(p OptParams) *trace.Array { return optLoss(p, input) })(p)
 	upd, s2, err := optimizer.Update(g, s, p)
 	if err != nil {
-		return OptParams{}, nil, err
+		return OptParams{}, OptState{}, err
 	}
 	p2, err := optim.ApplyUpdates(p, upd)
 	return p2, s2, err
 }
 
-func newOptStep(offload bool) *rt.Jitted[func(OptParams, optim.State, *trace.Array) (OptParams, optim.State, error)] {
+func newOptStep(offload bool) *rt.Jitted[func(OptParams, OptState, *trace.Array) (OptParams, OptState, error)] {
 	opts := []rt.Option{rt.Donate(0, 1)}
 	if offload {
 		opts = append(opts, rt.OutSpace(1, ir.PinnedHost))
@@ -62,8 +65,10 @@ func newOptStep(offload bool) *rt.Jitted[func(OptParams, optim.State, *trace.Arr
 }
 
 // optArgs returns params, state and input at width d: concrete random values,
-// or abstract arrays (types only) for analysis at full size.
-func optArgs(r *rand.Rand, d int, abstract, offload bool) (OptParams, optim.State, *trace.Array, error) {
+// or abstract arrays (types only) for analysis at full size. With offload the
+// state is made directly in pinned_host (optim.InitIn): it never takes device
+// memory.
+func optArgs(r *rand.Rand, d int, abstract, offload bool) (OptParams, OptState, *trace.Array, error) {
 	mk := func(scale float64) *trace.Array {
 		if abstract {
 			return trace.Abstract(ir.TypeOf(ir.Float32, d, d))
@@ -75,43 +80,11 @@ func optArgs(r *rand.Rand, d int, abstract, offload bool) (OptParams, optim.Stat
 		p.W[i] = mk(1 / math.Sqrt(float64(d)))
 	}
 	input := mk(1)
-	// The state's structure from a tiny instance, then each leaf at size d.
-	small := OptParams{}
-	for i := range small.W {
-		small.W[i] = rt.FromSlice([]float32{0}, 1, 1)
+	space := ir.Device
+	if offload {
+		space = ir.PinnedHost
 	}
-	s0, err := optimizer.Init(small)
-	if err != nil {
-		return p, nil, nil, err
-	}
-	// The tiny instance is garbage afterwards: free it now rather than when
-	// the collector gets to it, so that it never counts in a measured peak.
-	defer func() {
-		for _, a := range append(small.W[:], trace.Leaves(s0)...) {
-			_ = a.Delete()
-		}
-	}()
-	s, err := trace.Map(s0, func(a *trace.Array) *trace.Array {
-		t := a.Type()
-		if t.Rank() == 2 {
-			t = ir.TypeOf(t.DType, d, d)
-		}
-		if offload {
-			t = t.WithSpace(ir.PinnedHost)
-		}
-		if abstract {
-			return trace.Abstract(t)
-		}
-		z := rt.FromSlice(make([]float32, t.Shape.Size()), t.Shape...)
-		if t.DType != ir.Float32 {
-			z = trace.Convert(z, t.DType)
-		}
-		out := trace.DevicePut(z, t.Space)
-		if out != z {
-			_ = z.Delete()
-		}
-		return out
-	})
+	s, err := optim.InitIn(optimizer, p, space)
 	return p, s, input, err
 }
 

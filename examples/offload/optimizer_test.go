@@ -1,10 +1,15 @@
 package main
 
 import (
+	"errors"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/optim"
 	"github.com/ferryml/ferry/passes"
+	rt "github.com/ferryml/ferry/runtime"
+	"github.com/ferryml/ferry/trace"
 	"github.com/stretchr/testify/require"
 )
 
@@ -51,6 +56,21 @@ func TestOptimizerMemoryGoals(t *testing.T) {
 	}
 }
 
+// deviceRounding is what the 64-byte granules of the allocator may add to the
+// device total of a program: the rounding of its arena and of each
+// device-resident parameter and result.
+func deviceRounding(m passes.MemoryAnalysis, p *passes.Program) int64 {
+	round := func(n int64) int64 { return (n+passes.Alignment-1)/passes.Alignment*passes.Alignment - n }
+	rounding := round(m.TempBytes)
+	body := p.Func.Body
+	for _, v := range append(append([]*ir.Value{}, body.Params...), body.Results...) {
+		if v.Type.Space == ir.Device {
+			rounding += round(v.Type.Bytes())
+		}
+	}
+	return rounding
+}
+
 // TestOptimizerOffloadRuns executes three steps of both cases at a small
 // width: the offloaded state matches the device-only run, ends in
 // pinned_host (optimizerRows checks), and the measured device peak stays
@@ -66,16 +86,57 @@ func TestOptimizerOffloadRuns(t *testing.T) {
 	for _, r := range rows {
 		m, p := compileOpt(t, d, r.Case == "optimizer_offload")
 		require.Equal(t, m.TotalBytes(), r.TotalBytes, "%s: the row analyses the executed width", r.Case)
-		round := func(n int64) int64 { return (n+passes.Alignment-1)/passes.Alignment*passes.Alignment - n }
-		rounding := round(m.TempBytes)
-		body := p.Func.Body
-		for _, v := range append(append([]*ir.Value{}, body.Params...), body.Results...) {
-			if v.Type.Space == ir.Device {
-				rounding += round(v.Type.Bytes())
-			}
-		}
+		rounding := deviceRounding(m, p)
 		require.LessOrEqual(t, r.MaxAbsGradDiff, 1e-5, "%s", r.Case)
 		require.Positive(t, r.PeakDeviceBytes, "%s", r.Case)
 		require.LessOrEqual(t, r.PeakDeviceBytes, r.TotalBytes+rounding, "%s: measured device peak above the analysed total", r.Case)
 	}
+}
+
+// TestOptimizerOffloadInTightMemory follows the README's offload recipe with a
+// device capacity of the offloaded step's analysed total (plus the
+// allocator's rounding): the state is made in pinned_host by optim.InitIn
+// without any device allocation, three steps run and leave it there, while
+// the device-only step does not fit.
+func TestOptimizerOffloadInTightMemory(t *testing.T) {
+	const d = 64
+	m, p := compileOpt(t, d, true)
+	capacity := m.TotalBytes() + deviceRounding(m, p)
+	require.NoError(t, rt.ConfigureMemory(rt.MemoryConfig{Capacity: capacity, Allocator: rt.AllocatorPlatform}))
+	t.Cleanup(func() { require.NoError(t, rt.ConfigureMemory(rt.MemoryConfig{})) })
+
+	r := rand.New(rand.NewPCG(5, 6))
+	var params OptParams
+	for i := range params.W {
+		params.W[i] = randn(r, 0.1, d, d)
+	}
+	in := randn(r, 1, d, d)
+	var s OptState
+	t.Cleanup(func() { // before the pools are replaced
+		for _, x := range append(trace.Leaves(params), append(trace.Leaves(s), in)...) {
+			_ = x.Delete()
+		}
+	})
+	inUse := rt.MemoryStats(ir.Device).BytesInUse
+	rt.ResetPeakMemory()
+	s, err := optim.InitIn(optimizer, params, ir.PinnedHost)
+	require.NoError(t, err)
+	require.Equal(t, inUse, rt.MemoryStats(ir.Device).PeakBytesInUse, "InitIn allocated device memory")
+
+	step := newOptStep(true).Fn()
+	for range 3 {
+		params, s, err = step(params, s, in)
+		require.NoError(t, err)
+	}
+	require.Equal(t, []int32{3}, s.Second.Count.Int32s())
+	for _, x := range trace.Leaves(s) {
+		require.Equal(t, ir.PinnedHost, x.Space())
+	}
+
+	sd, err := optimizer.Init(params)
+	if err == nil { // the state fits beside the params: the step does not
+		_, _, err = newOptStep(false).Fn()(params, sd, in)
+	}
+	var oom *rt.OutOfMemoryError
+	require.True(t, errors.As(err, &oom), "the device-only step fits in %d bytes: %v", capacity, err)
 }

@@ -18,7 +18,8 @@
 // the block input in pinned_host memory, trace.SaveAndOffloadOnlyTheseNames).
 // -offload-params keeps the stacked block parameters in pinned_host (each scan
 // step copies its layer in); -offload-opt keeps the optimizer state in
-// pinned_host (optim.ToSpace, and rt.OutSpace(1, ir.PinnedHost) on the step).
+// pinned_host (made there by optim.InitIn, and rt.OutSpace(1, ir.PinnedHost)
+// on the step).
 package main
 
 import (

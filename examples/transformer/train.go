@@ -294,8 +294,8 @@ func Run(cfg Config, text string) (res Result, err error) {
 		clip = 1
 	}
 	opt := optim.Chain(
-		optim.ClipByGlobalNorm(clip),
-		optim.AdamW(optim.WarmupCosine(cfg.LR, warmup, max(cfg.Steps, warmup+1), cfg.LR/10), 0.9, 0.95, 1e-8, wd),
+		optim.ClipByGlobalNorm[Model](clip),
+		optim.AdamW[Model](optim.WarmupCosine(cfg.LR, warmup, max(cfg.Steps, warmup+1), cfg.LR/10), 0.9, 0.95, 1e-8, wd),
 	)
 
 	key := random.NewKey(cfg.Seed)
@@ -306,14 +306,14 @@ func Run(cfg Config, text string) (res Result, err error) {
 	for _, l := range trace.Leaves(params) {
 		res.Params += l.Shape().Size()
 	}
-	state, err := opt.Init(params)
+	// The optimizer state, made directly in pinned_host with -offload-opt.
+	space := ir.Device
+	if cfg.OffloadOpt {
+		space = ir.PinnedHost
+	}
+	state, err := optim.InitIn(opt, params, space)
 	if err != nil {
 		return res, err
-	}
-	if cfg.OffloadOpt {
-		if state, err = optim.ToSpace(state, ir.PinnedHost); err != nil {
-			return res, err
-		}
 	}
 	var stackOpts []nn.StackOption
 	if policy != nil {
@@ -321,12 +321,13 @@ func Run(cfg Config, text string) (res Result, err error) {
 	}
 	if cfg.OffloadParams {
 		stackOpts = append(stackOpts, nn.WithParamOffload())
-		if params.Blocks, err = optim.ToSpaceAs(params.Blocks, ir.PinnedHost); err != nil {
+		if params.Blocks, err = optim.ToSpace(params.Blocks, ir.PinnedHost); err != nil {
 			return res, err
 		}
 	}
 
-	step := func(p Model, s optim.State, x, y *trace.Array) (Model, optim.State, *trace.Array, error) {
+	type optState = optim.ChainState[optim.EmptyState, optim.AdamState[Model]]
+	step := func(p Model, s optState, x, y *trace.Array) (Model, optState, *trace.Array, error) {
 		loss, g := trace.ValueAndGrad(func(p Model) *trace.Array { return p.loss(x, y, stackOpts...) })(p)
 		if cfg.OffloadParams {
 			// The update runs on device; the new stacked parameters go back to host.
@@ -335,11 +336,11 @@ func Run(cfg Config, text string) (res Result, err error) {
 		}
 		upd, s2, err := opt.Update(g, s, p)
 		if err != nil {
-			return Model{}, nil, nil, err
+			return Model{}, optState{}, nil, err
 		}
 		p2, err := optim.ApplyUpdates(p, upd)
 		if err != nil {
-			return Model{}, nil, nil, err
+			return Model{}, optState{}, nil, err
 		}
 		if cfg.OffloadParams {
 			p2.Blocks = toSpace(p2.Blocks, ir.PinnedHost)
