@@ -27,6 +27,13 @@
 //		return p, s, err
 //	}, rt.Donate(0, 1))
 //
+// Chain takes two parts rather than a list because Go has no variadic
+// heterogeneous generics: a list would have to erase the states to []any and
+// bring back the type assertions. To pick an optimizer at run time (from a
+// flag, say), write the training loop as a generic function of the state type,
+// func train[S any](opt optim.Optimizer[Params, S]), and call it from a
+// switch.
+//
 // Everything works eagerly on concrete arrays as well as while tracing. Init
 // returns an error (wrapping *rt.OutOfMemoryError) when the state does not fit
 // in device memory.

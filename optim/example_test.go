@@ -179,3 +179,22 @@ func ExampleWarmupCosine() {
 	fmt.Println()
 	// Output: 0.00 0.50 1.00 0.85 0.50 0.15 0.00
 }
+
+// Pick an optimizer at run time (here from a list, say from a flag): the
+// training loop, fit, is generic in the state type S, so each case calls it
+// with its own optimizer and nothing is type-asserted.
+func Example_runTimeChoice() {
+	for _, name := range []string{"sgd", "adam"} {
+		var p Line
+		switch name {
+		case "sgd":
+			p = fit(optim.SGD[Line](optim.Constant(0.1)), 300)
+		case "adam":
+			p = fit(optim.Chain(optim.ClipByGlobalNorm[Line](1), optim.Adam[Line](optim.Constant(0.1), 0.9, 0.999, 1e-8)), 500)
+		}
+		fmt.Printf("%s: w=%.2f b=%.2f\n", name, p.W.Item(), p.B.Item())
+	}
+	// Output:
+	// sgd: w=2.00 b=1.00
+	// adam: w=2.00 b=1.00
+}
