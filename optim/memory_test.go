@@ -18,7 +18,15 @@ import (
 func withDeviceCapacity(t *testing.T, n int64) {
 	t.Helper()
 	require.NoError(t, rt.ConfigureMemory(rt.MemoryConfig{Capacity: n, Allocator: rt.AllocatorPlatform}))
-	t.Cleanup(func() { require.NoError(t, rt.ConfigureMemory(rt.MemoryConfig{})) })
+	t.Cleanup(func() { restoreMemory(t) })
+}
+
+// restoreMemory puts back the pools of the environment's settings
+// (FERRY_DEVICE_MEMORY and the others; unlimited when unset).
+func restoreMemory(t *testing.T) {
+	cfg, err := rt.MemoryConfigFromEnv()
+	require.NoError(t, err)
+	require.NoError(t, rt.ConfigureMemory(cfg))
 }
 
 // freeAtEnd deletes the concrete leaves of trees when the test ends (before
@@ -118,7 +126,7 @@ func TestInitInPinnedHostNeverUsesDevice(t *testing.T) {
 func TestInitInHostOutOfMemory(t *testing.T) {
 	const n = 1 << 12
 	require.NoError(t, rt.ConfigureMemory(rt.MemoryConfig{HostCapacity: 4 * n, Allocator: rt.AllocatorPlatform}))
-	t.Cleanup(func() { require.NoError(t, rt.ConfigureMemory(rt.MemoryConfig{})) })
+	t.Cleanup(func() { restoreMemory(t) })
 	p := bigParams(n)
 	freeAtEnd(t, p)
 	_, err := optim.InitIn(optim.Adam[Params](optim.Constant(1), 0.9, 0.999, 1e-8), p, ir.PinnedHost)

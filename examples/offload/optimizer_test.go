@@ -56,6 +56,14 @@ func TestOptimizerMemoryGoals(t *testing.T) {
 	}
 }
 
+// restoreMemory puts back the pools of the environment's settings
+// (FERRY_DEVICE_MEMORY and the others; unlimited when unset).
+func restoreMemory(t *testing.T) {
+	cfg, err := rt.MemoryConfigFromEnv()
+	require.NoError(t, err)
+	require.NoError(t, rt.ConfigureMemory(cfg))
+}
+
 // deviceRounding is what the 64-byte granules of the allocator may add to the
 // device total of a program: the rounding of its arena and of each
 // device-resident parameter and result.
@@ -103,7 +111,7 @@ func TestOptimizerOffloadInTightMemory(t *testing.T) {
 	m, p := compileOpt(t, d, true)
 	capacity := m.TotalBytes() + deviceRounding(m, p)
 	require.NoError(t, rt.ConfigureMemory(rt.MemoryConfig{Capacity: capacity, Allocator: rt.AllocatorPlatform}))
-	t.Cleanup(func() { require.NoError(t, rt.ConfigureMemory(rt.MemoryConfig{})) })
+	t.Cleanup(func() { restoreMemory(t) })
 
 	r := rand.New(rand.NewPCG(5, 6))
 	var params OptParams
