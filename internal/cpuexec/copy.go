@@ -3,6 +3,7 @@ package cpuexec
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,8 +33,12 @@ import (
 // run (and after the last copy of the same direction in the body, so that it
 // does not hold up a copy iteration i still waits for), the copy of the next
 // iteration's slice is started into the same bytes, and iteration i+1's
-// device_put step only waits for it. The prefetch pass of package passes
-// reserves such buffers where that costs no device memory.
+// device_put step only waits for it. A reader that is itself a copy (a round
+// trip, device_put(device_put(x, pinned_host), device)) has only been
+// started by then, on the other worker: the next slice's copy waits on its
+// worker for it before it overwrites the bytes the reader reads, and the
+// body runs on. The prefetch pass of package passes reserves such buffers
+// where that costs no device memory.
 //
 // FERRY_HOST_COPY_GBPS=g simulates a host link of g GB/s: a copy between
 // spaces takes bytes/g nanoseconds of its direction's link, which runs one
@@ -117,6 +122,9 @@ func (e *copyEvent) wait() {
 type copyJob struct {
 	dst, src []byte
 	ev       *copyEvent
+	// after are copies, possibly on the other worker, that must be complete
+	// before this one starts (they read its destination).
+	after []*copyEvent
 }
 
 // copyWorkers are the two copy streams of the process, started on first use.
@@ -126,6 +134,9 @@ var copyWorkers = sync.OnceValue(func() *[2]chan copyJob {
 		qs[d] = make(chan copyJob, 256)
 		go func(q chan copyJob) {
 			for j := range q {
+				for _, e := range j.after {
+					<-e.done
+				}
 				copy(j.dst, j.src)
 				close(j.ev.done)
 			}
@@ -144,8 +155,11 @@ var link struct {
 	free [2]time.Time
 }
 
-// startCopy queues a copy of src into dst on the worker of direction d.
-func startCopy(d copyDir, dst, src []byte, gbps float64) *copyEvent {
+// startCopy queues a copy of src into dst on the worker of direction d, to
+// start once the copies after are complete. Every copy in after must have
+// been started before (so that the workers, each in its own order, cannot
+// wait for each other in a cycle).
+func startCopy(d copyDir, dst, src []byte, gbps float64, after ...*copyEvent) *copyEvent {
 	ev := &copyEvent{done: make(chan struct{})}
 	if gbps > 0 {
 		now := time.Now()
@@ -154,11 +168,16 @@ func startCopy(d copyDir, dst, src []byte, gbps float64) *copyEvent {
 		if start.Before(now) {
 			start = now
 		}
+		for _, e := range after {
+			if start.Before(e.until) {
+				start = e.until
+			}
+		}
 		ev.until = start.Add(time.Duration(float64(len(src)) / gbps))
 		link.free[d] = ev.until
 		link.Unlock()
 	}
-	copyWorkers()[d] <- copyJob{dst: dst, src: src, ev: ev}
+	copyWorkers()[d] <- copyJob{dst: dst, src: src, ev: ev, after: after}
 	return ev
 }
 
@@ -271,13 +290,20 @@ func copyWaits(g *region) {
 type prefetch struct {
 	step  int // the copy step
 	param int // the xs parameter it copies
+	// readers are the other copy steps that read the copy's destination:
+	// when the prefetch starts they may still be running (on the other
+	// worker), so the prefetch waits for them before it overwrites it.
+	readers []int
 }
 
 // planPrefetch finds the copies of scan body g (nc consts, nk carries) that
 // can be double buffered: a copy of an xs parameter whose result is a temp
 // that no other value or nested arena of the body overlaps, is not returned,
-// and is read. The next iteration's copy is started after the later of its
-// last reader and the body's last copy in the same direction.
+// and is read, and whose parameter no earlier step writes (in place), as
+// that step would write the next slice while the prefetch reads it. The
+// next iteration's copy is started after the later of its last reader and
+// the body's last copy in the same direction, once the copies among its
+// readers — started, not necessarily complete, by then — are complete.
 func planPrefetch(g *region, nc, nk int) {
 	returned := map[int]bool{}
 	for _, s := range g.results {
@@ -307,16 +333,21 @@ func planPrefetch(g *region, nc, nk int) {
 				alone = false
 			}
 		}
+		src := g.ref(a)
 		last := -1
+		var readers []int
 		for j := range g.steps {
 			for _, w := range g.writes(j) {
-				if j != k && w.overlaps(dst) {
+				if j != k && w.overlaps(dst) || j < k && w.overlaps(src) {
 					alone = false
 				}
 			}
 			for _, s := range g.steps[j].args {
 				if g.ref(s).overlaps(dst) {
 					last = j
+					if g.steps[j].kind == stepCopy && !slices.Contains(readers, j) {
+						readers = append(readers, j)
+					}
 				}
 			}
 		}
@@ -324,7 +355,7 @@ func planPrefetch(g *region, nc, nk int) {
 			continue
 		}
 		after := max(last, lastCopy[st.dir])
-		g.steps[after].prefetch = append(g.steps[after].prefetch, prefetch{step: k, param: ab.Index})
+		g.steps[after].prefetch = append(g.steps[after].prefetch, prefetch{step: k, param: ab.Index, readers: readers})
 		st.prefetched = true
 	}
 }
@@ -338,8 +369,14 @@ func (f *frame) startPrefetches(i int) {
 			continue
 		}
 		waitClear(&f.ev[p.step]) // it is waited for by now; be sure
+		var after []*copyEvent
+		for _, j := range p.readers {
+			if f.ev[j] != nil {
+				after = append(after, f.ev[j])
+			}
+		}
 		st := &f.g.steps[p.step]
-		f.pre[p.step] = startCopy(st.dir, f.lits[st.outs[0]].Data, next, f.cfg.gbps)
+		f.pre[p.step] = startCopy(st.dir, f.lits[st.outs[0]].Data, next, f.cfg.gbps, after...)
 	}
 }
 

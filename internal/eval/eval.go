@@ -295,7 +295,7 @@ func execute(op *ir.Op, args, ins, outs []*ir.Literal, outTypes []ir.Type) ([]*i
 			dst, scratch = append([]*ir.Literal(nil), outs...), true
 		}
 		dst[i] = newLit(o.Type)
-		if ins[0] == o { // dynamic_update_slice in place
+		if len(ins) > 0 && ins[0] == o { // dynamic_update_slice in place (constant and iota have no operands)
 			copy(dst[i].Data, o.Data)
 			ins[0] = dst[i]
 		}
