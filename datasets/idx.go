@@ -26,9 +26,9 @@ import (
 // bytes), so a corrupt header cannot describe an array ReadIDX could not hold.
 const maxIDXElems = 1 << 30
 
-// firstReadBytes is the buffer ReadIDX starts with; it doubles while data
-// keeps coming, so a header announcing more than the input holds costs at
-// most twice what the input does hold.
+// firstReadBytes is the smallest buffer ReadIDX starts with; it doubles while
+// data keeps coming, so a header announcing more than the input holds costs
+// at most twice what the input does hold (or 8 times a gzip file's size).
 const firstReadBytes = 1 << 20
 
 // ReadIDX reads one IDX file (the format of MNIST: a magic number 0x0000TTRR
@@ -65,13 +65,15 @@ func ReadIDXFile(path string) (shape []int, data []byte, err error) {
 }
 
 func readIDX(r io.Reader) (shape []int, data []byte, err error) {
+	size := sizeOf(r)
 	br := bufio.NewReader(r)
 	magic, err := br.Peek(2)
 	if err != nil && len(magic) < 2 {
 		return nil, nil, fmt.Errorf("reading header: %w", eofUnexpected(err))
 	}
 	var src io.Reader = br
-	if isGzip(magic) {
+	compressed := isGzip(magic)
+	if compressed {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
 			return nil, nil, fmt.Errorf("gzip header: %w", eofUnexpected(err))
@@ -107,7 +109,23 @@ func readIDX(r io.Reader) (shape []int, data []byte, err error) {
 		}
 		n *= d
 	}
-	data, err = readBytes(src, n)
+	first := min(n, firstReadBytes)
+	switch {
+	case compressed && size >= 0:
+		// Start with what 8:1 compression of the input would hold: IDX
+		// images compress about 2:1, so a real file is read into one
+		// buffer, and a header announcing more than the file holds costs
+		// at most 8 times the file before the data runs out.
+		first = min(n, max(first, int(min(8*size, maxIDXElems))))
+	case size >= 0:
+		// An uncompressed input of known size: its size must hold the data.
+		if left := size - int64(4+4*rank); int64(n) > left {
+			return nil, nil, fmt.Errorf("shape %v: truncated file: the header announces %d bytes of data but only %d follow: %w",
+				shape, n, max(left, 0), io.ErrUnexpectedEOF)
+		}
+		first = n
+	}
+	data, err = readBytes(src, n, first)
 	if err != nil {
 		return nil, nil, fmt.Errorf("shape %v: reading %d bytes of data: %w", shape, n, eofUnexpected(err))
 	}
@@ -124,14 +142,34 @@ func readIDX(r io.Reader) (shape []int, data []byte, err error) {
 	return shape, data, nil
 }
 
+// sizeOf returns the number of bytes left in r if it can tell (bytes and
+// strings readers, regular files), or -1.
+func sizeOf(r io.Reader) int64 {
+	switch r := r.(type) {
+	case interface{ Len() int }:
+		return int64(r.Len())
+	case *os.File:
+		fi, err := r.Stat()
+		if err != nil || !fi.Mode().IsRegular() {
+			return -1
+		}
+		pos, err := r.Seek(0, io.SeekCurrent)
+		if err != nil {
+			return -1
+		}
+		return fi.Size() - pos
+	}
+	return -1
+}
+
 func isGzip(magic []byte) bool { return len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b }
 
-// readBytes reads exactly n bytes from r into a buffer that starts small and
+// readBytes reads exactly n bytes from r into a buffer of first bytes that
 // doubles as data arrives, so that n (from a header) is never allocated
 // before the input proves to hold it. A short input is an error wrapping
 // io.ErrUnexpectedEOF that says how much was there.
-func readBytes(r io.Reader, n int) ([]byte, error) {
-	buf := make([]byte, min(n, firstReadBytes))
+func readBytes(r io.Reader, n, first int) ([]byte, error) {
+	buf := make([]byte, first)
 	got := 0
 	for {
 		k, err := io.ReadFull(r, buf[got:])

@@ -3,7 +3,8 @@ package datasets
 import (
 	"bytes"
 	"compress/gzip"
-
+	"errors"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -108,15 +109,19 @@ func TestReadIDXHugeHeaderSmallFile(t *testing.T) {
 		"2d header": idx([]int{1 << 15, 1 << 15}, nil),
 	} {
 		t.Run(name, func(t *testing.T) {
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			_, _, err := ReadIDX(bytes.NewReader(in))
-			runtime.ReadMemStats(&after)
-			if err == nil || !strings.Contains(err.Error(), "truncated") {
-				t.Fatalf("err = %v, want a truncated-file error", err)
-			}
-			if got := after.TotalAlloc - before.TotalAlloc; got > 8<<20 {
-				t.Fatalf("reading a %d-byte file allocated %d bytes", len(in), got)
+			// Sized (the length is checked first) and unsized (the
+			// buffer grows as data arrives).
+			for _, r := range []io.Reader{bytes.NewReader(in), io.MultiReader(bytes.NewReader(in))} {
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				_, _, err := ReadIDX(r)
+				runtime.ReadMemStats(&after)
+				if err == nil || !strings.Contains(err.Error(), "truncated") || !errors.Is(err, io.ErrUnexpectedEOF) {
+					t.Fatalf("err = %v, want a truncated-file error", err)
+				}
+				if got := after.TotalAlloc - before.TotalAlloc; got > 8<<20 {
+					t.Fatalf("reading a %d-byte file allocated %d bytes", len(in), got)
+				}
 			}
 		})
 	}
@@ -125,16 +130,24 @@ func TestReadIDXHugeHeaderSmallFile(t *testing.T) {
 // TestReadIDXLarge reads a payload larger than the first read buffer, so the
 // buffer grows, in both encodings.
 func TestReadIDXLarge(t *testing.T) {
-	shape := []int{3, 1000, 1001}
-	data := randomBytes(3 * 1000 * 1001)
+	shape := []int{3, 500, 1001}
+	data := randomBytes(3 * 500 * 1001)
 	raw := idx(shape, data)
 	for name, in := range map[string][]byte{"plain": raw, "gzip": gz(t, raw)} {
-		s, d, err := ReadIDX(bytes.NewReader(in))
-		if err != nil || !reflect.DeepEqual(s, shape) || !bytes.Equal(d, data) {
-			t.Fatalf("%s: shape %v, %d bytes, err %v", name, s, len(d), err)
-		}
-		if _, _, err := ReadIDX(bytes.NewReader(in[:len(in)-1])); err == nil {
-			t.Fatalf("%s: truncated by one byte: no error", name)
+		for _, sized := range []bool{true, false} {
+			reader := func(p []byte) io.Reader {
+				if sized {
+					return bytes.NewReader(p)
+				}
+				return io.MultiReader(bytes.NewReader(p))
+			}
+			s, d, err := ReadIDX(reader(in))
+			if err != nil || !reflect.DeepEqual(s, shape) || !bytes.Equal(d, data) {
+				t.Fatalf("%s (sized %v): shape %v, %d bytes, err %v", name, sized, s, len(d), err)
+			}
+			if _, _, err := ReadIDX(reader(in[:len(in)-1])); !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("%s (sized %v): truncated by one byte: err %v", name, sized, err)
+			}
 		}
 	}
 }
