@@ -7,9 +7,12 @@
 //	go run ./examples/init [-json]
 //
 // Every measured case resets the device pool's peak (rt.ResetPeakMemory) and
-// reads rt.MemoryStats(ir.Device).PeakBytesInUse after the call, with a
-// garbage collection between cases. The goal for jitted initialisers is a peak
-// of at most 1.05 × the bytes they return.
+// reads rt.MemoryStats(ir.Device).PeakBytesInUse after the call, minus the
+// bytes in use before it. Between cases every array of the last one is deleted
+// or collected, and the program waits until the pool is back where it was, so
+// no case's peak is lowered by an earlier case's memory being freed while it
+// runs (see measure). The goal for jitted initialisers is a peak of at most
+// 1.05 × the bytes they return.
 package main
 
 import (
@@ -20,6 +23,7 @@ import (
 	"os"
 	goruntime "runtime"
 	"runtime/pprof"
+	"time"
 
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
@@ -96,23 +100,84 @@ func randomMatrix(rows, cols int) func(key *trace.Array) *trace.Array {
 	}
 }
 
-// measure runs f with a fresh peak and returns the device peak above what was
-// in use before and the device bytes of f's outputs, which it then deletes.
+// settleTimeout bounds how long measure waits for garbage to be freed.
+const settleTimeout = 10 * time.Second
+
+// measure runs f, which returns its outputs, and returns the device peak
+// while it ran above what was in use before it, and the device bytes of its
+// outputs, which it then deletes.
+//
+// That difference is the case's peak only if nothing in use before f is freed
+// while it runs: memory freed then lowers the level that f's allocations
+// climb from, so a 64 MiB output once read as a 0.4 MB peak. Eager
+// intermediates that f drops are freed by garbage-collector cleanups, which
+// run some time after a collection, so measure
+//   - before f, collects garbage and waits until nothing more is freed;
+//   - after f, deletes the outputs and waits until the pool is back to the
+//     bytes in use before f, so that f's garbage is gone before the next case
+//     (an error after settleTimeout, naming what is still alive);
+//   - checks that the bytes in use after f are at least those before f plus
+//     the outputs, which fails if memory held before f was freed during it
+//     (an error: the peak would be too small).
 func measure(f func() []*trace.Array) (peak, output int64, err error) {
-	goruntime.GC()
+	quiesce()
 	base := rt.MemoryStats(ir.Device).BytesInUse
 	rt.ResetPeakMemory()
 	outs := f()
-	peak = rt.MemoryStats(ir.Device).PeakBytesInUse - base
+	st := rt.MemoryStats(ir.Device)
 	for _, a := range outs {
-		output += bytesOf(a)
+		if a.Space() == ir.Device {
+			output += bytesOf(a)
+		}
 	}
 	for _, a := range outs {
 		if err := a.Delete(); err != nil {
 			return 0, 0, err
 		}
 	}
-	return peak, output, nil
+	if st.BytesInUse-base < output {
+		return 0, 0, fmt.Errorf("%d bytes in use before the case were freed while it ran, so its peak (%d bytes above the %d before) "+
+			"would not hold its %d-byte output: delete earlier arrays before measuring", base+output-st.BytesInUse, st.PeakBytesInUse-base, base, output)
+	}
+	if err := settle(base); err != nil {
+		return 0, 0, err
+	}
+	return st.PeakBytesInUse - base, output, nil
+}
+
+// quiesce collects garbage until the device pool's bytes in use stop falling:
+// the cleanups of unreachable arrays have run.
+func quiesce() {
+	last := int64(-1)
+	for range 100 {
+		goruntime.GC()
+		time.Sleep(time.Millisecond)
+		n := rt.MemoryStats(ir.Device).BytesInUse
+		if n == last {
+			return
+		}
+		last = n
+	}
+}
+
+// settle collects garbage until the device pool's bytes in use are at most
+// want, or returns an error naming the largest live arrays after
+// settleTimeout.
+func settle(want int64) error {
+	deadline := time.Now().Add(settleTimeout)
+	for {
+		n := rt.MemoryStats(ir.Device).BytesInUse
+		if n <= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			live := rt.LiveArrays()
+			return fmt.Errorf("%d device bytes still in use %v after the case, %d more than before it; largest live: %v",
+				n, settleTimeout, n-want, live[:min(len(live), 3)])
+		}
+		goruntime.GC()
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func bytesOf(a *trace.Array) int64 { return a.Type().Bytes() }
