@@ -162,3 +162,44 @@ func TestHeaderStructure(t *testing.T) {
 		t.Fatalf("padded header: %v %v %v", infos, meta, err)
 	}
 }
+
+// FuzzReadHeader: any input is read without a panic, and an accepted header
+// describes contiguous tensors, of known dtypes and at most MaxRank
+// dimensions, that fit in the input.
+func FuzzReadHeader(f *testing.F) {
+	w := `"W":{"dtype":"F32","shape":[2,1],"data_offsets":[0,8]}`
+	for _, seed := range [][]byte{
+		file(`{`+w+`}`, "12345678"), file(`{"__metadata__":{"a":"b"},`+w+`}  `, "12345678"),
+		file(`{`+w+`,"B":{"dtype":"BOOL","shape":[],"data_offsets":[8,9]}}`, "123456789"),
+		shapeHeader(MaxRank + 1), tensorsHeader(3, 2), file(`{`+w+`}`, "1234"), file(`[]`, ""), nil,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		infos, _, err := ReadHeader(bytes.NewReader(in))
+		if err != nil {
+			return
+		}
+		if len(infos) > MaxTensors {
+			t.Fatalf("%d tensors", len(infos))
+		}
+		var total int64
+		for name, ti := range infos {
+			es, ok := elemSize(ti.DType)
+			if !ok || len(ti.Shape) > MaxRank {
+				t.Fatalf("%s: %+v", name, ti)
+			}
+			n := es
+			for _, d := range ti.Shape {
+				n *= int64(d)
+			}
+			if ti.DataOffsets[1]-ti.DataOffsets[0] != n {
+				t.Fatalf("%s: %+v holds %d bytes", name, ti, n)
+			}
+			total += n
+		}
+		if hl := int64(binary.LittleEndian.Uint64(in)); total > int64(len(in))-8-hl {
+			t.Fatalf("%d bytes of tensors in a %d-byte input", total, len(in))
+		}
+	})
+}
