@@ -217,7 +217,7 @@ func (m *gzipMembers) Read(p []byte) (int, error) {
 			return 0, fmt.Errorf("%d bytes of trailing garbage after the gzip stream", rest)
 		}
 		if err := m.zr.Reset(m.br); err != nil {
-			return 0, fmt.Errorf("gzip member after the first: %w", eofUnexpected(err))
+			return 0, fmt.Errorf("gzip member after the first: %w", gzipError(err))
 		}
 		m.zr.Multistream(false)
 	}
