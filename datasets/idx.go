@@ -213,7 +213,11 @@ func (m *gzipMembers) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		if !isGzip(next) {
-			rest, _ := io.Copy(io.Discard, m.br)
+			const most = 1 << 20 // count at most this much of it
+			rest, _ := io.CopyN(io.Discard, m.br, most+1)
+			if rest > most {
+				return 0, fmt.Errorf("more than %d bytes of trailing garbage after the gzip stream", most)
+			}
 			return 0, fmt.Errorf("%d bytes of trailing garbage after the gzip stream", rest)
 		}
 		if err := m.zr.Reset(m.br); err != nil {
