@@ -17,6 +17,12 @@
 // leaf order, their data in the same order and the header padded with spaces
 // to a multiple of 8 bytes, as the reference implementation does.
 //
+// Reading checks a header before allocating anything it describes: at most
+// MaxHeaderBytes of JSON, MaxTensors tensors, MaxRank dimensions per shape and
+// MaxHeaderDims dimension values in all, each name once, offsets contiguous
+// and within the input. A header over a limit is rejected in one pass over
+// its bytes, with an error naming the tensor.
+//
 // Supported dtypes: F32, F16, BF16, F64, I32, I64, U8, U32 and BOOL (Ferry's
 // dtypes). Files with other dtypes can be inspected with ReadHeader but not
 // loaded.
@@ -259,13 +265,23 @@ func readHeader(r io.Reader, size int64) (*header, error) {
 	if size >= 0 && int64(n) > size-8 {
 		return nil, fmt.Errorf("truncated file: header length %d but only %d bytes follow", n, max(size-8, 0))
 	}
-	// Read through a growing buffer, so that a hostile length cannot make us
-	// allocate more than the input holds.
-	var buf bytes.Buffer
-	if got, err := io.CopyN(&buf, r, int64(n)); err != nil {
-		return nil, fmt.Errorf("truncated file: header length %d but only %d bytes follow", n, got)
+	var hb []byte
+	if size >= 0 {
+		// The input holds n bytes more: read them into a buffer of that size.
+		hb = make([]byte, n)
+		if got, err := io.ReadFull(r, hb); err != nil {
+			return nil, fmt.Errorf("truncated file: header length %d but only %d bytes follow", n, got)
+		}
+	} else {
+		// Read through a growing buffer, so that a hostile length cannot make
+		// us allocate more than the input holds.
+		var buf bytes.Buffer
+		if got, err := io.CopyN(&buf, r, int64(n)); err != nil {
+			return nil, fmt.Errorf("truncated file: header length %d but only %d bytes follow", n, got)
+		}
+		hb = buf.Bytes()
 	}
-	h, err := parseHeader(buf.Bytes())
+	h, err := parseHeader(hb)
 	if err != nil {
 		return nil, err
 	}
@@ -275,15 +291,118 @@ func readHeader(r io.Reader, size int64) (*header, error) {
 	return h, nil
 }
 
-func parseHeader(b []byte) (*header, error) {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return nil, fmt.Errorf("invalid header JSON: %w", err)
+// Limits on what one header may describe, checked while it is parsed, so a
+// hostile header is rejected before what it describes is decoded. With
+// MaxHeaderBytes they bound the time and memory of reading any header.
+const (
+	// MaxRank is the most dimensions a tensor may have: 64, NumPy's limit
+	// (NPY_MAXDIMS).
+	MaxRank = 64
+	// MaxTensors is the most tensors one file may hold.
+	MaxTensors = 1 << 20
+	// MaxHeaderDims is the most dimension values the shapes of one header
+	// may hold together (4 per tensor for MaxTensors tensors).
+	MaxHeaderDims = 4 * MaxTensors
+)
+
+// headerLimits are the limits parseHeader applies (tests lower them).
+var headerLimits = struct{ rank, tensors, dims int }{MaxRank, MaxTensors, MaxHeaderDims}
+
+// dims is a JSON shape whose rank is checked before its values are decoded.
+type dims []int64
+
+// UnmarshalJSON counts the values of the array b (an upper bound, from its
+// commas) before decoding them.
+func (d *dims) UnmarshalJSON(b []byte) error {
+	if n := bytes.Count(b, []byte{','}) + 1; n > headerLimits.rank {
+		return fmt.Errorf("shape has %d dimensions, more than the limit of %d", n, headerLimits.rank)
 	}
-	h := &header{tensors: make(map[string]TensorInfo, len(raw)), meta: map[string]string{}}
-	for name, v := range raw {
+	return json.Unmarshal(b, (*[]int64)(d))
+}
+
+// isSyntaxError reports whether err from a json.Decoder means malformed JSON
+// (rather than a value of the wrong type).
+func isSyntaxError(err error) bool {
+	var se *json.SyntaxError
+	return errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}
+
+// checkArrayLengths scans the header's JSON text once, without decoding it,
+// and rejects the first array of more than limit values among the top three
+// levels of nesting. In a safetensors header those arrays are shapes and
+// data_offsets, so a longer one is a shape over the rank limit, and a header
+// of millions of dimensions is rejected in one pass over its bytes before any
+// of them is decoded. Malformed JSON is left to the decoder to report.
+func checkArrayLengths(b []byte, limit int) error {
+	var (
+		depth   int
+		isArray [4]bool   // whether the open value at depth 1..3 is an array
+		commas  [4]int    // commas so far in the array at each depth
+		key     [3][2]int // byte range of the last string at depths 1 and 2: the tensor's name, the field
+	)
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			start := i
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 1 || depth == 2 {
+				key[depth] = [2]int{start, min(i+1, len(b))}
+			}
+		case '{', '[':
+			depth++
+			if depth < len(isArray) {
+				isArray[depth], commas[depth] = c == '[', 0
+			}
+		case '}', ']':
+			depth = max(depth-1, 0)
+		case ',':
+			if depth > 0 && depth < len(isArray) && isArray[depth] {
+				if commas[depth]++; commas[depth] >= limit {
+					if depth == 3 {
+						return fmt.Errorf("tensor %s: %s has more than %d values; a tensor's rank is at most %d",
+							b[key[1][0]:key[1][1]], b[key[2][0]:key[2][1]], limit, limit)
+					}
+					return fmt.Errorf("invalid header: an array of more than %d values ending after byte %d", limit, i)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// parseHeader parses the header's JSON object one entry at a time, checking
+// the limits (tensor count, rank, dimension values) before decoding what an
+// entry describes.
+func parseHeader(b []byte) (*header, error) {
+	if err := checkArrayLengths(b, headerLimits.rank); err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if tok, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("invalid header JSON: %w", err)
+	} else if tok != json.Delim('{') {
+		return nil, fmt.Errorf("invalid header: it must be a JSON object, not one beginning with %v", tok)
+	}
+	h := &header{tensors: map[string]TensorInfo{}, meta: map[string]string{}}
+	sawMeta := false
+	totalDims := 0
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("invalid header JSON: %w", err)
+		}
+		name := tok.(string) // object keys are strings
 		if name == "__metadata__" {
-			if err := json.Unmarshal(v, &h.meta); err != nil {
+			if sawMeta {
+				return nil, errors.New(`invalid header: "__metadata__" appears twice`)
+			}
+			sawMeta = true
+			if err := dec.Decode(&h.meta); err != nil {
 				return nil, fmt.Errorf("invalid __metadata__ (must map strings to strings): %w", err)
 			}
 			if h.meta == nil {
@@ -291,15 +410,25 @@ func parseHeader(b []byte) (*header, error) {
 			}
 			continue
 		}
+		if _, dup := h.tensors[name]; dup {
+			return nil, fmt.Errorf("invalid header: tensor %q appears twice", name)
+		}
+		if len(h.tensors) >= headerLimits.tensors {
+			return nil, fmt.Errorf("the header describes more than %d tensors, the limit", headerLimits.tensors)
+		}
 		var ti struct {
 			DType       string  `json:"dtype"`
-			Shape       []int64 `json:"shape"`
+			Shape       dims    `json:"shape"`
 			DataOffsets []int64 `json:"data_offsets"`
 		}
-		dec := json.NewDecoder(bytes.NewReader(v))
-		dec.DisallowUnknownFields()
 		if err := dec.Decode(&ti); err != nil {
+			if isSyntaxError(err) {
+				return nil, fmt.Errorf("invalid header JSON in tensor %q: %w", name, err)
+			}
 			return nil, fmt.Errorf("tensor %q: invalid header entry: %w", name, err)
+		}
+		if totalDims += len(ti.Shape); totalDims > headerLimits.dims {
+			return nil, fmt.Errorf("tensor %q: the header's shapes hold more than %d dimension values, the limit", name, headerLimits.dims)
 		}
 		es, ok := elemSize(ti.DType)
 		if !ok {
@@ -329,6 +458,12 @@ func parseHeader(b []byte) (*header, error) {
 		}
 		h.tensors[name] = TensorInfo{DType: ti.DType, Shape: shape, DataOffsets: [2]int64{b0, b1}}
 		h.order = append(h.order, name)
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, fmt.Errorf("invalid header JSON: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("invalid header: data after the header's JSON object (only spaces may pad it)")
 	}
 	sort.Slice(h.order, func(i, j int) bool {
 		a, b := h.tensors[h.order[i]].DataOffsets, h.tensors[h.order[j]].DataOffsets

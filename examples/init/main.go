@@ -7,9 +7,12 @@
 //	go run ./examples/init [-json]
 //
 // Every measured case resets the device pool's peak (rt.ResetPeakMemory) and
-// reads rt.MemoryStats(ir.Device).PeakBytesInUse after the call, with a
-// garbage collection between cases. The goal for jitted initialisers is a peak
-// of at most 1.05 × the bytes they return.
+// reads rt.MemoryStats(ir.Device).PeakBytesInUse after the call, minus the
+// bytes in use before it. Between cases every array of the last one is deleted
+// or collected, and the program waits until the pool is back where it was, so
+// no case's peak is lowered by an earlier case's memory being freed while it
+// runs (see measure). The goal for jitted initialisers is a peak of at most
+// 1.05 × the bytes they return.
 package main
 
 import (
@@ -20,24 +23,33 @@ import (
 	"os"
 	goruntime "runtime"
 	"runtime/pprof"
+	"time"
 
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
+	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/random"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
 )
 
-// Sizes (chosen to run in a few seconds on a CPU).
-const (
-	nodes    = 512 // attention: N
-	channels = 64  // attention: C (pairwise tensor f32[N, N, C] = 64 MiB)
+// sizes are the dimensions of the cases.
+type sizes struct {
+	Nodes, Channels               int // attention: pairwise tensor f32[N, N, C]
+	MatRows, MatCols              int // random_matrix: f32, measured
+	FullRows, FullCols            int // random_matrix_full: f32, analysis only
+	Layers, DModel, Heads, Hidden int // stack_bf16
+}
 
-	matRows, matCols   = 4096, 8192    // random_matrix: f32, 128 MiB
-	fullRows, fullCols = 32768, 262144 // random_matrix_full: f32, 32 GiB (analysis only)
-
-	layers, dModel, heads, hidden = 32, 256, 4, 1024 // stack_bf16
-)
+// programSizes are the sizes the program measures (chosen to run in a few
+// seconds on a CPU): a 64 MiB pairwise tensor, a 128 MiB matrix, the 32 GiB
+// matrix of the JAX report (analysed only) and a 48 MiB bf16 stack.
+var programSizes = sizes{
+	Nodes: 512, Channels: 64,
+	MatRows: 4096, MatCols: 8192,
+	FullRows: 32768, FullCols: 262144,
+	Layers: 32, DModel: 256, Heads: 4, Hidden: 1024,
+}
 
 // row is one case of the report.
 type row struct {
@@ -50,23 +62,23 @@ type row struct {
 	Note               string  `json:"note"`
 }
 
-// attention builds a pairwise feature tensor f32[N, N, C] for an attention
+// attention builds a pairwise feature tensor f32[n, n, c] for an attention
 // block: random node embeddings h, two linear projections q = h·Wq, k = h·Wk,
 // the broadcast difference q_i − k_j, then tanh and a per-channel affine map.
 // keep, when not nil, is given every intermediate (a user holding references).
-func attention(key *trace.Array, keep func(*trace.Array)) *trace.Array {
+func attention(key *trace.Array, n, c int, keep func(*trace.Array)) *trace.Array {
 	if keep == nil {
 		keep = func(*trace.Array) {}
 	}
 	ks := random.Keys(key, 5)
-	h := random.Normal(ks[0], ir.Float32, ir.Shape{nodes, channels})
-	wq := nn.LecunNormal(ks[1], ir.Float32, ir.Shape{channels, channels})
-	wk := nn.LecunNormal(ks[2], ir.Float32, ir.Shape{channels, channels})
-	gamma := trace.Add(trace.Scalar(1), trace.Mul(trace.Scalar(0.02), random.Normal(ks[3], ir.Float32, ir.Shape{channels})))
-	beta := trace.Mul(trace.Scalar(0.02), random.Normal(ks[4], ir.Float32, ir.Shape{channels}))
+	h := random.Normal(ks[0], ir.Float32, ir.Shape{n, c})
+	wq := nn.LecunNormal(ks[1], ir.Float32, ir.Shape{c, c})
+	wk := nn.LecunNormal(ks[2], ir.Float32, ir.Shape{c, c})
+	gamma := trace.Add(trace.Scalar(1), trace.Mul(trace.Scalar(0.02), random.Normal(ks[3], ir.Float32, ir.Shape{c})))
+	beta := trace.Mul(trace.Scalar(0.02), random.Normal(ks[4], ir.Float32, ir.Shape{c}))
 	q := trace.MatMul(h, wq)
 	k := trace.MatMul(h, wk)
-	diff := trace.Sub(trace.Reshape(q, nodes, 1, channels), trace.Reshape(k, 1, nodes, channels))
+	diff := trace.Sub(trace.Reshape(q, n, 1, c), trace.Reshape(k, 1, n, c))
 	keep(diff)
 	act := trace.Tanh(diff)
 	keep(act)
@@ -88,21 +100,209 @@ func randomMatrix(rows, cols int) func(key *trace.Array) *trace.Array {
 	}
 }
 
-func stack(key *trace.Array) nn.Stack {
-	return nn.NewStack(key, ir.BFloat16, layers, dModel, heads, hidden)
-}
+// settleTimeout bounds how long measure waits for garbage to be freed.
+const settleTimeout = 10 * time.Second
 
-// measure runs f with a fresh peak and returns the device peak above what was
-// in use before.
-func measure(f func()) int64 {
-	goruntime.GC()
+// measure runs f, which returns its outputs, and returns the device peak
+// while it ran above what was in use before it, and the device bytes of its
+// outputs, which it then deletes.
+//
+// That difference is the case's peak only if nothing in use before f is freed
+// while it runs: memory freed then lowers the level that f's allocations
+// climb from, so a 64 MiB output once read as a 0.4 MB peak. Eager
+// intermediates that f drops are freed by garbage-collector cleanups, which
+// run some time after a collection, so measure
+//   - before f, collects garbage and waits until nothing more is freed;
+//   - after f, deletes the outputs and waits until the pool is back to the
+//     bytes in use before f, so that f's garbage is gone before the next case
+//     (an error after settleTimeout, naming what is still alive);
+//   - checks that the bytes in use after f are at least those before f plus
+//     the outputs, which fails if memory held before f was freed during it
+//     (an error: the peak would be too small).
+func measure(f func() []*trace.Array) (peak, output int64, err error) {
+	quiesce()
 	base := rt.MemoryStats(ir.Device).BytesInUse
 	rt.ResetPeakMemory()
-	f()
-	return rt.MemoryStats(ir.Device).PeakBytesInUse - base
+	outs := f()
+	st := rt.MemoryStats(ir.Device)
+	for _, a := range outs {
+		if a.Space() == ir.Device {
+			output += bytesOf(a)
+		}
+	}
+	for _, a := range outs {
+		if err := a.Delete(); err != nil {
+			return 0, 0, err
+		}
+	}
+	if st.BytesInUse-base < output {
+		return 0, 0, fmt.Errorf("%d bytes in use before the case were freed while it ran, so its peak (%d bytes above the %d before) "+
+			"would not hold its %d-byte output: delete earlier arrays before measuring", base+output-st.BytesInUse, st.PeakBytesInUse-base, base, output)
+	}
+	if err := settle(base); err != nil {
+		return 0, 0, err
+	}
+	return st.PeakBytesInUse - base, output, nil
+}
+
+// quiesce collects garbage until the device pool's bytes in use stop falling:
+// the cleanups of unreachable arrays have run.
+func quiesce() {
+	last := int64(-1)
+	for range 100 {
+		goruntime.GC()
+		time.Sleep(time.Millisecond)
+		n := rt.MemoryStats(ir.Device).BytesInUse
+		if n == last {
+			return
+		}
+		last = n
+	}
+}
+
+// settle collects garbage until the device pool's bytes in use are at most
+// want, or returns an error naming the largest live arrays after
+// settleTimeout.
+func settle(want int64) error {
+	deadline := time.Now().Add(settleTimeout)
+	for {
+		n := rt.MemoryStats(ir.Device).BytesInUse
+		if n <= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			live := rt.LiveArrays()
+			return fmt.Errorf("%d device bytes still in use %v after the case, %d more than before it; largest live: %v",
+				n, settleTimeout, n-want, live[:min(len(live), 3)])
+		}
+		goruntime.GC()
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func bytesOf(a *trace.Array) int64 { return a.Type().Bytes() }
+
+// measureCase measures one case into a row: name, peak, output and ratio.
+func measureCase(name, note string, f func() []*trace.Array) (row, error) {
+	peak, out, err := measure(f)
+	if err != nil {
+		return row{}, fmt.Errorf("%s: %w", name, err)
+	}
+	r := row{Case: name, OutputBytes: out, PeakDeviceBytes: peak, Note: note}
+	if out > 0 {
+		r.Ratio = float64(peak) / float64(out)
+	}
+	return r, nil
+}
+
+// jitted returns fn jitted, lowered and compiled for key (so that the
+// measured call finds it compiled), and its memory analysis.
+func jitted[T any](fn func(*trace.Array) T, key *trace.Array) (func(*trace.Array) T, passes.MemoryAnalysis, error) {
+	j := rt.NewJitted(fn)
+	c, err := j.Lower(key)
+	if err != nil {
+		return nil, passes.MemoryAnalysis{}, err
+	}
+	cc, err := c.Compile()
+	if err != nil {
+		return nil, passes.MemoryAnalysis{}, err
+	}
+	return j.Fn(), cc.MemoryAnalysis(), nil
+}
+
+// withAnalysis adds a compiled analysis to a measured row.
+func withAnalysis(r row, m passes.MemoryAnalysis) row {
+	r.TempBytes, r.AnalysedTotalBytes = m.TempBytes, m.TotalBytes()
+	return r
+}
+
+// run measures every case in sequence, in this process, at sizes s.
+func run(s sizes) ([]row, error) {
+	key := random.NewKey(0)
+	var rows []row
+	add := func(r row, err error) error {
+		if err == nil {
+			rows = append(rows, r)
+		}
+		return err
+	}
+	one := func(a *trace.Array) []*trace.Array { return []*trace.Array{a} }
+
+	// Attention, eager, references dropped as the user's code goes.
+	if err := add(measureCase("attention_eager", "eager, op by op; intermediates are freed only when garbage collected",
+		func() []*trace.Array { return one(attention(key, s.Nodes, s.Channels, nil)) })); err != nil {
+		return nil, err
+	}
+
+	// Attention, eager, the user keeps every intermediate (the JAX report).
+	var kept int
+	r, err := measureCase("attention_eager_kept", "", func() []*trace.Array {
+		var held []*trace.Array
+		out := attention(key, s.Nodes, s.Channels, func(a *trace.Array) { held = append(held, a) })
+		kept = len(held)
+		return append(held, out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Only the result is the output; the kept intermediates count in the peak.
+	r.OutputBytes = int64(s.Nodes) * int64(s.Nodes) * int64(s.Channels) * 4
+	r.Ratio = float64(r.PeakDeviceBytes) / float64(r.OutputBytes)
+	r.Note = fmt.Sprintf("eager, %d full-size intermediates kept alive by the caller", kept)
+	rows = append(rows, r)
+
+	// Attention, jitted.
+	attn := func(k *trace.Array) *trace.Array { return attention(k, s.Nodes, s.Channels, nil) }
+	ja, m, err := jitted(attn, key)
+	if err != nil {
+		return nil, err
+	}
+	r, err = measureCase("attention_jit", "jitted: the pairwise chain is one fused kernel writing the output",
+		func() []*trace.Array { return one(ja(key)) })
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, withAnalysis(r, m))
+
+	// A large random matrix, jitted, measured.
+	jm, m, err := jitted(randomMatrix(s.MatRows, s.MatCols), key)
+	if err != nil {
+		return nil, err
+	}
+	r, err = measureCase("random_matrix", fmt.Sprintf("f32[%d, %d], counter-based bits fused into the output", s.MatRows, s.MatCols),
+		func() []*trace.Array { return one(jm(key)) })
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, withAnalysis(r, m))
+
+	// The full f32[32768, 262144] of the JAX report: analysis only.
+	if _, m, err = jitted(randomMatrix(s.FullRows, s.FullCols), key); err != nil {
+		return nil, err
+	}
+	full := row{Case: "random_matrix_full", OutputBytes: m.OutputBytes, TempBytes: m.TempBytes, AnalysedTotalBytes: m.TotalBytes(),
+		Note: fmt.Sprintf("f32[%d, %d] lowered and compiled, never run; ratio = analysed total / output (JAX: 112 GiB for 32 GiB)", s.FullRows, s.FullCols)}
+	if full.OutputBytes > 0 {
+		full.Ratio = float64(full.AnalysedTotalBytes) / float64(full.OutputBytes)
+	}
+	rows = append(rows, full)
+
+	// Stacked Transformer blocks straight into bf16.
+	stack := func(key *trace.Array) nn.Stack {
+		return nn.NewStack(key, ir.BFloat16, s.Layers, s.DModel, s.Heads, s.Hidden)
+	}
+	js, m, err := jitted(stack, key)
+	if err != nil {
+		return nil, err
+	}
+	r, err = measureCase("stack_bf16", fmt.Sprintf("nn.NewStack(bf16, L=%d, d=%d, hidden=%d): one layer per scan step", s.Layers, s.DModel, s.Hidden),
+		func() []*trace.Array { return trace.Leaves(js(key)) })
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, withAnalysis(r, m))
+	return rows, nil
+}
 
 func main() {
 	asJSON := flag.Bool("json", false, "print one JSON array of rows")
@@ -118,100 +318,16 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	var rows []row
-	add := func(r row) {
-		if r.OutputBytes > 0 {
-			if r.PeakDeviceBytes > 0 {
-				r.Ratio = float64(r.PeakDeviceBytes) / float64(r.OutputBytes)
-			} else if r.AnalysedTotalBytes > 0 {
-				r.Ratio = float64(r.AnalysedTotalBytes) / float64(r.OutputBytes)
-			}
-		}
-		rows = append(rows, r)
+	rows, err := run(programSizes)
+	if err != nil {
+		log.Fatal(err)
 	}
-	key := random.NewKey(0)
-	must := func(err error) {
-		if err != nil {
-			log.Fatal(err)
-		}
-	}
-
-	// Attention, eager, references dropped as the user's code goes.
-	var out *trace.Array
-	peak := measure(func() { out = attention(key, nil) })
-	add(row{Case: "attention_eager", OutputBytes: bytesOf(out), PeakDeviceBytes: peak,
-		Note: "eager, op by op; intermediates are freed only when garbage collected"})
-	must(out.Delete())
-
-	// Attention, eager, the user keeps every intermediate (the JAX report).
-	var kept []*trace.Array
-	peak = measure(func() { out = attention(key, func(a *trace.Array) { kept = append(kept, a) }) })
-	add(row{Case: "attention_eager_kept", OutputBytes: bytesOf(out), PeakDeviceBytes: peak,
-		Note: fmt.Sprintf("eager, %d full-size intermediates kept alive by the caller", len(kept))})
-	must(out.Delete())
-	for _, a := range kept {
-		must(a.Delete())
-	}
-	kept = nil
-
-	// Attention, jitted.
-	ja := rt.NewJitted(func(k *trace.Array) *trace.Array { return attention(k, nil) })
-	c, err := ja.Lower(key)
-	must(err)
-	cc, err := c.Compile()
-	must(err)
-	m := cc.MemoryAnalysis()
-	peak = measure(func() { out = ja.Fn()(key) })
-	add(row{Case: "attention_jit", OutputBytes: bytesOf(out), PeakDeviceBytes: peak, TempBytes: m.TempBytes,
-		AnalysedTotalBytes: m.TotalBytes(), Note: "jitted: the pairwise chain is one fused kernel writing the output"})
-	must(out.Delete())
-
-	// A large random matrix, jitted, measured.
-	jm := rt.NewJitted(randomMatrix(matRows, matCols))
-	c, err = jm.Lower(key)
-	must(err)
-	cc, err = c.Compile()
-	must(err)
-	m = cc.MemoryAnalysis()
-	peak = measure(func() { out = jm.Fn()(key) })
-	add(row{Case: "random_matrix", OutputBytes: bytesOf(out), PeakDeviceBytes: peak, TempBytes: m.TempBytes,
-		AnalysedTotalBytes: m.TotalBytes(), Note: fmt.Sprintf("f32[%d, %d], counter-based bits fused into the output", matRows, matCols)})
-	must(out.Delete())
-
-	// The full f32[32768, 262144] of the JAX report: analysis only.
-	jf := rt.NewJitted(randomMatrix(fullRows, fullCols))
-	c, err = jf.Lower(key)
-	must(err)
-	cc, err = c.Compile()
-	must(err)
-	m = cc.MemoryAnalysis()
-	add(row{Case: "random_matrix_full", OutputBytes: m.OutputBytes, TempBytes: m.TempBytes, AnalysedTotalBytes: m.TotalBytes(),
-		Note: fmt.Sprintf("f32[%d, %d] lowered and compiled, never run; ratio = analysed total / output (JAX: 112 GiB for 32 GiB)", fullRows, fullCols)})
-
-	// 32 stacked Transformer blocks straight into bf16.
-	js := rt.NewJitted(stack)
-	c, err = js.Lower(key)
-	must(err)
-	cc, err = c.Compile()
-	must(err)
-	m = cc.MemoryAnalysis()
-	var st nn.Stack
-	peak = measure(func() { st = js.Fn()(key) })
-	var outBytes int64
-	leaves := trace.Leaves(st)
-	for _, a := range leaves {
-		outBytes += bytesOf(a)
-	}
-	add(row{Case: "stack_bf16", OutputBytes: outBytes, PeakDeviceBytes: peak, TempBytes: m.TempBytes, AnalysedTotalBytes: m.TotalBytes(),
-		Note: fmt.Sprintf("nn.NewStack(bf16, L=%d, d=%d, hidden=%d): one layer per scan step", layers, dModel, hidden)})
-	for _, a := range leaves {
-		must(a.Delete())
-	}
-
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		must(enc.Encode(rows))
+		if err := enc.Encode(rows); err != nil {
+			log.Fatal(err)
+		}
 		return
 	}
 	fmt.Printf("%-22s %14s %14s %12s %8s  %s\n", "case", "output", "peak", "temp", "ratio", "note")
