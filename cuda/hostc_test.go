@@ -27,7 +27,7 @@ import (
 // one gcc call per CPU, each into one program, and runs each program once;
 // the subtests, released when the parent returns, compare. (A gcc call and
 // a process per kernel cost about 0.14 s of CPU each, over a minute for the
-// op table's 510 kernels; the batch about 9 s.)
+// op table's 510 kernels; the batch about 10 s.)
 
 // hostShim maps the CUDA names the generated source uses onto C11 with POSIX
 // threads: blocks run one after another; in a LaunchReduce entry each thread
