@@ -107,7 +107,8 @@ func opCases() []opCase {
 // through the generator and gcc, and compares with internal/eval on fresh
 // random operands.
 func TestGenerateOpsHostC(t *testing.T) {
-	gcc := needGCC(t)
+	b := newHostBatch(needGCC(t))
+	defer b.run()
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	for ci, c := range opCases() {
@@ -120,8 +121,9 @@ func TestGenerateOpsHostC(t *testing.T) {
 			continue // the op does not take this dtype
 		}
 		t.Run(c.name, func(t *testing.T) {
+			hc := queueOnHost(t, b, rand.New(rand.NewPCG(seed, uint64(ci))), buildOp(t, c))
 			t.Parallel()
-			checkOnHost(t, gcc, rand.New(rand.NewPCG(seed, uint64(ci))), buildOp(t, c))
+			hc.check(t, b)
 		})
 	}
 }

@@ -383,7 +383,8 @@ func TestLtMatmulFallbacks(t *testing.T) {
 // launches after cuBLASLt — matches eval of the whole fusion when run on the
 // host (gcc), with the dot result computed independently by eval.
 func TestOutputFusionEpilogueHostC(t *testing.T) {
-	gcc := needGCC(t)
+	b := newHostBatch(needGCC(t))
+	defer b.run()
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 12))
 	f32 := func(d ...int) ir.Type { return ir.TypeOf(ir.Float32, d...) }
 	progs := []struct {
@@ -404,13 +405,16 @@ func TestOutputFusionEpilogueHostC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			found := 0
+			type epilogue struct {
+				job  *hostJob
+				want []*ir.Literal
+			}
+			var eps []epilogue
 			for _, op := range prog.Func.Body.Ops {
 				dot, li, ri, ok := outputDot(op)
 				if !ok {
 					continue
 				}
-				found++
 				if _, err := MatmulSpecFor(dot, false); err != nil {
 					t.Fatalf("cuBLASLt rejects the fused dot: %v", err)
 				}
@@ -430,13 +434,17 @@ func TestOutputFusionEpilogueHostC(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := runHost(t, gcc, k, append(ins, d[0]))
-				for i := range want {
-					compare(t, fmt.Sprintf("%s result %d", p.name, i), got[i], want[i])
-				}
+				eps = append(eps, epilogue{b.add(k, append(ins, d[0])), want})
 			}
-			if found == 0 {
+			if len(eps) == 0 {
 				t.Fatalf("no output fusion with a leading dot in\n%v", prog.Func)
+			}
+			t.Parallel()
+			for _, e := range eps {
+				got := b.results(t, e.job)
+				for i := range e.want {
+					compareKernel(t, fmt.Sprintf("%s result %d", p.name, i), e.job.k, got[i], e.want[i])
+				}
 			}
 		})
 	}

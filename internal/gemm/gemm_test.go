@@ -20,28 +20,33 @@ func forEachKernel(t *testing.T, f func(t *testing.T)) {
 	}
 }
 
-// refGemm is the float64 triple loop: C = alpha*op(A)*op(B) + beta*C.
+// refGemm is the float64 triple loop: C = alpha*op(A)*op(B) + beta*C. It
+// runs i, p, j so that the inner loop has no branch and walks a row of op(B);
+// each element still sums its k products in order of p.
 func refGemm[T float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) []float64 {
+	ai, ap := lda, 1 // op(A)[i][p] is a[i*ai+p*ap]
+	if transA {
+		ai, ap = 1, lda
+	}
+	bp, bj := ldb, 1 // op(B)[p][j] is b[p*bp+j*bj]
+	if transB {
+		bp, bj = 1, ldb
+	}
 	out := make([]float64, m*n)
-	for i := 0; i < m; i++ {
-		for j := 0; j < n; j++ {
-			var s float64
-			for p := 0; p < k; p++ {
-				ai, bi := i*lda+p, p*ldb+j
-				if transA {
-					ai = p*lda + i
-				}
-				if transB {
-					bi = j*ldb + p
-				}
-				av, bv := a[ai], b[bi]
-				s += float64(av) * float64(bv)
+	for i := range m {
+		row := out[i*n : (i+1)*n]
+		for p := range k {
+			av, b0 := float64(a[i*ai+p*ap]), p*bp
+			for j := range row {
+				row[j] += av * float64(b[b0+j*bj])
 			}
-			v := float64(alpha) * s
+		}
+		for j := range row {
+			v := float64(alpha) * row[j]
 			if beta != 0 {
 				v += float64(beta) * float64(c[i*ldc+j])
 			}
-			out[i*n+j] = v
+			row[j] = v
 		}
 	}
 	return out
