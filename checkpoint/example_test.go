@@ -32,7 +32,7 @@ func Example() {
 
 	like := TrainState{
 		Params: Params{W: trace.Zeros([]int{2, 2}, params.W.DType()), B: trace.Zeros([]int{2}, params.B.DType())},
-		Opt:    optim.CountState{Count: rt.Scalar(int32(0))},
+		Opt:    optim.CountState{Count: rt.ScalarOf(int32(0))},
 	}
 	got, err := checkpoint.Load(bytes.NewReader(buf.Bytes()), like)
 	if err != nil {

@@ -30,7 +30,7 @@ func Example() {
 		return p, s, err
 	}, rt.Donate(0, 1), rt.OutSpace(1, ir.PinnedHost))
 
-	params := Params{W: rt.Scalar(float32(0)), B: rt.Scalar(float32(0))}
+	params := Params{W: rt.ScalarOf(float32(0)), B: rt.ScalarOf(float32(0))}
 	state, _ := opt.Init(params)
 	state, _ = optim.ToSpace(state, ir.PinnedHost) // offload the state
 	for range 500 {
