@@ -8,4 +8,27 @@
 //		return trace.Add(trace.Mul(x, y), y)
 //	})
 //	z := f(rt.FromSlice([]float32{1, 2}), rt.FromSlice([]float32{3, 4}))
+//
+// rt.Scalar(0.5) is weakly typed like trace.Scalar (a Python float in JAX):
+// it takes the dtype of the array it meets. rt.ScalarOf(float32(0.5)) and
+// rt.ScalarOf(int32(0)) are strongly typed scalars of their Go type's dtype.
+//
+// A jitted function is safe for concurrent use: concurrent first calls with one
+// signature compile it once and share the executable.
+//
+// # Debugging NaNs
+//
+// FERRY_DEBUG_NANS=1 (or rt.SetDebugNans(true)), like jax_debug_nans, makes an
+// op that produces a NaN from operands without NaN, or an Inf from operands
+// without NaN or Inf, an error naming the op and the Go line that made it:
+//
+//	model.go:42: log: produced NaN (element 3) from operands without NaN in jitted function loss called at train.go:88 (FERRY_DEBUG_NANS)
+//
+// Eager ops are checked one by one. A jitted call checks its results; when one
+// holds a NaN or Inf it runs the traced function again op by op with the
+// reference executor, unfused (inside scan, while and cond bodies too), to find
+// the first op that made it. The error is a *trace.Error wrapping a *NaNError.
+// NaN or Inf already in the arguments, and constants such as a -inf mask, are
+// no error; only floating-point values are checked. When the check is off it
+// costs nothing.
 package runtime

@@ -26,7 +26,13 @@ func (eagerExecutor) Execute(key string, build func() *ir.Func, args []trace.Buf
 	if err != nil {
 		return nil, err
 	}
-	return ex.Execute(args, ExecOptions{})
+	outs, err := ex.Execute(args, ExecOptions{})
+	if err == nil && debugNans.Load() {
+		if err := checkEagerNaNs(build, args, outs); err != nil {
+			return nil, err
+		}
+	}
+	return outs, err
 }
 
 // eagerEntry is one op signature's executable, or the compile in flight.

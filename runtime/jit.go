@@ -494,9 +494,19 @@ func (e *entry) run(leaves []*trace.Array, site string) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	var snap []*ir.Literal
+	checkNaNs := debugNans.Load()
+	if checkNaNs {
+		snap = e.snapshotDonated(bufs)
+	}
 	outBufs, err := e.exe.Execute(bufs, ExecOptions{DonationSite: site})
 	if err != nil {
 		return nil, trace.WrapError("rt.Jit", err)
+	}
+	if checkNaNs {
+		if err := e.checkNaNs(bufs, snap, outBufs); err != nil {
+			return nil, err
+		}
 	}
 	arrays := make([]*trace.Array, len(outBufs))
 	for i, b := range outBufs {
