@@ -14,37 +14,75 @@ import (
 	"github.com/ferryml/ferry/trace"
 )
 
-// EnvDebugNans turns on NaN and Inf checking (see SetDebugNans) when set to 1
-// or true, like JAX's jax_debug_nans.
-const EnvDebugNans = "FERRY_DEBUG_NANS"
+// Environment variables that turn on the checks of SetDebugNans and
+// SetDebugInfs when set to 1 or true, like JAX's jax_debug_nans and
+// jax_debug_infs.
+const (
+	EnvDebugNans = "FERRY_DEBUG_NANS"
+	EnvDebugInfs = "FERRY_DEBUG_INFS"
+)
 
-var debugNans atomic.Bool
+// debugChecks holds the checks that are on: checkNaN, checkInf.
+var debugChecks atomic.Uint32
+
+const (
+	checkNaN uint32 = 1 << iota
+	checkInf
+)
 
 func init() {
-	v := strings.TrimSpace(os.Getenv(EnvDebugNans))
-	on, err := strconv.ParseBool(v)
-	debugNans.Store(v != "" && (err != nil || on))
+	for _, c := range []struct {
+		env string
+		bit uint32
+	}{{EnvDebugNans, checkNaN}, {EnvDebugInfs, checkInf}} {
+		v := strings.TrimSpace(os.Getenv(c.env))
+		on, err := strconv.ParseBool(v)
+		if v != "" && (err != nil || on) {
+			debugChecks.Or(c.bit)
+		}
+	}
 }
 
-// SetDebugNans turns NaN and Inf checking on or off and returns the previous
-// setting; FERRY_DEBUG_NANS=1 turns it on at start. While it is on, an eager op
-// or a jitted call that makes a NaN from operands without NaN, or an Inf from
-// operands without NaN or Inf, fails with an error (a *trace.Error wrapping a
-// *NaNError) that names the op and the Go file:line of the call that made it.
-// Only floating-point results are checked; ops without operands (constants,
-// such as a -inf mask) are not.
+func setCheck(bit uint32, on bool) (was bool) {
+	var old uint32
+	if on {
+		old = debugChecks.Or(bit)
+	} else {
+		old = debugChecks.And(^bit)
+	}
+	return old&bit != 0
+}
+
+// SetDebugNans turns NaN checking on or off and returns the previous setting;
+// FERRY_DEBUG_NANS=1 turns it on at start, like jax_debug_nans. While it is
+// on, an eager op or a jitted call that makes a NaN from operands without NaN
+// fails with an error (a *trace.Error wrapping a *NaNError) that names the op
+// and the Go file:line of the call that made it. Only floating-point values
+// are checked.
 //
-// A jitted call checks its results; when one holds a NaN or Inf it runs the
-// traced function again op by op with the reference executor (no fusion) to
-// find the first op that made it. Values that only come from NaN or Inf in the
-// arguments are no error. When it is off the checks cost nothing.
-func SetDebugNans(on bool) (was bool) { return debugNans.Swap(on) }
+// A jitted call checks its results; when one holds a NaN it runs the traced
+// function again op by op with the reference executor (no fusion, inside scan,
+// while and cond bodies too) to find the first op that made it. NaNs that only
+// come from NaNs in the arguments are no error. When the checks are off they
+// cost one atomic load per call.
+func SetDebugNans(on bool) (was bool) { return setCheck(checkNaN, on) }
 
-// DebugNans reports whether NaN and Inf checking is on.
-func DebugNans() bool { return debugNans.Load() }
+// DebugNans reports whether NaN checking is on.
+func DebugNans() bool { return debugChecks.Load()&checkNaN != 0 }
 
-// NaNError says which op made a NaN or Inf while debug NaN checking was on (see
-// SetDebugNans). It reaches the caller inside a *trace.Error located at the op
+// SetDebugInfs turns Inf checking on or off and returns the previous setting;
+// FERRY_DEBUG_INFS=1 turns it on at start, like jax_debug_infs. It works as
+// SetDebugNans does, for an op that makes +Inf or -Inf from operands without
+// NaN or Inf (log(0), 1/0, exp overflow). Ops without operands (a -inf mask
+// constant) or whose operands are all empty (reduce_max of an empty axis is
+// -Inf) are not blamed.
+func SetDebugInfs(on bool) (was bool) { return setCheck(checkInf, on) }
+
+// DebugInfs reports whether Inf checking is on.
+func DebugInfs() bool { return debugChecks.Load()&checkInf != 0 }
+
+// NaNError says which op made a NaN or Inf while NaN or Inf checking was on
+// (see SetDebugNans and SetDebugInfs). It reaches the caller inside a *trace.Error located at the op
 // (errors.As finds it).
 type NaNError struct {
 	// Func is the jitted function's name; empty for an eager op.
@@ -82,7 +120,7 @@ func (e *NaNError) Error() string {
 func (e *NaNError) message() string {
 	if e.Op == "" {
 		return fmt.Sprintf("jitted function %s called at %s produced %s in result %d (element %d) but running it op by op did not: the compiled code (fused, or summed in another order) made it (%s)",
-			e.Func, e.Call, e.Value, e.Result, e.Index, EnvDebugNans)
+			e.Func, e.Call, e.Value, e.Result, e.Index, e.env())
 	}
 	from := "operands without NaN"
 	if e.Value != "NaN" {
@@ -102,7 +140,15 @@ func (e *NaNError) message() string {
 	if e.Result > 0 {
 		where = fmt.Sprintf("result %d, %s", e.Result, where)
 	}
-	return fmt.Sprintf("produced %s (%s) from %s%s (%s)", e.Value, where, from, in, EnvDebugNans)
+	return fmt.Sprintf("produced %s (%s) from %s%s (%s)", e.Value, where, from, in, e.env())
+}
+
+// env names the switch that found the value.
+func (e *NaNError) env() string {
+	if e.Value == "NaN" {
+		return EnvDebugNans
+	}
+	return EnvDebugInfs
 }
 
 // traceError wraps e for the caller: located at the op when its Loc is known,
@@ -129,7 +175,10 @@ type nonFinite struct {
 	infNeg   bool
 }
 
-func (n nonFinite) any() bool { return n.nan >= 0 || n.inf >= 0 }
+// bad reports whether the literal holds a value the checks in mode look for.
+func (n nonFinite) bad(mode uint32) bool {
+	return mode&checkNaN != 0 && n.nan >= 0 || mode&checkInf != 0 && n.inf >= 0
+}
 
 // scanNonFinite finds the first NaN and the first Inf of a float literal by
 // their bit patterns (all exponent bits set); other dtypes have none.
@@ -175,10 +224,16 @@ func scanNonFinite(l *ir.Literal) nonFinite {
 }
 
 // blame returns the NaNError for an op with operands ins and results outs when
-// it made a NaN from operands without NaN, or an Inf from operands without NaN
-// or Inf; nil otherwise. Ops without operands are never blamed.
-func blame(ins, outs []*ir.Literal, scan func(*ir.Literal) nonFinite) *NaNError {
-	if len(ins) == 0 {
+// it made a NaN from operands without NaN (checkNaN in mode), or an Inf from
+// operands without NaN or Inf (checkInf); nil otherwise. Ops without operands, or whose operands are all
+// empty, are never blamed: like constants they make their values from nothing
+// (reduce_max of an empty axis is -Inf by definition).
+func blame(mode uint32, ins, outs []*ir.Literal, scan func(*ir.Literal) nonFinite) *NaNError {
+	empty := true
+	for _, in := range ins {
+		empty = empty && len(in.Data) == 0
+	}
+	if empty {
 		return nil
 	}
 	var found *NaNError
@@ -186,7 +241,7 @@ func blame(ins, outs []*ir.Literal, scan func(*ir.Literal) nonFinite) *NaNError 
 	var inNaN, inInf bool
 	for r, o := range outs {
 		s := scan(o)
-		if !s.any() {
+		if !s.bad(mode) {
 			continue
 		}
 		if !inspected {
@@ -198,9 +253,9 @@ func blame(ins, outs []*ir.Literal, scan func(*ir.Literal) nonFinite) *NaNError 
 			}
 		}
 		switch {
-		case s.nan >= 0 && !inNaN:
+		case mode&checkNaN != 0 && s.nan >= 0 && !inNaN:
 			return &NaNError{Value: "NaN", Result: r, Index: s.nan}
-		case s.inf >= 0 && !inNaN && !inInf && found == nil:
+		case mode&checkInf != 0 && s.inf >= 0 && !inNaN && !inInf && found == nil:
 			found = &NaNError{Value: infName(s.infNeg), Result: r, Index: s.inf}
 		}
 	}
@@ -228,14 +283,14 @@ func bufferLiterals(bufs []trace.Buffer) ([]*ir.Literal, error) {
 }
 
 // checkEagerNaNs checks one eager op's results against its operands.
-func checkEagerNaNs(build func() *ir.Func, args, outs []trace.Buffer) error {
+func checkEagerNaNs(mode uint32, build func() *ir.Func, args, outs []trace.Buffer) error {
 	outLits, err := bufferLiterals(outs)
 	if err != nil {
 		return nil // results that cannot be read back are not this check's business
 	}
 	found := false
 	for _, o := range outLits {
-		if scanNonFinite(o).any() {
+		if scanNonFinite(o).bad(mode) {
 			found = true
 			break
 		}
@@ -247,7 +302,7 @@ func checkEagerNaNs(build func() *ir.Func, args, outs []trace.Buffer) error {
 	if err != nil {
 		return nil
 	}
-	e := blame(inLits, outLits, scanNonFinite)
+	e := blame(mode, inLits, outLits, scanNonFinite)
 	if e == nil {
 		return nil
 	}
@@ -281,14 +336,14 @@ func (e *entry) snapshotDonated(bufs []trace.Buffer) []*ir.Literal {
 
 // checkNaNs checks a jitted call's results; when one holds a NaN or Inf it
 // re-runs the traced function op by op to find the op that made it.
-func (e *entry) checkNaNs(bufs []trace.Buffer, snap []*ir.Literal, outBufs []trace.Buffer) error {
+func (e *entry) checkNaNs(mode uint32, bufs []trace.Buffer, snap []*ir.Literal, outBufs []trace.Buffer) error {
 	outLits, err := bufferLiterals(outBufs)
 	if err != nil {
 		return nil
 	}
 	bad, badAt := -1, nonFinite{}
 	for i, o := range outLits {
-		if s := scanNonFinite(o); s.any() {
+		if s := scanNonFinite(o); s.bad(mode) {
 			bad, badAt = i, s
 			break
 		}
@@ -311,17 +366,17 @@ func (e *entry) checkNaNs(bufs []trace.Buffer, snap []*ir.Literal, outBufs []tra
 	f := e.lowered.Func
 	file, line := trace.CallerLocation()
 	call := file + ":" + strconv.Itoa(line)
-	ne, results, err := locateNaN(f, args)
+	ne, results, err := locateNaN(mode, f, args)
 	if err != nil {
-		return trace.WrapError("rt.Jit", fmt.Errorf("%s: result %d holds a NaN or Inf, and running %s op by op to find where failed: %w", EnvDebugNans, bad, f.Name, err))
+		return trace.WrapError("rt.Jit", fmt.Errorf("debug checks: result %d holds a NaN or Inf, and running %s op by op to find where failed: %w", bad, f.Name, err))
 	}
 	if ne != nil {
 		ne.Func, ne.Call = f.Name, call
 		return ne.traceError()
 	}
-	if s := scanNonFinite(results[bad]); !s.any() {
+	if s := scanNonFinite(results[bad]); !s.bad(mode) {
 		ne := &NaNError{Func: f.Name, Call: call, Result: bad}
-		if badAt.nan >= 0 {
+		if mode&checkNaN != 0 && badAt.nan >= 0 {
 			ne.Value, ne.Index = "NaN", badAt.nan
 		} else {
 			ne.Value, ne.Index = infName(badAt.infNeg), badAt.inf
@@ -334,21 +389,28 @@ func (e *entry) checkNaNs(bufs []trace.Buffer, snap []*ir.Literal, outBufs []tra
 // locateNaN runs f's body op by op with the reference executor and returns the
 // first op that made a NaN or Inf (see blame), looking inside scan, while, cond
 // and fusion bodies; else nil and the results.
-func locateNaN(f *ir.Func, args []*ir.Literal) (*NaNError, []*ir.Literal, error) {
-	seen := map[*ir.Literal]nonFinite{}
-	scan := func(l *ir.Literal) nonFinite {
-		s, ok := seen[l]
-		if !ok {
-			s = scanNonFinite(l)
-			seen[l] = s
-		}
-		return s
+func locateNaN(mode uint32, f *ir.Func, args []*ir.Literal) (*NaNError, []*ir.Literal, error) {
+	ck := &checker{mode: mode, seen: map[*ir.Literal]nonFinite{}}
+	return walkRegion(f.Body, args, ck)
+}
+
+// checker is the checks in mode with a cache of scanned literals.
+type checker struct {
+	mode uint32
+	seen map[*ir.Literal]nonFinite
+}
+
+func (c *checker) scan(l *ir.Literal) nonFinite {
+	s, ok := c.seen[l]
+	if !ok {
+		s = scanNonFinite(l)
+		c.seen[l] = s
 	}
-	return walkRegion(f.Body, args, scan)
+	return s
 }
 
 // walkRegion is locateNaN for one region.
-func walkRegion(r *ir.Region, args []*ir.Literal, scan func(*ir.Literal) nonFinite) (*NaNError, []*ir.Literal, error) {
+func walkRegion(r *ir.Region, args []*ir.Literal, ck *checker) (*NaNError, []*ir.Literal, error) {
 	if len(args) != len(r.Params) {
 		return nil, nil, fmt.Errorf("%d arguments for %d parameters", len(args), len(r.Params))
 	}
@@ -374,9 +436,9 @@ func walkRegion(r *ir.Region, args []*ir.Literal, scan func(*ir.Literal) nonFini
 		if err != nil {
 			return nil, nil, err
 		}
-		if ne := blame(ins, outs, scan); ne != nil {
+		if ne := blame(ck.mode, ins, outs, ck.scan); ne != nil {
 			if len(op.Regions) > 0 {
-				if inner, err := descend(op, ins, scan); err == nil && inner != nil {
+				if inner, err := descend(op, ins, ck); err == nil && inner != nil {
 					return inner, nil, nil
 				}
 			}
@@ -401,7 +463,7 @@ func walkRegion(r *ir.Region, args []*ir.Literal, scan func(*ir.Literal) nonFini
 
 // descend runs a region op's bodies op by op, as the reference executor runs
 // the op, to find the op inside that made a NaN or Inf; the error says where.
-func descend(op *ir.Op, x []*ir.Literal, scan func(*ir.Literal) nonFinite) (*NaNError, error) {
+func descend(op *ir.Op, x []*ir.Literal, ck *checker) (*NaNError, error) {
 	where := func(ne *NaNError, what string) *NaNError {
 		if ne != nil {
 			in := what
@@ -431,7 +493,7 @@ func descend(op *ir.Op, x []*ir.Literal, scan func(*ir.Literal) nonFinite) (*NaN
 				sz := int(t.Bytes())
 				in[nc+nk+j] = &ir.Literal{Type: t, Data: xl.Data[i*sz : (i+1)*sz]}
 			}
-			ne, res, err := walkRegion(body, in, scan)
+			ne, res, err := walkRegion(body, in, ck)
 			if err != nil || ne != nil {
 				return where(ne, fmt.Sprintf("scan iteration %d", i)), err
 			}
@@ -441,14 +503,14 @@ func descend(op *ir.Op, x []*ir.Literal, scan func(*ir.Literal) nonFinite) (*NaN
 		nc := op.Attrs.Int("num_consts")
 		in := append([]*ir.Literal(nil), x...)
 		for it := 0; ; it++ {
-			ne, c, err := walkRegion(op.Regions[0], in, scan)
+			ne, c, err := walkRegion(op.Regions[0], in, ck)
 			if err != nil || ne != nil {
 				return where(ne, fmt.Sprintf("while condition, iteration %d", it)), err
 			}
 			if c[0].Data[0] == 0 {
 				break
 			}
-			ne, st, err := walkRegion(op.Regions[1], in, scan)
+			ne, st, err := walkRegion(op.Regions[1], in, ck)
 			if err != nil || ne != nil {
 				return where(ne, fmt.Sprintf("while body, iteration %d", it)), err
 			}
@@ -459,10 +521,10 @@ func descend(op *ir.Op, x []*ir.Literal, scan func(*ir.Literal) nonFinite) (*NaN
 		if x[0].Data[0] != 0 {
 			branch, name = 0, "cond true branch"
 		}
-		ne, _, err := walkRegion(op.Regions[branch], x[1:], scan)
+		ne, _, err := walkRegion(op.Regions[branch], x[1:], ck)
 		return where(ne, name), err
 	case ir.Fusion:
-		ne, _, err := walkRegion(op.Regions[0], x, scan)
+		ne, _, err := walkRegion(op.Regions[0], x, ck)
 		return where(ne, "fusion"), err
 	}
 	return nil, nil

@@ -21,6 +21,12 @@ func debugNans(t *testing.T, on bool) {
 	t.Cleanup(func() { rt.SetDebugNans(was) })
 }
 
+// debugInfs turns Inf checking on (or off) for one test.
+func debugInfs(t *testing.T, on bool) {
+	was := rt.SetDebugInfs(on)
+	t.Cleanup(func() { rt.SetDebugInfs(was) })
+}
+
 // catch runs f and returns the *trace.Error it panics with, or nil.
 func catch(t *testing.T, f func()) (err error) {
 	t.Helper()
@@ -51,7 +57,11 @@ func requireNaNError(t *testing.T, err error, op, value string, line int) *rt.Na
 	require.Equal(t, loc, ne.Loc)
 	require.Equal(t, loc, fmt.Sprintf("%s:%d", te.File, te.Line))
 	require.Contains(t, err.Error(), loc+": "+op+": produced "+value)
-	require.Contains(t, err.Error(), rt.EnvDebugNans)
+	env := rt.EnvDebugNans
+	if value != "NaN" {
+		env = rt.EnvDebugInfs
+	}
+	require.Contains(t, err.Error(), "("+env+")")
 	return ne
 }
 
@@ -85,12 +95,23 @@ func TestDebugNansEager(t *testing.T) {
 	})
 	requireNaNError(t, err, "div", "NaN", line)
 
-	// An Inf from finite operands is reported too.
+	// An Inf from finite operands is no NaN, but Inf checking reports it.
+	inf := trace.Div(x, z)
+	require.True(t, math.IsInf(float64(inf.Float32s()[0]), 1))
+	debugInfs(t, true)
 	err = catch(t, func() {
 		line = hereLine() + 1
 		_ = trace.Div(x, z)
 	})
 	requireNaNError(t, err, "div", "+Inf", line)
+	err = catch(t, func() {
+		line = hereLine() + 1
+		_ = trace.Log(z)
+	})
+	requireNaNError(t, err, "log", "-Inf", line)
+	// Inf checking alone does not look for NaN.
+	debugNans(t, false)
+	require.True(t, math.IsNaN(float64(trace.Div(z, z).Float32s()[0])))
 }
 
 func TestDebugNansOffOrFromInputs(t *testing.T) {
@@ -104,6 +125,7 @@ func TestDebugNansOffOrFromInputs(t *testing.T) {
 	require.True(t, math.IsNaN(float64(f(x).Float32s()[0])))
 
 	debugNans(t, true)
+	debugInfs(t, true)
 	xs := positive(t, 5)
 	xs[2] = float32(math.NaN())
 	xn := rt.FromSlice(xs)
@@ -119,6 +141,8 @@ func TestDebugNansOffOrFromInputs(t *testing.T) {
 		neg := trace.FullLike(x, math.Inf(-1))
 		return trace.Where(trace.Greater(x, rt.Scalar(1)), x, neg)
 	})
+	// Nor is the -Inf that reduce_max gives an empty axis (Softmax's maximum).
+	require.Equal(t, ir.Shape{0, 3}, trace.Softmax(rt.FromSlice([]float32{}, 0, 3), 0).Shape())
 	masked := trace.Where(trace.Greater(x, rt.Scalar(1)), x, trace.FullLike(x, math.Inf(-1)))
 	for k, v := range m(x).Float32s() {
 		want := float32(math.Inf(-1))
@@ -174,6 +198,7 @@ func TestDebugNansJit(t *testing.T) {
 
 	// A NaN made by the backward pass names the forward op it differentiates:
 	// d/dx sqrt(x) at 0 is +Inf.
+	debugInfs(t, true)
 	var sqrtLine int
 	gr := rt.Jit(trace.Grad(func(x *trace.Array) *trace.Array {
 		sqrtLine = hereLine() + 1
@@ -188,6 +213,7 @@ func TestDebugNansJit(t *testing.T) {
 
 	// Off again: the same call returns its NaN.
 	rt.SetDebugNans(false)
+	rt.SetDebugInfs(false)
 	out, err := f(rt.FromSlice(xs))
 	require.NoError(t, err)
 	require.True(t, math.IsNaN(float64(out.Float32s()[0])))
@@ -239,31 +265,31 @@ func TestDebugNansScan(t *testing.T) {
 	require.Contains(t, err.Error(), "in "+ne.Region)
 }
 
-// TestDebugNansEnv runs this test binary again with FERRY_DEBUG_NANS set.
+// TestDebugNansEnv runs this test binary again with FERRY_DEBUG_NANS and
+// FERRY_DEBUG_INFS set.
 func TestDebugNansEnv(t *testing.T) {
 	if os.Getenv("FERRY_TEST_DEBUG_NANS_CHILD") != "" {
 		x := rt.FromSlice([]float32{1, 2})
-		err := catch(t, func() { _ = trace.Log(trace.Neg(x)) })
-		if !rt.DebugNans() || err == nil {
-			fmt.Println("debug nans off")
-			os.Exit(1)
-		}
-		fmt.Println("debug nans on")
+		nanErr := catch(t, func() { _ = trace.Log(trace.Neg(x)) }) != nil
+		infErr := catch(t, func() { _ = trace.Log(trace.Sub(x, x)) }) != nil
+		fmt.Printf("nans=%v/%v infs=%v/%v\n", rt.DebugNans(), nanErr, rt.DebugInfs(), infErr)
 		return
 	}
 	for _, tc := range []struct {
-		val string
-		on  bool
-	}{{"1", true}, {"true", true}, {"0", false}, {"false", false}} {
+		env        []string
+		nans, infs bool
+	}{
+		{[]string{rt.EnvDebugNans + "=1"}, true, false},
+		{[]string{rt.EnvDebugNans + "=true", rt.EnvDebugInfs + "=1"}, true, true},
+		{[]string{rt.EnvDebugInfs + "=1"}, false, true},
+		{[]string{rt.EnvDebugNans + "=0", rt.EnvDebugInfs + "=false"}, false, false},
+		{nil, false, false},
+	} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestDebugNansEnv$", "-test.v")
-		cmd.Env = append(os.Environ(), "FERRY_TEST_DEBUG_NANS_CHILD=1", rt.EnvDebugNans+"="+tc.val)
+		cmd.Env = append(os.Environ(), "FERRY_TEST_DEBUG_NANS_CHILD=1", rt.EnvDebugNans+"=", rt.EnvDebugInfs+"=")
+		cmd.Env = append(cmd.Env, tc.env...)
 		out, err := cmd.CombinedOutput()
-		if tc.on {
-			require.NoError(t, err, "%s", out)
-			require.Contains(t, string(out), "debug nans on")
-		} else {
-			require.Error(t, err, "%s", out)
-			require.Contains(t, string(out), "debug nans off")
-		}
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, string(out), fmt.Sprintf("nans=%v/%v infs=%v/%v", tc.nans, tc.nans, tc.infs, tc.infs), "%v", tc.env)
 	}
 }

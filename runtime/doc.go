@@ -19,16 +19,20 @@
 // # Debugging NaNs
 //
 // FERRY_DEBUG_NANS=1 (or rt.SetDebugNans(true)), like jax_debug_nans, makes an
-// op that produces a NaN from operands without NaN, or an Inf from operands
-// without NaN or Inf, an error naming the op and the Go line that made it:
+// op that produces a NaN from operands without NaN an error naming the op and
+// the Go line that made it:
 //
 //	model.go:42: log: produced NaN (element 3) from operands without NaN in jitted function loss called at train.go:88 (FERRY_DEBUG_NANS)
 //
+// FERRY_DEBUG_INFS=1 (rt.SetDebugInfs), like jax_debug_infs, does the same for
+// an op that produces +Inf or -Inf from operands without NaN or Inf (log(0),
+// 1/0, an overflowing exp).
+//
 // Eager ops are checked one by one. A jitted call checks its results; when one
-// holds a NaN or Inf it runs the traced function again op by op with the
+// holds a NaN (or Inf) it runs the traced function again op by op with the
 // reference executor, unfused (inside scan, while and cond bodies too), to find
 // the first op that made it. The error is a *trace.Error wrapping a *NaNError.
-// NaN or Inf already in the arguments, and constants such as a -inf mask, are
-// no error; only floating-point values are checked. When the check is off it
-// costs nothing.
+// NaN or Inf already in the arguments, constants such as a -inf mask, and what
+// an op makes from empty operands are no error; only floating-point values are
+// checked. When the checks are off they cost one atomic load per call.
 package runtime

@@ -27,8 +27,8 @@ func (eagerExecutor) Execute(key string, build func() *ir.Func, args []trace.Buf
 		return nil, err
 	}
 	outs, err := ex.Execute(args, ExecOptions{})
-	if err == nil && debugNans.Load() {
-		if err := checkEagerNaNs(build, args, outs); err != nil {
+	if mode := debugChecks.Load(); err == nil && mode != 0 {
+		if err := checkEagerNaNs(mode, build, args, outs); err != nil {
 			return nil, err
 		}
 	}

@@ -495,16 +495,16 @@ func (e *entry) run(leaves []*trace.Array, site string) ([]any, error) {
 		return nil, err
 	}
 	var snap []*ir.Literal
-	checkNaNs := debugNans.Load()
-	if checkNaNs {
+	checks := debugChecks.Load()
+	if checks != 0 {
 		snap = e.snapshotDonated(bufs)
 	}
 	outBufs, err := e.exe.Execute(bufs, ExecOptions{DonationSite: site})
 	if err != nil {
 		return nil, trace.WrapError("rt.Jit", err)
 	}
-	if checkNaNs {
-		if err := e.checkNaNs(bufs, snap, outBufs); err != nil {
+	if checks != 0 {
+		if err := e.checkNaNs(checks, bufs, snap, outBufs); err != nil {
 			return nil, err
 		}
 	}
