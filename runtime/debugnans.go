@@ -341,14 +341,17 @@ func (e *entry) checkNaNs(mode uint32, bufs []trace.Buffer, snap []*ir.Literal, 
 	if err != nil {
 		return nil
 	}
-	bad, badAt := -1, nonFinite{}
+	bad := map[int]nonFinite{} // results holding what the checks look for
+	first := -1
 	for i, o := range outLits {
 		if s := scanNonFinite(o); s.bad(mode) {
-			bad, badAt = i, s
-			break
+			bad[i] = s
+			if first < 0 {
+				first = i
+			}
 		}
 	}
-	if bad < 0 {
+	if first < 0 {
 		return nil
 	}
 	args := make([]*ir.Literal, len(bufs))
@@ -368,18 +371,22 @@ func (e *entry) checkNaNs(mode uint32, bufs []trace.Buffer, snap []*ir.Literal, 
 	call := file + ":" + strconv.Itoa(line)
 	ne, results, err := locateNaN(mode, f, args)
 	if err != nil {
-		return trace.WrapError("rt.Jit", fmt.Errorf("debug checks: result %d holds a NaN or Inf, and running %s op by op to find where failed: %w", bad, f.Name, err))
+		return trace.WrapError("rt.Jit", fmt.Errorf("debug checks: result %d holds a NaN or Inf, and running %s op by op to find where failed: %w", first, f.Name, err))
 	}
 	if ne != nil {
 		ne.Func, ne.Call = f.Name, call
 		return ne.traceError()
 	}
-	if s := scanNonFinite(results[bad]); !s.bad(mode) {
-		ne := &NaNError{Func: f.Name, Call: call, Result: bad}
-		if mode&checkNaN != 0 && badAt.nan >= 0 {
-			ne.Value, ne.Index = "NaN", badAt.nan
+	for i := range outLits {
+		at, ok := bad[i]
+		if !ok || scanNonFinite(results[i]).bad(mode) {
+			continue
+		}
+		ne := &NaNError{Func: f.Name, Call: call, Result: i}
+		if mode&checkNaN != 0 && at.nan >= 0 {
+			ne.Value, ne.Index = "NaN", at.nan
 		} else {
-			ne.Value, ne.Index = infName(badAt.infNeg), badAt.inf
+			ne.Value, ne.Index = infName(at.infNeg), at.inf
 		}
 		return ne.traceError()
 	}
