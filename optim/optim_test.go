@@ -271,7 +271,7 @@ func TestSchedules(t *testing.T) {
 	require.InDelta(t, 1.0, at(optim.LinearWarmup(1, 0), 0), 1e-7)
 	// Inside Jit.
 	f := rt.Jit(func(s *trace.Array) *trace.Array { return optim.WarmupCosine(1, 3, 13, 0)(s) })
-	require.InDelta(t, 0.5, f(rt.Scalar(int32(8))).Item(), 1e-6)
+	require.InDelta(t, 0.5, f(rt.ScalarOf(int32(8))).Item(), 1e-6)
 }
 
 func TestGlobalNormAndApplyUpdates(t *testing.T) {

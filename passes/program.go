@@ -120,10 +120,29 @@ func (m MemoryAnalysis) HostTotalBytes() int64 {
 	return m.HostTempBytes + m.HostArgumentBytes + m.HostOutputBytes - m.HostAliasBytes
 }
 
-// String formats the analysis in MiB.
+// String formats every figure, device then host, each in the unit that suits
+// its size (B, KiB, MiB or GiB): "device: temp 1.50 KiB, argument 24 B, output
+// 12 B, alias 0 B, total 1.54 KiB; host: temp 0 B, ...".
 func (m MemoryAnalysis) String() string {
-	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
-	return fmt.Sprintf("device: temp %.2f MiB, argument %.2f MiB, output %.2f MiB, alias %.2f MiB, total %.2f MiB; host: temp %.2f MiB, argument %.2f MiB, output %.2f MiB",
-		mib(m.TempBytes), mib(m.ArgumentBytes), mib(m.OutputBytes), mib(m.AliasBytes), mib(m.TotalBytes()),
-		mib(m.HostTempBytes), mib(m.HostArgumentBytes), mib(m.HostOutputBytes))
+	return fmt.Sprintf("device: temp %s, argument %s, output %s, alias %s, total %s; host: temp %s, argument %s, output %s, alias %s, total %s",
+		byteUnits(m.TempBytes), byteUnits(m.ArgumentBytes), byteUnits(m.OutputBytes), byteUnits(m.AliasBytes), byteUnits(m.TotalBytes()),
+		byteUnits(m.HostTempBytes), byteUnits(m.HostArgumentBytes), byteUnits(m.HostOutputBytes), byteUnits(m.HostAliasBytes), byteUnits(m.HostTotalBytes()))
+}
+
+// byteUnits prints n bytes as "24 B" below 1 KiB, else with two decimals in
+// the largest binary unit (KiB, MiB, GiB) it reaches.
+func byteUnits(n int64) string {
+	abs := n
+	if abs < 0 {
+		abs = -abs
+	}
+	switch {
+	case abs >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case abs >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case abs >= 1<<10:
+		return fmt.Sprintf("%.2f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }

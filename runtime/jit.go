@@ -80,7 +80,9 @@ var errorType = reflect.TypeFor[error]()
 
 // Jitted is a function compiled on demand: it is traced into IR once per input
 // signature (tree structure and abstract values of the array leaves), compiled by
-// the default backend, cached, and executed.
+// the default backend, cached, and executed. It is safe for concurrent use:
+// concurrent first calls with one signature compile it once, the other callers
+// wait for that compile and share its executable (or its error).
 type Jitted[F any] struct {
 	fn       reflect.Value
 	ftype    reflect.Type
@@ -95,6 +97,11 @@ type Jitted[F any] struct {
 }
 
 type entry struct {
+	// ready is closed when the compile that makes the entry has finished;
+	// err is its error (then the entry has left the cache). Entries made by
+	// Lowered.Compile are ready from the start (ready is nil).
+	ready   chan struct{}
+	err     error
 	lowered *Lowered
 	exe     Executable
 	outDefs []*trace.TreeDef
@@ -229,30 +236,64 @@ func (j *Jitted[F]) call(args []any) (outs []any, err error) {
 		return j.inline(args)
 	}
 	key := signature(defs, leaves)
-	j.mu.Lock()
-	e := j.cache[key]
-	j.mu.Unlock()
-	if e != nil {
-		j.hits.Add(1)
-		globalHits.Add(1)
-	} else {
-		j.misses.Add(1)
-		globalMisses.Add(1)
-		l, outDefs, err := j.lower(args)
-		if err != nil {
-			return nil, err
-		}
-		exe, err := DefaultBackend().Compile(l.Func, CompileOptions{Donated: l.donated})
-		if err != nil {
-			return nil, trace.WrapError("rt.Jit", err)
-		}
-		e = &entry{lowered: l, exe: exe, outDefs: outDefs}
-		l.outDefs = outDefs
-		j.mu.Lock()
-		j.cache[key] = e
-		j.mu.Unlock()
+	e, err := j.entryFor(key, args)
+	if err != nil {
+		return nil, err
 	}
 	return e.run(leaves, j.donationSite())
+}
+
+// entryFor returns the cache entry for key, compiling it on a miss. Concurrent
+// first calls with one key compile once: the first caller traces and compiles,
+// the others wait for it and share its executable or its error (counted as
+// hits). A failed compile is not cached; the next call tries again.
+func (j *Jitted[F]) entryFor(key string, args []any) (*entry, error) {
+	j.mu.Lock()
+	e := j.cache[key]
+	owner := e == nil
+	if owner {
+		e = &entry{ready: make(chan struct{})}
+		j.cache[key] = e
+	}
+	j.mu.Unlock()
+	if !owner {
+		j.hits.Add(1)
+		globalHits.Add(1)
+		<-e.ready
+		if e.err != nil {
+			return nil, e.err
+		}
+		return e, nil
+	}
+	j.misses.Add(1)
+	globalMisses.Add(1)
+	e.err = j.build(e, args)
+	if e.err != nil {
+		j.mu.Lock()
+		delete(j.cache, key)
+		j.mu.Unlock()
+	}
+	close(e.ready)
+	if e.err != nil {
+		return nil, e.err
+	}
+	return e, nil
+}
+
+// build traces and compiles args' signature into e; a panic becomes the error.
+func (j *Jitted[F]) build(e *entry, args []any) (err error) {
+	defer trace.Recover(&err)
+	l, outDefs, err := j.lower(args)
+	if err != nil {
+		return err
+	}
+	exe, err := DefaultBackend().Compile(l.Func, CompileOptions{Donated: l.donated})
+	if err != nil {
+		return trace.WrapError("rt.Jit", err)
+	}
+	l.outDefs = outDefs
+	e.lowered, e.exe, e.outDefs = l, exe, outDefs
+	return nil
 }
 
 // donationSite is the caller's file:line when the function donates arguments.
@@ -453,9 +494,19 @@ func (e *entry) run(leaves []*trace.Array, site string) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	var snap []*ir.Literal
+	checks := debugChecks.Load()
+	if checks != 0 {
+		snap = e.snapshotDonated(bufs)
+	}
 	outBufs, err := e.exe.Execute(bufs, ExecOptions{DonationSite: site})
 	if err != nil {
 		return nil, trace.WrapError("rt.Jit", err)
+	}
+	if checks != 0 {
+		if err := e.checkNaNs(checks, bufs, snap, outBufs); err != nil {
+			return nil, err
+		}
 	}
 	arrays := make([]*trace.Array, len(outBufs))
 	for i, b := range outBufs {

@@ -22,7 +22,14 @@ type Lowered struct {
 }
 
 // Lower traces fn for the given arguments (trees of arrays) without running it:
-// rt.Lower(f, x, y).IR() is the IR text, .Compile() the executable.
+//
+//	l, err := rt.Lower(f, x, y)
+//	if err != nil { ... }
+//	fmt.Println(l.IR())    // the traced IR
+//	c, err := l.Compile() // the executable: c.MemoryAnalysis(), c.Call(x, y)
+//
+// A function that does not trace (a shape error, say) is an error here, with
+// the Go file:line that caused it.
 func Lower(fn any, args ...any) (*Lowered, error) {
 	var j *Jitted[any]
 	var err error

@@ -312,6 +312,17 @@ type OutOfMemoryError struct {
 	InUse int64
 	// LargestFree is the largest free block inside the reserved memory.
 	LargestFree int64
+	// FreeBytes is what the allocator could still hand out in total: for bfc
+	// the free blocks inside the reserved memory plus, when it grows on
+	// demand, the room left under Limit; for platform Limit − InUse; 0 when
+	// the limit is unlimited.
+	FreeBytes int64
+	// FreeBlocks is the number of free blocks inside the reserved memory (bfc).
+	FreeBlocks int
+	// Fragmented reports an allocation that failed to fragmentation: FreeBytes
+	// would hold the request (rounded up to 64 bytes) but no single free block
+	// (nor a new region, for a growing pool) does.
+	Fragmented bool
 	// LiveAllocs is the number of live allocations.
 	LiveAllocs int64
 	// Largest lists the largest live allocations (at most 10), largest first.
@@ -334,6 +345,14 @@ func (e *OutOfMemoryError) Error() string {
 		e.Allocator, formatLimit(e.Capacity), formatLimit(e.Limit), formatBytes(e.Reserved), formatBytes(e.InUse), formatBytes(e.LargestFree))
 	if e.Note != "" {
 		fmt.Fprintf(&b, "\n  %s", e.Note)
+	}
+	if e.Fragmented {
+		fmt.Fprintf(&b, "\n  fragmentation: %s (%d bytes) is free in %d blocks, enough in total, but the largest free block is %s (%d bytes)",
+			formatBytes(e.FreeBytes), e.FreeBytes, e.FreeBlocks, formatBytes(e.LargestFree), e.LargestFree)
+		if e.FreeBytes > e.LargestFree && e.Limit > e.Reserved {
+			fmt.Fprintf(&b, " and a new region may take only %s", formatBytes(e.Limit-e.Reserved))
+		}
+		fmt.Fprintf(&b, "; allocate long-lived buffers first, free buffers that sit between free blocks, or set %s=platform", EnvAllocator)
 	}
 	if len(e.Largest) > 0 {
 		fmt.Fprintf(&b, "\n  largest of %d live buffers:", e.LiveAllocs)
@@ -536,6 +555,20 @@ func (p *pool) oomLocked(size int64, what, note string) *OutOfMemoryError {
 	e := &OutOfMemoryError{Space: p.space, Requested: size, What: what, Allocator: p.kind,
 		Capacity: p.capacity, Limit: p.limit, Reserved: s.Reserved, InUse: s.BytesInUse,
 		LargestFree: s.LargestFreeBlock, LiveAllocs: s.LiveAllocs, Note: note}
+	if p.limit > 0 {
+		if p.bfc != nil {
+			_, free := p.bfc.freeStats()
+			e.FreeBlocks = len(p.bfc.freeSet)
+			room := int64(0)
+			if !p.bfc.prealloc {
+				room = max(p.limit-p.bfc.reserved, 0)
+			}
+			e.FreeBytes = free + room
+			e.Fragmented = note == "" && e.FreeBytes >= roundUp(size)
+		} else {
+			e.FreeBytes = max(p.limit-p.inUse, 0)
+		}
+	}
 	e.Largest = p.largestLocked(maxOOMBuffers, false)
 	return e
 }
