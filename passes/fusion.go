@@ -23,7 +23,13 @@ const (
 //     every reduction result is an output of the fusion;
 //   - output: a dot_general whose result is used only by elementwise ops of
 //     one loop group (its epilogue), and is not returned, joins that group;
-//     the fusion region holds the dot_general first.
+//     the fusion region holds the dot_general first. At the top level, with
+//     Options.FusionInPlace, it does not when the group updates a donated
+//     parameter (reads it and returns a result of its size and space): the
+//     product is computed into the result's buffer before the epilogue reads
+//     its operands, so an output fusion can't write over the parameter,
+//     while the loop group alone can (a training step's weight update then
+//     reuses the weight's buffer, at the cost of the gradient's temp).
 //
 // A loop op pulls in the group of a narrow operand (narrowEdge: a value at
 // least narrowRatio times smaller than the op's result, such as a global
@@ -45,7 +51,16 @@ const (
 // cheap producer to copy in is left as a plain op.
 func fusion(st *State) error {
 	return walkRegions(st.Func.Body, false, func(r *ir.Region) error {
-		fuseRegion(st.Func, r)
+		var donated map[*ir.Value]bool
+		if r == st.Func.Body && st.Options.FusionInPlace {
+			donated = map[*ir.Value]bool{}
+			for i, d := range st.Options.Donated {
+				if d {
+					donated[r.Params[i]] = true
+				}
+			}
+		}
+		fuseRegion(st.Func, r, donated)
 		return nil
 	})
 }
@@ -79,12 +94,14 @@ type fuser struct {
 	ret   map[*ir.Value]bool
 	kinds map[*ir.Op]fuseKind
 	group map[*ir.Op]*fuseGroup
+	// donated holds the donated parameters of the top-level region.
+	donated map[*ir.Value]bool
 }
 
-func fuseRegion(f *ir.Func, r *ir.Region) {
+func fuseRegion(f *ir.Func, r *ir.Region, donated map[*ir.Value]bool) {
 	splitNarrowBroadcasts(f, r)
 	fu := &fuser{f: f, r: r, pos: map[*ir.Op]int{}, def: map[*ir.Value]*ir.Op{}, users: users(r),
-		ret: returned(r), kinds: map[*ir.Op]fuseKind{}, group: map[*ir.Op]*fuseGroup{}}
+		ret: returned(r), kinds: map[*ir.Op]fuseKind{}, group: map[*ir.Op]*fuseGroup{}, donated: donated}
 	for i, op := range r.Ops {
 		fu.pos[op] = i
 		for _, v := range op.Results {
@@ -393,9 +410,35 @@ func (fu *fuser) tryEpilogue(d *ir.Op) {
 			return
 		}
 	}
+	if fu.updatesDonated(g) {
+		return
+	}
 	dg := fu.newGroup(d)
 	dg.hasDot = true
 	fu.tryMerge(g, dg)
+}
+
+// updatesDonated reports whether group g reads a donated parameter and
+// returns a value of the parameter's size and memory space.
+func (fu *fuser) updatesDonated(g *fuseGroup) bool {
+	if len(fu.donated) == 0 {
+		return false
+	}
+	for _, m := range g.members {
+		for _, a := range m.Args {
+			if !fu.donated[a] {
+				continue
+			}
+			for _, o := range g.members {
+				for _, v := range o.Results {
+					if fu.ret[v] && bytesOf(v) == bytesOf(a) && v.Type.Space == a.Type.Space {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
 }
 
 // rewrite replaces every group of two or more ops (cheap copies included) by a
