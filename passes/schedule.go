@@ -121,34 +121,31 @@ func donationEdges(r *ir.Region, donated []bool, fusionInPlace bool) map[int][]i
 	}
 	ret := returned(r)
 	after := map[int][]int{}
-	// reaches reports whether some path of data dependencies and the
-	// orderings added so far leads from op i to op j.
-	reaches := func(i, j int) bool {
+	before := map[int][]int{} // the orderings added so far, k → ops after k
+	// reachable returns the ops some path of data dependencies and the
+	// orderings added so far leads to from op i.
+	reachable := func(i int) map[int]bool {
 		seen := map[int]bool{i: true}
 		stack := []int{i}
+		push := func(q int) {
+			if !seen[q] {
+				seen[q] = true
+				stack = append(stack, q)
+			}
+		}
 		for len(stack) > 0 {
 			k := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
-			if k == j {
-				return true
-			}
-			var next []int
 			for _, v := range r.Ops[k].Results {
-				next = append(next, readers[v]...)
-			}
-			for q, ps := range after { // orderings k → q
-				if slices.Contains(ps, k) {
-					next = append(next, q)
+				for _, q := range readers[v] {
+					push(q)
 				}
 			}
-			for _, q := range next {
-				if !seen[q] {
-					seen[q] = true
-					stack = append(stack, q)
-				}
+			for _, q := range before[k] {
+				push(q)
 			}
 		}
-		return false
+		return seen
 	}
 	taken := map[*ir.Value]bool{}
 	for pi, pv := range r.Params {
@@ -170,9 +167,9 @@ func donationEdges(r *ir.Region, donated []bool, fusionInPlace bool) map[int][]i
 			if res == nil {
 				continue
 			}
-			ok := true
+			ok, later := true, reachable(i)
 			for _, j := range readers[pv] {
-				ok = ok && (j == i || !hostToDevice(r.Ops[j]) && !reaches(i, j))
+				ok = ok && (j == i || !hostToDevice(r.Ops[j]) && !later[j])
 			}
 			if !ok {
 				continue
@@ -181,6 +178,7 @@ func donationEdges(r *ir.Region, donated []bool, fusionInPlace bool) map[int][]i
 			for _, j := range readers[pv] {
 				if j != i {
 					after[i] = append(after[i], j)
+					before[j] = append(before[j], i)
 				}
 			}
 			break
