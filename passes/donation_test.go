@@ -108,3 +108,22 @@ func TestDonationMatchInDefinitionOrder(t *testing.T) {
 	require.Equal(t, passes.Buffer{Kind: passes.BufAlias, Space: ir.Device, Size: 32, Index: 0, Param: 1}, v[r[0]])
 	require.Equal(t, int64(64), p.Analysis.AliasBytes)
 }
+
+// A donated step count's update (%3) is not fused with ops that broadcast it
+// (a loop fusion reading %0 through a broadcast could not write over it), so
+// both donated parameters are reused.
+func TestFusionKeepsDonatedUpdateInPlace(t *testing.T) {
+	f := parse(t, `func @f(%0: i32[], %1: f32[32]) -> (i32[], f32[32]) {
+  %2 = constant() {value=dense<i32[], 1>} : i32[]
+  %3 = add(%0, %2) : i32[]
+  %4 = convert(%3) {dtype=f32} : f32[]
+  %5 = broadcast_in_dim(%4) {dims=[], shape=[32]} : f32[32]
+  %6 = mul(%1, %5) : f32[32]
+  return %3, %6
+}`)
+	p := checkSame(t, f, passes.Options{Donated: []bool{true, true}, FusionInPlace: true})
+	require.Equal(t, int64(4+128), p.Analysis.AliasBytes, "%s\n%s", p.Func, p.PlanString())
+	// Not donated, it is one fusion as before.
+	plain := checkSame(t, f, passes.Options{FusionInPlace: true})
+	require.Len(t, plain.Func.Body.Ops, 1)
+}

@@ -314,7 +314,7 @@ func (fu *fuser) tryMerge(a, b *fuseGroup) *fuseGroup {
 			return b
 		}
 	}
-	if fu.cycle(a, b) {
+	if fu.cycle(a, b) || fu.breaksInPlace(a, b) {
 		return b
 	}
 	if len(a.members) < len(b.members) {
@@ -416,6 +416,75 @@ func (fu *fuser) tryEpilogue(d *ir.Op) {
 	dg := fu.newGroup(d)
 	dg.hasDot = true
 	fu.tryMerge(g, dg)
+}
+
+// breaksInPlace reports whether merging groups a and b would stop an update
+// of a donated parameter that one of them may write in place (see
+// inPlaceUpdates) from being in place: say the group computing a step count
+// count+1 next to values broadcast from it.
+func (fu *fuser) breaksInPlace(a, b *fuseGroup) bool {
+	if len(fu.donated) == 0 {
+		return false
+	}
+	before := fu.inPlaceUpdates(a.members)
+	for p := range fu.inPlaceUpdates(b.members) {
+		before[p] = true
+	}
+	if len(before) == 0 {
+		return false
+	}
+	after := fu.inPlaceUpdates(append(append([]*ir.Op(nil), a.members...), b.members...))
+	for p := range before {
+		if !after[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// inPlaceUpdates returns the donated parameters that a fusion of members
+// reads only element for element (through elementwise ops and reshapes, as
+// pointwiseOperand requires) and that it returns a value of the size and
+// memory space of: the parameters it may overwrite in place.
+func (fu *fuser) inPlaceUpdates(members []*ir.Op) map[*ir.Value]bool {
+	out := map[*ir.Value]bool{}
+	ops := slices.Clone(members)
+	slices.SortFunc(ops, func(x, y *ir.Op) int { return fu.pos[x] - fu.pos[y] })
+	for _, m := range ops {
+		for _, p := range m.Args {
+			if !fu.donated[p] || out[p] {
+				continue
+			}
+			returns := false
+			for _, o := range ops {
+				for _, v := range o.Results {
+					returns = returns || fu.ret[v] && bytesOf(v) == bytesOf(p) && v.Type.Space == p.Type.Space
+				}
+			}
+			if returns && pointwiseMembers(ops, p) {
+				out[p] = true
+			}
+		}
+	}
+	return out
+}
+
+// pointwiseMembers reports whether ops (in order) reach p only through
+// elementwise ops and reshapes.
+func pointwiseMembers(ops []*ir.Op, p *ir.Value) bool {
+	tainted := map[*ir.Value]bool{p: true}
+	for _, op := range ops {
+		if !slices.ContainsFunc(op.Args, func(a *ir.Value) bool { return tainted[a] }) {
+			continue
+		}
+		if !op.Info().Elementwise && op.Code != ir.Reshape {
+			return false
+		}
+		for _, v := range op.Results {
+			tainted[v] = true
+		}
+	}
+	return true
 }
 
 // updatesDonated reports whether group g reads a donated parameter and

@@ -27,7 +27,7 @@ import (
 // Each region's order is kept only when its footprint — the planned arena,
 // plus at the top level the result bytes that alias no donated parameter —
 // is strictly smaller than the traced order's (device bytes first, then
-// pinned_host bytes). The result depends only on the IR. As a last guard the
+// pinned_host bytes, then more donated bytes reused). The result depends only on the IR. As a last guard the
 // whole function's footprint is compared with the traced orders', and the
 // traced orders restored if they need less.
 func schedule(st *State) error {
@@ -53,26 +53,37 @@ func schedule(st *State) error {
 
 // footprint plans r in its current order and returns, per memory space, its
 // arena plus (at the top level) the bytes of results that alias no donated
-// parameter: the memory the order decides.
-func footprint(r *ir.Region, top bool, donated []bool, fusionInPlace bool) [2]int64 {
+// parameter: the memory the order decides. Its third entry is minus the
+// aliased bytes, so that of two orders needing the same memory the one that
+// reuses more donated buffers compares less.
+func footprint(r *ir.Region, top bool, donated []bool, fusionInPlace bool) [3]int64 {
 	if !top {
 		donated = nil
 	}
 	p := planRegion(r, top, donated, fusionInPlace, ComputeLiveness)
-	out := p.Arena
+	out := [3]int64{p.Arena[0], p.Arena[1], 0}
 	if top {
 		for _, b := range p.Values {
-			if b.Kind == BufOutput {
+			switch b.Kind {
+			case BufOutput:
 				out[b.Space] += b.Size
+			case BufAlias:
+				out[2] -= b.Size
 			}
 		}
 	}
 	return out
 }
 
-// less orders footprints: device bytes first, then pinned_host bytes.
-func less(a, b [2]int64) bool {
-	return a[ir.Device] < b[ir.Device] || a[ir.Device] == b[ir.Device] && a[ir.PinnedHost] < b[ir.PinnedHost]
+// less orders footprints: device bytes first, then pinned_host bytes, then
+// aliased bytes (more is better).
+func less(a, b [3]int64) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
 }
 
 // scheduleRegion replaces r's order by the greedy one (with the donation
