@@ -11,7 +11,7 @@
 //
 //	go run ./bench/soak                        # 1,000,000 steps, a line per 100,000
 //	go run ./bench/soak -steps 200000 -every 20000
-//	go run ./bench/soak -json                  # one JSON object
+//	go run ./bench/soak -json                  # one JSON object (progress on stderr)
 package main
 
 import (
@@ -79,7 +79,7 @@ func main() {
 	every := flag.Int("every", 0, "sample every N steps (default steps/10)")
 	warmup := flag.Int("warmup", 0, "steps before the reference sample (default: the first sample, steps/10)")
 	batch := flag.Int("batch", 8, "minibatch size")
-	jsonOut := flag.Bool("json", false, "print one JSON object instead of lines")
+	jsonOut := flag.Bool("json", false, "print one JSON object at the end (the sample lines go to stderr)")
 	flag.Parse()
 	if *steps <= 0 {
 		fail("-steps %d: want a positive number", *steps)
@@ -94,10 +94,12 @@ func main() {
 		fail("-warmup %d: want fewer than -steps %d", *warmup, *steps)
 	}
 	rep, err := run(*steps, *every, *warmup, *batch, func(s Sample) {
-		if !*jsonOut {
-			fmt.Printf("step %9d  go heap %10s  device %10s  live arrays %3d  goroutines %3d  loss %.4f  %8.0f steps/s\n",
-				s.Step, mib(float64(s.HeapBytes)), mib(float64(s.DeviceBytes)), s.LiveArrays, s.Goroutines, s.Loss, s.StepsPerSec)
+		out := os.Stdout
+		if *jsonOut {
+			out = os.Stderr // progress while the JSON waits for the end
 		}
+		fmt.Fprintf(out, "step %9d  go heap %10s  device %10s  live arrays %3d  goroutines %3d  loss %.4f  %8.0f steps/s\n",
+			s.Step, mib(float64(s.HeapBytes)), mib(float64(s.DeviceBytes)), s.LiveArrays, s.Goroutines, s.Loss, s.StepsPerSec)
 	})
 	if err != nil {
 		fail("%v", err)
