@@ -74,30 +74,66 @@ func planRegionYs(r *ir.Region, top bool, ysFrom int, donated []bool, fusionInPl
 }
 
 // assignOutputs gives every top-level result position its output buffer, or a
-// donated parameter's.
+// donated parameter's. Positions are visited in the order their values are
+// defined (a donated parameter free for one result stays free for every
+// later one, so this order matches the most), and a result takes, among the
+// donated parameters of its size and memory space that are still free, the
+// one its defining op overwrites in place if there is one, else the first
+// that is dead by then.
 func assignOutputs(p *RegionPlan, l *Liveness, donated []bool, fusionInPlace bool) {
 	r := p.Region
-	used := map[int]bool{}
+	var order []int
 	for j, v := range r.Results {
 		if _, ok := p.Values[v]; ok {
-			continue // a parameter, or returned before: the executor copies
+			continue // a parameter: the executor copies
 		}
+		if slices.ContainsFunc(order, func(i int) bool { return r.Results[i] == v }) {
+			continue // returned before: the executor copies
+		}
+		order = append(order, j)
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return defPos(l, r.Results[a]) - defPos(l, r.Results[b]) })
+	used := map[int]bool{}
+	for _, j := range order {
+		v := r.Results[j]
 		b := Buffer{Kind: BufOutput, Space: v.Type.Space, Size: bytesOf(v), Index: j}
 		if v.Op != nil {
-			k := l.Def[v]
-			for i, pv := range r.Params {
-				if i >= len(donated) || !donated[i] || used[i] || bytesOf(pv) != b.Size || pv.Type.Space != b.Space {
-					continue
-				}
-				if last := l.Last[pv]; last < k || last == k && inPlace(v.Op, pv, fusionInPlace) {
-					used[i] = true
-					b.Kind, b.Param = BufAlias, i
-					break
-				}
+			if i := aliasFor(r, l, v, b, donated, used, fusionInPlace); i >= 0 {
+				used[i] = true
+				b.Kind, b.Param = BufAlias, i
 			}
 		}
 		p.Values[v] = b
 	}
+}
+
+// defPos is the position of the op defining v, or -1 for a value defined
+// outside the region's ops.
+func defPos(l *Liveness, v *ir.Value) int {
+	if k, ok := l.Def[v]; ok && v.Op != nil {
+		return k
+	}
+	return -1
+}
+
+// aliasFor returns the donated parameter result v (buffer b) may be written
+// into, or -1: one of b's size and space, not used yet, that v's op writes in
+// place, or else the first that is dead by the op.
+func aliasFor(r *ir.Region, l *Liveness, v *ir.Value, b Buffer, donated []bool, used map[int]bool, fusionInPlace bool) int {
+	k := l.Def[v]
+	first := -1
+	for i, pv := range r.Params {
+		if i >= len(donated) || !donated[i] || used[i] || bytesOf(pv) != b.Size || pv.Type.Space != b.Space {
+			continue
+		}
+		switch last := l.Last[pv]; {
+		case last == k && inPlace(v.Op, pv, fusionInPlace):
+			return i
+		case last < k && first < 0:
+			first = i
+		}
+	}
+	return first
 }
 
 // assignSlices plans every y result of a scan body (position ≥ ysFrom) that

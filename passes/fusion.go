@@ -23,7 +23,13 @@ const (
 //     every reduction result is an output of the fusion;
 //   - output: a dot_general whose result is used only by elementwise ops of
 //     one loop group (its epilogue), and is not returned, joins that group;
-//     the fusion region holds the dot_general first.
+//     the fusion region holds the dot_general first. At the top level, with
+//     Options.FusionInPlace, it does not when the group updates a donated
+//     parameter (reads it and returns a result of its size and space): the
+//     product is computed into the result's buffer before the epilogue reads
+//     its operands, so an output fusion can't write over the parameter,
+//     while the loop group alone can (a training step's weight update then
+//     reuses the weight's buffer, at the cost of the gradient's temp).
 //
 // A loop op pulls in the group of a narrow operand (narrowEdge: a value at
 // least narrowRatio times smaller than the op's result, such as a global
@@ -45,7 +51,16 @@ const (
 // cheap producer to copy in is left as a plain op.
 func fusion(st *State) error {
 	return walkRegions(st.Func.Body, false, func(r *ir.Region) error {
-		fuseRegion(st.Func, r)
+		var donated map[*ir.Value]bool
+		if r == st.Func.Body && st.Options.FusionInPlace {
+			donated = map[*ir.Value]bool{}
+			for i, d := range st.Options.Donated {
+				if d {
+					donated[r.Params[i]] = true
+				}
+			}
+		}
+		fuseRegion(st.Func, r, donated)
 		return nil
 	})
 }
@@ -79,12 +94,14 @@ type fuser struct {
 	ret   map[*ir.Value]bool
 	kinds map[*ir.Op]fuseKind
 	group map[*ir.Op]*fuseGroup
+	// donated holds the donated parameters of the top-level region.
+	donated map[*ir.Value]bool
 }
 
-func fuseRegion(f *ir.Func, r *ir.Region) {
+func fuseRegion(f *ir.Func, r *ir.Region, donated map[*ir.Value]bool) {
 	splitNarrowBroadcasts(f, r)
 	fu := &fuser{f: f, r: r, pos: map[*ir.Op]int{}, def: map[*ir.Value]*ir.Op{}, users: users(r),
-		ret: returned(r), kinds: map[*ir.Op]fuseKind{}, group: map[*ir.Op]*fuseGroup{}}
+		ret: returned(r), kinds: map[*ir.Op]fuseKind{}, group: map[*ir.Op]*fuseGroup{}, donated: donated}
 	for i, op := range r.Ops {
 		fu.pos[op] = i
 		for _, v := range op.Results {
@@ -297,7 +314,7 @@ func (fu *fuser) tryMerge(a, b *fuseGroup) *fuseGroup {
 			return b
 		}
 	}
-	if fu.cycle(a, b) {
+	if fu.cycle(a, b) || fu.breaksInPlace(a, b) {
 		return b
 	}
 	if len(a.members) < len(b.members) {
@@ -393,9 +410,104 @@ func (fu *fuser) tryEpilogue(d *ir.Op) {
 			return
 		}
 	}
+	if fu.updatesDonated(g) {
+		return
+	}
 	dg := fu.newGroup(d)
 	dg.hasDot = true
 	fu.tryMerge(g, dg)
+}
+
+// breaksInPlace reports whether merging groups a and b would stop an update
+// of a donated parameter that one of them may write in place (see
+// inPlaceUpdates) from being in place: say the group computing a step count
+// count+1 next to values broadcast from it.
+func (fu *fuser) breaksInPlace(a, b *fuseGroup) bool {
+	if len(fu.donated) == 0 {
+		return false
+	}
+	before := fu.inPlaceUpdates(a.members)
+	for p := range fu.inPlaceUpdates(b.members) {
+		before[p] = true
+	}
+	if len(before) == 0 {
+		return false
+	}
+	after := fu.inPlaceUpdates(append(append([]*ir.Op(nil), a.members...), b.members...))
+	for p := range before {
+		if !after[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// inPlaceUpdates returns the donated parameters that a fusion of members
+// reads only element for element (through elementwise ops and reshapes, as
+// pointwiseOperand requires) and that it returns a value of the size and
+// memory space of: the parameters it may overwrite in place.
+func (fu *fuser) inPlaceUpdates(members []*ir.Op) map[*ir.Value]bool {
+	out := map[*ir.Value]bool{}
+	ops := slices.Clone(members)
+	slices.SortFunc(ops, func(x, y *ir.Op) int { return fu.pos[x] - fu.pos[y] })
+	for _, m := range ops {
+		for _, p := range m.Args {
+			if !fu.donated[p] || out[p] {
+				continue
+			}
+			returns := false
+			for _, o := range ops {
+				for _, v := range o.Results {
+					returns = returns || fu.ret[v] && bytesOf(v) == bytesOf(p) && v.Type.Space == p.Type.Space
+				}
+			}
+			if returns && pointwiseMembers(ops, p) {
+				out[p] = true
+			}
+		}
+	}
+	return out
+}
+
+// pointwiseMembers reports whether ops (in order) reach p only through
+// elementwise ops and reshapes.
+func pointwiseMembers(ops []*ir.Op, p *ir.Value) bool {
+	tainted := map[*ir.Value]bool{p: true}
+	for _, op := range ops {
+		if !slices.ContainsFunc(op.Args, func(a *ir.Value) bool { return tainted[a] }) {
+			continue
+		}
+		if !op.Info().Elementwise && op.Code != ir.Reshape {
+			return false
+		}
+		for _, v := range op.Results {
+			tainted[v] = true
+		}
+	}
+	return true
+}
+
+// updatesDonated reports whether group g reads a donated parameter and
+// returns a value of the parameter's size and memory space.
+func (fu *fuser) updatesDonated(g *fuseGroup) bool {
+	if len(fu.donated) == 0 {
+		return false
+	}
+	for _, m := range g.members {
+		for _, a := range m.Args {
+			if !fu.donated[a] {
+				continue
+			}
+			for _, o := range g.members {
+				for _, v := range o.Results {
+					if fu.ret[v] && bytesOf(v) == bytesOf(a) && v.Type.Space == a.Type.Space {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
 }
 
 // rewrite replaces every group of two or more ops (cheap copies included) by a

@@ -15,11 +15,21 @@ import (
 // Host→device copies are not candidates of their own: each runs just before
 // the first op that reads it, and counts in that op's bytes, so copied-in
 // values (optimizer state, offloaded activations) reach device memory only
-// when needed. The region's arena is then planned for both the greedy and the
-// traced order, and the greedy order is kept only when it needs strictly less
-// (device bytes first, then pinned_host bytes). The result depends only on the
-// IR. As a last guard the whole function's arenas are compared with the
-// traced orders', and the traced orders restored if they need less.
+// when needed.
+//
+// At the top level, a donated parameter can be overwritten by the result of
+// an op that reads it in place (a training step's update of a weight) only
+// if every other reader of the parameter runs first; the scheduler adds
+// those orderings as dependencies (donationEdges) wherever they make no
+// cycle, so the backward pass's last matrix product reading a weight runs
+// before the fused update that writes it.
+//
+// Each region's order is kept only when its footprint — the planned arena,
+// plus at the top level the result bytes that alias no donated parameter —
+// is strictly smaller than the traced order's (device bytes first, then
+// pinned_host bytes, then more donated bytes reused). The result depends only on the IR. As a last guard the
+// whole function's footprint is compared with the traced orders', and the
+// traced orders restored if they need less.
 func schedule(st *State) error {
 	body := st.Func.Body
 	orig := map[*ir.Region][]*ir.Op{}
@@ -27,13 +37,13 @@ func schedule(st *State) error {
 		orig[r] = append([]*ir.Op(nil), r.Ops...)
 		return nil
 	})
-	before := arenaOf(body, true, st.Options.FusionInPlace)
+	donated, fip := st.Options.Donated, st.Options.FusionInPlace
+	before := footprint(body, true, donated, fip)
 	_ = walkRegions(body, false, func(r *ir.Region) error {
-		scheduleRegion(r, r == body, st.Options.FusionInPlace)
+		scheduleRegion(r, r == body, donated, fip)
 		return nil
 	})
-	after := arenaOf(body, true, st.Options.FusionInPlace)
-	if after[ir.Device] > before[ir.Device] || after[ir.Device] == before[ir.Device] && after[ir.PinnedHost] > before[ir.PinnedHost] {
+	if !less(footprint(body, true, donated, fip), before) {
 		for r, ops := range orig {
 			r.Ops = ops
 		}
@@ -41,31 +51,151 @@ func schedule(st *State) error {
 	return nil
 }
 
-// arenaOf plans r in its current order and returns its arena sizes.
-func arenaOf(r *ir.Region, top, fusionInPlace bool) [2]int64 {
-	return planRegion(r, top, nil, fusionInPlace, ComputeLiveness).Arena
+// footprint plans r in its current order and returns, per memory space, its
+// arena plus (at the top level) the bytes of results that alias no donated
+// parameter: the memory the order decides. Its third entry is minus the
+// aliased bytes, so that of two orders needing the same memory the one that
+// reuses more donated buffers compares less.
+func footprint(r *ir.Region, top bool, donated []bool, fusionInPlace bool) [3]int64 {
+	if !top {
+		donated = nil
+	}
+	p := planRegion(r, top, donated, fusionInPlace, ComputeLiveness)
+	out := [3]int64{p.Arena[0], p.Arena[1], 0}
+	if top {
+		for _, b := range p.Values {
+			switch b.Kind {
+			case BufOutput:
+				out[b.Space] += b.Size
+			case BufAlias:
+				out[2] -= b.Size
+			}
+		}
+	}
+	return out
 }
 
-func scheduleRegion(r *ir.Region, top, fusionInPlace bool) {
-	if len(r.Ops) < 3 {
+// less orders footprints: device bytes first, then pinned_host bytes, then
+// aliased bytes (more is better).
+func less(a, b [3]int64) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
+}
+
+// scheduleRegion replaces r's order by the greedy one (with the donation
+// orderings at the top level, and without) that has the smallest footprint,
+// when that is smaller than the current order's.
+func scheduleRegion(r *ir.Region, top bool, donated []bool, fusionInPlace bool) {
+	if len(r.Ops) < 2 {
 		return
 	}
 	orig := r.Ops
-	greedy := greedyOrder(r, top)
-	same := true
-	for i := range orig {
-		same = same && orig[i] == greedy[i]
+	best, bestFP := orig, footprint(r, top, donated, fusionInPlace)
+	candidates := [][]*ir.Op{greedyOrder(r, top)}
+	if top {
+		if edges := donationEdges(r, donated, fusionInPlace); len(edges) > 0 {
+			candidates = append(candidates, greedyOrderAfter(r, top, edges))
+		}
 	}
-	if same {
-		return
+	for _, c := range candidates {
+		if slices.Equal(c, orig) {
+			continue
+		}
+		r.Ops = c
+		if fp := footprint(r, top, donated, fusionInPlace); less(fp, bestFP) {
+			best, bestFP = c, fp
+		}
 	}
-	before := arenaOf(r, top, fusionInPlace)
-	r.Ops = greedy
-	after := arenaOf(r, top, fusionInPlace)
-	if after[ir.Device] < before[ir.Device] || after[ir.Device] == before[ir.Device] && after[ir.PinnedHost] < before[ir.PinnedHost] {
-		return
+	r.Ops = best
+}
+
+// donationEdges returns extra orderings of the top-level region r, as
+// after[i] = ops that must run before op i: for each donated parameter that
+// an op may overwrite in place with a returned result of the same size and
+// space (the first such op and result for each parameter, each result taken
+// once), every other reader of the parameter runs before that op — unless
+// the op already precedes one of those readers (the ordering would be a
+// cycle) or host→device copies are involved (they are placed with their
+// readers).
+func donationEdges(r *ir.Region, donated []bool, fusionInPlace bool) map[int][]int {
+	readers := map[*ir.Value][]int{}
+	for i, op := range r.Ops {
+		for _, a := range op.Args {
+			if rs := readers[a]; len(rs) == 0 || rs[len(rs)-1] != i {
+				readers[a] = append(readers[a], i)
+			}
+		}
 	}
-	r.Ops = orig
+	ret := returned(r)
+	after := map[int][]int{}
+	before := map[int][]int{} // the orderings added so far, k → ops after k
+	// reachable returns the ops some path of data dependencies and the
+	// orderings added so far leads to from op i.
+	reachable := func(i int) map[int]bool {
+		seen := map[int]bool{i: true}
+		stack := []int{i}
+		push := func(q int) {
+			if !seen[q] {
+				seen[q] = true
+				stack = append(stack, q)
+			}
+		}
+		for len(stack) > 0 {
+			k := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			for _, v := range r.Ops[k].Results {
+				for _, q := range readers[v] {
+					push(q)
+				}
+			}
+			for _, q := range before[k] {
+				push(q)
+			}
+		}
+		return seen
+	}
+	taken := map[*ir.Value]bool{}
+	for pi, pv := range r.Params {
+		if pi >= len(donated) || !donated[pi] || len(readers[pv]) < 2 {
+			continue
+		}
+		for _, i := range readers[pv] {
+			op := r.Ops[i]
+			if hostToDevice(op) || !inPlace(op, pv, fusionInPlace) {
+				continue
+			}
+			var res *ir.Value
+			for _, v := range op.Results {
+				if ret[v] && !taken[v] && bytesOf(v) == bytesOf(pv) && v.Type.Space == pv.Type.Space {
+					res = v
+					break
+				}
+			}
+			if res == nil {
+				continue
+			}
+			ok, later := true, reachable(i)
+			for _, j := range readers[pv] {
+				ok = ok && (j == i || !hostToDevice(r.Ops[j]) && !later[j])
+			}
+			if !ok {
+				continue
+			}
+			taken[res] = true
+			for _, j := range readers[pv] {
+				if j != i {
+					after[i] = append(after[i], j)
+					before[j] = append(before[j], i)
+				}
+			}
+			break
+		}
+	}
+	return after
 }
 
 // hostToDevice reports whether op copies a value from another memory space
@@ -95,7 +225,11 @@ func deviceToHost(op *ir.Op) bool {
 //     the device bytes it (and the copies emitted with it) allocates;
 //   - ties: a device→host copy first (as early as possible), then the most
 //     host bytes freed, then the traced order.
-func greedyOrder(r *ir.Region, top bool) []*ir.Op {
+func greedyOrder(r *ir.Region, top bool) []*ir.Op { return greedyOrderAfter(r, top, nil) }
+
+// greedyOrderAfter is greedyOrder where op i also waits for the ops after[i]
+// (orderings beyond data dependencies; they must make no cycle).
+func greedyOrderAfter(r *ir.Region, top bool, after map[int][]int) []*ir.Op {
 	n := len(r.Ops)
 	def := map[*ir.Value]int{}
 	for i, op := range r.Ops {
@@ -127,6 +261,15 @@ func greedyOrder(r *ir.Region, top bool) []*ir.Op {
 			readers[a] = append(readers[a], i)
 			if p, ok := def[a]; ok && !predSeen[p] {
 				predSeen[p] = true
+				waiting[i]++
+				succs[p] = append(succs[p], i)
+				predList[i] = append(predList[i], p)
+			}
+		}
+	}
+	for i, ps := range after {
+		for _, p := range ps {
+			if !slices.Contains(predList[i], p) {
 				waiting[i]++
 				succs[p] = append(succs[p], i)
 				predList[i] = append(predList[i], p)

@@ -46,19 +46,33 @@ const (
 )
 
 // releaser frees a buffer's memory once, from Delete, donation or the cleanup
-// that runs when the buffer's literal becomes unreachable.
+// that runs when the buffer's literal becomes unreachable. Donation takes the
+// release function out (take) and gives it to the result's buffer, so a chain
+// of donated steps never links releasers together: each buffer's releaser
+// holds the pool's release function itself, and releasing is O(1) however
+// many times the memory was handed on.
 type releaser struct {
-	once sync.Once
-	f    func()
+	mu sync.Mutex
+	f  func()
 }
 
+// take returns the release function and disarms r: releasing r afterwards
+// does nothing. It returns nil if r was released or taken before.
+func (r *releaser) take() func() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.f
+	r.f = nil
+	return f
+}
+
+// release calls the release function, once.
 func (r *releaser) release() {
-	if r != nil {
-		r.once.Do(func() {
-			if r.f != nil {
-				r.f()
-			}
-		})
+	if r == nil {
+		return
+	}
+	if f := r.take(); f != nil {
+		f()
 	}
 }
 
@@ -180,7 +194,9 @@ func (b *cpuBuffer) Delete() error {
 // donate marks the buffer donated at where (a Go file:line) and hands its
 // memory to the caller without freeing it: mem is the buffer's bytes and
 // release frees them (wrap them as a result with newPoolBuffer, or call
-// release). Reading the buffer afterwards fails with an error naming where.
+// release). The buffer's own releaser is disarmed, so ownership moves rather
+// than nests: the result's buffer holds the same release function the donated
+// one held. Reading the buffer afterwards fails with an error naming where.
 func (b *cpuBuffer) donate(where string) (mem []byte, release func(), err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -193,7 +209,11 @@ func (b *cpuBuffer) donate(where string) (mem []byte, release func(), err error)
 	mem = b.lit.Data
 	b.state, b.where, b.lit = bufDonated, where, nil
 	b.cleanup.Stop()
-	return mem, b.rel.release, nil
+	release = b.rel.take()
+	if release == nil {
+		release = func() {} // memory not from the pools, with nothing to free
+	}
+	return mem, release, nil
 }
 
 // markDonated marks the buffer donated at where (a Go file:line) and frees its

@@ -287,7 +287,7 @@ func (j *Jitted[F]) build(e *entry, args []any) (err error) {
 	if err != nil {
 		return err
 	}
-	exe, err := DefaultBackend().Compile(l.Func, CompileOptions{Donated: l.donated})
+	exe, err := l.compile()
 	if err != nil {
 		return trace.WrapError("rt.Jit", err)
 	}
@@ -477,7 +477,7 @@ func (j *Jitted[F]) lower(args []any) (*Lowered, []*trace.TreeDef, error) {
 	tr.Close()
 	f := tr.Func()
 	f.Body.Results = results
-	l := &Lowered{Func: f, numArgs: len(leaves), consts: tr.Captures(), nilArgs: nilMask(leaves), donated: donated}
+	l := &Lowered{Func: f, numArgs: len(leaves), consts: tr.Captures(), nilArgs: nilMask(leaves), donated: donated, argDefs: defs}
 	return l, outDefs, nil
 }
 

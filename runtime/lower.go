@@ -18,6 +18,7 @@ type Lowered struct {
 	consts  []*trace.Array
 	nilArgs []bool
 	donated []bool
+	argDefs []*trace.TreeDef // tree structure of each argument, for messages
 	outDefs []*trace.TreeDef
 }
 
@@ -53,12 +54,14 @@ func (l *Lowered) String() string { return l.IR() }
 // trailing parameters of Func.
 func (l *Lowered) Captured() []*trace.Array { return l.consts }
 
-// Compile compiles the traced function with the default backend.
+// Compile compiles the traced function with the default backend. Donated
+// arguments it cannot reuse are reported once per Compile as a warning (see
+// SetWarnings).
 func (l *Lowered) Compile() (*Compiled, error) {
 	if err := ir.Verify(l.Func); err != nil {
 		return nil, fmt.Errorf("rt.Compile: %w", err)
 	}
-	exe, err := DefaultBackend().Compile(l.Func, CompileOptions{Donated: l.donated})
+	exe, err := l.compile()
 	if err != nil {
 		return nil, err
 	}
