@@ -21,7 +21,7 @@ func lineLoss(p Line) *trace.Array {
 	return trace.Mean(trace.Square(d))
 }
 
-func zeroLine() Line { return Line{W: rt.Scalar(float32(0)), B: rt.Scalar(float32(0))} }
+func zeroLine() Line { return Line{W: rt.ScalarOf(float32(0)), B: rt.ScalarOf(float32(0))} }
 
 // fit runs steps jitted training steps of opt on lineLoss.
 func fit[S any](opt optim.Optimizer[Line, S], steps int) Line {
@@ -144,21 +144,21 @@ func ExampleAdamW() {
 
 func ExampleClipByGlobalNorm() {
 	clip := optim.ClipByGlobalNorm[Line](1)
-	g := Line{W: rt.Scalar(float32(3)), B: rt.Scalar(float32(4))}
+	g := Line{W: rt.ScalarOf(float32(3)), B: rt.ScalarOf(float32(4))}
 	u, _, _ := clip.Update(g, optim.EmptyState{}, Line{})
 	fmt.Printf("%.1f %.1f\n", u.W.Item(), u.B.Item())
 	// Output: 0.6 0.8
 }
 
 func ExampleApplyUpdates() {
-	p := Line{W: rt.Scalar(float32(1)), B: rt.Scalar(float32(2))}
-	q, _ := optim.ApplyUpdates(p, Line{W: rt.Scalar(float32(0.5)), B: rt.Scalar(float32(-1))})
+	p := Line{W: rt.ScalarOf(float32(1)), B: rt.ScalarOf(float32(2))}
+	q, _ := optim.ApplyUpdates(p, Line{W: rt.ScalarOf(float32(0.5)), B: rt.ScalarOf(float32(-1))})
 	fmt.Println(q.W.Item(), q.B.Item())
 	// Output: 1.5 1
 }
 
 func ExampleGlobalNorm() {
-	fmt.Println(optim.GlobalNorm(Line{W: rt.Scalar(float32(3)), B: rt.Scalar(float32(4))}).Item())
+	fmt.Println(optim.GlobalNorm(Line{W: rt.ScalarOf(float32(3)), B: rt.ScalarOf(float32(4))}).Item())
 	// Output: 5
 }
 
@@ -174,7 +174,7 @@ func ExampleToSpace() {
 func ExampleWarmupCosine() {
 	lr := optim.WarmupCosine(1, 2, 6, 0)
 	for step := range 7 {
-		fmt.Printf("%.2f ", lr(rt.Scalar(int32(step))).Item())
+		fmt.Printf("%.2f ", lr(rt.ScalarOf(int32(step))).Item())
 	}
 	fmt.Println()
 	// Output: 0.00 0.50 1.00 0.85 0.50 0.15 0.00
