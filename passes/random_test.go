@@ -2,8 +2,12 @@ package passes_test
 
 import (
 	"encoding/binary"
+	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,20 +71,41 @@ func checkProgram(t testing.TB, seed uint64) {
 	require.NoError(t, sameResults(want, planned), "seed %d, options %+v: running by the plan\noriginal\n%s\ncompiled\n%s\nplan\n%s", seed, opts, text, p.Func, p.PlanString())
 }
 
-// TestPipelineRandom compiles random programs for a fixed time and checks
-// that every pass keeps the results and that the plan is valid and correct.
+// TestPipelineRandom compiles random programs (internal/randprog, every
+// feature on) for a fixed time and checks that every pass keeps the results
+// and that the plan is valid and correct. FERRY_RANDOM_PROGRAMS=n runs n
+// programs instead, from seed FERRY_RANDOM_SEED (default 1). The CPU
+// executor's differential test over the same programs is in
+// internal/difftest.
 func TestPipelineRandom(t *testing.T) {
 	budget := 3 * time.Second
 	if testing.Short() {
 		budget = time.Second
 	}
+	count, err := envUint("FERRY_RANDOM_PROGRAMS", 0)
+	require.NoError(t, err)
+	first, err := envUint("FERRY_RANDOM_SEED", 1)
+	require.NoError(t, err)
 	start := time.Now()
-	n := 0
-	for seed := uint64(1); time.Since(start) < budget; seed++ {
+	n := uint64(0)
+	for seed := first; count > 0 && n < count || count == 0 && time.Since(start) < budget; seed++ {
 		checkProgram(t, seed)
 		n++
 	}
-	t.Logf("%d random programs", n)
+	t.Logf("%d random programs from seed %d", n, first)
+}
+
+// envUint reads a non-negative integer from the environment.
+func envUint(name string, def uint64) (uint64, error) {
+	s := strings.TrimSpace(os.Getenv(name))
+	if s == "" {
+		return def, nil
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: want a non-negative integer", name, s)
+	}
+	return v, nil
 }
 
 // FuzzPipeline is TestPipelineRandom driven by the fuzzer: the input bytes

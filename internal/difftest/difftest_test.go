@@ -64,10 +64,14 @@ func (f *failure) Error() string {
 
 // testCase is one program, its arguments and compile options.
 type testCase struct {
-	f       *ir.Func
-	args    []*ir.Literal
-	donated []bool
-	opts    passes.Options
+	// aliased is set by run when the plan reuses a donated parameter.
+	aliased bool
+	// fmaDiffers is set by run when contraction changed some result bits.
+	fmaDiffers bool
+	f          *ir.Func
+	args       []*ir.Literal
+	donated    []bool
+	opts       passes.Options
 }
 
 var optionalPasses = []string{"canonicalize", "constant-fold", "cse", "dce", "fusion", "schedule", "prefetch"}
@@ -179,6 +183,11 @@ func run(c *testCase) (fail *failure) {
 	if err != nil {
 		return &failure{internal: true, msg: fmt.Sprintf("compile: %v", err)}
 	}
+	for _, b := range p.Plan.Values {
+		if b.Kind == passes.BufAlias {
+			c.aliased = true
+		}
+	}
 	for _, fma := range []bool{false, true} {
 		prev := vmath.SetContract(fma)
 		e, err := cpuexec.New(p)
@@ -193,6 +202,7 @@ func run(c *testCase) (fail *failure) {
 		tol := 0.0
 		if fma {
 			tol = fmaTol
+			c.fmaDiffers = compare(want, got, 0) != nil
 		}
 		if err := compare(want, got, tol); err != nil {
 			return &failure{msg: fmt.Sprintf("fma %v: %v", fma, err)}
@@ -375,7 +385,7 @@ func TestCPUExecRandom(t *testing.T) {
 	if os.Getenv("FERRY_ASYNC_COPY") == "" {
 		t.Setenv("FERRY_ASYNC_COPY", "1") // the default, said out loud
 	}
-	var mismatches, internal, remat, shown int
+	var mismatches, internal, remat, aliased, fmaDiffers, shown int
 	for seed := first; seed < first+n; seed++ {
 		c, desc, err := newCase(seed, feat)
 		if err != nil {
@@ -387,6 +397,12 @@ func TestCPUExecRandom(t *testing.T) {
 			remat++
 		}
 		fail := run(c)
+		if c.aliased {
+			aliased++
+		}
+		if c.fmaDiffers {
+			fmaDiffers++
+		}
 		if fail == nil {
 			continue
 		}
@@ -403,6 +419,6 @@ func TestCPUExecRandom(t *testing.T) {
 		}
 		t.Error(msg)
 	}
-	t.Logf("%d programs (seeds %d..%d, %d remat steps), features %s: %d mismatches, %d internal errors",
-		n, first, first+n-1, remat, feat, mismatches, internal)
+	t.Logf("%d programs (seeds %d..%d; %d remat steps, %d with a donated parameter aliased, %d where contraction changed result bits), features %s: %d mismatches, %d internal errors",
+		n, first, first+n-1, remat, aliased, fmaDiffers, feat, mismatches, internal)
 }

@@ -211,8 +211,11 @@ func (s *scope) add(code ir.Code, args []*ir.Value, attrs ir.Attrs, regions ...*
 	}
 	s.g.budget--
 	d := slices.ContainsFunc(args, func(a *ir.Value) bool { return s.dep[a] })
-	for _, v := range op.Results {
+	for i, v := range op.Results {
 		s.dep[v] = d
+		if code == ir.OptimizationBarrier {
+			s.dep[v] = s.dep[args[i]] // the compiler removes barriers
+		}
 	}
 	s.vals = append(s.vals, op.Results...)
 	return op.Results

@@ -31,8 +31,11 @@ func (c *census) region(r *ir.Region, inScan bool) {
 				dep[p] = true
 			}
 			for _, o := range body.Ops {
-				for _, a := range o.Args {
-					if dep[a] {
+				for i, a := range o.Args {
+					switch {
+					case o.Code == ir.OptimizationBarrier:
+						dep[o.Results[i]] = dep[a]
+					case dep[a]:
 						for _, v := range o.Results {
 							dep[v] = true
 						}
