@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -68,6 +69,8 @@ type testCase struct {
 	aliased bool
 	// fmaDiffers is set by run when contraction changed some result bits.
 	fmaDiffers bool
+	// concurrent is how many Executes run at once without contraction.
+	concurrent int
 	f          *ir.Func
 	args       []*ir.Literal
 	donated    []bool
@@ -93,7 +96,10 @@ func newCase(seed uint64, feat randprog.Features) (*testCase, string, error) {
 	if err := ir.Verify(f); err != nil {
 		return nil, desc, fmt.Errorf("generated program does not verify: %w\n%s", err, f)
 	}
-	c := &testCase{f: f, args: randprog.Args(rng, f)}
+	c := &testCase{f: f, args: randprog.Args(rng, f), concurrent: 1}
+	if rng.IntN(4) == 0 {
+		c.concurrent = 2
+	}
 	c.donated = make([]bool, len(f.Body.Params))
 	for i := range c.donated {
 		c.donated[i] = rng.IntN(2) == 0
@@ -195,20 +201,50 @@ func run(c *testCase) (fail *failure) {
 		if err != nil {
 			return &failure{internal: true, msg: fmt.Sprintf("cpuexec.New (fma %v): %v", fma, err)}
 		}
-		got, _, err := e.Execute(cloneAll(c.args), heap{})
-		if err != nil {
-			return &failure{internal: true, msg: fmt.Sprintf("cpuexec Execute (fma %v): %v", fma, err)}
+		// Without contraction, now and then several Executes at once (an
+		// Executable is safe for concurrent use).
+		runs := 1
+		if !fma {
+			runs = c.concurrent
 		}
-		tol := 0.0
-		if fma {
-			tol = fmaTol
-			c.fmaDiffers = compare(want, got, 0) != nil
+		gots := make([][]*ir.Literal, runs)
+		errs := make([]error, runs)
+		var wg sync.WaitGroup
+		for k := range runs {
+			wg.Go(func() { gots[k], errs[k] = execute(e, c.args) })
 		}
-		if err := compare(want, got, tol); err != nil {
-			return &failure{msg: fmt.Sprintf("fma %v: %v", fma, err)}
+		wg.Wait()
+		for k, got := range gots {
+			what := fmt.Sprintf("fma %v", fma)
+			if runs > 1 {
+				what += fmt.Sprintf(", run %d of %d concurrent", k+1, runs)
+			}
+			if errs[k] != nil {
+				return &failure{internal: true, msg: fmt.Sprintf("cpuexec Execute (%s): %v", what, errs[k])}
+			}
+			tol := 0.0
+			if fma {
+				tol = fmaTol
+				c.fmaDiffers = compare(want, got, 0) != nil
+			}
+			if err := compare(want, got, tol); err != nil {
+				return &failure{msg: fmt.Sprintf("%s: %v", what, err)}
+			}
 		}
 	}
 	return nil
+}
+
+// execute runs e on copies of args (donated ones may be overwritten),
+// turning a panic into an error.
+func execute(e *cpuexec.Executable, args []*ir.Literal) (got []*ir.Literal, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	got, _, err = e.Execute(cloneAll(args), heap{})
+	return got, err
 }
 
 // ---- reproduction ----
@@ -260,7 +296,7 @@ func prune(r *ir.Region) map[*ir.Value]bool {
 }
 
 func (c *testCase) clone() *testCase {
-	return &testCase{f: ir.Clone(c.f), args: c.args, donated: slices.Clone(c.donated), opts: c.opts}
+	return &testCase{f: ir.Clone(c.f), args: c.args, donated: slices.Clone(c.donated), opts: c.opts, concurrent: c.concurrent}
 }
 
 // withResults returns c computing only the given results of its body.
@@ -352,7 +388,7 @@ func minimize(c *testCase, fail *failure) *testCase {
 
 func (c *testCase) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "options: %+v donated %v\n%s", c.opts, c.donated, c.f)
+	fmt.Fprintf(&b, "options: %+v donated %v, %d concurrent runs\n%s", c.opts, c.donated, c.concurrent, c.f)
 	for i, a := range c.args {
 		n := min(a.Type.Size(), 16)
 		vals := make([]float64, n)
@@ -373,7 +409,7 @@ func (c *testCase) String() string {
 // bit, and on, compared within fmaTol) and compares them with eval on the
 // uncompiled program. See the package documentation for its environment.
 func TestCPUExecRandom(t *testing.T) {
-	n := envInt(t, "FERRY_RANDOM_PROGRAMS", 300)
+	n := envInt(t, "FERRY_RANDOM_PROGRAMS", 400)
 	if testing.Short() && os.Getenv("FERRY_RANDOM_PROGRAMS") == "" {
 		n = 60
 	}
@@ -419,6 +455,33 @@ func TestCPUExecRandom(t *testing.T) {
 		}
 		t.Error(msg)
 	}
-	t.Logf("%d programs (seeds %d..%d; %d remat steps, %d with a donated parameter aliased, %d where contraction changed result bits), features %s: %d mismatches, %d internal errors",
-		n, first, first+n-1, remat, aliased, fmaDiffers, feat, mismatches, internal)
+	jit := ""
+	if !vmath.JITAvailable() {
+		jit = " (no fused-chain JIT on this CPU: nothing is contracted)"
+	}
+	t.Logf("%d programs (seeds %d..%d; %d remat steps, %d with a donated parameter aliased, %d where contraction changed result bits%s), features %s: %d mismatches, %d internal errors",
+		n, first, first+n-1, remat, aliased, fmaDiffers, jit, feat, mismatches, internal)
+}
+
+// FuzzCPUExec is TestCPUExecRandom driven by the fuzzer (go test -fuzz
+// FuzzCPUExec ./internal/difftest): the input is the seed, the features are
+// the default mix with FERRY_RANDOM_FEATURES applied.
+func FuzzCPUExec(f *testing.F) {
+	feat, err := randprog.ParseFeatures(defaultFeatures(), os.Getenv("FERRY_RANDOM_FEATURES"))
+	if err != nil {
+		f.Fatalf("FERRY_RANDOM_FEATURES: %v", err)
+	}
+	for _, s := range []uint64{1, 8, 42, 1234567} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, seed uint64) {
+		c, desc, err := newCase(seed, feat)
+		if err != nil {
+			t.Fatalf("seed %d: generating: %v", seed, err)
+		}
+		if fail := run(c); fail != nil {
+			small := minimize(c, fail)
+			t.Fatalf("FERRY_RANDOM_SEED=%d FERRY_RANDOM_FEATURES=%s: %v\nprogram: %s\n%v\nsmaller reproduction (%v):\n%v", seed, feat, fail, desc, c, run(small), small)
+		}
+	})
 }

@@ -7,7 +7,7 @@
 //
 // Environment of the test:
 //
-//	FERRY_RANDOM_PROGRAMS=N   number of programs (default 300)
+//	FERRY_RANDOM_PROGRAMS=N   number of programs (default 400, 60 with -short)
 //	FERRY_RANDOM_SEED=S       first seed (default 1); program i uses seed S+i
 //	FERRY_RANDOM_FEATURES=... randprog feature changes, e.g. "+scancopies"
 //	                          or "all" (see randprog.ParseFeatures)
