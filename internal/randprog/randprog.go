@@ -4,7 +4,7 @@
 // (internal/eval).
 //
 // Two generators share a seed space. New builds IR directly: elementwise
-// unary and binary ops over f32, f64, f16, bf16, i32, u8 and bool,
+// unary and binary ops over f32, f64, f16, bf16, i32, i64, u8, u32 and bool,
 // comparisons and selects, constants (0, 1, -0 and others, to feed the
 // canonicaliser and the folder), broadcasts, reshapes, transposes, slices,
 // concatenations, pads, gathers, scatter-adds, dynamic slices and updates,
@@ -48,7 +48,7 @@ type Features struct {
 	// concatenate, pad, gather, scatter_add, dynamic_slice,
 	// dynamic_update_slice, sort, argmax/argmin, bitcast_convert, shifts,
 	// checkpoint_name, optimization_barrier, and the dtypes f64, f16, bf16,
-	// u8.
+	// i64, u8, u32.
 	Extended bool
 }
 
@@ -171,7 +171,7 @@ func (s *scope) param(t ir.Type) *ir.Value {
 
 func (g *progGen) randDType() ir.DType {
 	if g.feat.Extended && g.rng.IntN(6) == 0 {
-		return []ir.DType{ir.Float64, ir.Float16, ir.BFloat16, ir.Uint8}[g.rng.IntN(4)]
+		return []ir.DType{ir.Float64, ir.Float16, ir.BFloat16, ir.Uint8, ir.Int64, ir.Uint32}[g.rng.IntN(6)]
 	}
 	if g.rng.IntN(3) == 0 {
 		return ir.Int32
@@ -462,7 +462,7 @@ func (s *scope) step() {
 			to = ir.Float32
 		}
 		if g.feat.Extended && rng.IntN(2) == 0 {
-			to = []ir.DType{ir.Float32, ir.Float64, ir.Float16, ir.BFloat16, ir.Int32, ir.Uint8, ir.Bool}[rng.IntN(7)]
+			to = []ir.DType{ir.Float32, ir.Float64, ir.Float16, ir.BFloat16, ir.Int32, ir.Uint8, ir.Int64, ir.Uint32, ir.Bool}[rng.IntN(9)]
 		}
 		s.add1(ir.Convert, []*ir.Value{x}, ir.Attrs{"dtype": to})
 	case k < 22: // iota feeding an elementwise op, or a device_put round trip
@@ -641,11 +641,15 @@ func (s *scope) extended(x *ir.Value) {
 		s.add1(c, []*ir.Value{x}, ir.Attrs{"axis": rng.IntN(r), "dtype": ir.Int32})
 	case 7: // bitcast_convert between same-size dtypes, or shifts on ints
 		switch dt {
-		case ir.Float32:
-			if v := s.add1(ir.BitcastConvert, []*ir.Value{x}, ir.Attrs{"dtype": ir.Int32}); v != nil && rng.IntN(2) == 0 {
-				s.add1(ir.BitcastConvert, []*ir.Value{v}, ir.Attrs{"dtype": ir.Float32})
+		case ir.Float32, ir.Float64:
+			to := []ir.DType{ir.Int32, ir.Uint32}[rng.IntN(2)]
+			if dt == ir.Float64 {
+				to = ir.Int64
 			}
-		case ir.Int32, ir.Uint8:
+			if v := s.add1(ir.BitcastConvert, []*ir.Value{x}, ir.Attrs{"dtype": to}); v != nil && rng.IntN(2) == 0 {
+				s.add1(ir.BitcastConvert, []*ir.Value{v}, ir.Attrs{"dtype": dt})
+			}
+		case ir.Int32, ir.Uint8, ir.Int64, ir.Uint32:
 			amt := s.like(x.Type)
 			s.add1(shifts[rng.IntN(len(shifts))], []*ir.Value{x, amt}, nil)
 		case ir.Float16:
