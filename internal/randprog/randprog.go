@@ -772,6 +772,17 @@ func (s *scope) scan() {
 	if len(carry) == 0 {
 		return
 	}
+	// Now and then a counter and a buffer the body writes one row of per
+	// iteration (dynamic_update_slice at the counter, in place into its
+	// carry), as a scan stacking by hand does.
+	stack := -1
+	if rng.IntN(4) == 0 {
+		buf := s.pickWhere(func(v *ir.Value) bool { return onDevice(v) && v.Type.Rank() >= 1 && v.Type.Size() > 0 })
+		if zero := s.add1(ir.Constant, nil, ir.Attrs{"value": ir.Scalar(int32(0))}); buf != nil && zero != nil {
+			stack = len(carry)
+			carry = append(carry, zero, buf)
+		}
+	}
 	length := 1 + rng.IntN(3)
 	if rng.IntN(8) == 0 {
 		length = 4 + rng.IntN(8)
@@ -833,6 +844,12 @@ func (s *scope) scan() {
 	var res []*ir.Value
 	for i, c := range carry {
 		p := body.r.Params[len(consts)+i]
+		if stack >= 0 && (i == stack || i == stack+1) {
+			if i == stack {
+				res = append(res, body.stackRows(p, body.r.Params[len(consts)+i+1])...)
+			}
+			continue
+		}
 		v := body.result(func(v *ir.Value) bool { return v.Type.Equal(c.Type) && v != p })
 		if v == nil || rng.IntN(5) == 0 {
 			v = p
@@ -866,6 +883,24 @@ func (s *scope) scan() {
 	body.r.Results = res
 	args := slices.Concat(consts, carry, xs)
 	s.add(ir.Scan, args, ir.Attrs{"num_consts": len(consts), "num_carry": len(carry), "length": length, "reverse": rng.IntN(2) == 0}, body.r)
+}
+
+// stackRows returns the next counter and buffer of a scan body that writes
+// a row of buf at counter i per iteration.
+func (s *scope) stackRows(i, buf *ir.Value) []*ir.Value {
+	rt := buf.Type.WithShape(append(ir.Shape{1}, buf.Type.Shape[1:]...)).WithSpace(ir.Device)
+	row := s.like(rt)
+	one := s.add1(ir.Constant, nil, ir.Attrs{"value": ir.Scalar(int32(1))})
+	next := s.add1(ir.Add, []*ir.Value{i, one}, nil)
+	args := []*ir.Value{buf, row, i}
+	for range buf.Type.Rank() - 1 {
+		args = append(args, s.add1(ir.Constant, nil, ir.Attrs{"value": ir.Scalar(int32(0))}))
+	}
+	nb := s.add1(ir.DynamicUpdateSlice, args, nil)
+	if next == nil || nb == nil {
+		return []*ir.Value{i, buf}
+	}
+	return []*ir.Value{next, nb}
 }
 
 // while adds a counted loop: state (i, x...), cond i < n, body i+1 and new
