@@ -351,13 +351,18 @@ func (c *testCase) cut(i int) *testCase {
 }
 
 // minimize shrinks c while it still fails the same way (a mismatch stays a
-// mismatch, an internal error an internal error), within a bounded number
-// of runs.
+// mismatch, an internal error an internal error).
 func minimize(c *testCase, fail *failure) *testCase {
-	same := func(n *testCase) bool {
+	return shrink(c, func(n *testCase) bool {
 		f := run(n)
 		return f != nil && f.internal == fail.internal
-	}
+	})
+}
+
+// shrink makes c smaller while same(c) holds: first one result alone, then
+// body ops replaced by parameters holding their values, within a bounded
+// number of tries.
+func shrink(c *testCase, same func(*testCase) bool) *testCase {
 	tries := 0
 	// One result alone.
 	if len(c.f.Body.Results) > 1 {
@@ -484,4 +489,59 @@ func FuzzCPUExec(f *testing.F) {
 			t.Fatalf("FERRY_RANDOM_SEED=%d FERRY_RANDOM_FEATURES=%s: %v\nprogram: %s\n%v\nsmaller reproduction (%v):\n%v", seed, feat, fail, desc, c, run(small), small)
 		}
 	})
+}
+
+// shrink keeps what the predicate needs and cuts the rest: asked to keep an
+// exp, it leaves the exp and the ops from it to one result, every argument
+// matching its parameter, and the values unchanged (the cut ops' values
+// become arguments).
+func TestShrink(t *testing.T) {
+	hasExp := func(c *testCase) bool {
+		return slices.ContainsFunc(c.f.Body.Ops, func(op *ir.Op) bool { return op.Code == ir.Exp })
+	}
+	feat := randprog.Features{Extended: true}
+	shrunk := 0
+	for seed := uint64(1); seed < 200 && shrunk < 5; seed++ {
+		c, _, err := newCase(seed, feat)
+		if err != nil || seed%8 == 0 {
+			continue
+		}
+		if c.dce(); !hasExp(c) || len(c.f.Body.Ops) < 8 {
+			continue // no live exp, or too small to tell
+		}
+		want, err := eval.Run(c.f, cloneAll(c.args))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := shrink(c, hasExp)
+		if !hasExp(s) || ir.Verify(s.f) != nil || len(s.args) != len(s.f.Body.Params) || len(s.donated) != len(s.args) {
+			t.Fatalf("seed %d: bad shrink\n%v", seed, s)
+		}
+		if len(s.f.Body.Ops) >= len(c.f.Body.Ops) || len(s.f.Body.Results) != 1 {
+			t.Fatalf("seed %d: %d ops, %d results left of %d ops\n%v", seed, len(s.f.Body.Ops), len(s.f.Body.Results), len(c.f.Body.Ops), s)
+		}
+		// Every op left is the exp or reads, through the others, from it.
+		fromExp := map[*ir.Value]bool{}
+		for _, op := range s.f.Body.Ops {
+			reads := op.Code == ir.Exp || slices.ContainsFunc(op.Args, func(v *ir.Value) bool { return fromExp[v] })
+			if !reads {
+				t.Fatalf("seed %d: %v left over\n%v", seed, op.Code, s)
+			}
+			for _, v := range op.Results {
+				fromExp[v] = true
+			}
+		}
+		// The remaining result's value is the original one it stands for.
+		got, err := eval.Run(s.f, cloneAll(s.args))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(want, func(w *ir.Literal) bool { return compare([]*ir.Literal{w}, got, 0) == nil }) {
+			t.Fatalf("seed %d: the shrunk program computes another value\n%v", seed, s)
+		}
+		shrunk++
+	}
+	if shrunk == 0 {
+		t.Fatal("no program to shrink")
+	}
 }
