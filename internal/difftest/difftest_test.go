@@ -21,16 +21,19 @@ import (
 	"github.com/ferryml/ferry/passes"
 )
 
-// DefaultFeatures is the generator mix the test runs by default: everything
-// except the families with known, not yet fixed executor bugs:
+// defaultFeatures is the generator mix the test runs by default: everything
+// except the families with known executor bugs not fixed on this branch
+// (both fixed on branch scan, 738b08e and f1ed2c8):
 //
-//   - scancopies: device_put between spaces inside scan bodies races with
-//     the asynchronous copies (wrong values);
+//   - scancopies: a scan body's round trip of its xs slice through the other
+//     memory space races with the asynchronous copies (wrong values; passes
+//     with FERRY_ASYNC_COPY=0);
 //   - scanconst: a scan body returning a constant or an iota fails from
-//     iteration 1 ("index out of range [0] with length 0").
+//     iteration 1 ("index out of range [0] with length 0", eval's constant
+//     and iota into an unaligned destination).
 //
 // Put them back with FERRY_RANDOM_FEATURES=+scancopies,+scanconst (or
-// "all") once fixed, and then here.
+// "all"), and here once those fixes are in.
 func defaultFeatures() randprog.Features {
 	f := randprog.All()
 	f.ScanCopies = false
