@@ -289,6 +289,7 @@ func prune(r *ir.Region) map[*ir.Value]bool {
 		for _, a := range op.Args {
 			used[a] = true
 		}
+		dropResults(op, used)
 		for _, sr := range op.Regions {
 			prune(sr)
 		}
@@ -296,6 +297,34 @@ func prune(r *ir.Region) map[*ir.Value]bool {
 	slices.Reverse(keep)
 	r.Ops = keep
 	return used
+}
+
+// dropResults removes the unused ys of a scan and the unused results of a
+// cond, with the region results that make them.
+func dropResults(op *ir.Op, used map[*ir.Value]bool) {
+	first := 0
+	switch op.Code {
+	case ir.Scan:
+		first = op.Attrs.Int("num_carry")
+	case ir.Cond:
+	default:
+		return
+	}
+	var res []*ir.Value
+	rres := make([][]*ir.Value, len(op.Regions))
+	for i, v := range op.Results {
+		if i < first || used[v] {
+			v.Index = len(res)
+			res = append(res, v)
+			for k, r := range op.Regions {
+				rres[k] = append(rres[k], r.Results[i])
+			}
+		}
+	}
+	op.Results = res
+	for k, r := range op.Regions {
+		r.Results = rres[k]
+	}
 }
 
 func (c *testCase) clone() *testCase {
