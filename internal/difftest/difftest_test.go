@@ -252,12 +252,26 @@ func execute(e *cpuexec.Executable, args []*ir.Literal) (got []*ir.Literal, err 
 
 // ---- reproduction ----
 
-// dce removes the body's ops whose results are unused (not nested regions'
-// ops) and the parameters nothing uses, with their arguments and donation
-// flags.
-func (c *testCase) dce() {
+// dce removes the ops whose results are unused (at every depth; with
+// keepOps false only the parameters) and the parameters nothing uses, with
+// their arguments and donation flags. Failures that need the dead code
+// (with the compiler's dce pass disabled) are shrunk with keepOps.
+func (c *testCase) dce(keepOps bool) {
 	b := c.f.Body
-	used := prune(b)
+	var used map[*ir.Value]bool
+	if keepOps {
+		used = map[*ir.Value]bool{}
+		for _, v := range b.Results {
+			used[v] = true
+		}
+		for _, op := range b.Ops {
+			for _, a := range op.Args {
+				used[a] = true
+			}
+		}
+	} else {
+		used = prune(b)
+	}
 	var params []*ir.Value
 	var args []*ir.Literal
 	var donated []bool
@@ -332,26 +346,26 @@ func (c *testCase) clone() *testCase {
 }
 
 // withResults returns c computing only the given results of its body.
-func (c *testCase) withResults(idx ...int) *testCase {
+func (c *testCase) withResults(keepOps bool, idx ...int) *testCase {
 	n := c.clone()
 	var res []*ir.Value
 	for _, i := range idx {
 		res = append(res, n.f.Body.Results[i])
 	}
 	n.f.Body.Results = res
-	n.dce()
+	n.dce(keepOps)
 	return n
 }
 
 // cut returns c with body op i replaced by new parameters holding its
 // results' values (computed by eval), or nil.
-func (c *testCase) cut(i int) *testCase {
+func (c *testCase) cut(i int, keepOps bool) *testCase {
 	n := c.clone()
 	b := n.f.Body
 	op := b.Ops[i]
 	probe := n.clone()
 	probe.f.Body.Results = slices.Clone(probe.f.Body.Ops[i].Results)
-	probe.dce()
+	probe.dce(false)
 	vals, err := eval.Run(probe.f, cloneAll(probe.args))
 	if err != nil {
 		return nil
@@ -375,7 +389,7 @@ func (c *testCase) cut(i int) *testCase {
 			b.Results[k] = r
 		}
 	}
-	n.dce()
+	n.dce(keepOps)
 	if ir.Verify(n.f) != nil {
 		return nil
 	}
@@ -395,12 +409,21 @@ func minimize(c *testCase, fail *failure) *testCase {
 // body ops replaced by parameters holding their values, within a bounded
 // number of tries.
 func shrink(c *testCase, same func(*testCase) bool) *testCase {
+	const maxTries = 400
 	tries := 0
-	// One result alone.
+	try := func(n *testCase) bool {
+		tries++
+		return n != nil && same(n)
+	}
+	// Dead code removed (unless the failure needs it), then one result
+	// alone.
+	keepOps := true
+	if n := c.withResults(false, iotaInts(len(c.f.Body.Results))...); try(n) {
+		c, keepOps = n, false
+	}
 	if len(c.f.Body.Results) > 1 {
 		for i := range c.f.Body.Results {
-			tries++
-			if n := c.withResults(i); same(n) {
+			if n := c.withResults(keepOps, i); try(n) {
 				c = n
 				break
 			}
@@ -408,19 +431,26 @@ func shrink(c *testCase, same func(*testCase) bool) *testCase {
 	}
 	// Ops replaced by their values, last ones first, until nothing more
 	// goes.
-	for changed := true; changed && tries < 300; {
+	for changed := true; changed && tries < maxTries; {
 		changed = false
-		for i := len(c.f.Body.Ops) - 1; i >= 0 && tries < 300; i-- {
+		for i := len(c.f.Body.Ops) - 1; i >= 0 && tries < maxTries; i-- {
 			if i >= len(c.f.Body.Ops) {
 				continue
 			}
-			tries++
-			if n := c.cut(i); n != nil && same(n) {
+			if n := c.cut(i, keepOps); try(n) {
 				c, changed = n, true
 			}
 		}
 	}
 	return c
+}
+
+func iotaInts(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 func (c *testCase) String() string {
@@ -538,7 +568,7 @@ func TestShrink(t *testing.T) {
 		if err != nil || seed%8 == 0 {
 			continue
 		}
-		if c.dce(); !hasExp(c) || len(c.f.Body.Ops) < 8 {
+		if c.dce(false); !hasExp(c) || len(c.f.Body.Ops) < 8 {
 			continue // no live exp, or too small to tell
 		}
 		want, err := eval.Run(c.f, cloneAll(c.args))
