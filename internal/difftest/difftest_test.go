@@ -108,7 +108,7 @@ func newCase(seed uint64, feat randprog.Features) (*testCase, string, error) {
 		c.donated[i] = rng.IntN(2) == 0
 	}
 	c.opts = passes.Options{Verify: true, FusionInPlace: rng.IntN(4) > 0}
-	if rng.IntN(6) == 0 {
+	if rng.IntN(3) == 0 {
 		for _, name := range optionalPasses {
 			if rng.IntN(3) == 0 {
 				c.opts.Disable = append(c.opts.Disable, name)
