@@ -12,8 +12,11 @@
 //	FERRY_RANDOM_FEATURES=... randprog feature changes, e.g. "+scancopies"
 //	                          or "all" (see randprog.ParseFeatures)
 //
+// Run it under the race detector too (go test -race): copies racing with
+// compute show up there as data races, not only as wrong values.
+//
 // A mismatch or an internal error prints the seed, the features, the
 // compile options, the program's IR and a smaller reproduction (results
 // pruned and ops replaced by parameters holding their values while the
-// failure persists).
+// failure persists; with dead code kept when the failure needs it).
 package difftest
