@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferryml/ferry/internal/randprog"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/stretchr/testify/require"
@@ -279,7 +280,7 @@ func TestScheduleFreesEarly(t *testing.T) {
 // scheduler: the arena never grows.
 func TestScheduleNeverWorse(t *testing.T) {
 	for seed := uint64(1); seed <= 300; seed++ {
-		f := newProgram(seed)
+		f := randprog.New(seed, randprog.All())
 		with, err := passes.Compile(f, passes.Options{})
 		require.NoError(t, err)
 		without, err := passes.Compile(f, passes.Options{Disable: []string{"schedule"}})

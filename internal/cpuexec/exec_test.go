@@ -542,3 +542,50 @@ func TestOutputLaterOccurrence(t *testing.T) {
 	p.Plan.Values[n] = passes.Buffer{Kind: passes.BufOutput, Space: ir.Device, Index: 1, Size: 20}
 	runBoth(t, p, randArgs(newRand(), f))
 }
+
+// TestFusionInPlaceOperandResult is a loop group computed in place over its
+// operand that also returns the operand itself (reshaped: a leaf read
+// straight from the operand's memory, not copied into a block): the leaf
+// result must be the operand's values from before the group, not the other
+// result stored over them. With two operands each overwritten by the
+// other's pass-through no store order is right: the leaves must be read
+// first. (The random-program test found it: reshape chains stay in the
+// group when the canonicaliser is off.)
+func TestFusionInPlaceOperandResult(t *testing.T) {
+	for _, n := range []int{6, 3000} {
+		for _, swapped := range []bool{false, true} {
+			f := ir.NewFunc("inplace_leaf")
+			x, y := f.Body.AddParam(ir.TypeOf(ir.Float32, n)), f.Body.AddParam(ir.TypeOf(ir.Float32, n))
+			tx := add1(t, f.Body, ir.Neg, nil, x)
+			ty := add1(t, f.Body, ir.Neg, nil, y)
+			op := fuse(t, f, f.Body, "loop", []*ir.Value{tx, ty}, func(rg *ir.Region, ps []*ir.Value) []*ir.Value {
+				r0 := add1(t, rg, ir.Reshape, ir.Attrs{"shape": []int{n, 1}}, ps[0])
+				if !swapped {
+					s := add1(t, rg, ir.Sign, nil, add1(t, rg, ir.Round, nil, add1(t, rg, ir.Add, nil, ps[0], ps[1])))
+					return []*ir.Value{s, r0}
+				}
+				// Result 0 (over operand 1) passes operand 0 through,
+				// result 1 (over operand 0) operand 1.
+				return []*ir.Value{r0, add1(t, rg, ir.Reshape, ir.Attrs{"shape": []int{n, 1}}, ps[1])}
+			})
+			f.Body.Results = []*ir.Value{add1(t, f.Body, ir.Abs, nil, op.Results[0]), add1(t, f.Body, ir.Abs, nil, op.Results[1])}
+			p := naivePlan(f, planOpts{})
+			// The results in the operands' memory, as FusionInPlace plans
+			// them.
+			over := []*ir.Value{tx, ty}
+			if swapped {
+				over[0], over[1] = ty, tx
+			}
+			for i, o := range over {
+				ub := p.Plan.Values[op.Results[i]]
+				ub.Offset = p.Plan.Values[o].Offset
+				p.Plan.Values[op.Results[i]] = ub
+			}
+			e, err := New(p)
+			require.NoError(t, err)
+			k := e.body.steps[2].fused
+			require.NotEqual(t, modeFallback, k.mode, k.why)
+			runBoth(t, p, randArgs(newRand(), f))
+		}
+	}
+}

@@ -40,10 +40,17 @@ func (p *blockProg) newWorker() any {
 	w := &worker{p: p, blocks: make([][]byte, len(p.nodes)), lits: make([]ir.Literal, len(p.nodes)),
 		args: make([][]*ir.Literal, len(p.nodes)), idx: make([]int, blockSize), ptrs: make([]*float32, len(p.nodes)),
 		spanOff: make([]int, len(p.nodes))}
+	result := make([]bool, len(p.nodes))
+	for _, rn := range p.results {
+		result[rn[1]] = true
+	}
 	for i := range p.nodes {
 		nd := &p.nodes[i]
 		w.lits[i].Type = ir.Type{DType: nd.dt}
-		if nd.invariant || nd.kind == nLeaf && !nd.direct || nd.kind == nOp {
+		// A leaf read straight from its operand that is also a result needs
+		// a block too: in place, it is copied there before any result is
+		// stored over the operand (block).
+		if nd.invariant || nd.kind == nLeaf && (!nd.direct || result[i]) || nd.kind == nOp {
 			// Blocks start at different offsets modulo 4 KiB, so that the
 			// same chunk of every value does not fall in the same L1 sets.
 			off := i * 320 % 4096
@@ -434,6 +441,12 @@ func (w *worker) block(lo, hi int) error {
 			src := w.source(nd)
 			if nd.direct {
 				w.lits[i].Data = src[lo*e : hi*e]
+				if w.inPlace && w.blocks[i] != nil {
+					// A result: the results stored before it may
+					// overwrite its operand's memory.
+					w.lits[i].Data = w.blocks[i][:cnt*e]
+					copyMem(w.lits[i].Data, src[lo*e:hi*e])
+				}
 				continue
 			}
 			dst := w.blocks[i][:cnt*e]
