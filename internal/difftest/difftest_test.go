@@ -21,25 +21,12 @@ import (
 	"github.com/ferryml/ferry/passes"
 )
 
-// defaultFeatures is the generator mix the test runs by default: everything
-// except the families with known executor bugs not fixed on this branch
-// (both fixed on branch scan, 738b08e and f1ed2c8):
-//
-//   - scancopies: a scan body's round trip of its xs slice through the other
-//     memory space races with the asynchronous copies (wrong values; passes
-//     with FERRY_ASYNC_COPY=0);
-//   - scanconst: a scan body returning a constant or an iota fails from
-//     iteration 1 ("index out of range [0] with length 0", eval's constant
-//     and iota into an unaligned destination).
-//
-// Put them back with FERRY_RANDOM_FEATURES=+scancopies,+scanconst (or
-// "all"), and here once those fixes are in.
-func defaultFeatures() randprog.Features {
-	f := randprog.All()
-	f.ScanCopies = false
-	f.ScanConstResults = false
-	return f
-}
+// defaultFeatures is the generator mix the test runs by default: every
+// feature, including the two families that found executor bugs (a scan body's
+// round trip of its xs slice through the other memory space raced with the
+// asynchronous copies; a scan body returning a constant or an iota failed from
+// iteration 1). FERRY_RANDOM_FEATURES narrows it (-name, none, +name).
+func defaultFeatures() randprog.Features { return randprog.All() }
 
 func envInt(t *testing.T, name string, def uint64) uint64 {
 	s := strings.TrimSpace(os.Getenv(name))
