@@ -44,7 +44,12 @@ func resolveSymbols(lib *Library, specs []symbolSpec) (*symbolTable, error) {
 	return t, nil
 }
 
-// call calls a resolved entry point and returns its status.
+// call calls a resolved entry point and returns its status. Arguments may
+// be addresses of the caller's variables converted to uintptr: they are kept
+// on the heap and alive for the call (go:uintptrescapes), so a goroutine stack
+// that moves on entry does not leave C writing to the old stack.
+//
+//go:uintptrescapes
 func (t *symbolTable) call(name string, args ...uintptr) Result {
 	p := t.procs[name]
 	if p == 0 {

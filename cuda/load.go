@@ -257,7 +257,11 @@ func (d *Driver) resolve(name string) (uintptr, error) {
 func (d *Driver) Proc(name string) uintptr { return d.procs[name] }
 
 // Call calls the driver entry point name with raw arguments and returns its
-// CUresult; an unresolved name returns an error.
+// CUresult; an unresolved name returns an error. Arguments may be addresses
+// of the caller's variables converted to uintptr: they are kept on the heap
+// and alive for the call (go:uintptrescapes).
+//
+//go:uintptrescapes
 func (d *Driver) Call(name string, args ...uintptr) (Result, error) {
 	p := d.procs[name]
 	if p == 0 {
