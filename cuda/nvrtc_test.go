@@ -1,11 +1,14 @@
 package cuda
 
 import (
+	"bytes"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +18,7 @@ import (
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
 	"github.com/ferryml/ferry/optim"
+	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/random"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
@@ -300,22 +304,40 @@ func opTableKernels(t *testing.T) []namedKernel {
 // stepKernels compiles f with the pass pipeline as Backend.Compile does and
 // generates every kernel the backend may compile for it: each step's own
 // kernel and, for an output fusion cuBLASLt can take, its epilogue reading
-// the dot's result as an External operand.
+// the dot's result as an External operand. The steps in the bodies of scan,
+// while and cond ops (the Transformer's blocks, which the backend runs on
+// the host for now) are included.
 func stepKernels(t *testing.T, prefix string, f *ir.Func) []namedKernel {
 	t.Helper()
+	p, err := passes.Compile(f, passes.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []namedKernel
-	for i, op := range programSteps(t, f) {
-		name := fmt.Sprintf("%s/%d_%v", prefix, i, op.Code)
-		if op.Code == ir.Fusion {
-			name += "_" + op.Attrs.String("kind")
-		}
-		out = append(out, namedKernel{name, generate(t, op, GenerateOptions{})})
-		if dot, _, _, ok := outputDot(op); ok {
-			if _, err := MatmulSpecFor(dot, false); err == nil {
-				out = append(out, namedKernel{name + "_epilogue", generate(t, op, GenerateOptions{External: []*ir.Value{dot.Results[0]}})})
+	var walk func(prefix string, r *ir.Region)
+	walk = func(prefix string, r *ir.Region) {
+		for i, op := range r.Ops {
+			name := fmt.Sprintf("%s/%d_%v", prefix, i, op.Code)
+			switch {
+			case op.Code == ir.Constant || op.Code == ir.Sort || op.Code == ir.DevicePut:
+				continue
+			case op.Code != ir.Fusion && op.Code.Info().Class == ir.ClassRegion:
+				for j, body := range op.Regions {
+					walk(fmt.Sprintf("%s.%d", name, j), body)
+				}
+				continue
+			case op.Code == ir.Fusion:
+				name += "_" + op.Attrs.String("kind")
+			}
+			out = append(out, namedKernel{name, generate(t, op, GenerateOptions{})})
+			if dot, _, _, ok := outputDot(op); ok {
+				if _, err := MatmulSpecFor(dot, false); err == nil {
+					out = append(out, namedKernel{name + "_epilogue", generate(t, op, GenerateOptions{External: []*ir.Value{dot.Results[0]}})})
+				}
 			}
 		}
 	}
+	walk(prefix, p.Func.Body)
 	return out
 }
 
@@ -475,5 +497,55 @@ func TestNVRTCKernelAloneClean(t *testing.T) {
 		if err != nil || log != "" || len(img) == 0 {
 			t.Errorf("%s: %d bytes, error %v, log:\n%s", arch, len(img), err, log)
 		}
+	}
+}
+
+// The NVRTC 13 API as the package calls it, without a driver: the version,
+// the builtins library preloaded beside libnvrtc, a cubin (a CUDA ELF) for
+// sm_XX from nvrtcGetCUBIN, PTX for compute_XX from nvrtcGetPTX, and a
+// compile error carrying nvrtcGetProgramLog's text.
+func TestNVRTCAPI(t *testing.T) {
+	n := needNVRTC(t)
+	ma, _, err := n.Version()
+	if err != nil || ma < 12 {
+		t.Fatalf("NVRTC version %d: %v", ma, err)
+	}
+	if n.Builtins == "" || !strings.Contains(n.Builtins, "libnvrtc-builtins.so") {
+		t.Errorf("libnvrtc-builtins was not preloaded from beside %s", n.Path)
+	}
+	src := Prelude + "FERRY_KERNEL twice(const float* __restrict__ p0, float* __restrict__ out0, long long n) {\n" +
+		"  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) out0[i] = 2.0f * p0[i];\n}\n"
+	for _, arch := range nvrtcArchs {
+		img, err := n.Compile(src, "twice.cu", arch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := elf.NewFile(bytes.NewReader(img))
+		if err != nil {
+			t.Fatalf("%s: the image is not an ELF cubin: %v", arch, err)
+		}
+		if f.Machine != elf.EM_CUDA {
+			t.Errorf("%s: ELF machine %v, want EM_CUDA", arch, f.Machine)
+		}
+		var syms []string
+		if ss, err := f.Symbols(); err == nil {
+			for _, s := range ss {
+				syms = append(syms, s.Name)
+			}
+		}
+		if !slices.Contains(syms, "twice") {
+			t.Errorf("%s: the cubin has no symbol twice (extern \"C\"): %v", arch, syms)
+		}
+	}
+	ptx, err := n.Compile(src, "twice.cu", "compute_90")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(ptx); !strings.Contains(s, ".target sm_90") || !strings.Contains(s, ".entry twice(") {
+		t.Errorf("compute_90 did not give PTX for sm_90:\n%.400s", s)
+	}
+	_, err = n.Compile(src+"FERRY_KERNEL bad(long long n) { undeclared_name = 1; }\n", "bad.cu", "sm_80")
+	if err == nil || !strings.Contains(err.Error(), "undeclared_name") || !strings.Contains(err.Error(), "bad.cu(") {
+		t.Errorf("a compile error lacks NVRTC's log: %v", err)
 	}
 }
