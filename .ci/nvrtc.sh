@@ -7,7 +7,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=$(bash scripts/venv)
-export VIRTUAL_ENV=$venv FERRY_REQUIRE_NVRTC=1
+# The pinned wheel's library, searched first (before any CUDA toolkit).
+lib=$(ls -d "$venv"/lib/python3*/site-packages/nvidia/*/lib/libnvrtc.so.* 2>/dev/null | head -n1 || true)
+if [ -z "$lib" ]; then
+  echo "nvrtc: no libnvrtc.so.* under $venv/lib/python3*/site-packages/nvidia/*/lib (is nvidia-cuda-nvrtc in conformance/requirements.txt?)"
+  exit 1
+fi
+FERRY_CUDA_LIB_DIR=$(dirname "$lib")
+export FERRY_CUDA_LIB_DIR VIRTUAL_ENV=$venv FERRY_REQUIRE_NVRTC=1
+echo "nvrtc: $lib"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 start=$(date +%s)
