@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -36,7 +37,10 @@ func (d *Driver) ResultName(r Result) string {
 }
 
 // Check calls a driver entry point and turns a failure into an error naming
-// the call and the CUresult.
+// the call and the CUresult. Like Call, it keeps addresses passed as uintptr
+// on the heap and alive for the call (go:uintptrescapes).
+//
+//go:uintptrescapes
 func (d *Driver) Check(name string, args ...uintptr) error {
 	r, err := d.Call(name, args...)
 	if err != nil {
@@ -109,13 +113,19 @@ func (d *Driver) CopyDtoH(dst unsafe.Pointer, src uintptr, n int64, stream uintp
 // Launch launches fn with the given configuration and argument values (each
 // passed by address, as cuLaunchKernel wants).
 func (d *Driver) Launch(fn uintptr, cfg LaunchConfig, stream uintptr, args []uintptr) error {
-	ptrs := make([]uintptr, len(args))
-	for i := range args {
-		ptrs[i] = uintptr(unsafe.Pointer(&args[i]))
+	// The values are copied to pinned heap memory, where the addresses in
+	// ptrs stay valid: the caller's args (and a small local slice) may be on
+	// a goroutine stack, which can move when Check is entered.
+	vals, ptrs := slices.Clone(args), make([]uintptr, len(args))
+	var pin runtime.Pinner
+	pin.Pin(&vals[0])
+	defer pin.Unpin()
+	for i := range vals {
+		ptrs[i] = uintptr(unsafe.Pointer(&vals[i]))
 	}
 	err := d.Check("cuLaunchKernel", fn, uintptr(cfg.Grid), 1, 1, uintptr(cfg.Block), 1, 1, 0, stream,
 		uintptr(unsafe.Pointer(&ptrs[0])), 0)
-	runtime.KeepAlive(args)
+	runtime.KeepAlive(vals)
 	runtime.KeepAlive(ptrs)
 	return err
 }

@@ -44,7 +44,12 @@ func resolveSymbols(lib *Library, specs []symbolSpec) (*symbolTable, error) {
 	return t, nil
 }
 
-// call calls a resolved entry point and returns its status.
+// call calls a resolved entry point and returns its status. Arguments may
+// be addresses of the caller's variables converted to uintptr: they are kept
+// on the heap and alive for the call (go:uintptrescapes), so a goroutine stack
+// that moves on entry does not leave C writing to the old stack.
+//
+//go:uintptrescapes
 func (t *symbolTable) call(name string, args ...uintptr) Result {
 	p := t.procs[name]
 	if p == 0 {
@@ -160,11 +165,18 @@ func cstr(s string) []byte { return append([]byte(s), 0) }
 // the cubin image (or PTX when the NVRTC release cannot emit a cubin for
 // arch). A compile error carries NVRTC's log.
 func (n *NVRTC) Compile(src, name, arch string) ([]byte, error) {
+	img, _, err := n.CompileLog(src, name, arch)
+	return img, err
+}
+
+// CompileLog is Compile that also returns NVRTC's log, which for a compile
+// that succeeded holds its warnings ("" when there are none).
+func (n *NVRTC) CompileLog(src, name, arch string) (img []byte, log string, err error) {
 	var prog uintptr
 	csrc, cname := cstr(src), cstr(name)
 	if r := n.syms.call("nvrtcCreateProgram", uintptr(unsafe.Pointer(&prog)), uintptr(unsafe.Pointer(&csrc[0])),
 		uintptr(unsafe.Pointer(&cname[0])), 0, 0, 0); r != 0 {
-		return nil, fmt.Errorf("cuda: nvrtcCreateProgram: %s", n.errString(r))
+		return nil, "", fmt.Errorf("cuda: nvrtcCreateProgram: %s", n.errString(r))
 	}
 	defer n.syms.call("nvrtcDestroyProgram", uintptr(unsafe.Pointer(&prog)))
 	opts := [][]byte{cstr("--gpu-architecture=" + arch), cstr("--std=c++17"), cstr("-default-device")}
@@ -176,12 +188,9 @@ func (n *NVRTC) Compile(src, name, arch string) ([]byte, error) {
 	runtime.KeepAlive(opts)
 	runtime.KeepAlive(csrc)
 	runtime.KeepAlive(cname)
+	log = n.programLog(prog)
 	if r != 0 {
-		var size uintptr
-		n.syms.call("nvrtcGetProgramLogSize", prog, uintptr(unsafe.Pointer(&size)))
-		log := make([]byte, size+1)
-		n.syms.call("nvrtcGetProgramLog", prog, uintptr(unsafe.Pointer(&log[0])))
-		return nil, fmt.Errorf("cuda: NVRTC compile of %s for %s: %s\n%s", name, arch, n.errString(r), strings.TrimRight(string(log), "\x00\n"))
+		return nil, log, fmt.Errorf("cuda: NVRTC compile of %s for %s: %s\n%s", name, arch, n.errString(r), log)
 	}
 	get := func(sizeFn, dataFn string) ([]byte, Result) {
 		var size uintptr
@@ -199,14 +208,28 @@ func (n *NVRTC) Compile(src, name, arch string) ([]byte, error) {
 	}
 	if strings.HasPrefix(arch, "sm_") {
 		if img, r := get("nvrtcGetCUBINSize", "nvrtcGetCUBIN"); r == 0 && len(img) > 0 {
-			return img, nil
+			return img, log, nil
 		}
 	}
-	img, r := get("nvrtcGetPTXSize", "nvrtcGetPTX")
+	img, r = get("nvrtcGetPTXSize", "nvrtcGetPTX")
 	if r != 0 {
-		return nil, fmt.Errorf("cuda: nvrtcGetPTX: %s", n.errString(r))
+		return nil, log, fmt.Errorf("cuda: nvrtcGetPTX: %s", n.errString(r))
 	}
-	return img, nil
+	return img, log, nil
+}
+
+// programLog returns the log of a compiled program without its terminating
+// NUL and trailing newlines.
+func (n *NVRTC) programLog(prog uintptr) string {
+	var size uintptr
+	if r := n.syms.call("nvrtcGetProgramLogSize", prog, uintptr(unsafe.Pointer(&size))); r != 0 || size == 0 {
+		return ""
+	}
+	buf := make([]byte, size)
+	if r := n.syms.call("nvrtcGetProgramLog", prog, uintptr(unsafe.Pointer(&buf[0]))); r != 0 {
+		return ""
+	}
+	return strings.TrimRight(string(buf), "\x00\n")
 }
 
 // CublasLt is the loaded cuBLASLt library.

@@ -60,9 +60,11 @@ func (e *LoadError) Error() string {
 
 // SearchDirs returns the directories searched for CUDA libraries, in order:
 // $FERRY_CUDA_LIB_DIR, /usr/local/cuda*/lib64, the $LD_LIBRARY_PATH entries,
-// and the nvidia/*/lib folders of Python installs (system, /usr/local, the
-// user's ~/.local, and any python3* under /opt or /root/.pyenv). Glob patterns
-// are expanded; duplicates are dropped.
+// and the nvidia/*/lib folders of Python installs, where pip puts the CUDA
+// wheels (nvidia-cuda-nvrtc 13 in nvidia/cu13/lib): the active virtualenv
+// ($VIRTUAL_ENV), then system, /usr/local, the user's ~/.local, and any
+// python3* under /opt or /root/.pyenv. Glob patterns are expanded; duplicates
+// are dropped.
 func SearchDirs() []string {
 	var dirs []string
 	seen := map[string]bool{}
@@ -85,7 +87,11 @@ func SearchDirs() []string {
 	}
 	add(glob("/usr/local/cuda*/lib64")...)
 	add(filepath.SplitList(os.Getenv("LD_LIBRARY_PATH"))...)
-	sites := []string{
+	var sites []string
+	if v := os.Getenv("VIRTUAL_ENV"); v != "" {
+		sites = append(sites, filepath.Join(v, "lib/python3*/site-packages"))
+	}
+	sites = append(sites,
 		"/usr/lib/python3*/site-packages",
 		"/usr/lib/python3*/dist-packages",
 		"/usr/local/lib/python3*/dist-packages",
@@ -93,7 +99,7 @@ func SearchDirs() []string {
 		"/opt/*/lib/python3*/site-packages",
 		"/opt/*/*/lib/python3*/site-packages",
 		"/root/.pyenv/versions/*/lib/python3*/site-packages",
-	}
+	)
 	if home, err := os.UserHomeDir(); err == nil {
 		sites = append(sites, filepath.Join(home, ".local/lib/python3*/site-packages"))
 	}
@@ -257,7 +263,11 @@ func (d *Driver) resolve(name string) (uintptr, error) {
 func (d *Driver) Proc(name string) uintptr { return d.procs[name] }
 
 // Call calls the driver entry point name with raw arguments and returns its
-// CUresult; an unresolved name returns an error.
+// CUresult; an unresolved name returns an error. Arguments may be addresses
+// of the caller's variables converted to uintptr: they are kept on the heap
+// and alive for the call (go:uintptrescapes).
+//
+//go:uintptrescapes
 func (d *Driver) Call(name string, args ...uintptr) (Result, error) {
 	p := d.procs[name]
 	if p == 0 {

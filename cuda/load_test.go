@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -109,4 +110,27 @@ func libcHandle(t *testing.T) uintptr {
 		t.Skipf("no libc: %v", err)
 	}
 	return h
+}
+
+// The nvidia/*/lib folders of the active virtualenv ($VIRTUAL_ENV), where
+// pip puts the CUDA wheels (nvidia-cuda-nvrtc 13: nvidia/cu13/lib), are
+// searched, and LoadNVRTC finds the library there.
+func TestSearchDirsVirtualenv(t *testing.T) {
+	venv := t.TempDir()
+	lib := filepath.Join(venv, "lib", "python3.12", "site-packages", "nvidia", "cu13", "lib")
+	if err := os.MkdirAll(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(LibDirEnv, "")
+	t.Setenv("VIRTUAL_ENV", venv)
+	if ds := SearchDirs(); !slices.Contains(ds, lib) {
+		t.Fatalf("%s is not searched: %v", lib, ds)
+	}
+	_, err := LoadNVRTC(SearchDirs())
+	if err == nil {
+		t.Skip("NVRTC loaded from elsewhere")
+	}
+	if !strings.Contains(err.Error(), filepath.Join(lib, "libnvrtc.so*")) {
+		t.Fatalf("the virtualenv's folder is not in the error: %v", err)
+	}
 }

@@ -8,11 +8,13 @@ package cuda
 // does, running blocks' threads as POSIX threads). The half-precision
 // conversions are written with integer arithmetic only, so they are exact and
 // identical on both sides: round to nearest even from the exact double value,
-// overflow to infinity, NaN to the canonical quiet NaN.
+// overflow to infinity, NaN to the canonical quiet NaN. Under NVRTC the FD
+// functions are inline but not static: a kernel uses few of them, and NVRTC
+// warns about every unused static function (#177-D).
 const Prelude = `// Ferry generated CUDA C
 #ifdef __CUDACC__
 #define FERRY_KERNEL extern "C" __global__ void
-#define FD static __device__ __forceinline__
+#define FD __device__ __forceinline__
 FD unsigned int ferry_fbits(float x) { return __float_as_uint(x); }
 FD float ferry_bitsf(unsigned int b) { return __uint_as_float(b); }
 FD unsigned long long ferry_dbits(double x) { return (unsigned long long)__double_as_longlong(x); }
