@@ -1,0 +1,60 @@
+package main
+
+// knownGaps lists the programs where Ferry's temp bytes exceed XLA:CPU's, with
+// the reason found by reading the optimised IR and the peak's live set
+// (go run ./conformance/memory -peak -run NAME). The test fails on any other
+// program whose temp is larger, and on a listed one whose gap has closed.
+//
+// Three causes explain them (XLA's side read from compile().as_text() of
+// jax 0.10.2, whose CPU backend emits YNNPACK fusions, kind __ynn_fusion):
+//
+//	A. XLA:CPU fuses a reduction together with the elementwise ops before and
+//	   after it (a whole layer norm is one __ynn_fusion; so is the attention
+//	   scores' matmul with its softmax). Ferry's input fusion ends at the
+//	   reduction: whatever uses a reduction's result is another fusion, so the
+//	   full-size value both sides read (exp(x − max), x − mean) is a temp.
+//	B. XLA lets an elementwise fusion write its result over a dying operand
+//	   even when the result is a program output: the operand then lives in the
+//	   output's allocation and costs no temp (softmax's exp(x − max),
+//	   reduce_mixed's row sums). Ferry's outputs are their own buffers; a temp
+//	   shares one only with a donated parameter (passes/buffers.go
+//	   assignOutputs), so such an operand is a temp.
+//	C. In-place reuse (passes/buffers.go inPlace) covers elementwise ops and
+//	   loop fusions only, not input (reduction) or output (dot epilogue)
+//	   fusions, so their results never reuse a dying operand's block.
+//
+// B and C are buffer-assignment changes in passes/buffers.go.
+var knownGaps = map[string]string{
+	"reduce_mixed": "cause B: mean(exp(x), 1) keeps the row sums f32[1024] (4 KiB) as a temp before the division by n; " +
+		"XLA also computes them apart but writes the division over them in the output's allocation (temp 0)",
+	"softmax": "causes B and C: exp(x − max) f32[1024,2048] (8 MiB) is a result of the row-sum input fusion and lives until " +
+		"the division; XLA materialises it too, but in the output's allocation, and divides in place (temp: one row vector, 4 KiB)",
+	"log_softmax": "causes B and C: x − max f32[1024,2048] (8 MiB) is a result of the input fusion of sum(exp(x − max)) and " +
+		"lives until x − max − log(sum); XLA keeps it in the output's allocation (temp 4 KiB)",
+	"layernorm": "cause A: the centred input x − mean f32[4096,1024] (16 MiB) is a result of the variance's input fusion; " +
+		"XLA computes the whole layer norm in one fusion (temp 0)",
+	"softmax_grad": "causes A and C: the forward exp(x − max) and the backward product g·softmax(x) are each an 8 MiB result of an " +
+		"input fusion (three 8 MiB temps at the peak); XLA keeps only row vectors (12 KiB)",
+	"mlp_value_and_grad": "cause C: the backward product (g·Wᵀ)·relu′ f32[128,512] is written by an input fusion (with the " +
+		"bias gradient's reduce_sum) beside its two dying operands, g·Wᵀ and the saved relu′ factor: three 256 KiB temps " +
+		"at the peak where XLA has two",
+	"attention_t128": "cause A: the masked scores and exp(s − max) f32[8,4,128,128] are two 2 MiB results of input fusions, as " +
+		"XLA's two buffers here; the 32 KiB more are Ferry's row max and row sum vectors, which XLA keeps inside its fusion",
+	"attention_t512": "causes A and C: the masked scores f32[4,8,512,512] (32 MiB) and exp(s − max) (32 MiB) are results of input " +
+		"fusions, both live at the row-sum fusion; XLA fuses the scores' matmul with the softmax and masks in place: " +
+		"one 32 MiB score buffer plus 4 MiB",
+	"attention_t2048": "cause A: as attention_t512 at f32[1,8,2048,2048] (2 × 128 MiB); XLA also keeps two score buffers " +
+		"at this size, and the 128 KiB more are Ferry's row max and row sum vectors f32[1,8,2048]",
+	"attention_grad_t512": "causes A and C: the forward scores, exp and probabilities f32[4,8,512,512] are results of input " +
+		"fusions and the backward softmax product is another (172 MiB vs XLA's 110 MiB)",
+}
+
+// knownAliasGaps lists the programs where Ferry's alias bytes differ from
+// XLA's, with the reason.
+var knownAliasGaps = map[string]string{
+	"mlp_train_step_adam": "the Adam update of each weight matrix (new W, mu, nu) is the epilogue of the gradient's " +
+		"dot_general (an output fusion), and in-place reuse (passes/buffers.go inPlace) does not cover output fusions, " +
+		"so the donated W, mu and nu are not reused: only the biases, the count and the loss alias (4.7 MiB more in total)",
+	"mlp_train_step_adam_wide": "as mlp_train_step_adam: the donated weight matrices and their moments are not reused " +
+		"by the output fusions that update them (229 MiB more in total than XLA)",
+}
