@@ -155,17 +155,25 @@ func TestFusionNoCycle(t *testing.T) {
 }
 
 // TestFusionReductionConsumer: what reads a reduction is not in the
-// reduction's group.
+// reduction's group. Without the recompute pass exp(x) is a second result of
+// the reduction's fusion; with it, the division's fusion recomputes exp(x)
+// from x and the reduction's fusion returns the sum only.
 func TestFusionReductionConsumer(t *testing.T) {
 	f := traceFunc("norm", func(a ...*trace.Array) []*trace.Array {
 		e := trace.Exp(a[0])
 		s := trace.KeepDims(trace.Sum(e, 1), e.Type().Shape, 1)
 		return []*trace.Array{trace.Div(e, s)}
 	}, ir.TypeOf(ir.Float32, 4, 8))
-	p := checkSame(t, f, passes.Options{})
+	p := checkSame(t, f, passes.Options{Disable: []string{"recompute"}})
 	require.Equal(t, []string{"fusion:input", "fusion:loop"}, codes(p.Func.Body), "%s", p.Func)
 	in := p.Func.Body.Ops[0]
 	require.Len(t, in.Results, 2, "the sum and exp(x)")
+
+	p = checkSame(t, f, passes.Options{})
+	require.Equal(t, []string{"fusion:input", "fusion:loop"}, codes(p.Func.Body), "%s", p.Func)
+	in, loop := p.Func.Body.Ops[0], p.Func.Body.Ops[1]
+	require.Len(t, in.Results, 1, "the sum only")
+	require.Contains(t, loop.Args, p.Func.Body.Params[0], "the division's fusion reads x")
 }
 
 // TestFusionInScan: fusion happens inside scan bodies, not across the
