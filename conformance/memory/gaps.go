@@ -8,33 +8,38 @@ package main
 // Three causes explain them (XLA's side read from compile().as_text() of
 // jax 0.10.2, whose CPU backend emits YNNPACK fusions, kind __ynn_fusion):
 //
-//	A. XLA:CPU fuses a reduction together with the elementwise ops before and
-//	   after it (a whole layer norm is one __ynn_fusion; so is the attention
-//	   scores' matmul with its softmax). Ferry's input fusion ends at the
-//	   reduction: whatever uses a reduction's result is another fusion, so the
-//	   full-size value both sides read (exp(x − max), x − mean) is a temp.
-//	B. XLA lets an elementwise fusion write its result over a dying operand
-//	   even when the result is a program output: the operand then lives in the
-//	   output's allocation and costs no temp (softmax's exp(x − max),
-//	   reduce_mixed's row sums). Ferry's outputs are their own buffers; a temp
-//	   shares one only with a donated parameter (passes/buffers.go
-//	   assignOutputs), so such an operand is a temp.
-//	C. In-place reuse (passes/buffers.go inPlace) covers elementwise ops and
-//	   loop fusions only, not input (reduction) or output (dot epilogue)
-//	   fusions, so their results never reuse a dying operand's block.
+//		A. XLA:CPU fuses a reduction together with the elementwise ops before and
+//		   after it (a whole layer norm is one __ynn_fusion; so is the attention
+//		   scores' matmul with its softmax). Ferry's input fusion ends at the
+//		   reduction: whatever uses a reduction's result is another fusion, so the
+//		   full-size value both sides read (exp(x − max), x − mean) is a temp.
+//		B. XLA lets an elementwise fusion write its result over a dying operand
+//		   even when the result is a program output: the operand then lives in the
+//		   output's allocation and costs no temp (softmax's exp(x − max),
+//		   reduce_mixed's row sums). Ferry's outputs are their own buffers; a temp
+//		   shares one only with a donated parameter (passes/buffers.go
+//		   assignOutputs), so such an operand is a temp.
+//		C. In-place reuse (passes/buffers.go inPlace) covers elementwise ops and
+//		   loop fusions only, not input (reduction) or output (dot epilogue)
+//		   fusions, so their results never reuse a dying operand's block.
 //
-// B and C are buffer-assignment changes in passes/buffers.go.
+//	 D. A difference of the traced program, not of the planner (see
+//	    softmax_grad).
+//
+// B and C are buffer-assignment changes in passes/buffers.go. The recompute
+// pass (passes/recompute.go) removed the largest gaps of the softmax, log
+// softmax and layer norm (the elementwise value a reduction reads and its
+// consumers read again is recomputed instead of stored), and with the softmax's
+// max no longer differentiated (as jax.nn.softmax) softmax_grad matches XLA.
 var knownGaps = map[string]string{
 	"reduce_mixed": "cause B: mean(exp(x), 1) keeps the row sums f32[1024] (4 KiB) as a temp before the division by n; " +
 		"XLA also computes them apart but writes the division over them in the output's allocation (temp 0)",
-	"softmax": "causes B and C: exp(x − max) f32[1024,2048] (8 MiB) is a result of the row-sum input fusion and lives until " +
-		"the division; XLA materialises it too, but in the output's allocation, and divides in place (temp: one row vector, 4 KiB)",
-	"log_softmax": "causes B and C: x − max f32[1024,2048] (8 MiB) is a result of the input fusion of sum(exp(x − max)) and " +
-		"lives until x − max − log(sum); XLA keeps it in the output's allocation (temp 4 KiB)",
-	"layernorm": "cause A: the centred input x − mean f32[4096,1024] (16 MiB) is a result of the variance's input fusion; " +
-		"XLA computes the whole layer norm in one fusion (temp 0)",
-	"softmax_grad": "causes A and C: the forward exp(x − max) and the backward product g·softmax(x) are each an 8 MiB result of an " +
-		"input fusion (three 8 MiB temps at the peak); XLA keeps only row vectors (12 KiB)",
+	"softmax": "cause B: two row vectors f32[1024] (the max and the sum, 8 KiB) where XLA keeps one (4 KiB); " +
+		"exp(x − max) is recomputed in the division's fusion (the recompute pass; 8 MiB before it)",
+	"log_softmax": "cause B: two row vectors f32[1024] (the max and the log-sum, 8 KiB) where XLA keeps one (4 KiB); " +
+		"x − max is recomputed (the recompute pass; 8 MiB before it)",
+	"layernorm": "cause A: the mean and variance row vectors f32[4096] (32 KiB) are temps; XLA computes the whole layer norm " +
+		"in one fusion (temp 0). x − mean is recomputed (the recompute pass; 16 MiB before it)",
 	"mlp_value_and_grad": "cause C: the backward product (g·Wᵀ)·relu′ f32[128,512] is written by an input fusion (with the " +
 		"bias gradient's reduce_sum) beside its two dying operands, g·Wᵀ and the saved relu′ factor: three 256 KiB temps " +
 		"at the peak where XLA has two",
