@@ -213,3 +213,25 @@ func TestFusionDisabled(t *testing.T) {
 func sc(v float64) *trace.Array {
 	return trace.Apply1(ir.Constant, ir.Attrs{"value": ir.Scalar(float32(v))})
 }
+
+// TestFusionCopiesCausalMask: a comparison of iotas (a causal mask) is cheap:
+// it is copied into every group that reads it, as iotas are, so no buffer of
+// the mask exists, even when a reduction's group and a group that depends on
+// the reduction both read it.
+func TestFusionCopiesCausalMask(t *testing.T) {
+	const n = 16
+	f := traceFunc("mask", func(a ...*trace.Array) []*trace.Array {
+		s := ir.Shape{n, n}
+		mask := trace.BroadcastTo(trace.GreaterEqual(trace.Iota(ir.Int32, s, 0), trace.Iota(ir.Int32, s, 1)), 2, n, n)
+		masked := trace.Where(mask, a[0], trace.ZerosLike(a[0]))
+		sum := trace.Sum(masked, 2)
+		scaled := trace.Div(a[0], trace.KeepDims(sum, ir.Shape{2, n, n}, 2))
+		return []*trace.Array{trace.Where(mask, scaled, trace.ZerosLike(a[0]))}
+	}, ir.TypeOf(ir.Float32, 2, n, n))
+	p := checkSame(t, f, passes.Options{FusionInPlace: true})
+	for _, op := range p.Func.Body.Ops {
+		for _, v := range op.Results {
+			require.NotEqual(t, ir.Bool, v.Type.DType, "the mask %v is stored:\n%s", v, p.Func)
+		}
+	}
+}

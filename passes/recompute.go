@@ -10,7 +10,7 @@ import (
 // maxRecomputeRounds the rounds over a region.
 const (
 	maxRecompute       = 16
-	maxRecomputeRounds = 4
+	maxRecomputeRounds = 8
 )
 
 // recompute copies, for the ops that need it after a reduction, the
@@ -25,8 +25,9 @@ const (
 // size until its last use. Instead, when v is computed from values that are
 // live anyway — region parameters (not donated top-level ones), values at
 // least narrowRatio times smaller than v (row vectors), scalar constants and
-// iotas — through at most maxRecompute elementwise ops, broadcasts and
-// reshapes, recompute copies that chain once, just before the first op that
+// iotas — or from a stored value no larger than v that only the chain reads
+// (the scores' matrix product of an attention), through at most maxRecompute
+// elementwise ops, broadcasts and reshapes, recompute copies that chain once, just before the first op that
 // depends on the reduction, and makes those ops read the copy. Fusion then
 // puts the copy into their loop fusion: v is computed twice and never stored,
 // as XLA's fusion duplicates such producers.
@@ -121,6 +122,10 @@ func recomputeRegion(f *ir.Func, r *ir.Region, donated map[*ir.Value]bool) bool 
 	}
 
 	before := map[*ir.Op][]*ir.Op{} // op → copies to insert before it
+	// fresh holds this round's copies, touched the ops whose operands this
+	// round changed; chains through either wait for the next round, which
+	// sees them with fresh maps.
+	fresh, touched := map[*ir.Op]bool{}, map[*ir.Op]bool{}
 	for _, op := range r.Ops {
 		if !chainOp(op) || !op.Info().Elementwise || reach[op].Sign() == 0 {
 			continue
@@ -139,15 +144,21 @@ func recomputeRegion(f *ir.Func, r *ir.Region, donated map[*ir.Value]bool) bool 
 			continue
 		}
 		size := v.Type.Shape.Size()
+		var stored []*ir.Value // full-size leaves: only the chain may read them
 		leaf := func(a *ir.Value) bool {
 			switch {
 			case a.Op == nil:
 				return !donated[a]
+			case fresh[a.Op]:
+				return false // a copy made in this round: the next round sees it
 			case !inRegion[a.Op]:
 				return true // defined in an enclosing region: live across r
 			case a.Type.Shape.Size()*narrowRatio <= size:
 				return true
 			case a.Op.Code == ir.Iota, isScalarConst(a.Op):
+				return true
+			case !chainOp(a.Op) && a.Type.Shape.Size() <= size:
+				stored = append(stored, a)
 				return true
 			}
 			return false
@@ -160,7 +171,7 @@ func recomputeRegion(f *ir.Func, r *ir.Region, donated map[*ir.Value]bool) bool 
 			if seen[o] {
 				return true
 			}
-			if !chainOp(o) || len(chain) >= maxRecompute {
+			if !chainOp(o) || fresh[o] || touched[o] || len(chain) >= maxRecompute {
 				return false
 			}
 			for _, a := range o.Args {
@@ -176,6 +187,19 @@ func recomputeRegion(f *ir.Func, r *ir.Region, donated map[*ir.Value]bool) bool 
 			return true
 		}
 		if !visit(op) {
+			continue
+		}
+		// A full-size leaf (a matrix product, say) is kept alive until the
+		// copy instead of v, which is no larger; that holds when the leaf
+		// is read only by elementwise chains and reductions, which fusion
+		// puts beside v's own chain.
+		fusibleOnly := true
+		for _, a := range stored {
+			for _, u := range us[a] {
+				fusibleOnly = fusibleOnly && (chainOp(u) || isReduction(u))
+			}
+		}
+		if !fusibleOnly {
 			continue
 		}
 		first := dependents[0]
@@ -198,10 +222,12 @@ func recomputeRegion(f *ir.Func, r *ir.Region, donated map[*ir.Value]bool) bool 
 				panic("passes: recompute: copying " + o.Code.String() + ": " + err.Error())
 			}
 			c.Loc = o.Loc
+			fresh[c] = true
 			copies[o.Result()] = c.Result()
 			before[first] = append(before[first], c)
 		}
 		for _, u := range dependents {
+			touched[u] = true
 			for i, a := range u.Args {
 				if a == v {
 					u.Args[i] = copies[v]

@@ -48,13 +48,29 @@ func TestRecomputeSoftmaxAndLayerNorm(t *testing.T) {
 	}
 }
 
-// TestRecomputeKeepsStoredInputs: a chain that starts from a full-size temp
-// (here a matrix product) is not recomputed, since that would keep the temp
-// alive longer; the plan is the same as without the pass.
-func TestRecomputeKeepsStoredInputs(t *testing.T) {
+// TestRecomputeFromStoredProduct: the softmax of a matrix product recomputes
+// the scaled scores from the product, which only elementwise chains and
+// reductions read: the product is the one full-size temp (before, the scores
+// and their exponentials were stored beside it).
+func TestRecomputeFromStoredProduct(t *testing.T) {
+	const m, n = 32, 128
 	f := traceFunc("softmax_of_product", func(a ...*trace.Array) []*trace.Array {
-		return []*trace.Array{trace.Softmax(trace.MatMul(a[0], a[1]), 1)}
-	}, ir.TypeOf(ir.Float32, 32, 64), ir.TypeOf(ir.Float32, 64, 128))
+		return []*trace.Array{trace.Softmax(trace.Mul(trace.MatMul(a[0], a[1]), a[2]), 1)}
+	}, ir.TypeOf(ir.Float32, m, 64), ir.TypeOf(ir.Float32, 64, n), ir.TypeOf(ir.Float32))
+	before := checkSame(t, f, withoutRecompute())
+	after := checkSame(t, f, passes.Options{FusionInPlace: true})
+	require.Greater(t, before.Analysis.TempBytes, int64(m*n*4), "%s", before.PlanString())
+	require.LessOrEqual(t, after.Analysis.TempBytes, int64(m*n*4+2*m*4), "%s\n%s", after.Func, after.PlanString())
+}
+
+// TestRecomputeKeepsSharedProduct: a product that another matrix product also
+// reads is no leaf of a recomputed chain (keeping it longer would cost
+// memory); the program is the same as without the pass.
+func TestRecomputeKeepsSharedProduct(t *testing.T) {
+	f := traceFunc("shared_product", func(a ...*trace.Array) []*trace.Array {
+		p := trace.MatMul(a[0], a[1])
+		return []*trace.Array{trace.Softmax(trace.Exp(p), 1), trace.MatMul(p, a[2])}
+	}, ir.TypeOf(ir.Float32, 32, 64), ir.TypeOf(ir.Float32, 64, 128), ir.TypeOf(ir.Float32, 128, 8))
 	before := checkSame(t, f, withoutRecompute())
 	after := checkSame(t, f, passes.Options{FusionInPlace: true})
 	require.Equal(t, before.Func.String(), after.Func.String())
