@@ -5,32 +5,31 @@ package main
 // (go run ./conformance/memory -peak -run NAME). The test fails on any other
 // program whose temp is larger, and on a listed one whose gap has closed.
 //
-// Three causes explain them (XLA's side read from compile().as_text() of
+// Four causes explain them (XLA's side read from compile().as_text() of
 // jax 0.10.2, whose CPU backend emits YNNPACK fusions, kind __ynn_fusion):
 //
-//		A. XLA:CPU fuses a reduction together with the elementwise ops before and
-//		   after it (a whole layer norm is one __ynn_fusion; so is the attention
-//		   scores' matmul with its softmax). Ferry's input fusion ends at the
-//		   reduction: whatever uses a reduction's result is another fusion, so the
-//		   full-size value both sides read (exp(x − max), x − mean) is a temp.
-//		B. XLA lets an elementwise fusion write its result over a dying operand
-//		   even when the result is a program output: the operand then lives in the
-//		   output's allocation and costs no temp (softmax's exp(x − max),
-//		   reduce_mixed's row sums). Ferry's outputs are their own buffers; a temp
-//		   shares one only with a donated parameter (passes/buffers.go
-//		   assignOutputs), so such an operand is a temp.
-//		C. In-place reuse (passes/buffers.go inPlace) covers elementwise ops and
-//		   loop fusions only, not input (reduction) or output (dot epilogue)
-//		   fusions, so their results never reuse a dying operand's block.
+//   - A. XLA:CPU fuses a reduction together with the elementwise ops before
+//     and after it (a whole layer norm is one __ynn_fusion; so is the
+//     attention scores' matmul with its softmax). Ferry's input fusion ends
+//     at the reduction: whatever uses a reduction's result is another fusion,
+//     so the reduced row vectors are temps.
+//   - B. XLA lets an elementwise fusion write its result over a dying operand
+//     even when the result is a program output: the operand then lives in
+//     the output's allocation and costs no temp (softmax's exp(x − max),
+//     reduce_mixed's row sums). Ferry's outputs are their own buffers; a temp
+//     shares one only with a donated parameter (passes/buffers.go
+//     assignOutputs).
+//   - C. In-place reuse (passes/buffers.go inPlace) covers elementwise ops and
+//     loop fusions only, not input (reduction) or output (dot epilogue)
+//     fusions, so their results never reuse a dying operand's block.
+//   - E. The order of independent ops (passes/schedule.go).
 //
-//	 D. A difference of the traced program, not of the planner (see
-//	    softmax_grad).
-//
-// B and C are buffer-assignment changes in passes/buffers.go. The recompute
-// pass (passes/recompute.go) removed the largest gaps of the softmax, log
-// softmax and layer norm (the elementwise value a reduction reads and its
-// consumers read again is recomputed instead of stored), and with the softmax's
-// max no longer differentiated (as jax.nn.softmax) softmax_grad matches XLA.
+// B, C and E are changes to passes/buffers.go and passes/schedule.go. The
+// recompute pass (passes/recompute.go) removed the largest gaps of the
+// softmax, log softmax and layer norm and closed those of the attention
+// programs (the elementwise value a reduction reads and its consumers read
+// again is recomputed instead of stored); with the softmax's max no longer
+// differentiated (as jax.nn.softmax) softmax_grad matches XLA.
 var knownGaps = map[string]string{
 	"reduce_mixed": "cause B: mean(exp(x), 1) keeps the row sums f32[1024] (4 KiB) as a temp before the division by n; " +
 		"XLA also computes them apart but writes the division over them in the output's allocation (temp 0)",
@@ -43,15 +42,10 @@ var knownGaps = map[string]string{
 	"mlp_value_and_grad": "cause C: the backward product (g·Wᵀ)·relu′ f32[128,512] is written by an input fusion (with the " +
 		"bias gradient's reduce_sum) beside its two dying operands, g·Wᵀ and the saved relu′ factor: three 256 KiB temps " +
 		"at the peak where XLA has two",
-	"attention_t128": "cause A: the masked scores and exp(s − max) f32[8,4,128,128] are two 2 MiB results of input fusions, as " +
-		"XLA's two buffers here; the 32 KiB more are Ferry's row max and row sum vectors, which XLA keeps inside its fusion",
-	"attention_t512": "causes A and C: the masked scores f32[4,8,512,512] (32 MiB) and exp(s − max) (32 MiB) are results of input " +
-		"fusions, both live at the row-sum fusion; XLA fuses the scores' matmul with the softmax and masks in place: " +
-		"one 32 MiB score buffer plus 4 MiB",
-	"attention_t2048": "cause A: as attention_t512 at f32[1,8,2048,2048] (2 × 128 MiB); XLA also keeps two score buffers " +
-		"at this size, and the 128 KiB more are Ferry's row max and row sum vectors f32[1,8,2048]",
-	"attention_grad_t512": "causes A and C: the forward scores, exp and probabilities f32[4,8,512,512] are results of input " +
-		"fusions and the backward softmax product is another (172 MiB vs XLA's 110 MiB)",
+	"attention_t512": "cause E: the peak is at the scores' matrix product: the scores f32[4,8,512,512] (32 MiB) " +
+		"and q, k and v (3 × 2 MiB) are live (38 MiB); v's projection is scheduled before the scores' product, where " +
+		"XLA computes it after (36 MiB). The masked scores and exp(s − max) are recomputed from the product (66 MiB " +
+		"before the recompute pass)",
 }
 
 // knownAliasGaps lists the programs where Ferry's alias bytes differ from
