@@ -26,11 +26,13 @@ const (
 // live anyway — region parameters (not donated top-level ones), values at
 // least narrowRatio times smaller than v (row vectors), scalar constants and
 // iotas — or from a stored value no larger than v that only the chain reads
-// (the scores' matrix product of an attention), through at most maxRecompute
-// elementwise ops, broadcasts and reshapes, recompute copies that chain once, just before the first op that
+// (a matrix product), through at most maxRecompute elementwise ops (no
+// comparison or select: cheapToRepeat), broadcasts and reshapes, recompute
+// copies that chain once, just before the first op that
 // depends on the reduction, and makes those ops read the copy. Fusion then
-// puts the copy into their loop fusion: v is computed twice and never stored,
-// as XLA's fusion duplicates such producers.
+// puts the copy into their loop fusion: v is computed twice and never stored.
+// (XLA:CPU gets there by fusing a reduction with the ops after it; see
+// conformance/memory for the comparison.)
 func recompute(st *State) error {
 	donated := map[*ir.Value]bool{}
 	for i, d := range st.Options.Donated {
@@ -171,7 +173,7 @@ func recomputeRegion(f *ir.Func, r *ir.Region, donated map[*ir.Value]bool) bool 
 			if seen[o] {
 				return true
 			}
-			if !chainOp(o) || fresh[o] || touched[o] || len(chain) >= maxRecompute {
+			if !chainOp(o) || !cheapToRepeat(o) || fresh[o] || touched[o] || len(chain) >= maxRecompute {
 				return false
 			}
 			for _, a := range o.Args {
@@ -254,4 +256,15 @@ func containsOp(ops []*ir.Op, op *ir.Op) bool {
 		}
 	}
 	return false
+}
+
+// cheapToRepeat reports whether computing op a second time costs little on
+// the CPU backend: not a comparison or a select (bool operands), which its
+// fused loops evaluate element by element.
+func cheapToRepeat(op *ir.Op) bool {
+	switch op.Code {
+	case ir.Select, ir.Eq, ir.Ne, ir.Lt, ir.Le, ir.Gt, ir.Ge:
+		return false
+	}
+	return true
 }

@@ -49,7 +49,7 @@ func TestRecomputeSoftmaxAndLayerNorm(t *testing.T) {
 }
 
 // TestRecomputeFromStoredProduct: the softmax of a matrix product recomputes
-// the scaled scores from the product, which only elementwise chains and
+// the scaled scores and their exponentials from the product, which only elementwise chains and
 // reductions read: the product is the one full-size temp (before, the scores
 // and their exponentials were stored beside it).
 func TestRecomputeFromStoredProduct(t *testing.T) {
@@ -85,5 +85,19 @@ func TestRecomputeNotFromDonated(t *testing.T) {
 	}, ir.TypeOf(ir.Float32, 64, 256))
 	before := checkSame(t, f, passes.Options{FusionInPlace: true, Donated: []bool{true}, Disable: []string{"recompute"}})
 	after := checkSame(t, f, passes.Options{FusionInPlace: true, Donated: []bool{true}})
+	require.Equal(t, before.Func.String(), after.Func.String())
+}
+
+// TestRecomputeNotThroughSelect: a chain with a comparison or a select (a
+// masked softmax) is not recomputed, since the CPU backend's fused loops
+// evaluate those element by element: the program is the same as without the
+// pass.
+func TestRecomputeNotThroughSelect(t *testing.T) {
+	f := traceFunc("masked_softmax", func(a ...*trace.Array) []*trace.Array {
+		x := a[0]
+		return []*trace.Array{trace.Softmax(trace.Where(trace.Greater(x, a[1]), x, a[1]), 1)}
+	}, ir.TypeOf(ir.Float32, 32, 128), ir.TypeOf(ir.Float32, 32, 128))
+	before := checkSame(t, f, withoutRecompute())
+	after := checkSame(t, f, passes.Options{FusionInPlace: true})
 	require.Equal(t, before.Func.String(), after.Func.String())
 }
