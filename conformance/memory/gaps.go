@@ -5,7 +5,7 @@ package main
 // (go run ./conformance/memory -peak -run NAME). The test fails on any other
 // program whose temp is larger, and on a listed one whose gap has closed.
 //
-// Four causes explain them (XLA's side read from compile().as_text() of
+// These causes explain them (XLA's side read from compile().as_text() of
 // jax 0.10.2, whose CPU backend emits YNNPACK fusions, kind __ynn_fusion):
 //
 //   - A. XLA:CPU fuses a reduction together with the elementwise ops before
@@ -23,12 +23,16 @@ package main
 //     loop fusions only, not input (reduction) or output (dot epilogue)
 //     fusions, so their results never reuse a dying operand's block.
 //   - E. The order of independent ops (passes/schedule.go).
+//   - F. The recompute pass does not repeat comparisons and selects (a
+//     masked softmax), which the CPU backend evaluates slowly: recomputing
+//     an attention's masked scores took its memory to 38 MiB at t = 512 but
+//     made its forward pass about 2.5 times slower.
 //
 // B, C and E are changes to passes/buffers.go and passes/schedule.go. The
 // recompute pass (passes/recompute.go) removed the largest gaps of the
-// softmax, log softmax and layer norm and closed those of the attention
-// programs (the elementwise value a reduction reads and its consumers read
-// again is recomputed instead of stored); with the softmax's max no longer
+// softmax, log softmax and layer norm and closed attention_grad_t512's (the
+// elementwise value a reduction reads and its consumers read again is
+// recomputed instead of stored); with the softmax's max no longer
 // differentiated (as jax.nn.softmax) softmax_grad matches XLA.
 var knownGaps = map[string]string{
 	"reduce_mixed": "cause B: mean(exp(x), 1) keeps the row sums f32[1024] (4 KiB) as a temp before the division by n; " +
@@ -42,10 +46,14 @@ var knownGaps = map[string]string{
 	"mlp_value_and_grad": "cause C: the backward product (g·Wᵀ)·relu′ f32[128,512] is written by an input fusion (with the " +
 		"bias gradient's reduce_sum) beside its two dying operands, g·Wᵀ and the saved relu′ factor: three 256 KiB temps " +
 		"at the peak where XLA has two",
-	"attention_t512": "cause E: the peak is at the scores' matrix product: the scores f32[4,8,512,512] (32 MiB) " +
-		"and q, k and v (3 × 2 MiB) are live (38 MiB); v's projection is scheduled before the scores' product, where " +
-		"XLA computes it after (36 MiB). The masked scores and exp(s − max) are recomputed from the product (66 MiB " +
-		"before the recompute pass)",
+	"attention_t128": "cause A: the masked scores and exp(s − max) f32[8,4,128,128] are two 2 MiB results of input " +
+		"fusions, as XLA's two buffers; the 32 KiB more are Ferry's row max and row sum vectors f32[8,4,128]",
+	"attention_t512": "causes C and F: the masked scores f32[4,8,512,512] (32 MiB) and exp(s − max) (32 MiB) are both " +
+		"live at the row-sum fusion, whose exp result cannot reuse the dying scores (C); recomputing the masked scores " +
+		"from the matrix product (which would give 38 MiB) is not done for chains with a select (F). XLA fuses the " +
+		"product with the softmax and masks in place: one 32 MiB buffer plus 4 MiB",
+	"attention_t2048": "cause A: as attention_t128 at f32[1,8,2048,2048] (2 × 128 MiB, as XLA at this size); the " +
+		"128 KiB more are Ferry's row max and row sum vectors f32[1,8,2048]",
 }
 
 // knownAliasGaps lists the programs where Ferry's alias bytes differ from
