@@ -266,8 +266,9 @@ func (fu *fuser) classify(op *ir.Op) fuseKind {
 	return fkNone
 }
 
-// cheap reports whether op is a scalar constant, an iota, or a broadcast or
-// reshape of a cheap op of this region.
+// cheap reports whether op is a scalar constant, an iota, a broadcast or
+// reshape of a cheap op of this region, or an elementwise op of cheap ops
+// (a causal mask: iota ≥ iota).
 func (fu *fuser) cheap(op *ir.Op) bool {
 	if k, ok := fu.kinds[op]; ok {
 		return k == fkCheap
@@ -280,6 +281,15 @@ func (fu *fuser) cheap(op *ir.Op) bool {
 	case ir.BroadcastInDim, ir.Reshape:
 		p := fu.def[op.Args[0]]
 		return p != nil && fu.cheap(p)
+	}
+	if op.Info().Elementwise && len(op.Results) == 1 && len(op.Args) > 0 {
+		// A comparison of iotas (a causal mask) and the like.
+		for _, a := range op.Args {
+			if p := fu.def[a]; p == nil || !fu.cheap(p) {
+				return false
+			}
+		}
+		return true
 	}
 	return false
 }

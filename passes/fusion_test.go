@@ -155,17 +155,25 @@ func TestFusionNoCycle(t *testing.T) {
 }
 
 // TestFusionReductionConsumer: what reads a reduction is not in the
-// reduction's group.
+// reduction's group. Without the recompute pass exp(x) is a second result of
+// the reduction's fusion; with it, the division's fusion recomputes exp(x)
+// from x and the reduction's fusion returns the sum only.
 func TestFusionReductionConsumer(t *testing.T) {
 	f := traceFunc("norm", func(a ...*trace.Array) []*trace.Array {
 		e := trace.Exp(a[0])
 		s := trace.KeepDims(trace.Sum(e, 1), e.Type().Shape, 1)
 		return []*trace.Array{trace.Div(e, s)}
 	}, ir.TypeOf(ir.Float32, 4, 8))
-	p := checkSame(t, f, passes.Options{})
+	p := checkSame(t, f, passes.Options{Disable: []string{"recompute"}})
 	require.Equal(t, []string{"fusion:input", "fusion:loop"}, codes(p.Func.Body), "%s", p.Func)
 	in := p.Func.Body.Ops[0]
 	require.Len(t, in.Results, 2, "the sum and exp(x)")
+
+	p = checkSame(t, f, passes.Options{})
+	require.Equal(t, []string{"fusion:input", "fusion:loop"}, codes(p.Func.Body), "%s", p.Func)
+	in, loop := p.Func.Body.Ops[0], p.Func.Body.Ops[1]
+	require.Len(t, in.Results, 1, "the sum only")
+	require.Contains(t, loop.Args, p.Func.Body.Params[0], "the division's fusion reads x")
 }
 
 // TestFusionInScan: fusion happens inside scan bodies, not across the
@@ -204,4 +212,26 @@ func TestFusionDisabled(t *testing.T) {
 // sc records an f32 scalar constant in the function being traced.
 func sc(v float64) *trace.Array {
 	return trace.Apply1(ir.Constant, ir.Attrs{"value": ir.Scalar(float32(v))})
+}
+
+// TestFusionCopiesCausalMask: a comparison of iotas (a causal mask) is cheap:
+// it is copied into every group that reads it, as iotas are, so no buffer of
+// the mask exists, even when a reduction's group and a group that depends on
+// the reduction both read it.
+func TestFusionCopiesCausalMask(t *testing.T) {
+	const n = 16
+	f := traceFunc("mask", func(a ...*trace.Array) []*trace.Array {
+		s := ir.Shape{n, n}
+		mask := trace.BroadcastTo(trace.GreaterEqual(trace.Iota(ir.Int32, s, 0), trace.Iota(ir.Int32, s, 1)), 2, n, n)
+		masked := trace.Where(mask, a[0], trace.ZerosLike(a[0]))
+		sum := trace.Sum(masked, 2)
+		scaled := trace.Div(a[0], trace.KeepDims(sum, ir.Shape{2, n, n}, 2))
+		return []*trace.Array{trace.Where(mask, scaled, trace.ZerosLike(a[0]))}
+	}, ir.TypeOf(ir.Float32, 2, n, n))
+	p := checkSame(t, f, passes.Options{FusionInPlace: true})
+	for _, op := range p.Func.Body.Ops {
+		for _, v := range op.Results {
+			require.NotEqual(t, ir.Bool, v.Type.DType, "the mask %v is stored:\n%s", v, p.Func)
+		}
+	}
 }

@@ -103,6 +103,7 @@ var Pipeline = []Pass{
 	{Name: "constant-fold", Run: constantFold, Doc: "evaluate small all-constant ops; elementwise ops on broadcast scalars stay broadcast scalars"},
 	{Name: "cse", Run: cse, Doc: "merge ops with the same code, operands and attributes within a region"},
 	{Name: "dce", Run: dce, Doc: "remove unused ops, unused scan ys, and unused region operands, recursively"},
+	{Name: "recompute", Run: recompute, Doc: "copy the elementwise chain of a reduction's operand for the ops that depend on that reduction (softmax, layer norm), so fusion need not store it"},
 	{Name: "fusion", Run: fusion, Doc: "loop, input (reduction) and output (matrix product epilogue) fusion into fusion ops"},
 	{Name: "schedule", Run: schedule, Doc: "memory-aware order of every region's ops (greedy list scheduling, never worse than the traced order)"},
 	{Name: "liveness", Run: liveness, Required: true, Doc: "live interval of every value the executor sees"},

@@ -401,10 +401,12 @@ func IsFinite(x *Array) *Array {
 
 // stableMax returns the maximum of x over axes, kept as size-1 dims, with
 // non-finite maxima replaced by 0 (so that rows of -inf do not become NaN).
+// The shift cancels out of the softmax, so its gradient is stopped, as
+// jax.nn.softmax does: the backward pass does not differentiate the max.
 func stableMax(x *Array, axes []int) *Array {
 	m := reduceRaw(ir.ReduceMax, x, axes)
 	m = keepDims(m, x.typ.Shape, axes)
-	return Where(IsFinite(m), m, ZerosLike(m))
+	return StopGradient(Where(IsFinite(m), m, ZerosLike(m)))
 }
 
 // LogSoftmax returns x - log(sum(exp(x), axis)) along axis, computed stably by
