@@ -58,10 +58,4 @@ var knownGaps = map[string]string{
 
 // knownAliasGaps lists the programs where Ferry's alias bytes differ from
 // XLA's, with the reason.
-var knownAliasGaps = map[string]string{
-	"mlp_train_step_adam": "the Adam update of each weight matrix (new W, mu, nu) is the epilogue of the gradient's " +
-		"dot_general (an output fusion), and in-place reuse (passes/buffers.go inPlace) does not cover output fusions, " +
-		"so the donated W, mu and nu are not reused: only the biases, the count and the loss alias (4.7 MiB more in total)",
-	"mlp_train_step_adam_wide": "as mlp_train_step_adam: the donated weight matrices and their moments are not reused " +
-		"by the output fusions that update them (229 MiB more in total than XLA)",
-}
+var knownAliasGaps = map[string]string{}
