@@ -436,17 +436,39 @@ func TestOpsMatchJAX(t *testing.T) {
 	}
 }
 
+// logULPTable prints the measured maximum ulp distance from JAX per op and
+// dtype, for the reference executor and rt.Jit, beside the bound.
 func logULPTable(t *testing.T, stats map[string]*ulpStat) {
-	keys := make([]string, 0, len(stats))
-	for k := range stats {
+	type row struct {
+		op, dtype string
+		eval, jit int64
+		n         int
+	}
+	rows := map[string]*row{}
+	for _, s := range stats {
+		k := s.op + "/" + s.dtype
+		r := rows[k]
+		if r == nil {
+			r = &row{op: s.op, dtype: s.dtype}
+			rows[k] = r
+		}
+		if s.path == "jit" {
+			r.jit = s.max
+		} else {
+			r.eval, r.n = s.max, s.n
+		}
+	}
+	keys := make([]string, 0, len(rows))
+	for k := range rows {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	t.Logf("%-14s %-5s %-5s %8s %8s %s", "op", "dtype", "path", "max ulp", "bound", "elements")
+	t.Logf("ulps from JAX (cmp=ulp cases; known differences excluded):")
+	t.Logf("%-12s %-5s %9s %9s %6s %9s", "op", "dtype", "eval max", "jit max", "bound", "elements")
 	for _, k := range keys {
-		s := stats[k]
-		dt, _ := ir.ParseDType(s.dtype)
-		t.Logf("%-14s %-5s %-5s %8d %8d %d", s.op, s.dtype, s.path, s.max, ulpBound(s.op, dt), s.n)
+		r := rows[k]
+		dt, _ := ir.ParseDType(r.dtype)
+		t.Logf("%-12s %-5s %9d %9d %6d %9d", r.op, r.dtype, r.eval, r.jit, ulpBound(r.op, dt), r.n)
 	}
 }
 
