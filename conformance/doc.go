@@ -11,13 +11,19 @@
 // golden case or sit in a commented exclusion list, and every dtype an
 // elementwise, reduction, shape or sort op accepts must have a case. Where
 // Ferry deliberately or knowingly differs from JAX the difference is listed,
-// narrowly, in knownDiffs and printed by the test.
+// narrowly, in knownDiffs and printed by the test. The main one: XLA on CPU
+// flushes f32, f64 and bf16 subnormals to zero, Ferry keeps IEEE gradual
+// underflow; the others are max/min of zeros of opposite sign, the order of
+// subnormals in sort, and f64 sin and pow at extreme arguments (Go's math).
 //
 // The random cases compare random.NewKey, Split, FoldIn, Bits, Uniform,
 // Normal, TruncatedNormal, Bernoulli, Categorical and Permutation with
 // jax.random's PRNGKey, split, fold_in, bits, uniform, normal,
 // truncated_normal, bernoulli, categorical and permutation, bit for bit,
 // under both settings of jax_threefry_partitionable (random.SetPartitionable).
+// f32 and f64 uniform (with bounds other than [0, 1)), normal and
+// truncated_normal are compared within a few ulps instead: XLA fuses their
+// multiply-adds into FMAs, Ferry rounds twice.
 //
 // To regenerate the golden files (testdata/*.jsonl.gz) after changing
 // gen.py or the JAX pin in requirements.txt:

@@ -317,6 +317,24 @@ def gen_structural(c):
                 upd = small_ints(dt, (2, 2, 3, 4), r)
                 c.add(f"scatter_add/{dt}/{idt}", "scatter_add", [xs, idx, upd],
                       lambda v, i, u: scatter_add(v, i, u, 1), attrs={"axis": 1}, jaxfn="scatter_add(FILL_OR_DROP)")
+        if dt in ("f32", "i32"):  # more configurations: other axes, index and start dtypes
+            idx = np.array([[1, -2], [0, 9]], dtype=np.int32)
+            for axis in (0, 2):
+                upd_shape = list(x.shape[:axis]) + [2, 2] + list(x.shape[axis + 1:])
+                c.add(f"gather/{dt}/axis{axis}", "gather", [x, idx], lambda v, i, a=axis: take(v, i, a),
+                      attrs={"axis": axis}, jaxfn="gather(CLIP)")
+                c.add(f"scatter_add/{dt}/axis{axis}", "scatter_add", [small_ints(dt, x.shape, r), idx,
+                                                                       small_ints(dt, upd_shape, r)],
+                      lambda v, i, u, a=axis: scatter_add(v, i, u, a), attrs={"axis": axis},
+                      jaxfn="scatter_add(FILL_OR_DROP)")
+            for sdt in ("i64", "u32"):
+                sidx = [np.array(s, dtype=NP[sdt]) for s in (1, 0, 3)]
+                c.add(f"dynamic_slice/{dt}/{sdt}", "dynamic_slice", [x] + sidx,
+                      lambda v, *s: lax.dynamic_slice(v, s, (1, 2, 2), allow_negative_indices=False),
+                      attrs={"sizes": [1, 2, 2]}, jaxfn="dynamic_slice")
+                c.add(f"dynamic_update_slice/{dt}/{sdt}", "dynamic_update_slice", [x, x[:1, 1:, :2]] + sidx,
+                      lambda v, w, *s: lax.dynamic_update_slice(v, w, s, allow_negative_indices=False),
+                      jaxfn="dynamic_update_slice")
         c.add(f"device_put/{dt}", "device_put", [x], lambda v: jax.device_put(v), attrs={"space": "pinned_host"},
               jaxfn="device_put")
         c.add(f"checkpoint_name/{dt}", "checkpoint_name", [x], lambda v: checkpoint_name(v, "x"), attrs={"name": "x"},
@@ -386,6 +404,11 @@ def gen_reduce_sort_dot(c):
             a, b = small_ints(dt, (4, 3), r), small_ints(dt, (4, 2), r)
             c.add(f"dot_general/{dt}/ints2", "dot_general", [a, b], lambda p, q: lax.dot_general(p, q, (([0], [0]), ([], []))),
                   attrs={"lhs_batch": [], "rhs_batch": [], "lhs_contract": [0], "rhs_contract": [0]}, jaxfn="dot_general")
+            a, b = small_ints(dt, (2, 3, 4, 5), r), small_ints(dt, (2, 5, 4, 6), r)
+            c.add(f"dot_general/{dt}/ints3", "dot_general", [a, b],
+                  lambda p, q: lax.dot_general(p, q, (([2, 3], [2, 1]), ([0], [0]))),
+                  attrs={"lhs_batch": [0], "rhs_batch": [0], "lhs_contract": [2, 3], "rhs_contract": [2, 1]},
+                  jaxfn="dot_general")
             if dt in FLOATS:
                 a, b = randoms(dt, 2 * 3 * 40, r, 0.5, 2).reshape(2, 3, 40), randoms(dt, 2 * 40 * 4, r, 0.5, 2).reshape(2, 40, 4)
                 c.add(f"dot_general/{dt}/random", "dot_general", [a, b], lambda p, q: lax.dot_general(p, q, (([2], [1]), ([0], [0]))),
