@@ -375,6 +375,9 @@ func loadOps(t *testing.T) (*opsMeta, []*opCase) {
 func TestOpsMatchJAX(t *testing.T) {
 	meta, cases := loadOps(t)
 	t.Logf("golden cases from JAX %s: %d", meta.JAX, len(cases))
+	if be := rt.DefaultBackend().Name(); be != "cpu" {
+		t.Fatalf("rt.Jit would run on the %s backend; these goldens check the CPU backend", be)
+	}
 	stats := map[string]*ulpStat{}
 	hits := map[int]*knownHits{}
 	for _, c := range cases {
