@@ -96,3 +96,31 @@ func TestPartitionable16BitUniform(t *testing.T) {
 		}
 	}
 }
+
+// In the original layout, 16-bit dtypes draw JAX's 8-bit (bf16) or 16-bit
+// (f16) random words: the u32 words of Bits(key, ceil(n·w/32)) cut into
+// 32/w pieces, lowest bits first, then the formulas of the dtype as in the
+// partitionable layout.
+func TestOriginal16BitUniform(t *testing.T) {
+	defer random.SetPartitionable(random.SetPartitionable(false))
+	key := random.NewKey(5)
+	const n = 37
+	for _, c := range []struct {
+		dt         ir.DType
+		width      int
+		shift, den float64
+	}{{ir.BFloat16, 8, 1, 128}, {ir.Float16, 16, 6, 1024}} {
+		k := 32 / c.width
+		words := random.Bits(key, (n+k-1)/k).Uint32s()
+		lo, hi := -0.5, 3.0
+		got := random.Uniform(key, c.dt, ir.Shape{n}, lo, hi)
+		require.Equal(t, c.dt, got.DType())
+		r := func(v float64) float64 { return trace.Convert(rt.FromSlice([]float64{v}), c.dt).Float64s()[0] }
+		for i, g := range got.Float64s() {
+			b := words[i/k] >> (c.width * (i % k)) & (1<<c.width - 1)
+			m := math.Floor(float64(b) / math.Exp2(c.shift))
+			want := math.Max(r(lo), r(r(m/c.den*r(r(hi)-r(lo)))+r(lo)))
+			require.Equal(t, want, g, "%v element %d (bits %#x)", c.dt, i, b)
+		}
+	}
+}

@@ -24,14 +24,20 @@
 //     f16 from 16), so they generate straight into the 16-bit dtype.
 //   - original (JAX before 0.5): for n values, counters iota(n) (padded with
 //     one 0 when n is odd) are split into halves x0 and x1, and the output is
-//     concat(threefry(key, x0, x1)) truncated to n; bf16 and f16 values are
-//     generated in f32 and converted (JAX draws 8- and 16-bit bits for them
-//     instead, so those differ from JAX's).
+//     concat(threefry(key, x0, x1)) truncated to n. 8- and 16-bit requests
+//     (bf16 and f16 distributions) cut the u32 words of a ceil(n·w/32)-word
+//     request into 32/w pieces, lowest bits first, as JAX does; the formulas
+//     then run in the 16-bit dtype as in the partitionable layout.
 //
 // In both, NewKey, Split, FoldIn and Bits return the values of
 // jax.random.PRNGKey, split, fold_in and bits for the same key, and Uniform
 // and Normal in f32, and Uniform in f64 (with x64), follow jax.random's
-// formulas on those bits (checked against values published by JAX).
+// formulas on those bits (checked against values published by JAX). Package
+// conformance checks every function here against pinned JAX in both layouts:
+// keys, bits, Bernoulli, Categorical, Permutation and every bf16 and f16
+// distribution bit for bit; f32 and f64 Uniform with bounds other than
+// [0, 1), Normal and TruncatedNormal within a few ulps, because XLA on CPU
+// fuses their multiply-adds into FMAs where Ferry rounds twice.
 //
 // Normal uses JAX's method: u uniform in (-1, 1), then sqrt(2)·erfinv(u), with
 // erfinv by Giles' single-precision polynomial (as XLA's ErfInv for f32); in f64
@@ -233,14 +239,36 @@ func workDType(dt ir.DType) ir.DType {
 	return ir.Float32
 }
 
-// genDType is the dtype a distribution computes in for dt: dt itself in the
-// partitionable layout (JAX's formulas run in the requested dtype), workDType
-// in the original one.
+// genDType is the dtype a distribution computes in for dt: dt itself for bf16
+// and f16 (JAX's formulas run in the requested dtype), workDType otherwise.
 func genDType(dt ir.DType) ir.DType {
-	if Partitionable() && (dt == ir.BFloat16 || dt == ir.Float16) {
+	if dt == ir.BFloat16 || dt == ir.Float16 {
 		return dt
 	}
 	return workDType(dt)
+}
+
+// narrowBits returns random words of width 8 or 16 (in the low bits of a u32
+// array of the given shape), like jax.random's bits of uint8 or uint16: the
+// low bits of Bits in the partitionable layout; in the original one the u32
+// words of Bits(key, ceil(n·width/32)) cut into 32/width pieces, lowest
+// first (JAX's bits.view(uint8 or uint16)).
+func narrowBits(key *trace.Array, shape ir.Shape, width int) *trace.Array {
+	mask := u32(float64(uint32(1)<<width - 1))
+	if Partitionable() {
+		return trace.And(Bits(key, shape...), mask)
+	}
+	n := size("random.narrowBits", shape)
+	k := 32 / width
+	m := (n + k - 1) / k
+	if n == 0 {
+		keyWords("random.narrowBits", key)
+		return trace.Zeros(shape, ir.Uint32)
+	}
+	words := trace.BroadcastInDim(Bits(key, m), ir.Shape{m, k}, []int{0})
+	shifts := trace.Mul(trace.Iota(ir.Uint32, ir.Shape{m, k}, 1), u32(float64(width)))
+	pieces := trace.Reshape(trace.And(trace.ShiftRightLogical(words, shifts), mask), m*k)
+	return trace.Reshape(trace.SliceAxis(pieces, 0, 0, n), shape...)
 }
 
 // unit returns floats uniform in [0, 1) of dtype f32 or f64 from the mantissa
@@ -258,11 +286,11 @@ func unit(key *trace.Array, dt ir.DType, shape ir.Shape) *trace.Array {
 	case ir.BFloat16:
 		// JAX: 8 random bits (the low byte), the top 7 as the mantissa of a
 		// bf16 in [1, 2). Built as the equal f32 and converted exactly.
-		b := trace.ShiftRightLogical(trace.And(Bits(key, shape...), u32(0xff)), u32(1))
+		b := trace.ShiftRightLogical(narrowBits(key, shape, 8), u32(1))
 		return trace.Convert(one(trace.ShiftLeft(b, u32(16))), dt)
 	case ir.Float16:
 		// JAX: 16 random bits (the low half), the top 10 as the mantissa.
-		b := trace.ShiftRightLogical(trace.And(Bits(key, shape...), u32(0xffff)), u32(6))
+		b := trace.ShiftRightLogical(narrowBits(key, shape, 16), u32(6))
 		return trace.Convert(one(trace.ShiftLeft(b, u32(13))), dt)
 	}
 	return one(trace.ShiftRightLogical(Bits(key, shape...), u32(9)))

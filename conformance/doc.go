@@ -1,0 +1,38 @@
+// Package conformance checks Ferry against JAX, used as the oracle: golden
+// files written by pinned JAX (CPU) hold, for every op of the IR op table
+// (ir/ops.go) and for the functions of package random, fixed inputs and
+// JAX's results. The tests of this package read them and need no Python.
+//
+// Each op case is run twice, by the reference executor (internal/eval) and by
+// the compiled path (rt.Jit on the CPU backend), and both results must equal
+// JAX's: bit for bit for exact ops (every NaN equals every other NaN), within
+// a stated bound in ulps for transcendental functions and floating-point sums
+// (the measured maximum is printed with go test -v). Every op code must have a
+// golden case or sit in a commented exclusion list, and every dtype an
+// elementwise, reduction, shape or sort op accepts must have a case. Where
+// Ferry deliberately or knowingly differs from JAX the difference is listed,
+// narrowly, in knownDiffs and printed by the test. The main one: XLA on CPU
+// flushes f32, f64 and bf16 subnormals to zero, Ferry keeps IEEE gradual
+// underflow; the others are max/min of zeros of opposite sign, the order of
+// subnormals in sort, and f64 sin and pow at extreme arguments (Go's math).
+//
+// The random cases compare random.NewKey, Split, FoldIn, Bits, Uniform,
+// Normal, TruncatedNormal, Bernoulli, Categorical and Permutation with
+// jax.random's PRNGKey, split, fold_in, bits, uniform, normal,
+// truncated_normal, bernoulli, categorical and permutation, bit for bit,
+// under both settings of jax_threefry_partitionable (random.SetPartitionable).
+// f32 and f64 uniform (with bounds other than [0, 1)), normal and
+// truncated_normal are compared within a few ulps instead: XLA fuses their
+// multiply-adds into FMAs, Ferry rounds twice.
+//
+// To regenerate the golden files (testdata/*.jsonl.gz) after changing
+// gen.py or the JAX pin in requirements.txt:
+//
+//	bash scripts/venv
+//	.venv/bin/python conformance/gen.py
+//
+// and to check that the committed files are exactly what JAX gives (CI runs
+// this through .ci/golden.sh):
+//
+//	.venv/bin/python conformance/gen.py --check
+package conformance

@@ -1,0 +1,564 @@
+#!/usr/bin/env python3
+"""Writes Ferry's JAX golden files under conformance/testdata/.
+
+    bash scripts/venv                            # makes .venv from requirements.txt
+    .venv/bin/python conformance/gen.py          # rewrites the golden files
+    .venv/bin/python conformance/gen.py --check  # regenerates in memory, compares
+
+Every case is one op of Ferry's IR (ir/ops.go) run by the jax.lax primitive with
+the same semantics, or one jax.random function, on fixed inputs: random values
+from a seed derived from the case name, plus edge values (NaN, +-Inf, +-0,
+subnormals, largest finite, integer min/max). Arrays are stored as hex-encoded
+little-endian bytes. Each file is gzip'd JSON with one case per line, keys
+sorted and mtime 0, so the bytes depend only on JAX's results.
+"""
+
+import argparse
+import warnings
+import gzip
+import json
+import os
+import sys
+import zlib
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.ad_checkpoint import checkpoint_name  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+warnings.simplefilter("ignore", RuntimeWarning)  # overflowing casts of edge values are meant
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTDATA = os.path.join(HERE, "testdata")
+
+NP = {
+    "bool": np.dtype(np.bool_),
+    "u8": np.dtype(np.uint8),
+    "i32": np.dtype(np.int32),
+    "i64": np.dtype(np.int64),
+    "u32": np.dtype(np.uint32),
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f32": np.dtype(np.float32),
+    "f64": np.dtype(np.float64),
+}
+# f32 first: the Go test probes dtype coverage from each op's first row.
+ALL = ["f32", "f64", "bf16", "f16", "i32", "i64", "u8", "u32", "bool"]
+FLOATS = ["f32", "f64", "bf16", "f16"]
+INTS = ["i32", "i64", "u8", "u32"]
+NUMERIC = FLOATS + INTS
+LOGICAL = INTS + ["bool"]
+
+
+def ferry_name(dt):
+    dt = np.dtype(dt)
+    for k, v in NP.items():
+        if v == dt:
+            return k
+    raise ValueError(dt)
+
+
+def enc(a):
+    a = np.asarray(a)
+    name = ferry_name(a.dtype)
+    a = np.array(a, dtype=NP[name].newbyteorder("<"), order="C")  # keeps 0-d arrays 0-d
+    return {"dtype": name, "shape": list(a.shape), "hex": a.tobytes().hex()}
+
+
+def rng(name):
+    return np.random.default_rng(zlib.crc32(name.encode()))
+
+
+def edges(dt):
+    """Edge values of dtype dt as a 1-D array."""
+    d = NP[dt]
+    if dt == "bool":
+        return np.array([False, True])
+    if dt in INTS:
+        info = np.iinfo(d)
+        bits = info.bits
+        vals = [0, 1, 2, 3, 7, bits - 1, bits, bits + 1, 100, info.max, info.max - 1, info.min, info.min + 1]
+        if info.min < 0:
+            vals += [-1, -2, -3, -7, -100]
+        else:
+            vals += [info.max // 2, info.max // 2 + 1]
+        return np.array(sorted(set(vals)), dtype=d)
+    fi = ml_dtypes.finfo(d) if dt == "bf16" else np.finfo(d)
+    big = float(fi.max)
+    vals = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, 3.0, 100.0, 1e-3,
+            np.nan, np.inf, -np.inf, float(fi.smallest_normal), float(fi.smallest_subnormal),
+            -float(fi.smallest_subnormal), float(fi.smallest_normal) - float(fi.smallest_subnormal),
+            big, -big]
+    a = np.array(vals, dtype=np.float64).astype(d)
+    # A NaN with the sign bit set: payloads are not compared, but it must stay NaN.
+    neg_nan = np.array([np.nan], dtype=d)
+    neg_nan = (-neg_nan.astype(np.float64)).astype(d)
+    return np.concatenate([a, neg_nan])
+
+
+def randoms(dt, n, r, lo=-4.0, hi=4.0):
+    d = NP[dt]
+    if dt == "bool":
+        return r.integers(0, 2, n).astype(bool)
+    if dt in INTS:
+        info = np.iinfo(d)
+        return r.integers(int(info.min), int(info.max), n, dtype=np.int64 if dt != "u32" else np.uint64, endpoint=True).astype(d)
+    return r.uniform(lo, hi, n).astype(d)
+
+
+def small_ints(dt, shape, r, lo=-3, hi=4):
+    """Integer-valued arrays (exact in every dtype, sums and products too)."""
+    if dt == "bool":
+        return r.integers(0, 2, shape).astype(bool)
+    if dt in ("u8", "u32"):
+        lo = 0
+    return r.integers(lo, hi, shape).astype(NP[dt])
+
+
+# ---- op table -------------------------------------------------------------
+
+def _round(x):
+    return lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
+
+
+def _abs(x):
+    return x if np.dtype(x.dtype).kind == "u" else lax.abs(x)
+
+
+UNARY = {  # Ferry name: (jax function, accepted dtypes, comparison)
+    "neg": (lax.neg, NUMERIC, "exact"),
+    "abs": (_abs, NUMERIC, "exact"),  # lax.abs refuses unsigned: jnp.abs is x there
+    "sign": (lax.sign, NUMERIC, "exact"),
+    "exp": (lax.exp, FLOATS, "ulp"),
+    "log": (lax.log, FLOATS, "ulp"),
+    "log1p": (lax.log1p, FLOATS, "ulp"),
+    "expm1": (lax.expm1, FLOATS, "ulp"),
+    "sqrt": (lax.sqrt, FLOATS, "ulp"),
+    "rsqrt": (lax.rsqrt, FLOATS, "ulp"),
+    "tanh": (lax.tanh, FLOATS, "ulp"),
+    "logistic": (lax.logistic, FLOATS, "ulp"),
+    "sin": (lax.sin, FLOATS, "ulp"),
+    "cos": (lax.cos, FLOATS, "ulp"),
+    "erf": (lax.erf, FLOATS, "ulp"),
+    "floor": (lax.floor, FLOATS, "exact"),
+    "ceil": (lax.ceil, FLOATS, "exact"),
+    "round": (_round, FLOATS, "exact"),
+    "not": (lax.bitwise_not, LOGICAL, "exact"),
+}
+
+BINARY = {
+    "add": (lax.add, NUMERIC, "exact"),
+    "sub": (lax.sub, NUMERIC, "exact"),
+    "mul": (lax.mul, NUMERIC, "exact"),
+    "div": (lax.div, NUMERIC, "exact"),
+    "pow": (lax.pow, FLOATS, "ulp"),
+    "max": (lax.max, NUMERIC, "exact"),
+    "min": (lax.min, NUMERIC, "exact"),
+    "rem": (lax.rem, NUMERIC, "exact"),
+    "and": (lax.bitwise_and, LOGICAL, "exact"),
+    "or": (lax.bitwise_or, LOGICAL, "exact"),
+    "xor": (lax.bitwise_xor, LOGICAL, "exact"),
+    "shift_left": (lax.shift_left, INTS, "exact"),
+    "shift_right_logical": (lax.shift_right_logical, INTS, "exact"),
+    "shift_right_arithmetic": (lax.shift_right_arithmetic, INTS, "exact"),
+    "eq": (lax.eq, ALL, "exact"),
+    "ne": (lax.ne, ALL, "exact"),
+    "lt": (lax.lt, ALL, "exact"),
+    "le": (lax.le, ALL, "exact"),
+    "gt": (lax.gt, ALL, "exact"),
+    "ge": (lax.ge, ALL, "exact"),
+}
+
+
+class Cases:
+    def __init__(self):
+        self.rows = []
+        self.unsupported = []
+
+    def add(self, name, op, args, fn, attrs=None, cmp="exact", jaxfn=""):
+        """Runs fn(*args) in JAX and records the case (or JAX's refusal)."""
+        try:
+            outs = fn(*[jnp.asarray(a) for a in args])
+        except Exception as e:  # JAX refuses this op/dtype: recorded, never silent
+            key = ferry_name(np.asarray(args[1 if op == "select" else 0]).dtype) if args else ""
+            self.unsupported.append({"name": name, "op": op, "key": key, "error": str(e).splitlines()[0][:200]})
+            return
+        if not isinstance(outs, (tuple, list)):
+            outs = [outs]
+        self.rows.append({
+            "name": name, "op": op, "attrs": attrs or {}, "cmp": cmp, "jax": jaxfn,
+            "args": [enc(a) for a in args], "outs": [enc(np.asarray(o)) for o in outs],
+        })
+
+
+def gen_elementwise(c):
+    for op, (fn, dts, cmp) in UNARY.items():
+        for dt in dts:
+            name = f"{op}/{dt}"
+            x = np.concatenate([edges(dt), randoms(dt, 48, rng(name))])
+            if op in ("log", "log1p", "sqrt", "rsqrt"):  # mostly in the domain
+                x = np.concatenate([x, np.abs(randoms(dt, 32, rng(name + "+")))])
+            c.add(name, op, [x], fn, cmp=cmp, jaxfn=fn.__name__)
+    for op, (fn, dts, cmp) in BINARY.items():
+        for dt in dts:
+            name = f"{op}/{dt}"
+            e = edges(dt)
+            a, b = np.meshgrid(e, e, indexing="ij")
+            r = rng(name)
+            x = np.concatenate([a.ravel(), randoms(dt, 48, r)])
+            y = np.concatenate([b.ravel(), randoms(dt, 48, r)])
+            if op in ("pow",):
+                x = np.concatenate([x, np.abs(randoms(dt, 32, r))])
+                y = np.concatenate([y, randoms(dt, 32, r)])
+            c.add(name, op, [x, y], fn, cmp=cmp, jaxfn=fn.__name__)
+    for dt in ALL:
+        name = f"select/{dt}"
+        r = rng(name)
+        x, y = randoms(dt, 24, r), randoms(dt, 24, r)
+        p = r.integers(0, 2, 24).astype(bool)
+        c.add(name, "select", [p, x, y], lax.select, jaxfn="select")
+    for src in ALL:
+        for dst in ALL:
+            name = f"convert/{src}/{dst}"
+            x = np.concatenate([edges(src), randoms(src, 32, rng(name))])
+            if src in FLOATS:  # values near the integer types' ranges, and fractions
+                x = np.concatenate([x, np.array([0.4, 0.6, -0.6, 127.9, 128.5, 255.5, 256.0, -129.0,
+                                                 2.0**31, -2.0**31, 2.0**32, 2.0**63, -2.0**63, 1e10, 65504.0, 65520.0,
+                                                 3.4e38, 1e-40], dtype=np.float64).astype(NP[src])])  # may overflow to inf
+            c.add(name, "convert", [x], lambda v, d=dst: lax.convert_element_type(v, NP[d]),
+                  attrs={"dtype": dst}, jaxfn="convert_element_type")
+    for src in ALL:
+        for dst in ALL:
+            if src == "bool" or dst == "bool" or NP[src].itemsize != NP[dst].itemsize:
+                continue
+            name = f"bitcast_convert/{src}/{dst}"
+            x = np.concatenate([edges(src), randoms(src, 16, rng(name))])
+            c.add(name, "bitcast_convert", [x], lambda v, d=dst: lax.bitcast_convert_type(v, NP[d]),
+                  attrs={"dtype": dst}, jaxfn="bitcast_convert_type")
+
+
+def take(x, idx, axis):
+    """Ferry's gather: jnp.take along axis, indices clamped (lax.gather, CLIP)."""
+    out_rank = x.ndim - 1 + idx.ndim
+    offset = tuple(range(axis)) + tuple(range(axis + idx.ndim, out_rank))
+    dn = lax.GatherDimensionNumbers(offset_dims=offset, collapsed_slice_dims=(axis,), start_index_map=(axis,))
+    sizes = tuple(1 if i == axis else s for i, s in enumerate(x.shape))
+    return lax.gather(x, idx[..., None], dn, sizes, mode=lax.GatherScatterMode.CLIP)
+
+
+def scatter_add(x, idx, upd, axis):
+    """Ferry's scatter_add: x.at[..., idx, ...].add(upd), out-of-range dropped."""
+    out_rank = x.ndim - 1 + idx.ndim
+    window = tuple(range(axis)) + tuple(range(axis + idx.ndim, out_rank))
+    dn = lax.ScatterDimensionNumbers(update_window_dims=window, inserted_window_dims=(axis,),
+                                     scatter_dims_to_operand_dims=(axis,))
+    return lax.scatter_add(x, idx[..., None], upd, dn, mode=lax.GatherScatterMode.FILL_OR_DROP)
+
+
+def reduce(kind, x, axes):
+    dt = x.dtype
+    if kind == "sum":
+        init, f = 0, lax.add
+    elif kind == "prod":
+        init, f = 1, lax.mul
+    elif kind == "max":
+        init, f = (-np.inf if jnp.issubdtype(dt, jnp.floating) else jnp.iinfo(dt).min), lax.max
+    else:
+        init, f = (np.inf if jnp.issubdtype(dt, jnp.floating) else jnp.iinfo(dt).max), lax.min
+    return lax.reduce(x, np.array(init, dtype=dt), f, tuple(axes))
+
+
+def gen_structural(c):
+    for dt in ALL:
+        r = rng("shape/" + dt)
+        x = np.concatenate([edges(dt), randoms(dt, 24 - len(edges(dt)) % 24, r)])[:24].reshape(2, 3, 4)
+        c.add(f"constant/{dt}", "constant", [], lambda v=x: v, attrs={"value": enc(x)}, jaxfn="asarray")
+        if dt != "bool":
+            c.add(f"iota/{dt}", "iota", [], lambda d=dt: lax.broadcasted_iota(NP[d], (3, 4), 1),
+                  attrs={"dtype": dt, "shape": [3, 4], "dim": 1}, jaxfn="broadcasted_iota")
+        c.add(f"broadcast_in_dim/{dt}", "broadcast_in_dim", [x[:, :1, :]],
+              lambda v: lax.broadcast_in_dim(v, (5, 2, 3, 4), (1, 2, 3)),
+              attrs={"shape": [5, 2, 3, 4], "dims": [1, 2, 3]}, jaxfn="broadcast_in_dim")
+        c.add(f"reshape/{dt}", "reshape", [x], lambda v: lax.reshape(v, (4, 6)), attrs={"shape": [4, 6]}, jaxfn="reshape")
+        c.add(f"transpose/{dt}", "transpose", [x], lambda v: lax.transpose(v, (2, 0, 1)), attrs={"perm": [2, 0, 1]},
+              jaxfn="transpose")
+        c.add(f"slice/{dt}", "slice", [x], lambda v: lax.slice(v, (0, 1, 1), (2, 3, 4), (1, 1, 2)),
+              attrs={"start": [0, 1, 1], "limit": [2, 3, 4], "strides": [1, 1, 2]}, jaxfn="slice")
+        for starts in ([1, 1, 2], [-1, 5, 3], [0, 2, 100]):  # in range, clamped low and high
+            sidx = [np.int32(s) for s in starts]
+            c.add(f"dynamic_slice/{dt}/{starts}", "dynamic_slice", [x] + sidx,
+                  lambda v, *s: lax.dynamic_slice(v, s, (1, 2, 2), allow_negative_indices=False),
+                  attrs={"sizes": [1, 2, 2]}, jaxfn="dynamic_slice")
+            u = randoms(dt, 4, r).reshape(1, 2, 2)
+            c.add(f"dynamic_update_slice/{dt}/{starts}", "dynamic_update_slice", [x, u] + sidx,
+                  lambda v, w, *s: lax.dynamic_update_slice(v, w, s, allow_negative_indices=False),
+                  jaxfn="dynamic_update_slice")
+        y = randoms(dt, 16, r).reshape(2, 2, 4)
+        c.add(f"concatenate/{dt}", "concatenate", [x, y], lambda a, b: lax.concatenate([a, b], 1),
+              attrs={"axis": 1}, jaxfn="concatenate")
+        pv = randoms(dt, 1, r).reshape(())
+        c.add(f"pad/{dt}", "pad", [x, pv], lambda v, p: lax.pad(v, p, [(1, 0, 0), (-1, 2, 1), (0, -1, 2)]),
+              attrs={"low": [1, -1, 0], "high": [0, 2, -1], "interior": [0, 1, 2]}, jaxfn="pad")
+        for idt in ("i32", "i64", "u32"):
+            idx = np.array([[2, 0, 1], [-1, 3, 100]], dtype=np.int64)
+            if idt == "u32":
+                idx = np.array([[2, 0, 1], [1, 3, 100]])
+            idx = idx.astype(NP[idt])
+            c.add(f"gather/{dt}/{idt}", "gather", [x, idx], lambda v, i: take(v, i, 1), attrs={"axis": 1},
+                  jaxfn="gather(CLIP)")
+            if True:  # bool too: Ferry's scatter_add on bool is a logical or
+                xs = small_ints(dt, (2, 3, 4), r)
+                upd = small_ints(dt, (2, 2, 3, 4), r)
+                c.add(f"scatter_add/{dt}/{idt}", "scatter_add", [xs, idx, upd],
+                      lambda v, i, u: scatter_add(v, i, u, 1), attrs={"axis": 1}, jaxfn="scatter_add(FILL_OR_DROP)")
+        if dt in ("f32", "i32"):  # more configurations: other axes, index and start dtypes
+            idx = np.array([[1, -2], [0, 9]], dtype=np.int32)
+            for axis in (0, 2):
+                upd_shape = list(x.shape[:axis]) + [2, 2] + list(x.shape[axis + 1:])
+                c.add(f"gather/{dt}/axis{axis}", "gather", [x, idx], lambda v, i, a=axis: take(v, i, a),
+                      attrs={"axis": axis}, jaxfn="gather(CLIP)")
+                c.add(f"scatter_add/{dt}/axis{axis}", "scatter_add", [small_ints(dt, x.shape, r), idx,
+                                                                       small_ints(dt, upd_shape, r)],
+                      lambda v, i, u, a=axis: scatter_add(v, i, u, a), attrs={"axis": axis},
+                      jaxfn="scatter_add(FILL_OR_DROP)")
+            for sdt in ("i64", "u32"):
+                sidx = [np.array(s, dtype=NP[sdt]) for s in (1, 0, 3)]
+                c.add(f"dynamic_slice/{dt}/{sdt}", "dynamic_slice", [x] + sidx,
+                      lambda v, *s: lax.dynamic_slice(v, s, (1, 2, 2), allow_negative_indices=False),
+                      attrs={"sizes": [1, 2, 2]}, jaxfn="dynamic_slice")
+                c.add(f"dynamic_update_slice/{dt}/{sdt}", "dynamic_update_slice", [x, x[:1, 1:, :2]] + sidx,
+                      lambda v, w, *s: lax.dynamic_update_slice(v, w, s, allow_negative_indices=False),
+                      jaxfn="dynamic_update_slice")
+        c.add(f"device_put/{dt}", "device_put", [x], lambda v: jax.device_put(v), attrs={"space": "pinned_host"},
+              jaxfn="device_put")
+        c.add(f"checkpoint_name/{dt}", "checkpoint_name", [x], lambda v: checkpoint_name(v, "x"), attrs={"name": "x"},
+              jaxfn="checkpoint_name")
+        c.add(f"optimization_barrier/{dt}", "optimization_barrier", [x, y],
+              lambda a, b: lax.optimization_barrier((a, b)), jaxfn="optimization_barrier")
+
+
+def gen_reduce_sort_dot(c):
+    for dt in ALL:
+        r = rng("reduce/" + dt)
+        if dt != "bool":
+            for kind in ("sum", "max", "min", "prod"):
+                op = "reduce_" + kind
+                lo, hi = (-1, 3) if kind == "prod" else (-3, 4)
+                x = small_ints(dt, (3, 4, 5), r, lo, hi)
+                for axes in ([1], [0, 2], [0, 1, 2]):
+                    c.add(f"{op}/{dt}/ints/{axes}", op, [x], lambda v, k=kind, a=axes: reduce(k, v, a),
+                          attrs={"axes": axes}, jaxfn="reduce(" + kind + ")")
+                if dt in FLOATS:
+                    # Random positive values (no cancellation), compared in ulps;
+                    # and edge values (NaN, Inf) in max/min/sum, exact.
+                    y = np.abs(randoms(dt, 3 * 64, r, 0.5, 2.0)).reshape(3, 64)
+                    c.add(f"{op}/{dt}/random", op, [y], lambda v, k=kind: reduce(k, v, [1]),
+                          attrs={"axes": [1]}, cmp="ulp" if kind in ("sum", "prod") else "exact",
+                          jaxfn="reduce(" + kind + ")")
+                    e = edges(dt)
+                    z = np.stack([e, np.roll(e, 3), np.roll(e, 7)], 1)
+                    z = np.nan_to_num(z, nan=1.0) if kind in ("sum", "prod") else z
+                    if kind in ("max", "min"):
+                        c.add(f"{op}/{dt}/edges", op, [z], lambda v, k=kind: reduce(k, v, [1]),
+                              attrs={"axes": [1]}, jaxfn="reduce(" + kind + ")")
+                    else:
+                        c.add(f"{op}/{dt}/nan", op, [np.array([[1, np.nan, 2], [np.inf, -np.inf, 1], [np.inf, 1, 2]],
+                                                             dtype=NP[dt])],
+                              lambda v, k=kind: reduce(k, v, [1]), attrs={"axes": [1]}, jaxfn="reduce(" + kind + ")")
+        for op, f in (("argmax", lax.argmax), ("argmin", lax.argmin)):
+            for idt in ("i32", "i64"):
+                x = randoms(dt, 20, r).reshape(4, 5) if dt != "bool" else r.integers(0, 2, (4, 5)).astype(bool)
+                if dt in FLOATS:
+                    x[1, 3] = np.nan
+                    x[2, :] = x[2, 0]  # ties: first index
+                    x[3, 1], x[3, 2] = -0.0, 0.0
+                if dt in INTS:
+                    x[2, :] = x[2, 0]
+                for axis in (0, 1):
+                    c.add(f"{op}/{dt}/{idt}/{axis}", op, [x], lambda v, a=axis, i=idt: f(v, a, NP[i]),
+                          attrs={"axis": axis, "dtype": idt}, jaxfn=op)
+        # sort: one operand with edges and ties; two operands, two keys.
+        e = edges(dt)
+        n = len(e)
+        x = np.stack([e, r.permutation(e), np.concatenate([e[: n // 2], e[: n - n // 2]])])
+        c.add(f"sort/{dt}/1", "sort", [x], lambda v: lax.sort(v, dimension=1, is_stable=True, num_keys=1),
+              attrs={"dimension": 1, "num_keys": 1}, jaxfn="sort")
+        k1 = small_ints(dt, (6, 5), r, -1, 2)
+        k2 = r.permutation(np.resize(e, 30)).reshape(6, 5)
+        v = np.arange(30, dtype=np.int32).reshape(6, 5)
+        c.add(f"sort/{dt}/3", "sort", [k1, k2, v],
+              lambda a, b, w: lax.sort((a, b, w), dimension=0, is_stable=True, num_keys=2),
+              attrs={"dimension": 0, "num_keys": 2}, jaxfn="sort")
+        if dt != "bool":
+            dims = {"lhs_batch": [0], "rhs_batch": [0], "lhs_contract": [2], "rhs_contract": [1]}
+            dn = (([2], [1]), ([0], [0]))
+            a, b = small_ints(dt, (2, 3, 5), r), small_ints(dt, (2, 5, 4), r)
+            c.add(f"dot_general/{dt}/ints", "dot_general", [a, b], lambda p, q: lax.dot_general(p, q, dn),
+                  attrs=dims, jaxfn="dot_general")
+            a, b = small_ints(dt, (4, 3), r), small_ints(dt, (4, 2), r)
+            c.add(f"dot_general/{dt}/ints2", "dot_general", [a, b], lambda p, q: lax.dot_general(p, q, (([0], [0]), ([], []))),
+                  attrs={"lhs_batch": [], "rhs_batch": [], "lhs_contract": [0], "rhs_contract": [0]}, jaxfn="dot_general")
+            a, b = small_ints(dt, (2, 3, 4, 5), r), small_ints(dt, (2, 5, 4, 6), r)
+            c.add(f"dot_general/{dt}/ints3", "dot_general", [a, b],
+                  lambda p, q: lax.dot_general(p, q, (([2, 3], [2, 1]), ([0], [0]))),
+                  attrs={"lhs_batch": [0], "rhs_batch": [0], "lhs_contract": [2, 3], "rhs_contract": [2, 1]},
+                  jaxfn="dot_general")
+            if dt in FLOATS:
+                a, b = randoms(dt, 2 * 3 * 40, r, 0.5, 2).reshape(2, 3, 40), randoms(dt, 2 * 40 * 4, r, 0.5, 2).reshape(2, 40, 4)
+                c.add(f"dot_general/{dt}/random", "dot_general", [a, b], lambda p, q: lax.dot_general(p, q, (([2], [1]), ([0], [0]))),
+                      attrs=dims, cmp="ulp", jaxfn="dot_general")
+
+
+# ---- random -----------------------------------------------------------------
+
+def key_data(k):
+    return [int(w) for w in np.asarray(k)]
+
+
+def gen_random(rows):
+    seeds = [0, 42, 2**32 + 7, 2**40 + 12345]
+    shapes = [[5], [3, 4], [2, 3, 5]]
+    dts = ["f32", "bf16", "f16", "f64"]
+
+    def row(name, fn, part, key, params, out):
+        rows.append({"name": name, "fn": fn, "partitionable": part, "key": key, "params": params,
+                     "out": enc(np.asarray(out))})
+
+    for part in (True, False):
+        jax.config.update("jax_threefry_partitionable", part)
+        p = "p" if part else "o"
+        # PRNGKey of 64-bit seeds needs x64.
+        jax.config.update("jax_enable_x64", True)
+        for s in seeds:
+            row(f"{p}/key/{s}", "key", part, None, {"seed": s}, jax.random.PRNGKey(s))
+        keys = [key_data(jax.random.PRNGKey(s)) for s in seeds] + [[0x12345678, 0x9ABCDEF0]]
+        for x64 in (False, True):
+            jax.config.update("jax_enable_x64", x64)
+            for ki, k in enumerate(keys):
+                key = jnp.array(k, dtype=jnp.uint32)
+                if not x64:
+                    for n in (1, 2, 3):
+                        row(f"{p}/split/{ki}/{n}", "split", part, k, {"n": n}, jax.random.split(key, n))
+                    for d in (0, 7, 0xFFFFFFFF):
+                        row(f"{p}/fold_in/{ki}/{d}", "fold_in", part, k, {"data": d}, jax.random.fold_in(key, d))
+                    for sh in shapes + [[7], [1]]:
+                        row(f"{p}/bits/{ki}/{sh}", "bits", part, k, {"shape": sh}, jax.random.bits(key, tuple(sh)))
+                    for sh in shapes:
+                        row(f"{p}/bernoulli/{ki}/{sh}", "bernoulli", part, k, {"shape": sh, "p": 0.3},
+                            jax.random.bernoulli(key, 0.3, tuple(sh)))
+                    for n in (1, 5, 100):
+                        row(f"{p}/permutation/{ki}/{n}", "permutation", part, k, {"n": n},
+                            jax.random.permutation(key, n))
+                for dt in dts:
+                    if (dt == "f64") != x64:
+                        continue
+                    d = NP[dt]
+                    for sh in shapes:
+                        row(f"{p}/uniform/{ki}/{dt}/{sh}", "uniform", part, k,
+                            {"dtype": dt, "shape": sh, "lo": 0.0, "hi": 1.0},
+                            jax.random.uniform(key, tuple(sh), d))
+                        row(f"{p}/uniform/{ki}/{dt}/{sh}/-2,3", "uniform", part, k,
+                            {"dtype": dt, "shape": sh, "lo": -2.0, "hi": 3.0},
+                            jax.random.uniform(key, tuple(sh), d, -2.0, 3.0))
+                        row(f"{p}/normal/{ki}/{dt}/{sh}", "normal", part, k, {"dtype": dt, "shape": sh},
+                            jax.random.normal(key, tuple(sh), d))
+                        row(f"{p}/truncated_normal/{ki}/{dt}/{sh}", "truncated_normal", part, k,
+                            {"dtype": dt, "shape": sh, "lower": -2.0, "upper": 1.5},
+                            jax.random.truncated_normal(key, -2.0, 1.5, tuple(sh), d))
+                    lg = np.linspace(-2, 2, 15).reshape(3, 5).astype(d)
+                    for axis in (0, 1):
+                        row(f"{p}/categorical/{ki}/{dt}/{axis}", "categorical", part, k,
+                            {"logits": enc(lg), "axis": axis}, jax.random.categorical(key, lg, axis))
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_threefry_partitionable", True)
+
+
+# ---- files -------------------------------------------------------------------
+
+def render(meta, rows):
+    """One JSON object per line: the header, then one line per case."""
+    lines = [json.dumps(meta, sort_keys=True, separators=(",", ":"))]
+    lines += [json.dumps(r, sort_keys=True, separators=(",", ":")) for r in rows]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def build():
+    meta = {"jax": jax.__version__, "numpy": np.__version__}
+    c = Cases()
+    gen_elementwise(c)
+    gen_structural(c)
+    gen_reduce_sort_dot(c)
+    ops = render(dict(meta, unsupported=c.unsupported, kind="ops"), c.rows)
+    rr = []
+    gen_random(rr)
+    rnd = render(dict(meta, kind="random"), rr)
+    return {"ops.jsonl.gz": ops, "random.jsonl.gz": rnd}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="compare with the committed files instead of writing")
+    args = ap.parse_args()
+    files = build()
+    bad = 0
+    for name, data in sorted(files.items()):
+        path = os.path.join(TESTDATA, name)
+        if not args.check:
+            os.makedirs(TESTDATA, exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(gzip.compress(data, compresslevel=9, mtime=0))
+            print(f"wrote {path}: {len(data.splitlines()) - 1} cases, {os.path.getsize(path)} bytes gzip'd")
+            continue
+        try:
+            with gzip.open(path, "rb") as f:
+                old = f.read()
+        except OSError as e:
+            print(f"{path}: cannot read: {e}", file=sys.stderr)
+            bad += 1
+            continue
+        if old == data:
+            print(f"{path}: ok ({len(data.splitlines()) - 1} cases)")
+            continue
+        bad += 1
+        o, n = old.decode().splitlines(), data.decode().splitlines()
+        for i in range(max(len(o), len(n))):
+            a = o[i] if i < len(o) else "<missing>"
+            b = n[i] if i < len(n) else "<missing>"
+            if a != b:
+                print(f"{path}: line {i + 1} differs (case {case_name(a)} committed, {case_name(b)} regenerated)",
+                      file=sys.stderr)
+                first_diff(a, b)
+                break
+    if bad:
+        print(f"{bad} golden file(s) differ from what JAX {jax.__version__} gives: "
+              f"run .venv/bin/python conformance/gen.py and review the change", file=sys.stderr)
+        sys.exit(1)
+
+
+def case_name(line):
+    try:
+        return json.loads(line).get("name", "<header>")
+    except ValueError:
+        return "<unparsable>"
+
+
+def first_diff(a, b):
+    try:
+        ja, jb = json.loads(a), json.loads(b)
+    except ValueError:
+        return
+    for k in sorted(set(ja) | set(jb)):
+        if ja.get(k) != jb.get(k):
+            va, vb = json.dumps(ja.get(k))[:300], json.dumps(jb.get(k))[:300]
+            print(f"  field {k!r}: committed {va}\n  {' ' * len(k)}      regenerated {vb}", file=sys.stderr)
+            return
+
+
+if __name__ == "__main__":
+    main()
