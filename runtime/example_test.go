@@ -41,7 +41,7 @@ func ExampleLower() {
 // array it meets. ScalarOf has the dtype of its Go type.
 func ExampleScalarOf() {
 	x := rt.FromSlice([]float32{1, 2}, 2)
-	fmt.Println(trace.Add(x, rt.Scalar(0.5)).DType())           // stays f32
+	fmt.Println(trace.Add(x, rt.Scalar(0.5)).DType())            // stays f32
 	fmt.Println(trace.Add(x, rt.ScalarOf(float64(0.5))).DType()) // promoted to f64
 	fmt.Println(rt.ScalarOf(int32(7)).DType(), rt.ScalarOf(int32(7)).Item())
 	// Output:
