@@ -82,23 +82,19 @@ func randI32(n int, seed uint64, below int) []int32 {
 	return s
 }
 
-// fnCase makes the Case of a jitted function of arrays with one f32 result.
-func fnCase(name, what, jaxCase string, f func(args []*trace.Array) *trace.Array, ins []Tensor, host [][]float32) *Case {
-	args := make([]*trace.Array, len(ins))
-	for i, t := range ins {
-		args[i] = rt.FromSlice(host[i], t.Shape...)
-	}
-	jf := rt.Jit(f)
+// fnCase makes the Case of a jitted function with one f32 result; call runs
+// it once on its inputs (the host copies of ins, made into arrays by args).
+func fnCase(name, what, jaxCase string, ins []Tensor, call func() *trace.Array) *Case {
 	return &Case{
 		Name: name, What: what, JAXCase: jaxCase, Arrays: ins, Tol: 1e-4,
 		Call: func() (err error) {
 			defer trace.Recover(&err)
-			return jf(args).Delete()
+			return call().Delete()
 		},
 		Check: func() (res Result, err error) {
 			defer trace.Recover(&err)
 			t0 := now()
-			out := jf(args)
+			out := call()
 			res.FirstMS = sinceMS(t0)
 			res.Out = out.Float32s()
 			return res, out.Delete()
@@ -108,33 +104,36 @@ func fnCase(name, what, jaxCase string, f func(args []*trace.Array) *trace.Array
 
 // AddCase is a jitted a+b of two f32 scalars: the cost of one call.
 func AddCase() *Case {
-	ins := []Tensor{f32Tensor("a", []float32{1.5}), f32Tensor("b", []float32{-0.25})}
+	a, b := rt.ScalarOf(float32(1.5)), rt.ScalarOf(float32(-0.25))
+	f := rt.Jit(func(a, b *trace.Array) *trace.Array { return trace.Add(a, b) })
 	return fnCase("add", "jitted scalar f32 add (cost of a call)", "add",
-		func(a []*trace.Array) *trace.Array { return trace.Add(a[0], a[1]) },
-		ins, [][]float32{{1.5}, {-0.25}})
+		[]Tensor{f32Tensor("a", []float32{1.5}), f32Tensor("b", []float32{-0.25})},
+		func() *trace.Array { return f(a, b) })
 }
 
 // MatMulCase is a jitted f32 product a[m,k]·b[k,n], inputs uniform in [-1, 1).
 func MatMulCase(m, n, k int) *Case {
-	a, b := randF32(m*k, 1, -1, 1), randF32(k*n, 2, -1, 1)
-	c := fnCase(fmt.Sprintf("matmul_%dx%dx%d", m, n, k),
+	ah, bh := randF32(m*k, 1, -1, 1), randF32(k*n, 2, -1, 1)
+	a, b := rt.FromSlice(ah, m, k), rt.FromSlice(bh, k, n)
+	f := rt.Jit(func(a, b *trace.Array) *trace.Array { return trace.MatMul(a, b) })
+	return fnCase(fmt.Sprintf("matmul_%dx%dx%d", m, n, k),
 		fmt.Sprintf("f32 matmul m×n×k = %d×%d×%d", m, n, k), "matmul",
-		func(a []*trace.Array) *trace.Array { return trace.MatMul(a[0], a[1]) },
-		[]Tensor{f32Tensor("a", a, m, k), f32Tensor("b", b, k, n)}, [][]float32{a, b})
-	return c
+		[]Tensor{f32Tensor("a", ah, m, k), f32Tensor("b", bh, k, n)},
+		func() *trace.Array { return f(a, b) })
 }
 
 // GeluCase is bench/cpu's fused gelu(x*w+b) (tanh form) over x f32[rows, cols]
 // with w and b f32[cols] broadcast: x uniform in [-2, 2), w and b in [-1, 1).
 func GeluCase(rows, cols int) *Case {
-	x, w, b := randF32(rows*cols, 3, -2, 2), randF32(cols, 4, -1, 1), randF32(cols, 5, -1, 1)
+	xh, wh, bh := randF32(rows*cols, 3, -2, 2), randF32(cols, 4, -1, 1), randF32(cols, 5, -1, 1)
+	x, w, b := rt.FromSlice(xh, rows, cols), rt.FromSlice(wh, cols), rt.FromSlice(bh, cols)
+	f := rt.Jit(func(x, w, b *trace.Array) *trace.Array {
+		return trace.Gelu(trace.Add(trace.Mul(x, w), b), true)
+	})
 	return fnCase(fmt.Sprintf("gelu_%dx%d", rows, cols),
 		fmt.Sprintf("fused gelu(x*w+b), x f32[%d,%d]", rows, cols), "gelu",
-		func(a []*trace.Array) *trace.Array {
-			return trace.Gelu(trace.Add(trace.Mul(a[0], a[1]), a[2]), true)
-		},
-		[]Tensor{f32Tensor("x", x, rows, cols), f32Tensor("w", w, cols), f32Tensor("b", b, cols)},
-		[][]float32{x, w, b})
+		[]Tensor{f32Tensor("x", xh, rows, cols), f32Tensor("w", wh, cols), f32Tensor("b", bh, cols)},
+		func() *trace.Array { return f(x, w, b) })
 }
 
 // snapshot is a tree of concrete arrays kept on the host, to make fresh
