@@ -45,6 +45,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -90,14 +91,27 @@ func main() {
 	rounds := flag.Int("rounds", 7, "alternating rounds per row (the median is reported)")
 	roundMS := flag.Int("round-ms", 200, "about how long each side's batch of calls lasts in a round")
 	rowsFlag := flag.String("rows", "", "comma-separated row names to run (default: all)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process (the Ferry side) to this file")
 	tiny := flag.Bool("tiny", false, "tiny sizes: checks that both sides agree in seconds (the timings mean little)")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "vsjax:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	sz := DefaultSizes
 	if *tiny {
 		sz = TinySizes
 	}
 	if err := run(os.Stdout, os.Stderr, sz, *jsonOut, *rounds, *roundMS, *rowsFlag); err != nil {
 		fmt.Fprintln(os.Stderr, "vsjax:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
