@@ -293,3 +293,24 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFerry times the Ferry side of every row at the default sizes
+// (no Python): go test -run XXX -bench Ferry ./bench/vsjax
+func BenchmarkFerry(b *testing.B) {
+	for _, r := range Rows(DefaultSizes) {
+		b.Run(r.Name, func(b *testing.B) {
+			c, err := r.Build()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.Check(); err != nil { // compile
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if err := c.Call(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
