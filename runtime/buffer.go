@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	goruntime "runtime"
+	"strconv"
 	"sync"
 
+	"github.com/ferryml/ferry/internal/callers"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/trace"
 )
@@ -91,8 +93,9 @@ type cpuBuffer struct {
 	rel     *releaser
 	cleanup goruntime.Cleanup
 	state   bufState
-	where   string // where it was deleted or donated
-	err     error  // why it has no memory (bufFailed)
+	where   string         // where it was donated (a Go file:line)
+	deleted *callers.Stack // where it was deleted, symbolised only when reported
+	err     error          // why it has no memory (bufFailed)
 }
 
 // newBuffer copies a host literal into new memory from the pool of its memory
@@ -169,7 +172,7 @@ func (b *cpuBuffer) Literal() (*ir.Literal, error) {
 	case bufFailed:
 		return nil, b.err
 	default:
-		return nil, &freedError{typ: b.typ, donated: b.state == bufDonated, where: b.where}
+		return nil, &freedError{typ: b.typ, donated: b.state == bufDonated, where: b.whereLocked()}
 	}
 }
 
@@ -177,18 +180,27 @@ func (b *cpuBuffer) Literal() (*ir.Literal, error) {
 // fails with an error naming the line of the Delete call. Deleting twice, or
 // deleting a donated buffer, does nothing.
 func (b *cpuBuffer) Delete() error {
-	file, line := trace.CallerLocation()
+	at := callers.Record(2)
 	b.mu.Lock()
 	if b.state != bufLive {
 		b.mu.Unlock()
 		return nil
 	}
-	b.state, b.where, b.lit = bufDeleted, fmt.Sprintf("%s:%d", file, line), nil
+	b.state, b.deleted, b.lit = bufDeleted, at, nil
 	b.cleanup.Stop()
 	rel := b.rel
 	b.mu.Unlock()
 	rel.release()
 	return nil
+}
+
+// whereLocked is where the buffer was deleted or donated (b.mu held).
+func (b *cpuBuffer) whereLocked() string {
+	if b.state == bufDeleted {
+		file, line := b.deleted.Location(trace.UserLocation)
+		return file + ":" + strconv.Itoa(line)
+	}
+	return b.where
 }
 
 // donate marks the buffer donated at where (a Go file:line) and hands its
@@ -204,7 +216,7 @@ func (b *cpuBuffer) donate(where string) (mem []byte, release func(), err error)
 	case bufFailed:
 		return nil, nil, b.err
 	case bufDeleted, bufDonated:
-		return nil, nil, &freedError{typ: b.typ, donated: b.state == bufDonated, where: b.where}
+		return nil, nil, &freedError{typ: b.typ, donated: b.state == bufDonated, where: b.whereLocked()}
 	}
 	mem = b.lit.Data
 	b.state, b.where, b.lit = bufDonated, where, nil

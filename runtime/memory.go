@@ -14,6 +14,7 @@ import (
 
 	goruntime "runtime"
 
+	"github.com/ferryml/ferry/internal/callers"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -746,7 +747,7 @@ func (ps *Pools) alloc(space ir.MemorySpace, size int64, what string, zero bool,
 		return nil, []byte{}, nil
 	}
 	rec := &allocRecord{what: what, born: time.Now()}
-	rec.npc = goruntime.Callers(skip, rec.pcs[:])
+	rec.npc = copy(rec.pcs[:], callers.Record(skip).PCs)
 	retried, collected := false, false
 	for {
 		p, err := s.pool(space)

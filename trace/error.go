@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/ferryml/ferry/internal/callers"
 )
 
 // Error is a programming error found while tracing or running an op: a shape or
@@ -83,10 +85,12 @@ func isLibraryFrame(fr runtime.Frame) bool {
 
 // CallerLocation returns the file (base name with its directory) and line of the
 // innermost caller outside Ferry's library packages: the user's line.
+//
+// The stack is recorded through internal/callers and symbolised once per
+// distinct stack, so a repeated call from one place costs well under a
+// microsecond.
 func CallerLocation() (string, int) {
-	var pcs [48]uintptr
-	n := runtime.Callers(2, pcs[:])
-	return UserLocation(pcs[:n])
+	return callers.Record(2).Location(UserLocation)
 }
 
 // UserLocation is CallerLocation for a captured call stack (from
