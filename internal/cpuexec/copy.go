@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ferryml/ferry/ir"
@@ -69,17 +70,40 @@ type copyConfig struct {
 	gbps  float64 // simulated link speed in GB/s; 0: as fast as memory
 }
 
-// copyConfigFromEnv reads FERRY_ASYNC_COPY and FERRY_HOST_COPY_GBPS.
+// lastCopyConfig caches copyConfigFromEnv's result for the environment values
+// it was parsed from (read on every execution; parsed when they change).
+var lastCopyConfig atomic.Pointer[parsedCopyConfig]
+
+type parsedCopyConfig struct {
+	async, gbps string
+	cfg         *copyConfig
+}
+
+// copyConfigFromEnv reads FERRY_ASYNC_COPY and FERRY_HOST_COPY_GBPS. The
+// result is shared and must not be modified.
 func copyConfigFromEnv() (*copyConfig, error) {
+	async, gbps := os.Getenv("FERRY_ASYNC_COPY"), os.Getenv("FERRY_HOST_COPY_GBPS")
+	if p := lastCopyConfig.Load(); p != nil && p.async == async && p.gbps == gbps {
+		return p.cfg, nil
+	}
+	c, err := parseCopyConfig(async, gbps)
+	if err == nil {
+		lastCopyConfig.Store(&parsedCopyConfig{async, gbps, c})
+	}
+	return c, err
+}
+
+// parseCopyConfig parses the values of FERRY_ASYNC_COPY and FERRY_HOST_COPY_GBPS.
+func parseCopyConfig(async, gbps string) (*copyConfig, error) {
 	c := &copyConfig{async: true}
-	if s := strings.TrimSpace(os.Getenv("FERRY_ASYNC_COPY")); s != "" {
+	if s := strings.TrimSpace(async); s != "" {
 		on, err := strconv.ParseBool(s)
 		if err != nil {
 			return nil, fmt.Errorf("FERRY_ASYNC_COPY=%q: want 0 or 1", s)
 		}
 		c.async = on
 	}
-	if s := strings.TrimSpace(os.Getenv("FERRY_HOST_COPY_GBPS")); s != "" {
+	if s := strings.TrimSpace(gbps); s != "" {
 		g, err := strconv.ParseFloat(s, 64)
 		if err != nil || !(g > 0) || g > 1e9 {
 			return nil, fmt.Errorf("FERRY_HOST_COPY_GBPS=%q: want a positive number of GB/s", s)

@@ -296,9 +296,12 @@ type frame struct {
 // newFrame makes the views of g's temporaries in arena (the region's own
 // arena per space); parameters, outputs and aliases are set by the caller.
 func newFrame(g *region, arena [2][]byte, cfg *copyConfig) *frame {
+	// The per-step slices share backing arrays (full slice expressions keep
+	// them apart): one frame is made per execution, so allocations count.
+	n := len(g.steps)
 	f := &frame{g: g, cfg: cfg, arena: arena, lits: make([]ir.Literal, len(g.slots))}
-	f.ev = make([]*copyEvent, len(g.steps))
-	f.pre = make([]*copyEvent, len(g.steps))
+	events := make([]*copyEvent, 2*n)
+	f.ev, f.pre = events[:n:n], events[n:]
 	f.next = make([][]byte, len(g.params))
 	for s, sl := range g.slots {
 		f.lits[s].Type = sl.v.Type
@@ -306,16 +309,26 @@ func newFrame(g *region, arena [2][]byte, cfg *copyConfig) *frame {
 			f.lits[s].Data = arena[sl.buf.Space][sl.buf.Offset : sl.buf.Offset+sl.size : sl.buf.Offset+sl.size]
 		}
 	}
-	f.args = make([][]*ir.Literal, len(g.steps))
-	f.outs = make([][]*ir.Literal, len(g.steps))
-	f.subs = make([][]*frame, len(g.steps))
-	f.stage = make([][][]byte, len(g.steps))
+	lists := make([][]*ir.Literal, 2*n)
+	f.args, f.outs = lists[:n:n], lists[n:]
+	f.subs = make([][]*frame, n)
+	f.stage = make([][][]byte, n)
+	total := 0
+	for _, st := range g.steps {
+		total += len(st.args) + len(st.outs)
+	}
+	ptrs := make([]*ir.Literal, total)
+	take := func(m int) []*ir.Literal {
+		p := ptrs[:m:m]
+		ptrs = ptrs[m:]
+		return p
+	}
 	for i, st := range g.steps {
-		f.args[i] = make([]*ir.Literal, len(st.args))
+		f.args[i] = take(len(st.args))
 		for j, s := range st.args {
 			f.args[i][j] = &f.lits[s]
 		}
-		f.outs[i] = make([]*ir.Literal, len(st.outs))
+		f.outs[i] = take(len(st.outs))
 		for j, s := range st.outs {
 			f.outs[i][j] = &f.lits[s]
 		}
