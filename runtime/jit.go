@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -235,8 +236,8 @@ func (j *Jitted[F]) call(args []any) (outs []any, err error) {
 	if trace.Current() != nil || anyTraced(leaves) {
 		return j.inline(args)
 	}
-	key := signature(defs, leaves)
-	e, err := j.entryFor(key, args)
+	var buf [128]byte
+	e, err := j.entryFor(appendSignature(buf[:0], defs, leaves), args)
 	if err != nil {
 		return nil, err
 	}
@@ -247,13 +248,13 @@ func (j *Jitted[F]) call(args []any) (outs []any, err error) {
 // first calls with one key compile once: the first caller traces and compiles,
 // the others wait for it and share its executable or its error (counted as
 // hits). A failed compile is not cached; the next call tries again.
-func (j *Jitted[F]) entryFor(key string, args []any) (*entry, error) {
+func (j *Jitted[F]) entryFor(key []byte, args []any) (*entry, error) {
 	j.mu.Lock()
-	e := j.cache[key]
+	e := j.cache[string(key)]
 	owner := e == nil
 	if owner {
 		e = &entry{ready: make(chan struct{})}
-		j.cache[key] = e
+		j.cache[string(key)] = e
 	}
 	j.mu.Unlock()
 	if !owner {
@@ -270,7 +271,7 @@ func (j *Jitted[F]) entryFor(key string, args []any) (*entry, error) {
 	e.err = j.build(e, args)
 	if e.err != nil {
 		j.mu.Lock()
-		delete(j.cache, key)
+		delete(j.cache, string(key))
 		j.mu.Unlock()
 	}
 	close(e.ready)
@@ -353,10 +354,25 @@ func anyTraced(leaves []*trace.Array) bool {
 	return false
 }
 
+// arrayDef is the TreeDef of an argument that is one non-nil array.
+var arrayDef = func() *trace.TreeDef {
+	d, err := trace.Structure(new(trace.Array))
+	if err != nil {
+		panic(err)
+	}
+	return d
+}()
+
 func flattenArgs(args []any) ([]*trace.Array, []*trace.TreeDef, error) {
-	var leaves []*trace.Array
+	leaves := make([]*trace.Array, 0, len(args))
 	defs := make([]*trace.TreeDef, len(args))
 	for i, a := range args {
+		if x, ok := a.(*trace.Array); ok && x != nil {
+			// The common case, without reflection.
+			leaves = append(leaves, x)
+			defs[i] = arrayDef
+			continue
+		}
 		ls, d, err := trace.Flatten(a)
 		if err != nil {
 			return nil, nil, fmt.Errorf("argument %d: %v", i, err)
@@ -367,21 +383,36 @@ func flattenArgs(args []any) ([]*trace.Array, []*trace.TreeDef, error) {
 	return leaves, defs, nil
 }
 
-// signature is the cache key: tree structures and the leaves' abstract values.
-func signature(defs []*trace.TreeDef, leaves []*trace.Array) string {
-	var b strings.Builder
+// appendSignature appends the cache key to b: the tree structures and the
+// leaves' abstract values (each leaf's type as ir.Type.String writes it, "~"
+// for a weak type).
+func appendSignature(b []byte, defs []*trace.TreeDef, leaves []*trace.Array) []byte {
 	for _, d := range defs {
-		b.WriteString(d.String())
-		b.WriteByte('|')
+		b = append(b, d.String()...)
+		b = append(b, '|')
 	}
 	for _, l := range leaves {
-		b.WriteString(l.Type().String())
-		if l.IsWeak() {
-			b.WriteString("~")
+		t := l.Type()
+		b = append(b, t.DType.String()...)
+		b = append(b, '[')
+		for i, d := range t.Shape {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, int64(d), 10)
 		}
-		b.WriteByte(',')
+		b = append(b, ']')
+		if t.Space != ir.Device {
+			b = append(b, '{')
+			b = append(b, t.Space.String()...)
+			b = append(b, '}')
+		}
+		if l.IsWeak() {
+			b = append(b, '~')
+		}
+		b = append(b, ',')
 	}
-	return b.String()
+	return b
 }
 
 // lower traces fn on tracers standing for the arguments' leaves.
