@@ -127,7 +127,7 @@ func (cpuBackend) Compile(f *ir.Func, opts CompileOptions) (Executable, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &cpuExecutable{prog: prog, exe: exe, aliasOf: make([]int, len(prog.Func.Body.Results))}
+	e := &cpuExecutable{prog: prog, exe: exe, aliasOf: make([]int, len(prog.Func.Body.Results)), alloc: memPools.allocatorFor(prog.Func.Name)}
 	for i, v := range prog.Func.Body.Results {
 		e.aliasOf[i] = -1
 		if b, ok := prog.Plan.Values[v]; ok && b.Kind == passes.BufAlias && b.Index == i {
@@ -140,7 +140,8 @@ func (cpuBackend) Compile(f *ir.Func, opts CompileOptions) (Executable, error) {
 type cpuExecutable struct {
 	prog    *passes.Program
 	exe     *cpuexec.Executable
-	aliasOf []int // donated parameter whose memory result i reuses, or -1
+	aliasOf []int             // donated parameter whose memory result i reuses, or -1
+	alloc   cpuexec.Allocator // memPools naming allocations after the function
 }
 
 func (e *cpuExecutable) Program() *passes.Program { return e.prog }
@@ -154,7 +155,7 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.
 		}
 		lits[i] = l
 	}
-	outs, rels, err := e.exe.Execute(lits, memPools.allocatorFor(e.prog.Func.Name))
+	outs, rels, err := e.exe.Execute(lits, e.alloc)
 	goruntime.KeepAlive(lits)
 	if err != nil {
 		return nil, err

@@ -104,7 +104,7 @@ func newBuffer(l *ir.Literal) (*cpuBuffer, error) {
 	if int64(len(l.Data)) != l.Type.Bytes() {
 		return nil, fmt.Errorf("literal %v has %d bytes, want %d", l.Type, len(l.Data), l.Type.Bytes())
 	}
-	rec, mem, err := memPools.alloc(l.Type.Space, l.Type.Bytes(), "array", false, 3)
+	rec, mem, err := memPools.alloc(l.Type.Space, l.Type.Bytes(), "array", "", false, 3)
 	if err != nil {
 		return nil, err
 	}

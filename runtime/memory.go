@@ -392,7 +392,8 @@ type allocRecord struct {
 	held    int64 // bytes counted against the limit
 	chunk   *bfcChunk
 	addr    uintptr
-	what    string
+	what    string // what the memory is for; the name is what+suffix
+	suffix  string
 	typ     ir.Type
 	isArray bool
 	site    string
@@ -401,6 +402,9 @@ type allocRecord struct {
 	pcs     [maxStackDepth]uintptr
 	freed   bool
 }
+
+// name is what the memory is for, as reports show it.
+func (r *allocRecord) name() string { return r.what + r.suffix }
 
 // release frees the record's memory; it is safe to call more than once.
 func (r *allocRecord) release() { r.pool.free(r) }
@@ -496,7 +500,7 @@ func (p *pool) tryAlloc(size int64, rec *allocRecord, zero, mayCollect bool) ([]
 		rec.held = size
 	}
 	if mem == nil {
-		return nil, p.oomLocked(size, rec.what, note)
+		return nil, p.oomLocked(size, rec.name(), note)
 	}
 	if !zero && poisonUninit {
 		for i := range mem {
@@ -683,7 +687,7 @@ func (s *poolSet) pool(space ir.MemorySpace) (*pool, error) {
 // once. A request that does not fit returns an *OutOfMemoryError. Alloc is
 // safe for concurrent use.
 func (ps *Pools) Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	return releaseFunc(ps.alloc(space, size, what, true, 3))
+	return releaseFunc(ps.alloc(space, size, what, "", true, 3))
 }
 
 // AllocUninit is Alloc without zeroing the memory: for executors that write
@@ -696,7 +700,7 @@ func (ps *Pools) Alloc(space ir.MemorySpace, size int64, what string) (mem []byt
 // all of its results (the arena reuses memory between values anyway), so
 // zeroing a fresh 16 MiB output would only cost a pass over memory.
 func (ps *Pools) AllocUninit(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	return releaseFunc(ps.alloc(space, size, what, false, 3))
+	return releaseFunc(ps.alloc(space, size, what, "", false, 3))
 }
 
 func releaseFunc(rec *allocRecord, mem []byte, err error) ([]byte, func(), error) {
@@ -727,14 +731,15 @@ func (ps *Pools) allocatorFor(name string) namedAllocator {
 
 // Alloc is Pools.AllocUninit with the function's name added to what.
 func (a namedAllocator) Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	return releaseFunc(a.ps.alloc(space, size, what+a.suffix, false, 3))
+	return releaseFunc(a.ps.alloc(space, size, what, a.suffix, false, 3))
 }
 
 // alloc is Alloc returning the record (nil for size 0); skip is the number of
 // stack frames to leave out of the recorded call stack (1 is alloc's caller).
-func (ps *Pools) alloc(space ir.MemorySpace, size int64, what string, zero bool, skip int) (*allocRecord, []byte, error) {
+// The allocation is named what+suffix, joined only when reported.
+func (ps *Pools) alloc(space ir.MemorySpace, size int64, what, suffix string, zero bool, skip int) (*allocRecord, []byte, error) {
 	if size < 0 {
-		return nil, nil, fmt.Errorf("allocate %d bytes in %v memory for %s: negative size", size, space, what)
+		return nil, nil, fmt.Errorf("allocate %d bytes in %v memory for %s: negative size", size, space, what+suffix)
 	}
 	s := ps.set()
 	if s.err != nil {
@@ -746,7 +751,7 @@ func (ps *Pools) alloc(space ir.MemorySpace, size int64, what string, zero bool,
 		}
 		return nil, []byte{}, nil
 	}
-	rec := &allocRecord{what: what, born: time.Now()}
+	rec := &allocRecord{what: what, suffix: suffix, born: time.Now()}
 	rec.npc = copy(rec.pcs[:], callers.Record(skip).PCs)
 	retried, collected := false, false
 	for {

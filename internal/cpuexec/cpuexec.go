@@ -73,9 +73,10 @@ type Executable struct {
 // resultPlan says how top-level result i gets its memory.
 type resultPlan struct {
 	typ   ir.Type
-	slot  int  // the slot of the returned value
-	alias int  // donated parameter whose memory is the result, or -1
-	copy  bool // the value lives elsewhere: allocate and copy at the end
+	slot  int    // the slot of the returned value
+	alias int    // donated parameter whose memory is the result, or -1
+	copy  bool   // the value lives elsewhere: allocate and copy at the end
+	what  string // "output i", naming its allocation
 }
 
 // New prepares p for execution. It checks that the plan covers every value
@@ -100,7 +101,7 @@ func New(p *passes.Program) (*Executable, error) {
 		if !ok {
 			return nil, fmt.Errorf("cpuexec %s: result %d (%v) has no buffer", f.Name, i, v)
 		}
-		rp := resultPlan{typ: v.Type, slot: s, alias: -1}
+		rp := resultPlan{typ: v.Type, slot: s, alias: -1, what: fmt.Sprintf("output %d", i)}
 		b := body.slots[s].buf
 		switch {
 		case b.Kind == passes.BufOutput && b.Index == i:
@@ -173,7 +174,7 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 			release[i] = func() {}
 			continue
 		}
-		mem, rel, err := alloc(a, rp.typ.Space, rp.typ.Bytes(), fmt.Sprintf("output %d", i))
+		mem, rel, err := alloc(a, rp.typ.Space, rp.typ.Bytes(), rp.what)
 		if err != nil {
 			return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
 		}
