@@ -170,3 +170,19 @@ func TestInferTypesErrors(t *testing.T) {
 func contains(s, sub string) bool {
 	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
 }
+
+// TestTypeAppendText checks AppendText against String on random types.
+func TestTypeAppendText(t *testing.T) {
+	r := rand.New(rand.NewPCG(rand.Uint64(), 5))
+	for i := 0; i < 200; i++ {
+		shape := make(Shape, r.IntN(5))
+		for d := range shape {
+			shape[d] = r.IntN(1000)
+		}
+		ty := Type{DType: AllDTypes[r.IntN(len(AllDTypes))], Shape: shape, Space: AllSpaces[r.IntN(len(AllSpaces))]}
+		prefix := []byte("key:")
+		if got := string(ty.AppendText(prefix)); got != "key:"+ty.String() {
+			t.Fatalf("AppendText gave %q, want %q", got, "key:"+ty.String())
+		}
+	}
+}

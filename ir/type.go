@@ -110,6 +110,26 @@ func (t Type) String() string {
 	return s
 }
 
+// AppendText appends t as String writes it to b, without allocating when b has
+// room: for cache keys built on every call.
+func (t Type) AppendText(b []byte) []byte {
+	b = append(b, t.DType.String()...)
+	b = append(b, '[')
+	for i, d := range t.Shape {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(d), 10)
+	}
+	b = append(b, ']')
+	if t.Space != Device {
+		b = append(b, '{')
+		b = append(b, t.Space.String()...)
+		b = append(b, '}')
+	}
+	return b
+}
+
 // Key returns a compact string usable as a cache key.
 func (t Type) Key() string { return t.String() }
 

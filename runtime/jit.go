@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -392,21 +391,7 @@ func appendSignature(b []byte, defs []*trace.TreeDef, leaves []*trace.Array) []b
 		b = append(b, '|')
 	}
 	for _, l := range leaves {
-		t := l.Type()
-		b = append(b, t.DType.String()...)
-		b = append(b, '[')
-		for i, d := range t.Shape {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(b, int64(d), 10)
-		}
-		b = append(b, ']')
-		if t.Space != ir.Device {
-			b = append(b, '{')
-			b = append(b, t.Space.String()...)
-			b = append(b, '}')
-		}
+		b = l.Type().AppendText(b)
 		if l.IsWeak() {
 			b = append(b, '~')
 		}

@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -319,30 +318,30 @@ func applyEager(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Arra
 
 // opKey is the eager cache key of an op: name, attributes, operand types.
 func opKey(code ir.Code, attrs ir.Attrs, types []ir.Type) string {
-	var b strings.Builder
-	b.WriteString(code.String())
-	b.WriteByte('(')
+	var buf [128]byte
+	b := append(buf[:0], code.String()...)
+	b = append(b, '(')
 	for i, t := range types {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		b.WriteString(t.String())
+		b = t.AppendText(b)
 	}
-	b.WriteByte(')')
+	b = append(b, ')')
 	for _, k := range attrs.Keys() {
-		b.WriteString(k)
-		b.WriteByte('=')
+		b = append(b, k...)
+		b = append(b, '=')
 		switch v := attrs[k].(type) {
 		case *ir.Literal:
 			h := fnv.New64a()
 			h.Write(v.Data)
-			fmt.Fprintf(&b, "lit<%v,%x,%d>", v.Type, h.Sum64(), len(v.Data))
+			b = fmt.Appendf(b, "lit<%v,%x,%d>", v.Type, h.Sum64(), len(v.Data))
 		default:
-			fmt.Fprintf(&b, "%v", v)
+			b = fmt.Appendf(b, "%v", v)
 		}
-		b.WriteByte(';')
+		b = append(b, ';')
 	}
-	return b.String()
+	return string(b)
 }
 
 // maxValueID returns the largest value ID in the regions (-1 if none).
