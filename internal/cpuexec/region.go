@@ -286,8 +286,8 @@ type frame struct {
 	lits  []ir.Literal
 	args  [][]*ir.Literal
 	outs  [][]*ir.Literal
-	subs  [][]*frame   // per step, per nested region
-	stage [][][]byte   // per step: staging copies of region results
+	subs  [][]*frame   // per step, per nested region (made on first use)
+	stage [][][]byte   // per step: staging copies of region results (made on first use)
 	ev    []*copyEvent // per copy step: its copy, until waited for
 	pre   []*copyEvent // per copy step: its copy started by the previous iteration
 	next  [][]byte     // scan body: per xs parameter, the next iteration's slice
@@ -311,8 +311,6 @@ func newFrame(g *region, arena [2][]byte, cfg *copyConfig) *frame {
 	}
 	lists := make([][]*ir.Literal, 2*n)
 	f.args, f.outs = lists[:n:n], lists[n:]
-	f.subs = make([][]*frame, n)
-	f.stage = make([][][]byte, n)
 	total := 0
 	for _, st := range g.steps {
 		total += len(st.args) + len(st.outs)
@@ -353,6 +351,9 @@ func (f *frame) refresh() {
 
 // sub returns the frame of nested region k of step i, making it on first use.
 func (f *frame) sub(i, k int) *frame {
+	if f.subs == nil {
+		f.subs = make([][]*frame, len(f.g.steps))
+	}
 	if f.subs[i] == nil {
 		f.subs[i] = make([]*frame, len(f.g.steps[i].subs))
 	}
@@ -538,6 +539,9 @@ func (f *frame) runCond(i int) error {
 // read before any destination is written: a source that overlaps another
 // result's destination is first copied into a staging buffer of step i.
 func (f *frame) copyResults(i int, dst, src [][]byte) {
+	if f.stage == nil {
+		f.stage = make([][][]byte, len(f.g.steps))
+	}
 	if f.stage[i] == nil {
 		f.stage[i] = make([][]byte, len(dst))
 	}
