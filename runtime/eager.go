@@ -50,6 +50,13 @@ func eagerCompile(key string, build func() *ir.Func) (Executable, error) {
 		eagerMisses.Add(1)
 		return DefaultBackend().Compile(build(), CompileOptions{})
 	}
+	if v, ok := eagerCache.Load(key); ok {
+		// The common case, without making an entry.
+		e := v.(*eagerEntry)
+		eagerHits.Add(1)
+		<-e.ready
+		return e.ex, e.err
+	}
 	fresh := &eagerEntry{ready: make(chan struct{})}
 	v, loaded := eagerCache.LoadOrStore(key, fresh)
 	e := v.(*eagerEntry)
