@@ -532,6 +532,11 @@ func (e *entry) run(leaves []*trace.Array, site string) ([]any, error) {
 	k := 0
 	for i, d := range e.outDefs {
 		n := d.NumLeaves()
+		if n == 1 && d.String() == arrayDef.String() {
+			outs[i] = arrays[k] // a single array, without reflection
+			k++
+			continue
+		}
 		v, err := d.Unflatten(arrays[k : k+n])
 		if err != nil {
 			return nil, trace.WrapError("rt.Jit", err)
