@@ -36,7 +36,8 @@ type gradsMeta struct {
 	JAX string `json:"jax"`
 }
 
-// gradTol is the largest error allowed, relative to the largest magnitude of
+// gradTol is the largest error allowed (for f32 programs at least; see
+// TestGradsMatchJAX), relative to the largest magnitude of
 // JAX's result (see relErr), per dtype: a few roundings of the dtype, as the
 // two sides evaluate the same formulas in different orders (summations,
 // fused products) and with different libm kernels.
@@ -329,6 +330,21 @@ func TestGradsMatchJAX(t *testing.T) {
 				dt = want[len(c.Outs)].Type.DType
 			}
 			r := row{name: name, dtype: dt.String(), tol: gradTol(dt)}
+			if c.Program != "" && dt == ir.Float32 {
+				// A deep f32 program has rounding error of its own, which
+				// JAX's and Ferry's different summation orders and kernels
+				// each make: allow a few times what JAX's own f32 result has
+				// (up to 1e-4: the f64 result is Ferry's, so a wrong gradient
+				// rule must not widen its own tolerance beyond that).
+				r.jaxVsF64 = f64Error(t, fn, args, cts, c.Diff, want)
+				r.tol = max(r.tol, min(4*r.jaxVsF64, 1e-4))
+			}
+			tol := func(l *ir.Literal) float64 {
+				if c.Program != "" {
+					return r.tol
+				}
+				return gradTol(l.Type.DType)
+			}
 			for p, jit := range []bool{false, true} {
 				path := [2]string{"eager", "jit"}[p]
 				got, err := runGrad(fn, args, cts, c.Diff, jit)
@@ -345,7 +361,7 @@ func TestGradsMatchJAX(t *testing.T) {
 				for i := range want {
 					e := relErr(got[i], want[i])
 					r.err[p] = max(r.err[p], e)
-					if e <= gradTol(want[i].Type.DType) {
+					if e <= tol(want[i]) {
 						continue
 					}
 					what := fmt.Sprintf("output %d", i)
@@ -357,7 +373,7 @@ func TestGradsMatchJAX(t *testing.T) {
 						}
 					}
 					msg := fmt.Sprintf("%s [%s]: %s is %.3g off (relative to max|JAX|), tolerance %.0e\n  Ferry %s\n  JAX   %s",
-						name, path, what, e, gradTol(want[i].Type.DType),
+						name, path, what, e, tol(want[i]),
 						trace.FormatLiteral(got[i], 8), trace.FormatLiteral(want[i], 8))
 					if k := gradKnown(name); k >= 0 {
 						excused[k] = append(excused[k], msg)
@@ -365,9 +381,6 @@ func TestGradsMatchJAX(t *testing.T) {
 					}
 					t.Error(msg)
 				}
-			}
-			if c.Program != "" && dt == ir.Float32 {
-				r.jaxVsF64 = f64Error(t, fn, args, cts, c.Diff, want)
 			}
 			rows = append(rows, r)
 		}
@@ -381,9 +394,9 @@ func TestGradsMatchJAX(t *testing.T) {
 		if r.jaxVsF64 != 0 {
 			ref = fmt.Sprintf("%.2e", r.jaxVsF64)
 		}
-		t.Logf("%-44s %-5s %10.2e %10.2e %8.0e %16s", r.name, r.dtype, r.err[0], r.err[1], r.tol, ref)
+		t.Logf("%-44s %-5s %10.2e %10.2e %8.1e %16s", r.name, r.dtype, r.err[0], r.err[1], r.tol, ref)
 	}
-	t.Logf("known gradient differences from JAX (gradKnownDiffs):")
+	t.Logf("known gradient differences from JAX (gradKnownDiffs): %d", len(gradKnownDiffs))
 	for k, kd := range gradKnownDiffs {
 		if len(excused[k]) == 0 {
 			t.Errorf("gradKnownDiffs[%d] (%s) excused nothing: remove it", k, kd.Case)
