@@ -549,6 +549,25 @@ def gen_grad_ops(rows):
             else:
                 x, y = away(dt, 24, r), away(dt, 24, r)
             grad_case(rows, name, op, [x.reshape(4, 6), y.reshape(4, 6)], fn, [0, 1])
+    # The conventions at the points where the derivative is not defined:
+    # ties of max/min (JAX splits the cotangent equally), pow at x = 0,
+    # abs at 0, ties in reductions and sort.
+    for dt in GRAD_DTYPES:
+        r = rng("grad/edges/" + dt)
+        a = r.integers(-2, 3, (4, 6)).astype(NP[dt])
+        b = np.where(r.integers(0, 2, (4, 6)) == 1, a, r.integers(-2, 3, (4, 6))).astype(NP[dt])
+        for op in ("max", "min"):
+            grad_case(rows, f"{op}/{dt}/ties", op, [a, b], BINARY[op][0], [0, 1])
+        grad_case(rows, f"abs/{dt}/zero", "abs", [a], UNARY["abs"][0], [0])
+        px = np.array([0, 0, 0, 0, 2, -2], dtype=NP[dt])
+        py = np.array([2, 3, 1, 0, 0, 2], dtype=NP[dt])
+        grad_case(rows, f"pow/{dt}/zero", "pow", [px, py], lax.pow, [0, 1])
+        t = r.integers(-1, 2, (3, 4, 5)).astype(NP[dt])
+        for kind, jf in (("max", jnp.max), ("min", jnp.min), ("prod", jnp.prod)):
+            grad_case(rows, f"reduce_{kind}/{dt}/ties", "reduce_" + kind, [t],
+                      lambda v, f=jf: f(v, axis=(1,)), [0], attrs={"axes": [1]})
+        grad_case(rows, f"sort/{dt}/ties", "sort", [t], lambda v: lax.sort(v, dimension=2, num_keys=1), [0],
+                  attrs={"dimension": 2, "num_keys": 1})
     for dt in GRAD_DTYPES:
         r = rng("grad/select/" + dt)
         p = r.integers(0, 2, (4, 6)).astype(bool)

@@ -54,12 +54,19 @@ func gradTol(dt ir.DType) float64 {
 // relErr is max|got−want| / max|want| over the elements (the absolute error
 // when want is all zeros), or +Inf for a dtype or shape mismatch or a NaN
 // on one side only.
-func relErr(got, want *ir.Literal) float64 {
+func relErr(got, want *ir.Literal) float64 { return relErrSkip(got, want, nil) }
+
+// relErrSkip is relErr over the elements i for which skip (when not nil) is
+// false.
+func relErrSkip(got, want *ir.Literal, skip func(i int) bool) float64 {
 	if got.Type.DType != want.Type.DType || !got.Type.Shape.Equal(want.Type.Shape) {
 		return math.Inf(1)
 	}
 	var diff, scale float64
 	for i := 0; i < want.Type.Size(); i++ {
+		if skip != nil && skip(i) {
+			continue
+		}
 		g, w := got.Float64At(i), want.Float64At(i)
 		if math.IsNaN(g) || math.IsNaN(w) {
 			if math.IsNaN(g) != math.IsNaN(w) {
@@ -272,9 +279,25 @@ func runGrad(fn func(a []*trace.Array) []*trace.Array, args, cts []*ir.Literal, 
 }
 
 // gradKnownDiffs lists documented places where Ferry's gradient differs from
-// JAX's beyond gradTol: the case name prefix and the reason. Every entry must
-// excuse at least one case.
-var gradKnownDiffs = []struct{ Case, Why string }{}
+// JAX's: in the cases whose name starts with Case, the elements of a result
+// at which Elem (given the case's arguments, Ferry's and JAX's result) is
+// true are left out of the comparison and counted. Every entry must excuse
+// at least one element.
+var gradKnownDiffs = []struct {
+	Case string
+	Elem func(args []*ir.Literal, got, want *ir.Literal, i int) bool
+	Why  string
+}{
+	{Case: "pow/", Elem: powZeroZero, Why: "d/dx x^y at x = 0, y = 0: Ferry gives 0 (x^0 is constant); JAX gives " +
+		"y·x^(y−1) = 0·∞ = NaN for float exponents (it special-cases y = 0 only for integer exponents, which Ferry's " +
+		"pow does not take)"},
+}
+
+// powZeroZero: both operands of pow are 0 at i, JAX's result NaN and Ferry's 0.
+func powZeroZero(args []*ir.Literal, got, want *ir.Literal, i int) bool {
+	return len(args) == 2 && args[0].Type.Shape.Equal(want.Type.Shape) &&
+		args[0].Float64At(i) == 0 && args[1].Float64At(i) == 0 && math.IsNaN(want.Float64At(i)) && got.Float64At(i) == 0
+}
 
 func loadGrads(t *testing.T) []*gradCase {
 	meta := new(gradsMeta)
@@ -301,7 +324,7 @@ func TestGradsMatchJAX(t *testing.T) {
 		jaxVsF64    float64 // f32 programs: JAX's f32 result against Ferry's f64 result
 	}
 	var rows []row
-	excused := map[int][]string{}
+	excused := map[int]int{} // elements excused by each gradKnownDiffs entry
 	for _, c := range cases {
 		args, err := literals(c.Args)
 		if err != nil {
@@ -359,7 +382,18 @@ func TestGradsMatchJAX(t *testing.T) {
 					continue
 				}
 				for i := range want {
-					e := relErr(got[i], want[i])
+					k := gradKnown(name)
+					var skip func(int) bool
+					if k >= 0 {
+						skip = func(j int) bool {
+							if !gradKnownDiffs[k].Elem(args, got[i], want[i], j) {
+								return false
+							}
+							excused[k]++
+							return true
+						}
+					}
+					e := relErrSkip(got[i], want[i], skip)
 					r.err[p] = max(r.err[p], e)
 					if e <= tol(want[i]) {
 						continue
@@ -375,10 +409,6 @@ func TestGradsMatchJAX(t *testing.T) {
 					msg := fmt.Sprintf("%s [%s]: %s is %.3g off (relative to max|JAX|), tolerance %.0e\n  Ferry %s\n  JAX   %s",
 						name, path, what, e, tol(want[i]),
 						trace.FormatLiteral(got[i], 8), trace.FormatLiteral(want[i], 8))
-					if k := gradKnown(name); k >= 0 {
-						excused[k] = append(excused[k], msg)
-						continue
-					}
 					t.Error(msg)
 				}
 			}
@@ -398,11 +428,11 @@ func TestGradsMatchJAX(t *testing.T) {
 	}
 	t.Logf("known gradient differences from JAX (gradKnownDiffs): %d", len(gradKnownDiffs))
 	for k, kd := range gradKnownDiffs {
-		if len(excused[k]) == 0 {
+		if excused[k] == 0 {
 			t.Errorf("gradKnownDiffs[%d] (%s) excused nothing: remove it", k, kd.Case)
 			continue
 		}
-		t.Logf("- %s: %s\n    %s", kd.Case, kd.Why, strings.Join(excused[k], "\n    "))
+		t.Logf("- %s (%d elements over both paths): %s", kd.Case, excused[k], kd.Why)
 	}
 }
 
