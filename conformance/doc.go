@@ -28,7 +28,10 @@
 // The gradient cases (testdata/grads.jsonl.gz) compare trace.VJP, eagerly
 // and inside rt.Jit, with jax.vjp: for every op the op table marks
 // Differentiable, in f32 and f64 (bf16 for a few), at random inputs away from
-// kinks and under a random cotangent; and jax.grad of whole programs written
+// kinks and under a random cotangent, plus the conventions where the
+// derivative is undefined (ties of max, min, reductions and sort; abs at 0;
+// pow at 0, where Ferry's d/dx 0^0 = 0 against JAX's NaN is the one listed
+// difference, gradKnownDiffs); and jax.grad of whole programs written
 // alike in gen.py and grads_test.go: an MLP's softmax cross-entropy, one
 // nn.Block (pre-norm causal attention, tanh-GELU MLP), examples/offload's
 // scanned model (also with its remat-and-offload policy), a scan of a

@@ -9,8 +9,8 @@ Every case is one op of Ferry's IR (ir/ops.go) run by the jax.lax primitive with
 the same semantics, or one jax.random function, on fixed inputs: random values
 from a seed derived from the case name, plus edge values (NaN, +-Inf, +-0,
 subnormals, largest finite, integer min/max). The gradient file holds
-jax.vjp of every differentiable op at random inputs away from kinks, under a
-random cotangent, and jax.grad of whole programs (an MLP loss, one nn.Block,
+jax.vjp of every differentiable op at random inputs away from kinks (and at
+ties and zeros, for the conventions there), under a random cotangent, and jax.grad of whole programs (an MLP loss, one nn.Block,
 examples/offload's scanned model, a remat'd scan, fori_loop + cond, and the
 value of a while_loop). Arrays are stored as hex-encoded
 little-endian bytes. Each file is gzip'd JSON with one case per line, keys
