@@ -25,6 +25,23 @@
 // truncated_normal are compared within a few ulps instead: XLA fuses their
 // multiply-adds into FMAs, Ferry rounds twice.
 //
+// The gradient cases (testdata/grads.jsonl.gz) compare trace.VJP, eagerly
+// and inside rt.Jit, with jax.vjp: for every op the op table marks
+// Differentiable, in f32 and f64 (bf16 for a few), at random inputs away from
+// kinks and under a random cotangent, plus the conventions where the
+// derivative is undefined (ties of max, min, reductions and sort; abs at 0;
+// pow at 0, where Ferry's d/dx 0^0 = 0 against JAX's NaN is the one listed
+// difference, gradKnownDiffs); and jax.grad of whole programs written
+// alike in gen.py and grads_test.go: an MLP's softmax cross-entropy, one
+// nn.Block (pre-norm causal attention, tanh-GELU MLP), examples/offload's
+// scanned model (also with its remat-and-offload policy), a scan of a
+// trace.Checkpoint'd body under DotsSaveable and NothingSaveable against
+// jax.checkpoint with the same policies, ForLoop then Cond (both branches),
+// and the value of a While. The error, max|Ferry − JAX| / max|JAX| per
+// result, must be within 1e-5 in f32 (for f32 programs, up to four times
+// the error JAX's own f32 result has against Ferry's f64 one, at most 1e-4),
+// 1e-12 in f64 and 2e-2 in bf16; go test -v prints it for every case.
+//
 // To regenerate the golden files (testdata/*.jsonl.gz) after changing
 // gen.py or the JAX pin in requirements.txt:
 //

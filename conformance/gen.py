@@ -8,7 +8,11 @@
 Every case is one op of Ferry's IR (ir/ops.go) run by the jax.lax primitive with
 the same semantics, or one jax.random function, on fixed inputs: random values
 from a seed derived from the case name, plus edge values (NaN, +-Inf, +-0,
-subnormals, largest finite, integer min/max). Arrays are stored as hex-encoded
+subnormals, largest finite, integer min/max). The gradient file holds
+jax.vjp of every differentiable op at random inputs away from kinks (and at
+ties and zeros, for the conventions there), under a random cotangent, and jax.grad of whole programs (an MLP loss, one nn.Block,
+examples/offload's scanned model, a remat'd scan, fori_loop + cond, and the
+value of a while_loop). Arrays are stored as hex-encoded
 little-endian bytes. Each file is gzip'd JSON with one case per line, keys
 sorted and mtime 0, so the bytes depend only on JAX's results.
 """
@@ -479,6 +483,297 @@ def gen_random(rows):
     jax.config.update("jax_threefry_partitionable", True)
 
 
+# ---- gradients -----------------------------------------------------------------
+
+GRAD_DTYPES = ["f32", "f64"]
+# bf16 too for a few ops (the rest of bf16 is the same rules in a narrower type).
+GRAD_BF16 = {"add", "mul", "exp", "tanh", "reduce_sum", "dot_general", "convert"}
+
+
+def grad_case(rows, name, op, args, fn, diff, attrs=None):
+    """Records jax.vjp of fn at args with respect to the args numbered diff,
+    with a random cotangent (seeded by the case name) for every output."""
+    args = [np.asarray(a) for a in args]
+    r = rng("ct/" + name)
+
+    def f(*d):
+        full = list(args)
+        for i, v in zip(diff, d):
+            full[i] = v
+        out = fn(*[jnp.asarray(a) for a in full])
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    outs, pull = jax.vjp(f, *[jnp.asarray(args[i]) for i in diff])
+    cts = []
+    for o in outs:
+        dt = ferry_name(o.dtype)
+        cts.append(np.asarray(r.uniform(-2, 2, o.shape)).astype(NP[dt]))
+    grads = pull(tuple(jnp.asarray(c) for c in cts))
+    rows.append({
+        "name": name, "op": op, "attrs": attrs or {}, "diff": list(diff),
+        "args": [enc(a) for a in args], "outs": [enc(np.asarray(o)) for o in outs],
+        "cts": [enc(c) for c in cts], "grads": [enc(np.asarray(g)) for g in grads],
+    })
+
+
+def away(dt, shape, r, lo=0.3, hi=2.0):
+    """Random values with lo <= |v| < hi, either sign."""
+    v = r.uniform(lo, hi, shape) * np.where(r.integers(0, 2, shape) == 1, 1.0, -1.0)
+    return v.astype(NP[dt])
+
+
+def gen_grad_ops(rows):
+    domain = {"log": (0.3, 3.0), "sqrt": (0.3, 3.0), "rsqrt": (0.3, 3.0), "log1p": (-0.5, 3.0)}
+    for op, (fn, _, _) in UNARY.items():
+        if op == "not":
+            continue
+        for dt in GRAD_DTYPES + (["bf16"] if op in GRAD_BF16 else []):
+            name = f"{op}/{dt}"
+            r = rng("grad/" + name)
+            lo, hi = domain.get(op, (-2.0, 2.0))
+            if op in ("floor", "ceil", "round", "abs", "sign"):  # away from the kinks
+                x = (r.integers(-3, 3, 24) + r.uniform(0.1, 0.4, 24)).astype(NP[dt])
+            else:
+                x = r.uniform(lo, hi, 24).astype(NP[dt])
+            grad_case(rows, name, op, [x.reshape(4, 6)], fn, [0])
+    for op in ("add", "sub", "mul", "div", "pow", "max", "min", "rem"):
+        fn = BINARY[op][0]
+        for dt in GRAD_DTYPES + (["bf16"] if op in GRAD_BF16 else []):
+            name = f"{op}/{dt}"
+            r = rng("grad/" + name)
+            if op == "pow":
+                x, y = r.uniform(0.3, 3.0, 24).astype(NP[dt]), r.uniform(-2, 2, 24).astype(NP[dt])
+            elif op == "rem":  # away from the jumps of x mod y
+                y = away(dt, 24, r, 0.5, 2.0)
+                x = (y.astype(np.float64) * (r.integers(-3, 3, 24) + r.uniform(0.2, 0.8, 24))).astype(NP[dt])
+            else:
+                x, y = away(dt, 24, r), away(dt, 24, r)
+            grad_case(rows, name, op, [x.reshape(4, 6), y.reshape(4, 6)], fn, [0, 1])
+    # The conventions at the points where the derivative is not defined:
+    # ties of max/min (JAX splits the cotangent equally), pow at x = 0,
+    # abs at 0, ties in reductions and sort.
+    for dt in GRAD_DTYPES:
+        r = rng("grad/edges/" + dt)
+        a = r.integers(-2, 3, (4, 6)).astype(NP[dt])
+        b = np.where(r.integers(0, 2, (4, 6)) == 1, a, r.integers(-2, 3, (4, 6))).astype(NP[dt])
+        for op in ("max", "min"):
+            grad_case(rows, f"{op}/{dt}/ties", op, [a, b], BINARY[op][0], [0, 1])
+        grad_case(rows, f"abs/{dt}/zero", "abs", [a], UNARY["abs"][0], [0])
+        px = np.array([0, 0, 0, 0, 2, -2], dtype=NP[dt])
+        py = np.array([2, 3, 1, 0, 0, 2], dtype=NP[dt])
+        grad_case(rows, f"pow/{dt}/zero", "pow", [px, py], lax.pow, [0, 1])
+        t = r.integers(-1, 2, (3, 4, 5)).astype(NP[dt])
+        for kind, jf in (("max", jnp.max), ("min", jnp.min), ("prod", jnp.prod)):
+            grad_case(rows, f"reduce_{kind}/{dt}/ties", "reduce_" + kind, [t],
+                      lambda v, f=jf: f(v, axis=(1,)), [0], attrs={"axes": [1]})
+        grad_case(rows, f"sort/{dt}/ties", "sort", [t], lambda v: lax.sort(v, dimension=2, num_keys=1), [0],
+                  attrs={"dimension": 2, "num_keys": 1})
+    for dt in GRAD_DTYPES:
+        r = rng("grad/select/" + dt)
+        p = r.integers(0, 2, (4, 6)).astype(bool)
+        grad_case(rows, f"select/{dt}", "select", [p, away(dt, (4, 6), r), away(dt, (4, 6), r)], lax.select, [1, 2])
+    for src, dst in (("f32", "f64"), ("f64", "f32"), ("f32", "bf16"), ("bf16", "f32")):
+        r = rng(f"grad/convert/{src}/{dst}")
+        grad_case(rows, f"convert/{src}/{dst}", "convert", [away(src, (4, 6), r)],
+                  lambda v, d=dst: lax.convert_element_type(v, NP[d]), [0], attrs={"dtype": dst})
+    for dt in GRAD_DTYPES:
+        r = rng("grad/shape/" + dt)
+        x = away(dt, (2, 3, 4), r)
+        grad_case(rows, f"broadcast_in_dim/{dt}", "broadcast_in_dim", [x[:, :1, :]],
+                  lambda v: lax.broadcast_in_dim(v, (5, 2, 3, 4), (1, 2, 3)), [0],
+                  attrs={"shape": [5, 2, 3, 4], "dims": [1, 2, 3]})
+        grad_case(rows, f"reshape/{dt}", "reshape", [x], lambda v: lax.reshape(v, (4, 6)), [0], attrs={"shape": [4, 6]})
+        grad_case(rows, f"transpose/{dt}", "transpose", [x], lambda v: lax.transpose(v, (2, 0, 1)), [0],
+                  attrs={"perm": [2, 0, 1]})
+        grad_case(rows, f"slice/{dt}", "slice", [x], lambda v: lax.slice(v, (0, 1, 1), (2, 3, 4), (1, 1, 2)), [0],
+                  attrs={"start": [0, 1, 1], "limit": [2, 3, 4], "strides": [1, 1, 2]})
+        for starts in ([1, 1, 2], [-1, 5, 3]):  # in range and clamped
+            sidx = [np.int32(s) for s in starts]
+            grad_case(rows, f"dynamic_slice/{dt}/{starts}", "dynamic_slice", [x] + sidx,
+                      lambda v, *s: lax.dynamic_slice(v, s, (1, 2, 2), allow_negative_indices=False), [0],
+                      attrs={"sizes": [1, 2, 2]})
+            grad_case(rows, f"dynamic_update_slice/{dt}/{starts}", "dynamic_update_slice",
+                      [x, away(dt, (1, 2, 2), r)] + sidx,
+                      lambda v, w, *s: lax.dynamic_update_slice(v, w, s, allow_negative_indices=False), [0, 1])
+        grad_case(rows, f"concatenate/{dt}", "concatenate", [x, away(dt, (2, 2, 4), r), away(dt, (2, 1, 4), r)],
+                  lambda a, b, c: lax.concatenate([a, b, c], 1), [0, 1, 2], attrs={"axis": 1})
+        grad_case(rows, f"pad/{dt}", "pad", [x, away(dt, (), r)],
+                  lambda v, p: lax.pad(v, p, [(1, 0, 0), (-1, 2, 1), (0, -1, 2)]), [0, 1],
+                  attrs={"low": [1, -1, 0], "high": [0, 2, -1], "interior": [0, 1, 2]})
+        idx = np.array([[2, 0, 1], [-1, 2, 100]], dtype=np.int32)  # repeats and clamped
+        grad_case(rows, f"gather/{dt}", "gather", [x, idx], lambda v, i: take(v, i, 1), [0], attrs={"axis": 1})
+        idx2 = np.array([[1, -2], [0, 1]], dtype=np.int32)
+        grad_case(rows, f"gather/{dt}/axis2", "gather", [x, idx2], lambda v, i: take(v, i, 2), [0], attrs={"axis": 2})
+        sidx = np.array([[2, 0, 1], [1, 2, 1]], dtype=np.int32)  # in range: dropped ones have no gradient either way
+        grad_case(rows, f"scatter_add/{dt}", "scatter_add", [x, sidx, away(dt, (2, 2, 3, 4), r)],
+                  lambda v, i, u: scatter_add(v, i, u, 1), [0, 2], attrs={"axis": 1})
+        for kind, jf in (("sum", jnp.sum), ("max", jnp.max), ("min", jnp.min), ("prod", jnp.prod)):
+            y = away(dt, (3, 4, 5), r, 0.5, 1.5)
+            for axes in ([1], [0, 2]):
+                d = dt
+                grad_case(rows, f"reduce_{kind}/{d}/{axes}", "reduce_" + kind, [y],
+                          lambda v, f=jf, a=axes: f(v, axis=tuple(a)), [0], attrs={"axes": axes})
+        if "reduce_sum" in GRAD_BF16 and dt == "f32":
+            grad_case(rows, "reduce_sum/bf16/[1]", "reduce_sum", [away("bf16", (3, 4, 5), r)],
+                      lambda v: jnp.sum(v, axis=1), [0], attrs={"axes": [1]})
+        s = away(dt, (3, 7), r)
+        grad_case(rows, f"sort/{dt}/1", "sort", [s], lambda v: lax.sort(v, dimension=1, num_keys=1), [0],
+                  attrs={"dimension": 1, "num_keys": 1})
+        grad_case(rows, f"sort/{dt}/2", "sort", [s, away(dt, (3, 7), r)],
+                  lambda a, b: lax.sort((a, b), dimension=0, num_keys=1), [0, 1], attrs={"dimension": 0, "num_keys": 1})
+        for dn, ls, rs, tag in (((([2], [1]), ([0], [0])), (2, 3, 5), (2, 5, 4), "batch"),
+                                 ((([0], [0]), ([], [])), (4, 3), (4, 2), "t"),
+                                 ((([2, 3], [2, 1]), ([0], [0])), (2, 3, 4, 5), (2, 5, 4, 6), "two")):
+            for d in [dt] + (["bf16"] if dt == "f32" else []):
+                grad_case(rows, f"dot_general/{d}/{tag}", "dot_general", [away(d, ls, r), away(d, rs, r)],
+                          lambda p, q, n=dn: lax.dot_general(p, q, n), [0, 1],
+                          attrs={"lhs_contract": list(dn[0][0]), "rhs_contract": list(dn[0][1]),
+                                 "lhs_batch": list(dn[1][0]), "rhs_batch": list(dn[1][1])})
+        grad_case(rows, f"device_put/{dt}", "device_put", [x], lambda v: jax.device_put(v), [0],
+                  attrs={"space": "pinned_host"})
+        grad_case(rows, f"checkpoint_name/{dt}", "checkpoint_name", [x], lambda v: checkpoint_name(v, "x"), [0],
+                  attrs={"name": "x"})
+        grad_case(rows, f"optimization_barrier/{dt}", "optimization_barrier", [x, away(dt, (2, 2), r)],
+                  lambda a, b: lax.optimization_barrier((a, b)), [0, 1])
+
+
+def normal(dt, shape, r, scale=1.0):
+    return (r.standard_normal(shape) * scale).astype(NP[dt])
+
+
+def prog_case(rows, name, program, inputs, loss, diff):
+    """Records loss(*inputs) and, when diff is not empty, jax.grad of it
+    with respect to the inputs numbered diff. inputs is a list of
+    (name, array) pairs, passed to loss in order."""
+    names = [n for n, _ in inputs]
+    arrs = [np.asarray(a) for _, a in inputs]
+
+    def f(*d):
+        full = [jnp.asarray(a) for a in arrs]
+        for i, v in zip(diff, d):
+            full[i] = v
+        return loss(*full)
+
+    if diff:
+        val, grads = jax.value_and_grad(f, argnums=tuple(range(len(diff))))(*[jnp.asarray(arrs[i]) for i in diff])
+    else:
+        val, grads = f(), ()
+    want = ferry_name(arrs[0].dtype)
+    for o in [val] + list(grads):  # a stray float64 constant would promote an f32 program
+        assert ferry_name(np.asarray(o).dtype) == want, (name, np.asarray(o).dtype)
+    rows.append({
+        "name": name, "program": program, "names": names, "diff": list(diff),
+        "args": [enc(a) for a in arrs], "outs": [enc(np.asarray(val))], "grads": [enc(np.asarray(g)) for g in grads],
+    })
+
+
+def mlp_loss(x, onehot, w1, b1, w2, b2):
+    """Mean softmax cross-entropy of a ReLU MLP."""
+    h = jax.nn.relu(x @ w1 + b1)
+    logits = h @ w2 + b2
+    return jnp.mean(jax.nn.logsumexp(logits, axis=1) - jnp.sum(onehot * logits, axis=1))
+
+
+def layer_norm(x, scale, bias, eps=1e-6):
+    """nn.LayerNorm: (x - mean)/sqrt(var + eps)*scale + bias over the last axis."""
+    mu = jnp.mean(x, axis=-1, keepdims=True)
+    xc = x - mu
+    v = jnp.mean(xc * xc, axis=-1, keepdims=True)
+    return xc * lax.rsqrt(v + eps) * scale + bias
+
+
+def block_apply(x, ln1s, ln1b, wq, wk, wv, wo, ln2s, ln2b, w1, b1, w2, b2, heads):
+    """nn.Block: pre-norm causal multi-head attention without biases and a
+    tanh-GELU MLP, each added to its input."""
+    b, t, d = x.shape
+    dh = d // heads
+    h = layer_norm(x, ln1s, ln1b)
+    split = lambda w: (h @ w).reshape(b, t, heads, dh)  # noqa: E731
+    q, k, v = split(wq), split(wk), split(wv)
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k) * float(1 / np.sqrt(dh))  # weak: keeps f32 f32
+    mask = np.arange(t)[:, None] >= np.arange(t)[None, :]
+    s = jnp.where(mask, s, -1e30)
+    p = jax.nn.softmax(s, axis=3)
+    o = jnp.einsum("bhqk,bkhd->bqhd", p, v).reshape(b, t, d)
+    x = x + o @ wo
+    h = layer_norm(x, ln2s, ln2b)
+    return x + jax.nn.gelu(h @ w1 + b1, approximate=True) @ w2 + b2
+
+
+def scan_loss(x, w1, w2):
+    """examples/offload's model: x = x @ w1[i] @ w2[i] for every layer, summed."""
+    final, _ = lax.scan(lambda c, w: (c @ w[0] @ w[1], None), x, (w1, w2))
+    return jnp.sum(final)
+
+
+def remat_body(c, w):
+    """One step of the remat'd scan: c = tanh(c @ w) * c + sin(c)."""
+    return jnp.tanh(c @ w) * c + jnp.sin(c)
+
+
+def control_loss(x, w, a):
+    """fori_loop (3 steps of tanh(x @ w) + 0.1·i) then a cond on sum(x) > 0."""
+    x = lax.fori_loop(0, 3, lambda i, s: jnp.tanh(s @ w) + 0.1 * i.astype(s.dtype), x)
+    y = lax.cond(jnp.sum(x) > 0, lambda v: jnp.sin(v) * a, lambda v: jnp.cos(v) * a * a, x)
+    return jnp.sum(y * y)
+
+
+def while_value(x, w):
+    """while sum(x) < 50: x = x*1.5 + w (forward only: Ferry's While has no VJP)."""
+    out = lax.while_loop(lambda s: jnp.sum(s) < 50, lambda s: s * 1.5 + w, x)
+    return jnp.sum(out * out)
+
+
+def gen_grad_programs(rows):
+    for dt in ("f32", "f64"):
+        r = rng("prog/mlp/" + dt)
+        n, i, hdn, o = 8, 32, 16, 10
+        onehot = np.eye(o)[r.integers(0, o, n)].astype(NP[dt])
+        prog_case(rows, f"mlp/{dt}", "mlp", [
+            ("x", normal(dt, (n, i), r)), ("onehot", onehot),
+            ("w1", normal(dt, (i, hdn), r, i ** -0.5)), ("b1", normal(dt, (hdn,), r, 0.1)),
+            ("w2", normal(dt, (hdn, o), r, hdn ** -0.5)), ("b2", normal(dt, (o,), r, 0.1))],
+            mlp_loss, [0, 2, 3, 4, 5])
+
+        r = rng("prog/block/" + dt)
+        b, t, d, heads, hid = 2, 5, 8, 2, 16
+        ins = [("x", normal(dt, (b, t, d), r)),
+               ("ln1_scale", (1 + normal(dt, (d,), r, 0.1)).astype(NP[dt])), ("ln1_bias", normal(dt, (d,), r, 0.1))]
+        ins += [(n_, normal(dt, (d, d), r, d ** -0.5)) for n_ in ("wq", "wk", "wv", "wo")]
+        ins += [("ln2_scale", (1 + normal(dt, (d,), r, 0.1)).astype(NP[dt])), ("ln2_bias", normal(dt, (d,), r, 0.1)),
+                ("w1", normal(dt, (d, hid), r, d ** -0.5)), ("b1", normal(dt, (hid,), r, 0.1)),
+                ("w2", normal(dt, (hid, d), r, hid ** -0.5)), ("b2", normal(dt, (d,), r, 0.1)),
+                ("weights", normal(dt, (b, t, d), r))]
+        prog_case(rows, f"block/{dt}", "block", ins,
+                  lambda *a: jnp.sum(block_apply(*a[:-1], heads=heads) * a[-1]), list(range(13)))
+
+        r = rng("prog/scan/" + dt)
+        L, n, d1, d2 = 10, 4, 6, 8
+        prog_case(rows, f"scan/{dt}", "scan", [
+            ("x", normal(dt, (n, d1), r)), ("w1", normal(dt, (L, d1, d2), r, d1 ** -0.5)),
+            ("w2", normal(dt, (L, d2, d1), r, d2 ** -0.5))], scan_loss, [0, 1, 2])
+
+        r = rng("prog/remat/" + dt)
+        L, n, d1 = 6, 3, 5
+        for pname, policy in (("dots_saveable", jax.checkpoint_policies.dots_saveable),
+                              ("nothing_saveable", jax.checkpoint_policies.nothing_saveable)):
+            body = jax.checkpoint(remat_body, policy=policy)
+            prog_case(rows, f"remat_scan/{pname}/{dt}", "remat_scan/" + pname, [
+                ("x", normal(dt, (n, d1), r, 0.5)), ("ws", normal(dt, (L, d1, d1), r, d1 ** -0.5))],
+                lambda x, ws, f=body: jnp.sum(lax.scan(lambda c, w: (f(c, w), None), x, ws)[0]), [0, 1])
+
+        r = rng("prog/control/" + dt)
+        w = normal(dt, (4, 4), r, 0.5)
+        a = normal(dt, (4,), r)
+        for tag, sign in (("true", 1.0), ("false", -1.0)):
+            # The sign of the input picks the branch (tanh keeps it for small weights).
+            x = (sign * np.abs(normal(dt, (3, 4), r)) + sign).astype(NP[dt])
+            prog_case(rows, f"control/{tag}/{dt}", "control", [("x", x), ("w", np.abs(w)), ("a", a)],
+                      control_loss, [0, 1, 2])
+        prog_case(rows, f"while/{dt}", "while", [("x", np.abs(normal(dt, (2, 3), r))), ("w", np.abs(normal(dt, (2, 3), r)))],
+                  while_value, [])
+
+
 # ---- files -------------------------------------------------------------------
 
 def render(meta, rows):
@@ -498,7 +793,12 @@ def build():
     rr = []
     gen_random(rr)
     rnd = render(dict(meta, kind="random"), rr)
-    return {"ops.jsonl.gz": ops, "random.jsonl.gz": rnd}
+    gr = []
+    gen_grad_ops(gr)
+    gp = []
+    gen_grad_programs(gp)
+    grads = render(dict(meta, kind="grads", programs=len(gp)), gr + gp)
+    return {"ops.jsonl.gz": ops, "random.jsonl.gz": rnd, "grads.jsonl.gz": grads}
 
 
 def main():

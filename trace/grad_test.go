@@ -408,3 +408,20 @@ func TestGradErrors(t *testing.T) {
 		t.Errorf("GradN of a function not returning *Array: no error")
 	}
 }
+
+// TestGradAbsAtZero checks the derivative of Abs where it is not defined: as
+// jax.lax.abs (select(x >= 0, g, -g)), 1 at +0 and -0; elsewhere sign(x).
+func TestGradAbsAtZero(t *testing.T) {
+	for _, dt := range []ir.DType{ir.Float32, ir.Float64} {
+		x := trace.Convert(rt.FromSlice([]float64{0, math.Copysign(0, -1), 2.5, -0.75}, 4), dt)
+		_, pull := trace.VJP(func(p []*trace.Array) []*trace.Array { return []*trace.Array{trace.Abs(p[0])} }, []*trace.Array{x})
+		ct := trace.Convert(rt.FromSlice([]float64{3, 5, 7, 11}, 4), dt)
+		got := trace.Convert(pull([]*trace.Array{ct})[0], ir.Float64).Float64s()
+		want := []float64{3, 5, 7, -11}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("%v: d|x|/dx·ct at x[%d]: got %v, want %v (all: %v)", dt, i, got[i], want[i], got)
+			}
+		}
+	}
+}

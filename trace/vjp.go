@@ -47,7 +47,7 @@ func hasVJP(code ir.Code) bool {
 func init() {
 	vjpRules = map[ir.Code]vjpRule{
 		ir.Neg:      func(c *vjpCall) []*Array { return []*Array{adNeg(c.ct)} },
-		ir.Abs:      func(c *vjpCall) []*Array { return []*Array{adMul(c.ct, adUn(ir.Sign, c.args[0]))} },
+		ir.Abs:      vjpAbs,
 		ir.Sign:     vjpZero,
 		ir.Floor:    vjpZero,
 		ir.Ceil:     vjpZero,
@@ -110,6 +110,13 @@ func adIf(cond bool, f func() *Array) *Array {
 	return f()
 }
 
+// vjpAbs is select(x >= 0, ct, -ct), as jax.lax.abs: the derivative at ±0
+// is 1 (sign(x) would make it 0).
+func vjpAbs(c *vjpCall) []*Array {
+	x := c.args[0]
+	return []*Array{adSelect(adBin(ir.Ge, x, adFullLike(x, 0)), c.ct, adNeg(c.ct))}
+}
+
 func vjpRsqrt(c *vjpCall) []*Array {
 	// d/dx x^-1/2 = -1/2 · y / x
 	x, y := c.args[0], c.outs[0]
@@ -153,7 +160,9 @@ func vjpPow(c *vjpCall) []*Array {
 	x, y, out := c.args[0], c.args[1], c.outs[0]
 	var gx, gy *Array
 	if c.act[0] {
-		// y · x^(y-1), defined as 0 where y == 0 (as JAX).
+		// y · x^(y-1), defined as 0 where y == 0 (x^0 is constant). JAX
+		// does this only for integer exponents: for float ones it gives
+		// 0·0^-1 = NaN at x = 0 (a documented difference in conformance).
 		zero := adFullLike(y, 0)
 		d := adMul(y, adBin(ir.Pow, x, adSub(y, adFullLike(y, 1))))
 		gx = adMul(c.ct, adSelect(adBin(ir.Eq, y, zero), zero, d))
