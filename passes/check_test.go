@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/internal/randprog"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/stretchr/testify/require"
@@ -152,7 +153,7 @@ func TestScanYsArePlannedInTheirSlices(t *testing.T) {
 // notices a plan that lets two live values share bytes.
 func TestPlanRunSeesOverlap(t *testing.T) {
 	p, fwd, _ := gradPlan(t)
-	args := randomArgs(rand.New(rand.NewPCG(3, 4)), p.Func)
+	args := randprog.Args(rand.New(rand.NewPCG(3, 4)), p.Func)
 	want, err := eval.Run(p.Func, args)
 	require.NoError(t, err)
 	got, err := runPlan(p, args)

@@ -3,7 +3,6 @@ package passes_test
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/ferryml/ferry/internal/eval"
@@ -42,34 +41,6 @@ func compile(t testing.TB, f *ir.Func, opts passes.Options) *passes.Program {
 	require.NoError(t, err, "compiling\n%s", f)
 	require.NoError(t, passes.CheckPlan(p))
 	return p
-}
-
-// randomLiteral fills a literal of type t with small values (integers in
-// [-5, 5], floats in [-2, 2] with some exact ones).
-func randomLiteral(rng *rand.Rand, t ir.Type) *ir.Literal {
-	l := ir.NewLiteral(t)
-	for i := range t.Size() {
-		switch {
-		case t.DType == ir.Bool:
-			l.SetFloat64At(i, float64(rng.IntN(2)))
-		case t.DType.IsInteger():
-			l.SetFloat64At(i, float64(rng.IntN(11)-5))
-		case rng.IntN(4) == 0:
-			l.SetFloat64At(i, float64(rng.IntN(5)-2))
-		default:
-			l.SetFloat64At(i, rng.Float64()*4-2)
-		}
-	}
-	return l
-}
-
-// randomArgs makes one random literal per parameter of f.
-func randomArgs(rng *rand.Rand, f *ir.Func) []*ir.Literal {
-	args := make([]*ir.Literal, len(f.Body.Params))
-	for i, p := range f.Body.Params {
-		args[i] = randomLiteral(rng, p.Type)
-	}
-	return args
 }
 
 // sameLiteral reports whether two literals hold the same bits (any NaN equals

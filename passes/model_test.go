@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/internal/randprog"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"
@@ -90,7 +91,7 @@ func checkSame(t *testing.T, f *ir.Func, opts passes.Options) *passes.Program {
 	t.Helper()
 	p := compile(t, f, opts)
 	rng := rand.New(rand.NewPCG(1, 2))
-	args := randomArgs(rng, f)
+	args := randprog.Args(rng, f)
 	want, err := eval.Run(f, args)
 	require.NoError(t, err)
 	got, err := eval.Run(p.Func, args)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/internal/randprog"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"
@@ -58,7 +59,7 @@ func reservedCopy(t *testing.T, p *passes.Program) (put *ir.Op, alone bool) {
 
 func checkAgainstEval(t *testing.T, f *ir.Func, p *passes.Program) {
 	t.Helper()
-	args := randomArgs(rand.New(rand.NewPCG(rand.Uint64(), 3)), f)
+	args := randprog.Args(rand.New(rand.NewPCG(rand.Uint64(), 3)), f)
 	want, err := eval.Run(f, args)
 	require.NoError(t, err)
 	got, err := runPlan(p, args)
