@@ -41,6 +41,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ferryml/ferry/internal/readsize"
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
@@ -229,26 +230,6 @@ type header struct {
 	meta     map[string]string
 	dataSize int64
 	order    []string // tensor names by data offset
-}
-
-// sizeOf returns the number of bytes left in r if it can tell (files, bytes
-// and strings readers), or -1.
-func sizeOf(r io.Reader) int64 {
-	switch r := r.(type) {
-	case interface{ Len() int }:
-		return int64(r.Len())
-	case *os.File:
-		fi, err := r.Stat()
-		if err != nil || !fi.Mode().IsRegular() {
-			return -1
-		}
-		pos, err := r.Seek(0, io.SeekCurrent)
-		if err != nil {
-			return -1
-		}
-		return fi.Size() - pos
-	}
-	return -1
 }
 
 // readHeader reads and checks the header. size is the number of bytes left in
@@ -488,7 +469,7 @@ func parseHeader(b []byte) (*header, error) {
 // the metadata (empty if none). It checks the header as Load does (dtypes,
 // shapes against offsets, offsets contiguous) but reads no tensor data.
 func ReadHeader(r io.Reader) (map[string]TensorInfo, map[string]string, error) {
-	h, err := readHeader(r, sizeOf(r))
+	h, err := readHeader(r, readsize.Remaining(r))
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint.ReadHeader: %w", err)
 	}
@@ -504,7 +485,7 @@ func ReadHeader(r io.Reader) (map[string]TensorInfo, map[string]string, error) {
 // where like's array is there (an offloaded optimizer state loads offloaded).
 // Use ReadHeader for the metadata.
 func Load[T any](r io.Reader, like T) (T, error) {
-	v, err := load(r, sizeOf(r), like)
+	v, err := load(r, readsize.Remaining(r), like)
 	if err != nil {
 		var z T
 		return z, fmt.Errorf("checkpoint.Load: %w", err)
@@ -520,7 +501,7 @@ func LoadFile[T any](path string, like T) (T, error) {
 		return z, fmt.Errorf("checkpoint.LoadFile: %w", err)
 	}
 	defer f.Close()
-	v, err := load(f, sizeOf(f), like)
+	v, err := load(f, readsize.Remaining(f), like)
 	if err != nil {
 		return z, fmt.Errorf("checkpoint.LoadFile %s: %w", path, err)
 	}

@@ -20,6 +20,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/ferryml/ferry/internal/readsize"
 )
 
 // maxIDXElems bounds the element count an IDX header may announce (1 GiB of
@@ -65,7 +67,7 @@ func ReadIDXFile(path string) (shape []int, data []byte, err error) {
 }
 
 func readIDX(r io.Reader) (shape []int, data []byte, err error) {
-	size := sizeOf(r)
+	size := readsize.Remaining(r)
 	br := bufio.NewReader(r)
 	magic, err := br.Peek(2)
 	if err != nil && len(magic) < 2 {
@@ -140,26 +142,6 @@ func readIDX(r io.Reader) (shape []int, data []byte, err error) {
 		return nil, nil, fmt.Errorf("after the data of shape %v: %w", shape, eofUnexpected(err))
 	}
 	return shape, data, nil
-}
-
-// sizeOf returns the number of bytes left in r if it can tell (bytes and
-// strings readers, regular files), or -1.
-func sizeOf(r io.Reader) int64 {
-	switch r := r.(type) {
-	case interface{ Len() int }:
-		return int64(r.Len())
-	case *os.File:
-		fi, err := r.Stat()
-		if err != nil || !fi.Mode().IsRegular() {
-			return -1
-		}
-		pos, err := r.Seek(0, io.SeekCurrent)
-		if err != nil {
-			return -1
-		}
-		return fi.Size() - pos
-	}
-	return -1
 }
 
 func isGzip(magic []byte) bool { return len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b }
