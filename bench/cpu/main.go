@@ -34,6 +34,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferryml/ferry/bench/internal/host"
 	"github.com/ferryml/ferry/internal/gemm"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
@@ -95,7 +96,7 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 
-	rep := Report{Machine: machine(), Threads: runtime.GOMAXPROCS(0), Kernel: gemm.Kernel()}
+	rep := Report{Machine: host.CPU(), Threads: runtime.GOMAXPROCS(0), Kernel: gemm.Kernel()}
 	if strings.Contains(*sections, "sgemm") {
 		for _, f := range strings.Split(*sizesFlag, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -133,20 +134,6 @@ func main() {
 	for _, r := range rep.MLP {
 		fmt.Printf("MLP training step, batch %d, %s: %.2f ms/step (loss %.4f)\n", r.Batch, r.Layers, r.StepMS, r.Loss)
 	}
-}
-
-func machine() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "model name") {
-				if _, v, ok := strings.Cut(l, ":"); ok {
-					return strings.TrimSpace(v)
-				}
-			}
-		}
-	}
-	return runtime.GOARCH
 }
 
 func randF32(n int, seed uint64, scale float32) []float32 {

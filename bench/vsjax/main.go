@@ -49,6 +49,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ferryml/ferry/bench/internal/host"
 )
 
 // RowResult is one row of the report. Times are medians over the rounds, in
@@ -152,9 +154,9 @@ func run(stdout, log io.Writer, sz Sizes, jsonOut bool, rounds, roundMS int, row
 		return err
 	}
 	rep := Report{
-		Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(), CPUs: runtime.NumCPU(),
+		Date: time.Now().UTC().Format(time.RFC3339), Machine: host.CPU(), CPUs: runtime.NumCPU(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), Go: runtime.Version(), JAX: info,
-		LoadStart: loadavg(), Rounds: rounds, RoundMS: roundMS,
+		LoadStart: host.LoadAverage(), Rounds: rounds, RoundMS: roundMS,
 	}
 	fmt.Fprintf(log, "vsjax: Ferry (GOMAXPROCS %d) vs JAX %s (%s), %d rounds of ~%d ms; load average %s\n",
 		rep.GOMAXPROCS, info.JAX, strings.Join(info.Devices, ","), rounds, roundMS, rep.LoadStart)
@@ -176,7 +178,7 @@ func run(stdout, log io.Writer, sz Sizes, jsonOut bool, rounds, roundMS int, row
 			res.Name, fmtUS(res.FerryUS), fmtUS(res.JAXUS), res.Ratio, res.CheckRelDiff, agreeWord(res.Agree))
 		rep.Rows = append(rep.Rows, res)
 	}
-	rep.LoadEnd = loadavg()
+	rep.LoadEnd = host.LoadAverage()
 	if jsonOut {
 		enc := json.NewEncoder(stdout)
 		if err := enc.Encode(rep); err != nil {
@@ -308,31 +310,4 @@ func printTable(w io.Writer, rep Report) {
 			r.What, fmtUS(r.FerryUS), fmtUS(r.JAXUS), r.Ratio, slices.Min(r.RatioRounds), slices.Max(r.RatioRounds),
 			r.FerryFirstMS, r.JAXFirstMS, agreeWord(r.Agree), r.CheckRelDiff)
 	}
-}
-
-func machine() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "model name") {
-				if _, v, ok := strings.Cut(l, ":"); ok {
-					return strings.TrimSpace(v)
-				}
-			}
-		}
-	}
-	return runtime.GOARCH
-}
-
-// loadavg is the 1-, 5- and 15-minute load averages, or "" where unknown.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
 }

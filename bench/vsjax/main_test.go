@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -168,7 +169,7 @@ func TestRowsTiny(t *testing.T) {
 					t.Fatalf("%d arrays, want %d", len(c.Arrays), len(want))
 				}
 				for _, a := range c.Arrays {
-					if !equalInts(a.Shape, want[a.Name]) {
+					if !slices.Equal(a.Shape, want[a.Name]) {
 						t.Fatalf("array %s has shape %v, want %v (leaf order changed? bench.py's TF_LEAVES must follow)", a.Name, a.Shape, want[a.Name])
 					}
 				}
@@ -192,18 +193,6 @@ func TestRowsTiny(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestAgreement(t *testing.T) {

@@ -9,6 +9,7 @@ package callers
 
 import (
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 )
@@ -76,7 +77,7 @@ func Record(skip int) *Stack {
 		h ^= h >> 29
 	}
 	slot := &cache[h&(cacheSize-1)]
-	if s := slot.Load(); s != nil && s.skip == skip && equal(s.phys, phys[:n]) {
+	if s := slot.Load(); s != nil && s.skip == skip && slices.Equal(s.phys, phys[:n]) {
 		return s
 	}
 	s := slow(skip, append([]uintptr(nil), phys[:n]...))
@@ -90,18 +91,6 @@ func slow(skip int, phys []uintptr) *Stack {
 	// 0 is runtime.Callers, 1 slow, 2 Record, 3 Record's caller.
 	n := runtime.Callers(skip+2, buf[:])
 	return &Stack{PCs: append([]uintptr(nil), buf[:n]...), skip: skip, phys: phys}
-}
-
-func equal(a, b []uintptr) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 const cacheSize = 4096
