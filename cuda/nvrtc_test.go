@@ -369,11 +369,7 @@ func mlpKernels(t *testing.T) []namedKernel {
 		loss, g := trace.ValueAndGrad(func(p nn.MLP) *trace.Array {
 			return nn.SoftmaxCrossEntropy(p.Apply(x), y)
 		})(p)
-		u, s, err := opt.Update(g, s, p)
-		if err != nil {
-			return p, s, loss, err
-		}
-		p, err = optim.ApplyUpdates(p, u)
+		p, s, err := optim.Step(opt, g, s, p)
 		return p, s, loss, err
 	}
 	eval := func(p nn.MLP, x, y *trace.Array) (correct, lossSum *trace.Array) {

@@ -157,6 +157,18 @@ func ExampleApplyUpdates() {
 	// Output: 1.5 1
 }
 
+// Step is the body of a training step: the optimizer's updates applied to the
+// parameters.
+func ExampleStep() {
+	opt := optim.SGD[Line](optim.Constant(0.1))
+	p := Line{W: rt.ScalarOf(float32(1)), B: rt.ScalarOf(float32(2))}
+	s, _ := opt.Init(p)
+	g := Line{W: rt.ScalarOf(float32(3)), B: rt.ScalarOf(float32(-4))}
+	p, s, _ = optim.Step(opt, g, s, p)
+	fmt.Printf("%.2f %.2f %d\n", p.W.Item(), p.B.Item(), int(s.Count.Item()))
+	// Output: 0.70 2.40 1
+}
+
 func ExampleGlobalNorm() {
 	fmt.Println(optim.GlobalNorm(Line{W: rt.ScalarOf(float32(3)), B: rt.ScalarOf(float32(4))}).Item())
 	// Output: 5

@@ -414,6 +414,21 @@ func (c chain[P, S1, S2]) Update(grads P, state ChainState[S1, S2], params P) (u
 	return u, ChainState[S1, S2]{First: s1, Second: s2}, nil
 }
 
+// Step runs one optimizer step: the updates opt computes from grads, state and
+// params, applied to params (opt.Update followed by ApplyUpdates, the usual body
+// of a training step). On an error it returns params and state unchanged.
+func Step[P, S any](opt Optimizer[P, S], grads P, state S, params P) (P, S, error) {
+	u, newState, err := opt.Update(grads, state, params)
+	if err != nil {
+		return params, state, err
+	}
+	newParams, err := ApplyUpdates(params, u)
+	if err != nil {
+		return params, state, err
+	}
+	return newParams, newState, nil
+}
+
 // ---- tree utilities ----
 
 // ApplyUpdates returns params + updates, leaf by leaf, each result in its

@@ -348,11 +348,7 @@ func TestJitTrainingStepMinimizesQuadratic(t *testing.T) {
 	type State = optim.ChainState[optim.EmptyState, optim.AdamState[Params]]
 	step := rt.NewJitted(func(p Params, s State) (Params, State, *trace.Array, error) {
 		l, g := trace.ValueAndGrad(loss)(p)
-		u, s, err := opt.Update(g, s, p)
-		if err != nil {
-			return p, s, nil, err
-		}
-		p, err = optim.ApplyUpdates(p, u)
+		p, s, err := optim.Step(opt, g, s, p)
 		return p, s, l, err
 	}, rt.Donate(0, 1))
 	params := toParams(make([]float64, 16))
@@ -386,11 +382,7 @@ func TestOffloadedStateMatchesDevice(t *testing.T) {
 	opt := optim.AdamW[Params](optim.Constant(0.01), 0.9, 0.999, 1e-8, 0.01)
 	type State = optim.AdamState[Params]
 	stepFn := func(p Params, s State, g Params) (Params, State, error) {
-		u, s, err := opt.Update(g, s, p)
-		if err != nil {
-			return p, s, err
-		}
-		p, err = optim.ApplyUpdates(p, u)
+		p, s, err := optim.Step(opt, g, s, p)
 		return p, s, err
 	}
 	dev := rt.Jit(stepFn, rt.Donate(0, 1))

@@ -34,11 +34,7 @@ func mlpStep[S any](opt optim.Optimizer[nn.MLP, S]) func(p nn.MLP, s S, x, y *tr
 		loss, g := trace.ValueAndGrad(func(p nn.MLP) *trace.Array {
 			return nn.SoftmaxCrossEntropy(p.Apply(x), y)
 		})(p)
-		u, s, err := opt.Update(g, s, p)
-		if err != nil {
-			return p, s, loss, err
-		}
-		p, err = optim.ApplyUpdates(p, u)
+		p, s, err := optim.Step(opt, g, s, p)
 		return p, s, loss, err
 	}
 }

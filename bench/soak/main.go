@@ -150,11 +150,7 @@ func run(steps, every, warmup, batch int, report func(Sample)) (Report, error) {
 		loss, g := trace.ValueAndGrad(func(p nn.MLP) *trace.Array {
 			return nn.SoftmaxCrossEntropy(p.Apply(x), y)
 		})(p)
-		u, s, err := opt.Update(g, s, p)
-		if err != nil {
-			return p, s, loss, err
-		}
-		p, err = optim.ApplyUpdates(p, u)
+		p, s, err := optim.Step(opt, g, s, p)
 		return p, s, loss, err
 	}, rt.Donate(0, 1), rt.WithName("soak_step"))
 

@@ -270,11 +270,7 @@ func MLPCase(sz MLPSize) (c *Case, err error) {
 		loss, g := trace.ValueAndGrad(func(p nn.MLP) *trace.Array {
 			return nn.SoftmaxCrossEntropy(p.Apply(x), y)
 		})(p)
-		u, s, err := opt.Update(g, s, p)
-		if err != nil {
-			return p, s, loss, err
-		}
-		p, err = optim.ApplyUpdates(p, u)
+		p, s, err := optim.Step(opt, g, s, p)
 		return p, s, loss, err
 	}
 	return stepCase(c, init, opt, step, rt.FromSlice(xs, sz.Batch, sz.In), rt.FromSlice(ys, sz.Batch)), nil

@@ -88,11 +88,7 @@ func offloadGrad(layer func(*trace.Array, Weights) *trace.Array) func(Weights, *
 func mlpTrainStep(p nn.MLP, s optim.AdamState[nn.MLP], x, y *trace.Array) (nn.MLP, optim.AdamState[nn.MLP], *trace.Array, error) {
 	opt := optim.Adam[nn.MLP](optim.Constant(1e-3), 0.9, 0.999, 1e-8)
 	loss, g := trace.ValueAndGrad(func(p nn.MLP) *trace.Array { return nn.SoftmaxCrossEntropy(p.Apply(x), y) })(p)
-	u, s, err := opt.Update(g, s, p)
-	if err != nil {
-		return p, s, loss, err
-	}
-	p, err = optim.ApplyUpdates(p, u)
+	p, s, err := optim.Step(opt, g, s, p)
 	return p, s, loss, err
 }
 

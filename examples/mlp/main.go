@@ -99,11 +99,7 @@ func Train(train, test *datasets.ImageSet, cfg Config, progress func(Progress)) 
 		loss, g := trace.ValueAndGrad(func(p Model) *trace.Array {
 			return nn.SoftmaxCrossEntropy(p.Apply(x), y)
 		})(p)
-		u, s, err := opt.Update(g, s, p)
-		if err != nil {
-			return p, s, loss, err
-		}
-		p, err = optim.ApplyUpdates(p, u)
+		p, s, err := optim.Step(opt, g, s, p)
 		return p, s, loss, err
 	}, rt.Donate(0, 1), rt.WithName("mlp_train_step"))
 	// eval returns the number of correct predictions and the summed loss.
