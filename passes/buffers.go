@@ -185,28 +185,13 @@ func pointwiseOperand(op *ir.Op, v *ir.Value) bool {
 		return false
 	}
 	body := op.Regions[0]
-	tainted := map[*ir.Value]bool{}
+	var params []*ir.Value
 	for i, a := range op.Args {
 		if a == v {
-			tainted[body.Params[i]] = true
+			params = append(params, body.Params[i])
 		}
 	}
-	for _, in := range body.Ops {
-		dep := false
-		for _, a := range in.Args {
-			dep = dep || tainted[a]
-		}
-		if !dep {
-			continue
-		}
-		if !in.Info().Elementwise && in.Code != ir.Reshape {
-			return false
-		}
-		for _, res := range in.Results {
-			tainted[res] = true
-		}
-	}
-	return true
+	return pointwiseFrom(body.Ops, params...)
 }
 
 // block is a range of an arena that one or more values (an in-place chain) or

@@ -471,7 +471,7 @@ func (fu *fuser) inPlaceUpdates(members []*ir.Op) map[*ir.Value]bool {
 					returns = returns || fu.ret[v] && bytesOf(v) == bytesOf(p) && v.Type.Space == p.Type.Space
 				}
 			}
-			if returns && pointwiseMembers(ops, p) {
+			if returns && pointwiseFrom(ops, p) {
 				out[p] = true
 			}
 		}
@@ -479,10 +479,13 @@ func (fu *fuser) inPlaceUpdates(members []*ir.Op) map[*ir.Value]bool {
 	return out
 }
 
-// pointwiseMembers reports whether ops (in order) reach p only through
-// elementwise ops and reshapes.
-func pointwiseMembers(ops []*ir.Op, p *ir.Value) bool {
-	tainted := map[*ir.Value]bool{p: true}
+// pointwiseFrom reports whether ops (in order) reach the values from only
+// through elementwise ops and reshapes.
+func pointwiseFrom(ops []*ir.Op, from ...*ir.Value) bool {
+	tainted := map[*ir.Value]bool{}
+	for _, v := range from {
+		tainted[v] = true
+	}
 	for _, op := range ops {
 		if !slices.ContainsFunc(op.Args, func(a *ir.Value) bool { return tainted[a] }) {
 			continue
