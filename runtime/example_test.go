@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"fmt"
 
+	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
 )
@@ -48,4 +49,27 @@ func ExampleScalarOf() {
 	// f32
 	// f64
 	// i32 7
+}
+
+// CostAnalysis counts a training step's arithmetic before it runs: here the
+// forward products (2·8·16·32 + 2·8·32·4 = 10240 FLOPs) and the backward ones
+// (the gradients of both weights and of the hidden layer, 12288; the input
+// needs none), so that a step time becomes a FLOP rate.
+func ExampleLowered_CostAnalysis() {
+	type params struct{ W1, W2 *trace.Array }
+	loss := func(p params, x *trace.Array) *trace.Array {
+		return trace.Sum(trace.MatMul(trace.Tanh(trace.MatMul(x, p.W1)), p.W2))
+	}
+	step := func(p params, x *trace.Array) (*trace.Array, params) {
+		return trace.ValueAndGrad(func(p params) *trace.Array { return loss(p, x) })(p)
+	}
+	p := params{W1: trace.Zeros(ir.Shape{16, 32}, ir.Float32), W2: trace.Zeros(ir.Shape{32, 4}, ir.Float32)}
+	low, err := rt.Lower(step, p, trace.Zeros(ir.Shape{8, 16}, ir.Float32))
+	if err != nil {
+		panic(err)
+	}
+	c := low.CostAnalysis()
+	fmt.Printf("matmul FLOPs %.0f, tanh %.0f\n", c.DotFlops, c.Transcendentals)
+	// Output:
+	// matmul FLOPs 22528, tanh 256
 }

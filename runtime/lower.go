@@ -47,6 +47,11 @@ func Lower(fn any, args ...any) (*Lowered, error) {
 // IR returns the IR text of the traced function.
 func (l *Lowered) IR() string { return l.Func.String() }
 
+// CostAnalysis returns the arithmetic of one call of the traced function
+// (passes.Cost, counted as XLA's cost_analysis()): its DotFlops are the
+// model FLOPs of a training step, before any remat.
+func (l *Lowered) CostAnalysis() passes.Cost { return passes.CostAnalysis(l.Func) }
+
 // String returns the IR text.
 func (l *Lowered) String() string { return l.IR() }
 
@@ -90,6 +95,11 @@ func (c *Compiled) Call(args ...any) (outs []any, err error) {
 // of XLA's memory_analysis(): argument, output, alias and temp bytes per memory
 // space; TotalBytes() is device temp + argument + output − alias.
 func (c *Compiled) MemoryAnalysis() passes.MemoryAnalysis { return c.entry.exe.Program().Analysis }
+
+// CostAnalysis returns the arithmetic of one call of the compiled program
+// (passes.Cost, counted as XLA's cost_analysis()), including what the
+// compiler recomputes for remat.
+func (c *Compiled) CostAnalysis() passes.Cost { return passes.CostAnalysis(c.entry.exe.Program().Func) }
 
 // OptimizedIR returns the IR after the compiler's passes (fused groups,
 // schedule), and PlanString the buffer plan.

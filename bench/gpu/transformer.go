@@ -23,30 +23,8 @@ var transformerConfig = struct {
 	LR                                  float64
 }{Vocab: 256, D: 256, Heads: 4, Layers: 4, Seq: 128, Batch: 16, LR: 3e-3}
 
-// tfModel is examples/transformer's Model (that package is a command, so
-// the dozen lines are repeated here rather than imported).
-type tfModel struct {
-	Tok    nn.Embedding
-	Pos    *trace.Array
-	Blocks nn.Stack
-	Norm   nn.LayerNorm
-}
-
-func newTFModel(key *trace.Array, vocab, seq, layers, d, heads int) tfModel {
-	ks := random.Keys(key, 3)
-	return tfModel{
-		Tok:    nn.NewEmbedding(ks[0], ir.Float32, vocab, d),
-		Pos:    nn.NormalInit(0.02)(ks[1], ir.Float32, ir.Shape{seq, d}),
-		Blocks: nn.NewStack(ks[2], ir.Float32, layers, d, heads, 4*d),
-		Norm:   nn.NewLayerNorm(ir.Float32, d),
-	}
-}
-
-func (m tfModel) loss(x, y *trace.Array) *trace.Array {
-	h := trace.Add(m.Tok.Apply(x), m.Pos)
-	h = m.Blocks.Apply(h)
-	return nn.SoftmaxCrossEntropy(m.Tok.Attend(m.Norm.Apply(h)), y)
-}
+// tfModel is examples/transformer's model.
+type tfModel = nn.TransformerLM
 
 // transformerStep traces one training step and returns the function (its
 // parameters: the model's leaves, the optimizer state's, x, y, then captured
@@ -56,7 +34,7 @@ func transformerStep() (*ir.Func, []bool, []*ir.Literal, error) {
 	c := transformerConfig
 	opt := optim.Chain(optim.ClipByGlobalNorm[tfModel](1), optim.AdamW[tfModel](optim.Constant(c.LR), 0.9, 0.95, 1e-8, 0.01))
 	params := rt.Jit(func(k *trace.Array) tfModel {
-		return newTFModel(k, c.Vocab, c.Seq, c.Layers, c.D, c.Heads)
+		return nn.NewTransformerLM(k, ir.Float32, c.Vocab, c.Seq, c.Layers, c.D, c.Heads, 4*c.D)
 	})(random.NewKey(0))
 	state, err := opt.Init(params)
 	if err != nil {
@@ -64,7 +42,7 @@ func transformerStep() (*ir.Func, []bool, []*ir.Literal, error) {
 	}
 	type optState = optim.ChainState[optim.EmptyState, optim.AdamState[tfModel]]
 	step := func(p tfModel, s optState, x, y *trace.Array) (tfModel, optState, *trace.Array, error) {
-		loss, g := trace.ValueAndGrad(func(p tfModel) *trace.Array { return p.loss(x, y) })(p)
+		loss, g := trace.ValueAndGrad(func(p tfModel) *trace.Array { return p.Loss(x, y) })(p)
 		upd, s2, err := opt.Update(g, s, p)
 		if err != nil {
 			return tfModel{}, optState{}, nil, err

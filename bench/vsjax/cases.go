@@ -284,15 +284,8 @@ type TFSize struct {
 	Warmup, Total                       int
 }
 
-// tfModel is examples/transformer's Model (a command, so repeated here): tied
-// token embedding, learned positions, an nn.Stack of pre-norm blocks applied
-// by a scan over the layer axis, final LayerNorm.
-type tfModel struct {
-	Tok    nn.Embedding
-	Pos    *trace.Array
-	Blocks nn.Stack
-	Norm   nn.LayerNorm
-}
+// tfModel is examples/transformer's model.
+type tfModel = nn.TransformerLM
 
 // tfLeaves names tfModel's leaves in trace.Flatten's order, as bench.py's
 // TF_LEAVES expects them.
@@ -301,12 +294,6 @@ var tfLeaves = []string{"tok", "pos",
 	"w1", "b1", "w2", "b2",
 	"norm_scale", "norm_bias"}
 
-func (m tfModel) loss(x, y *trace.Array) *trace.Array {
-	h := trace.Add(m.Tok.Apply(x), m.Pos)
-	h = m.Blocks.Apply(h)
-	return nn.SoftmaxCrossEntropy(m.Tok.Attend(m.Norm.Apply(h)), y)
-}
-
 // TransformerCase is examples/transformer's training step at its default size:
 // chain(ClipByGlobalNorm, AdamW(WarmupCosine)), params and optimizer state
 // donated, on one batch of random token windows (inputs tok[:, :-1], labels
@@ -314,13 +301,7 @@ func (m tfModel) loss(x, y *trace.Array) *trace.Array {
 func TransformerCase(sz TFSize) (c *Case, err error) {
 	defer trace.Recover(&err)
 	params := rt.Jit(func(k *trace.Array) tfModel {
-		ks := random.Keys(k, 3)
-		return tfModel{
-			Tok:    nn.NewEmbedding(ks[0], ir.Float32, sz.Vocab, sz.D),
-			Pos:    nn.NormalInit(0.02)(ks[1], ir.Float32, ir.Shape{sz.Seq, sz.D}),
-			Blocks: nn.NewStack(ks[2], ir.Float32, sz.Layers, sz.D, sz.Heads, 4*sz.D),
-			Norm:   nn.NewLayerNorm(ir.Float32, sz.D),
-		}
+		return nn.NewTransformerLM(k, ir.Float32, sz.Vocab, sz.Seq, sz.Layers, sz.D, sz.Heads, 4*sz.D)
 	})(random.NewKey(0))
 	init, err := takeSnapshot(params)
 	if err != nil {
@@ -351,7 +332,7 @@ func TransformerCase(sz TFSize) (c *Case, err error) {
 	)
 	type optState = optim.ChainState[optim.EmptyState, optim.AdamState[tfModel]]
 	step := func(p tfModel, s optState, x, y *trace.Array) (tfModel, optState, *trace.Array, error) {
-		loss, g := trace.ValueAndGrad(func(p tfModel) *trace.Array { return p.loss(x, y) })(p)
+		loss, g := trace.ValueAndGrad(func(p tfModel) *trace.Array { return p.Loss(x, y) })(p)
 		upd, s2, err := opt.Update(g, s, p)
 		if err != nil {
 			return p, s, loss, err

@@ -129,19 +129,8 @@ func initPairwise(key *trace.Array) *trace.Array {
 // blocks, final LayerNorm.
 const tfVocab, tfSeq, tfLayers, tfD, tfHeads, tfBatch = 96, 64, 2, 128, 4, 16
 
-// TModel is examples/transformer's Model.
-type TModel struct {
-	Tok    nn.Embedding
-	Pos    *trace.Array
-	Blocks nn.Stack
-	Norm   nn.LayerNorm
-}
-
-func (m TModel) loss(ids, y *trace.Array) *trace.Array {
-	x := trace.Add(m.Tok.Apply(ids), m.Pos)
-	x = m.Blocks.Apply(x)
-	return nn.SoftmaxCrossEntropy(m.Tok.Attend(m.Norm.Apply(x)), y)
-}
+// TModel is examples/transformer's model.
+type TModel = nn.TransformerLM
 
 type tfState = optim.ChainState[optim.EmptyState, optim.AdamState[TModel]]
 
@@ -153,7 +142,7 @@ func tfOptimizer() optim.Optimizer[TModel, tfState] {
 }
 
 func tfTrainStep(p TModel, s tfState, x, y *trace.Array) (TModel, tfState, *trace.Array, error) {
-	loss, g := trace.ValueAndGrad(func(p TModel) *trace.Array { return p.loss(x, y) })(p)
+	loss, g := trace.ValueAndGrad(func(p TModel) *trace.Array { return p.Loss(x, y) })(p)
 	u, s2, err := tfOptimizer().Update(g, s, p)
 	if err != nil {
 		return p, s, loss, err

@@ -169,39 +169,9 @@ func unigramEntropy(ids []int32, n int) float64 {
 	return h
 }
 
-// Model is the language model.
-type Model struct {
-	Tok    nn.Embedding // [vocab, d], also the output projection (tied)
-	Pos    *trace.Array // [seq, d]
-	Blocks nn.Stack
-	Norm   nn.LayerNorm
-}
-
-func newModel(key *trace.Array, vocab, seq, layers, d, heads int) Model {
-	ks := random.Keys(key, 3)
-	return Model{
-		Tok:    nn.NewEmbedding(ks[0], ir.Float32, vocab, d),
-		Pos:    nn.NormalInit(0.02)(ks[1], ir.Float32, ir.Shape{seq, d}),
-		Blocks: nn.NewStack(ks[2], ir.Float32, layers, d, heads, 4*d),
-		Norm:   nn.NewLayerNorm(ir.Float32, d),
-	}
-}
-
-// logits runs the model on ids [batch, t] (t ≤ seq): [batch, t, vocab].
-func (m Model) logits(ids *trace.Array, opts ...nn.StackOption) *trace.Array {
-	t := ids.Shape()[1]
-	pos := m.Pos
-	if t != pos.Shape()[0] {
-		pos = trace.SliceAxis(pos, 0, 0, t)
-	}
-	x := trace.Add(m.Tok.Apply(ids), pos)
-	x = m.Blocks.Apply(x, opts...)
-	return m.Tok.Attend(m.Norm.Apply(x))
-}
-
-func (m Model) loss(x, y *trace.Array, opts ...nn.StackOption) *trace.Array {
-	return nn.SoftmaxCrossEntropy(m.logits(x, opts...), y)
-}
+// Model is the language model: nn.TransformerLM (tied token embedding,
+// learned positions, scanned pre-norm blocks, final LayerNorm).
+type Model = nn.TransformerLM
 
 func rematPolicy(name string) (trace.CheckpointPolicy, error) {
 	switch name {
@@ -301,7 +271,7 @@ func Run(cfg Config, text string) (res Result, err error) {
 	key := random.NewKey(cfg.Seed)
 	ks := random.Keys(key, 2)
 	params := rt.Jit(func(k *trace.Array) Model {
-		return newModel(k, V, cfg.Seq, cfg.Layers, cfg.D, cfg.Heads)
+		return nn.NewTransformerLM(k, ir.Float32, V, cfg.Seq, cfg.Layers, cfg.D, cfg.Heads, 4*cfg.D)
 	})(ks[0])
 	for _, l := range trace.Leaves(params) {
 		res.Params += l.Shape().Size()
@@ -328,7 +298,7 @@ func Run(cfg Config, text string) (res Result, err error) {
 
 	type optState = optim.ChainState[optim.EmptyState, optim.AdamState[Model]]
 	step := func(p Model, s optState, x, y *trace.Array) (Model, optState, *trace.Array, error) {
-		loss, g := trace.ValueAndGrad(func(p Model) *trace.Array { return p.loss(x, y, stackOpts...) })(p)
+		loss, g := trace.ValueAndGrad(func(p Model) *trace.Array { return p.Loss(x, y, stackOpts...) })(p)
 		if cfg.OffloadParams {
 			// The update runs on device; the new stacked parameters go back to host.
 			p.Blocks = toSpace(p.Blocks, ir.Device)
@@ -421,7 +391,7 @@ func Run(cfg Config, text string) (res Result, err error) {
 	if cfg.OffloadParams {
 		evalParams.Blocks = toSpace(params.Blocks, ir.Device)
 	}
-	evalLoss := rt.Jit(func(p Model, x, y *trace.Array) *trace.Array { return p.loss(x, y) })
+	evalLoss := rt.Jit(func(p Model, x, y *trace.Array) *trace.Array { return p.Loss(x, y) })
 	vb := newBatcher(val, cfg.Batch, cfg.Seq, 0)
 	nb := max(cfg.EvalBatches, 1)
 	sum := 0.0
@@ -446,7 +416,7 @@ func sample(p Model, v *Vocab, cfg Config, key *trace.Array) string {
 		temp = 1
 	}
 	next := rt.Jit(func(p Model, ids, pos, key *trace.Array) *trace.Array {
-		lg := p.logits(ids)                                         // [1, T, V]
+		lg := p.Logits(ids)                                         // [1, T, V]
 		sel := trace.OneHot(pos, T, ir.Float32)                     // [T]
 		lt := trace.Sum(trace.Mul(lg, trace.ExpandDims(sel, 1)), 1) // [1, V]
 		lt = trace.Mul(lt, trace.Scalar(1/temp))
