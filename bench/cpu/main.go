@@ -12,7 +12,13 @@
 //     ratio = fused_gbps / copy_gbps;
 //   - mlp: one training step of a 784→512→512→10 ReLU MLP with softmax
 //     cross-entropy and SGD on a batch of 128, jitted with the parameters
-//     donated (mlp_step_ms). bench/gomlx runs the same step in GoMLX.
+//     donated (mlp_step_ms). bench/gomlx runs the same step in GoMLX;
+//   - transformer: examples/transformer's training step at its defaults
+//     (nn.TransformerLM, AdamW), its model FLOPs (the forward and backward
+//     matrix products, counted by rt.Lowered.CostAnalysis) per second, and
+//     that rate as a fraction of the FMA peak (bench/internal/fmapeak: an
+//     FMA loop on every core) measured in the same run (not in the default
+//     sections: -sections transformer).
 //
 // Measurements alternate between the contenders and keep each one's best.
 //
@@ -75,6 +81,8 @@ type Report struct {
 	Sgemm   []SgemmRow `json:"sgemm"`
 	Fused   []FusedRow `json:"fused"`
 	MLP     []MLPRow   `json:"mlp"`
+	// Transformer is the transformer section.
+	Transformer []TransformerRow `json:"transformer"`
 }
 
 func main() {
@@ -112,6 +120,9 @@ func main() {
 	if strings.Contains(*sections, "mlp") {
 		rep.MLP = append(rep.MLP, benchMLP(128, []int{784, 512, 512, 10}, *steps, *rounds))
 	}
+	if strings.Contains(*sections, "transformer") {
+		rep.Transformer = append(rep.Transformer, benchTransformer(*steps, *rounds))
+	}
 	if *jsonOut {
 		enc := json.NewEncoder(os.Stdout)
 		if err := enc.Encode(rep); err != nil {
@@ -133,6 +144,10 @@ func main() {
 	}
 	for _, r := range rep.MLP {
 		fmt.Printf("MLP training step, batch %d, %s: %.2f ms/step (loss %.4f)\n", r.Batch, r.Layers, r.StepMS, r.Loss)
+	}
+	for _, r := range rep.Transformer {
+		fmt.Printf("Transformer training step, %s: %.1f ms/step, %.2f GFLOP a step, %.1f GFLOP/s; FMA peak %.1f GFLOP/s (%s): %.1f%% of peak (loss %.4f)\n",
+			r.Config, r.StepMS, r.ModelGFLOP, r.GFLOPS, r.PeakGFLOPS, r.PeakISA, 100*r.OfPeak, r.Loss)
 	}
 }
 

@@ -92,6 +92,9 @@ func main() {
 	fmt.Printf("train step memory: %v\n", res.MemoryString)
 	fmt.Printf("val_loss %.4f nats/char, unigram entropy %.4f nats/char (ratio %.3f), %d steps in %.1f s (%.1f ms/step)\n",
 		res.ValLoss, res.UnigramEntropy, res.ValLoss/res.UnigramEntropy, res.Steps, res.Seconds, res.MsPerStep)
+	if res.MsPerStep > 0 {
+		fmt.Printf("model FLOPs: %.2f GFLOP a step, %.1f GFLOP/s\n", res.StepGFLOP, res.StepGFLOP/res.MsPerStep*1000)
+	}
 	if res.SampleText != "" {
 		fmt.Printf("sample:\n%s%s\n", cfg.Prompt, res.SampleText)
 	}

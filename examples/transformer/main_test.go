@@ -27,6 +27,15 @@ func TestTrainTinyText(t *testing.T) {
 	if math.IsNaN(res.ValLoss) || res.ValLoss > 0.3*res.UnigramEntropy {
 		t.Errorf("val loss %.3f is not well below 0.3 × unigram entropy %.3f", res.ValLoss, res.UnigramEntropy)
 	}
+	// Model FLOPs: forward products (q, k, v, o; the MLP; attention; the
+	// logits), three times over for forward and backward.
+	c := tinyConfig()
+	tok := float64(c.Batch * c.Seq)
+	fwd := float64(c.Layers)*(8*tok*float64(c.D*c.D)+16*tok*float64(c.D*c.D)+4*tok*float64(c.Seq*c.D)) +
+		2*tok*float64(c.D*res.Vocab)
+	if want := 3 * fwd / 1e9; math.Abs(res.StepGFLOP-want) > 1e-9*want {
+		t.Errorf("step GFLOP %v, want %v", res.StepGFLOP, want)
+	}
 }
 
 // TestOffloadSameTrajectory checks that remat with activation offload and

@@ -72,22 +72,25 @@ func memoryOf(m passes.MemoryAnalysis) Memory {
 
 // Result is what a run measured.
 type Result struct {
-	ValLoss        float64   `json:"val_loss"`
-	UnigramEntropy float64   `json:"unigram_entropy"`
-	Steps          int       `json:"steps"`
-	Seconds        float64   `json:"seconds"`
-	TrainSeconds   float64   `json:"train_seconds"`
-	MsPerStep      float64   `json:"ms_per_step"`
-	FinalLoss      float64   `json:"final_train_loss"`
-	Losses         []float64 `json:"train_losses,omitempty"`
-	Memory         Memory    `json:"memory"`
-	MemoryString   string    `json:"-"`
-	Vocab          int       `json:"vocab"`
-	Params         int       `json:"params"`
-	TrainChars     int       `json:"train_chars"`
-	ValChars       int       `json:"val_chars"`
-	Config         string    `json:"config"`
-	SampleText     string    `json:"samples,omitempty"`
+	ValLoss        float64 `json:"val_loss"`
+	UnigramEntropy float64 `json:"unigram_entropy"`
+	Steps          int     `json:"steps"`
+	Seconds        float64 `json:"seconds"`
+	TrainSeconds   float64 `json:"train_seconds"`
+	MsPerStep      float64 `json:"ms_per_step"`
+	// StepGFLOP is the train step's model FLOPs (forward and backward
+	// matrix products, rt.Lowered.CostAnalysis) in billions.
+	StepGFLOP    float64   `json:"step_gflop"`
+	FinalLoss    float64   `json:"final_train_loss"`
+	Losses       []float64 `json:"train_losses,omitempty"`
+	Memory       Memory    `json:"memory"`
+	MemoryString string    `json:"-"`
+	Vocab        int       `json:"vocab"`
+	Params       int       `json:"params"`
+	TrainChars   int       `json:"train_chars"`
+	ValChars     int       `json:"val_chars"`
+	Config       string    `json:"config"`
+	SampleText   string    `json:"samples,omitempty"`
 }
 
 // loadText reads path, or with path "" concatenates the plain-text fortune
@@ -334,6 +337,7 @@ func Run(cfg Config, text string) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
+	res.StepGFLOP = low.CostAnalysis().DotFlops / 1e9
 	ma := comp.MemoryAnalysis()
 	res.Memory, res.MemoryString = memoryOf(ma), ma.String()
 

@@ -1,0 +1,36 @@
+package fmapeak
+
+import (
+	"slices"
+
+	"github.com/ferryml/ferry/internal/gemm"
+)
+
+// iterations of the assembly loops per call: about 0.1 ms, short enough
+// for the scheduler to preempt between calls.
+const iterations = 1 << 15
+
+//go:noescape
+func fmaAVX2(n int)
+
+//go:noescape
+func fmaAVX512(n int)
+
+// avx512 follows package gemm's CPU detection (the micro-kernels the
+// machine supports).
+var avx512 = slices.Contains(gemm.Kernels(), "avx512")
+
+func flopsPerCall() (float64, string) {
+	if avx512 {
+		return iterations * 12 * 16 * 2, "avx512"
+	}
+	return iterations * 12 * 8 * 2, "avx2"
+}
+
+func fmaLoop() {
+	if avx512 {
+		fmaAVX512(iterations)
+	} else {
+		fmaAVX2(iterations)
+	}
+}
