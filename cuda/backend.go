@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -90,7 +91,7 @@ func newBackend(d *Driver) (*Backend, error) {
 	}
 	nameBuf := make([]byte, 256)
 	if err := d.Check("cuDeviceGetName", uintptr(unsafe.Pointer(&nameBuf[0])), 256, uintptr(b.dev)); err == nil {
-		b.name = goString(uintptr(unsafe.Pointer(&nameBuf[0])))
+		b.name, _, _ = strings.Cut(string(nameBuf), "\x00")
 	}
 	if err := d.Check("cuDevicePrimaryCtxRetain", uintptr(unsafe.Pointer(&b.ctx)), uintptr(b.dev)); err != nil {
 		return nil, err

@@ -39,6 +39,9 @@ type fakeCUDA struct {
 	images     []string
 	progs      map[uintptr]*fakeProgram
 	destroyed  int
+	// burn[name] is the bytes of goroutine stack the entry point name uses
+	// before it reads its arguments (set before the calls start).
+	burn map[string]int
 }
 
 type fakeProgram struct {
@@ -75,6 +78,11 @@ func fakeCallbacks() {
 				fakeMu.Unlock()
 				if f == nil {
 					return 999
+				}
+				if n := f.burn[name]; n > 0 {
+					// The callback runs on the calling goroutine's stack:
+					// growing it here moves the stack during the C call.
+					burn(n/128, func() {})
 				}
 				return call(f, name, []uintptr{a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10})
 			})
@@ -141,6 +149,16 @@ func (f *fakeCUDA) alloc(n uintptr) uintptr {
 	return p
 }
 
+// owns reports whether p lies in memory the fake allocated.
+func (f *fakeCUDA) owns(p uintptr) bool {
+	for base, buf := range f.mem {
+		if p >= base && p < base+uintptr(len(buf)) {
+			return true
+		}
+	}
+	return false
+}
+
 //go:noinline
 func cString(p uintptr) string { return goString(p) }
 
@@ -200,6 +218,12 @@ func (f *fakeCUDA) driver(name string, a []uintptr) uintptr {
 		f.funcs[h] = cString(a[2])
 		putUintptr(a[0], h)
 	case "cuLaunchKernel":
+		// kernelParams (a[9]) holds the address of each argument value; the
+		// first is a buffer of the fake's memory.
+		if p0 := loadUintptr(loadUintptr(a[9])); !f.owns(p0) {
+			f.violations = append(f.violations, fmt.Sprintf("cuLaunchKernel: first argument %#x is no allocation", p0))
+			return 1
+		}
 		f.launches = append(f.launches, f.funcs[a[0]])
 	case "cuEventElapsedTime":
 		putFloat32(a[0], 1.5)

@@ -148,6 +148,11 @@ type LtMatmul struct {
 	cells     *ltCells
 }
 
+// check calls a cuBLASLt entry point. The addresses it passes point into
+// m.cells (heap, kept by m); go:uintptrescapes keeps any other address
+// converted in a call to check alive too, as for Driver.Check.
+//
+//go:uintptrescapes
 func (m *LtMatmul) check(name string, args ...uintptr) error {
 	if r := m.api.call(name, args...); r != 0 {
 		return fmt.Errorf("cuda: %s: cublasStatus %d", name, r)
