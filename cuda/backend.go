@@ -824,7 +824,22 @@ func (b *Backend) prepareMatmul(e *executable, s *step) bool {
 	if err != nil {
 		return false
 	}
-	mm, err := NewLtMatmul(b.d.Lt, b.lt, spec, uint64(b.workspace.size))
+	// The alignment the matrices will have: allocations (arguments,
+	// results, arenas, the scratch buffer) start 256-byte aligned, and a
+	// temporary sits at its planned offset into its arena. Run checks the
+	// real pointers and asks the heuristic again if they differ.
+	addr := func(v *ir.Value) uintptr {
+		if buf, ok := e.prog.Plan.Values[v]; ok && buf.Kind == passes.BufTemp {
+			return uintptr(buf.Offset)
+		}
+		return 0
+	}
+	out := uintptr(0) // the scratch buffer of a fused epilogue
+	if !fused {
+		out = addr(op.Results[0])
+	}
+	align := spec.Align(addr(op.Args[rhs]), addr(op.Args[lhs]), out)
+	mm, err := NewLtMatmul(b.d.Lt, b.lt, spec, uint64(b.workspace.size), align)
 	if err != nil {
 		return false
 	}

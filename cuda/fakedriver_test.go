@@ -39,6 +39,8 @@ type fakeCUDA struct {
 	images     []string
 	progs      map[uintptr]*fakeProgram
 	destroyed  int
+	// lt, when set, plays cuBLASLt (see withCublasLt).
+	lt *fakeLt
 	// burn[name] is the bytes of goroutine stack the entry point name uses
 	// before it reads its arguments (set before the calls start).
 	burn map[string]int
@@ -64,6 +66,7 @@ var (
 	fakeOnce    sync.Once
 	fakeDrvProc map[string]uintptr
 	fakeRTCProc map[string]uintptr
+	fakeLtProc  map[string]uintptr
 	fakeErrStr  = []byte("fake NVRTC error\x00")
 )
 
@@ -94,6 +97,19 @@ func fakeCallbacks() {
 		fakeRTCProc = map[string]uintptr{}
 		for _, s := range nvrtcEntryPoints {
 			fakeRTCProc[s.Canonical] = mk((*fakeCUDA).nvrtc, s.Canonical)
+		}
+		fakeLtProc = map[string]uintptr{}
+		for _, s := range cublasLtEntryPoints {
+			name := s.Canonical
+			fakeLtProc[name] = purego.NewCallback(func(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15 uintptr) uintptr {
+				fakeMu.Lock()
+				f := fakeActive
+				fakeMu.Unlock()
+				if f == nil || f.lt == nil {
+					return 999
+				}
+				return f.cublasLt(name, []uintptr{a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15})
+			})
 		}
 	})
 }
@@ -229,6 +245,41 @@ func (f *fakeCUDA) driver(name string, a []uintptr) uintptr {
 		putFloat32(a[0], 1.5)
 	}
 	return 0
+}
+
+// withCublasLt gives d a fake cuBLASLt (fakeLt behind C function
+// pointers), whose calls also need the context current.
+func (f *fakeCUDA) withCublasLt(d *Driver) *fakeLt {
+	f.lt = newFakeLt()
+	d.Lt = &CublasLt{Path: "fake libcublasLt.so", syms: &symbolTable{lib: &Library{Path: "fake libcublasLt.so"}, procs: maps(fakeLtProc)}}
+	d.LtErr = nil
+	return f.lt
+}
+
+func (f *fakeCUDA) cublasLt(name string, a []uintptr) uintptr {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tid := syscall.Gettid()
+	f.calls[name]++
+	if name == "cublasLtGetVersion" {
+		return 130100
+	}
+	if cur := f.current[tid]; cur != f.ctx {
+		f.violations = append(f.violations, fmt.Sprintf("%s on thread %d with context %#x current", name, tid, cur))
+		return 3 // CUBLAS_STATUS_ALLOC_FAILED, as with no context
+	}
+	switch name {
+	case "cublasLtCreate":
+		putUintptr(a[0], 0x1770)
+		return 0
+	case "cublasLtMatmul":
+		for _, p := range []uintptr{a[3], a[5], a[8], a[10]} {
+			if !f.owns(p) {
+				f.violations = append(f.violations, fmt.Sprintf("cublasLtMatmul: matrix %#x is no allocation", p))
+			}
+		}
+	}
+	return uintptr(f.lt.call(name, a...))
 }
 
 func (f *fakeCUDA) nvrtc(name string, a []uintptr) uintptr {
