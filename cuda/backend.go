@@ -3,7 +3,9 @@ package cuda
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -44,14 +46,23 @@ type Backend struct {
 	modules  map[string]uintptr // kernel source hash → CUmodule
 }
 
-// New loads the driver, NVRTC and cuBLASLt, initialises device 0 and
-// reserves device memory as FERRY_ALLOCATOR, FERRY_PREALLOCATE and
-// FERRY_MEM_FRACTION say (bfc with 0.75 of free memory by default).
+// New loads the driver, NVRTC and (when present) cuBLASLt, initialises
+// device 0 and reserves device memory as FERRY_ALLOCATOR, FERRY_PREALLOCATE
+// and FERRY_MEM_FRACTION say (bfc with 0.75 of free memory by default).
 func New() (*Backend, error) {
 	d, err := Load()
 	if err != nil {
 		return nil, err
 	}
+	return newBackend(d)
+}
+
+// newBackend is New over a loaded driver (a test's fake one, too).
+func newBackend(d *Driver) (*Backend, error) {
+	// Everything below runs on one OS thread: the context made current
+	// after cuDevicePrimaryCtxRetain is current for the calls that follow.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := d.Init(); err != nil {
 		return nil, err
 	}
@@ -80,7 +91,7 @@ func New() (*Backend, error) {
 	}
 	nameBuf := make([]byte, 256)
 	if err := d.Check("cuDeviceGetName", uintptr(unsafe.Pointer(&nameBuf[0])), 256, uintptr(b.dev)); err == nil {
-		b.name = goString(uintptr(unsafe.Pointer(&nameBuf[0])))
+		b.name, _, _ = strings.Cut(string(nameBuf), "\x00")
 	}
 	if err := d.Check("cuDevicePrimaryCtxRetain", uintptr(unsafe.Pointer(&b.ctx)), uintptr(b.dev)); err != nil {
 		return nil, err
@@ -104,7 +115,9 @@ func New() (*Backend, error) {
 	}
 	b.allowTF32 = os.Getenv(TF32Env) == "1"
 	var h uintptr
-	if r := d.Lt.syms.call("cublasLtCreate", uintptr(unsafe.Pointer(&h))); r != 0 {
+	if d.Lt == nil {
+		b.ltErr = fmt.Errorf("cuda: cuBLASLt did not load: %w", d.LtErr)
+	} else if r := d.Lt.syms.call("cublasLtCreate", uintptr(unsafe.Pointer(&h))); r != 0 {
 		b.ltErr = fmt.Errorf("cuda: cublasLtCreate: cublasStatus %d", r)
 	} else {
 		b.lt = h
@@ -123,6 +136,37 @@ const ltWorkspaceBytes = 32 << 20
 
 // MatmulStatus says whether dot_general steps use cuBLASLt, and why not.
 func (b *Backend) MatmulStatus() (bool, error) { return b.lt != 0, b.ltErr }
+
+// enter makes the backend's context current for the driver calls of one
+// public entry (FromLiteral, Compile, Execute, Buffer.Literal and Delete,
+// the Timer's methods): a CUDA context is current per OS thread, and a
+// goroutine moves between threads whenever it is descheduled, so enter
+// locks the goroutine to its thread (runtime.LockOSThread nests) and calls
+// cuCtxSetCurrent there; exit unlocks it. Without it the driver answers
+// CUDA_ERROR_INVALID_CONTEXT on any thread but the one New ran on.
+//
+// This is what XLA's GPU runtime does (a context activation per entry)
+// rather than funnelling all driver work through one goroutine locked to
+// the context's thread. BenchmarkContextEntry, with a libc call standing in
+// for cuCtxSetCurrent, measured 0.27 µs per entry for lock + call + unlock
+// and 18 µs per call for the hand-off to a locked goroutine and back (two
+// channel operations and a thread wake-up each; 2 loaded cores, AMD EPYC);
+// cuCtxSetCurrent itself is a thread-local update in the driver (about
+// 0.1 µs by the estimate; not measured here, no GPU).
+// A driver goroutine would also serialise one goroutine's NVRTC compiles
+// behind another's executions. An Execute is one entry however many steps
+// it runs.
+func (b *Backend) enter() error {
+	runtime.LockOSThread()
+	if err := b.d.Check("cuCtxSetCurrent", b.ctx); err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	return nil
+}
+
+// exit ends an entry begun by enter.
+func (b *Backend) exit() { runtime.UnlockOSThread() }
 
 // reserve sets up device memory per the runtime's memory variables.
 func (b *Backend) reserve() error {
@@ -234,6 +278,10 @@ func (x *Buffer) Literal() (*ir.Literal, error) {
 		return nil, fmt.Errorf("cuda: buffer of type %v was deleted or donated", x.t)
 	}
 	l := ir.NewLiteral(x.t)
+	if err := x.b.enter(); err != nil {
+		return nil, err
+	}
+	defer x.b.exit()
 	if err := x.b.sync(); err != nil {
 		return nil, err
 	}
@@ -272,6 +320,12 @@ func (x *Buffer) Delete() error {
 		return nil
 	}
 	x.freed = true
+	if x.m.host || x.m.off < 0 { // cuMemFreeHost or cuMemFree
+		if err := x.b.enter(); err != nil {
+			return err
+		}
+		defer x.b.exit()
+	}
 	return x.b.release(x.m)
 }
 
@@ -286,6 +340,15 @@ func (b *Backend) sync() error {
 
 // FromLiteral copies a host literal into a new buffer of its memory space.
 func (b *Backend) FromLiteral(l *ir.Literal) (trace.Buffer, error) {
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.exit()
+	return b.fromLiteral(l)
+}
+
+// fromLiteral is FromLiteral inside an entry.
+func (b *Backend) fromLiteral(l *ir.Literal) (*Buffer, error) {
 	if int64(len(l.Data)) != l.Type.Bytes() {
 		return nil, fmt.Errorf("literal %v has %d bytes, want %d", l.Type, len(l.Data), l.Type.Bytes())
 	}
@@ -336,6 +399,10 @@ func (b *Backend) Compile(f *ir.Func, opts rt.CompileOptions) (rt.Executable, er
 	if err != nil {
 		return nil, err
 	}
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.exit()
 	ops := prog.Func.Body.Ops
 	e := &executable{b: b, prog: prog, steps: make([]step, len(ops))}
 	for i, op := range ops {
@@ -347,11 +414,11 @@ func (b *Backend) Compile(f *ir.Func, opts rt.CompileOptions) (rt.Executable, er
 		case op.Code == ir.Constant:
 			s.kind = stepConst
 			l := op.Attrs.Literal("value")
-			c, err := b.FromLiteral(l.Clone())
+			c, err := b.fromLiteral(l.Clone())
 			if err != nil {
 				return nil, err
 			}
-			s.constant = c.(*Buffer)
+			s.constant = c
 		case b.prepareMatmul(e, s):
 			// cuBLASLt (with the generated epilogue of an output fusion).
 		default:
@@ -437,6 +504,10 @@ func (e *executable) Execute(args []trace.Buffer, opts rt.ExecOptions) ([]trace.
 	if len(args) != len(body.Params) {
 		return nil, fmt.Errorf("cuda: %d arguments, want %d", len(args), len(body.Params))
 	}
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.exit()
 	in := make([]*Buffer, len(args))
 	for i, a := range args {
 		x, ok := a.(*Buffer)
@@ -455,11 +526,9 @@ func (e *executable) Execute(args []trace.Buffer, opts rt.ExecOptions) ([]trace.
 			if err != nil {
 				return nil, fmt.Errorf("argument %d: %w", i, err)
 			}
-			nb, err := b.FromLiteral(l)
-			if err != nil {
+			if x, err = b.fromLiteral(l); err != nil {
 				return nil, err
 			}
-			x = nb.(*Buffer)
 		}
 		in[i] = x
 	}
@@ -755,7 +824,22 @@ func (b *Backend) prepareMatmul(e *executable, s *step) bool {
 	if err != nil {
 		return false
 	}
-	mm, err := NewLtMatmul(b.d.Lt, b.lt, spec, uint64(b.workspace.size))
+	// The alignment the matrices will have: allocations (arguments,
+	// results, arenas, the scratch buffer) start 256-byte aligned, and a
+	// temporary sits at its planned offset into its arena. Run checks the
+	// real pointers and asks the heuristic again if they differ.
+	addr := func(v *ir.Value) uintptr {
+		if buf, ok := e.prog.Plan.Values[v]; ok && buf.Kind == passes.BufTemp {
+			return uintptr(buf.Offset)
+		}
+		return 0
+	}
+	out := uintptr(0) // the scratch buffer of a fused epilogue
+	if !fused {
+		out = addr(op.Results[0])
+	}
+	align := spec.Align(addr(op.Args[rhs]), addr(op.Args[lhs]), out)
+	mm, err := NewLtMatmul(b.d.Lt, b.lt, spec, uint64(b.workspace.size), align)
 	if err != nil {
 		return false
 	}

@@ -20,6 +20,7 @@ func TestDeviceMatmulAndTimer(t *testing.T) {
 	if err != nil {
 		t.Skipf("cuda backend unavailable: %v", err)
 	}
+	t.Log("\n" + b.Info().String())
 	if ok, why := b.MatmulStatus(); !ok {
 		t.Fatalf("cuBLASLt unavailable: %v", why)
 	}

@@ -40,6 +40,15 @@ func (d *Driver) ResultName(r Result) string {
 // the call and the CUresult. Like Call, it keeps addresses passed as uintptr
 // on the heap and alive for the call (go:uintptrescapes).
 //
+// The package's rule for Go memory handed to C: either convert its address
+// to uintptr in the argument list of a go:uintptrescapes function (Check,
+// Call, symbolTable.call, LtMatmul.check, purego.SyscallN), which moves it
+// to the heap and keeps it alive for the call; or, when the address must be
+// stored in memory first (an array of pointers such as cuLaunchKernel's
+// kernelParams or NVRTC's options), keep it in pinned heap memory
+// (runtime.Pinner) until the call returns. A variable whose address is only
+// stored may live on the goroutine stack, which moves when it grows.
+//
 //go:uintptrescapes
 func (d *Driver) Check(name string, args ...uintptr) error {
 	r, err := d.Call(name, args...)
@@ -113,6 +122,9 @@ func (d *Driver) CopyDtoH(dst unsafe.Pointer, src uintptr, n int64, stream uintp
 // Launch launches fn with the given configuration and argument values (each
 // passed by address, as cuLaunchKernel wants).
 func (d *Driver) Launch(fn uintptr, cfg LaunchConfig, stream uintptr, args []uintptr) error {
+	if len(args) == 0 {
+		return d.Check("cuLaunchKernel", fn, uintptr(cfg.Grid), 1, 1, uintptr(cfg.Block), 1, 1, 0, stream, 0, 0)
+	}
 	// The values are copied to pinned heap memory, where the addresses in
 	// ptrs stay valid: the caller's args (and a small local slice) may be on
 	// a goroutine stack, which can move when Check is entered.

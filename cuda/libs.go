@@ -159,7 +159,37 @@ func goString(p uintptr) string {
 // pointer without tripping vet's unsafeptr check.
 func ptrFromUintptr(p uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
 
+// cstr is s as a NUL-terminated C string. Pass its address to C only in
+// the call expression of a go:uintptrescapes function (Driver.Check,
+// symbolTable.call), which moves it to the heap and keeps it alive; a short
+// cstr may otherwise live on the goroutine's stack, which moves when it
+// grows.
 func cstr(s string) []byte { return append([]byte(s), 0) }
+
+// cStrings is an array of C strings (char**) in pinned Go heap memory: the
+// addresses stored in ptrs stay valid, wherever the goroutine's stack goes,
+// until free. (Storing an address as a uintptr in memory, as an array for
+// C must, is outside what go:uintptrescapes covers: only a conversion in
+// the call expression is.)
+type cStrings struct {
+	ptrs []uintptr
+	bufs [][]byte
+	pin  runtime.Pinner
+}
+
+func newCStrings(ss ...string) *cStrings {
+	c := &cStrings{ptrs: make([]uintptr, len(ss)), bufs: make([][]byte, len(ss))}
+	for i, s := range ss {
+		c.bufs[i] = cstr(s)
+		c.pin.Pin(&c.bufs[i][0]) // Pin's argument escapes: the bytes are on the heap
+		c.ptrs[i] = uintptr(unsafe.Pointer(&c.bufs[i][0]))
+	}
+	c.pin.Pin(&c.ptrs[0])
+	return c
+}
+
+// free unpins the strings (after the C call that reads them).
+func (c *cStrings) free() { c.pin.Unpin() }
 
 // Compile compiles CUDA C source for arch (for example "sm_90") and returns
 // the cubin image (or PTX when the NVRTC release cannot emit a cubin for
@@ -178,16 +208,12 @@ func (n *NVRTC) CompileLog(src, name, arch string) (img []byte, log string, err 
 		uintptr(unsafe.Pointer(&cname[0])), 0, 0, 0); r != 0 {
 		return nil, "", fmt.Errorf("cuda: nvrtcCreateProgram: %s", n.errString(r))
 	}
-	defer n.syms.call("nvrtcDestroyProgram", uintptr(unsafe.Pointer(&prog)))
-	opts := [][]byte{cstr("--gpu-architecture=" + arch), cstr("--std=c++17"), cstr("-default-device")}
-	ptrs := make([]uintptr, len(opts))
-	for i, o := range opts {
-		ptrs[i] = uintptr(unsafe.Pointer(&o[0]))
-	}
-	r := n.syms.call("nvrtcCompileProgram", prog, uintptr(len(opts)), uintptr(unsafe.Pointer(&ptrs[0])))
-	runtime.KeepAlive(opts)
-	runtime.KeepAlive(csrc)
-	runtime.KeepAlive(cname)
+	// The conversion sits in the deferred call itself, so that
+	// go:uintptrescapes keeps prog alive until it runs.
+	defer func() { n.syms.call("nvrtcDestroyProgram", uintptr(unsafe.Pointer(&prog))) }()
+	opts := newCStrings("--gpu-architecture="+arch, "--std=c++17", "-default-device")
+	r := n.syms.call("nvrtcCompileProgram", prog, uintptr(len(opts.ptrs)), uintptr(unsafe.Pointer(&opts.ptrs[0])))
+	opts.free()
 	log = n.programLog(prog)
 	if r != 0 {
 		return nil, log, fmt.Errorf("cuda: NVRTC compile of %s for %s: %s\n%s", name, arch, n.errString(r), log)

@@ -177,8 +177,12 @@ type Driver struct {
 	CUDA *Library
 	// NVRTC is the run-time compiler (libnvrtc.so*).
 	NVRTC *NVRTC
-	// Lt is cuBLASLt (libcublasLt.so*).
-	Lt      *CublasLt
+	// Lt is cuBLASLt (libcublasLt.so*), or nil when it did not load: LtErr
+	// then says why, and the backend computes every dot_general with its
+	// generated kernel.
+	Lt *CublasLt
+	// LtErr is the error of loading cuBLASLt (nil when Lt is set).
+	LtErr   error
 	getProc uintptr
 	procs   map[string]uintptr
 }
@@ -225,8 +229,10 @@ func LoadDriver(dirs []string) (*Driver, error) {
 
 // Load loads libcuda.so.1 (LoadDriver), then NVRTC (LoadNVRTC) and cuBLASLt
 // (LoadCublasLt), searching SearchDirs and then the system loader. A missing
-// or unusable library is a *LoadError naming every path tried. Load does not
-// call cuInit.
+// or unusable driver or NVRTC is a *LoadError naming every path tried.
+// cuBLASLt is optional: when it does not load, Load still succeeds with
+// d.Lt nil and d.LtErr saying why (dot_general then runs as a generated
+// kernel). Load does not call cuInit.
 func Load() (*Driver, error) {
 	dirs := SearchDirs()
 	d, err := LoadDriver(dirs)
@@ -236,10 +242,20 @@ func Load() (*Driver, error) {
 	if d.NVRTC, err = LoadNVRTC(dirs); err != nil {
 		return nil, err
 	}
-	if d.Lt, err = LoadCublasLt(dirs); err != nil {
-		return nil, err
-	}
+	d.loadCublasLt(dirs)
 	return d, nil
+}
+
+// loadCublasLt loads cuBLASLt from dirs into d.Lt, or records in d.LtErr
+// why it did not load.
+func (d *Driver) loadCublasLt(dirs []string) {
+	d.Lt, d.LtErr = nil, nil
+	lt, err := LoadCublasLt(dirs)
+	if err != nil {
+		d.LtErr = err
+		return
+	}
+	d.Lt = lt
 }
 
 // resolve calls cuGetProcAddress_v2(symbol, &pfn, PinnedCUDAVersion,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sync"
 	"unsafe"
 
 	"github.com/ferryml/ferry/ir"
@@ -47,8 +48,14 @@ const (
 	ltLayoutBatchCount         = 5 // int32
 	ltLayoutStridedBatchOffset = 6 // int64, in elements
 
-	// cublasLtMatmulPreferenceAttributes_t.
+	// cublasLtMatmulPreferenceAttributes_t (the same values in CUDA 13's
+	// cublasLt.h, as nvmath-python's bindings for cuBLASLt 13 list them:
+	// MAX_WORKSPACE_BYTES 1, MIN_ALIGNMENT_A_BYTES..D_BYTES 5..8).
 	ltPrefMaxWorkspaceBytes = 1 // uint64
+	ltPrefMinAlignmentA     = 5 // uint32, bytes; default 256
+	ltPrefMinAlignmentB     = 6
+	ltPrefMinAlignmentC     = 7
+	ltPrefMinAlignmentD     = 8
 
 	// cublasLtEpilogue_t.
 	ltEpilogueDefault  = 1
@@ -115,6 +122,52 @@ func MatmulSpecFor(op *ir.Op, allowTF32 bool) (MatmulSpec, error) {
 	return s, nil
 }
 
+// ltMaxAlignment is the largest alignment worth telling cuBLASLt about: its
+// default assumption for every matrix, which excludes the algorithms that
+// need more.
+const ltMaxAlignment = 256
+
+// LtAlign is the alignment in bytes that cuBLASLt may assume of A, B, C and
+// D (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES): a power of two,
+// at most ltMaxAlignment.
+type LtAlign [4]uint32
+
+// ltAlignment is the alignment of a matrix at address p (in bytes, the
+// largest power of two up to ltMaxAlignment dividing it) and, when batch > 1,
+// of every batch's matrix at p + i*strideBytes. Arena temporaries are only
+// 64-byte aligned (passes.Alignment), and cuBLASLt's heuristic assumes 256
+// unless told otherwise.
+func ltAlignment(p uintptr, strideBytes int64, batch int) uint32 {
+	a := uint64(p) | ltMaxAlignment
+	if batch > 1 {
+		a |= uint64(strideBytes)
+	}
+	return uint32(a & -a)
+}
+
+// elemBytes is the size of a cudaDataType_t element used here.
+func elemBytes(dt int32) int64 {
+	switch dt {
+	case cudaR64F:
+		return 8
+	case cudaR16F, cudaR16BF:
+		return 2
+	}
+	return 4
+}
+
+// Align returns the alignment of the matmul's matrices at rhs (A), lhs (B)
+// and out (C and D), with its batch strides.
+func (s MatmulSpec) Align(rhs, lhs, out uintptr) LtAlign {
+	l := s.Layout
+	c := ltAlignment(out, l.StrideC*elemBytes(s.CType), l.Batch)
+	return LtAlign{
+		ltAlignment(rhs, l.StrideA*elemBytes(s.AType), l.Batch),
+		ltAlignment(lhs, l.StrideB*elemBytes(s.BType), l.Batch),
+		c, c,
+	}
+}
+
 // ltAPI is the part of cuBLASLt a matmul calls: the loaded library's symbol
 // table, or a test's fake that records the calls.
 type ltAPI interface {
@@ -127,27 +180,48 @@ type ltAPI interface {
 type ltCells struct {
 	out      uintptr
 	val      [16]byte
-	heur     [ltHeuristicResultSize]byte
 	returned int32
 	alpha    [8]byte
 	beta     [8]byte
 }
 
-// LtMatmul is one prepared cuBLASLt matmul: its operation descriptor, the
-// matrix layouts of A, B and C (= D) and the algorithm the heuristic chose.
-// Prepare it once at compile time; Run enqueues it on a stream.
-type LtMatmul struct {
-	Spec      MatmulSpec
-	Workspace uint64 // bytes the algorithm needs
-	api       ltAPI
-	handle    uintptr
-	desc      uintptr
-	la, lb    uintptr
-	lc        uintptr
-	pref      uintptr
-	cells     *ltCells
+// ltChoice is the heuristic's algorithm for one alignment of the matrices
+// (a heap cell whose address cublasLtMatmul gets).
+type ltChoice struct {
+	heur      [ltHeuristicResultSize]byte
+	workspace uint64
 }
 
+// LtMatmul is one prepared cuBLASLt matmul: its operation descriptor, the
+// matrix layouts of A, B and C (= D), and the algorithm the heuristic chose
+// for each alignment of the matrices met so far. Prepare it once at compile
+// time with the alignment the buffer plan gives; Run enqueues it on a
+// stream, asking the heuristic again (once) should its pointers be less
+// aligned than that.
+type LtMatmul struct {
+	Spec MatmulSpec
+	// Workspace is the bytes the algorithm of the prepared alignment needs.
+	Workspace uint64
+	// Align is the alignment NewLtMatmul prepared for.
+	Align        LtAlign
+	api          ltAPI
+	handle       uintptr
+	desc         uintptr
+	la, lb       uintptr
+	lc           uintptr
+	pref         uintptr
+	maxWorkspace uint64
+	cells        *ltCells
+
+	mu      sync.Mutex
+	choices map[LtAlign]*ltChoice
+}
+
+// check calls a cuBLASLt entry point. The addresses it passes point into
+// m.cells (heap, kept by m); go:uintptrescapes keeps any other address
+// converted in a call to check alive too, as for Driver.Check.
+//
+//go:uintptrescapes
 func (m *LtMatmul) check(name string, args ...uintptr) error {
 	if r := m.api.call(name, args...); r != 0 {
 		return fmt.Errorf("cuda: %s: cublasStatus %d", name, r)
@@ -213,17 +287,19 @@ func (m *LtMatmul) layout(dt int32, rows, cols, ld int, batch int, stride int64)
 }
 
 // NewLtMatmul creates the descriptors of spec and asks the heuristic for an
-// algorithm needing at most maxWorkspace bytes. In cuBLASLt's column-major
-// terms (see MatmulLayout) D (m×n = N×M, ld LDC) = op(A) (N×K) · op(B)
-// (K×M): A is the dot's rhs, stored N×K (K×N when TransA), B its lhs, stored
-// K×M (M×K when TransB). An error (no algorithm, for example) leaves the
-// step to the generated kernel.
-func NewLtMatmul(lt *CublasLt, handle uintptr, spec MatmulSpec, maxWorkspace uint64) (*LtMatmul, error) {
-	return newLtMatmul(lt.syms, handle, spec, maxWorkspace)
+// algorithm needing at most maxWorkspace bytes and no more alignment of A,
+// B, C and D than align. In cuBLASLt's column-major terms (see
+// MatmulLayout) D (m×n = N×M, ld LDC) = op(A) (N×K) · op(B) (K×M): A is the
+// dot's rhs, stored N×K (K×N when TransA), B its lhs, stored K×M (M×K when
+// TransB). An error (no algorithm, for example) leaves the step to the
+// generated kernel.
+func NewLtMatmul(lt *CublasLt, handle uintptr, spec MatmulSpec, maxWorkspace uint64, align LtAlign) (*LtMatmul, error) {
+	return newLtMatmul(lt.syms, handle, spec, maxWorkspace, align)
 }
 
-func newLtMatmul(api ltAPI, handle uintptr, spec MatmulSpec, maxWorkspace uint64) (*LtMatmul, error) {
-	m := &LtMatmul{Spec: spec, api: api, handle: handle, cells: new(ltCells)}
+func newLtMatmul(api ltAPI, handle uintptr, spec MatmulSpec, maxWorkspace uint64, align LtAlign) (*LtMatmul, error) {
+	m := &LtMatmul{Spec: spec, api: api, handle: handle, cells: new(ltCells), maxWorkspace: maxWorkspace,
+		Align: align, choices: map[LtAlign]*ltChoice{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -270,21 +346,12 @@ func newLtMatmul(api ltAPI, handle uintptr, spec MatmulSpec, maxWorkspace uint64
 	if err := m.set("cublasLtMatmulPreferenceSetAttribute", m.pref, ltPrefMaxWorkspaceBytes, maxWorkspace); err != nil {
 		return nil, err
 	}
-	c := m.cells
-	c.returned = 0
-	err = m.check("cublasLtMatmulAlgoGetHeuristic", handle, m.desc, m.la, m.lb, m.lc, m.lc, m.pref, 1,
-		uintptr(unsafe.Pointer(&c.heur[0])), uintptr(unsafe.Pointer(&c.returned)))
-	runtime.KeepAlive(c)
+	ch, err := m.choose(align)
 	if err != nil {
 		return nil, err
 	}
-	if c.returned < 1 {
-		return nil, fmt.Errorf("cuda: cuBLASLt has no algorithm for %+v", spec)
-	}
-	if st := int32(binary.LittleEndian.Uint32(c.heur[ltHeuristicState:])); st != 0 {
-		return nil, fmt.Errorf("cuda: cuBLASLt heuristic state %d for %+v", st, spec)
-	}
-	m.Workspace = binary.LittleEndian.Uint64(c.heur[ltHeuristicWorkspace:])
+	m.Workspace = ch.workspace
+	c := m.cells
 	if spec.Scale == cudaR64F {
 		binary.LittleEndian.PutUint64(c.alpha[:], math.Float64bits(1))
 	} else {
@@ -294,16 +361,64 @@ func newLtMatmul(api ltAPI, handle uintptr, spec MatmulSpec, maxWorkspace uint64
 	return m, nil
 }
 
+// choose returns the heuristic's algorithm for matrices aligned to align,
+// asking the heuristic (with MIN_ALIGNMENT_{A,B,C,D}_BYTES set to align)
+// the first time. m.mu must not be held.
+func (m *LtMatmul) choose(align LtAlign) (*ltChoice, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ch := m.choices[align]; ch != nil {
+		return ch, nil
+	}
+	for i, attr := range []int{ltPrefMinAlignmentA, ltPrefMinAlignmentB, ltPrefMinAlignmentC, ltPrefMinAlignmentD} {
+		if align[i] == 0 || align[i]&(align[i]-1) != 0 || align[i] > ltMaxAlignment {
+			return nil, fmt.Errorf("cuda: cuBLASLt alignment %v: want powers of two up to %d", align, ltMaxAlignment)
+		}
+		if err := m.set("cublasLtMatmulPreferenceSetAttribute", m.pref, attr, align[i]); err != nil {
+			return nil, err
+		}
+	}
+	ch, c := new(ltChoice), m.cells
+	c.returned = 0
+	err := m.check("cublasLtMatmulAlgoGetHeuristic", m.handle, m.desc, m.la, m.lb, m.lc, m.lc, m.pref, 1,
+		uintptr(unsafe.Pointer(&ch.heur[0])), uintptr(unsafe.Pointer(&c.returned)))
+	runtime.KeepAlive(c)
+	if err != nil {
+		return nil, err
+	}
+	if c.returned < 1 {
+		return nil, fmt.Errorf("cuda: cuBLASLt has no algorithm for %+v aligned to %v", m.Spec, align)
+	}
+	if st := int32(binary.LittleEndian.Uint32(ch.heur[ltHeuristicState:])); st != 0 {
+		return nil, fmt.Errorf("cuda: cuBLASLt heuristic state %d for %+v", st, m.Spec)
+	}
+	ch.workspace = binary.LittleEndian.Uint64(ch.heur[ltHeuristicWorkspace:])
+	if ch.workspace > m.maxWorkspace {
+		return nil, fmt.Errorf("cuda: cuBLASLt algorithm needs %d workspace bytes, %d allowed", ch.workspace, m.maxWorkspace)
+	}
+	m.choices[align] = ch
+	return ch, nil
+}
+
 // Run enqueues D = A·B (alpha 1, beta 0; C is D) on stream: rhs is the
-// dot's rhs (A), lhs its lhs (B), out the result (D); workspace holds at
-// least m.Workspace bytes.
+// dot's rhs (A), lhs its lhs (B), out the result (D); workspace holds
+// workspaceBytes, at least what the algorithm needs. The algorithm is the
+// one chosen for the alignment of these pointers (Spec.Align).
 func (m *LtMatmul) Run(rhs, lhs, out, workspace uintptr, workspaceBytes uint64, stream uintptr) error {
+	ch, err := m.choose(m.Spec.Align(rhs, lhs, out))
+	if err != nil {
+		return err
+	}
+	if ch.workspace > workspaceBytes {
+		return fmt.Errorf("cuda: cuBLASLt algorithm needs %d workspace bytes, %d given", ch.workspace, workspaceBytes)
+	}
 	c := m.cells
-	err := m.check("cublasLtMatmul", m.handle, m.desc,
+	err = m.check("cublasLtMatmul", m.handle, m.desc,
 		uintptr(unsafe.Pointer(&c.alpha[0])), rhs, m.la, lhs, m.lb,
 		uintptr(unsafe.Pointer(&c.beta[0])), out, m.lc, out, m.lc,
-		uintptr(unsafe.Pointer(&c.heur[0])), workspace, uintptr(workspaceBytes), stream)
+		uintptr(unsafe.Pointer(&ch.heur[0])), workspace, uintptr(workspaceBytes), stream)
 	runtime.KeepAlive(c)
+	runtime.KeepAlive(ch)
 	return err
 }
 

@@ -199,14 +199,14 @@ func TestLtMatmulDescriptors(t *testing.T) {
 		}
 		fake := newFakeLt()
 		const handle, maxWS = 0x77, 1 << 22
-		m, err := newLtMatmul(fake, handle, spec, maxWS)
+		const rhsP, lhsP, outP, wsP, stream = 0xA000, 0xB000, 0xC000, 0xD000, 0xE000
+		m, err := newLtMatmul(fake, handle, spec, maxWS, spec.Align(rhsP, lhsP, outP))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if m.Workspace != fake.ws {
 			t.Errorf("workspace %d, want the heuristic's %d", m.Workspace, fake.ws)
 		}
-		const rhsP, lhsP, outP, wsP, stream = 0xA000, 0xB000, 0xC000, 0xD000, 0xE000
 		if err := m.Run(rhsP, lhsP, outP, wsP, 1<<20, stream); err != nil {
 			t.Fatal(err)
 		}
@@ -233,8 +233,8 @@ func TestLtMatmulDescriptors(t *testing.T) {
 		}
 		// Preference.
 		pc := fake.find("cublasLtMatmulPreferenceSetAttribute")
-		if len(pc) != 1 || pc[0].args[1] != ltPrefMaxWorkspaceBytes || len(pc[0].data) != 8 || le64(pc[0].data) != maxWS {
-			t.Fatalf("preference attributes %+v, want MAX_WORKSPACE_BYTES = %d as uint64", pc, maxWS)
+		if len(pc) != 5 || pc[0].args[1] != ltPrefMaxWorkspaceBytes || len(pc[0].data) != 8 || le64(pc[0].data) != maxWS {
+			t.Fatalf("preference attributes %+v, want MAX_WORKSPACE_BYTES = %d as uint64 and four alignments", pc, maxWS)
 		}
 		// Heuristic and matmul arguments.
 		hc := fake.find("cublasLtMatmulAlgoGetHeuristic")[0]
@@ -367,7 +367,7 @@ func TestLtMatmulFallbacks(t *testing.T) {
 	}
 	fake := newFakeLt()
 	fake.noAlgo = true
-	if _, err := newLtMatmul(fake, 1, spec, 0); err == nil {
+	if _, err := newLtMatmul(fake, 1, spec, 1<<20, LtAlign{256, 256, 256, 256}); err == nil {
 		t.Fatal("no algorithm accepted")
 	}
 	for h, o := range fake.objects {
@@ -447,5 +447,114 @@ func TestOutputFusionEpilogueHostC(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// ltAlignment is the largest power of two up to 256 dividing the address of
+// every batch's matrix, checked against a search over the batches.
+func TestLtAlignment(t *testing.T) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 17))
+	for range 2000 {
+		p := uintptr(rng.IntN(1<<20)) << rng.IntN(10)
+		stride := int64(rng.IntN(1<<12)) << rng.IntN(9)
+		batch := 1 + rng.IntN(4)
+		want := uint32(256)
+		for want > 1 {
+			ok := true
+			for i := range batch {
+				if (uint64(p)+uint64(int64(i)*stride))%uint64(want) != 0 {
+					ok = false
+				}
+			}
+			if ok {
+				break
+			}
+			want /= 2
+		}
+		if got := ltAlignment(p, stride, batch); got != want {
+			t.Fatalf("ltAlignment(%#x, %d, %d) = %d, want %d", p, stride, batch, got, want)
+		}
+	}
+}
+
+// The heuristic is told the alignment of A, B, C and D
+// (MIN_ALIGNMENT_{A,B,C,D}_BYTES, uint32 attributes 5 to 8 of the
+// preference): the prepared one, and, when Run gets pointers aligned less
+// than that, their alignment, in a second heuristic call whose algorithm
+// that Run and later ones with such pointers use.
+func TestLtMatmulAlignment(t *testing.T) {
+	fn := ir.NewFunc("f")
+	l := fn.Body.AddParam(ir.TypeOf(ir.Float32, 2, 3, 4))
+	r := fn.Body.AddParam(ir.TypeOf(ir.Float32, 2, 4, 5))
+	op, err := fn.Body.AddOp(ir.DotGeneral, []*ir.Value{l, r}, ir.Attrs{"lhs_batch": []int{0}, "rhs_batch": []int{0}, "lhs_contract": []int{2}, "rhs_contract": []int{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := MatmulSpecFor(op, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Batch strides: A (rhs) 4·5·4 = 80 bytes, B (lhs) 3·4·4 = 48, C 3·5·4 = 60.
+	if got, want := spec.Align(0x1000, 0x2000, 0x3000), (LtAlign{16, 16, 4, 4}); got != want {
+		t.Fatalf("Align of 4 KiB aligned pointers = %v, want %v (the batch strides' alignment)", got, want)
+	}
+	fn2 := ir.NewFunc("g")
+	l2 := fn2.Body.AddParam(ir.TypeOf(ir.Float32, 8, 16))
+	r2 := fn2.Body.AddParam(ir.TypeOf(ir.Float32, 16, 32))
+	op2, _ := fn2.Body.AddOp(ir.DotGeneral, []*ir.Value{l2, r2}, ir.Attrs{"lhs_batch": []int{}, "rhs_batch": []int{}, "lhs_contract": []int{1}, "rhs_contract": []int{0}})
+	spec2, err := MatmulSpecFor(op2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := newFakeLt()
+	prepared := LtAlign{64, 256, 128, 128}
+	m, err := newLtMatmul(fake, 1, spec2, 1<<20, prepared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefs := func() map[uintptr][]byte {
+		for _, o := range fake.objects {
+			if o.kind == "cublasLtMatmulPreferenceCreate" {
+				return o.attrs
+			}
+		}
+		t.Fatal("no preference")
+		return nil
+	}
+	checkPrefs := func(want LtAlign) {
+		t.Helper()
+		p := prefs()
+		for i, attr := range []uintptr{5, 6, 7, 8} {
+			if b := p[attr]; len(b) != 4 || uint32(le32(b)) != want[i] {
+				t.Fatalf("preference attribute %d = %x, want %d as uint32", attr, b, want[i])
+			}
+		}
+	}
+	checkPrefs(prepared)
+	heuristics := func() int { return len(fake.find("cublasLtMatmulAlgoGetHeuristic")) }
+	algoOf := func(i int) uintptr { return fake.find("cublasLtMatmul")[i].args[12] }
+	// Pointers as aligned as prepared: no new heuristic call.
+	if err := m.Run(0x10040, 0x20000, 0x30080, 0x40000, 1<<20, 7); err != nil {
+		t.Fatal(err)
+	}
+	if heuristics() != 1 {
+		t.Fatalf("%d heuristic calls, want 1", heuristics())
+	}
+	// A less aligned rhs (A): the heuristic is asked again with 16.
+	if err := m.Run(0x10010, 0x20000, 0x30080, 0x40000, 1<<20, 7); err != nil {
+		t.Fatal(err)
+	}
+	if heuristics() != 2 {
+		t.Fatalf("%d heuristic calls, want 2", heuristics())
+	}
+	checkPrefs(LtAlign{16, 256, 128, 128})
+	if err := m.Run(0x50010, 0x60000, 0x70080, 0x40000, 1<<20, 7); err != nil {
+		t.Fatal(err)
+	}
+	if heuristics() != 2 || algoOf(1) != algoOf(2) || algoOf(0) == algoOf(1) {
+		t.Fatalf("%d heuristic calls, algorithms %#x %#x %#x: want 2 calls and the second algorithm reused", heuristics(), algoOf(0), algoOf(1), algoOf(2))
+	}
+	if _, err := newLtMatmul(newFakeLt(), 1, spec2, 1<<20, LtAlign{48, 256, 256, 256}); err == nil {
+		t.Error("an alignment of 48 accepted")
 	}
 }

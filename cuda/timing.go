@@ -16,10 +16,14 @@ type Timer struct {
 
 // NewTimer creates the two events (with timing enabled).
 func (b *Backend) NewTimer() (*Timer, error) {
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.exit()
 	t := &Timer{b: b}
 	for _, ev := range []*uintptr{&t.start, &t.end} {
 		if err := b.d.Check("cuEventCreate", uintptr(unsafe.Pointer(ev)), 0); err != nil {
-			t.Close()
+			t.close()
 			return nil, err
 		}
 	}
@@ -27,11 +31,21 @@ func (b *Backend) NewTimer() (*Timer, error) {
 }
 
 // Start records the start event on the compute stream.
-func (t *Timer) Start() error { return t.b.d.Check("cuEventRecord", t.start, t.b.streams[Compute]) }
+func (t *Timer) Start() error {
+	if err := t.b.enter(); err != nil {
+		return err
+	}
+	defer t.b.exit()
+	return t.b.d.Check("cuEventRecord", t.start, t.b.streams[Compute])
+}
 
 // Stop records the end event on the compute stream, waits for it and
 // returns the milliseconds between the two events.
 func (t *Timer) Stop() (float64, error) {
+	if err := t.b.enter(); err != nil {
+		return 0, err
+	}
+	defer t.b.exit()
 	if err := t.b.d.Check("cuEventRecord", t.end, t.b.streams[Compute]); err != nil {
 		return 0, err
 	}
@@ -47,6 +61,14 @@ func (t *Timer) Stop() (float64, error) {
 
 // Close destroys the events.
 func (t *Timer) Close() {
+	if err := t.b.enter(); err != nil {
+		return
+	}
+	defer t.b.exit()
+	t.close()
+}
+
+func (t *Timer) close() {
 	for _, ev := range []*uintptr{&t.start, &t.end} {
 		if *ev != 0 {
 			_ = t.b.d.Check("cuEventDestroy", *ev)
