@@ -61,16 +61,13 @@ var fns = []fn{
 	{"Neg", Neg, func(x float64) float64 { return -x }, 0},
 }
 
-// impls runs f with each implementation available.
+// impls runs f with each implementation available on this machine
+// (AVX-512, AVX2, pure Go).
 func impls(t *testing.T, f func(t *testing.T)) {
-	for _, goOnly := range []bool{false, true} {
-		prev := SetGo(goOnly)
-		name := Impl()
-		t.Run(name, f)
-		SetGo(prev == "go")
-		if name == "go" {
-			break // no assembly here: the first run was pure Go
-		}
+	for _, im := range available() {
+		prev := use(im)
+		t.Run(im.name, f)
+		use(prev)
 	}
 }
 
