@@ -42,7 +42,8 @@ import (
 //
 // Registers: the generated code uses RAX (byte offset), RCX (elements left),
 // RDX (scratch), RDI (argument block), RBX, RSI and R8–R13 (operand
-// pointers), Z0–Z31 and K1–K2 (Y0–Y15 in AVX2 code). It never touches RSP, RBP, R14 or R15 and
+// pointers), Z0–Z31 and K1–K2 (Y0–Y15 in AVX2 code). It never touches
+// RSP, RBP, R14 or R15 and
 // pushes nothing beyond the return address of the trampoline's CALL (which
 // is within the stack guard every NOSPLIT Go function may use), so it needs
 // no stack frame of its own.
