@@ -16,10 +16,11 @@ import (
 // Run-time code generation for chains of ops.
 //
 // CompileChain turns a program (the Instr list RunProgram interprets) into
-// straight-line AVX-512 machine code: one loop over 16-lane vectors with a
-// masked tail, every op's result kept in a vector register for as long as a
-// later op reads it, constants (and operands the caller marks uniform) held
-// in registers across the loop when registers allow. Every op is emitted
+// straight-line AVX-512 machine code (or AVX2 code, below): one loop over
+// 16-lane vectors with a masked tail, every op's result kept in a vector
+// register for as long as a later op reads it, constants (and operands the
+// caller marks uniform) held in registers across the loop when registers
+// allow. Every op is emitted
 // with the very instruction sequence of its vmath kernel (the bodies below
 // are those of _asm/main.go, ported instruction for instruction), so the
 // accuracy of the transcendental functions is that of the kernels. The one
@@ -63,8 +64,8 @@ import (
 const chainMaxPerCall = 1 << 14
 
 // ErrNoJIT is returned by CompileChain when run-time code generation is not
-// available: another architecture or OS, no AVX-512, the pure-Go kernels in
-// use (FERRY_VMATH=go), or FERRY_CPU_JIT=0.
+// available: another architecture or OS, neither AVX-512 nor AVX2 and FMA,
+// the pure-Go kernels in use (FERRY_VMATH=go), or FERRY_CPU_JIT=0.
 var ErrNoJIT = errors.New("vmath: run-time code generation not available")
 
 var jitOff atomic.Bool
