@@ -1,7 +1,10 @@
 // Package amd64enc encodes the few x86-64 instructions Ferry's run-time code
 // generator needs: AVX-512 (EVEX) float32 vector arithmetic, compares,
 // blends, broadcasts and conversions on 512-bit registers, opmask moves, and
-// the general-purpose loads, adds, compares and jumps of a loop.
+// the general-purpose loads, adds, compares and jumps of a loop; and, with
+// Asm.VEX set, the AVX2/FMA (VEX) forms of the same vector instructions on
+// 256-bit registers, plus the AVX2 vector-mask compare and blend, shifts and
+// integer subtract that replace opmasks and AVX-512-only instructions there.
 //
 // Operands are written in the Go assembler's order (sources first, the
 // destination last), so code ported from an avo generator reads the same;
@@ -77,9 +80,17 @@ type Asm struct {
 	consts map[uint32]int32
 	vecs   map[[16]uint32]int32
 	labels []int // position, -1 while unbound
+	vecs8  map[[8]uint32]int32
 	jumps  []fix // rel32 to labels
 	rips   []fix // rel32 to the pool
 	wv     *weave
+
+	// VEX selects AVX2 code: the vector instructions are VEX-encoded on
+	// 256-bit registers (Z numbers 0-15 name Y0-Y15, 8 float32 lanes),
+	// Const pools a full 32-byte vector (no embedded broadcast), opmask
+	// forms and AVX-512-only instructions panic, and the AVX2-only ones
+	// (VCMPPSv, VBLENDVPS, ...) may be used. Set it before emitting.
+	VEX bool
 }
 
 type fix struct {
@@ -97,12 +108,19 @@ func (a *Asm) Const(b uint32) Mem {
 		a.consts = map[uint32]int32{}
 	}
 	off, ok := a.consts[b]
-	if !ok {
+	if !ok && a.VEX {
+		var v [8]uint32
+		for i := range v {
+			v[i] = b
+		}
+		off = a.ConstVec8(v).Disp
+		a.consts[b] = off
+	} else if !ok {
 		off = int32(len(a.pool))
 		a.pool = binary.LittleEndian.AppendUint32(a.pool, b)
 		a.consts[b] = off
 	}
-	return Mem{RIP: true, Disp: off, Bcst: true}
+	return Mem{RIP: true, Disp: off, Bcst: !a.VEX}
 }
 
 // ConstVec returns a full-width (not broadcast) memory operand holding the
@@ -123,6 +141,27 @@ func (a *Asm) ConstVec(v [16]uint32) Mem {
 			a.pool = binary.LittleEndian.AppendUint32(a.pool, b)
 		}
 		a.vecs[v] = off
+	}
+	return Mem{RIP: true, Disp: off}
+}
+
+// ConstVec8 returns a memory operand holding the 8 float32 bit patterns v
+// in the constant pool, 32-byte aligned (a YMM operand or VPERMPS table of
+// VEX code). Equal tables are pooled once.
+func (a *Asm) ConstVec8(v [8]uint32) Mem {
+	if a.vecs8 == nil {
+		a.vecs8 = map[[8]uint32]int32{}
+	}
+	off, ok := a.vecs8[v]
+	if !ok {
+		for len(a.pool)%32 != 0 {
+			a.pool = append(a.pool, 0)
+		}
+		off = int32(len(a.pool))
+		for _, b := range v {
+			a.pool = binary.LittleEndian.AppendUint32(a.pool, b)
+		}
+		a.vecs8[v] = off
 	}
 	return Mem{RIP: true, Disp: off}
 }
@@ -238,6 +277,13 @@ const (
 // source (0 when unused), rm the register-or-memory operand, opmask k,
 // zeroing z, and an imm8 when imm >= 0.
 func (a *Asm) evex(pp, mm byte, op byte, reg, vvvv byte, rm Operand, k K, z bool, imm int) {
+	if a.VEX {
+		if k != 0 || z {
+			panic("amd64enc: opmask in VEX code")
+		}
+		a.vex(pp, mm, op, reg, vvvv, rm, imm)
+		return
+	}
 	a.mark()
 	var bc byte
 	n := int32(64)
@@ -257,6 +303,66 @@ func (a *Asm) evex(pp, mm byte, op byte, reg, vvvv byte, rm Operand, k K, z bool
 		end++
 	}
 	a.ripFix(at, end, rm)
+}
+
+// vex emits one VEX.256.W0 instruction (the two-byte form where it
+// fits, as the Go assembler): opcode op in map mm with prefix pp, ModRM.reg
+// = reg, vvvv = the second source, rm the register-or-memory operand, and
+// an imm8 when imm >= 0.
+func (a *Asm) vex(pp, mm byte, op byte, reg, vvvv byte, rm Operand, imm int) {
+	a.mark()
+	var x, b byte
+	switch o := rm.(type) {
+	case Z:
+		if o > 15 {
+			panic("amd64enc: register above 15 in VEX code")
+		}
+		b = byte(o) >> 3 & 1
+	case Reg:
+		b = byte(o) >> 3 & 1
+	case Mem:
+		if o.Bcst {
+			panic("amd64enc: embedded broadcast in VEX code")
+		}
+		if !o.RIP {
+			b = byte(o.Base) >> 3 & 1
+			if o.HasIndex {
+				x = byte(o.Index) >> 3 & 1
+			}
+		}
+	}
+	if reg > 15 || vvvv > 15 {
+		panic("amd64enc: register above 15 in VEX code")
+	}
+	r := reg >> 3 & 1
+	last := (^vvvv&15)<<3 | 1<<2 | pp // W0, L1 (256 bits)
+	if mm == m0F && x == 0 && b == 0 {
+		a.byte1(0xc5, (^r&1)<<7|last)
+	} else {
+		a.byte1(0xc4, (^r&1)<<7|(^x&1)<<6|(^b&1)<<5|mm, last)
+	}
+	a.byte1(op)
+	at := a.modrm(reg, rm, 1)
+	end := len(a.b)
+	if imm >= 0 {
+		a.byte1(byte(imm))
+		end++
+	}
+	a.ripFix(at, end, rm)
+}
+
+// evexOnly panics in VEX code (an AVX-512 instruction or opmask form).
+func (a *Asm) evexOnly() {
+	if a.VEX {
+		panic("amd64enc: AVX-512 instruction in VEX code")
+	}
+}
+
+// vexOnly panics in EVEX code (an AVX2-only form).
+func (a *Asm) vexOnly() {
+	if !a.VEX {
+		panic("amd64enc: AVX2-only instruction in EVEX code")
+	}
 }
 
 // evexP0 is the first EVEX payload byte: the inverted R, X, B and R'
@@ -339,11 +445,15 @@ func (a *Asm) VFMSUB231PS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0xba, s
 func (a *Asm) VFNMADD213PS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0xac, src2, src1, dst, 0) }
 
 // VSCALEFPS sets dst = src1 * 2^floor(src2).
-func (a *Asm) VSCALEFPS(src2 Operand, src1, dst Z) { a.v3(pp66, m0F38, 0x2c, src2, src1, dst, 0) }
+func (a *Asm) VSCALEFPS(src2 Operand, src1, dst Z) {
+	a.evexOnly()
+	a.v3(pp66, m0F38, 0x2c, src2, src1, dst, 0)
+}
 
 // VRCP14PS sets dst to an approximation of 1/src (relative error below
 // 2^-14).
 func (a *Asm) VRCP14PS(src Operand, dst Z) {
+	a.evexOnly()
 	a.evex(pp66, m0F38, 0x4c, byte(dst), 0, src, 0, false, -1)
 }
 
@@ -380,32 +490,38 @@ func (a *Asm) VPXORD(src2 Operand, src1, dst Z) { a.v3(pp66, m0F, 0xef, src2, sr
 
 // VBLENDMPSk sets dst = k ? src2 : src1 per lane.
 func (a *Asm) VBLENDMPSk(src2 Operand, src1 Z, k K, dst Z) {
+	a.evexOnly()
 	a.v3(pp66, m0F38, 0x65, src2, src1, dst, k)
 }
 
 // VPTERNLOGD sets dst to the ternary logic function imm of dst, src1, src2.
 func (a *Asm) VPTERNLOGD(imm uint8, src2 Operand, src1, dst Z) {
+	a.evexOnly()
 	a.evex(pp66, m0F3A, 0x25, byte(dst), byte(src1), src2, 0, false, int(imm))
 }
 
 // VRNDSCALEPS rounds src as imm says (8: to nearest even, no precision
 // exception).
 func (a *Asm) VRNDSCALEPS(imm uint8, src Operand, dst Z) {
+	a.evexOnly()
 	a.evex(pp66, m0F3A, 0x08, byte(dst), 0, src, 0, false, int(imm))
 }
 
 // VGETMANTPS sets dst to the mantissa of src normalised as imm says.
 func (a *Asm) VGETMANTPS(imm uint8, src Operand, dst Z) {
+	a.evexOnly()
 	a.evex(pp66, m0F3A, 0x26, byte(dst), 0, src, 0, false, int(imm))
 }
 
 // VGETEXPPS sets dst = floor(log2 |src|) as a float.
 func (a *Asm) VGETEXPPS(src Operand, dst Z) {
+	a.evexOnly()
 	a.evex(pp66, m0F38, 0x42, byte(dst), 0, src, 0, false, -1)
 }
 
 // VCMPPS sets opmask k to the predicate imm of src1 and src2 per lane.
 func (a *Asm) VCMPPS(imm uint8, src2 Operand, src1 Z, k K) {
+	a.evexOnly()
 	a.evex(ppNone, m0F, 0xc2, byte(k), byte(src1), src2, 0, false, int(imm))
 }
 
@@ -430,6 +546,10 @@ func (a *Asm) VMOVUPSstore(src Z, k K, m Mem) {
 // ignored).
 func (a *Asm) VBROADCASTSS(m Mem, dst Z) {
 	m.Bcst = false
+	if a.VEX {
+		a.vex(pp66, m0F38, 0x18, byte(dst), 0, m, -1)
+		return
+	}
 	a.evexT1S(pp66, m0F38, 0x18, byte(dst), m)
 }
 
@@ -442,11 +562,52 @@ func (a *Asm) evexT1S(pp, mm, op, reg byte, m Mem) {
 	a.ripFix(at, len(a.b), m)
 }
 
+// ---- AVX2-only instructions (VEX code) ----
+
+// VCMPPSv sets every bit of each lane of dst to the predicate imm of src1
+// and src2 in that lane (a vector mask).
+func (a *Asm) VCMPPSv(imm uint8, src2 Operand, src1, dst Z) {
+	a.vexOnly()
+	a.vex(ppNone, m0F, 0xc2, byte(dst), byte(src1), src2, int(imm))
+}
+
+// VBLENDVPS sets dst = src2 where the lane's sign bit in mask is set,
+// src1 elsewhere.
+func (a *Asm) VBLENDVPS(mask Z, src2 Operand, src1, dst Z) {
+	a.vexOnly()
+	a.vex(pp66, m0F3A, 0x4a, byte(dst), byte(src1), src2, int(mask)<<4)
+}
+
+// VPANDN sets dst = ^src1 & src2.
+func (a *Asm) VPANDN(src2 Operand, src1, dst Z) {
+	a.vexOnly()
+	a.vex(pp66, m0F, 0xdf, byte(dst), byte(src1), src2, -1)
+}
+
+// VPSUBD sets dst = src1 - src2 (int32 lanes).
+func (a *Asm) VPSUBD(src2 Operand, src1, dst Z) {
+	a.vexOnly()
+	a.vex(pp66, m0F, 0xfa, byte(dst), byte(src1), src2, -1)
+}
+
+// VPSRLD sets dst = src >> imm (int32 lanes, logical).
+func (a *Asm) VPSRLD(imm uint8, src Z, dst Z) {
+	a.vexOnly()
+	a.vex(pp66, m0F, 0x72, 2, byte(dst), src, int(imm))
+}
+
+// VPSRAD sets dst = src >> imm (int32 lanes, arithmetic).
+func (a *Asm) VPSRAD(imm uint8, src Z, dst Z) {
+	a.vexOnly()
+	a.vex(pp66, m0F, 0x72, 4, byte(dst), src, int(imm))
+}
+
 // VZEROUPPER clears the upper halves of the vector registers.
 func (a *Asm) VZEROUPPER() { a.byte1(0xc5, 0xf8, 0x77) }
 
 // KMOVW sets opmask k to the low 16 bits of r (r below R8).
 func (a *Asm) KMOVW(r Reg, k K) {
+	a.evexOnly()
 	if r >= R8 {
 		panic("amd64enc: KMOVW from r8-r15")
 	}

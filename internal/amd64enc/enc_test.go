@@ -118,6 +118,66 @@ var encCases = []encCase{
 	{"PREFETCHNTA 3072(BX)(AX*1)", func(a *Asm) { a.PREFETCHNTA(mi(RBX, RAX, 3072)) }},
 	{"PREFETCHNTA 3136(R12)(AX*1)", func(a *Asm) { a.PREFETCHNTA(mi(R12, RAX, 3136)) }},
 	{"RET", func(a *Asm) { a.RET() }},
+
+	// VEX (AVX2) code: two- and three-byte prefixes (R, X, B, map, W0),
+	// every memory form, every instruction the AVX2 generator emits.
+	{"VADDPS Y2, Y1, Y0", vx(func(a *Asm) { a.VADDPS(Z(2), 1, 0) })},
+	{"VADDPS Y15, Y9, Y8", vx(func(a *Asm) { a.VADDPS(Z(15), 9, 8) })},
+	{"VADDPS Y1, Y14, Y3", vx(func(a *Asm) { a.VADDPS(Z(1), 14, 3) })},
+	{"VSUBPS (BX), Y6, Y7", vx(func(a *Asm) { a.VSUBPS(m(RBX, 0), 6, 7) })},
+	{"VMULPS (SI)(AX*1), Y1, Y2", vx(func(a *Asm) { a.VMULPS(mi(RSI, RAX, 0), 1, 2) })},
+	{"VMULPS 128(R13)(AX*1), Y1, Y12", vx(func(a *Asm) { a.VMULPS(mi(R13, RAX, 128), 1, 12) })},
+	{"VMULPS (R13)(R9*1), Y1, Y2", vx(func(a *Asm) { a.VMULPS(mi(R13, R9, 0), 1, 2) })},
+	{"VMULPS 8(R12), Y10, Y9", vx(func(a *Asm) { a.VMULPS(m(R12, 8), 10, 9) })},
+	{"VMULPS 100(DX), Y1, Y2", vx(func(a *Asm) { a.VMULPS(m(RDX, 100), 1, 2) })},
+	{"VMULPS -8192(DX), Y1, Y2", vx(func(a *Asm) { a.VMULPS(m(RDX, -8192), 1, 2) })},
+	{"VMULPS (SP), Y1, Y2", vx(func(a *Asm) { a.VMULPS(m(RSP, 0), 1, 2) })},
+	{"VDIVPS Y12, Y13, Y14", vx(func(a *Asm) { a.VDIVPS(Z(12), 13, 14) })},
+	{"VMAXPS Y0, Y6, Y15", vx(func(a *Asm) { a.VMAXPS(Z(0), 6, 15) })},
+	{"VMINPS Y11, Y7, Y3", vx(func(a *Asm) { a.VMINPS(Z(11), 7, 3) })},
+	{"VSQRTPS Y13, Y9", vx(func(a *Asm) { a.VSQRTPS(Z(13), 9) })},
+	{"VFMADD213PS Y1, Y2, Y3", vx(func(a *Asm) { a.VFMADD213PS(Z(1), 2, 3) })},
+	{"VFMADD213PS (R11), Y8, Y12", vx(func(a *Asm) { a.VFMADD213PS(m(R11, 0), 8, 12) })},
+	{"VFMADD231PS Y9, Y11, Y4", vx(func(a *Asm) { a.VFMADD231PS(Z(9), 11, 4) })},
+	{"VFNMADD231PS 4(AX), Y7, Y6", vx(func(a *Asm) { a.VFNMADD231PS(m(RAX, 4), 7, 6) })},
+	{"VFMSUB213PS Y1, Y12, Y3", vx(func(a *Asm) { a.VFMSUB213PS(Z(1), 12, 3) })},
+	{"VFMSUB231PS Y9, Y1, Y14", vx(func(a *Asm) { a.VFMSUB231PS(Z(9), 1, 14) })},
+	{"VFNMADD213PS Y15, Y2, Y13", vx(func(a *Asm) { a.VFNMADD213PS(Z(15), 2, 13) })},
+	{"VPAND (CX), Y0, Y8", vx(func(a *Asm) { a.VPANDD(m(RCX, 0), 0, 8) })},
+	{"VPOR Y7, Y13, Y15", vx(func(a *Asm) { a.VPORD(Z(7), 13, 15) })},
+	{"VPXOR Y9, Y9, Y9", vx(func(a *Asm) { a.VPXORD(Z(9), 9, 9) })},
+	{"VPANDN Y3, Y10, Y4", vx(func(a *Asm) { a.VPANDN(Z(3), 10, 4) })},
+	{"VPADDD Y11, Y9, Y8", vx(func(a *Asm) { a.VPADDD(Z(11), 9, 8) })},
+	{"VPSUBD 32(R8), Y2, Y10", vx(func(a *Asm) { a.VPSUBD(m(R8, 32), 2, 10) })},
+	{"VPSLLD $23, Y1, Y12", vx(func(a *Asm) { a.VPSLLD(23, Z(1), 12) })},
+	{"VPSLLD $28, Y9, Y2", vx(func(a *Asm) { a.VPSLLD(28, Z(9), 2) })},
+	{"VPSRLD $23, Y10, Y3", vx(func(a *Asm) { a.VPSRLD(23, 10, 3) })},
+	{"VPSRAD $4, Y4, Y11", vx(func(a *Asm) { a.VPSRAD(4, 4, 11) })},
+	{"VCVTDQ2PS Y11, Y2", vx(func(a *Asm) { a.VCVTDQ2PS(Z(11), 2) })},
+	{"VCVTPS2DQ Y1, Y9", vx(func(a *Asm) { a.VCVTPS2DQ(Z(1), 9) })},
+	{"VPERMPS Y1, Y8, Y13", vx(func(a *Asm) { a.VPERMPS(Z(1), 8, 13) })},
+	{"VPERMPS 64(DX), Y3, Y4", vx(func(a *Asm) { a.VPERMPS(m(RDX, 64), 3, 4) })},
+	{"VCMPPS $0x11, Y10, Y8, Y2", vx(func(a *Asm) { a.VCMPPSv(0x11, Z(10), 8, 2) })},
+	{"VCMPPS $0x1d, (R10), Y14, Y12", vx(func(a *Asm) { a.VCMPPSv(0x1d, m(R10, 0), 14, 12) })},
+	{"VCMPPS $3, Y4, Y4, Y5", vx(func(a *Asm) { a.VCMPPSv(3, Z(4), 4, 5) })},
+	{"VBLENDVPS Y1, Y2, Y3, Y4", vx(func(a *Asm) { a.VBLENDVPS(1, Z(2), 3, 4) })},
+	{"VBLENDVPS Y15, (R9), Y11, Y10", vx(func(a *Asm) { a.VBLENDVPS(15, m(R9, 0), 11, 10) })},
+	{"VMOVAPS Y3, Y4", vx(func(a *Asm) { a.VMOVAPS(3, 4) })},
+	{"VMOVAPS Y12, Y1", vx(func(a *Asm) { a.VMOVAPS(12, 1) })},
+	{"VMOVAPS Y2, Y9", vx(func(a *Asm) { a.VMOVAPS(2, 9) })},
+	{"VMOVUPS (BX)(AX*1), Y0", vx(func(a *Asm) { a.VMOVUPSload(mi(RBX, RAX, 0), 0, 0) })},
+	{"VMOVUPS 32(R12)(AX*1), Y13", vx(func(a *Asm) { a.VMOVUPSload(mi(R12, RAX, 32), 0, 13) })},
+	{"VMOVUPS Y4, (DI)(AX*1)", vx(func(a *Asm) { a.VMOVUPSstore(4, 0, mi(RDI, RAX, 0)) })},
+	{"VMOVUPS Y14, 96(R13)(AX*1)", vx(func(a *Asm) { a.VMOVUPSstore(14, 0, mi(R13, RAX, 96)) })},
+	{"VMOVNTPS Y6, (DI)(AX*1)", vx(func(a *Asm) { a.VMOVNTPS(6, mi(RDI, RAX, 0)) })},
+	{"VMOVNTPS Y10, 64(R9)(AX*1)", vx(func(a *Asm) { a.VMOVNTPS(10, mi(R9, RAX, 64)) })},
+	{"VBROADCASTSS (R9), Y9", vx(func(a *Asm) { a.VBROADCASTSS(m(R9, 0), 9) })},
+	{"VBROADCASTSS 8(DX), Y3", vx(func(a *Asm) { a.VBROADCASTSS(m(RDX, 8), 3) })},
+}
+
+// vx returns emit with VEX (AVX2) code selected.
+func vx(emit func(a *Asm)) func(a *Asm) {
+	return func(a *Asm) { a.VEX = true; emit(a) }
 }
 
 // TestEncodingsMatchGoAssembler assembles every case with the Go toolchain
@@ -386,4 +446,49 @@ func TestWeave(t *testing.T) {
 	if err := bad.EndWeave(); err == nil {
 		t.Fatal("label inside a woven region accepted")
 	}
+}
+
+// TestVEXConstAndRefusals checks that VEX code pools constants as full
+// 32-byte vectors (8 copies, aligned, no broadcast bit) and that opmask or
+// AVX-512-only instructions in VEX code, and AVX2-only ones in EVEX code,
+// panic instead of emitting wrong bytes.
+func TestVEXConstAndRefusals(t *testing.T) {
+	a := Asm{VEX: true}
+	a.ConstF(7) // pooled first: the next constant lands at 32
+	c := a.ConstF(1.5)
+	if c.Bcst || c.Disp != 32 || a.ConstF(1.5) != c {
+		t.Fatalf("VEX constant operand %+v", c)
+	}
+	a.VMULPS(c, 1, 2)
+	code, err := a.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := a.Len()
+	at := end + int(int32(binary.LittleEndian.Uint32(code[end-4:])))
+	for i := range 8 {
+		if got := binary.LittleEndian.Uint32(code[at+4*i:]); got != 0x3fc00000 {
+			t.Fatalf("constant lane %d = %#x", i, got)
+		}
+	}
+	// vmulps ymm2, ymm1, [rip+x]: the two-byte prefix.
+	if got := hex.EncodeToString(code[:4]); got != "c5f45915" {
+		t.Fatalf("VEX VMULPS %s", got)
+	}
+	refused := func(name string, vex bool, f func(a *Asm)) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Errorf("%s accepted (VEX %v)", name, vex)
+			}
+		}()
+		b := Asm{VEX: vex}
+		f(&b)
+	}
+	refused("VSCALEFPS", true, func(a *Asm) { a.VSCALEFPS(Z(1), 2, 3) })
+	refused("VPTERNLOGD", true, func(a *Asm) { a.VPTERNLOGD(0xb8, Z(1), 2, 3) })
+	refused("masked VMOVUPS", true, func(a *Asm) { a.VMOVUPSload(mi(RBX, RAX, 0), 1, 3) })
+	refused("Y16", true, func(a *Asm) { a.VADDPS(Z(16), 2, 3) })
+	refused("VBLENDVPS", false, func(a *Asm) { a.VBLENDVPS(1, Z(2), 3, 4) })
+	refused("VCMPPSv", false, func(a *Asm) { a.VCMPPSv(1, Z(2), 3, 4) })
 }

@@ -30,9 +30,10 @@ import (
 //     them all, 64 elements at a time, each op's result kept in registers
 //     for the next one (the same instructions as the kernels, so the same
 //     values; the block's last elements past whole chunks go through the
-//     kernels). Where the CPU allows (AVX-512 on linux/amd64, FERRY_CPU_JIT
-//     not 0) that program is compiled to machine code instead
-//     (vmath.CompileChain, fusedjit.go): one loop over 16-lane vectors with
+//     kernels). Where the CPU allows (AVX-512, or AVX2 and FMA, on
+//     linux/amd64, FERRY_CPU_JIT not 0) that program is compiled to machine
+//     code instead (vmath.CompileChain, fusedjit.go): one loop over 16-lane
+//     (AVX2: 8-lane) vectors with
 //     every value in registers while needed, the same instructions per op,
 //     hence the same values again, except that a multiply read only by one
 //     add or subtract becomes one fused multiply-add (vmath.SetContract;

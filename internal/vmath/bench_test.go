@@ -36,10 +36,10 @@ func benchBinary(b *testing.B, f func(dst, a, c []float32)) {
 }
 
 func both(b *testing.B, f func(b *testing.B)) {
-	for _, goOnly := range []bool{false, true} {
-		prev := SetGo(goOnly)
-		b.Run(Impl(), f)
-		SetGo(prev == "go")
+	for _, im := range available() {
+		prev := use(im)
+		b.Run(im.name, f)
+		use(prev)
 	}
 }
 

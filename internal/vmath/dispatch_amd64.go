@@ -5,13 +5,14 @@ import "unsafe"
 //go:generate sh -c "cd _asm && go run . -out ../vmath_amd64.s -stubs ../vmath_amd64_stub.go"
 
 // hasAVX512 reports AVX-512F and BMI2 with the ZMM and opmask state enabled
-// by the OS (CPUID and XGETBV, as package gemm).
-var hasAVX512 = detectCPU()
+// by the OS, hasAVX2 AVX2 and FMA with the YMM state enabled (CPUID and
+// XGETBV, as package gemm).
+var hasAVX512, hasAVX2 = detectCPU()
 
-func detectCPU() bool {
+func detectCPU() (avx512, avx2 bool) {
 	maxID, _, _, _ := cpuid(0, 0)
 	if maxID < 7 {
-		return false
+		return false, false
 	}
 	_, _, ecx1, _ := cpuid(1, 0)
 	const (
@@ -20,22 +21,30 @@ func detectCPU() bool {
 		avx     = 1 << 28
 	)
 	if ecx1&(fma|osxsave|avx) != fma|osxsave|avx {
-		return false
+		return false, false
 	}
 	xcr0, _ := xgetbv()
-	if xcr0&0xe6 != 0xe6 { // SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM state
-		return false
+	if xcr0&0x6 != 0x6 { // SSE and AVX state
+		return false, false
 	}
 	_, ebx7, _, _ := cpuid(7, 0)
-	const avx2, bmi2, avx512f = 1 << 5, 1 << 8, 1 << 16
-	return ebx7&(avx2|bmi2|avx512f) == avx2|bmi2|avx512f
+	const avx2f, bmi2, avx512f = 1 << 5, 1 << 8, 1 << 16
+	avx2 = ebx7&avx2f != 0
+	avx512 = xcr0&0xe6 == 0xe6 && // opmask, ZMM_Hi256, Hi16_ZMM state
+		ebx7&(avx2f|bmi2|avx512f) == avx2f|bmi2|avx512f
+	return avx512, avx2
 }
 
-func archImpl() *impl {
-	if !hasAVX512 {
-		return nil
+// archImpls lists the kernels this CPU runs, best first.
+func archImpls() []*impl {
+	var l []*impl
+	if hasAVX512 {
+		l = append(l, avx512Impl)
 	}
-	return avx512Impl
+	if hasAVX2 && jitExecOK {
+		l = append(l, avx2Impl)
+	}
+	return l
 }
 
 var avx512Impl = &impl{

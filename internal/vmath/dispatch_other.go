@@ -2,7 +2,7 @@
 
 package vmath
 
-func archImpl() *impl { return nil }
+func archImpls() []*impl { return nil }
 
 // Prefetch asks the CPU to bring b into its cache (a no-op here).
 func Prefetch(b []byte, l1 bool) {}
@@ -15,5 +15,5 @@ func Fence() {}
 
 func runProgram(code []Instr, vals []*float32, n int) int { return 0 }
 
-// avx512Impl is never selected here.
-var avx512Impl *impl
+// avx512Impl and avx2Impl are never selected here.
+var avx512Impl, avx2Impl *impl

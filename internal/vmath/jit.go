@@ -6,7 +6,9 @@ import (
 	"math"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	e "github.com/ferryml/ferry/internal/amd64enc"
 )
@@ -14,10 +16,11 @@ import (
 // Run-time code generation for chains of ops.
 //
 // CompileChain turns a program (the Instr list RunProgram interprets) into
-// straight-line AVX-512 machine code: one loop over 16-lane vectors with a
-// masked tail, every op's result kept in a vector register for as long as a
-// later op reads it, constants (and operands the caller marks uniform) held
-// in registers across the loop when registers allow. Every op is emitted
+// straight-line AVX-512 machine code (or AVX2 code, below): one loop over
+// 16-lane vectors with a masked tail, every op's result kept in a vector
+// register for as long as a later op reads it, constants (and operands the
+// caller marks uniform) held in registers across the loop when registers
+// allow. Every op is emitted
 // with the very instruction sequence of its vmath kernel (the bodies below
 // are those of _asm/main.go, ported instruction for instruction), so the
 // accuracy of the transcendental functions is that of the kernels. The one
@@ -26,9 +29,22 @@ import (
 // With contraction off, a chain computes, bit for bit, what the kernels
 // compute one after the other.
 //
+// AVX2 (the generator's VEX mode, where the CPU has AVX2 and FMA but no
+// AVX-512): the same loop and allocator over 8-lane YMM vectors and 16
+// registers, the same op bodies with AVX2 stand-ins for what has no VEX
+// form: compares into vector masks and VBLENDVPS for opmask blends,
+// AND/OR for VPTERNLOGD, two 8-entry VPERMPS and a blend for the 16-entry
+// tables, integer exponent construction for VSCALEFPS (expCoreVEX) and
+// bit manipulation for VGETMANTPS/VGETEXPPS (logReduceVEX). Its code
+// computes whole vectors only; Chain.run passes the last partial vector
+// through zero-padded scratch, so every element goes through the same
+// instructions. The AVX2 kernels of the package are these chains compiled
+// one op at a time (avx2.go), so chains match them bit for bit too.
+//
 // Registers: the generated code uses RAX (byte offset), RCX (elements left),
 // RDX (scratch), RDI (argument block), RBX, RSI and R8–R13 (operand
-// pointers), Z0–Z31 and K1–K2. It never touches RSP, RBP, R14 or R15 and
+// pointers), Z0–Z31 and K1–K2 (Y0–Y15 in AVX2 code). It never touches
+// RSP, RBP, R14 or R15 and
 // pushes nothing beyond the return address of the trampoline's CALL (which
 // is within the stack guard every NOSPLIT Go function may use), so it needs
 // no stack frame of its own.
@@ -48,8 +64,8 @@ import (
 const chainMaxPerCall = 1 << 14
 
 // ErrNoJIT is returned by CompileChain when run-time code generation is not
-// available: another architecture or OS, no AVX-512, the pure-Go kernels in
-// use (FERRY_VMATH=go), or FERRY_CPU_JIT=0.
+// available: another architecture or OS, neither AVX-512 nor AVX2 and FMA,
+// the pure-Go kernels in use (FERRY_VMATH=go), or FERRY_CPU_JIT=0.
 var ErrNoJIT = errors.New("vmath: run-time code generation not available")
 
 var jitOff atomic.Bool
@@ -61,8 +77,11 @@ func init() { jitOff.Store(os.Getenv("FERRY_CPU_JIT") == "0") }
 // run while it is off (Chain.Run returns false). For tests and benchmarks.
 func SetJIT(on bool) bool { return !jitOff.Swap(!on) }
 
-// JITAvailable reports whether CompileChain can compile code now.
-func JITAvailable() bool { return jitExecOK && !jitOff.Load() && cur == avx512Impl }
+// JITAvailable reports whether CompileChain can compile code now: the
+// AVX-512 or the AVX2 kernels are in use (see Impl) and the JIT is on.
+func JITAvailable() bool {
+	return jitExecOK && !jitOff.Load() && (cur == avx512Impl || cur == avx2Impl)
+}
 
 // Chain is a program compiled to machine code by CompileChain.
 type Chain struct {
@@ -72,6 +91,8 @@ type Chain struct {
 	used    []int32  // vals indices in slot order
 	uniform []bool   // by slot
 	stored  []bool   // by slot: a result the code stores
+	input   []bool   // by slot: an input (not computed by the code)
+	lanes   int      // 16 (AVX-512, masked tail) or 8 (AVX2, whole vectors only)
 	spills  int      // registers evicted while generating (for tests)
 	hoisted int      // constants and uniform inputs held in registers
 	unroll  int      // vectors per main-loop iteration
@@ -95,7 +116,9 @@ func (c *Chain) Size() int { return len(c.code) }
 func (c *Chain) Code() []byte { return slices.Clone(c.code) }
 
 // CompileChain compiles code (as RunProgram takes it: vals[Dst] =
-// Op(vals[A], vals[B]) in order) to machine code over 16-lane vectors.
+// Op(vals[A], vals[B]) in order) to machine code for the kernels in use:
+// AVX-512 over 16-lane vectors, or AVX2 and FMA over 8-lane vectors (see
+// Impl).
 // Values are SSA: every Dst is written by one instruction, after the
 // instructions that compute its operands; operands not computed by code are
 // inputs. nvals bounds the vals indices. uniform[i] (optional) says input i
@@ -107,12 +130,17 @@ func CompileChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
 	if !JITAvailable() {
 		return nil, ErrNoJIT
 	}
+	return compileChain(code, nvals, uniform, cur == avx2Impl)
+}
+
+// compileChain is CompileChain for AVX2 (vex) or AVX-512 code.
+func compileChain(code []Instr, nvals int, uniform []bool, vex bool) (*Chain, error) {
 	vals, err := checkChain(code, nvals, uniform)
 	if err != nil {
 		return nil, err
 	}
 	cc, fused := contract(code, vals, !contractOff.Load())
-	c, err := generateChain(cc, vals)
+	c, err := generateChain(cc, vals, vex)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +149,7 @@ func CompileChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
 		return nil, err
 	}
 	c.fused = fused
-	nt, err := generateUnrolled(cc, vals, true, c.unroll) // the same code but its stores
+	nt, err := generateUnrolled(cc, vals, true, c.unroll, vex) // the same code but its stores
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +161,8 @@ func CompileChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
 }
 
 // Run computes the chain over elements [0, n) of vals (all of them: the
-// last partial vector is masked) and returns true, or returns false without
+// last partial vector is masked, or in AVX2 code computed in a zero-padded
+// scratch vector by the same instructions) and returns true, or returns false without
 // computing anything when generated code may not run now (SetJIT(false) or
 // the pure-Go kernels selected): the caller then runs the program another
 // way. Every vals index the code names must point to n float32 elements (one
@@ -148,7 +177,7 @@ func (c *Chain) Run(vals []*float32, n int) bool { return c.run(vals, n, false) 
 func (c *Chain) RunNT(vals []*float32, n int) bool { return c.run(vals, n, true) }
 
 func (c *Chain) run(vals []*float32, n int, nt bool) bool {
-	if jitOff.Load() || cur != avx512Impl || c.exec == nil {
+	if jitOff.Load() || cur == goImpl || c.exec == nil {
 		return false
 	}
 	ex := c.exec
@@ -175,8 +204,12 @@ func (c *Chain) run(vals []*float32, n int, nt bool) bool {
 			panic(fmt.Sprintf("vmath: chain value %d has no memory", v))
 		}
 	}
-	for off := 0; off < n; off += chainMaxPerCall {
-		cnt := min(n-off, chainMaxPerCall)
+	whole := n &^ (c.lanes - 1) // AVX2 code computes whole vectors only
+	if c.lanes == 16 {
+		whole = n
+	}
+	for off := 0; off < whole; off += chainMaxPerCall {
+		cnt := min(whole-off, chainMaxPerCall)
 		args[0] = uint64(cnt)
 		for s, v := range c.used {
 			p := uintptrOf(vals[v])
@@ -187,8 +220,51 @@ func (c *Chain) run(vals []*float32, n int, nt bool) bool {
 		}
 		ex.call(&args[0])
 	}
+	if whole < n {
+		c.runTail(vals, whole, n-whole, args)
+	}
 	keepAlive(vals)
 	return true
+}
+
+// tailScratch holds the zero-padded vectors of runTail (heap memory, which
+// never moves while generated code holds its address).
+var tailScratch = sync.Pool{New: func() any { return new([]float32) }}
+
+// runTail computes elements [off, off+r) (r below one vector) of AVX2 code:
+// each streamed value gets a zero-padded vector of scratch (inputs copied
+// in), the code runs over that one vector, and the stored values' first r
+// elements are copied out.
+func (c *Chain) runTail(vals []*float32, off, r int, args []uint64) {
+	sp := tailScratch.Get().(*[]float32)
+	defer tailScratch.Put(sp)
+	if len(*sp) < c.lanes*len(c.used) {
+		*sp = make([]float32, c.lanes*len(c.used))
+	}
+	buf := *sp
+	clear(buf)
+	at := func(v int32) []float32 {
+		return unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(vals[v]), 4*off)), r)
+	}
+	args[0] = uint64(c.lanes)
+	for s, v := range c.used {
+		if c.uniform[s] {
+			args[1+s] = uint64(uintptrOf(vals[v]))
+			continue
+		}
+		sc := buf[c.lanes*s : c.lanes*(s+1)]
+		if c.input[s] {
+			copy(sc, at(v))
+		}
+		args[1+s] = uint64(uintptrOf(&sc[0]))
+	}
+	c.exec.call(&args[0])
+	for s, v := range c.used {
+		if c.stored[s] {
+			copy(at(v), buf[c.lanes*s:])
+		}
+	}
+	keepAlive(buf)
 }
 
 // ---- code generation ----
@@ -219,7 +295,7 @@ type gen struct {
 	acc    []int // memory accesses per slot (first pass)
 	nv     int
 	reg    []int   // virtual value → register, -1
-	owner  [32]int // register → virtual value, -1 free, -2 temp or hoisted
+	owner  [32]int // register → virtual value, -1 free, -2 temp or hoisted (the first nregs used)
 	pinned [32]bool
 	stored []bool
 	xuses  [][]int
@@ -230,6 +306,12 @@ type gen struct {
 	nt     bool // stored values (not spills) written with VMOVNTPS
 	peak   int
 	spills int
+	// the instruction set: AVX-512 (EVEX, 32 ZMM registers of 16 lanes,
+	// opmasks) or, with vex, AVX2+FMA (16 YMM registers of 8 lanes, no
+	// opmasks: whole vectors only, vector-mask compares and blends)
+	vex   bool
+	nregs int
+	lanes int
 }
 
 // hkey names a hoistable constant: float bits, or (with val >= 0) a uniform
@@ -270,11 +352,11 @@ func checkChain(code []Instr, nvals int, uniform []bool) ([]valInfo, error) {
 
 // generateChain generates the chain (ordinary stores) with the largest of
 // chainUnrolls that does not spill, or the one that spills least.
-func generateChain(code []cins, vals []valInfo) (*Chain, error) {
+func generateChain(code []cins, vals []valInfo, vex bool) (*Chain, error) {
 	var best *Chain
 	var err error
 	for _, u := range chainUnrolls {
-		c, e := generateUnrolled(code, vals, false, u)
+		c, e := generateUnrolled(code, vals, false, u, vex)
 		if e != nil {
 			err = e
 			continue
@@ -294,8 +376,8 @@ func generateChain(code []cins, vals []valInfo) (*Chain, error) {
 
 // generateUnrolled generates the chain with u vectors per main-loop
 // iteration (vals as checkChain made them), its results stored
-// non-temporally when nt.
-func generateUnrolled(code []cins, vals []valInfo, nt bool, u int) (c *Chain, err error) {
+// non-temporally when nt, as AVX2 code (else AVX-512) when vex.
+func generateUnrolled(code []cins, vals []valInfo, nt bool, u int, vex bool) (c *Chain, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			c, err = nil, fmt.Errorf("%v (%d vectors per iteration)", r, u)
@@ -304,7 +386,11 @@ func generateUnrolled(code []cins, vals []valInfo, nt bool, u int) (c *Chain, er
 	for i := range vals {
 		vals[i].slot = -1
 	}
-	g := &gen{code: code, vals: vals, nt: nt, km: 2, unroll: u}
+	g := &gen{code: code, vals: vals, nt: nt, km: 2, unroll: u, vex: vex, nregs: 32, lanes: 16}
+	if vex {
+		g.nregs, g.lanes = 16, 8
+	}
+	g.a.VEX = vex
 	for k := range code {
 		for _, x := range append(code[k].operands(), int(code[k].Dst)) {
 			if vals[x].slot < 0 {
@@ -335,7 +421,7 @@ func generateUnrolled(code []cins, vals []valInfo, nt bool, u int) (c *Chain, er
 		}
 	}
 	g.acc = nil
-	free := 32 - g.peak
+	free := g.nregs - g.peak
 	type kc struct {
 		k hkey
 		n int
@@ -355,10 +441,10 @@ func generateUnrolled(code []cins, vals []valInfo, nt bool, u int) (c *Chain, er
 	})
 	hoist := map[hkey]e.Z{}
 	for i := 0; i < len(cands) && i < free; i++ {
-		hoist[cands[i].k] = e.Z(31 - i)
+		hoist[cands[i].k] = e.Z(g.nregs - 1 - i)
 	}
 	// Second pass: the code.
-	g.a = e.Asm{}
+	g.a = e.Asm{VEX: vex}
 	g.hoist, g.counts, g.spills = hoist, nil, 0
 	g.emit()
 	out, err := g.a.Finish()
@@ -366,10 +452,12 @@ func generateUnrolled(code []cins, vals []valInfo, nt bool, u int) (c *Chain, er
 		return nil, err
 	}
 	c = &Chain{code: out, used: g.used, uniform: make([]bool, len(g.used)),
-		stored: make([]bool, len(g.used)), spills: g.spills, hoisted: len(hoist), unroll: u}
+		stored: make([]bool, len(g.used)), input: make([]bool, len(g.used)),
+		spills: g.spills, hoisted: len(hoist), unroll: u, lanes: g.lanes}
 	for s, v := range g.used {
 		c.uniform[s] = vals[v].uniform
 		c.stored[s] = vals[v].store
+		c.input[s] = vals[v].def < 0
 	}
 	return c, nil
 }
@@ -537,7 +625,8 @@ func (g *gen) emit() {
 	}
 	big, single, one, tail, done := a.NewLabel(), a.NewLabel(), a.NewLabel(), a.NewLabel(), a.NewLabel()
 	u := int32(g.unroll)
-	a.CMPQ(e.RCX, 16*u)
+	lanes, vb := int32(g.lanes), int32(4*g.lanes) // elements and bytes per vector
+	a.CMPQ(e.RCX, lanes*u)
 	a.Jcc(e.CondL, single)
 	a.Bind(big)
 	if chainPrefetch > 0 {
@@ -547,26 +636,32 @@ func (g *gen) emit() {
 			if g.vals[v].def >= 0 || g.vals[v].uniform || g.sreg[s] < 0 {
 				continue
 			}
-			for j := 0; j < g.unroll; j++ {
-				a.PREFETCHNTA(e.Mem{Base: streamRegs[g.sreg[s]], Index: e.RAX, HasIndex: true, Scale: 1, Disp: int32(chainPrefetch + 64*j)})
+			for j := int32(0); j < (vb*u+63)/64; j++ {
+				a.PREFETCHNTA(e.Mem{Base: streamRegs[g.sreg[s]], Index: e.RAX, HasIndex: true, Scale: 1, Disp: chainPrefetch + 64*j})
 			}
 		}
 	}
 	g.body(g.unroll, 0)
-	a.ADDQ(64*u, e.RAX)
-	a.SUBQ(16*u, e.RCX)
-	a.CMPQ(e.RCX, 16*u)
+	a.ADDQ(vb*u, e.RAX)
+	a.SUBQ(lanes*u, e.RCX)
+	a.CMPQ(e.RCX, lanes*u)
 	a.Jcc(e.CondGE, big)
 	a.Bind(single)
-	a.CMPQ(e.RCX, 16)
+	a.CMPQ(e.RCX, lanes)
 	a.Jcc(e.CondL, tail)
 	a.Bind(one)
 	g.body(1, 0)
-	a.ADDQ(64, e.RAX)
-	a.SUBQ(16, e.RCX)
-	a.CMPQ(e.RCX, 16)
+	a.ADDQ(vb, e.RAX)
+	a.SUBQ(lanes, e.RCX)
+	a.CMPQ(e.RCX, lanes)
 	a.Jcc(e.CondGE, one)
 	a.Bind(tail)
+	if g.vex { // whole vectors only: Chain.run passes the rest through scratch
+		a.Bind(done)
+		a.VZEROUPPER()
+		a.RET()
+		return
+	}
 	a.TESTQ(e.RCX)
 	a.Jcc(e.CondLE, done)
 	a.MOVL(1, e.RDX)
@@ -597,7 +692,7 @@ func (g *gen) base(v int) e.Mem {
 func (g *gen) at(x int) e.Mem {
 	m := g.base(x % g.nv)
 	m.Index, m.HasIndex, m.Scale = e.RAX, true, 1
-	m.Disp = int32(64 * (x / g.nv))
+	m.Disp = int32(4 * g.lanes * (x / g.nv))
 	return m
 }
 
@@ -614,6 +709,9 @@ func (g *gen) body(u int, mask e.K) {
 	}
 	for z := range g.owner {
 		g.owner[z], g.pinned[z] = -1, false
+		if z >= g.nregs {
+			g.owner[z] = -3 // not a register of this instruction set
+		}
 	}
 	for _, z := range g.hoist {
 		g.owner[z] = -2
@@ -643,7 +741,7 @@ func (g *gen) body(u int, mask e.K) {
 		g.pos = k
 		in, off := steps[k].in, steps[k].j*nv
 		ops := in.operands()
-		r := ready{regs: make([]e.Z, len(ops)), temps: make([]e.Z, opTemps[in.Code()])}
+		r := ready{regs: make([]e.Z, len(ops)), temps: make([]e.Z, g.temps(in.Code()))}
 		for i, x := range ops {
 			r.regs[i] = g.operand(x + off)
 			g.pinned[r.regs[i]] = true
@@ -684,11 +782,11 @@ func (g *gen) body(u int, mask e.K) {
 	for k := 0; k < len(steps); {
 		in := steps[k].in
 		n := 1
-		if t := opTemps[in.Code()]; t > 0 {
+		if t := g.temps(in.Code()); t > 0 {
 			// One op over several vectors, woven: as many as leave
 			// registers for the values live around it, never past this
 			// op's last vector, at most six (opmasks K2..K7).
-			n = max(1, min(u-steps[k].j, weaveRegs/(t+len(in.operands())+1), 6))
+			n = max(1, min(u-steps[k].j, weaveRegs*g.nregs/32/(t+len(in.operands())+1), 6))
 		}
 		rs := make([]ready, n)
 		for i := range rs {
@@ -714,7 +812,7 @@ func (g *gen) body(u int, mask e.K) {
 
 func (g *gen) peakNow() {
 	n := 0
-	for z := range g.owner {
+	for z := range g.nregs {
 		if g.owner[z] != -1 {
 			n++
 		}
@@ -758,14 +856,14 @@ func (g *gen) store(x int, nt bool) {
 // temporary), evicting the value read furthest in the future if none is
 // free (stored first if its memory does not hold it yet).
 func (g *gen) alloc(o int) e.Z {
-	for z := range g.owner {
+	for z := range g.nregs {
 		if g.owner[z] == -1 {
 			g.owner[z] = o
 			return e.Z(z)
 		}
 	}
 	best, far := -1, -1
-	for z, x := range g.owner {
+	for z, x := range g.owner[:g.nregs] {
 		if x < 0 || g.pinned[z] {
 			continue
 		}
@@ -850,8 +948,21 @@ func (g *gen) bcast(o e.Operand, dst e.Z) {
 	}
 }
 
-// opTemps is the number of temporary registers each op's body needs.
-var opTemps = map[int32]int{OpExp: 4, OpLog: 5, OpTanh: 8, OpLogistic: 6, OpErf: 9}
+// opTemps is the number of temporary registers each op's body needs
+// (opTempsVEX in AVX2 code: more for exp, whose table lookup and scaling
+// take several instructions there, and one for the vector mask of max and
+// min).
+var (
+	opTemps    = map[int32]int{OpExp: 4, OpLog: 5, OpTanh: 8, OpLogistic: 6, OpErf: 9}
+	opTempsVEX = map[int32]int{OpMax: 1, OpMin: 1, OpExp: 6, OpLog: 5, OpTanh: 10, OpLogistic: 8, OpErf: 11}
+)
+
+func (g *gen) temps(code int32) int {
+	if g.vex {
+		return opTempsVEX[code]
+	}
+	return opTemps[code]
+}
 
 // Comparison predicates (VCMPPS imm8), as _asm/main.go.
 const (
@@ -875,14 +986,18 @@ func (g *gen) op(code int32, in []e.Z, out e.Z, t []e.Z) {
 		a.VMULPS(in[1], in[0], out)
 	case OpDiv:
 		a.VDIVPS(in[1], in[0], out)
-	case OpMax:
-		a.VMAXPS(in[1], in[0], out)
-		a.VCMPPS(cmpUNO, in[0], in[0], g.km)
-		a.VMOVAPSk(in[0], g.km, out)
-	case OpMin:
-		a.VMINPS(in[1], in[0], out)
-		a.VCMPPS(cmpUNO, in[0], in[0], g.km)
-		a.VMOVAPSk(in[0], g.km, out)
+	case OpMax, OpMin:
+		if code == OpMax {
+			a.VMAXPS(in[1], in[0], out)
+		} else {
+			a.VMINPS(in[1], in[0], out)
+		}
+		g.cmp(cmpUNO, in[0], in[0], t)
+		if g.vex {
+			g.blend(in[0], out, t)
+		} else {
+			a.VMOVAPSk(in[0], g.km, out)
+		}
 	case OpNeg:
 		a.VPXORD(g.cbits(signBit), in[0], out)
 	case OpAbs:
@@ -890,7 +1005,7 @@ func (g *gen) op(code int32, in []e.Z, out e.Z, t []e.Z) {
 	case OpSqrt:
 		a.VSQRTPS(in[0], out)
 	case OpExp:
-		g.expInto(in[0], out, t[:4])
+		g.expInto(in[0], out, t)
 	case OpLog:
 		g.logBody(in[0], out, t)
 	case OpTanh:
@@ -901,6 +1016,27 @@ func (g *gen) op(code int32, in []e.Z, out e.Z, t []e.Z) {
 		g.erfBody(in[0], out, t)
 	case opFMA, opFMS, opFNMA:
 		g.fma(code, in, out)
+	}
+}
+
+// cmp computes the predicate imm of src1 and src2 into the mask: opmask
+// g.km (AVX-512), or the vector register t[0] (AVX2).
+func (g *gen) cmp(imm uint8, src2 e.Operand, src1 e.Z, t []e.Z) {
+	if g.vex {
+		g.a.VCMPPSv(imm, src2, src1, t[0])
+	} else {
+		g.a.VCMPPS(imm, src2, src1, g.km)
+	}
+}
+
+// blend sets out = src where the mask cmp computed (with the same t) is
+// set.
+func (g *gen) blend(src e.Operand, out e.Z, t []e.Z) {
+	switch {
+	case g.vex:
+		g.a.VBLENDVPS(t[0], src, out, out)
+	default:
+		g.a.VBLENDMPSk(src, out, g.km, out)
 	}
 }
 
@@ -945,18 +1081,23 @@ func (g *gen) horner(acc, t e.Z, cs []float32) {
 	}
 }
 
-// expInto: out = e^x (x preserved); tmp holds 4 registers.
+// expInto: out = e^x (x preserved); tmp holds 4 registers (6 in AVX2
+// code).
 func (g *gen) expInto(x, out e.Z, tmp []e.Z) {
 	a := &g.a
 	t0 := tmp[0]
 	a.VMAXPS(x, g.creg(g.c(expLo), tmp[1]), t0)
 	a.VMINPS(t0, g.creg(g.c(expHi), tmp[1]), t0)
-	g.expCore(t0, out, tmp[1:4])
+	g.expCore(t0, out, tmp[1:])
 }
 
 // expCore: out = e^t0 for t0 in [expLo, expHi] or NaN, as the kernels'
-// expCore (t0 is clobbered); tmp holds 3 registers.
+// expCore (t0 is clobbered); tmp holds 3 registers (5 in AVX2 code).
 func (g *gen) expCore(t0, out e.Z, tmp []e.Z) {
+	if g.vex {
+		g.expCoreVEX(t0, out, tmp)
+		return
+	}
 	a := &g.a
 	t1, t2, t3 := tmp[0], tmp[1], tmp[2]
 	g.bcast(g.c(expShift), t1)
@@ -974,6 +1115,55 @@ func (g *gen) expCore(t0, out e.Z, tmp []e.Z) {
 	a.VSCALEFPS(t2, t3, out)
 }
 
+// expCoreVEX is expCore in AVX2 code, with the same arithmetic: the
+// 16-entry tables are looked up by two 8-entry VPERMPS (index bits 0-2)
+// and a blend on index bit 3, and VSCALEFPS's t3·2^floor(kf) is two exact
+// multiplies by powers of two built from the integer 16·kf (2^n1 then
+// 2^n2 with n1 = n>>1, n2 = n-n1, each within the normal exponents for n
+// in [-151, 128]): the first is exact, so the result is rounded once, as
+// VSCALEFPS and the scalar scale2 round it.
+func (g *gen) expCoreVEX(t0, out e.Z, tmp []e.Z) {
+	a := &g.a
+	t1, t2, t3, m, b := tmp[0], tmp[1], tmp[2], tmp[3], tmp[4]
+	g.bcast(g.c(expShift), t1)
+	a.VFMADD231PS(g.c(log2e), t0, t1)
+	a.VSUBPS(g.c(expShift), t1, t2)
+	a.VFNMADD231PS(g.c(ln2F32), t2, t0)
+	a.VPSLLD(28, t1, m) // index bit 3 to the sign bit
+	a.VPERMPS(a.ConstVec8(exp2Bits8[0]), t1, out)
+	a.VPERMPS(a.ConstVec8(exp2Bits8[1]), t1, b)
+	a.VBLENDVPS(m, b, out, out)
+	a.VPERMPS(a.ConstVec8(exp2Bits8[2]), t1, b)
+	a.VPERMPS(a.ConstVec8(exp2Bits8[3]), t1, t3)
+	a.VBLENDVPS(m, t3, b, b)
+	a.VPSUBD(g.cbits(math.Float32bits(expShift)), t1, m) // 16·kf
+	a.VPSRAD(4, m, m)                                    // n = floor(kf)
+	a.VPSRAD(1, m, t1)                                   // n1
+	a.VPSUBD(t1, m, m)                                   // n2
+	a.VPADDD(g.cbits(127), t1, t1)
+	a.VPSLLD(23, t1, t1) // 2^n1
+	a.VPADDD(g.cbits(127), m, m)
+	a.VPSLLD(23, m, m) // 2^n2
+	a.VFNMADD231PS(g.c(ln2F32Lo), t2, b)
+	g.bcast(g.c(expC2), t3)
+	a.VFMADD231PS(g.c(expC3), t0, t3)
+	a.VFMADD213PS(g.c(1), t0, t3)
+	a.VFMADD213PS(b, t0, t3)
+	a.VFMADD213PS(out, out, t3)
+	a.VMULPS(t1, t3, out)
+	a.VMULPS(m, out, out)
+}
+
+// exp2Bits8 holds exp2Tab and exp2Err as bits in halves of 8 (entries 0-7
+// and 8-15 of each), for AVX2's 8-entry VPERMPS.
+var exp2Bits8 = func() (b [4][8]uint32) {
+	for j := range 16 {
+		b[j/8][j%8] = math.Float32bits(exp2Tab[j])
+		b[2+j/8][j%8] = math.Float32bits(exp2Err[j])
+	}
+	return
+}()
+
 // exp2Bits holds exp2Tab and exp2Err as bits, for the constant pool.
 var exp2Bits = func() (b [2][16]uint32) {
 	for j := range 16 {
@@ -985,6 +1175,12 @@ var exp2Bits = func() (b [2][16]uint32) {
 
 // copysign: out = |out| with the sign of x.
 func (g *gen) copysign(out, x, tmp e.Z) {
+	if g.vex {
+		g.a.VPANDD(g.cbits(signBit), x, tmp)
+		g.a.VPANDD(g.cbits(0x7fffffff), out, out)
+		g.a.VPORD(tmp, out, out)
+		return
+	}
 	g.a.VPTERNLOGD(0xB8, x, g.creg(g.cbits(signBit), tmp), out)
 }
 
@@ -998,13 +1194,13 @@ func (g *gen) tanhBody(x, out e.Z, r []e.Z) {
 	a.VFMADD213PS(x, t, s)
 	a.VADDPS(ab, ab, t)
 	a.VMINPS(t, g.creg(g.c(2*tanhHi), ex), t)
-	g.expCore(t, ex, r[5:8]) // t in [0, 2*tanhHi] or NaN
+	g.expCore(t, ex, r[5:]) // t in [0, 2*tanhHi] or NaN
 	a.VADDPS(g.c(1), ex, ex)
 	a.VDIVPS(ex, g.creg(g.c(2), out), t) // 2/d
 	g.bcast(g.c(1), out)
 	a.VSUBPS(t, out, out)
-	a.VCMPPS(cmpLT, g.c(tanhLo), ab, g.km)
-	a.VBLENDMPSk(s, out, g.km, out)
+	g.cmp(cmpLT, g.c(tanhLo), ab, r[1:])
+	g.blend(s, out, r[1:])
 	g.copysign(out, x, t)
 }
 
@@ -1013,11 +1209,15 @@ func (g *gen) logisticBody(x, out e.Z, r []e.Z) {
 	n, ex, num := r[0], r[1], r[2]
 	a.VPORD(g.cbits(signBit), x, n)
 	a.VMAXPS(n, g.creg(g.c(expLo), ex), n) // -|x| ≥ expLo, or NaN
-	g.expCore(n, ex, r[3:6])
+	g.expCore(n, ex, r[3:])
 	// num = 1 where x ≥ 0 or NaN (not x < 0, as the kernel's compare
 	// with a zeroed register), e^-|x| elsewhere.
-	a.VCMPPS(cmpNLT, g.cbits(0), x, g.km)
-	a.VBLENDMPSk(g.c(1), ex, g.km, num)
+	g.cmp(cmpNLT, g.cbits(0), x, r)
+	if g.vex {
+		a.VBLENDVPS(n, g.c(1), ex, num)
+	} else {
+		a.VBLENDMPSk(g.c(1), ex, g.km, num)
+	}
 	a.VADDPS(g.c(1), ex, ex)
 	a.VDIVPS(ex, num, out) // as the kernel: see _asm/main.go
 }
@@ -1032,25 +1232,29 @@ func (g *gen) erfBody(x, out e.Z, r []e.Z) {
 	a.VMINPS(ab, g.creg(g.c(erfHi), t), t)
 	a.VSUBPS(g.c(erfMid), t, t)
 	g.horner(q, t, erfL[:])
-	g.expInto(q, t, r[5:9])
+	g.expInto(q, t, r[5:])
 	g.bcast(g.c(1), out)
 	a.VSUBPS(t, out, out)
-	a.VCMPPS(cmpGE, g.c(erfHi), ab, g.km)
-	a.VBLENDMPSk(g.c(1), out, g.km, out)
-	a.VCMPPS(cmpLT, g.c(erfMid), ab, g.km)
-	a.VBLENDMPSk(s, out, g.km, out)
+	g.cmp(cmpGE, g.c(erfHi), ab, r[1:])
+	g.blend(g.c(1), out, r[1:])
+	g.cmp(cmpLT, g.c(erfMid), ab, r[1:])
+	g.blend(s, out, r[1:])
 	g.copysign(out, x, t)
 }
 
 func (g *gen) logBody(x, out e.Z, r []e.Z) {
 	a := &g.a
 	m, ex, f, z, y := r[0], r[1], r[2], r[3], r[4]
-	a.VGETMANTPS(0x02, x, m)
-	a.VGETEXPPS(x, ex)
-	a.VADDPS(g.c(1), ex, ex)
-	a.VCMPPS(cmpLT, g.c(sqrtHf), m, g.km)
-	a.VADDPSk(m, m, g.km, m)
-	a.VSUBPSk(g.c(1), ex, g.km, ex)
+	if g.vex {
+		g.logReduceVEX(x, m, ex, f, z, y)
+	} else {
+		a.VGETMANTPS(0x02, x, m)
+		a.VGETEXPPS(x, ex)
+		a.VADDPS(g.c(1), ex, ex)
+		a.VCMPPS(cmpLT, g.c(sqrtHf), m, g.km)
+		a.VADDPSk(m, m, g.km, m)
+		a.VSUBPSk(g.c(1), ex, g.km, ex)
+	}
 	a.VSUBPS(g.c(1), m, f)
 	a.VMULPS(f, f, z)
 	g.horner(y, f, logP[:])
@@ -1060,10 +1264,41 @@ func (g *gen) logBody(x, out e.Z, r []e.Z) {
 	a.VFNMADD231PS(g.c(0.5), z, y)
 	a.VADDPS(f, y, out)
 	a.VFMADD231PS(g.c(ln2Hi), ex, out)
-	a.VCMPPS(cmpEQ, g.cbits(0x7f800000), x, g.km)
-	a.VMOVAPSk(x, g.km, out)
-	a.VCMPPS(cmpEQ, g.cbits(0), x, g.km) // the kernel's zeroed register
-	a.VBLENDMPSk(g.cbits(0xff800000), out, g.km, out)
-	a.VCMPPS(cmpLT, g.cbits(0), x, g.km)
-	a.VBLENDMPSk(g.cbits(0x7fc00000), out, g.km, out)
+	if g.vex {
+		// +inf, and NaN (whose bits the reduction took apart), give x.
+		g.cmp(cmpNLT, g.cbits(0x7f800000), x, r[3:])
+		g.blend(x, out, r[3:])
+	} else {
+		a.VCMPPS(cmpEQ, g.cbits(0x7f800000), x, g.km)
+		a.VMOVAPSk(x, g.km, out)
+	}
+	g.cmp(cmpEQ, g.cbits(0), x, r[3:]) // the kernel's zeroed register
+	g.blend(g.cbits(0xff800000), out, r[3:])
+	g.cmp(cmpLT, g.cbits(0), x, r[3:])
+	g.blend(g.cbits(0x7fc00000), out, r[3:])
+}
+
+// logReduceVEX is the range reduction of log in AVX2 code, as the scalar
+// log32 does it (VGETMANTPS and VGETEXPPS are AVX-512 only): inputs below
+// 2^-126 (subnormals; zero and negatives are replaced later) are scaled by
+// 2^23 first, then m = the mantissa in [0.5, 1) and ex = the exponent + 1
+// from the bits; where m < √½, m doubles and ex decreases by one. All of it
+// is exact.
+func (g *gen) logReduceVEX(x, m, ex, f, z, y e.Z) {
+	a := &g.a
+	a.VMULPS(g.c(1<<23), x, y)
+	a.VCMPPSv(cmpLT, g.cbits(0x00800000), x, z)
+	a.VBLENDVPS(z, y, x, m)
+	a.VPANDD(g.c(-23), z, f) // -23 where scaled, +0 elsewhere
+	a.VPSRLD(23, m, ex)
+	a.VCVTDQ2PS(ex, ex)
+	a.VADDPS(f, ex, ex)
+	a.VSUBPS(g.c(126), ex, ex)
+	a.VPANDD(g.cbits(0x007fffff), m, m)
+	a.VPORD(g.cbits(0x3f000000), m, m)
+	a.VCMPPSv(cmpLT, g.c(sqrtHf), m, z)
+	a.VPANDD(m, z, f)
+	a.VADDPS(f, m, m)
+	a.VPANDD(g.c(1), z, f)
+	a.VSUBPS(f, ex, ex)
 }

@@ -14,6 +14,25 @@ func needJIT(t *testing.T) {
 	}
 }
 
+// forJIT runs f with each implementation whose chains this machine runs
+// (AVX-512 and AVX2 code where the CPU has AVX-512, AVX2 code where it has
+// AVX2 and FMA only); the kernels chains are compared with are that
+// implementation's.
+func forJIT(t *testing.T, f func(t *testing.T)) {
+	ran := false
+	for _, im := range available() {
+		prev := use(im)
+		if JITAvailable() {
+			ran = true
+			t.Run(im.name, f)
+		}
+		use(prev)
+	}
+	if !ran {
+		t.Skip("run-time code generation not available here: ", Impl())
+	}
+}
+
 // edgeValues are inputs every chain test mixes in.
 var edgeValues = []float32{0, float32(math.Copysign(0, -1)), 1, -1, 0.5, -0.5, 1e-45, -1e-45, 1e-39, -3e-39,
 	1.1754944e-38, 3.4028235e38, -3.4028235e38, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
@@ -140,13 +159,14 @@ func fma32(a, b, c float32) float32 {
 // in one rounding (fma32) and every other op as the kernels do it (NaNs
 // may then differ in payload).
 func TestChainMatchesKernels(t *testing.T) {
-	needJIT(t)
-	for _, fuse := range []bool{false, true} {
-		t.Run(map[bool]string{false: "separate", true: "contracted"}[fuse], func(t *testing.T) {
-			defer SetContract(SetContract(fuse))
-			testChainMatches(t, fuse)
-		})
-	}
+	forJIT(t, func(t *testing.T) {
+		for _, fuse := range []bool{false, true} {
+			t.Run(map[bool]string{false: "separate", true: "contracted"}[fuse], func(t *testing.T) {
+				defer SetContract(SetContract(fuse))
+				testChainMatches(t, fuse)
+			})
+		}
+	})
 }
 
 func testChainMatches(t *testing.T, fuse bool) {
@@ -246,70 +266,72 @@ func aligned32(n, off int) []float32 {
 // over a dense sample of float32 (every 97th bit pattern) and checks 2 ulp
 // against Go's math in float64.
 func TestChainAccuracy(t *testing.T) {
-	needJIT(t)
-	const step = 97
-	n := int((1<<32 - 1) / step)
-	if testing.Short() {
-		n /= 8
-	}
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = math.Float32frombits(uint32(i * step))
-	}
-	y := make([]float32, n)
-	for _, c := range []struct {
-		op  int32
-		ref func(float64) float64
-	}{{OpExp, math.Exp}, {OpLog, math.Log}, {OpTanh, math.Tanh}, {OpLogistic, logistic64}, {OpErf, math.Erf}} {
-		ch, err := CompileChain([]Instr{{Op: c.op, Dst: 1, A: 0, B: 0}}, 2, nil)
-		if err != nil {
-			t.Fatal(err)
+	forJIT(t, func(t *testing.T) {
+		const step = 97
+		n := int((1<<32 - 1) / step)
+		if testing.Short() {
+			n /= 8
 		}
-		ch.Run([]*float32{&x[0], &y[0]}, n)
-		worst := int64(0)
-		for i, v := range x {
-			w := float32(c.ref(float64(v)))
-			if d := ulps(y[i], w); d > worst {
-				worst = d
-				if d > 2 {
-					t.Fatalf("op %d: x=%v (%#x): got %v, want %v (%d ulp)", c.op, v, math.Float32bits(v), y[i], w, d)
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = math.Float32frombits(uint32(i * step))
+		}
+		y := make([]float32, n)
+		for _, c := range []struct {
+			op  int32
+			ref func(float64) float64
+		}{{OpExp, math.Exp}, {OpLog, math.Log}, {OpTanh, math.Tanh}, {OpLogistic, logistic64}, {OpErf, math.Erf}} {
+			ch, err := CompileChain([]Instr{{Op: c.op, Dst: 1, A: 0, B: 0}}, 2, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch.Run([]*float32{&x[0], &y[0]}, n)
+			worst := int64(0)
+			for i, v := range x {
+				w := float32(c.ref(float64(v)))
+				if d := ulps(y[i], w); d > worst {
+					worst = d
+					if d > 2 {
+						t.Fatalf("op %d: x=%v (%#x): got %v, want %v (%d ulp)", c.op, v, math.Float32bits(v), y[i], w, d)
+					}
 				}
 			}
+			t.Logf("op %d: worst %d ulp over %d inputs", c.op, worst, n)
 		}
-		t.Logf("op %d: worst %d ulp over %d inputs", c.op, worst, n)
-	}
+	})
 }
 
 // TestChainSwitch checks that SetJIT(false) makes Run refuse and
 // CompileChain fail, and that bad programs are rejected.
 func TestChainSwitch(t *testing.T) {
-	needJIT(t)
-	code := []Instr{{Op: OpMul, Dst: 2, A: 0, B: 1}}
-	ch, err := CompileChain(code, 3, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prev := SetJIT(false)
-	defer SetJIT(prev)
-	x := []float32{1, 2}
-	if ch.Run([]*float32{&x[0], &x[0], &x[1]}, 1) {
-		t.Fatal("Run ran with the JIT off")
-	}
-	if _, err := CompileChain(code, 3, nil); err != ErrNoJIT {
-		t.Fatalf("CompileChain with the JIT off: %v", err)
-	}
-	SetJIT(true)
-	for _, bad := range [][]Instr{
-		{{Op: OpMul, Dst: 3, A: 0, B: 1}},                                  // out of range
-		{{Op: 99, Dst: 2, A: 0, B: 1}},                                     // unknown op
-		{{Op: OpMul, Dst: 2, A: 0, B: 1}, {Op: OpAdd, Dst: 2, A: 0, B: 1}}, // written twice
-		{{Op: OpMul, Dst: 1, A: 2, B: 0}, {Op: OpAdd, Dst: 2, A: 0, B: 0}}, // read before written
-		{{Op: OpNeg, Dst: 2, A: 2, B: 2}},                                  // reads itself
-	} {
-		if _, err := CompileChain(bad, 3, nil); err == nil {
-			t.Errorf("accepted %+v", bad)
+	forJIT(t, func(t *testing.T) {
+		code := []Instr{{Op: OpMul, Dst: 2, A: 0, B: 1}}
+		ch, err := CompileChain(code, 3, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		prev := SetJIT(false)
+		defer SetJIT(prev)
+		x := []float32{1, 2}
+		if ch.Run([]*float32{&x[0], &x[0], &x[1]}, 1) {
+			t.Fatal("Run ran with the JIT off")
+		}
+		if _, err := CompileChain(code, 3, nil); err != ErrNoJIT {
+			t.Fatalf("CompileChain with the JIT off: %v", err)
+		}
+		SetJIT(true)
+		for _, bad := range [][]Instr{
+			{{Op: OpMul, Dst: 3, A: 0, B: 1}},                                  // out of range
+			{{Op: 99, Dst: 2, A: 0, B: 1}},                                     // unknown op
+			{{Op: OpMul, Dst: 2, A: 0, B: 1}, {Op: OpAdd, Dst: 2, A: 0, B: 1}}, // written twice
+			{{Op: OpMul, Dst: 1, A: 2, B: 0}, {Op: OpAdd, Dst: 2, A: 0, B: 0}}, // read before written
+			{{Op: OpNeg, Dst: 2, A: 2, B: 2}},                                  // reads itself
+		} {
+			if _, err := CompileChain(bad, 3, nil); err == nil {
+				t.Errorf("accepted %+v", bad)
+			}
+		}
+	})
 }
 
 // TestChainContractionForms compiles a multiply and the add or subtract
@@ -319,62 +341,75 @@ func TestChainSwitch(t *testing.T) {
 // rounding of a*b ± c, and that a stored or twice-read product is not
 // contracted.
 func TestChainContractionForms(t *testing.T) {
-	needJIT(t)
-	defer SetContract(SetContract(true))
-	r := rand.New(rand.NewPCG(rand.Uint64(), 11))
-	const x, y, c, m, s = 0, 1, 2, 3, 4 // inputs x, y, c; m = x*y; s = m ± c (or c ± m)
-	for _, form := range []Instr{{Op: OpAdd, A: m, B: c}, {Op: OpAdd, A: c, B: m}, {Op: OpSub, A: m, B: c}, {Op: OpSub, A: c, B: m}} {
-		for keep := 0; keep < 8; keep++ { // bit 0: c read later, bit 1: x, bit 2: y
-			for _, variant := range []string{"", "stored", "twice"} {
-				mul := Instr{Op: OpMul | NoStore, Dst: m, A: x, B: y}
-				if variant == "stored" {
-					mul.Op = OpMul
-				}
-				form.Dst = s
-				code := []Instr{mul, form}
-				next := int32(s + 1)
-				for i, v := range []int32{c, x, y} {
-					if keep>>i&1 != 0 {
-						code = append(code, Instr{Op: OpMul, Dst: next, A: next - 1, B: v})
+	forJIT(t, func(t *testing.T) {
+		defer SetContract(SetContract(true))
+		r := rand.New(rand.NewPCG(rand.Uint64(), 11))
+		const x, y, c, m, s = 0, 1, 2, 3, 4 // inputs x, y, c; m = x*y; s = m ± c (or c ± m)
+		for _, form := range []Instr{{Op: OpAdd, A: m, B: c}, {Op: OpAdd, A: c, B: m}, {Op: OpSub, A: m, B: c}, {Op: OpSub, A: c, B: m}} {
+			for keep := 0; keep < 8; keep++ { // bit 0: c read later, bit 1: x, bit 2: y
+				for _, variant := range []string{"", "stored", "twice"} {
+					mul := Instr{Op: OpMul | NoStore, Dst: m, A: x, B: y}
+					if variant == "stored" {
+						mul.Op = OpMul
+					}
+					form.Dst = s
+					code := []Instr{mul, form}
+					next := int32(s + 1)
+					for i, v := range []int32{c, x, y} {
+						if keep>>i&1 != 0 {
+							code = append(code, Instr{Op: OpMul, Dst: next, A: next - 1, B: v})
+							next++
+						}
+					}
+					if variant == "twice" {
+						code = append(code, Instr{Op: OpAdd, Dst: next, A: next - 1, B: m})
 						next++
 					}
-				}
-				if variant == "twice" {
-					code = append(code, Instr{Op: OpAdd, Dst: next, A: next - 1, B: m})
-					next++
-				}
-				ch, err := CompileChain(code, int(next), nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if want := map[bool]int{true: 1, false: 0}[variant == ""]; ch.fused != want {
-					t.Fatalf("%v: %d multiply-adds, want %d", code, ch.fused, want)
-				}
-				const n = 37
-				got, want := make([][]float32, next), make([][]float32, next)
-				ptrs := make([]*float32, next)
-				for i := range got {
-					got[i] = make([]float32, n)
-					if i < 3 {
-						copy(got[i], randVec(r, n))
+					ch, err := CompileChain(code, int(next), nil)
+					if err != nil {
+						t.Fatal(err)
 					}
-					want[i] = append([]float32(nil), got[i]...)
-					ptrs[i] = &got[i][0]
-				}
-				ch.Run(ptrs, n)
-				vals, _ := checkChain(code, int(next), nil)
-				cc, _ := contract(code, vals, true)
-				runContractedRef(cc, want, n)
-				for _, in := range code[1:] {
-					for j := range n {
-						g, w := got[in.Dst][j], want[in.Dst][j]
-						if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
-							t.Fatalf("%v keep %03b %s: value %d element %d: got %v, want %v (x=%v y=%v c=%v)",
-								form, keep, variant, in.Dst, j, g, w, want[x][j], want[y][j], want[c][j])
+					if want := map[bool]int{true: 1, false: 0}[variant == ""]; ch.fused != want {
+						t.Fatalf("%v: %d multiply-adds, want %d", code, ch.fused, want)
+					}
+					const n = 37
+					got, want := make([][]float32, next), make([][]float32, next)
+					ptrs := make([]*float32, next)
+					for i := range got {
+						got[i] = make([]float32, n)
+						if i < 3 {
+							copy(got[i], randVec(r, n))
+						}
+						want[i] = append([]float32(nil), got[i]...)
+						ptrs[i] = &got[i][0]
+					}
+					ch.Run(ptrs, n)
+					vals, _ := checkChain(code, int(next), nil)
+					cc, _ := contract(code, vals, true)
+					runContractedRef(cc, want, n)
+					for _, in := range code[1:] {
+						for j := range n {
+							g, w := got[in.Dst][j], want[in.Dst][j]
+							if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+								t.Fatalf("%v keep %03b %s: value %d element %d: got %v, want %v (x=%v y=%v c=%v)",
+									form, keep, variant, in.Dst, j, g, w, want[x][j], want[y][j], want[c][j])
+							}
 						}
 					}
 				}
 			}
 		}
-	}
+	})
+}
+
+// TestKernelChainsCompile checks that every op compiles alone, so that the
+// AVX2 kernels (one-op chains) never fall back to Go unnoticed.
+func TestKernelChainsCompile(t *testing.T) {
+	forJIT(t, func(t *testing.T) {
+		for op := OpAdd; op <= OpErf; op++ {
+			if _, err := CompileChain([]Instr{{Op: op, Dst: 2, A: 0, B: 1}}, 3, nil); err != nil {
+				t.Errorf("op %d: %v", op, err)
+			}
+		}
+	})
 }

@@ -46,9 +46,11 @@ func (in Instr) Code() int32 { return in.Op & 0xff }
 // by chunk (every instruction over ProgramChunk elements, its result kept
 // in registers for the next one, then the next chunk), and returns m: n
 // rounded down to a multiple of ProgramChunk with the AVX-512 kernels, 0
-// with the pure-Go ones. The caller computes the remaining elements with the
-// functions of the same names (which give the same results). Every vals[i]
-// must point to at least n float32 elements.
+// with the AVX2 and pure-Go ones (with AVX2, CompileChain compiles the
+// program instead, and the functions are AVX2 code). The caller computes
+// the remaining elements with the functions of the same names (which give
+// the same results). Every vals[i] must point to at least n float32
+// elements.
 func RunProgram(code []Instr, vals []*float32, n int) int {
 	return runProgram(code, vals, n)
 }
