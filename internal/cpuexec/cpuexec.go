@@ -44,6 +44,7 @@ package cpuexec
 
 import (
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"github.com/ferryml/ferry/ir"
@@ -61,13 +62,15 @@ type Allocator interface {
 
 // Executable is a Program prepared for execution: per region, the buffer of
 // every value and the list of steps, and per fusion op its block programs.
-// It is immutable after New; Execute may be called from several goroutines
-// at once.
+// It is immutable after New (but for its pool of frames); Execute may be
+// called from several goroutines at once.
 type Executable struct {
 	prog    *passes.Program
 	body    *region
 	params  []ir.Type
 	results []resultPlan
+	copies  bool      // some region copies between memory spaces
+	frames  sync.Pool // *frame of body, kept between executions for reuse
 }
 
 // resultPlan says how top-level result i gets its memory.
@@ -95,7 +98,7 @@ func New(p *passes.Program) (*Executable, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cpuexec %s: %w", f.Name, err)
 	}
-	e := &Executable{prog: p, body: body, params: f.Body.ParamTypes()}
+	e := &Executable{prog: p, body: body, params: f.Body.ParamTypes(), copies: hasCopies(body)}
 	for i, v := range f.Body.Results {
 		s, ok := body.slotOf[v]
 		if !ok {
@@ -137,7 +140,8 @@ func (e *Executable) Program() *passes.Program { return e.prog }
 // arenas, and returns the results and their release funcs. On error
 // everything allocated so far is released.
 func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Literal, release []func(), err error) {
-	var rels []func()
+	var relBuf [8]func()
+	rels := relBuf[:0] // what to release on error, in allocation order
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("cpuexec %s: internal error: %v", e.prog.Func.Name, p)
@@ -196,11 +200,15 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 		rels = append(rels, rel)
 		arena[sp] = mem
 	}
-	cfg, err := copyConfigFromEnv()
-	if err != nil {
-		return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+	cfg := &defaultCopyConfig
+	if e.copies {
+		// Only programs that copy read the settings of copies (on every
+		// execution, so that a changed environment takes effect).
+		if cfg, err = copyConfigFromEnv(); err != nil {
+			return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+		}
 	}
-	fr := newFrame(e.body, arena, cfg)
+	fr := e.getFrame(arena, cfg)
 	for i, l := range args {
 		fr.setParam(i, l.Data)
 	}
@@ -221,10 +229,43 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 			copy(outs[i].Data, fr.lits[rp.slot].Data)
 		}
 	}
+	e.putFrame(fr)
 	for i := len(rels) - 1; i >= nOut; i-- {
 		rels[i]()
 	}
 	return outs, release, nil
+}
+
+// getFrame returns a frame of the body over arena: one a finished execution
+// left for reuse, or a new one. A frame is used by one execution at a time.
+func (e *Executable) getFrame(arena [2][]byte, cfg *copyConfig) *frame {
+	if f, ok := e.frames.Get().(*frame); ok {
+		f.bind(arena, cfg)
+		return f
+	}
+	return newFrame(e.body, arena, cfg)
+}
+
+// putFrame keeps a frame whose execution succeeded for the next one (a
+// frame of a failed execution is dropped: it may hold copies in flight).
+func (e *Executable) putFrame(f *frame) {
+	f.unbind()
+	e.frames.Put(f)
+}
+
+// hasCopies reports whether g or a region nested in it has a copy step.
+func hasCopies(g *region) bool {
+	for i := range g.steps {
+		if g.steps[i].kind == stepCopy {
+			return true
+		}
+		for _, sub := range g.steps[i].subs {
+			if hasCopies(sub) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // alloc calls a.Alloc and checks the memory it returns.
