@@ -98,13 +98,12 @@ func (c *Compiled) OptimizedIR() string { return c.entry.exe.Program().Func.Stri
 // Program returns the compiled program (optimised IR, buffer plan, analysis).
 func (c *Compiled) Program() *passes.Program { return c.entry.exe.Program() }
 
-// buffers checks the leaves against the parameters and returns the buffers to
-// pass: the leaves, then the captured arrays.
-func (l *Lowered) buffers(leaves []*trace.Array) ([]trace.Buffer, error) {
+// appendBuffers checks the leaves against the parameters and appends the
+// buffers to pass to bufs: the leaves, then the captured arrays.
+func (l *Lowered) appendBuffers(bufs []trace.Buffer, leaves []*trace.Array) ([]trace.Buffer, error) {
 	if len(leaves) != l.numArgs {
 		return nil, trace.Errorf("rt.Jit", "%s: got %d array arguments, compiled for %d", l.Func.Name, len(leaves), l.numArgs)
 	}
-	bufs := make([]trace.Buffer, 0, len(leaves)+len(l.consts))
 	params := l.Func.Body.Params
 	for i, a := range leaves {
 		if a.IsTraced() {

@@ -1,0 +1,129 @@
+package runtime_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	rt "github.com/ferryml/ferry/runtime"
+	"github.com/ferryml/ferry/trace"
+)
+
+// refLinear computes a*x + b*y + c*z (terms with a nil operand left out) in
+// float64.
+func refLinear(a, b, c float64, x, y, z []float32) []float64 {
+	out := make([]float64, len(x))
+	for i := range out {
+		out[i] = a * float64(x[i])
+		if y != nil {
+			out[i] += b * float64(y[i])
+		}
+		if z != nil {
+			out[i] += c * float64(z[i])
+		}
+	}
+	return out
+}
+
+// TestJitCommonSignatures calls jitted functions of one to three arrays
+// returning an array, with and without an error result (the signatures
+// called without reflection), and checks results against float64
+// references, errors and panics for bad shapes, and a nil result.
+func TestJitCommonSignatures(t *testing.T) {
+	r := newRand(t)
+	n := 1 + r.IntN(9)
+	xs, ys, zs := randSlice(r, n), randSlice(r, n), randSlice(r, n)
+	x, y, z := rt.FromSlice(xs, n), rt.FromSlice(ys, n), rt.FromSlice(zs, n)
+	two, three := trace.Scalar(2), trace.Scalar(3)
+
+	f1 := rt.Jit(func(x *trace.Array) *trace.Array { return trace.Mul(x, two) })
+	f2 := rt.Jit(func(x, y *trace.Array) *trace.Array { return trace.Sub(x, y) })
+	f3 := rt.Jit(func(x, y, z *trace.Array) *trace.Array { return trace.Add(trace.Add(x, y), trace.Mul(z, three)) })
+	e1 := rt.Jit(func(x *trace.Array) (*trace.Array, error) { return trace.Neg(x), nil })
+	e2 := rt.Jit(func(x, y *trace.Array) (*trace.Array, error) { return trace.Mul(x, y), nil })
+	e3 := rt.Jit(func(x, y, z *trace.Array) (*trace.Array, error) { return trace.Sub(trace.Sub(x, y), z), nil })
+	for range 3 { // the first call compiles, the others hit the cache
+		requireClose(t, refLinear(2, 0, 0, xs, nil, nil), f1(x).Float32s(), 1e-6)
+		requireClose(t, refLinear(1, -1, 0, xs, ys, nil), f2(x, y).Float32s(), 1e-6)
+		requireClose(t, refLinear(1, 1, 3, xs, ys, zs), f3(x, y, z).Float32s(), 1e-6)
+		got, err := e1(x)
+		require.NoError(t, err)
+		requireClose(t, refLinear(-1, 0, 0, xs, nil, nil), got.Float32s(), 0)
+		got, err = e2(x, y)
+		require.NoError(t, err)
+		want := make([]float64, n)
+		for i := range want {
+			want[i] = float64(xs[i]) * float64(ys[i])
+		}
+		requireClose(t, want, got.Float32s(), 1e-6)
+		got, err = e3(x, y, z)
+		require.NoError(t, err)
+		requireClose(t, refLinear(1, -1, -1, xs, ys, zs), got.Float32s(), 1e-6)
+	}
+
+	bad := rt.FromSlice(randSlice(r, n+1), n+1)
+	_, err := e2(x, bad)
+	var te *trace.Error
+	require.ErrorAs(t, err, &te)
+	_, err = e3(x, y, bad)
+	require.ErrorAs(t, err, &te)
+	func() {
+		defer func() {
+			_, ok := recover().(*trace.Error)
+			require.True(t, ok, "a *trace.Error panic without an error result")
+		}()
+		f3(x, y, bad)
+	}()
+	require.Panics(t, func() { f2(x, nil) }, "a nil argument")
+
+	none := rt.Jit(func(x *trace.Array) *trace.Array { return nil })
+	require.Nil(t, none(x))
+	first := rt.Jit(func(x, y *trace.Array) (*trace.Array, error) { return trace.Add(x, y), nil })
+	got, err := first(x, y)
+	require.NoError(t, err)
+	requireClose(t, refLinear(1, 1, 0, xs, ys, nil), got.Float32s(), 1e-6)
+}
+
+// TestJitConcurrentCalls calls one jitted function from several goroutines
+// with fresh arrays of two shapes (the two compiles race with cached calls)
+// and checks every result: the per-call scratch memory and the executor's
+// frames are never shared between calls in flight. Run it with -race too.
+func TestJitConcurrentCalls(t *testing.T) {
+	f := rt.Jit(func(x, y *trace.Array) *trace.Array { return trace.Tanh(trace.Add(trace.Mul(x, y), x)) })
+	seed := newRand(t).Uint64()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(seed, uint64(g)))
+			for it := range 20 {
+				n := 3 + (g+it)%2 // two shapes
+				xs, ys := randSlice(r, n), randSlice(r, n)
+				out := f(rt.FromSlice(xs, n), rt.FromSlice(ys, n))
+				got := out.Float32s()
+				for i := range xs {
+					want := math.Tanh(float64(xs[i])*float64(ys[i]) + float64(xs[i]))
+					if math.Abs(float64(got[i])-want) > 1e-5 {
+						errs <- fmt.Errorf("goroutine %d, call %d: element %d = %v, want %v", g, it, i, got[i], want)
+						return
+					}
+				}
+				if it%2 == 0 {
+					if err := out.Delete(); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
