@@ -339,6 +339,11 @@ func (j *Jitted[F]) build(e *entry, args []any) (err error) {
 	if err != nil {
 		return trace.WrapError("rt.Jit", err)
 	}
+	for i, d := range outDefs {
+		if d.NumLeaves() == 1 && d.String() == arrayDef.String() {
+			outDefs[i] = arrayDef // a single array: results take it as it is
+		}
+	}
 	l.outDefs = outDefs
 	e.lowered, e.exe, e.outDefs = l, exe, outDefs
 	return nil

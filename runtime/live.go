@@ -78,7 +78,7 @@ func (r *allocRecord) liveArrayLocked(now time.Time) LiveArray {
 // recorded stack the first time.
 func (r *allocRecord) callSiteLocked() string {
 	if r.site == "" {
-		r.site = userSite(r.pcs[:r.npc])
+		r.site = userSite(r.pcs())
 	}
 	return r.site
 }

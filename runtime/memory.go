@@ -398,9 +398,16 @@ type allocRecord struct {
 	isArray bool
 	site    string
 	born    time.Time
-	npc     int
-	pcs     [maxStackDepth]uintptr
+	stack   *callers.Stack // where it was allocated (shared, read-only)
 	freed   bool
+}
+
+// pcs is the recorded call stack, at most maxStackDepth PCs.
+func (r *allocRecord) pcs() []uintptr {
+	if r.stack == nil {
+		return nil
+	}
+	return r.stack.PCs[:min(len(r.stack.PCs), maxStackDepth)]
 }
 
 // name is what the memory is for, as reports show it.
@@ -751,8 +758,7 @@ func (ps *Pools) alloc(space ir.MemorySpace, size int64, what, suffix string, ze
 		}
 		return nil, []byte{}, nil
 	}
-	rec := &allocRecord{what: what, suffix: suffix, born: time.Now()}
-	rec.npc = copy(rec.pcs[:], callers.Record(skip).PCs)
+	rec := &allocRecord{what: what, suffix: suffix, born: time.Now(), stack: callers.Record(skip)}
 	retried, collected := false, false
 	for {
 		p, err := s.pool(space)
