@@ -127,3 +127,45 @@ func TestJitConcurrentCalls(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestJitResultsFreedWhenUnreachable drops the results of jitted calls
+// without deleting them: results of the common signatures, of a function
+// with two results (called through reflection), and of a chain of donated
+// steps all return their memory to the pool once unreachable, and a
+// deleted one at once.
+func TestJitResultsFreedWhenUnreachable(t *testing.T) {
+	rt.SetMemoryForTest(t, rt.MemoryConfig{})
+	r := newRand(t)
+	xs, ys := randSlice(r, 100), randSlice(r, 100)
+	x, y := rt.FromSlice(xs, 100), rt.FromSlice(ys, 100)
+	inputs := deviceStats().BytesInUse // two arrays of 448 bytes
+	require.Equal(t, int64(2*448), inputs)
+
+	add := rt.Jit(func(x, y *trace.Array) *trace.Array { return trace.Add(x, y) })
+	both := rt.Jit(func(x, y *trace.Array) (*trace.Array, *trace.Array) { return trace.Mul(x, y), trace.Sub(x, y) })
+	step := rt.Jit(func(x *trace.Array) *trace.Array { return trace.Mul(x, trace.Scalar(0.5)) }, rt.Donate(0))
+	func() {
+		for range 10 {
+			s := add(x, y)
+			p, d := both(x, y)
+			c := step(add(x, y))
+			for range 3 {
+				c = step(c)
+			}
+			for i := range xs {
+				require.InDelta(t, float64(xs[i])+float64(ys[i]), float64(s.Float32s()[i]), 1e-6)
+				require.InDelta(t, float64(xs[i])*float64(ys[i]), float64(p.Float32s()[i]), 1e-6)
+				require.InDelta(t, float64(xs[i])-float64(ys[i]), float64(d.Float32s()[i]), 1e-6)
+				require.InDelta(t, (float64(xs[i])+float64(ys[i]))/16, float64(c.Float32s()[i]), 1e-6)
+			}
+		}
+	}()
+	require.Greater(t, deviceStats().BytesInUse, inputs)
+	waitFreed(t, inputs)
+
+	s := add(x, y)
+	require.Equal(t, inputs+448, deviceStats().BytesInUse)
+	require.NoError(t, s.Delete())
+	require.Equal(t, inputs, deviceStats().BytesInUse)
+	require.Empty(t, rt.LiveArrays()[2:], "only x and y are live")
+}

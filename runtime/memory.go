@@ -416,6 +416,17 @@ func (r *allocRecord) name() string { return r.what + r.suffix }
 // release frees the record's memory; it is safe to call more than once.
 func (r *allocRecord) release() { r.pool.free(r) }
 
+// setArray records that the memory is an array of type typ, made at site
+// ("" keeps the Go line recorded when the memory was allocated).
+func (r *allocRecord) setArray(typ ir.Type, site string) {
+	r.pool.mu.Lock()
+	r.typ, r.isArray = typ.WithShape(typ.Shape), true
+	if site != "" {
+		r.site = site
+	}
+	r.pool.mu.Unlock()
+}
+
 // pool is one memory space's allocator and its bookkeeping.
 type pool struct {
 	space    ir.MemorySpace
@@ -715,30 +726,6 @@ func releaseFunc(rec *allocRecord, mem []byte, err error) ([]byte, func(), error
 		return mem, func() {}, err
 	}
 	return mem, rec.release, nil
-}
-
-// namedAllocator is the pools as the allocator of one executable: it appends
-// " of name" to what ("output 0 of train_step", "temp arena of train_step")
-// and hands out uninitialised memory (AllocUninit: executors write every
-// byte of an output or arena value before reading it).
-type namedAllocator struct {
-	ps     *Pools
-	suffix string
-}
-
-// allocatorFor returns the pools as an allocator for the executable of the
-// function name.
-func (ps *Pools) allocatorFor(name string) namedAllocator {
-	suffix := ""
-	if name != "" {
-		suffix = " of " + name
-	}
-	return namedAllocator{ps: ps, suffix: suffix}
-}
-
-// Alloc is Pools.AllocUninit with the function's name added to what.
-func (a namedAllocator) Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	return releaseFunc(a.ps.alloc(space, size, what, a.suffix, false, 3))
 }
 
 // alloc is Alloc returning the record (nil for size 0); skip is the number of
