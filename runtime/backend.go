@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -37,6 +38,10 @@ type ExecOptions struct {
 	// DonationSite is the caller's file:line, recorded on donated buffers so
 	// that using them later says where they were donated.
 	DonationSite string
+	// Results, if its capacity suffices, holds the returned results (its
+	// elements are overwritten), so that a caller can reuse one slice.
+	// Backends may ignore it.
+	Results []trace.Buffer
 }
 
 // Executable is a compiled function a backend can run.
@@ -167,6 +172,8 @@ type execAlloc struct {
 	suffix string
 	recs   []*allocRecord
 	lits   []*ir.Literal // the execution's arguments
+	outs   []*ir.Literal // its results
+	rels   []func()      // their release functions (noRelease)
 }
 
 var execAllocs = sync.Pool{New: func() any { return new(execAlloc) }}
@@ -209,7 +216,8 @@ func (a *execAlloc) releaseAll() {
 	}
 	clear(a.recs)
 	clear(a.lits)
-	a.recs, a.lits = a.recs[:0], a.lits[:0]
+	clear(a.outs)
+	a.recs, a.lits, a.outs = a.recs[:0], a.lits[:0], a.outs[:0]
 }
 
 func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.Buffer, error) {
@@ -226,12 +234,19 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.
 		}
 		a.lits = append(a.lits, l)
 	}
-	outs, _, err := e.exe.Execute(a.lits, a)
+	n := e.exe.NumResults()
+	a.outs, a.rels = slices.Grow(a.outs[:0], n)[:n], slices.Grow(a.rels[:0], n)[:n]
+	err := e.exe.ExecuteInto(a.lits, a, a.outs, a.rels)
 	goruntime.KeepAlive(a.lits)
 	if err != nil {
 		return nil, err
 	}
-	res := make([]trace.Buffer, len(outs))
+	outs := a.outs
+	res := opts.Results[:0]
+	if cap(res) < len(outs) {
+		res = make([]trace.Buffer, len(outs))
+	}
+	res = res[:len(outs)]
 	var donatedUsed []bool
 	if e.donates {
 		donatedUsed = make([]bool, len(args))

@@ -16,6 +16,7 @@ type callScratch struct {
 	defs   []*trace.TreeDef
 	key    []byte
 	bufs   []trace.Buffer
+	outs   []trace.Buffer
 	arrays []*trace.Array
 }
 
@@ -29,8 +30,9 @@ func putScratch(s *callScratch) {
 	clear(s.leaves)
 	clear(s.defs)
 	clear(s.bufs)
+	clear(s.outs)
 	clear(s.arrays)
-	s.leaves, s.defs, s.bufs, s.arrays = s.leaves[:0], s.defs[:0], s.bufs[:0], s.arrays[:0]
+	s.leaves, s.defs, s.bufs, s.outs, s.arrays = s.leaves[:0], s.defs[:0], s.bufs[:0], s.outs[:0], s.arrays[:0]
 	scratchPool.Put(s)
 }
 

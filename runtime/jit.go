@@ -586,10 +586,11 @@ func (e *entry) execute(s *callScratch, site string) error {
 	if checks != 0 {
 		snap = e.snapshotDonated(bufs)
 	}
-	outBufs, err := e.exe.Execute(bufs, ExecOptions{DonationSite: site})
+	outBufs, err := e.exe.Execute(bufs, ExecOptions{DonationSite: site, Results: s.outs[:cap(s.outs)]})
 	if err != nil {
 		return trace.WrapError("rt.Jit", err)
 	}
+	s.outs = outBufs
 	if checks != 0 {
 		if err := e.checkNaNs(checks, bufs, snap, outBufs); err != nil {
 			return err

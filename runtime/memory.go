@@ -400,6 +400,8 @@ type allocRecord struct {
 	born    time.Time
 	stack   *callers.Stack // where it was allocated (shared, read-only)
 	freed   bool
+	// prev and next link the pool's live records (pool.mu).
+	prev, next *allocRecord
 }
 
 // pcs is the recorded call stack, at most maxStackDepth PCs.
@@ -441,14 +443,14 @@ type pool struct {
 	inUse     int64
 	peak      int64
 	numAllocs int64
-	churn     int64 // bytes allocated since the last collectGarbage
-	live      map[*allocRecord]struct{}
-	byAddr    map[uintptr]*allocRecord
+	churn     int64        // bytes allocated since the last collectGarbage
+	live      *allocRecord // the live records, newest first, linked by next
+	nlive     int
 	frees     atomic.Int64
 }
 
 func newPool(space ir.MemorySpace, cfg MemoryConfig) *pool {
-	p := &pool{space: space, kind: cfg.Allocator, live: map[*allocRecord]struct{}{}, byAddr: map[uintptr]*allocRecord{}}
+	p := &pool{space: space, kind: cfg.Allocator}
 	prealloc := false
 	if space == ir.Device {
 		p.capacity = cfg.Capacity
@@ -532,9 +534,32 @@ func (p *pool) tryAlloc(size int64, rec *allocRecord, zero, mayCollect bool) ([]
 	p.churn += rec.held
 	p.peak = max(p.peak, p.inUse)
 	p.numAllocs++
-	p.live[rec] = struct{}{}
-	p.byAddr[rec.addr] = rec
+	p.link(rec)
 	return mem, nil
+}
+
+// link adds r to the live records (p.mu held).
+func (p *pool) link(r *allocRecord) {
+	r.prev, r.next = nil, p.live
+	if p.live != nil {
+		p.live.prev = r
+	}
+	p.live = r
+	p.nlive++
+}
+
+// unlink removes r from the live records (p.mu held).
+func (p *pool) unlink(r *allocRecord) {
+	if r.prev != nil {
+		r.prev.next = r.next
+	} else {
+		p.live = r.next
+	}
+	if r.next != nil {
+		r.next.prev = r.prev
+	}
+	r.prev, r.next = nil, nil
+	p.nlive--
 }
 
 // free releases a record's memory once.
@@ -545,10 +570,7 @@ func (p *pool) free(r *allocRecord) {
 		return
 	}
 	r.freed = true
-	delete(p.live, r)
-	if p.byAddr[r.addr] == r {
-		delete(p.byAddr, r.addr)
-	}
+	p.unlink(r)
 	p.inUse -= r.held
 	if p.bfc != nil {
 		p.bfc.free(r.chunk)
@@ -559,7 +581,7 @@ func (p *pool) free(r *allocRecord) {
 
 func (p *pool) statsLocked() MemStats {
 	s := MemStats{Space: p.space, Allocator: p.kind, Capacity: p.capacity, Limit: p.limit,
-		BytesInUse: p.inUse, PeakBytesInUse: p.peak, NumAllocs: p.numAllocs, LiveAllocs: int64(len(p.live))}
+		BytesInUse: p.inUse, PeakBytesInUse: p.peak, NumAllocs: p.numAllocs, LiveAllocs: int64(p.nlive)}
 	var total int64
 	if p.bfc != nil {
 		s.Reserved = p.bfc.reserved
@@ -599,8 +621,8 @@ func (p *pool) oomLocked(size int64, what, note string) *OutOfMemoryError {
 // largestLocked lists the n largest live allocations (arrays only if
 // arraysOnly), largest first, oldest first among equals.
 func (p *pool) largestLocked(n int, arraysOnly bool) []LiveArray {
-	recs := make([]*allocRecord, 0, len(p.live))
-	for r := range p.live {
+	recs := make([]*allocRecord, 0, p.nlive)
+	for r := p.live; r != nil; r = r.next {
 		if !arraysOnly || r.isArray {
 			recs = append(recs, r)
 		}
@@ -801,7 +823,9 @@ func collectGarbage(p *pool) {
 	p.reclaim()
 }
 
-// lookup finds the live record of memory allocated from the pools.
+// lookup finds the live record of memory allocated from the pools, walking
+// the live records (executions keep the records they allocate, so this
+// serves only memory handed over from Pools.Alloc).
 func (ps *Pools) lookup(space ir.MemorySpace, mem []byte) *allocRecord {
 	if len(mem) == 0 {
 		return nil
@@ -816,7 +840,13 @@ func (ps *Pools) lookup(space ir.MemorySpace, mem []byte) *allocRecord {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.byAddr[addrOf(mem)]
+	addr := addrOf(mem)
+	for r := p.live; r != nil; r = r.next {
+		if r.addr == addr {
+			return r
+		}
+	}
+	return nil
 }
 
 // configure replaces the pools with new ones for cfg (nil: the environment's
@@ -864,7 +894,7 @@ func (s *poolSet) checkIdle() error {
 	var live []LiveArray
 	for _, p := range s.spaces {
 		p.mu.Lock()
-		n += int64(len(p.live))
+		n += int64(p.nlive)
 		live = append(live, p.largestLocked(5, false)...)
 		p.mu.Unlock()
 	}

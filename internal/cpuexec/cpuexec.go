@@ -140,6 +140,20 @@ func (e *Executable) Program() *passes.Program { return e.prog }
 // arenas, and returns the results and their release funcs. On error
 // everything allocated so far is released.
 func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Literal, release []func(), err error) {
+	outs, release = make([]*ir.Literal, len(e.results)), make([]func(), len(e.results))
+	if err := e.ExecuteInto(args, a, outs, release); err != nil {
+		return nil, nil, err
+	}
+	return outs, release, nil
+}
+
+// NumResults is the number of results of the program.
+func (e *Executable) NumResults() int { return len(e.results) }
+
+// ExecuteInto is Execute writing the results and their release funcs into
+// outs and release, which must have NumResults elements (so that a caller
+// can reuse them); on error both are cleared.
+func (e *Executable) ExecuteInto(args []*ir.Literal, a Allocator, outs []*ir.Literal, release []func()) (err error) {
 	var relBuf [8]func()
 	rels := relBuf[:0] // what to release on error, in allocation order
 	defer func() {
@@ -150,28 +164,30 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 			for i := len(rels) - 1; i >= 0; i-- {
 				rels[i]()
 			}
-			outs, release = nil, nil
+			clear(outs)
+			clear(release)
 		}
 	}()
 	if a == nil {
-		return nil, nil, fmt.Errorf("cpuexec %s: nil allocator", e.prog.Func.Name)
+		return fmt.Errorf("cpuexec %s: nil allocator", e.prog.Func.Name)
 	}
 	if len(args) != len(e.params) {
-		return nil, nil, fmt.Errorf("cpuexec %s: takes %d arguments, got %d", e.prog.Func.Name, len(e.params), len(args))
+		return fmt.Errorf("cpuexec %s: takes %d arguments, got %d", e.prog.Func.Name, len(e.params), len(args))
 	}
 	for i, l := range args {
 		if l == nil {
-			return nil, nil, fmt.Errorf("cpuexec %s: argument %d is nil", e.prog.Func.Name, i)
+			return fmt.Errorf("cpuexec %s: argument %d is nil", e.prog.Func.Name, i)
 		}
 		if !l.Type.Equal(e.params[i]) {
-			return nil, nil, fmt.Errorf("cpuexec %s: argument %d is %v, want %v", e.prog.Func.Name, i, l.Type, e.params[i])
+			return fmt.Errorf("cpuexec %s: argument %d is %v, want %v", e.prog.Func.Name, i, l.Type, e.params[i])
 		}
 		if int64(len(l.Data)) != l.Type.Bytes() {
-			return nil, nil, fmt.Errorf("cpuexec %s: argument %d of type %v has %d bytes, want %d", e.prog.Func.Name, i, l.Type, len(l.Data), l.Type.Bytes())
+			return fmt.Errorf("cpuexec %s: argument %d of type %v has %d bytes, want %d", e.prog.Func.Name, i, l.Type, len(l.Data), l.Type.Bytes())
 		}
 	}
-	outs = make([]*ir.Literal, len(e.results))
-	release = make([]func(), len(e.results))
+	if len(outs) != len(e.results) || len(release) != len(e.results) {
+		return fmt.Errorf("cpuexec %s: room for %d and %d results, want %d", e.prog.Func.Name, len(outs), len(release), len(e.results))
+	}
 	for i, rp := range e.results {
 		if rp.alias >= 0 {
 			outs[i] = &ir.Literal{Type: rp.typ, Data: args[rp.alias].Data[:rp.typ.Bytes()]}
@@ -180,7 +196,7 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 		}
 		mem, rel, err := alloc(a, rp.typ.Space, rp.typ.Bytes(), rp.what)
 		if err != nil {
-			return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+			return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
 		}
 		rels = append(rels, rel)
 		outs[i] = &ir.Literal{Type: rp.typ, Data: mem}
@@ -195,7 +211,7 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 		}
 		mem, rel, err := alloc(a, ir.MemorySpace(sp), size, "temp arena")
 		if err != nil {
-			return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+			return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
 		}
 		rels = append(rels, rel)
 		arena[sp] = mem
@@ -205,7 +221,7 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 		// Only programs that copy read the settings of copies (on every
 		// execution, so that a changed environment takes effect).
 		if cfg, err = copyConfigFromEnv(); err != nil {
-			return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+			return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
 		}
 	}
 	fr := e.getFrame(arena, cfg)
@@ -222,7 +238,7 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 	}
 	fr.refresh()
 	if err := fr.run(); err != nil {
-		return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+		return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
 	}
 	for i, rp := range e.results {
 		if rp.copy {
@@ -233,7 +249,7 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 	for i := len(rels) - 1; i >= nOut; i-- {
 		rels[i]()
 	}
-	return outs, release, nil
+	return nil
 }
 
 // getFrame returns a frame of the body over arena: one a finished execution
