@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
 )
@@ -168,4 +169,43 @@ func TestJitResultsFreedWhenUnreachable(t *testing.T) {
 	require.NoError(t, s.Delete())
 	require.Equal(t, inputs, deviceStats().BytesInUse)
 	require.Empty(t, rt.LiveArrays()[2:], "only x and y are live")
+}
+
+// TestJitSignatureChangesBetweenCalls alternates the argument signature of
+// one jitted function call by call (shape, dtype, weak or strong scalar):
+// a call never runs the executable of the previous call's signature.
+func TestJitSignatureChangesBetweenCalls(t *testing.T) {
+	r := newRand(t)
+	f := rt.NewJitted(func(x, y *trace.Array) *trace.Array { return trace.Add(x, y) })
+	add := f.Fn()
+	xs3, xs4 := randSlice(r, 3), randSlice(r, 4)
+	x3, x4 := rt.FromSlice(xs3, 3), rt.FromSlice(xs4, 4)
+	ds := make([]float64, 3)
+	for i := range ds {
+		ds[i] = r.NormFloat64()
+	}
+	d3 := rt.FromSlice(ds, 3)
+	weak, strong := rt.Scalar(0.5), rt.ScalarOf(0.5) // f32 (weak) and f64
+	for range 3 {
+		got := add(x3, weak)
+		require.Equal(t, ir.Float32, got.DType())
+		requireClose(t, refLinear(1, 0, 0, xs3, nil, nil), trace.Sub(got, weak).Float32s(), 1e-6)
+		got = add(x3, strong)
+		require.Equal(t, ir.Float64, got.DType())
+		require.Equal(t, ir.Shape{3}, got.Shape())
+		got = add(x4, weak)
+		require.Equal(t, ir.Shape{4}, got.Shape())
+		requireClose(t, refLinear(1, 0, 0, xs4, nil, nil), trace.Sub(got, weak).Float32s(), 1e-6)
+		// Weak and strong f32 scalars differ only in weakness, which is
+		// part of the signature: two entries (see the misses below).
+		h := trace.Convert(x3, ir.Float16)
+		add(h, weak)
+		add(h, rt.ScalarOf(float32(0.5)))
+		got = add(d3, weak)
+		require.Equal(t, ir.Float64, got.DType())
+		for i, v := range got.Float64s() {
+			require.Equal(t, ds[i]+0.5, v)
+		}
+	}
+	require.Equal(t, rt.CacheStats{Hits: 12, Misses: 6}, f.Stats())
 }

@@ -92,6 +92,7 @@ type Jitted[F any] struct {
 	cache    map[string]*entry
 	hits     atomic.Int64
 	misses   atomic.Int64
+	last     atomic.Pointer[entry] // the entry of the last call on arrays alone
 	wrapped  F
 	location string
 }
@@ -105,6 +106,25 @@ type entry struct {
 	lowered *Lowered
 	exe     Executable
 	outDefs []*trace.TreeDef
+	// When every argument is one array: their types and weak flags, which
+	// a call matching them may use the entry by (Jitted.last) without
+	// building the cache key.
+	argTypes []ir.Type
+	argWeak  []bool
+}
+
+// matches reports whether arguments with these tree structures and leaves
+// have e's signature (false if e has no argTypes).
+func (e *entry) matches(defs []*trace.TreeDef, leaves []*trace.Array) bool {
+	if len(e.argTypes) == 0 || len(defs) != len(e.argTypes) || len(leaves) != len(e.argTypes) {
+		return false
+	}
+	for i, l := range leaves {
+		if defs[i] != arrayDef || l == nil || l.IsWeak() != e.argWeak[i] || !l.HasType(e.argTypes[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Jit returns a function of the same type as fn that traces, compiles and runs fn.
@@ -287,8 +307,18 @@ func (j *Jitted[F]) prepare(s *callScratch, args []any) (*entry, error) {
 	if trace.Current() != nil || anyTraced(s.leaves) {
 		return nil, nil
 	}
+	if e := j.last.Load(); e != nil && e.matches(s.defs, s.leaves) {
+		// The same signature as the last call: no key, no lock.
+		j.hits.Add(1)
+		globalHits.Add(1)
+		return e, nil
+	}
 	s.key = appendSignature(s.key[:0], s.defs, s.leaves)
-	return j.entryFor(s.key, args)
+	e, err := j.entryFor(s.key, args)
+	if err == nil && len(e.argTypes) > 0 {
+		j.last.Store(e)
+	}
+	return e, err
 }
 
 // entryFor returns the cache entry for key, compiling it on a miss. Concurrent
@@ -346,6 +376,16 @@ func (j *Jitted[F]) build(e *entry, args []any) (err error) {
 	}
 	l.outDefs = outDefs
 	e.lowered, e.exe, e.outDefs = l, exe, outDefs
+	if leaves, defs, err := flattenArgs(args); err == nil && len(leaves) == len(defs) && len(leaves) > 0 {
+		e.argTypes, e.argWeak = make([]ir.Type, len(leaves)), make([]bool, len(leaves))
+		for i, l := range leaves {
+			if defs[i] != arrayDef || l == nil {
+				e.argTypes, e.argWeak = nil, nil
+				break
+			}
+			e.argTypes[i], e.argWeak[i] = l.Type(), l.IsWeak()
+		}
+	}
 	return nil
 }
 
