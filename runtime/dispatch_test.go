@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	goruntime "runtime"
 	"sync"
 	"testing"
 
@@ -208,4 +209,100 @@ func TestJitSignatureChangesBetweenCalls(t *testing.T) {
 		}
 	}
 	require.Equal(t, rt.CacheStats{Hits: 12, Misses: 6}, f.Stats())
+}
+
+// TestEagerOpsConcurrent runs eager ops from several goroutines on fresh
+// arrays of a few shapes and dtypes (compiles racing with cached calls;
+// pooled per-op memory never shared) and checks every result against
+// float64 references. Run it with -race too.
+func TestEagerOpsConcurrent(t *testing.T) {
+	seed := newRand(t).Uint64()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(seed, uint64(g)))
+			for it := range 20 {
+				n := 2 + (g+it)%3
+				xs, ys := randSlice(r, n), randSlice(r, n)
+				x, y := rt.FromSlice(xs, n), rt.FromSlice(ys, n)
+				sum := trace.Add(x, y).Float32s()
+				prod := trace.Mul(x, trace.Scalar(3)).Float32s() // promotes the weak scalar
+				red := trace.Sum(trace.Mul(x, y)).Float32s()
+				var dot float64
+				for i := range xs {
+					dot += float64(xs[i]) * float64(ys[i])
+					if math.Abs(float64(sum[i])-(float64(xs[i])+float64(ys[i]))) > 1e-6 ||
+						math.Abs(float64(prod[i])-3*float64(xs[i])) > 1e-5 {
+						errs <- fmt.Errorf("goroutine %d, op %d: element %d: sum %v, product %v", g, it, i, sum[i], prod[i])
+						return
+					}
+				}
+				if math.Abs(float64(red[0])-dot) > 1e-5 {
+					errs <- fmt.Errorf("goroutine %d, op %d: sum of products %v, want %v", g, it, red[0], dot)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestEagerBadOperandsNameTheLine applies an op to operands it does not
+// accept, twice: each time the error names the caller's line, and the
+// failed compile is not cached.
+func TestEagerBadOperandsNameTheLine(t *testing.T) {
+	x, y := rt.FromSlice([]float32{1, 2, 3}, 3), rt.FromSlice([]float32{1, 2}, 2)
+	for range 2 {
+		_, _, line, _ := goruntime.Caller(0)
+		func() {
+			defer func() {
+				e, ok := recover().(*trace.Error)
+				require.True(t, ok, "a *trace.Error panic")
+				require.Contains(t, e.Error(), fmt.Sprintf("dispatch_test.go:%d", line+8))
+				require.Contains(t, e.Error(), "add")
+			}()
+			trace.Apply1(ir.Add, nil, x, y) // no broadcasting at this level
+		}()
+	}
+}
+
+// TestDispatchAllocations pins down what a cached dispatch allocates (the
+// result array, its buffer, literal, pool record and cleanup): a jitted
+// call of a two-array function and an eager op.
+func TestDispatchAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items at random")
+	}
+	add := rt.Jit(func(x, y *trace.Array) *trace.Array { return trace.Add(x, y) })
+	x, y := rt.FromSlice([]float32{1, 2, 3, 4}), rt.FromSlice([]float32{4, 3, 2, 1})
+	jit := func() { require.NoError(t, add(x, y).Delete()) }
+	eager := func() { require.NoError(t, trace.Add(x, y).Delete()) }
+	jit()
+	eager()
+	require.LessOrEqual(t, testing.AllocsPerRun(200, jit), 6.0, "jitted call")
+	require.LessOrEqual(t, testing.AllocsPerRun(200, eager), 7.0, "eager op")
+}
+
+// TestLiveArraysTypesAreCopies modifies the shapes LiveArrays reports for
+// jitted results (whose records share the executable's result types): the
+// next report and the next call's result are unchanged.
+func TestLiveArraysTypesAreCopies(t *testing.T) {
+	rt.SetMemoryForTest(t, rt.MemoryConfig{})
+	twice := rt.Jit(func(x *trace.Array) *trace.Array { return trace.Add(x, x) })
+	x := rt.FromSlice([]float32{1, 2, 3}, 3)
+	y := twice(x)
+	for _, l := range rt.LiveArrays() {
+		require.Equal(t, ir.Shape{3}, l.Type.Shape)
+		l.Type.Shape[0] = 99
+	}
+	for _, l := range rt.LiveArrays() {
+		require.Equal(t, ir.Shape{3}, l.Type.Shape)
+	}
+	require.Equal(t, []float32{2, 4, 6}, twice(x).Float32s())
+	require.Equal(t, []float32{2, 4, 6}, y.Float32s())
 }

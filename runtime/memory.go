@@ -419,10 +419,11 @@ func (r *allocRecord) name() string { return r.what + r.suffix }
 func (r *allocRecord) release() { r.pool.free(r) }
 
 // setArray records that the memory is an array of type typ, made at site
-// ("" keeps the Go line recorded when the memory was allocated).
+// ("" keeps the Go line recorded when the memory was allocated). typ is
+// kept as it is (reports copy it): its shape must not be modified.
 func (r *allocRecord) setArray(typ ir.Type, site string) {
 	r.pool.mu.Lock()
-	r.typ, r.isArray = typ.WithShape(typ.Shape), true
+	r.typ, r.isArray = typ, true
 	if site != "" {
 		r.site = site
 	}
