@@ -67,7 +67,7 @@ func (ps *Pools) liveArrays() []LiveArray {
 }
 
 func (r *allocRecord) liveArrayLocked(now time.Time) LiveArray {
-	l := LiveArray{IsArray: r.isArray, What: r.name(), Bytes: r.size, Space: r.pool.space, Site: r.callSiteLocked(), Age: now.Sub(r.born)}
+	l := LiveArray{IsArray: r.isArray, What: r.name(), Bytes: r.size, Space: r.pool.space, Site: r.callSiteLocked(), Age: now.Sub(r.bornTime())}
 	if r.isArray {
 		l.Type = r.typ.WithShape(r.typ.Shape) // a copy: r.typ's shape may be shared
 	}

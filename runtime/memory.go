@@ -389,20 +389,25 @@ func (e *OutOfMemoryError) Error() string {
 type allocRecord struct {
 	pool    *pool
 	size    int64 // requested bytes
-	held    int64 // bytes counted against the limit
 	chunk   *bfcChunk
 	addr    uintptr
 	what    string // what the memory is for; the name is what+suffix
 	suffix  string
 	typ     ir.Type
-	isArray bool
 	site    string
-	born    time.Time
+	born    int64          // when it was allocated: nanoseconds since epoch (monotonic)
 	stack   *callers.Stack // where it was allocated (shared, read-only)
+	isArray bool
 	freed   bool
 	// prev and next link the pool's live records (pool.mu).
 	prev, next *allocRecord
 }
+
+// epoch is the origin of allocRecord.born.
+var epoch = time.Now()
+
+// bornTime is when the record was allocated.
+func (r *allocRecord) bornTime() time.Time { return epoch.Add(time.Duration(r.born)) }
 
 // pcs is the recorded call stack, at most maxStackDepth PCs.
 func (r *allocRecord) pcs() []uintptr {
@@ -410,6 +415,15 @@ func (r *allocRecord) pcs() []uintptr {
 		return nil
 	}
 	return r.stack.PCs[:min(len(r.stack.PCs), maxStackDepth)]
+}
+
+// held is the memory counted against the limit: the bfc chunk (the size
+// rounded up), or the size of platform memory.
+func (r *allocRecord) held() int64 {
+	if r.chunk != nil {
+		return r.chunk.size
+	}
+	return r.size
 }
 
 // name is what the memory is for, as reports show it.
@@ -513,12 +527,10 @@ func (p *pool) tryAlloc(size int64, rec *allocRecord, zero, mayCollect bool) ([]
 			note = n
 		} else {
 			rec.chunk = c
-			rec.held = c.size
 			mem = c.bytes(size)
 		}
 	} else {
 		mem, note = p.plat.alloc(size, p.inUse)
-		rec.held = size
 	}
 	if mem == nil {
 		return nil, p.oomLocked(size, rec.name(), note)
@@ -531,8 +543,9 @@ func (p *pool) tryAlloc(size int64, rec *allocRecord, zero, mayCollect bool) ([]
 	rec.pool = p
 	rec.size = size
 	rec.addr = addrOf(mem)
-	p.inUse += rec.held
-	p.churn += rec.held
+	held := rec.held()
+	p.inUse += held
+	p.churn += held
 	p.peak = max(p.peak, p.inUse)
 	p.numAllocs++
 	p.link(rec)
@@ -572,7 +585,7 @@ func (p *pool) free(r *allocRecord) {
 	}
 	r.freed = true
 	p.unlink(r)
-	p.inUse -= r.held
+	p.inUse -= r.held()
 	if p.bfc != nil {
 		p.bfc.free(r.chunk)
 		r.chunk = nil
@@ -646,8 +659,8 @@ func sortRecords(recs []*allocRecord) {
 		if a.size != b.size {
 			return a.size > b.size
 		}
-		if !a.born.Equal(b.born) {
-			return a.born.Before(b.born)
+		if a.born != b.born {
+			return a.born < b.born
 		}
 		return a.addr < b.addr
 	})
@@ -768,7 +781,7 @@ func (ps *Pools) alloc(space ir.MemorySpace, size int64, what, suffix string, ze
 		}
 		return nil, []byte{}, nil
 	}
-	rec := &allocRecord{what: what, suffix: suffix, born: time.Now(), stack: callers.Record(skip)}
+	rec := &allocRecord{what: what, suffix: suffix, born: int64(time.Since(epoch)), stack: callers.Record(skip)}
 	retried, collected := false, false
 	for {
 		p, err := s.pool(space)

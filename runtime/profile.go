@@ -39,7 +39,7 @@ func (ps *Pools) memoryProfile() *profile.Profile {
 		}
 		sortRecords(recs)
 		for _, r := range recs {
-			entries = append(entries, profileEntry{live: r.liveArrayLocked(now), pcs: append([]uintptr(nil), r.pcs()...), born: r.born})
+			entries = append(entries, profileEntry{live: r.liveArrayLocked(now), pcs: append([]uintptr(nil), r.pcs()...), born: r.bornTime()})
 		}
 		p.mu.Unlock()
 	}
