@@ -22,7 +22,11 @@ type bfcAllocator struct {
 	nextID     int64
 	freeSet    []*bfcChunk // free chunks sorted by (size, region, offset)
 	freeBytes  int64
+	spare      []*bfcChunk // chunks merged away, for reuse by splits
 }
+
+// maxSpareChunks bounds bfcAllocator.spare.
+const maxSpareChunks = 64
 
 // bfcRegion is one contiguous []byte of the allocator.
 type bfcRegion struct {
@@ -150,7 +154,8 @@ func (a *bfcAllocator) alloc(size int64, zero, grow bool) (*bfcChunk, string) {
 	}
 	a.removeFree(c)
 	if c.size > n {
-		rest := &bfcChunk{region: c.region, off: c.off + n, size: c.size - n, prev: c, next: c.next}
+		rest := a.newChunk()
+		*rest = bfcChunk{region: c.region, off: c.off + n, size: c.size - n, prev: c, next: c.next}
 		if c.next != nil {
 			c.next.prev = rest
 		}
@@ -178,6 +183,7 @@ func (a *bfcAllocator) free(c *bfcChunk) {
 		if n.next != nil {
 			n.next.prev = c
 		}
+		a.recycle(n)
 	}
 	if p := c.prev; p != nil && p.free {
 		a.removeFree(p)
@@ -186,9 +192,30 @@ func (a *bfcAllocator) free(c *bfcChunk) {
 		if c.next != nil {
 			c.next.prev = p
 		}
+		a.recycle(c)
 		c = p
 	}
 	a.insertFree(c)
+}
+
+// newChunk returns a spare chunk or a new one.
+func (a *bfcAllocator) newChunk() *bfcChunk {
+	if n := len(a.spare); n > 0 {
+		c := a.spare[n-1]
+		a.spare[n-1] = nil
+		a.spare = a.spare[:n-1]
+		return c
+	}
+	return new(bfcChunk)
+}
+
+// recycle keeps a chunk merged away for newChunk (its owner, if any, no
+// longer refers to it).
+func (a *bfcAllocator) recycle(c *bfcChunk) {
+	if len(a.spare) < maxSpareChunks {
+		*c = bfcChunk{}
+		a.spare = append(a.spare, c)
+	}
 }
 
 // freeEmptyRegions drops growth regions that are entirely free (the slab of a

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -37,6 +38,10 @@ type ExecOptions struct {
 	// DonationSite is the caller's file:line, recorded on donated buffers so
 	// that using them later says where they were donated.
 	DonationSite string
+	// Results, if its capacity suffices, holds the returned results (its
+	// elements are overwritten), so that a caller can reuse one slice.
+	// Backends may ignore it.
+	Results []trace.Buffer
 }
 
 // Executable is a compiled function a backend can run.
@@ -127,12 +132,19 @@ func (cpuBackend) Compile(f *ir.Func, opts CompileOptions) (Executable, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &cpuExecutable{prog: prog, exe: exe, aliasOf: make([]int, len(prog.Func.Body.Results)), alloc: memPools.allocatorFor(prog.Func.Name)}
+	suffix := ""
+	if prog.Func.Name != "" {
+		suffix = " of " + prog.Func.Name
+	}
+	e := &cpuExecutable{prog: prog, exe: exe, aliasOf: make([]int, len(prog.Func.Body.Results)), suffix: suffix}
 	for i, v := range prog.Func.Body.Results {
 		e.aliasOf[i] = -1
 		if b, ok := prog.Plan.Values[v]; ok && b.Kind == passes.BufAlias && b.Index == i {
 			e.aliasOf[i] = b.Param
 		}
+	}
+	for _, d := range prog.Donated {
+		e.donates = e.donates || d
 	}
 	return e, nil
 }
@@ -140,43 +152,130 @@ func (cpuBackend) Compile(f *ir.Func, opts CompileOptions) (Executable, error) {
 type cpuExecutable struct {
 	prog    *passes.Program
 	exe     *cpuexec.Executable
-	aliasOf []int             // donated parameter whose memory result i reuses, or -1
-	alloc   cpuexec.Allocator // memPools naming allocations after the function
+	aliasOf []int  // donated parameter whose memory result i reuses, or -1
+	donates bool   // some parameter is donated
+	suffix  string // " of name": names allocations after the function
 }
 
 func (e *cpuExecutable) Program() *passes.Program { return e.prog }
 
+// execAlloc is the pools as the allocator of one execution: it names
+// allocations after the function (" of name" appended to what: "output 0 of
+// train_step", "temp arena of train_step"), hands out uninitialised memory
+// (AllocUninit: executors write every byte of an output or arena value
+// before reading it) and keeps the records of what it hands out, so that the
+// execution's results become buffers without looking their memory up and
+// its release functions allocate nothing. Its owner releases the records:
+// the results' with the results, everything else (the arenas) when the
+// execution returns, and all of them when it fails.
+type execAlloc struct {
+	suffix string
+	recs   []*allocRecord
+	lits   []*ir.Literal // the execution's arguments
+	outs   []*ir.Literal // its results
+	rels   []func()      // their release functions (noRelease)
+}
+
+var execAllocs = sync.Pool{New: func() any { return new(execAlloc) }}
+
+func (a *execAlloc) Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
+	rec, mem, err := memPools.alloc(space, size, what, a.suffix, false, 3)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rec != nil {
+		a.recs = append(a.recs, rec)
+	}
+	return mem, noRelease, nil
+}
+
+func noRelease() {}
+
+// claim returns the record of memory mem and forgets it (nil if mem is not
+// memory the execution allocated).
+func (a *execAlloc) claim(mem []byte) *allocRecord {
+	if len(mem) == 0 {
+		return nil
+	}
+	addr := addrOf(mem)
+	for i, r := range a.recs {
+		if r != nil && r.addr == addr {
+			a.recs[i] = nil
+			return r
+		}
+	}
+	return nil
+}
+
+// releaseAll releases the records not claimed and empties a.
+func (a *execAlloc) releaseAll() {
+	for _, r := range a.recs {
+		if r != nil {
+			r.release()
+		}
+	}
+	clear(a.recs)
+	clear(a.lits)
+	clear(a.outs)
+	a.recs, a.lits, a.outs = a.recs[:0], a.lits[:0], a.outs[:0]
+}
+
 func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.Buffer, error) {
-	lits := make([]*ir.Literal, len(args))
-	for i, a := range args {
-		l, err := a.Literal()
+	a := execAllocs.Get().(*execAlloc)
+	a.suffix = e.suffix
+	defer func() {
+		a.releaseAll()
+		execAllocs.Put(a)
+	}()
+	for i, arg := range args {
+		l, err := arg.Literal()
 		if err != nil {
 			return nil, fmt.Errorf("argument %d: %w", i, err)
 		}
-		lits[i] = l
+		a.lits = append(a.lits, l)
 	}
-	outs, rels, err := e.exe.Execute(lits, e.alloc)
-	goruntime.KeepAlive(lits)
+	n := e.exe.NumResults()
+	a.outs, a.rels = slices.Grow(a.outs[:0], n)[:n], slices.Grow(a.rels[:0], n)[:n]
+	err := e.exe.ExecuteInto(a.lits, a, a.outs, a.rels)
+	goruntime.KeepAlive(a.lits)
 	if err != nil {
 		return nil, err
 	}
-	res := make([]trace.Buffer, len(outs))
-	donatedUsed := map[int]bool{}
+	outs := a.outs
+	res := opts.Results[:0]
+	if cap(res) < len(outs) {
+		res = make([]trace.Buffer, len(outs))
+	}
+	res = res[:len(outs)]
+	var donatedUsed []bool
+	if e.donates {
+		donatedUsed = make([]bool, len(args))
+	}
 	for i, o := range outs {
 		if j := e.aliasOf[i]; j >= 0 {
 			cb, ok := args[j].(*cpuBuffer)
 			if !ok {
 				return nil, fmt.Errorf("donated argument %d is not a CPU buffer", j)
 			}
-			_, rel, err := cb.donate(opts.DonationSite)
+			_, rec, rel, err := cb.handOver(opts.DonationSite)
 			if err != nil {
 				return nil, fmt.Errorf("donated argument %d: %w", j, err)
 			}
 			donatedUsed[j] = true
-			res[i] = newPoolBuffer(o, rel, "")
+			if rec != nil {
+				rec.setArray(o.Type, "")
+				res[i] = wrapRecord(o, rec)
+			} else {
+				res[i] = wrapLiteral(o, rel)
+			}
 			continue
 		}
-		res[i] = newPoolBuffer(o, rels[i], "")
+		if rec := a.claim(o.Data); rec != nil {
+			rec.setArray(o.Type, "")
+			res[i] = wrapRecord(o, rec)
+		} else {
+			res[i] = wrapLiteral(o, nil) // no memory (a zero-size result)
+		}
 	}
 	for j, d := range e.prog.Donated {
 		if d && !donatedUsed[j] {

@@ -90,7 +90,8 @@ type cpuBuffer struct {
 	mu      sync.Mutex
 	lit     *ir.Literal
 	typ     ir.Type
-	rel     *releaser
+	rec     *allocRecord // the pool's record of the memory, which frees it; or
+	rel     *releaser    // frees memory that has no record (rec nil)
 	cleanup goruntime.Cleanup
 	state   bufState
 	where   string         // where it was donated (a Go file:line)
@@ -111,10 +112,8 @@ func newBuffer(l *ir.Literal) (*cpuBuffer, error) {
 	copy(mem, l.Data)
 	lit := &ir.Literal{Type: l.Type.WithShape(l.Type.Shape), Data: mem}
 	if rec != nil {
-		rec.pool.mu.Lock()
-		rec.typ, rec.isArray = lit.Type, true
-		rec.pool.mu.Unlock()
-		return wrapLiteral(lit, rec.release), nil
+		rec.setArray(lit.Type, "")
+		return wrapRecord(lit, rec), nil
 	}
 	return wrapLiteral(lit, nil), nil
 }
@@ -143,6 +142,17 @@ func wrapLiteral(lit *ir.Literal, release func()) *cpuBuffer {
 	if release != nil {
 		b.cleanup = goruntime.AddCleanup(lit, runRelease, b.rel)
 	}
+	return b
+}
+
+// wrapRecord makes a live buffer of lit, whose memory is the pool
+// allocation rec, which it frees when freed: a buffer of pool memory
+// without a release function or releaser of its own. rec frees its memory
+// at most once however often it is released (records are never reused), so
+// a cleanup racing with Delete is harmless.
+func wrapRecord(lit *ir.Literal, rec *allocRecord) *cpuBuffer {
+	b := &cpuBuffer{lit: lit, typ: lit.Type, rec: rec}
+	b.cleanup = goruntime.AddCleanup(lit, (*allocRecord).release, rec)
 	return b
 }
 
@@ -188,9 +198,13 @@ func (b *cpuBuffer) Delete() error {
 	}
 	b.state, b.deleted, b.lit = bufDeleted, at, nil
 	b.cleanup.Stop()
-	rel := b.rel
+	rec, rel := b.rec, b.rel
 	b.mu.Unlock()
-	rel.release()
+	if rec != nil {
+		rec.release()
+	} else {
+		rel.release()
+	}
 	return nil
 }
 
@@ -210,22 +224,39 @@ func (b *cpuBuffer) whereLocked() string {
 // than nests: the result's buffer holds the same release function the donated
 // one held. Reading the buffer afterwards fails with an error naming where.
 func (b *cpuBuffer) donate(where string) (mem []byte, release func(), err error) {
+	mem, rec, release, err := b.handOver(where)
+	if rec != nil {
+		release = rec.release
+	}
+	return mem, release, err
+}
+
+// handOver is donate returning the pool's record of the memory (then
+// release is nil) or, for memory without one, its release function.
+func (b *cpuBuffer) handOver(where string) (mem []byte, rec *allocRecord, release func(), err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
 	case bufFailed:
-		return nil, nil, b.err
+		return nil, nil, nil, b.err
 	case bufDeleted, bufDonated:
-		return nil, nil, &freedError{typ: b.typ, donated: b.state == bufDonated, where: b.whereLocked()}
+		return nil, nil, nil, &freedError{typ: b.typ, donated: b.state == bufDonated, where: b.whereLocked()}
 	}
+	// Stop the cleanup while the literal is still reachable (from b), so
+	// that it cannot be queued any more: the memory now belongs to the
+	// caller.
+	b.cleanup.Stop()
 	mem = b.lit.Data
 	b.state, b.where, b.lit = bufDonated, where, nil
-	b.cleanup.Stop()
+	if b.rec != nil {
+		rec, b.rec = b.rec, nil
+		return mem, rec, nil, nil
+	}
 	release = b.rel.take()
 	if release == nil {
 		release = func() {} // memory not from the pools, with nothing to free
 	}
-	return mem, release, nil
+	return mem, nil, release, nil
 }
 
 // markDonated marks the buffer donated at where (a Go file:line) and frees its

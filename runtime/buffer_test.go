@@ -172,18 +172,21 @@ type executorAllocator interface {
 
 var (
 	_ executorAllocator = MemoryPools()
-	_ executorAllocator = namedAllocator{}
+	_ executorAllocator = (*execAlloc)(nil)
 )
 
-// The pools as one executable's allocator: outputs and arenas are named after
-// the function, and their call site is the user's line.
-func TestNamedAllocator(t *testing.T) {
+// The pools as one execution's allocator: outputs and arenas are named after
+// the function, their call site is the user's line, the records of outputs
+// become arrays' and the rest is released when the execution ends.
+func TestExecAllocator(t *testing.T) {
 	SetMemoryForTest(t, MemoryConfig{Capacity: 1 << 20, Fraction: 1})
-	var a executorAllocator = memPools.allocatorFor("train_step")
+	a := &execAlloc{suffix: " of train_step"}
+	var ea executorAllocator = a
 	_, file, line, _ := goruntime.Caller(0)
-	out, rel, err := a.Alloc(ir.Device, 1000, "output 0")
+	out, rel, err := ea.Alloc(ir.Device, 1000, "output 0")
 	require.NoError(t, err)
-	_, _, err = a.Alloc(ir.Device, 2<<20, "temp arena")
+	rel() // allocates and frees nothing: the execution's owner releases
+	_, _, err = ea.Alloc(ir.Device, 2<<20, "temp arena")
 	var oom *OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
 	require.Equal(t, "temp arena of train_step", oom.What)
@@ -191,8 +194,19 @@ func TestNamedAllocator(t *testing.T) {
 	require.Equal(t, "output 0 of train_step", oom.Largest[0].What)
 	require.True(t, strings.HasSuffix(file, strings.Split(oom.Largest[0].Site, ":")[0]))
 	require.True(t, strings.HasSuffix(oom.Largest[0].Site, ":"+strconv.Itoa(line+1)))
+	_, _, err = ea.Alloc(ir.Device, 4096, "temp arena")
+	require.NoError(t, err)
+	require.Equal(t, int64(1024+4096), deviceInUse())
 	require.Empty(t, LiveArrays()) // scratch until wrapped as an array
-	b := newPoolBuffer(&ir.Literal{Type: ir.TypeOf(ir.Uint8, 1000), Data: out}, rel, "")
+
+	rec := a.claim(out)
+	require.NotNil(t, rec)
+	require.Nil(t, a.claim(out), "claimed once")
+	lit := &ir.Literal{Type: ir.TypeOf(ir.Uint8, 1000), Data: out}
+	rec.setArray(lit.Type, "")
+	b := wrapRecord(lit, rec)
+	a.releaseAll() // the arena, not the claimed output
+	require.Equal(t, int64(1024), deviceInUse())
 	require.Len(t, LiveArrays(), 1)
 	require.NoError(t, b.Delete())
 	require.Zero(t, deviceInUse())

@@ -12,7 +12,8 @@ import (
 type eagerExecutor struct{}
 
 var (
-	eagerCache  sync.Map // key → *eagerEntry
+	eagerMu     sync.RWMutex
+	eagerCache  = map[string]*eagerEntry{}
 	eagerHits   atomic.Int64
 	eagerMisses atomic.Int64
 )
@@ -21,12 +22,22 @@ func (eagerExecutor) FromLiteral(l *ir.Literal) (trace.Buffer, error) {
 	return DefaultBackend().FromLiteral(l)
 }
 
-func (eagerExecutor) Execute(key string, build func() *ir.Func, args []trace.Buffer) ([]trace.Buffer, error) {
+func (e eagerExecutor) Execute(key string, build func() *ir.Func, args []trace.Buffer) ([]trace.Buffer, error) {
+	return e.execute([]byte(key), build, args, nil)
+}
+
+// ExecuteOp runs op on args (trace.OpExecutor): a cache hit builds
+// nothing and allocates only the results.
+func (e eagerExecutor) ExecuteOp(op *trace.EagerOp, args []trace.Buffer, results []trace.Buffer) ([]trace.Buffer, error) {
+	return e.execute(op.Key, op.Build, args, results)
+}
+
+func (eagerExecutor) execute(key []byte, build func() *ir.Func, args []trace.Buffer, results []trace.Buffer) ([]trace.Buffer, error) {
 	ex, err := eagerCompile(key, build)
 	if err != nil {
 		return nil, err
 	}
-	outs, err := ex.Execute(args, ExecOptions{})
+	outs, err := ex.Execute(args, ExecOptions{Results: results[:cap(results)]})
 	if mode := debugChecks.Load(); err == nil && mode != 0 {
 		if err := checkEagerNaNs(mode, build, args, outs); err != nil {
 			return nil, err
@@ -45,26 +56,31 @@ type eagerEntry struct {
 // eagerCompile returns the executable for key, compiling build() once per key:
 // concurrent first uses wait for one compile and share its result or error. A
 // failed compile leaves the cache; an empty key is never cached.
-func eagerCompile(key string, build func() *ir.Func) (Executable, error) {
-	if key == "" {
+func eagerCompile(key []byte, build func() *ir.Func) (Executable, error) {
+	if len(key) == 0 {
 		eagerMisses.Add(1)
 		return DefaultBackend().Compile(build(), CompileOptions{})
 	}
-	if v, ok := eagerCache.Load(key); ok {
-		// The common case, without making an entry.
-		e := v.(*eagerEntry)
-		eagerHits.Add(1)
-		<-e.ready
-		return e.ex, e.err
+	eagerMu.RLock()
+	e := eagerCache[string(key)]
+	eagerMu.RUnlock()
+	if e == nil {
+		eagerMu.Lock()
+		if e = eagerCache[string(key)]; e == nil {
+			fresh := &eagerEntry{ready: make(chan struct{})}
+			eagerCache[string(key)] = fresh
+			eagerMu.Unlock()
+			return compileEntry(string(key), fresh, build)
+		}
+		eagerMu.Unlock()
 	}
-	fresh := &eagerEntry{ready: make(chan struct{})}
-	v, loaded := eagerCache.LoadOrStore(key, fresh)
-	e := v.(*eagerEntry)
-	if loaded {
-		eagerHits.Add(1)
-		<-e.ready
-		return e.ex, e.err
-	}
+	eagerHits.Add(1)
+	<-e.ready
+	return e.ex, e.err
+}
+
+// compileEntry compiles build() into the fresh entry e of key.
+func compileEntry(key string, e *eagerEntry, build func() *ir.Func) (Executable, error) {
 	eagerMisses.Add(1)
 	func() {
 		defer close(e.ready)
@@ -72,7 +88,11 @@ func eagerCompile(key string, build func() *ir.Func) (Executable, error) {
 		e.ex, e.err = DefaultBackend().Compile(build(), CompileOptions{})
 	}()
 	if e.err != nil {
-		eagerCache.CompareAndDelete(key, e)
+		eagerMu.Lock()
+		if eagerCache[key] == e {
+			delete(eagerCache, key)
+		}
+		eagerMu.Unlock()
 	}
 	return e.ex, e.err
 }

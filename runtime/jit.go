@@ -92,6 +92,7 @@ type Jitted[F any] struct {
 	cache    map[string]*entry
 	hits     atomic.Int64
 	misses   atomic.Int64
+	last     atomic.Pointer[entry] // the entry of the last call on arrays alone
 	wrapped  F
 	location string
 }
@@ -105,6 +106,25 @@ type entry struct {
 	lowered *Lowered
 	exe     Executable
 	outDefs []*trace.TreeDef
+	// When every argument is one array: their types and weak flags, which
+	// a call matching them may use the entry by (Jitted.last) without
+	// building the cache key.
+	argTypes []ir.Type
+	argWeak  []bool
+}
+
+// matches reports whether arguments with these tree structures and leaves
+// have e's signature (false if e has no argTypes).
+func (e *entry) matches(defs []*trace.TreeDef, leaves []*trace.Array) bool {
+	if len(e.argTypes) == 0 || len(defs) != len(e.argTypes) || len(leaves) != len(e.argTypes) {
+		return false
+	}
+	for i, l := range leaves {
+		if defs[i] != arrayDef || l == nil || l.IsWeak() != e.argWeak[i] || !l.HasType(e.argTypes[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Jit returns a function of the same type as fn that traces, compiles and runs fn.
@@ -133,6 +153,10 @@ func NewJitted[F any](fn F, opts ...Option) *Jitted[F] {
 	j.errLast = t.NumOut() > 0 && t.Out(t.NumOut()-1) == errorType
 	file, line := trace.CallerLocation()
 	j.location = fmt.Sprintf("%s:%d", file, line)
+	if f, ok := fastWrapper(j); ok {
+		j.wrapped = f
+		return j
+	}
 	wrapped := reflect.MakeFunc(t, func(in []reflect.Value) []reflect.Value {
 		args := make([]any, len(in))
 		for i, a := range in {
@@ -225,22 +249,76 @@ func (j *Jitted[F]) checkArgs(args []any) error {
 // call flattens the arguments, looks up or builds the executable and runs it.
 func (j *Jitted[F]) call(args []any) (outs []any, err error) {
 	defer trace.Recover(&err)
+	s := getScratch()
+	defer putScratch(s)
+	e, err := j.prepare(s, args)
+	if err != nil {
+		return nil, err
+	}
+	if e == nil {
+		return j.inline(args)
+	}
+	if err := e.execute(s, j.donationSite()); err != nil {
+		return nil, err
+	}
+	return e.results(s.arrays)
+}
+
+// callArray is call for a function whose first result is one
+// *trace.Array: it returns that array without building the result slice
+// (the other results, an error aside, are dropped).
+func (j *Jitted[F]) callArray(s *callScratch, args []any) (out *trace.Array, err error) {
+	defer trace.Recover(&err)
+	e, err := j.prepare(s, args)
+	if err != nil {
+		return nil, err
+	}
+	var outs []any
+	if e == nil {
+		outs, err = j.inline(args)
+	} else {
+		if err := e.execute(s, j.donationSite()); err != nil {
+			return nil, err
+		}
+		if len(e.outDefs) > 0 && e.outDefs[0] == arrayDef && len(s.arrays) > 0 {
+			return s.arrays[0], nil // the common case, without unflattening
+		}
+		outs, err = e.results(s.arrays)
+	}
+	if err != nil || len(outs) == 0 {
+		return nil, err
+	}
+	out, _ = outs[0].(*trace.Array)
+	return out, nil
+}
+
+// prepare checks and flattens the arguments into s and returns the cache
+// entry for their signature, compiling it on a miss; a nil entry (and nil
+// error) means the call is inside a trace and must be inlined.
+func (j *Jitted[F]) prepare(s *callScratch, args []any) (*entry, error) {
 	if err := j.checkArgs(args); err != nil {
 		return nil, err
 	}
-	leaves, defs, err := flattenArgs(args)
+	var err error
+	s.leaves, s.defs, err = appendFlatArgs(s.leaves[:0], s.defs[:0], args)
 	if err != nil {
 		return nil, trace.Errorf("rt.Jit", "%s: %v", j.opts.name, err)
 	}
-	if trace.Current() != nil || anyTraced(leaves) {
-		return j.inline(args)
+	if trace.Current() != nil || anyTraced(s.leaves) {
+		return nil, nil
 	}
-	var buf [128]byte
-	e, err := j.entryFor(appendSignature(buf[:0], defs, leaves), args)
-	if err != nil {
-		return nil, err
+	if e := j.last.Load(); e != nil && e.matches(s.defs, s.leaves) {
+		// The same signature as the last call: no key, no lock.
+		j.hits.Add(1)
+		globalHits.Add(1)
+		return e, nil
 	}
-	return e.run(leaves, j.donationSite())
+	s.key = appendSignature(s.key[:0], s.defs, s.leaves)
+	e, err := j.entryFor(s.key, args)
+	if err == nil && len(e.argTypes) > 0 {
+		j.last.Store(e)
+	}
+	return e, err
 }
 
 // entryFor returns the cache entry for key, compiling it on a miss. Concurrent
@@ -291,8 +369,23 @@ func (j *Jitted[F]) build(e *entry, args []any) (err error) {
 	if err != nil {
 		return trace.WrapError("rt.Jit", err)
 	}
+	for i, d := range outDefs {
+		if d.NumLeaves() == 1 && d.String() == arrayDef.String() {
+			outDefs[i] = arrayDef // a single array: results take it as it is
+		}
+	}
 	l.outDefs = outDefs
 	e.lowered, e.exe, e.outDefs = l, exe, outDefs
+	if leaves, defs, err := flattenArgs(args); err == nil && len(leaves) == len(defs) && len(leaves) > 0 {
+		e.argTypes, e.argWeak = make([]ir.Type, len(leaves)), make([]bool, len(leaves))
+		for i, l := range leaves {
+			if defs[i] != arrayDef || l == nil {
+				e.argTypes, e.argWeak = nil, nil
+				break
+			}
+			e.argTypes[i], e.argWeak[i] = l.Type(), l.IsWeak()
+		}
+	}
 	return nil
 }
 
@@ -363,21 +456,25 @@ var arrayDef = func() *trace.TreeDef {
 }()
 
 func flattenArgs(args []any) ([]*trace.Array, []*trace.TreeDef, error) {
-	leaves := make([]*trace.Array, 0, len(args))
-	defs := make([]*trace.TreeDef, len(args))
+	return appendFlatArgs(make([]*trace.Array, 0, len(args)), make([]*trace.TreeDef, 0, len(args)), args)
+}
+
+// appendFlatArgs appends the leaves of args to leaves and the tree
+// structure of each argument to defs.
+func appendFlatArgs(leaves []*trace.Array, defs []*trace.TreeDef, args []any) ([]*trace.Array, []*trace.TreeDef, error) {
 	for i, a := range args {
 		if x, ok := a.(*trace.Array); ok && x != nil {
 			// The common case, without reflection.
 			leaves = append(leaves, x)
-			defs[i] = arrayDef
+			defs = append(defs, arrayDef)
 			continue
 		}
 		ls, d, err := trace.Flatten(a)
 		if err != nil {
-			return nil, nil, fmt.Errorf("argument %d: %v", i, err)
+			return leaves, defs, fmt.Errorf("argument %d: %v", i, err)
 		}
 		leaves = append(leaves, ls...)
-		defs[i] = d
+		defs = append(defs, d)
 	}
 	return leaves, defs, nil
 }
@@ -506,33 +603,53 @@ func nilMask(leaves []*trace.Array) []bool {
 }
 
 func (e *entry) run(leaves []*trace.Array, site string) ([]any, error) {
-	bufs, err := e.lowered.buffers(leaves)
-	if err != nil {
+	s := getScratch()
+	defer putScratch(s)
+	s.leaves = append(s.leaves[:0], leaves...)
+	if err := e.execute(s, site); err != nil {
 		return nil, err
 	}
+	return e.results(s.arrays)
+}
+
+// execute runs the executable on s.leaves and sets s.arrays to the result
+// leaves.
+func (e *entry) execute(s *callScratch, site string) error {
+	var err error
+	s.bufs, err = e.lowered.appendBuffers(s.bufs[:0], s.leaves)
+	if err != nil {
+		return err
+	}
+	bufs := s.bufs
 	var snap []*ir.Literal
 	checks := debugChecks.Load()
 	if checks != 0 {
 		snap = e.snapshotDonated(bufs)
 	}
-	outBufs, err := e.exe.Execute(bufs, ExecOptions{DonationSite: site})
+	outBufs, err := e.exe.Execute(bufs, ExecOptions{DonationSite: site, Results: s.outs[:cap(s.outs)]})
 	if err != nil {
-		return nil, trace.WrapError("rt.Jit", err)
+		return trace.WrapError("rt.Jit", err)
 	}
+	s.outs = outBufs
 	if checks != 0 {
 		if err := e.checkNaNs(checks, bufs, snap, outBufs); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	arrays := make([]*trace.Array, len(outBufs))
-	for i, b := range outBufs {
-		arrays[i] = trace.FromBuffer(b)
+	s.arrays = s.arrays[:0]
+	for _, b := range outBufs {
+		s.arrays = append(s.arrays, trace.FromBuffer(b))
 	}
+	return nil
+}
+
+// results builds the function's results from the result leaves.
+func (e *entry) results(arrays []*trace.Array) ([]any, error) {
 	outs := make([]any, len(e.outDefs))
 	k := 0
 	for i, d := range e.outDefs {
 		n := d.NumLeaves()
-		if n == 1 && d.String() == arrayDef.String() {
+		if d == arrayDef || (n == 1 && d.String() == arrayDef.String()) {
 			outs[i] = arrays[k] // a single array, without reflection
 			k++
 			continue

@@ -67,9 +67,9 @@ func (ps *Pools) liveArrays() []LiveArray {
 }
 
 func (r *allocRecord) liveArrayLocked(now time.Time) LiveArray {
-	l := LiveArray{IsArray: r.isArray, What: r.name(), Bytes: r.size, Space: r.pool.space, Site: r.callSiteLocked(), Age: now.Sub(r.born)}
+	l := LiveArray{IsArray: r.isArray, What: r.name(), Bytes: r.size, Space: r.pool.space, Site: r.callSiteLocked(), Age: now.Sub(r.bornTime())}
 	if r.isArray {
-		l.Type = r.typ
+		l.Type = r.typ.WithShape(r.typ.Shape) // a copy: r.typ's shape may be shared
 	}
 	return l
 }
@@ -78,7 +78,7 @@ func (r *allocRecord) liveArrayLocked(now time.Time) LiveArray {
 // recorded stack the first time.
 func (r *allocRecord) callSiteLocked() string {
 	if r.site == "" {
-		r.site = userSite(r.pcs[:r.npc])
+		r.site = userSite(r.pcs())
 	}
 	return r.site
 }

@@ -108,13 +108,12 @@ func (c *Compiled) OptimizedIR() string { return c.entry.exe.Program().Func.Stri
 // Program returns the compiled program (optimised IR, buffer plan, analysis).
 func (c *Compiled) Program() *passes.Program { return c.entry.exe.Program() }
 
-// buffers checks the leaves against the parameters and returns the buffers to
-// pass: the leaves, then the captured arrays.
-func (l *Lowered) buffers(leaves []*trace.Array) ([]trace.Buffer, error) {
+// appendBuffers checks the leaves against the parameters and appends the
+// buffers to pass to bufs: the leaves, then the captured arrays.
+func (l *Lowered) appendBuffers(bufs []trace.Buffer, leaves []*trace.Array) ([]trace.Buffer, error) {
 	if len(leaves) != l.numArgs {
 		return nil, trace.Errorf("rt.Jit", "%s: got %d array arguments, compiled for %d", l.Func.Name, len(leaves), l.numArgs)
 	}
-	bufs := make([]trace.Buffer, 0, len(leaves)+len(l.consts))
 	params := l.Func.Body.Params
 	for i, a := range leaves {
 		if a.IsTraced() {
@@ -123,7 +122,7 @@ func (l *Lowered) buffers(leaves []*trace.Array) ([]trace.Buffer, error) {
 		if a.IsAbstract() {
 			return nil, trace.Errorf("rt.Jit", "%s: argument leaf %d (%v) is abstract (trace.Abstract): lower and compile it, but call with concrete arrays", l.Func.Name, i, a.Type())
 		}
-		if want := params[i].Type; !a.Type().Equal(want) {
+		if want := params[i].Type; !a.HasType(want) {
 			return nil, trace.Errorf("rt.Jit", "%s: argument leaf %d is %v, compiled for %v", l.Func.Name, i, a.Type(), want)
 		}
 		bufs = append(bufs, a.Buffer())

@@ -389,18 +389,41 @@ func (e *OutOfMemoryError) Error() string {
 type allocRecord struct {
 	pool    *pool
 	size    int64 // requested bytes
-	held    int64 // bytes counted against the limit
 	chunk   *bfcChunk
 	addr    uintptr
 	what    string // what the memory is for; the name is what+suffix
 	suffix  string
 	typ     ir.Type
-	isArray bool
 	site    string
-	born    time.Time
-	npc     int
-	pcs     [maxStackDepth]uintptr
+	born    int64          // when it was allocated: nanoseconds since epoch (monotonic)
+	stack   *callers.Stack // where it was allocated (shared, read-only)
+	isArray bool
 	freed   bool
+	// prev and next link the pool's live records (pool.mu).
+	prev, next *allocRecord
+}
+
+// epoch is the origin of allocRecord.born.
+var epoch = time.Now()
+
+// bornTime is when the record was allocated.
+func (r *allocRecord) bornTime() time.Time { return epoch.Add(time.Duration(r.born)) }
+
+// pcs is the recorded call stack, at most maxStackDepth PCs.
+func (r *allocRecord) pcs() []uintptr {
+	if r.stack == nil {
+		return nil
+	}
+	return r.stack.PCs[:min(len(r.stack.PCs), maxStackDepth)]
+}
+
+// held is the memory counted against the limit: the bfc chunk (the size
+// rounded up), or the size of platform memory.
+func (r *allocRecord) held() int64 {
+	if r.chunk != nil {
+		return r.chunk.size
+	}
+	return r.size
 }
 
 // name is what the memory is for, as reports show it.
@@ -408,6 +431,18 @@ func (r *allocRecord) name() string { return r.what + r.suffix }
 
 // release frees the record's memory; it is safe to call more than once.
 func (r *allocRecord) release() { r.pool.free(r) }
+
+// setArray records that the memory is an array of type typ, made at site
+// ("" keeps the Go line recorded when the memory was allocated). typ is
+// kept as it is (reports copy it): its shape must not be modified.
+func (r *allocRecord) setArray(typ ir.Type, site string) {
+	r.pool.mu.Lock()
+	r.typ, r.isArray = typ, true
+	if site != "" {
+		r.site = site
+	}
+	r.pool.mu.Unlock()
+}
 
 // pool is one memory space's allocator and its bookkeeping.
 type pool struct {
@@ -423,14 +458,14 @@ type pool struct {
 	inUse     int64
 	peak      int64
 	numAllocs int64
-	churn     int64 // bytes allocated since the last collectGarbage
-	live      map[*allocRecord]struct{}
-	byAddr    map[uintptr]*allocRecord
+	churn     int64        // bytes allocated since the last collectGarbage
+	live      *allocRecord // the live records, newest first, linked by next
+	nlive     int
 	frees     atomic.Int64
 }
 
 func newPool(space ir.MemorySpace, cfg MemoryConfig) *pool {
-	p := &pool{space: space, kind: cfg.Allocator, live: map[*allocRecord]struct{}{}, byAddr: map[uintptr]*allocRecord{}}
+	p := &pool{space: space, kind: cfg.Allocator}
 	prealloc := false
 	if space == ir.Device {
 		p.capacity = cfg.Capacity
@@ -492,12 +527,10 @@ func (p *pool) tryAlloc(size int64, rec *allocRecord, zero, mayCollect bool) ([]
 			note = n
 		} else {
 			rec.chunk = c
-			rec.held = c.size
 			mem = c.bytes(size)
 		}
 	} else {
 		mem, note = p.plat.alloc(size, p.inUse)
-		rec.held = size
 	}
 	if mem == nil {
 		return nil, p.oomLocked(size, rec.name(), note)
@@ -510,13 +543,37 @@ func (p *pool) tryAlloc(size int64, rec *allocRecord, zero, mayCollect bool) ([]
 	rec.pool = p
 	rec.size = size
 	rec.addr = addrOf(mem)
-	p.inUse += rec.held
-	p.churn += rec.held
+	held := rec.held()
+	p.inUse += held
+	p.churn += held
 	p.peak = max(p.peak, p.inUse)
 	p.numAllocs++
-	p.live[rec] = struct{}{}
-	p.byAddr[rec.addr] = rec
+	p.link(rec)
 	return mem, nil
+}
+
+// link adds r to the live records (p.mu held).
+func (p *pool) link(r *allocRecord) {
+	r.prev, r.next = nil, p.live
+	if p.live != nil {
+		p.live.prev = r
+	}
+	p.live = r
+	p.nlive++
+}
+
+// unlink removes r from the live records (p.mu held).
+func (p *pool) unlink(r *allocRecord) {
+	if r.prev != nil {
+		r.prev.next = r.next
+	} else {
+		p.live = r.next
+	}
+	if r.next != nil {
+		r.next.prev = r.prev
+	}
+	r.prev, r.next = nil, nil
+	p.nlive--
 }
 
 // free releases a record's memory once.
@@ -527,11 +584,8 @@ func (p *pool) free(r *allocRecord) {
 		return
 	}
 	r.freed = true
-	delete(p.live, r)
-	if p.byAddr[r.addr] == r {
-		delete(p.byAddr, r.addr)
-	}
-	p.inUse -= r.held
+	p.unlink(r)
+	p.inUse -= r.held()
 	if p.bfc != nil {
 		p.bfc.free(r.chunk)
 		r.chunk = nil
@@ -541,7 +595,7 @@ func (p *pool) free(r *allocRecord) {
 
 func (p *pool) statsLocked() MemStats {
 	s := MemStats{Space: p.space, Allocator: p.kind, Capacity: p.capacity, Limit: p.limit,
-		BytesInUse: p.inUse, PeakBytesInUse: p.peak, NumAllocs: p.numAllocs, LiveAllocs: int64(len(p.live))}
+		BytesInUse: p.inUse, PeakBytesInUse: p.peak, NumAllocs: p.numAllocs, LiveAllocs: int64(p.nlive)}
 	var total int64
 	if p.bfc != nil {
 		s.Reserved = p.bfc.reserved
@@ -581,8 +635,8 @@ func (p *pool) oomLocked(size int64, what, note string) *OutOfMemoryError {
 // largestLocked lists the n largest live allocations (arrays only if
 // arraysOnly), largest first, oldest first among equals.
 func (p *pool) largestLocked(n int, arraysOnly bool) []LiveArray {
-	recs := make([]*allocRecord, 0, len(p.live))
-	for r := range p.live {
+	recs := make([]*allocRecord, 0, p.nlive)
+	for r := p.live; r != nil; r = r.next {
 		if !arraysOnly || r.isArray {
 			recs = append(recs, r)
 		}
@@ -605,8 +659,8 @@ func sortRecords(recs []*allocRecord) {
 		if a.size != b.size {
 			return a.size > b.size
 		}
-		if !a.born.Equal(b.born) {
-			return a.born.Before(b.born)
+		if a.born != b.born {
+			return a.born < b.born
 		}
 		return a.addr < b.addr
 	})
@@ -710,30 +764,6 @@ func releaseFunc(rec *allocRecord, mem []byte, err error) ([]byte, func(), error
 	return mem, rec.release, nil
 }
 
-// namedAllocator is the pools as the allocator of one executable: it appends
-// " of name" to what ("output 0 of train_step", "temp arena of train_step")
-// and hands out uninitialised memory (AllocUninit: executors write every
-// byte of an output or arena value before reading it).
-type namedAllocator struct {
-	ps     *Pools
-	suffix string
-}
-
-// allocatorFor returns the pools as an allocator for the executable of the
-// function name.
-func (ps *Pools) allocatorFor(name string) namedAllocator {
-	suffix := ""
-	if name != "" {
-		suffix = " of " + name
-	}
-	return namedAllocator{ps: ps, suffix: suffix}
-}
-
-// Alloc is Pools.AllocUninit with the function's name added to what.
-func (a namedAllocator) Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	return releaseFunc(a.ps.alloc(space, size, what, a.suffix, false, 3))
-}
-
 // alloc is Alloc returning the record (nil for size 0); skip is the number of
 // stack frames to leave out of the recorded call stack (1 is alloc's caller).
 // The allocation is named what+suffix, joined only when reported.
@@ -751,8 +781,7 @@ func (ps *Pools) alloc(space ir.MemorySpace, size int64, what, suffix string, ze
 		}
 		return nil, []byte{}, nil
 	}
-	rec := &allocRecord{what: what, suffix: suffix, born: time.Now()}
-	rec.npc = copy(rec.pcs[:], callers.Record(skip).PCs)
+	rec := &allocRecord{what: what, suffix: suffix, born: int64(time.Since(epoch)), stack: callers.Record(skip)}
 	retried, collected := false, false
 	for {
 		p, err := s.pool(space)
@@ -808,7 +837,9 @@ func collectGarbage(p *pool) {
 	p.reclaim()
 }
 
-// lookup finds the live record of memory allocated from the pools.
+// lookup finds the live record of memory allocated from the pools, walking
+// the live records (executions keep the records they allocate, so this
+// serves only memory handed over from Pools.Alloc).
 func (ps *Pools) lookup(space ir.MemorySpace, mem []byte) *allocRecord {
 	if len(mem) == 0 {
 		return nil
@@ -823,7 +854,13 @@ func (ps *Pools) lookup(space ir.MemorySpace, mem []byte) *allocRecord {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.byAddr[addrOf(mem)]
+	addr := addrOf(mem)
+	for r := p.live; r != nil; r = r.next {
+		if r.addr == addr {
+			return r
+		}
+	}
+	return nil
 }
 
 // configure replaces the pools with new ones for cfg (nil: the environment's
@@ -871,7 +908,7 @@ func (s *poolSet) checkIdle() error {
 	var live []LiveArray
 	for _, p := range s.spaces {
 		p.mu.Lock()
-		n += int64(len(p.live))
+		n += int64(p.nlive)
 		live = append(live, p.largestLocked(5, false)...)
 		p.mu.Unlock()
 	}

@@ -33,13 +33,13 @@ func (ps *Pools) memoryProfile() *profile.Profile {
 	now := time.Now()
 	for _, p := range ps.set().spaces {
 		p.mu.Lock()
-		recs := make([]*allocRecord, 0, len(p.live))
-		for r := range p.live {
+		recs := make([]*allocRecord, 0, p.nlive)
+		for r := p.live; r != nil; r = r.next {
 			recs = append(recs, r)
 		}
 		sortRecords(recs)
 		for _, r := range recs {
-			entries = append(entries, profileEntry{live: r.liveArrayLocked(now), pcs: append([]uintptr(nil), r.pcs[:r.npc]...), born: r.born})
+			entries = append(entries, profileEntry{live: r.liveArrayLocked(now), pcs: append([]uintptr(nil), r.pcs()...), born: r.bornTime()})
 		}
 		p.mu.Unlock()
 	}

@@ -78,6 +78,10 @@ func (a *Array) Size() int { return a.typ.Shape.Size() }
 // Space returns the memory space the array lives in.
 func (a *Array) Space() ir.MemorySpace { return a.typ.Space }
 
+// HasType reports whether a's type (dtype, shape and memory space) is t,
+// without copying a's shape as Type does.
+func (a *Array) HasType(t ir.Type) bool { return a.typ.Equal(t) }
+
 // IsTraced reports whether a is a tracer standing for a value being traced.
 func (a *Array) IsTraced() bool { return a.tr != nil }
 

@@ -126,6 +126,10 @@ func Not(x *Array) *Array { return unary("Not", ir.Not, kindLogical, x) }
 // binary applies an elementwise binary op after dtype promotion and NumPy
 // broadcasting.
 func binary(op string, code ir.Code, k dtypeKind, x, y *Array) *Array {
+	if x != nil && y != nil && !x.weak && !y.weak && x.typ.DType == y.typ.DType && x.typ.Shape.Equal(y.typ.Shape) && kindOK(k, x.typ.DType) {
+		// The common case: nothing to promote or broadcast.
+		return Apply1(code, nil, x, y)
+	}
 	needArrays(op, x, y)
 	shape := broadcastShape(op, x, y)
 	args, dt, w := promote(op, x, y)

@@ -182,6 +182,13 @@ func checkLive(op string, a *Array) {
 // regions are as the op table (ir.OpInfo) says. It panics with *Error on bad
 // operands. Library code builds every op through Apply.
 func Apply(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args ...*Array) []*Array {
+	return apply(code, attrs, regions, args, nil)
+}
+
+// apply is Apply appending the results to res (eager results only: a
+// caller wanting one result passes room for it, which saves allocating the
+// result slice).
+func apply(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Array, res []*Array) []*Array {
 	name := code.String()
 	target := current()
 	for _, a := range args {
@@ -190,12 +197,12 @@ func Apply(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args ...*Array) [
 			target = a.tr
 		}
 	}
-	if attrs == nil {
-		attrs = ir.Attrs{}
-	}
 	checkHostOperands(code, attrs, args)
 	if target == nil {
-		return applyEager(code, attrs, regions, args)
+		return applyEager(code, attrs, regions, args, res)
+	}
+	if attrs == nil {
+		attrs = ir.Attrs{}
 	}
 	vals := make([]*ir.Value, len(args))
 	for i, a := range args {
@@ -217,7 +224,8 @@ func Apply(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args ...*Array) [
 
 // Apply1 is Apply for ops with one result.
 func Apply1(code ir.Code, attrs ir.Attrs, args ...*Array) *Array {
-	return Apply(code, attrs, nil, args...)[0]
+	var res [1]*Array
+	return apply(code, attrs, nil, args, res[:0])[0]
 }
 
 // Executor runs functions on concrete buffers for eager mode. The runtime package
@@ -271,14 +279,20 @@ func NewFromLiteral(l *ir.Literal) (*Array, error) {
 // HasExecutor reports whether an eager executor is registered.
 func HasExecutor() bool { return executor.Load() != nil }
 
-func applyEager(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Array) []*Array {
+func applyEager(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Array, res []*Array) []*Array {
 	name := code.String()
-	bufs := make([]Buffer, len(args))
-	types := make([]ir.Type, len(args))
 	for i, a := range args {
 		if a.buf == nil {
 			panic(Errorf(name, "operand %d (%v) has no values: it is abstract (trace.Abstract) or its buffer is gone", i, a.typ))
 		}
+	}
+	ex := exec(name)
+	if oe, ok := ex.(OpExecutor); ok {
+		return applyEagerOp(oe, code, attrs, regions, args, res)
+	}
+	bufs := make([]Buffer, len(args))
+	types := make([]ir.Type, len(args))
+	for i, a := range args {
 		bufs[i] = a.buf
 		types[i] = a.typ
 	}
@@ -287,39 +301,109 @@ func applyEager(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Arra
 	}
 	key := ""
 	if len(regions) == 0 {
-		key = opKey(code, attrs, types)
+		key = string(appendOpKey(nil, code, attrs, types))
 	}
-	build := func() *ir.Func {
-		f := ir.NewFunc(name)
-		// Regions of eager region ops were recorded in functions of their own:
-		// keep the wrapper's value IDs clear of theirs.
-		f.ReserveIDs(maxValueID(regions) + 1)
-		vals := make([]*ir.Value, len(types))
-		for i, t := range types {
-			vals[i] = f.Body.AddParam(t)
-		}
-		op, err := f.Body.AddOp(code, vals, attrs, regions...)
-		if err != nil {
-			panic(Errorf(name, "%v", err))
-		}
-		f.Body.Results = op.Results
-		return f
-	}
-	outs, err := exec(name).Execute(key, build, bufs)
+	op := &EagerOp{Code: code, Attrs: attrs, Regions: regions, Types: types}
+	outs, err := ex.Execute(key, op.Build, bufs)
 	if err != nil {
 		panic(WrapError(name, err))
 	}
-	res := make([]*Array, len(outs))
-	for i, b := range outs {
-		res[i] = FromBuffer(b)
+	for _, b := range outs {
+		res = append(res, FromBuffer(b))
 	}
 	return res
 }
 
-// opKey is the eager cache key of an op: name, attributes, operand types.
-func opKey(code ir.Code, attrs ir.Attrs, types []ir.Type) string {
-	var buf [128]byte
-	b := append(buf[:0], code.String()...)
+// applyEagerOp runs an eager op through an OpExecutor, in pooled memory.
+func applyEagerOp(ex OpExecutor, code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Array, res []*Array) []*Array {
+	op := eagerOps.Get().(*EagerOp)
+	defer op.reset()
+	op.Code, op.Attrs, op.Regions = code, attrs, regions
+	for _, a := range args {
+		op.bufs = append(op.bufs, a.buf)
+		op.Types = append(op.Types, a.typ)
+	}
+	if len(regions) == 0 {
+		op.Key = appendOpKey(op.Key[:0], code, attrs, op.Types)
+	}
+	outs, err := ex.ExecuteOp(op, op.bufs, op.outs[:0])
+	if err != nil {
+		panic(WrapError(code.String(), err))
+	}
+	for _, b := range outs {
+		res = append(res, FromBuffer(b))
+	}
+	op.outs = outs
+	return res
+}
+
+// EagerOp is one op applied to concrete arrays, as an OpExecutor receives
+// it. It is valid only during ExecuteOp.
+type EagerOp struct {
+	Code    ir.Code
+	Attrs   ir.Attrs // may be nil
+	Regions []*ir.Region
+	Types   []ir.Type // the operands' types
+	// Key identifies the op's function (the code, attributes and operand
+	// types) for a compile cache; it is empty, and the op must not be
+	// cached, when the op has regions.
+	Key []byte
+
+	bufs, outs []Buffer
+}
+
+var eagerOps = sync.Pool{New: func() any { return new(EagerOp) }}
+
+// reset clears op, so that it keeps no array alive, and pools it.
+func (op *EagerOp) reset() {
+	clear(op.bufs)
+	clear(op.outs)
+	clear(op.Types)
+	op.Attrs, op.Regions = nil, nil
+	op.bufs, op.outs, op.Types, op.Key = op.bufs[:0], op.outs[:0], op.Types[:0], op.Key[:0]
+	eagerOps.Put(op)
+}
+
+// Build returns the op as a function of its operands. It panics with
+// *Error when the operands do not fit the op.
+func (op *EagerOp) Build() *ir.Func {
+	name := op.Code.String()
+	attrs := op.Attrs
+	if attrs == nil {
+		attrs = ir.Attrs{}
+	}
+	if _, err := ir.InferTypes(op.Code, op.Types, attrs, op.Regions); err != nil {
+		panic(Errorf(name, "%v", err))
+	}
+	f := ir.NewFunc(name)
+	// Regions of eager region ops were recorded in functions of their own:
+	// keep the wrapper's value IDs clear of theirs.
+	f.ReserveIDs(maxValueID(op.Regions) + 1)
+	vals := make([]*ir.Value, len(op.Types))
+	for i, t := range op.Types {
+		vals[i] = f.Body.AddParam(t)
+	}
+	o, err := f.Body.AddOp(op.Code, vals, attrs, op.Regions...)
+	if err != nil {
+		panic(Errorf(name, "%v", err))
+	}
+	f.Body.Results = o.Results
+	return f
+}
+
+// OpExecutor is an Executor that also runs EagerOps: without a closure and
+// a key string per op, and with the results appended to results (whose
+// memory it may reuse). The runtime's executor is one. Implementations
+// check the op (Build does) before running it for the first time.
+type OpExecutor interface {
+	Executor
+	ExecuteOp(op *EagerOp, args []Buffer, results []Buffer) ([]Buffer, error)
+}
+
+// appendOpKey appends the eager cache key of an op to b: name, attributes,
+// operand types.
+func appendOpKey(b []byte, code ir.Code, attrs ir.Attrs, types []ir.Type) []byte {
+	b = append(b, code.String()...)
 	b = append(b, '(')
 	for i, t := range types {
 		if i > 0 {
@@ -341,7 +425,7 @@ func opKey(code ir.Code, attrs ir.Attrs, types []ir.Type) string {
 		}
 		b = append(b, ';')
 	}
-	return string(b)
+	return b
 }
 
 // maxValueID returns the largest value ID in the regions (-1 if none).

@@ -70,6 +70,9 @@ type copyConfig struct {
 	gbps  float64 // simulated link speed in GB/s; 0: as fast as memory
 }
 
+// defaultCopyConfig is the configuration of programs without copies.
+var defaultCopyConfig = copyConfig{async: true}
+
 // lastCopyConfig caches copyConfigFromEnv's result for the environment values
 // it was parsed from (read on every execution; parsed when they change).
 var lastCopyConfig atomic.Pointer[parsedCopyConfig]

@@ -44,6 +44,7 @@ package cpuexec
 
 import (
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"github.com/ferryml/ferry/ir"
@@ -61,13 +62,15 @@ type Allocator interface {
 
 // Executable is a Program prepared for execution: per region, the buffer of
 // every value and the list of steps, and per fusion op its block programs.
-// It is immutable after New; Execute may be called from several goroutines
-// at once.
+// It is immutable after New (but for its pool of frames); Execute may be
+// called from several goroutines at once.
 type Executable struct {
 	prog    *passes.Program
 	body    *region
 	params  []ir.Type
 	results []resultPlan
+	copies  bool      // some region copies between memory spaces
+	frames  sync.Pool // *frame of body, kept between executions for reuse
 }
 
 // resultPlan says how top-level result i gets its memory.
@@ -95,7 +98,7 @@ func New(p *passes.Program) (*Executable, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cpuexec %s: %w", f.Name, err)
 	}
-	e := &Executable{prog: p, body: body, params: f.Body.ParamTypes()}
+	e := &Executable{prog: p, body: body, params: f.Body.ParamTypes(), copies: hasCopies(body)}
 	for i, v := range f.Body.Results {
 		s, ok := body.slotOf[v]
 		if !ok {
@@ -137,7 +140,22 @@ func (e *Executable) Program() *passes.Program { return e.prog }
 // arenas, and returns the results and their release funcs. On error
 // everything allocated so far is released.
 func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Literal, release []func(), err error) {
-	var rels []func()
+	outs, release = make([]*ir.Literal, len(e.results)), make([]func(), len(e.results))
+	if err := e.ExecuteInto(args, a, outs, release); err != nil {
+		return nil, nil, err
+	}
+	return outs, release, nil
+}
+
+// NumResults is the number of results of the program.
+func (e *Executable) NumResults() int { return len(e.results) }
+
+// ExecuteInto is Execute writing the results and their release funcs into
+// outs and release, which must have NumResults elements (so that a caller
+// can reuse them); on error both are cleared.
+func (e *Executable) ExecuteInto(args []*ir.Literal, a Allocator, outs []*ir.Literal, release []func()) (err error) {
+	var relBuf [8]func()
+	rels := relBuf[:0] // what to release on error, in allocation order
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("cpuexec %s: internal error: %v", e.prog.Func.Name, p)
@@ -146,28 +164,30 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 			for i := len(rels) - 1; i >= 0; i-- {
 				rels[i]()
 			}
-			outs, release = nil, nil
+			clear(outs)
+			clear(release)
 		}
 	}()
 	if a == nil {
-		return nil, nil, fmt.Errorf("cpuexec %s: nil allocator", e.prog.Func.Name)
+		return fmt.Errorf("cpuexec %s: nil allocator", e.prog.Func.Name)
 	}
 	if len(args) != len(e.params) {
-		return nil, nil, fmt.Errorf("cpuexec %s: takes %d arguments, got %d", e.prog.Func.Name, len(e.params), len(args))
+		return fmt.Errorf("cpuexec %s: takes %d arguments, got %d", e.prog.Func.Name, len(e.params), len(args))
 	}
 	for i, l := range args {
 		if l == nil {
-			return nil, nil, fmt.Errorf("cpuexec %s: argument %d is nil", e.prog.Func.Name, i)
+			return fmt.Errorf("cpuexec %s: argument %d is nil", e.prog.Func.Name, i)
 		}
 		if !l.Type.Equal(e.params[i]) {
-			return nil, nil, fmt.Errorf("cpuexec %s: argument %d is %v, want %v", e.prog.Func.Name, i, l.Type, e.params[i])
+			return fmt.Errorf("cpuexec %s: argument %d is %v, want %v", e.prog.Func.Name, i, l.Type, e.params[i])
 		}
 		if int64(len(l.Data)) != l.Type.Bytes() {
-			return nil, nil, fmt.Errorf("cpuexec %s: argument %d of type %v has %d bytes, want %d", e.prog.Func.Name, i, l.Type, len(l.Data), l.Type.Bytes())
+			return fmt.Errorf("cpuexec %s: argument %d of type %v has %d bytes, want %d", e.prog.Func.Name, i, l.Type, len(l.Data), l.Type.Bytes())
 		}
 	}
-	outs = make([]*ir.Literal, len(e.results))
-	release = make([]func(), len(e.results))
+	if len(outs) != len(e.results) || len(release) != len(e.results) {
+		return fmt.Errorf("cpuexec %s: room for %d and %d results, want %d", e.prog.Func.Name, len(outs), len(release), len(e.results))
+	}
 	for i, rp := range e.results {
 		if rp.alias >= 0 {
 			outs[i] = &ir.Literal{Type: rp.typ, Data: args[rp.alias].Data[:rp.typ.Bytes()]}
@@ -176,7 +196,7 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 		}
 		mem, rel, err := alloc(a, rp.typ.Space, rp.typ.Bytes(), rp.what)
 		if err != nil {
-			return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+			return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
 		}
 		rels = append(rels, rel)
 		outs[i] = &ir.Literal{Type: rp.typ, Data: mem}
@@ -191,16 +211,20 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 		}
 		mem, rel, err := alloc(a, ir.MemorySpace(sp), size, "temp arena")
 		if err != nil {
-			return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+			return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
 		}
 		rels = append(rels, rel)
 		arena[sp] = mem
 	}
-	cfg, err := copyConfigFromEnv()
-	if err != nil {
-		return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+	cfg := &defaultCopyConfig
+	if e.copies {
+		// Only programs that copy read the settings of copies (on every
+		// execution, so that a changed environment takes effect).
+		if cfg, err = copyConfigFromEnv(); err != nil {
+			return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+		}
 	}
-	fr := newFrame(e.body, arena, cfg)
+	fr := e.getFrame(arena, cfg)
 	for i, l := range args {
 		fr.setParam(i, l.Data)
 	}
@@ -214,17 +238,50 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 	}
 	fr.refresh()
 	if err := fr.run(); err != nil {
-		return nil, nil, fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+		return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
 	}
 	for i, rp := range e.results {
 		if rp.copy {
 			copy(outs[i].Data, fr.lits[rp.slot].Data)
 		}
 	}
+	e.putFrame(fr)
 	for i := len(rels) - 1; i >= nOut; i-- {
 		rels[i]()
 	}
-	return outs, release, nil
+	return nil
+}
+
+// getFrame returns a frame of the body over arena: one a finished execution
+// left for reuse, or a new one. A frame is used by one execution at a time.
+func (e *Executable) getFrame(arena [2][]byte, cfg *copyConfig) *frame {
+	if f, ok := e.frames.Get().(*frame); ok {
+		f.bind(arena, cfg)
+		return f
+	}
+	return newFrame(e.body, arena, cfg)
+}
+
+// putFrame keeps a frame whose execution succeeded for the next one (a
+// frame of a failed execution is dropped: it may hold copies in flight).
+func (e *Executable) putFrame(f *frame) {
+	f.unbind()
+	e.frames.Put(f)
+}
+
+// hasCopies reports whether g or a region nested in it has a copy step.
+func hasCopies(g *region) bool {
+	for i := range g.steps {
+		if g.steps[i].kind == stepCopy {
+			return true
+		}
+		for _, sub := range g.steps[i].subs {
+			if hasCopies(sub) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // alloc calls a.Alloc and checks the memory it returns.

@@ -291,32 +291,40 @@ func TestScanInPlace(t *testing.T) {
 	runBoth(t, p, args)
 }
 
+// whileCondFunc is a while loop whose body holds a cond: nested frames two
+// levels deep. Its arguments are (limit, inc, i, acc, z); the loop runs
+// while i < limit.
+func whileCondFunc(t testing.TB) *ir.Func {
+	f := ir.NewFunc("while")
+	iT, vT := ir.TypeOf(ir.Int32), ir.TypeOf(ir.Float32, 2)
+	pl, pinc, pi, pacc, pz := f.Body.AddParam(iT), f.Body.AddParam(vT), f.Body.AddParam(iT), f.Body.AddParam(vT), f.Body.AddParam(vT)
+
+	condR := f.NewRegion()
+	cl, _, ci, _, _ := condR.AddParam(iT), condR.AddParam(vT), condR.AddParam(iT), condR.AddParam(vT), condR.AddParam(vT)
+	condR.Results = []*ir.Value{add1(t, condR, ir.Lt, nil, ci, cl)}
+
+	body := f.NewRegion()
+	_, binc, bi, bacc, bz := body.AddParam(iT), body.AddParam(vT), body.AddParam(iT), body.AddParam(vT), body.AddParam(vT)
+	i2 := add1(t, body, ir.Add, nil, bi, constant(t, body, int32(1)))
+	odd := add1(t, body, ir.Eq, nil, add1(t, body, ir.Rem, nil, i2, constant(t, body, int32(2))), constant(t, body, int32(1)))
+	tb := f.NewRegion()
+	ta, tinc := tb.AddParam(vT), tb.AddParam(vT)
+	tb.Results = []*ir.Value{add1(t, tb, ir.Add, nil, add1(t, tb, ir.Mul, nil, ta, tinc), tinc), ta}
+	fb := f.NewRegion()
+	fa, finc := fb.AddParam(vT), fb.AddParam(vT)
+	fb.Results = []*ir.Value{add1(t, fb, ir.Sub, nil, fa, finc), finc}
+	cop := addOp(t, body, ir.Cond, []*ir.Value{odd, bacc, binc}, nil, tb, fb)
+	body.Results = []*ir.Value{i2, cop.Results[0], bacc} // z = previous acc
+	_ = bz
+
+	op := addOp(t, f.Body, ir.While, []*ir.Value{pl, pinc, pi, pacc, pz}, ir.Attrs{"num_consts": 2}, condR, body)
+	f.Body.Results = op.Results
+	return f
+}
+
 func TestWhileCond(t *testing.T) {
 	for _, limit := range []int32{0, 1, 6} {
-		f := ir.NewFunc("while")
-		iT, vT := ir.TypeOf(ir.Int32), ir.TypeOf(ir.Float32, 2)
-		pl, pinc, pi, pacc, pz := f.Body.AddParam(iT), f.Body.AddParam(vT), f.Body.AddParam(iT), f.Body.AddParam(vT), f.Body.AddParam(vT)
-
-		condR := f.NewRegion()
-		cl, _, ci, _, _ := condR.AddParam(iT), condR.AddParam(vT), condR.AddParam(iT), condR.AddParam(vT), condR.AddParam(vT)
-		condR.Results = []*ir.Value{add1(t, condR, ir.Lt, nil, ci, cl)}
-
-		body := f.NewRegion()
-		_, binc, bi, bacc, bz := body.AddParam(iT), body.AddParam(vT), body.AddParam(iT), body.AddParam(vT), body.AddParam(vT)
-		i2 := add1(t, body, ir.Add, nil, bi, constant(t, body, int32(1)))
-		odd := add1(t, body, ir.Eq, nil, add1(t, body, ir.Rem, nil, i2, constant(t, body, int32(2))), constant(t, body, int32(1)))
-		tb := f.NewRegion()
-		ta, tinc := tb.AddParam(vT), tb.AddParam(vT)
-		tb.Results = []*ir.Value{add1(t, tb, ir.Add, nil, add1(t, tb, ir.Mul, nil, ta, tinc), tinc), ta}
-		fb := f.NewRegion()
-		fa, finc := fb.AddParam(vT), fb.AddParam(vT)
-		fb.Results = []*ir.Value{add1(t, fb, ir.Sub, nil, fa, finc), finc}
-		cop := addOp(t, body, ir.Cond, []*ir.Value{odd, bacc, binc}, nil, tb, fb)
-		body.Results = []*ir.Value{i2, cop.Results[0], bacc} // z = previous acc
-		_ = bz
-
-		op := addOp(t, f.Body, ir.While, []*ir.Value{pl, pinc, pi, pacc, pz}, ir.Attrs{"num_consts": 2}, condR, body)
-		f.Body.Results = op.Results
+		f := whileCondFunc(t)
 		args := randArgs(newRand(), f)
 		args[0] = ir.Scalar(limit)
 		args[2] = ir.Scalar(int32(0))

@@ -297,17 +297,15 @@ type frame struct {
 // arena per space); parameters, outputs and aliases are set by the caller.
 func newFrame(g *region, arena [2][]byte, cfg *copyConfig) *frame {
 	// The per-step slices share backing arrays (full slice expressions keep
-	// them apart): one frame is made per execution, so allocations count.
+	// them apart): a frame is made per execution unless one is reused
+	// (Executable.getFrame), so allocations count.
 	n := len(g.steps)
-	f := &frame{g: g, cfg: cfg, arena: arena, lits: make([]ir.Literal, len(g.slots))}
+	f := &frame{g: g, lits: make([]ir.Literal, len(g.slots))}
 	events := make([]*copyEvent, 2*n)
 	f.ev, f.pre = events[:n:n], events[n:]
 	f.next = make([][]byte, len(g.params))
 	for s, sl := range g.slots {
 		f.lits[s].Type = sl.v.Type
-		if sl.buf.Kind == passes.BufTemp {
-			f.lits[s].Data = arena[sl.buf.Space][sl.buf.Offset : sl.buf.Offset+sl.size : sl.buf.Offset+sl.size]
-		}
 	}
 	lists := make([][]*ir.Literal, 2*n)
 	f.args, f.outs = lists[:n:n], lists[n:]
@@ -331,7 +329,46 @@ func newFrame(g *region, arena [2][]byte, cfg *copyConfig) *frame {
 			f.outs[i][j] = &f.lits[s]
 		}
 	}
+	f.bind(arena, cfg)
 	return f
+}
+
+// bind points f (and the nested frames made so far) at new arenas: the
+// temporaries become views into arena, every other slot is unset until the
+// caller sets parameters, outputs and aliases.
+func (f *frame) bind(arena [2][]byte, cfg *copyConfig) {
+	f.arena, f.cfg = arena, cfg
+	for s, sl := range f.g.slots {
+		f.lits[s].Data = nil
+		if sl.buf.Kind == passes.BufTemp {
+			f.lits[s].Data = arena[sl.buf.Space][sl.buf.Offset : sl.buf.Offset+sl.size : sl.buf.Offset+sl.size]
+		}
+	}
+	clear(f.next)
+	for i, subs := range f.subs {
+		for k, sub := range subs {
+			if sub != nil {
+				sub.bind(f.subArena(i, k), cfg)
+			}
+		}
+	}
+}
+
+// unbind drops f's views (recursively), so that a frame kept for reuse
+// holds no memory of the arrays of the execution that used it.
+func (f *frame) unbind() {
+	f.arena, f.cfg = [2][]byte{}, nil
+	for s := range f.lits {
+		f.lits[s].Data = nil
+	}
+	clear(f.next)
+	for _, subs := range f.subs {
+		for _, sub := range subs {
+			if sub != nil {
+				sub.unbind()
+			}
+		}
+	}
 }
 
 // setParam points parameter i (and values planned into its memory) at data.
@@ -358,15 +395,20 @@ func (f *frame) sub(i, k int) *frame {
 		f.subs[i] = make([]*frame, len(f.g.steps[i].subs))
 	}
 	if f.subs[i][k] == nil {
-		st := &f.g.steps[i]
-		var arena [2][]byte
-		for sp := range arena {
-			off := st.subOff[sp]
-			arena[sp] = f.arena[sp][off : off+st.subs[k].plan.Arena[sp]]
-		}
-		f.subs[i][k] = newFrame(st.subs[k], arena, f.cfg)
+		f.subs[i][k] = newFrame(f.g.steps[i].subs[k], f.subArena(i, k), f.cfg)
 	}
 	return f.subs[i][k]
+}
+
+// subArena is the arena of nested region k of step i inside f's.
+func (f *frame) subArena(i, k int) [2][]byte {
+	st := &f.g.steps[i]
+	var arena [2][]byte
+	for sp := range arena {
+		off := st.subOff[sp]
+		arena[sp] = f.arena[sp][off : off+st.subs[k].plan.Arena[sp]]
+	}
+	return arena
 }
 
 // run executes the steps of the region. Every copy it starts is complete
