@@ -517,7 +517,7 @@ func (j *Jitted[F]) lower(args []any) (*Lowered, []*trace.TreeDef, error) {
 		if l == nil {
 			continue
 		}
-		params[i] = tr.Param(l.Type())
+		params[i] = tr.ParamLike(l)
 	}
 	in := make([]reflect.Value, len(args))
 	donated := make([]bool, len(leaves))

@@ -50,6 +50,15 @@ func (t *Tracer) Param(typ ir.Type) *Array {
 	return &Array{typ: v.Type, val: v, tr: t}
 }
 
+// ParamLike adds a parameter standing for the argument a: of a's type, and
+// weakly typed when a is (a jitted function's rt.Scalar argument meets the
+// other operand's dtype as it does eagerly, as weak_type avals in JAX).
+func (t *Tracer) ParamLike(a *Array) *Array {
+	p := t.Param(a.Type())
+	p.weak = a.weak
+	return p
+}
+
 // Wrap returns the array of this tracer standing for v (a value of its region).
 func (t *Tracer) Wrap(v *ir.Value) *Array { return &Array{typ: v.Type, val: v, tr: t} }
 
