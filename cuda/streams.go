@@ -35,6 +35,9 @@ const (
 	MemOutput
 	// MemArena is the arena of memory space Mem.Index (ir.MemorySpace).
 	MemArena
+	// MemSlice is, in a scan body, the running iteration's slice of the ys
+	// of body result Mem.Index.
+	MemSlice
 )
 
 // Mem names one allocation.
@@ -51,6 +54,8 @@ func (m Mem) String() string {
 		return fmt.Sprintf("out%d", m.Index)
 	case MemArena:
 		return fmt.Sprintf("arena(%v)", ir.MemorySpace(m.Index))
+	case MemSlice:
+		return fmt.Sprintf("slice%d", m.Index)
 	}
 	return fmt.Sprintf("mem(%d,%d)", m.Kind, m.Index)
 }
@@ -227,8 +232,10 @@ func bufferAccess(plan *passes.RegionPlan, v *ir.Value, write bool) (Access, err
 		a.Mem = Mem{MemOutput, b.Index}
 	case passes.BufTemp:
 		a.Mem, a.Off = Mem{MemArena, int(b.Space)}, b.Offset
+	case passes.BufSlice:
+		a.Mem = Mem{MemSlice, b.Index}
 	default:
-		return Access{}, fmt.Errorf("cuda: value %v has buffer kind %v at top level", v, b.Kind)
+		return Access{}, fmt.Errorf("cuda: value %v has buffer kind %v", v, b.Kind)
 	}
 	return a, nil
 }
