@@ -10,6 +10,9 @@ import (
 
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/nn"
+	"github.com/ferryml/ferry/optim"
+	"github.com/ferryml/ferry/random"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
 )
@@ -262,5 +265,197 @@ func TestHostStepsNested(t *testing.T) {
 	hs := exe.(*executable).HostSteps()
 	if len(hs) != 1 || !strings.HasPrefix(hs[0], "scan body / sort: ") {
 		t.Fatalf("host steps %q, want the sort in the scan body", hs)
+	}
+}
+
+// trainStep is a traced training step and its arguments.
+type trainStep struct {
+	name string
+	f    *ir.Func
+	args []*ir.Literal
+}
+
+// lowerStep traces fn on args with rt.Lower and returns the function with
+// literals of its arguments' leaves and captured arrays.
+func lowerStep(t *testing.T, name string, fn any, args ...any) trainStep {
+	t.Helper()
+	low, err := rt.Lower(fn, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leaves []*trace.Array
+	for _, a := range args {
+		leaves = append(leaves, trace.Leaves(a)...)
+	}
+	leaves = append(leaves, low.Captured()...)
+	if len(leaves) != len(low.Func.Body.Params) {
+		t.Fatalf("%s: %d leaves for %d parameters", name, len(leaves), len(low.Func.Body.Params))
+	}
+	s := trainStep{name: name, f: low.Func}
+	for _, a := range leaves {
+		l, err := a.Literal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.args = append(s.args, l)
+	}
+	return s
+}
+
+// trainSteps are the examples' training steps at small sizes: the MLP with
+// Adam, and the Transformer LM (its layer stack a scan, forward and
+// backward) with clipping and AdamW, plain, with dots remat, with each
+// layer's input offloaded to pinned_host, and (loss and gradients) with
+// that and the stacked layer parameters kept in pinned_host, streamed in
+// per layer.
+func trainSteps(t *testing.T) []trainStep {
+	const batch, features, hidden, classes = 4, 6, 8, 3
+	mlp := rt.Jit(func(key *trace.Array) nn.MLP {
+		return nn.NewMLP(key, ir.Float32, []int{features, hidden, classes}, nn.Relu)
+	})(random.NewKey(1))
+	adam := optim.Adam[nn.MLP](optim.Constant(1e-3), 0.9, 0.999, 1e-8)
+	mstate, err := adam.Init(mlp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 23))
+	xf := make([]float32, batch*features)
+	for i := range xf {
+		xf[i] = float32(rng.NormFloat64())
+	}
+	yl := make([]int32, batch)
+	for i := range yl {
+		yl[i] = int32(rng.IntN(classes))
+	}
+	mlpStep := func(p nn.MLP, s optim.AdamState[nn.MLP], x, y *trace.Array) (nn.MLP, optim.AdamState[nn.MLP], *trace.Array, error) {
+		loss, g := trace.ValueAndGrad(func(p nn.MLP) *trace.Array { return nn.SoftmaxCrossEntropy(p.Apply(x), y) })(p)
+		p, s, err := optim.Step(adam, g, s, p)
+		return p, s, loss, err
+	}
+	steps := []trainStep{lowerStep(t, "mlp", mlpStep, mlp, mstate, rt.FromSlice(xf, batch, features), rt.FromSlice(yl, batch))}
+
+	const vocab, seq, layers, d, heads = 11, 6, 3, 8, 2
+	type lm = nn.TransformerLM
+	model := rt.Jit(func(k *trace.Array) lm {
+		return nn.NewTransformerLM(k, ir.Float32, vocab, seq, layers, d, heads, 2*d)
+	})(random.NewKey(2))
+	opt := optim.Chain(optim.ClipByGlobalNorm[lm](1), optim.AdamW[lm](optim.Constant(3e-3), 0.9, 0.95, 1e-8, 0.01))
+	state, err := opt.Init(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int32, 2*seq)
+	for i := range ids {
+		ids[i] = int32(rng.IntN(vocab))
+	}
+	x := rt.FromSlice(ids, 2, seq)
+	hostModel := model
+	hostModel.Blocks.Blocks, err = trace.MapAs(model.Blocks.Blocks, func(a *trace.Array) *trace.Array { return trace.DevicePut(a, ir.PinnedHost) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	offload := trace.SaveAndOffloadOnlyTheseNames(nil, []string{nn.BlockInput}, ir.Device, ir.PinnedHost)
+	type optState = optim.ChainState[optim.EmptyState, optim.AdamState[lm]]
+	for _, v := range []struct {
+		name  string
+		model lm
+		opts  []nn.StackOption
+	}{
+		{"transformer", model, nil},
+		{"transformer_remat_dots", model, []nn.StackOption{nn.WithRemat(trace.DotsSaveable)}},
+		{"transformer_offload_activations", model, []nn.StackOption{nn.WithRemat(offload)}},
+	} {
+		step := func(p lm, s optState, x, y *trace.Array) (lm, optState, *trace.Array, error) {
+			loss, g := trace.ValueAndGrad(func(p lm) *trace.Array { return p.Loss(x, y, v.opts...) })(p)
+			upd, s2, err := opt.Update(g, s, p)
+			if err != nil {
+				return lm{}, optState{}, nil, err
+			}
+			p2, err := optim.ApplyUpdates(p, upd)
+			return p2, s2, loss, err
+		}
+		steps = append(steps, lowerStep(t, v.name, step, v.model, state, x, x))
+	}
+	// Parameters in pinned_host: the loss and gradients (the optimizer
+	// reads device arrays only).
+	grads := func(p lm, x, y *trace.Array) (*trace.Array, lm) {
+		return trace.ValueAndGrad(func(p lm) *trace.Array {
+			return p.Loss(x, y, nn.WithRemat(offload), nn.WithParamOffload())
+		})(p)
+	}
+	return append(steps, lowerStep(t, "transformer_offload_params_grad", grads, hostModel, x, x))
+}
+
+// The examples' training steps run entirely on the device (no host step;
+// the Transformer's layer stack is a scan step with its body compiled), and
+// with the fake driver running the launched kernels their results match
+// eval's.
+func TestTrainStepsOnDevice(t *testing.T) {
+	fake, b := fakeBackend(t, true)
+	for _, s := range trainSteps(t) {
+		t.Run(s.name, func(t *testing.T) {
+			exe, err := b.Compile(s.f, rt.CompileOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := exe.(*executable)
+			if hs := e.HostSteps(); len(hs) != 0 {
+				t.Fatalf("host steps: %v", hs)
+			}
+			scans, copies := 0, 0
+			var count func(g *region)
+			count = func(g *region) {
+				for _, st := range g.steps {
+					if st.kind == stepScan {
+						scans++
+					}
+					if st.kind == stepCopy {
+						copies++
+					}
+					for _, sub := range st.subs {
+						count(sub)
+					}
+				}
+			}
+			count(e.top)
+			t.Logf("%d top-level steps, %d scans, %d copies between spaces", len(e.steps), scans, copies)
+			if strings.HasPrefix(s.name, "transformer") && scans < 2 {
+				t.Fatalf("%d scan steps, want the layer stack's forward and backward scans", scans)
+			}
+			if strings.Contains(s.name, "offload") && copies == 0 {
+				t.Fatalf("no copy between memory spaces")
+			}
+			var bufs []trace.Buffer
+			for _, l := range s.args {
+				buf, err := b.FromLiteral(l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bufs = append(bufs, buf)
+			}
+			want, err := eval.Run(s.f, s.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs, err := exe.Execute(bufs, rt.ExecOptions{})
+			if err != nil {
+				v, _, _ := fake.snapshot()
+				t.Fatalf("%v\n%s", err, strings.Join(v, "\n"))
+			}
+			for i, w := range want {
+				got, err := outs[i].Literal()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !got.Type.Equal(w.Type) {
+					t.Fatalf("result %d is %v, want %v", i, got.Type, w.Type)
+				}
+				for j := range w.Type.Size() {
+					if g, x := got.Float64At(j), w.Float64At(j); math.Abs(g-x) > 1e-4*(1+math.Abs(x)) {
+						t.Fatalf("result %d (%v) element %d = %v, want %v", i, w.Type, j, g, x)
+					}
+				}
+			}
+		})
 	}
 }
