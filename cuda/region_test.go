@@ -391,7 +391,7 @@ func trainSteps(t *testing.T) []trainStep {
 // with the fake driver running the launched kernels their results match
 // eval's.
 func TestTrainStepsOnDevice(t *testing.T) {
-	fake, b := fakeBackend(t, true)
+	_, b := fakeBackend(t, true)
 	for _, s := range trainSteps(t) {
 		t.Run(s.name, func(t *testing.T) {
 			exe, err := b.Compile(s.f, rt.CompileOptions{})
@@ -425,37 +425,78 @@ func TestTrainStepsOnDevice(t *testing.T) {
 			if strings.Contains(s.name, "offload") && copies == 0 {
 				t.Fatalf("no copy between memory spaces")
 			}
-			var bufs []trace.Buffer
-			for _, l := range s.args {
-				buf, err := b.FromLiteral(l)
-				if err != nil {
-					t.Fatal(err)
-				}
-				bufs = append(bufs, buf)
+			runAgainstEval(t, b, s.f, s.args, 1e-4)
+		})
+	}
+}
+
+// runAgainstEval compiles f on b, checks that no step runs on the host,
+// executes it on args and compares every result with eval's within tol
+// (relative to 1+|want|).
+func runAgainstEval(t *testing.T, b *Backend, f *ir.Func, args []*ir.Literal, tol float64) {
+	t.Helper()
+	exe, err := b.Compile(f, rt.CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs := exe.(*executable).HostSteps(); len(hs) != 0 {
+		t.Fatalf("host steps: %v", hs)
+	}
+	var bufs []trace.Buffer
+	for _, l := range args {
+		buf, err := b.FromLiteral(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs = append(bufs, buf)
+	}
+	want, err := eval.Run(f, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := exe.Execute(bufs, rt.ExecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range want {
+		got, err := outs[i].Literal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Type.Equal(w.Type) {
+			t.Fatalf("result %d is %v, want %v", i, got.Type, w.Type)
+		}
+		for j := range w.Type.Size() {
+			if g, x := got.Float64At(j), w.Float64At(j); math.Abs(g-x) > tol*(1+math.Abs(x)) {
+				t.Fatalf("result %d (%v) element %d = %v, want %v", i, w.Type, j, g, x)
 			}
-			want, err := eval.Run(s.f, s.args)
-			if err != nil {
-				t.Fatal(err)
+		}
+	}
+}
+
+// On a GPU (skipped elsewhere): the control-flow programs and the
+// examples' training steps run with no host step and match eval.
+func TestDeviceControlFlow(t *testing.T) {
+	b, err := Register()
+	if err != nil {
+		t.Skipf("cuda backend unavailable: %v", err)
+	}
+	for _, p := range controlPrograms {
+		t.Run(p.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(rand.Uint64(), 24))
+			f := traceFn(t, p.params, p.fn)
+			var args []*ir.Literal
+			for _, prm := range f.Body.Params {
+				args = append(args, randomLiteral(rng, prm.Type))
 			}
-			outs, err := exe.Execute(bufs, rt.ExecOptions{})
-			if err != nil {
-				v, _, _ := fake.snapshot()
-				t.Fatalf("%v\n%s", err, strings.Join(v, "\n"))
-			}
-			for i, w := range want {
-				got, err := outs[i].Literal()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !got.Type.Equal(w.Type) {
-					t.Fatalf("result %d is %v, want %v", i, got.Type, w.Type)
-				}
-				for j := range w.Type.Size() {
-					if g, x := got.Float64At(j), w.Float64At(j); math.Abs(g-x) > 1e-4*(1+math.Abs(x)) {
-						t.Fatalf("result %d (%v) element %d = %v, want %v", i, w.Type, j, g, x)
-					}
-				}
-			}
+			runAgainstEval(t, b, f, args, 1e-4)
+		})
+	}
+	for _, s := range trainSteps(t) {
+		t.Run(s.name, func(t *testing.T) {
+			// Sums run in another order on the device; Adam's update
+			// divides by the gradients' root mean square.
+			runAgainstEval(t, b, s.f, s.args, 1e-3)
 		})
 	}
 }
