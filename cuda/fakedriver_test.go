@@ -41,6 +41,7 @@ type fakeCUDA struct {
 	launchArgs []fakeLaunch
 	kernels    map[string]*fakeKernel // entry name → signature, of every module loaded
 	exec       *fakeExec              // set by executeKernels: launches run
+	streams    *fakeStreams           // set by recordStreams: stream operations recorded
 	images     []string
 	progs      map[uintptr]*fakeProgram
 	destroyed  int
@@ -201,6 +202,9 @@ func (f *fakeCUDA) driver(name string, a []uintptr) uintptr {
 			return 201 // CUDA_ERROR_INVALID_CONTEXT
 		}
 	}
+	if f.streams != nil {
+		f.streams.call(name, a)
+	}
 	switch name {
 	case "cuDriverGetVersion":
 		putInt32(a[0], 13000)
@@ -265,6 +269,9 @@ func (f *fakeCUDA) driver(name string, a []uintptr) uintptr {
 				l.args = append(l.args, loadUintptr(loadUintptr(a[9]+uintptr(i)*8)))
 			}
 			f.launchArgs = append(f.launchArgs, l)
+			if f.streams != nil {
+				f.streams.launch(a[8], name, l.args)
+			}
 			if f.exec != nil {
 				if err := f.exec.launch(name, l.args); err != nil {
 					f.violations = append(f.violations, fmt.Sprintf("cuLaunchKernel %s: %v", name, err))

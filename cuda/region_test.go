@@ -18,11 +18,13 @@ import (
 )
 
 // fakeBackend is a backend over the fake driver (without cuBLASLt, so
-// every dot is a generated kernel); execute makes the fake run the kernels
-// it launches (skipping the test without gcc).
+// every dot is a generated kernel) recording its stream operations;
+// execute makes the fake run the kernels it launches (skipping the test
+// without gcc).
 func fakeBackend(t *testing.T, execute bool) (*fakeCUDA, *Backend) {
 	t.Helper()
 	fake, d := newFakeCUDA(t)
+	fake.recordStreams()
 	t.Setenv(rt.EnvDeviceMemory, "64MiB")
 	if execute {
 		fake.executeKernels(t)
@@ -101,58 +103,20 @@ var controlPrograms = []struct {
 func f32t(d ...int) ir.Type { return ir.TypeOf(ir.Float32, d...) }
 
 // Scan, while and cond run on the device: no step of theirs is a host
-// step, and with the fake driver running the launched kernels (built with
-// gcc) every program's results match eval's.
+// step, with the fake driver running the launched kernels (built with gcc)
+// every program's results match eval's, and the streams' events order
+// every conflicting pair of operations.
 func TestControlFlowOnDevice(t *testing.T) {
 	fake, b := fakeBackend(t, true)
 	for _, p := range controlPrograms {
 		t.Run(p.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(rand.Uint64(), 21))
 			f := traceFn(t, p.params, p.fn)
-			exe, err := b.Compile(f, rt.CompileOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if hs := exe.(*executable).HostSteps(); len(hs) != 0 {
-				t.Fatalf("host steps: %v", hs)
-			}
-			var ins []*ir.Literal
-			var bufs []trace.Buffer
+			var args []*ir.Literal
 			for _, prm := range f.Body.Params {
-				l := randomLiteral(rng, prm.Type)
-				ins = append(ins, l)
-				buf, err := b.FromLiteral(l)
-				if err != nil {
-					t.Fatal(err)
-				}
-				bufs = append(bufs, buf)
+				args = append(args, randomLiteral(rng, prm.Type))
 			}
-			want, err := eval.Run(f, ins)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Twice: the second execution reuses nothing of the first.
-			for range 2 {
-				outs, err := exe.Execute(bufs, rt.ExecOptions{})
-				if err != nil {
-					v, _, _ := fake.snapshot()
-					t.Fatalf("%v\n%s", err, strings.Join(v, "\n"))
-				}
-				for i, w := range want {
-					got, err := outs[i].Literal()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !got.Type.Equal(w.Type) {
-						t.Fatalf("result %d is %v, want %v", i, got.Type, w.Type)
-					}
-					for j := range w.Type.Size() {
-						if g, x := got.Float64At(j), w.Float64At(j); math.Abs(g-x) > 1e-5*(1+math.Abs(x)) {
-							t.Fatalf("result %d element %d = %v, want %v", i, j, g, x)
-						}
-					}
-				}
-			}
+			runAgainstEval(t, b, f, args, 1e-5, fake)
 		})
 	}
 }
@@ -391,7 +355,7 @@ func trainSteps(t *testing.T) []trainStep {
 // with the fake driver running the launched kernels their results match
 // eval's.
 func TestTrainStepsOnDevice(t *testing.T) {
-	_, b := fakeBackend(t, true)
+	fake, b := fakeBackend(t, true)
 	for _, s := range trainSteps(t) {
 		t.Run(s.name, func(t *testing.T) {
 			exe, err := b.Compile(s.f, rt.CompileOptions{})
@@ -425,15 +389,16 @@ func TestTrainStepsOnDevice(t *testing.T) {
 			if strings.Contains(s.name, "offload") && copies == 0 {
 				t.Fatalf("no copy between memory spaces")
 			}
-			runAgainstEval(t, b, s.f, s.args, 1e-4)
+			runAgainstEval(t, b, s.f, s.args, 1e-4, fake)
 		})
 	}
 }
 
 // runAgainstEval compiles f on b, checks that no step runs on the host,
 // executes it on args and compares every result with eval's within tol
-// (relative to 1+|want|).
-func runAgainstEval(t *testing.T, b *Backend, f *ir.Func, args []*ir.Literal, tol float64) {
+// (relative to 1+|want|). Over a fake driver recording streams, it also
+// checks that every conflicting pair of stream operations is ordered.
+func runAgainstEval(t *testing.T, b *Backend, f *ir.Func, args []*ir.Literal, tol float64, fake *fakeCUDA) {
 	t.Helper()
 	exe, err := b.Compile(f, rt.CompileOptions{})
 	if err != nil {
@@ -456,7 +421,21 @@ func runAgainstEval(t *testing.T, b *Backend, f *ir.Func, args []*ir.Literal, to
 	}
 	outs, err := exe.Execute(bufs, rt.ExecOptions{})
 	if err != nil {
+		if fake != nil {
+			v, _, _ := fake.snapshot()
+			t.Fatalf("%v\n%s", err, strings.Join(v, "\n"))
+		}
 		t.Fatal(err)
+	}
+	if fake != nil && fake.streams != nil {
+		fake.mu.Lock()
+		races := fake.streams.races(kernelsOf(exe.(*executable)))
+		n := len(fake.streams.ops)
+		fake.streams.ops = nil
+		fake.mu.Unlock()
+		if len(races) > 0 {
+			t.Fatalf("%d of %d stream operations race:\n%s", len(races), n, strings.Join(races[:min(len(races), 10)], "\n"))
+		}
 	}
 	for i, w := range want {
 		got, err := outs[i].Literal()
@@ -489,14 +468,14 @@ func TestDeviceControlFlow(t *testing.T) {
 			for _, prm := range f.Body.Params {
 				args = append(args, randomLiteral(rng, prm.Type))
 			}
-			runAgainstEval(t, b, f, args, 1e-4)
+			runAgainstEval(t, b, f, args, 1e-4, nil)
 		})
 	}
 	for _, s := range trainSteps(t) {
 		t.Run(s.name, func(t *testing.T) {
 			// Sums run in another order on the device; Adam's update
 			// divides by the gradients' root mean square.
-			runAgainstEval(t, b, s.f, s.args, 1e-3)
+			runAgainstEval(t, b, s.f, s.args, 1e-3, nil)
 		})
 	}
 }
