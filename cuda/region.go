@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/ferryml/ferry/ir"
@@ -45,7 +46,10 @@ import (
 // for the region's last copies (the plan's Final steps). So each iteration
 // starts after everything the previous one did, and copies overlap compute
 // inside an iteration (the host↔device copies of an offloaded scan body's
-// xs and ys slices) but not across iterations.
+// xs and ys slices). Across iterations, a scan body's copies of pinned_host
+// xs slices into buffers of their own are double buffered (planPrefetch):
+// iteration i issues the copy of slice i+1 once its last reader of the
+// buffer is issued, so that it overlaps the rest of iteration i.
 
 // region is a compiled region: the function body or a nested region of a
 // scan, while or cond step.
@@ -57,6 +61,12 @@ type region struct {
 	// copies is true when a step of the region (not of its nested regions)
 	// runs on a copy stream.
 	copies bool
+	// prefetch[i] lists the copy steps of a scan body whose copy for the
+	// next iteration is issued right after step i (planPrefetch);
+	// prefetched[k] marks them.
+	prefetch   [][]int
+	prefetched []bool
+	barrier    []bool // steps run on the host
 }
 
 // compileRegion prepares a step for every op of r, recursively for the
@@ -104,6 +114,7 @@ func (b *Backend) compileRegion(e *executable, r *ir.Region, plan *passes.Region
 			g.copies = true
 		}
 	}
+	g.barrier = barrier
 	var err error
 	if g.sched, err = PlanStreams(r.Ops, plan, barrier); err != nil {
 		return nil, err
@@ -156,6 +167,9 @@ func (b *Backend) compileControl(e *executable, plan *passes.RegionPlan, s *step
 				return bad(fmt.Sprintf("ys result %d (%v) and its slice (%v)", j, op.Results[j].Type, body.Results[j].Type))
 			}
 		}
+		if err := planPrefetch(s.subs[0], nc, nk); err != nil {
+			return err
+		}
 		s.kind = stepScan
 	case ir.While:
 		nc := op.Attrs.Int("num_consts")
@@ -176,6 +190,89 @@ func (b *Backend) compileControl(e *executable, plan *passes.RegionPlan, s *step
 		}
 		s.kind = stepCond
 	}
+	return nil
+}
+
+// planPrefetch finds the copies of scan body g that are double buffered
+// across iterations, as the CPU executor's are: a copy to device memory of
+// an xs slice in pinned_host whose destination, a temporary the body does
+// not return, shares its bytes with no other value or nested arena of the
+// body. Its copy of the next iteration's slice is issued on the H2D stream
+// once the iteration's last reader of the destination and its last copy to
+// the device have been issued (so that it holds up no copy of the current
+// iteration), after the H2D stream has waited for everything issued on the
+// compute and D2H streams so far; the next iteration then issues no copy
+// and its readers wait for that one.
+func planPrefetch(g *region, nc, nk int) error {
+	plan, r := g.plan, g.r
+	returned := map[*ir.Value]bool{}
+	for _, v := range r.Results {
+		returned[v] = true
+	}
+	lastH2D, point := -1, -1
+	for i, op := range r.Ops {
+		if g.steps[i].kind == stepCopy && StreamOf(op) == H2D {
+			lastH2D = i
+		}
+	}
+	for k, op := range r.Ops {
+		if g.steps[k].kind != stepCopy || StreamOf(op) != H2D || op.Args[0].Type.Space != ir.PinnedHost {
+			continue
+		}
+		src, dst := op.Args[0], op.Results[0]
+		sb, db := plan.Values[src], plan.Values[dst]
+		if src.Op != nil || sb.Kind != passes.BufParam || sb.Index < nc+nk || db.Kind != passes.BufTemp || returned[dst] {
+			continue
+		}
+		overlaps := func(space ir.MemorySpace, off, size int64) bool {
+			return space == db.Space && size > 0 && off < db.Offset+db.Size && db.Offset < off+size
+		}
+		alone := true
+		for v, b := range plan.Values {
+			if v != dst && b.Kind == passes.BufTemp && overlaps(b.Space, b.Offset, b.Size) {
+				alone = false
+			}
+		}
+		for sop, off := range plan.SubOffset {
+			var size int64
+			for _, sp := range plan.Sub[sop] {
+				size = max(size, sp.Arena[db.Space])
+			}
+			if overlaps(db.Space, off[db.Space], size) {
+				alone = false
+			}
+		}
+		last := -1
+		for j, o := range r.Ops {
+			if slices.Contains(o.Args, dst) {
+				last = j
+			}
+		}
+		if !alone || last < k {
+			continue
+		}
+		if g.prefetch == nil {
+			g.prefetch, g.prefetched = make([][]int, len(g.steps)), make([]bool, len(g.steps))
+		}
+		// In the body's order: the H2D stream runs them in the order the
+		// plan (H2DNext) assumes.
+		point = max(point, last, lastH2D)
+		g.prefetch[point] = append(g.prefetch[point], k)
+		g.prefetched[k] = true
+	}
+	if g.prefetch == nil {
+		return nil
+	}
+	st, err := StepAccesses(r.Ops, plan, g.barrier)
+	if err != nil {
+		return err
+	}
+	for k, p := range g.prefetched {
+		if p {
+			st[k].Stream = H2DNext
+		}
+	}
+	g.sched = PlanAccesses(st)
 	return nil
 }
 
@@ -214,6 +311,9 @@ type execution struct {
 	// the copy streams wait for at the start of an iteration.
 	events []uintptr
 	fork   uintptr
+	// after[s] is the event a prefetch has the H2D stream wait for on
+	// stream s (compute, D2H).
+	after [D2H + 1]uintptr
 	// flag is the pinned host bytes a predicate is read back into (0 until
 	// the first while or cond needs it).
 	flag uintptr
@@ -237,6 +337,14 @@ type frame struct {
 	// stage[i][k] is the staging buffer of result k of region op step i.
 	stage [][]mem
 	ptr   func(*ir.Value) (uintptr, bool, error)
+	// Prefetches (scan bodies): next[j] is the next iteration's slice of xs
+	// parameter j (hasNext: there is one); issued[k] says that copy step k
+	// of the next iteration was issued by this one, with its event in
+	// pre[k] (run swaps it into events[k]).
+	next    []loc
+	hasNext bool
+	issued  []bool
+	pre     []uintptr
 }
 
 func (x *execution) newFrame(g *region) *frame {
@@ -266,6 +374,10 @@ func (x *execution) sub(f *frame, i, k int) *frame {
 		}
 		if st.op.Code == ir.Scan {
 			s.slices = make([]loc, len(s.g.r.Results))
+			if s.g.prefetch != nil {
+				s.next = make([]loc, len(s.params))
+				s.issued, s.pre = make([]bool, len(s.g.steps)), make([]uintptr, len(s.g.steps))
+			}
 		}
 		f.subs[i][k] = s
 	}
@@ -373,7 +485,14 @@ func (x *execution) run(f *frame) error {
 	for i := range g.steps {
 		s := &g.steps[i]
 		p := g.sched.Steps[i]
-		stream := b.streams[p.Stream]
+		stream := b.streams[p.Stream.device()]
+		if f.issued != nil && f.issued[i] {
+			// The previous iteration issued this copy: its event stands
+			// for the step.
+			f.issued[i] = false
+			f.events[i], f.pre[i] = f.pre[i], f.events[i]
+			continue
+		}
 		for _, j := range p.Wait {
 			if err := b.d.Check("cuStreamWaitEvent", stream, f.events[j], 0); err != nil {
 				return err
@@ -403,11 +522,59 @@ func (x *execution) run(f *frame) error {
 				return err
 			}
 		}
+		if g.prefetch != nil && len(g.prefetch[i]) > 0 && f.hasNext {
+			if err := x.prefetch(f, i); err != nil {
+				return fmt.Errorf("prefetch after %v step %d: %w", s.op.Code, i, err)
+			}
+		}
 	}
 	for _, j := range g.sched.Final {
 		if err := b.d.Check("cuStreamWaitEvent", b.streams[Compute], f.events[j], 0); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// prefetch issues, after step i of scan body frame f, the next iteration's
+// copies that planPrefetch placed there, on the H2D stream after
+// everything issued on the compute and D2H streams so far (the readers of
+// their destinations in this iteration).
+func (x *execution) prefetch(f *frame, i int) error {
+	b := x.b
+	for _, s := range []Stream{Compute, D2H} {
+		if x.after[s] == 0 {
+			var err error
+			if x.after[s], err = x.event(); err != nil {
+				return err
+			}
+		}
+		if err := b.d.Check("cuEventRecord", x.after[s], b.streams[s]); err != nil {
+			return err
+		}
+		if err := b.d.Check("cuStreamWaitEvent", b.streams[H2D], x.after[s], 0); err != nil {
+			return err
+		}
+	}
+	for _, k := range f.g.prefetch[i] {
+		op := f.g.steps[k].op
+		dst, err := x.loc(f, op.Results[0])
+		if err != nil {
+			return err
+		}
+		src := f.next[f.g.plan.Values[op.Args[0]].Index]
+		if err := b.copy(dst.p, dst.host, src.p, src.host, op.Results[0].Type.Bytes(), b.streams[H2D]); err != nil {
+			return err
+		}
+		if f.pre[k] == 0 {
+			if f.pre[k], err = x.event(); err != nil {
+				return err
+			}
+		}
+		if err := b.d.Check("cuEventRecord", f.pre[k], b.streams[H2D]); err != nil {
+			return err
+		}
+		f.issued[k] = true
 	}
 	return nil
 }
@@ -427,7 +594,7 @@ func (x *execution) runIteration(f *frame) error {
 		if err := b.d.Check("cuEventRecord", x.fork, b.streams[Compute]); err != nil {
 			return err
 		}
-		for s := H2D; s < numStreams; s++ {
+		for _, s := range []Stream{H2D, D2H} {
 			if err := b.d.Check("cuStreamWaitEvent", b.streams[s], x.fork, 0); err != nil {
 				return err
 			}
@@ -557,8 +724,16 @@ func (x *execution) scan(f *frame, i int) error {
 		if reverse {
 			idx = n - 1 - it
 		}
+		next := idx + 1
+		if reverse {
+			next = idx - 1
+		}
+		body.hasNext = body.next != nil && it+1 < n
 		for j := nc + nk; j < len(args); j++ {
 			body.params[j] = args[j].add(int64(idx) * bp[j].Type.Bytes())
+			if body.hasNext {
+				body.next[j] = args[j].add(int64(next) * bp[j].Type.Bytes())
+			}
 		}
 		for j := nk; j < len(outs); j++ {
 			dst[j] = outs[j].add(int64(idx) * br[j].Type.Bytes())

@@ -3,8 +3,10 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -366,9 +368,14 @@ func TestTrainStepsOnDevice(t *testing.T) {
 			if hs := e.HostSteps(); len(hs) != 0 {
 				t.Fatalf("host steps: %v", hs)
 			}
-			scans, copies := 0, 0
+			scans, copies, prefetched := 0, 0, 0
 			var count func(g *region)
 			count = func(g *region) {
+				for _, p := range g.prefetched {
+					if p {
+						prefetched++
+					}
+				}
 				for _, st := range g.steps {
 					if st.kind == stepScan {
 						scans++
@@ -382,7 +389,7 @@ func TestTrainStepsOnDevice(t *testing.T) {
 				}
 			}
 			count(e.top)
-			t.Logf("%d top-level steps, %d scans, %d copies between spaces", len(e.steps), scans, copies)
+			t.Logf("%d top-level steps, %d scans, %d copies between spaces (%d double buffered)", len(e.steps), scans, copies, prefetched)
 			if strings.HasPrefix(s.name, "transformer") && scans < 2 {
 				t.Fatalf("%d scan steps, want the layer stack's forward and backward scans", scans)
 			}
@@ -477,5 +484,104 @@ func TestDeviceControlFlow(t *testing.T) {
 			// divides by the gradients' root mean square.
 			runAgainstEval(t, b, s.f, s.args, 1e-3, nil)
 		})
+	}
+}
+
+// A scan over pinned_host weights copies each layer's slice to the device
+// once, double buffered: the copy of slice i+1 is issued during iteration
+// i, right after the last reader of the slice's device buffer (before the
+// iteration's copy of its y to pinned_host), and iteration i+1 issues no
+// copy of its own; the results match eval and no stream operations race.
+func TestScanPrefetch(t *testing.T) {
+	fake, b := fakeBackend(t, true)
+	const n = 5
+	f := traceFn(t, []ir.Type{f32t(4, 4), f32t(n, 4, 4).WithSpace(ir.PinnedHost)}, func(x []*trace.Array) []*trace.Array {
+		c, ys := trace.Scan(func(c, xs []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			w := trace.DevicePut(xs[0], ir.Device)
+			h := trace.Tanh(trace.MatMul(c[0], w))
+			return []*trace.Array{h}, []*trace.Array{trace.DevicePut(h, ir.PinnedHost)}
+		}, []*trace.Array{x[0]}, []*trace.Array{x[1]})
+		return append(c, ys...)
+	})
+	exe, err := b.Compile(f, rt.CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body *region
+	for _, s := range exe.(*executable).steps {
+		if s.kind == stepScan {
+			body = s.subs[0]
+		}
+	}
+	if body == nil || !slices.Contains(body.prefetched, true) {
+		t.Fatalf("the weights' copy is not double buffered")
+	}
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 25))
+	var args []*ir.Literal
+	var bufs []trace.Buffer
+	for _, p := range f.Body.Params {
+		l := randomLiteral(rng, p.Type)
+		args = append(args, l)
+		buf, err := b.FromLiteral(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs = append(bufs, buf)
+	}
+	fake.mu.Lock()
+	fake.streams.ops = nil
+	fake.mu.Unlock()
+	outs, err := exe.Execute(bufs, rt.ExecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs := bufs[1].(*Buffer).m.ptr
+	ys := outs[1].(*Buffer).m.ptr
+	const slice = 4 * 4 * 4
+	fake.mu.Lock()
+	var order []string
+	for _, op := range fake.streams.ops {
+		switch a := op.accesses; op.what {
+		case "cuMemcpyHtoDAsync":
+			if a[0].p >= xs && a[0].p < xs+n*slice {
+				order = append(order, fmt.Sprintf("in%d", (a[0].p-xs)/slice))
+			}
+		case "cuMemcpyDtoHAsync":
+			if a[1].p >= ys && a[1].p < ys+n*slice {
+				order = append(order, fmt.Sprintf("out%d", (a[1].p-ys)/slice))
+			}
+		}
+	}
+	fake.mu.Unlock()
+	want := []string{"in0"}
+	for i := range n {
+		if i+1 < n {
+			want = append(want, fmt.Sprintf("in%d", i+1))
+		}
+		want = append(want, fmt.Sprintf("out%d", i))
+	}
+	if !slices.Equal(order, want) {
+		t.Fatalf("copies issued in the order %v, want %v", order, want)
+	}
+	fake.mu.Lock()
+	races := fake.streams.races(kernelsOf(exe.(*executable)))
+	fake.mu.Unlock()
+	if len(races) > 0 {
+		t.Fatalf("stream operations race:\n%s", strings.Join(races, "\n"))
+	}
+	wantOuts, err := eval.Run(f, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range wantOuts {
+		got, err := outs[i].Literal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range w.Type.Size() {
+			if g, x := got.Float64At(j), w.Float64At(j); math.Abs(g-x) > 1e-5*(1+math.Abs(x)) {
+				t.Fatalf("result %d element %d = %v, want %v", i, j, g, x)
+			}
+		}
 	}
 }

@@ -12,16 +12,29 @@ import (
 type Stream uint8
 
 // Streams: kernels run on Compute; copies into device memory on H2D, copies
-// out of it on D2H, so that they overlap with compute.
+// out of it on D2H, so that they overlap with compute. H2DNext is no stream
+// of its own: it plans the copies of a scan body that the previous
+// iteration issues early (double buffering, planPrefetch). They run on the
+// H2D stream, but out of the body's order, so the plan must not take the
+// H2D stream's order to cover them.
 const (
 	Compute Stream = iota
 	H2D
 	D2H
+	H2DNext
 )
 
-const numStreams = 3
+const numStreams = 4
 
-func (s Stream) String() string { return [...]string{"compute", "h2d", "d2h"}[s] }
+func (s Stream) String() string { return [...]string{"compute", "h2d", "d2h", "h2d-next"}[s] }
+
+// device returns the stream s runs on.
+func (s Stream) device() Stream {
+	if s == H2DNext {
+		return H2D
+	}
+	return s
+}
 
 // MemKind says which allocation of one execution an access touches.
 type MemKind uint8
@@ -127,10 +140,10 @@ type Plan struct {
 func PlanAccesses(steps []StepAccess) Plan {
 	n := len(steps)
 	p := Plan{Steps: make([]StepPlan, n)}
-	none := [numStreams]int{-1, -1, -1}
-	known := [numStreams][numStreams]int{none, none, none} // known[s][t]: last step of t ordered before s's next step
-	clock := make([][numStreams]int, n)                    // clock[j][t]: last step of t ordered before (or =) j
-	var of [numStreams][]int                               // steps per stream, in order
+	none := [numStreams]int{-1, -1, -1, -1}
+	known := [numStreams][numStreams]int{none, none, none, none} // known[s][t]: last step of t ordered before s's next step
+	clock := make([][numStreams]int, n)                          // clock[j][t]: last step of t ordered before (or =) j
+	var of [numStreams][]int                                     // steps per stream, in order
 	last := none
 	for i := range steps {
 		st := &steps[i]
