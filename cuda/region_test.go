@@ -585,3 +585,61 @@ func TestScanPrefetch(t *testing.T) {
 		}
 	}
 }
+
+// A dot in a scan body is a cuBLASLt matmul like a top-level one: each
+// iteration runs it on that iteration's slice of the stacked weights.
+func TestScanMatmulInBody(t *testing.T) {
+	fake, d := newFakeCUDA(t)
+	lt := fake.withCublasLt(d)
+	t.Setenv(rt.EnvDeviceMemory, "64MiB")
+	b, err := newBackend(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	f := traceFn(t, []ir.Type{f32t(8, 8), f32t(n, 8, 8)}, func(x []*trace.Array) []*trace.Array {
+		c, _ := trace.Scan(func(c, xs []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			return []*trace.Array{trace.MatMul(c[0], xs[0])}, nil
+		}, []*trace.Array{x[0]}, []*trace.Array{x[1]})
+		return c
+	})
+	exe, err := b.Compile(f, rt.CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body *region
+	for _, s := range exe.(*executable).steps {
+		if s.kind == stepScan {
+			body = s.subs[0]
+		}
+	}
+	if body == nil || len(body.steps) != 1 || body.steps[0].kind != stepMatmul {
+		t.Fatalf("the scan body's dot is not a cuBLASLt step")
+	}
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 26))
+	var bufs []trace.Buffer
+	for _, p := range f.Body.Params {
+		buf, err := b.FromLiteral(randomLiteral(rng, p.Type))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs = append(bufs, buf)
+	}
+	if _, err := exe.Execute(bufs, rt.ExecOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	calls := lt.find("cublasLtMatmul")
+	if len(calls) != n {
+		t.Fatalf("%d cublasLtMatmul calls, want %d", len(calls), n)
+	}
+	xs := bufs[1].(*Buffer).m.ptr
+	for i, c := range calls {
+		// A is the rhs (column-major view of the row-major product).
+		if want := xs + uintptr(i*8*8*4); c.args[3] != want {
+			t.Fatalf("iteration %d: A = %#x, want the weights' slice %#x", i, c.args[3], want)
+		}
+	}
+	if v, _, _ := fake.snapshot(); len(v) > 0 {
+		t.Fatalf("violations: %v", v)
+	}
+}
