@@ -44,12 +44,15 @@ import (
 // the copy streams, both copy streams wait for the compute stream (an event
 // recorded there), and every iteration ends with the compute stream waiting
 // for the region's last copies (the plan's Final steps). So each iteration
-// starts after everything the previous one did, and copies overlap compute
-// inside an iteration (the host↔device copies of an offloaded scan body's
-// xs and ys slices). Across iterations, a scan body's copies of pinned_host
+// starts after everything the previous one did (prefetches below aside),
+// and copies overlap compute inside an iteration (the host↔device copies
+// of an offloaded scan body's xs and ys slices). Across iterations, a scan body's copies of pinned_host
 // xs slices into buffers of their own are double buffered (planPrefetch):
 // iteration i issues the copy of slice i+1 once its last reader of the
 // buffer is issued, so that it overlaps the rest of iteration i.
+//
+// Sort has no device kernel: it stays a host step (run by eval after the
+// streams drain), in a nested region too; HostSteps lists it.
 
 // region is a compiled region: the function body or a nested region of a
 // scan, while or cond step.
