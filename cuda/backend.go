@@ -403,45 +403,11 @@ func (b *Backend) Compile(f *ir.Func, opts rt.CompileOptions) (rt.Executable, er
 		return nil, err
 	}
 	defer b.exit()
-	ops := prog.Func.Body.Ops
-	e := &executable{b: b, prog: prog, steps: make([]step, len(ops))}
-	for i, op := range ops {
-		s := &e.steps[i]
-		s.op = op
-		switch {
-		case op.Code == ir.DevicePut:
-			s.kind = stepCopy
-		case op.Code == ir.Constant:
-			s.kind = stepConst
-			l := op.Attrs.Literal("value")
-			c, err := b.fromLiteral(l.Clone())
-			if err != nil {
-				return nil, err
-			}
-			s.constant = c
-		case b.prepareMatmul(e, s):
-			// cuBLASLt (with the generated epilogue of an output fusion).
-		default:
-			k, err := GenerateOp(op, GenerateOptions{})
-			if err != nil {
-				s.kind = stepHost // sort, scan, while, cond: run by eval on the host
-				s.why = err.Error()
-				continue
-			}
-			fns, err := b.module(k)
-			if err != nil {
-				return nil, err
-			}
-			s.kind, s.kernel, s.fns = stepKernel, k, fns
-		}
-	}
-	barrier := make([]bool, len(ops))
-	for i := range e.steps {
-		barrier[i] = e.steps[i].kind == stepHost
-	}
-	if e.plan, err = PlanStreams(ops, prog.Plan, barrier); err != nil {
+	e := &executable{b: b, prog: prog}
+	if e.top, err = b.compileRegion(e, prog.Func.Body, prog.Plan); err != nil {
 		return nil, err
 	}
+	e.steps, e.plan = e.top.steps, e.top.sched
 	return e, nil
 }
 
@@ -453,6 +419,11 @@ const (
 	stepConst
 	stepHost
 	stepMatmul
+	// stepScan, stepWhile and stepCond run their nested regions' steps
+	// from a loop on the host (region.go).
+	stepScan
+	stepWhile
+	stepCond
 )
 
 type step struct {
@@ -470,6 +441,9 @@ type step struct {
 	mm       *LtMatmul
 	lhs, rhs int
 	fused    bool
+	// subs are the compiled nested regions of a scan (body), while (cond,
+	// body) or cond (true, false branch) step.
+	subs []*region
 }
 
 type executable struct {
@@ -479,22 +453,20 @@ type executable struct {
 	// compute stream only).
 	scratch int64
 	prog    *passes.Program
-	plan    Plan
-	steps   []step
+	// top is the compiled function body; steps and plan are its steps and
+	// stream plan.
+	top   *region
+	plan  Plan
+	steps []step
 }
 
 func (e *executable) Program() *passes.Program { return e.prog }
 
-// HostSteps lists the steps that run on the host (with the reason).
-func (e *executable) HostSteps() []string {
-	var out []string
-	for _, s := range e.steps {
-		if s.kind == stepHost {
-			out = append(out, fmt.Sprintf("%v: %s", s.op.Code, s.why))
-		}
-	}
-	return out
-}
+// HostSteps lists the steps that run on the host through the reference
+// executor, with the reason, nested regions included ("scan body / sort:
+// ..."). Scan, while and cond are not among them: their loops run on the
+// host, launching their bodies' steps on the device.
+func (e *executable) HostSteps() []string { return e.top.hostSteps("") }
 
 // Execute runs the steps in order on their streams, with events ordering the
 // copies against compute, and returns the result buffers.
@@ -548,90 +520,36 @@ func (e *executable) Execute(args []trace.Buffer, opts rt.ExecOptions) ([]trace.
 			return nil, err
 		}
 	}
+	x := &execution{e: e, b: b, in: in, results: make([]*Buffer, len(body.Results)), scratch: scratch.ptr}
 	defer func() {
 		_ = b.sync()
 		for _, a := range arenas {
 			_ = b.release(a)
 		}
 		_ = b.release(scratch)
+		x.free()
 	}()
-	results := make([]*Buffer, len(body.Results))
-	ptr := func(v *ir.Value) (uintptr, bool, error) {
-		buf, ok := plan.Values[v]
-		if !ok {
-			return 0, false, fmt.Errorf("cuda: value %v has no buffer", v)
-		}
-		switch buf.Kind {
-		case passes.BufParam:
-			return in[buf.Index].m.ptr, in[buf.Index].m.host, nil
-		case passes.BufAlias:
-			x := in[buf.Param]
-			if results[buf.Index] == nil {
-				results[buf.Index] = &Buffer{b: b, t: body.Results[buf.Index].Type, m: x.m}
-				x.freed = true // donated: its memory now belongs to the result
-			}
-			return x.m.ptr, x.m.host, nil
-		case passes.BufOutput:
-			if results[buf.Index] == nil {
-				m, err := b.allocate(v.Type.Bytes(), v.Type.Space)
-				if err != nil {
-					return 0, false, err
-				}
-				results[buf.Index] = &Buffer{b: b, t: body.Results[buf.Index].Type, m: m}
-			}
-			r := results[buf.Index]
-			return r.m.ptr, r.m.host, nil
-		case passes.BufTemp:
-			a := arenas[buf.Space]
-			return a.ptr + uintptr(buf.Offset), a.host, nil
-		}
-		return 0, false, fmt.Errorf("cuda: value %v has buffer kind %v at top level", v, buf.Kind)
+	top := x.newFrame(e.top)
+	top.top = true
+	for i, buf := range in {
+		top.params[i] = loc{buf.m.ptr, buf.m.host}
 	}
-	events := make([]uintptr, len(e.steps))
-	defer func() {
-		for _, ev := range events {
-			if ev != 0 {
-				_ = b.d.Check("cuEventDestroy", ev)
-			}
-		}
-	}()
-	for i := range e.steps {
-		s := &e.steps[i]
-		p := e.plan.Steps[i]
-		stream := b.streams[p.Stream]
-		for _, j := range p.Wait {
-			if err := b.d.Check("cuStreamWaitEvent", stream, events[j], 0); err != nil {
-				return nil, err
-			}
-		}
-		if err := e.run(s, stream, ptr, scratch.ptr); err != nil {
-			return nil, fmt.Errorf("%v step %d: %w", s.op.Code, i, err)
-		}
-		if p.Record {
-			// CU_EVENT_DISABLE_TIMING: ordering only.
-			if err := b.d.Check("cuEventCreate", uintptr(unsafe.Pointer(&events[i])), 2); err != nil {
-				return nil, err
-			}
-			if err := b.d.Check("cuEventRecord", events[i], stream); err != nil {
-				return nil, err
-			}
-		}
+	for sp, a := range arenas {
+		top.arena[sp] = loc{a.ptr, a.host}
 	}
-	// The end of execution waits for the copy streams (PlanAccesses orders
-	// it after every copy not already ordered before compute), so that the
-	// result copies below and the synchronisation of the compute stream
-	// cover every outstanding read and write.
-	for _, j := range e.plan.Final {
-		if err := b.d.Check("cuStreamWaitEvent", b.streams[Compute], events[j], 0); err != nil {
-			return nil, err
-		}
+	// run ends with the compute stream waiting for the copy streams (the
+	// plan's Final steps), so that the result copies below and the
+	// synchronisation of the compute stream cover every outstanding read
+	// and write.
+	if err := x.run(top); err != nil {
+		return nil, err
 	}
 	// Results that are parameters or computed twice: copy into fresh buffers.
 	for i, v := range body.Results {
-		if results[i] != nil {
+		if x.results[i] != nil {
 			continue
 		}
-		src, host, err := ptr(v)
+		src, err := x.loc(top, v)
 		if err != nil {
 			return nil, err
 		}
@@ -639,10 +557,10 @@ func (e *executable) Execute(args []trace.Buffer, opts rt.ExecOptions) ([]trace.
 		if err != nil {
 			return nil, err
 		}
-		if err := b.copy(m.ptr, m.host, src, host, v.Type.Bytes(), b.streams[Compute]); err != nil {
+		if err := b.copy(m.ptr, m.host, src.p, src.host, v.Type.Bytes(), b.streams[Compute]); err != nil {
 			return nil, err
 		}
-		results[i] = &Buffer{b: b, t: v.Type, m: m}
+		x.results[i] = &Buffer{b: b, t: v.Type, m: m}
 	}
 	// Compute now follows every other stream: when it drains, nothing of
 	// this execution is outstanding, and freeing the arenas (deferred),
@@ -650,8 +568,8 @@ func (e *executable) Execute(args []trace.Buffer, opts rt.ExecOptions) ([]trace.
 	if err := b.d.Check("cuStreamSynchronize", b.streams[Compute]); err != nil {
 		return nil, err
 	}
-	out := make([]trace.Buffer, len(results))
-	for i, r := range results {
+	out := make([]trace.Buffer, len(x.results))
+	for i, r := range x.results {
 		out[i] = r
 	}
 	return out, nil
@@ -802,7 +720,7 @@ func init() {
 // output fusion starting with one) that MatmulSpecFor accepts on device
 // memory and the heuristic finds an algorithm for; otherwise it returns
 // false and the step gets its generated kernel.
-func (b *Backend) prepareMatmul(e *executable, s *step) bool {
+func (b *Backend) prepareMatmul(e *executable, plan *passes.RegionPlan, s *step) bool {
 	if b.lt == 0 {
 		return false
 	}
@@ -826,10 +744,12 @@ func (b *Backend) prepareMatmul(e *executable, s *step) bool {
 	}
 	// The alignment the matrices will have: allocations (arguments,
 	// results, arenas, the scratch buffer) start 256-byte aligned, and a
-	// temporary sits at its planned offset into its arena. Run checks the
+	// temporary sits at its planned offset into its arena (a nested
+	// region's arena starts 64-byte aligned; slices of xs and ys are
+	// wherever the iteration puts them). Run checks the
 	// real pointers and asks the heuristic again if they differ.
 	addr := func(v *ir.Value) uintptr {
-		if buf, ok := e.prog.Plan.Values[v]; ok && buf.Kind == passes.BufTemp {
+		if buf, ok := plan.Values[v]; ok && buf.Kind == passes.BufTemp {
 			return uintptr(buf.Offset)
 		}
 		return 0

@@ -36,6 +36,12 @@ type fakeCUDA struct {
 	mem        map[uintptr][]byte // base address → backing Go memory
 	funcs      map[uintptr]string // CUfunction → entry name
 	launches   []string
+	// launchArgs holds each launch's arguments (the count read from the
+	// kernel's signature in the module's source).
+	launchArgs []fakeLaunch
+	kernels    map[string]*fakeKernel // entry name → signature, of every module loaded
+	exec       *fakeExec              // set by executeKernels: launches run
+	streams    *fakeStreams           // set by recordStreams: stream operations recorded
 	images     []string
 	progs      map[uintptr]*fakeProgram
 	destroyed  int
@@ -196,6 +202,9 @@ func (f *fakeCUDA) driver(name string, a []uintptr) uintptr {
 			return 201 // CUDA_ERROR_INVALID_CONTEXT
 		}
 	}
+	if f.streams != nil {
+		f.streams.call(name, a)
+	}
 	switch name {
 	case "cuDriverGetVersion":
 		putInt32(a[0], 13000)
@@ -227,7 +236,19 @@ func (f *fakeCUDA) driver(name string, a []uintptr) uintptr {
 	case "cuStreamCreate", "cuEventCreate":
 		putUintptr(a[0], f.handle())
 	case "cuModuleLoadData":
-		f.images = append(f.images, cString(a[1]))
+		img := cString(a[1])
+		f.images = append(f.images, img)
+		if src, ks, err := parseFakeImage(img); err == nil {
+			if f.kernels == nil {
+				f.kernels = map[string]*fakeKernel{}
+			}
+			for _, k := range ks {
+				f.kernels[k.name] = k
+			}
+			if f.exec != nil {
+				f.exec.load(src, ks)
+			}
+		}
 		putUintptr(a[0], f.handle())
 	case "cuModuleGetFunction":
 		h := f.handle()
@@ -240,7 +261,24 @@ func (f *fakeCUDA) driver(name string, a []uintptr) uintptr {
 			f.violations = append(f.violations, fmt.Sprintf("cuLaunchKernel: first argument %#x is no allocation", p0))
 			return 1
 		}
-		f.launches = append(f.launches, f.funcs[a[0]])
+		name := f.funcs[a[0]]
+		f.launches = append(f.launches, name)
+		if k := f.kernels[name]; k != nil {
+			l := fakeLaunch{name: name}
+			for i := range k.nargs {
+				l.args = append(l.args, loadUintptr(loadUintptr(a[9]+uintptr(i)*8)))
+			}
+			f.launchArgs = append(f.launchArgs, l)
+			if f.streams != nil {
+				f.streams.launch(a[8], name, l.args)
+			}
+			if f.exec != nil {
+				if err := f.exec.launch(name, l.args); err != nil {
+					f.violations = append(f.violations, fmt.Sprintf("cuLaunchKernel %s: %v", name, err))
+					return 1
+				}
+			}
+		}
 	case "cuEventElapsedTime":
 		putFloat32(a[0], 1.5)
 	}

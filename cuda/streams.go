@@ -12,16 +12,29 @@ import (
 type Stream uint8
 
 // Streams: kernels run on Compute; copies into device memory on H2D, copies
-// out of it on D2H, so that they overlap with compute.
+// out of it on D2H, so that they overlap with compute. H2DNext is no stream
+// of its own: it plans the copies of a scan body that the previous
+// iteration issues early (double buffering, planPrefetch). They run on the
+// H2D stream, but out of the body's order, so the plan must not take the
+// H2D stream's order to cover them.
 const (
 	Compute Stream = iota
 	H2D
 	D2H
+	H2DNext
 )
 
-const numStreams = 3
+const numStreams = 4
 
-func (s Stream) String() string { return [...]string{"compute", "h2d", "d2h"}[s] }
+func (s Stream) String() string { return [...]string{"compute", "h2d", "d2h", "h2d-next"}[s] }
+
+// device returns the stream s runs on.
+func (s Stream) device() Stream {
+	if s == H2DNext {
+		return H2D
+	}
+	return s
+}
 
 // MemKind says which allocation of one execution an access touches.
 type MemKind uint8
@@ -35,6 +48,9 @@ const (
 	MemOutput
 	// MemArena is the arena of memory space Mem.Index (ir.MemorySpace).
 	MemArena
+	// MemSlice is, in a scan body, the running iteration's slice of the ys
+	// of body result Mem.Index.
+	MemSlice
 )
 
 // Mem names one allocation.
@@ -51,6 +67,8 @@ func (m Mem) String() string {
 		return fmt.Sprintf("out%d", m.Index)
 	case MemArena:
 		return fmt.Sprintf("arena(%v)", ir.MemorySpace(m.Index))
+	case MemSlice:
+		return fmt.Sprintf("slice%d", m.Index)
 	}
 	return fmt.Sprintf("mem(%d,%d)", m.Kind, m.Index)
 }
@@ -122,10 +140,10 @@ type Plan struct {
 func PlanAccesses(steps []StepAccess) Plan {
 	n := len(steps)
 	p := Plan{Steps: make([]StepPlan, n)}
-	none := [numStreams]int{-1, -1, -1}
-	known := [numStreams][numStreams]int{none, none, none} // known[s][t]: last step of t ordered before s's next step
-	clock := make([][numStreams]int, n)                    // clock[j][t]: last step of t ordered before (or =) j
-	var of [numStreams][]int                               // steps per stream, in order
+	none := [numStreams]int{-1, -1, -1, -1}
+	known := [numStreams][numStreams]int{none, none, none, none} // known[s][t]: last step of t ordered before s's next step
+	clock := make([][numStreams]int, n)                          // clock[j][t]: last step of t ordered before (or =) j
+	var of [numStreams][]int                                     // steps per stream, in order
 	last := none
 	for i := range steps {
 		st := &steps[i]
@@ -227,8 +245,10 @@ func bufferAccess(plan *passes.RegionPlan, v *ir.Value, write bool) (Access, err
 		a.Mem = Mem{MemOutput, b.Index}
 	case passes.BufTemp:
 		a.Mem, a.Off = Mem{MemArena, int(b.Space)}, b.Offset
+	case passes.BufSlice:
+		a.Mem = Mem{MemSlice, b.Index}
 	default:
-		return Access{}, fmt.Errorf("cuda: value %v has buffer kind %v at top level", v, b.Kind)
+		return Access{}, fmt.Errorf("cuda: value %v has buffer kind %v", v, b.Kind)
 	}
 	return a, nil
 }

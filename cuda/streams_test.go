@@ -191,7 +191,7 @@ func happensBefore(st []StepAccess, p Plan) [][]bool {
 	for i := range hb {
 		hb[i] = make([]bool, n+1)
 	}
-	lastOn := [numStreams]int{-1, -1, -1}
+	lastOn := [numStreams]int{-1, -1, -1, -1}
 	lastBarrier := -1
 	for i := 0; i <= n; i++ {
 		if i == n {

@@ -235,6 +235,9 @@ func main() {
 	}
 	if hs, ok := exe.(interface{ HostSteps() []string }); ok {
 		res["host_fallback_steps"] = len(hs.HostSteps())
+		if len(hs.HostSteps()) > 0 {
+			res["host_fallback"] = hs.HostSteps()
+		}
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -58,6 +58,49 @@ var programs = []program{
 		}, []*trace.Array{x[0]}, []*trace.Array{x[1]})
 		return append(carry, ys...)
 	}},
+	// Control flow on the device: a reverse scan with a const, two carries
+	// (swapped each iteration) and two xs; a scan over pinned_host xs
+	// writing pinned_host ys (the offload plan's per-iteration copies); a
+	// cond inside a scan body; a while loop; a cond.
+	{"scan_reverse_consts", []ir.Type{f32(3), f32(3), f32(3, 3), f32(6, 3), f32(6, 3)}, func(x []*trace.Array) []*trace.Array {
+		w := x[2]
+		carry, ys := trace.Scan(func(c, xs []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			n := trace.Tanh(trace.Add(trace.MatMul(w, c[0]), trace.Mul(xs[0], c[1])))
+			return []*trace.Array{trace.Add(c[1], xs[1]), n}, []*trace.Array{n, trace.Sum(n)}
+		}, []*trace.Array{x[0], x[1]}, []*trace.Array{x[3], x[4]}, trace.ScanReverse())
+		return append(carry, ys...)
+	}},
+	{"scan_offload", []ir.Type{f32(4, 4), f32(5, 4, 4).WithSpace(ir.PinnedHost)}, func(x []*trace.Array) []*trace.Array {
+		carry, ys := trace.Scan(func(c, xs []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			wd := trace.DevicePut(xs[0], ir.Device)
+			n := trace.Tanh(trace.MatMul(c[0], wd))
+			return []*trace.Array{n}, []*trace.Array{trace.DevicePut(n, ir.PinnedHost)}
+		}, []*trace.Array{x[0]}, []*trace.Array{x[1]})
+		return append(carry, ys...)
+	}},
+	{"scan_cond", []ir.Type{f32(3), f32(4, 3)}, func(x []*trace.Array) []*trace.Array {
+		carry, ys := trace.Scan(func(c, xs []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			r := trace.Cond(trace.Greater(trace.Sum(xs[0]), trace.Scalar(0)),
+				func(o []*trace.Array) []*trace.Array { return []*trace.Array{trace.Add(o[0], o[1])} },
+				func(o []*trace.Array) []*trace.Array { return []*trace.Array{trace.Mul(o[0], o[1])} },
+				c[0], xs[0])
+			return r, []*trace.Array{trace.Sum(r[0])}
+		}, []*trace.Array{x[0]}, []*trace.Array{x[1]})
+		return append(carry, ys...)
+	}},
+	{"while", []ir.Type{f32(4), f32(4)}, func(x []*trace.Array) []*trace.Array {
+		return trace.While(func(s []*trace.Array) *trace.Array {
+			return trace.Less(s[0], trace.ScalarOf(6, ir.Int32))
+		}, func(s []*trace.Array) []*trace.Array {
+			return []*trace.Array{trace.Add(s[0], trace.ScalarOf(1, ir.Int32)), trace.Add(trace.Mul(s[1], x[1]), trace.Scalar(0.5))}
+		}, trace.ScalarOf(0, ir.Int32), x[0])
+	}},
+	{"cond", []ir.Type{f32(5), f32(5)}, func(x []*trace.Array) []*trace.Array {
+		return trace.Cond(trace.Greater(trace.Sum(x[0]), trace.Sum(x[1])),
+			func(o []*trace.Array) []*trace.Array { return []*trace.Array{trace.Sub(o[0], o[1]), o[1]} },
+			func(o []*trace.Array) []*trace.Array { return []*trace.Array{o[1], trace.Tanh(o[0])} },
+			x[0], x[1])
+	}},
 	// Dots in the layouts cuBLASLt takes (batched, contracting either
 	// operand's either axis) and its dtypes, plus an output fusion.
 	{"batched_dots", []ir.Type{f32(3, 5, 4), f32(3, 6, 4), f32(4, 7)}, func(x []*trace.Array) []*trace.Array {
@@ -89,7 +132,8 @@ func random(rng *rand.Rand, t ir.Type) *ir.Literal {
 }
 
 // Every program runs on every backend and matches eval: values, dtypes,
-// shapes and memory spaces.
+// shapes and memory spaces; no step of a backend that reports host steps
+// (CUDA: ops without a device kernel, run by eval) runs on the host.
 func TestProgramsOnBackends(t *testing.T) {
 	for _, be := range Backends() {
 		t.Run(be.Name, func(t *testing.T) {
@@ -118,6 +162,9 @@ func TestProgramsOnBackends(t *testing.T) {
 					exe, err := be.Backend.Compile(f, rt.CompileOptions{})
 					if err != nil {
 						t.Fatal(err)
+					}
+					if hs, ok := exe.(interface{ HostSteps() []string }); ok && len(hs.HostSteps()) > 0 {
+						t.Errorf("steps on the host: %q", hs.HostSteps())
 					}
 					outs, err := exe.Execute(bufs, rt.ExecOptions{})
 					if err != nil {

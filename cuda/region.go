@@ -1,0 +1,827 @@
+package cuda
+
+import (
+	"fmt"
+	"slices"
+	"unsafe"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
+)
+
+// Control flow on the device.
+//
+// A scan, while or cond op is a step whose nested regions are compiled like
+// the function body (compileRegion: kernels, cuBLASLt matmuls, copies, each
+// region with its own buffer plan and stream plan). At run time the step is
+// a loop on the host, as XLA's GPU runtime runs its loops, that launches
+// the nested region's steps once per iteration with that iteration's
+// pointers:
+//
+//   - scan: the carry results are initialised from the carry operands, then
+//     each iteration runs the body with the consts, the carry results and
+//     slice i of every xs (base + i·slice bytes; i counts down for a reverse
+//     scan) as its parameters; a y planned in place (passes.BufSlice) is
+//     computed straight into slice i of its ys; afterwards the body's
+//     results are copied into the carry results and the ys slices (a copy
+//     of a buffer onto itself is skipped; a source that another result's
+//     destination overlaps is first copied to a staging buffer);
+//   - while: the condition region runs, its boolean is copied into a small
+//     pinned host flag and read once the compute stream has drained, and
+//     while it is true the body runs and its results become the state;
+//   - cond: the predicate is read back the same way and the chosen branch
+//     runs, its results copied into the op's.
+//
+// A nested region's temporaries live in the block of the enclosing arena
+// that the plan reserves at SubOffset (allocated once per execution, with
+// the body's arena); staging buffers are allocated on first use and freed
+// when the execution ends.
+//
+// Streams. Within one iteration the region's stream plan orders its steps
+// (copies between memory spaces on the copy streams, the rest on compute)
+// like the function body's. Seen from the enclosing region a region op runs
+// on the compute stream: before an iteration of a region that has steps on
+// the copy streams, both copy streams wait for the compute stream (an event
+// recorded there), and every iteration ends with the compute stream waiting
+// for the region's last copies (the plan's Final steps). So each iteration
+// starts after everything the previous one did (prefetches below aside),
+// and copies overlap compute inside an iteration (the host↔device copies
+// of an offloaded scan body's xs and ys slices). Across iterations, a scan body's copies of pinned_host
+// xs slices into buffers of their own are double buffered (planPrefetch):
+// iteration i issues the copy of slice i+1 once its last reader of the
+// buffer is issued, so that it overlaps the rest of iteration i.
+//
+// Sort has no device kernel: it stays a host step (run by eval after the
+// streams drain), in a nested region too; HostSteps lists it.
+
+// region is a compiled region: the function body or a nested region of a
+// scan, while or cond step.
+type region struct {
+	r     *ir.Region
+	plan  *passes.RegionPlan
+	steps []step
+	sched Plan
+	// copies is true when a step of the region (not of its nested regions)
+	// runs on a copy stream.
+	copies bool
+	// prefetch[i] lists the copy steps of a scan body whose copy for the
+	// next iteration is issued right after step i (planPrefetch);
+	// prefetched[k] marks them.
+	prefetch   [][]int
+	prefetched []bool
+	barrier    []bool // steps run on the host
+}
+
+// compileRegion prepares a step for every op of r, recursively for the
+// nested regions of scan, while and cond ops, and the stream plan of r.
+func (b *Backend) compileRegion(e *executable, r *ir.Region, plan *passes.RegionPlan) (*region, error) {
+	if plan == nil || (plan.Region != nil && plan.Region != r) {
+		return nil, fmt.Errorf("cuda: region has no buffer plan of its own")
+	}
+	g := &region{r: r, plan: plan, steps: make([]step, len(r.Ops))}
+	barrier := make([]bool, len(r.Ops))
+	for i, op := range r.Ops {
+		s := &g.steps[i]
+		s.op = op
+		switch {
+		case op.Code == ir.DevicePut:
+			s.kind = stepCopy
+		case op.Code == ir.Constant:
+			s.kind = stepConst
+			c, err := b.fromLiteral(op.Attrs.Literal("value").Clone())
+			if err != nil {
+				return nil, err
+			}
+			s.constant = c
+		case op.Code == ir.Scan || op.Code == ir.While || op.Code == ir.Cond:
+			if err := b.compileControl(e, plan, s); err != nil {
+				return nil, err
+			}
+		case b.prepareMatmul(e, plan, s):
+			// cuBLASLt (with the generated epilogue of an output fusion).
+		default:
+			k, err := GenerateOp(op, GenerateOptions{})
+			if err != nil {
+				s.kind = stepHost // sort: run by eval on the host
+				s.why = err.Error()
+				barrier[i] = true
+				continue
+			}
+			fns, err := b.module(k)
+			if err != nil {
+				return nil, err
+			}
+			s.kind, s.kernel, s.fns = stepKernel, k, fns
+		}
+		if StreamOf(op) != Compute {
+			g.copies = true
+		}
+	}
+	g.barrier = barrier
+	var err error
+	if g.sched, err = PlanStreams(r.Ops, plan, barrier); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// regionName names region k of a region op.
+func regionName(c ir.Code, k int) string {
+	switch c {
+	case ir.While:
+		return [...]string{"cond", "body"}[min(k, 1)]
+	case ir.Cond:
+		return [...]string{"true branch", "false branch"}[min(k, 1)]
+	}
+	return "body"
+}
+
+// compileControl compiles the nested regions of a scan, while or cond step
+// and checks that they match the op as the loops in this file assume.
+func (b *Backend) compileControl(e *executable, plan *passes.RegionPlan, s *step) error {
+	op := s.op
+	subs := plan.Sub[op]
+	if len(subs) != len(op.Regions) {
+		return fmt.Errorf("cuda: %v has %d nested plans for %d regions", op.Code, len(subs), len(op.Regions))
+	}
+	for k, sr := range op.Regions {
+		g, err := b.compileRegion(e, sr, subs[k])
+		if err != nil {
+			return fmt.Errorf("%v %s: %w", op.Code, regionName(op.Code, k), err)
+		}
+		s.subs = append(s.subs, g)
+	}
+	bad := func(what string) error { return fmt.Errorf("cuda: %v: %s do not match the op", op.Code, what) }
+	switch op.Code {
+	case ir.Scan:
+		nc, nk, n := op.Attrs.Int("num_consts"), op.Attrs.Int("num_carry"), op.Attrs.Int("length")
+		body := op.Regions[0]
+		if nc < 0 || nk < 0 || n < 0 || nc+nk > len(op.Args) || nk > len(op.Results) ||
+			len(body.Params) != len(op.Args) || len(body.Results) != len(op.Results) {
+			return bad("the scan body's parameters or results")
+		}
+		for j := nc + nk; j < len(op.Args); j++ {
+			if n > 0 && op.Args[j].Type.Bytes() != int64(n)*body.Params[j].Type.Bytes() {
+				return bad(fmt.Sprintf("xs operand %d (%v) and its slice (%v)", j, op.Args[j].Type, body.Params[j].Type))
+			}
+		}
+		for j := nk; j < len(op.Results); j++ {
+			if op.Results[j].Type.Bytes() != int64(n)*body.Results[j].Type.Bytes() {
+				return bad(fmt.Sprintf("ys result %d (%v) and its slice (%v)", j, op.Results[j].Type, body.Results[j].Type))
+			}
+		}
+		if err := planPrefetch(s.subs[0], nc, nk); err != nil {
+			return err
+		}
+		s.kind = stepScan
+	case ir.While:
+		nc := op.Attrs.Int("num_consts")
+		cond, body := op.Regions[0], op.Regions[1]
+		if nc < 0 || nc+len(op.Results) != len(op.Args) || len(cond.Results) != 1 || cond.Results[0].Type.DType != ir.Bool ||
+			len(body.Results) != len(op.Results) || len(cond.Params) != len(op.Args) || len(body.Params) != len(op.Args) {
+			return bad("the while regions")
+		}
+		s.kind = stepWhile
+	case ir.Cond:
+		if len(op.Args) < 1 || op.Args[0].Type.DType != ir.Bool {
+			return bad("the predicate")
+		}
+		for _, br := range op.Regions {
+			if len(br.Params) != len(op.Args)-1 || len(br.Results) != len(op.Results) {
+				return bad("the branches")
+			}
+		}
+		s.kind = stepCond
+	}
+	return nil
+}
+
+// planPrefetch finds the copies of scan body g that are double buffered
+// across iterations, as the CPU executor's are: a copy to device memory of
+// an xs slice in pinned_host whose destination, a temporary the body does
+// not return, shares its bytes with no other value or nested arena of the
+// body. Its copy of the next iteration's slice is issued on the H2D stream
+// once the iteration's last reader of the destination and its last copy to
+// the device have been issued (so that it holds up no copy of the current
+// iteration), after the H2D stream has waited for everything issued on the
+// compute and D2H streams so far; the next iteration then issues no copy
+// and its readers wait for that one.
+func planPrefetch(g *region, nc, nk int) error {
+	plan, r := g.plan, g.r
+	returned := map[*ir.Value]bool{}
+	for _, v := range r.Results {
+		returned[v] = true
+	}
+	lastH2D, point := -1, -1
+	for i, op := range r.Ops {
+		if g.steps[i].kind == stepCopy && StreamOf(op) == H2D {
+			lastH2D = i
+		}
+	}
+	for k, op := range r.Ops {
+		if g.steps[k].kind != stepCopy || StreamOf(op) != H2D || op.Args[0].Type.Space != ir.PinnedHost {
+			continue
+		}
+		src, dst := op.Args[0], op.Results[0]
+		sb, db := plan.Values[src], plan.Values[dst]
+		if src.Op != nil || sb.Kind != passes.BufParam || sb.Index < nc+nk || db.Kind != passes.BufTemp || returned[dst] {
+			continue
+		}
+		overlaps := func(space ir.MemorySpace, off, size int64) bool {
+			return space == db.Space && size > 0 && off < db.Offset+db.Size && db.Offset < off+size
+		}
+		alone := true
+		for v, b := range plan.Values {
+			if v != dst && b.Kind == passes.BufTemp && overlaps(b.Space, b.Offset, b.Size) {
+				alone = false
+			}
+		}
+		for sop, off := range plan.SubOffset {
+			var size int64
+			for _, sp := range plan.Sub[sop] {
+				size = max(size, sp.Arena[db.Space])
+			}
+			if overlaps(db.Space, off[db.Space], size) {
+				alone = false
+			}
+		}
+		last := -1
+		for j, o := range r.Ops {
+			if slices.Contains(o.Args, dst) {
+				last = j
+			}
+		}
+		if !alone || last < k {
+			continue
+		}
+		if g.prefetch == nil {
+			g.prefetch, g.prefetched = make([][]int, len(g.steps)), make([]bool, len(g.steps))
+		}
+		// In the body's order: the H2D stream runs them in the order the
+		// plan (H2DNext) assumes.
+		point = max(point, last, lastH2D)
+		g.prefetch[point] = append(g.prefetch[point], k)
+		g.prefetched[k] = true
+	}
+	if g.prefetch == nil {
+		return nil
+	}
+	st, err := StepAccesses(r.Ops, plan, g.barrier)
+	if err != nil {
+		return err
+	}
+	for k, p := range g.prefetched {
+		if p {
+			st[k].Stream = H2DNext
+		}
+	}
+	g.sched = PlanAccesses(st)
+	return nil
+}
+
+// hostSteps lists the steps of g and its nested regions that run on the
+// host, each prefixed with path and the regions leading to it.
+func (g *region) hostSteps(path string) []string {
+	var out []string
+	for _, s := range g.steps {
+		if s.kind == stepHost {
+			out = append(out, fmt.Sprintf("%s%v: %s", path, s.op.Code, s.why))
+		}
+		for k, sub := range s.subs {
+			out = append(out, sub.hostSteps(fmt.Sprintf("%s%v %s / ", path, s.op.Code, regionName(s.op.Code, k)))...)
+		}
+	}
+	return out
+}
+
+// loc is where a value's bytes are: device memory, or pinned host memory
+// when host.
+type loc struct {
+	p    uintptr
+	host bool
+}
+
+func (l loc) add(n int64) loc { return loc{l.p + uintptr(n), l.host} }
+
+// execution is the state of one Execute.
+type execution struct {
+	e       *executable
+	b       *Backend
+	in      []*Buffer
+	results []*Buffer
+	scratch uintptr
+	// events are all the events made (destroyed by free); fork is the one
+	// the copy streams wait for at the start of an iteration.
+	events []uintptr
+	fork   uintptr
+	// after[s] is the event a prefetch has the H2D stream wait for on
+	// stream s (compute, D2H).
+	after [D2H + 1]uintptr
+	// flag is the pinned host bytes a predicate is read back into (0 until
+	// the first while or cond needs it).
+	flag uintptr
+	// staging are the staging buffers of region results.
+	staging []mem
+}
+
+// frame is one activation of a region: where its parameters, arena and
+// (scan body) ys slices are, its events, and its nested frames, made on
+// first use and reused by every iteration.
+type frame struct {
+	g      *region
+	top    bool
+	params []loc
+	arena  [2]loc
+	// slices[j] is the running iteration's slice of the ys of scan body
+	// result j (nil outside scan bodies).
+	slices []loc
+	events []uintptr
+	subs   [][]*frame
+	// stage[i][k] is the staging buffer of result k of region op step i.
+	stage [][]mem
+	ptr   func(*ir.Value) (uintptr, bool, error)
+	// Prefetches (scan bodies): next[j] is the next iteration's slice of xs
+	// parameter j (hasNext: there is one); issued[k] says that copy step k
+	// of the next iteration was issued by this one, with its event in
+	// pre[k] (run swaps it into events[k]).
+	next    []loc
+	hasNext bool
+	issued  []bool
+	pre     []uintptr
+}
+
+func (x *execution) newFrame(g *region) *frame {
+	f := &frame{g: g, params: make([]loc, len(g.r.Params)), events: make([]uintptr, len(g.steps))}
+	f.ptr = func(v *ir.Value) (uintptr, bool, error) {
+		l, err := x.loc(f, v)
+		return l.p, l.host, err
+	}
+	return f
+}
+
+// sub returns the frame of nested region k of step i of f.
+func (x *execution) sub(f *frame, i, k int) *frame {
+	if f.subs == nil {
+		f.subs = make([][]*frame, len(f.g.steps))
+	}
+	st := &f.g.steps[i]
+	if f.subs[i] == nil {
+		f.subs[i] = make([]*frame, len(st.subs))
+	}
+	if f.subs[i][k] == nil {
+		s := x.newFrame(st.subs[k])
+		off := f.g.plan.SubOffset[st.op]
+		for sp := range s.arena {
+			s.arena[sp] = f.arena[sp].add(off[sp])
+			s.arena[sp].host = ir.MemorySpace(sp) != ir.Device
+		}
+		if st.op.Code == ir.Scan {
+			s.slices = make([]loc, len(s.g.r.Results))
+			if s.g.prefetch != nil {
+				s.next = make([]loc, len(s.params))
+				s.issued, s.pre = make([]bool, len(s.g.steps)), make([]uintptr, len(s.g.steps))
+			}
+		}
+		f.subs[i][k] = s
+	}
+	return f.subs[i][k]
+}
+
+// loc returns where value v of frame f lives.
+func (x *execution) loc(f *frame, v *ir.Value) (loc, error) {
+	buf, ok := f.g.plan.Values[v]
+	if !ok {
+		return loc{}, fmt.Errorf("cuda: value %v has no buffer", v)
+	}
+	switch buf.Kind {
+	case passes.BufParam:
+		if buf.Index >= 0 && buf.Index < len(f.params) {
+			return f.params[buf.Index], nil
+		}
+	case passes.BufTemp:
+		if buf.Space < 2 {
+			return f.arena[buf.Space].add(buf.Offset), nil
+		}
+	case passes.BufSlice:
+		if buf.Index >= 0 && buf.Index < len(f.slices) {
+			return f.slices[buf.Index], nil
+		}
+	case passes.BufAlias, passes.BufOutput:
+		if f.top && buf.Index >= 0 && buf.Index < len(x.results) {
+			return x.output(v, buf)
+		}
+	}
+	where := "a nested region"
+	if f.top {
+		where = "the function body"
+	}
+	return loc{}, fmt.Errorf("cuda: value %v has buffer %v %d, which %s does not have", v, buf.Kind, buf.Index, where)
+}
+
+// output returns result buffer buf.Index, allocating it (BufOutput) or
+// taking over the donated argument's memory (BufAlias) on first use.
+func (x *execution) output(v *ir.Value, buf passes.Buffer) (loc, error) {
+	body := x.e.prog.Func.Body
+	if r := x.results[buf.Index]; r != nil {
+		return loc{r.m.ptr, r.m.host}, nil
+	}
+	if buf.Kind == passes.BufAlias {
+		if buf.Param < 0 || buf.Param >= len(x.in) {
+			return loc{}, fmt.Errorf("cuda: value %v aliases parameter %d of %d", v, buf.Param, len(x.in))
+		}
+		a := x.in[buf.Param]
+		x.results[buf.Index] = &Buffer{b: x.b, t: body.Results[buf.Index].Type, m: a.m}
+		a.freed = true // donated: its memory now belongs to the result
+		return loc{a.m.ptr, a.m.host}, nil
+	}
+	m, err := x.b.allocate(v.Type.Bytes(), v.Type.Space)
+	if err != nil {
+		return loc{}, err
+	}
+	x.results[buf.Index] = &Buffer{b: x.b, t: body.Results[buf.Index].Type, m: m}
+	return loc{m.ptr, m.host}, nil
+}
+
+// locs returns the locations of vs in f.
+func (x *execution) locs(f *frame, vs []*ir.Value) ([]loc, error) {
+	out := make([]loc, len(vs))
+	for i, v := range vs {
+		var err error
+		if out[i], err = x.loc(f, v); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// event returns a new event (CU_EVENT_DISABLE_TIMING: ordering only),
+// destroyed when the execution ends.
+func (x *execution) event() (uintptr, error) {
+	var ev uintptr
+	if err := x.b.d.Check("cuEventCreate", uintptr(unsafe.Pointer(&ev)), 2); err != nil {
+		return 0, err
+	}
+	x.events = append(x.events, ev)
+	return ev, nil
+}
+
+// free destroys the execution's events and frees its staging buffers and
+// flag (after the streams have drained).
+func (x *execution) free() {
+	for _, ev := range x.events {
+		_ = x.b.d.Check("cuEventDestroy", ev)
+	}
+	for _, m := range x.staging {
+		_ = x.b.release(m)
+	}
+	if x.flag != 0 {
+		_ = x.b.d.Check("cuMemFreeHost", x.flag)
+	}
+}
+
+// run issues the steps of f's region on their streams, each after the
+// events its stream plan says, and ends with the compute stream waiting for
+// the region's last copies.
+func (x *execution) run(f *frame) error {
+	b := x.b
+	g := f.g
+	for i := range g.steps {
+		s := &g.steps[i]
+		p := g.sched.Steps[i]
+		stream := b.streams[p.Stream.device()]
+		if f.issued != nil && f.issued[i] {
+			// The previous iteration issued this copy: its event stands
+			// for the step.
+			f.issued[i] = false
+			f.events[i], f.pre[i] = f.pre[i], f.events[i]
+			continue
+		}
+		for _, j := range p.Wait {
+			if err := b.d.Check("cuStreamWaitEvent", stream, f.events[j], 0); err != nil {
+				return err
+			}
+		}
+		var err error
+		switch s.kind {
+		case stepScan:
+			err = x.scan(f, i)
+		case stepWhile:
+			err = x.while(f, i)
+		case stepCond:
+			err = x.cond(f, i)
+		default:
+			err = x.e.run(s, stream, f.ptr, x.scratch)
+		}
+		if err != nil {
+			return fmt.Errorf("%v step %d: %w", s.op.Code, i, err)
+		}
+		if p.Record {
+			if f.events[i] == 0 {
+				if f.events[i], err = x.event(); err != nil {
+					return err
+				}
+			}
+			if err := b.d.Check("cuEventRecord", f.events[i], stream); err != nil {
+				return err
+			}
+		}
+		if g.prefetch != nil && len(g.prefetch[i]) > 0 && f.hasNext {
+			if err := x.prefetch(f, i); err != nil {
+				return fmt.Errorf("prefetch after %v step %d: %w", s.op.Code, i, err)
+			}
+		}
+	}
+	for _, j := range g.sched.Final {
+		if err := b.d.Check("cuStreamWaitEvent", b.streams[Compute], f.events[j], 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prefetch issues, after step i of scan body frame f, the next iteration's
+// copies that planPrefetch placed there, on the H2D stream after
+// everything issued on the compute and D2H streams so far (the readers of
+// their destinations in this iteration).
+func (x *execution) prefetch(f *frame, i int) error {
+	b := x.b
+	for _, s := range []Stream{Compute, D2H} {
+		if x.after[s] == 0 {
+			var err error
+			if x.after[s], err = x.event(); err != nil {
+				return err
+			}
+		}
+		if err := b.d.Check("cuEventRecord", x.after[s], b.streams[s]); err != nil {
+			return err
+		}
+		if err := b.d.Check("cuStreamWaitEvent", b.streams[H2D], x.after[s], 0); err != nil {
+			return err
+		}
+	}
+	for _, k := range f.g.prefetch[i] {
+		op := f.g.steps[k].op
+		dst, err := x.loc(f, op.Results[0])
+		if err != nil {
+			return err
+		}
+		src := f.next[f.g.plan.Values[op.Args[0]].Index]
+		if err := b.copy(dst.p, dst.host, src.p, src.host, op.Results[0].Type.Bytes(), b.streams[H2D]); err != nil {
+			return err
+		}
+		if f.pre[k] == 0 {
+			if f.pre[k], err = x.event(); err != nil {
+				return err
+			}
+		}
+		if err := b.d.Check("cuEventRecord", f.pre[k], b.streams[H2D]); err != nil {
+			return err
+		}
+		f.issued[k] = true
+	}
+	return nil
+}
+
+// runIteration runs one iteration of a nested region: when the region has
+// copies, the copy streams first wait for everything issued on the compute
+// stream so far.
+func (x *execution) runIteration(f *frame) error {
+	if f.g.copies {
+		b := x.b
+		if x.fork == 0 {
+			var err error
+			if x.fork, err = x.event(); err != nil {
+				return err
+			}
+		}
+		if err := b.d.Check("cuEventRecord", x.fork, b.streams[Compute]); err != nil {
+			return err
+		}
+		for _, s := range []Stream{H2D, D2H} {
+			if err := b.d.Check("cuStreamWaitEvent", b.streams[s], x.fork, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return x.run(f)
+}
+
+// copyAll copies n[j] bytes from src[j] to dst[j] on the compute stream,
+// skipping copies onto themselves.
+func (x *execution) copyAll(dst, src []loc, n []int64) error {
+	for j := range dst {
+		if dst[j] == src[j] {
+			continue
+		}
+		if err := x.b.copy(dst[j].p, dst[j].host, src[j].p, src[j].host, n[j], x.b.streams[Compute]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyResults copies the results of nested frame sub into dst (step i of f's
+// destinations), as if every result were read before any destination is
+// written: a result that overlaps another result's destination is copied
+// to a staging buffer first.
+func (x *execution) copyResults(f *frame, i int, sub *frame, dst []loc) error {
+	rs := sub.g.r.Results
+	src, err := x.locs(sub, rs)
+	if err != nil {
+		return err
+	}
+	n := make([]int64, len(rs))
+	for j, v := range rs {
+		n[j] = v.Type.Bytes()
+	}
+	for k := range src {
+		for j := range dst {
+			if j == k || dst[j].host != src[k].host || n[j] == 0 || n[k] == 0 ||
+				!(dst[j].p < src[k].p+uintptr(n[k]) && src[k].p < dst[j].p+uintptr(n[j])) {
+				continue
+			}
+			st, err := x.stagingBuffer(f, i, k, n[k])
+			if err != nil {
+				return err
+			}
+			if err := x.b.copy(st.ptr, false, src[k].p, src[k].host, n[k], x.b.streams[Compute]); err != nil {
+				return err
+			}
+			src[k] = loc{st.ptr, false}
+			break
+		}
+	}
+	return x.copyAll(dst, src, n)
+}
+
+// stagingBuffer returns the device staging buffer of result k of step i.
+func (x *execution) stagingBuffer(f *frame, i, k int, n int64) (mem, error) {
+	if f.stage == nil {
+		f.stage = make([][]mem, len(f.g.steps))
+	}
+	if f.stage[i] == nil {
+		f.stage[i] = make([]mem, len(f.g.steps[i].op.Results))
+	}
+	if f.stage[i][k].ptr == 0 {
+		m, err := x.b.allocate(n, ir.Device)
+		if err != nil {
+			return mem{}, fmt.Errorf("staging a region result: %w", err)
+		}
+		x.staging = append(x.staging, m)
+		f.stage[i][k] = m
+	}
+	return f.stage[i][k], nil
+}
+
+// predicate reads the boolean at l once the compute stream has computed it.
+func (x *execution) predicate(l loc) (bool, error) {
+	b := x.b
+	if x.flag == 0 {
+		p, err := b.d.HostAlloc(8)
+		if err != nil {
+			return false, err
+		}
+		x.flag = p
+	}
+	compute := b.streams[Compute]
+	if err := b.copy(x.flag, true, l.p, l.host, 1, compute); err != nil {
+		return false, err
+	}
+	if err := b.d.Check("cuStreamSynchronize", compute); err != nil {
+		return false, err
+	}
+	return hostBytes(x.flag, 1)[0] != 0, nil
+}
+
+// scan runs scan step i of f (see the file's comment).
+func (x *execution) scan(f *frame, i int) error {
+	op := f.g.steps[i].op
+	nc, nk, n := op.Attrs.Int("num_consts"), op.Attrs.Int("num_carry"), op.Attrs.Int("length")
+	reverse := op.Attrs.Bool("reverse")
+	args, err := x.locs(f, op.Args)
+	if err != nil {
+		return err
+	}
+	outs, err := x.locs(f, op.Results)
+	if err != nil {
+		return err
+	}
+	sizes := make([]int64, len(op.Results))
+	for j, r := range op.Results {
+		sizes[j] = r.Type.Bytes()
+	}
+	if err := x.copyAll(outs[:nk], args[nc:nc+nk], sizes[:nk]); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	body := x.sub(f, i, 0)
+	copy(body.params, args[:nc])
+	copy(body.params[nc:], outs[:nk])
+	bp, br := body.g.r.Params, body.g.r.Results
+	dst := make([]loc, len(outs))
+	copy(dst, outs[:nk])
+	for it := range n {
+		idx := it
+		if reverse {
+			idx = n - 1 - it
+		}
+		next := idx + 1
+		if reverse {
+			next = idx - 1
+		}
+		body.hasNext = body.next != nil && it+1 < n
+		for j := nc + nk; j < len(args); j++ {
+			body.params[j] = args[j].add(int64(idx) * bp[j].Type.Bytes())
+			if body.hasNext {
+				body.next[j] = args[j].add(int64(next) * bp[j].Type.Bytes())
+			}
+		}
+		for j := nk; j < len(outs); j++ {
+			dst[j] = outs[j].add(int64(idx) * br[j].Type.Bytes())
+			body.slices[j] = dst[j]
+		}
+		if err := x.runIteration(body); err != nil {
+			return fmt.Errorf("body, iteration %d: %w", idx, err)
+		}
+		if err := x.copyResults(f, i, body, dst); err != nil {
+			return fmt.Errorf("body, iteration %d: %w", idx, err)
+		}
+	}
+	return nil
+}
+
+// while runs while step i of f.
+func (x *execution) while(f *frame, i int) error {
+	op := f.g.steps[i].op
+	nc := op.Attrs.Int("num_consts")
+	args, err := x.locs(f, op.Args)
+	if err != nil {
+		return err
+	}
+	outs, err := x.locs(f, op.Results)
+	if err != nil {
+		return err
+	}
+	sizes := make([]int64, len(op.Results))
+	for j, r := range op.Results {
+		sizes[j] = r.Type.Bytes()
+	}
+	if err := x.copyAll(outs, args[nc:], sizes); err != nil {
+		return err
+	}
+	cond, body := x.sub(f, i, 0), x.sub(f, i, 1)
+	for _, s := range []*frame{cond, body} {
+		copy(s.params, args[:nc])
+		copy(s.params[nc:], outs)
+	}
+	for it := 0; ; it++ {
+		if err := x.runIteration(cond); err != nil {
+			return fmt.Errorf("cond, iteration %d: %w", it, err)
+		}
+		p, err := x.loc(cond, cond.g.r.Results[0])
+		if err != nil {
+			return err
+		}
+		if ok, err := x.predicate(p); err != nil || !ok {
+			return err
+		}
+		if err := x.runIteration(body); err != nil {
+			return fmt.Errorf("body, iteration %d: %w", it, err)
+		}
+		if err := x.copyResults(f, i, body, outs); err != nil {
+			return fmt.Errorf("body, iteration %d: %w", it, err)
+		}
+	}
+}
+
+// cond runs cond step i of f.
+func (x *execution) cond(f *frame, i int) error {
+	op := f.g.steps[i].op
+	args, err := x.locs(f, op.Args)
+	if err != nil {
+		return err
+	}
+	outs, err := x.locs(f, op.Results)
+	if err != nil {
+		return err
+	}
+	ok, err := x.predicate(args[0])
+	if err != nil {
+		return err
+	}
+	k := 1
+	if ok {
+		k = 0
+	}
+	br := x.sub(f, i, k)
+	copy(br.params, args[1:])
+	if err := x.runIteration(br); err != nil {
+		return fmt.Errorf("%s: %w", regionName(ir.Cond, k), err)
+	}
+	if err := x.copyResults(f, i, br, outs); err != nil {
+		return fmt.Errorf("%s: %w", regionName(ir.Cond, k), err)
+	}
+	return nil
+}
