@@ -101,6 +101,17 @@ func (c *Compiled) MemoryAnalysis() passes.MemoryAnalysis { return c.entry.exe.P
 // compiler recomputes for remat.
 func (c *Compiled) CostAnalysis() passes.Cost { return passes.CostAnalysis(c.entry.exe.Program().Func) }
 
+// HostSteps lists the steps of the compiled program that an accelerator
+// backend runs on the host instead of the device (with the reason and, for
+// nested bodies, their region path), or nil when every step runs on the
+// backend's device: always nil on the CPU backend, whose device is the host.
+func (c *Compiled) HostSteps() []string {
+	if h, ok := c.entry.exe.(interface{ HostSteps() []string }); ok {
+		return h.HostSteps()
+	}
+	return nil
+}
+
 // OptimizedIR returns the IR after the compiler's passes (fused groups,
 // schedule), and PlanString the buffer plan.
 func (c *Compiled) OptimizedIR() string { return c.entry.exe.Program().Func.String() }

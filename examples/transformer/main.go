@@ -90,6 +90,9 @@ func main() {
 	}
 	fmt.Printf("text: %d chars, vocab %d; params %d\n", res.TrainChars+res.ValChars, res.Vocab, res.Params)
 	fmt.Printf("train step memory: %v\n", res.MemoryString)
+	for _, h := range res.HostSteps {
+		fmt.Printf("train step runs on the host: %s\n", h)
+	}
 	fmt.Printf("val_loss %.4f nats/char, unigram entropy %.4f nats/char (ratio %.3f), %d steps in %.1f s (%.1f ms/step)\n",
 		res.ValLoss, res.UnigramEntropy, res.ValLoss/res.UnigramEntropy, res.Steps, res.Seconds, res.MsPerStep)
 	if res.MsPerStep > 0 {

@@ -80,7 +80,10 @@ type Result struct {
 	MsPerStep      float64 `json:"ms_per_step"`
 	// StepGFLOP is the train step's model FLOPs (forward and backward
 	// matrix products, rt.Lowered.CostAnalysis) in billions.
-	StepGFLOP    float64   `json:"step_gflop"`
+	StepGFLOP float64 `json:"step_gflop"`
+	// HostSteps lists the train step's steps that an accelerator backend
+	// runs on the host (rt.Compiled.HostSteps; none on the CPU backend).
+	HostSteps    []string  `json:"host_steps,omitempty"`
 	FinalLoss    float64   `json:"final_train_loss"`
 	Losses       []float64 `json:"train_losses,omitempty"`
 	Memory       Memory    `json:"memory"`
@@ -338,6 +341,7 @@ func Run(cfg Config, text string) (res Result, err error) {
 		return res, err
 	}
 	res.StepGFLOP = low.CostAnalysis().DotFlops / 1e9
+	res.HostSteps = comp.HostSteps()
 	ma := comp.MemoryAnalysis()
 	res.Memory, res.MemoryString = memoryOf(ma), ma.String()
 
