@@ -627,10 +627,7 @@ func gatherStage[T any](dst, src []T, s *stage, lo, cnt int) {
 		case 1:
 			copy(out, src[j:j+run])
 		case 0:
-			v := src[j]
-			for t := range out {
-				out[t] = v
-			}
+			fillRun(out, src[j])
 		default:
 			for t := range out {
 				out[t] = src[j+t*ist]
@@ -645,6 +642,19 @@ func gatherStage[T any](dst, src []T, s *stage, lo, cnt int) {
 			idx[d-1]++
 			j += s.st[d-1]
 		}
+	}
+}
+
+// fillRun sets every element of out to v: eight stores a step, then
+// copies of what is written, doubling (a broadcast read, the commonest
+// gather of fused groups, is a run of one value).
+func fillRun[T any](out []T, v T) {
+	n := min(len(out), 8)
+	for t := range out[:n] {
+		out[t] = v
+	}
+	for n < len(out) {
+		n += copy(out[n:], out[:n])
 	}
 }
 
