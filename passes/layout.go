@@ -30,20 +30,32 @@ import (
 // pairs, a merged axis becoming its group in order), and the result its
 // layout, so the product computes the same sums in the same order: results
 // are bit for bit those of the program before the pass.
-// Transposes left without users are removed by dce.
+// A reshape that splits free axes of a product's result (its only use) is
+// folded the other way, into the operand the axes come from, when that
+// operand is the smaller (see splitDotResult). Transposes and products
+// left without users are removed by dce.
 func dotLayout(st *State) error {
 	return walkRegions(st.Func.Body, true, func(r *ir.Region) error {
 		s := subst{}
+		use, ret := users(r), returned(r)
 		out := make([]*ir.Op, 0, len(r.Ops))
 		for _, op := range r.Ops {
 			s.apply(op)
-			if op.Code == ir.DotGeneral {
-				if nop, extra := foldDotLayout(st.Func, op); nop != nil {
-					out = append(out, extra...)
-					out = append(out, nop)
-					s[op.Result()] = nop.Result()
-					continue
+			var nop *ir.Op
+			var extra []*ir.Op
+			switch op.Code {
+			case ir.DotGeneral:
+				nop, extra = foldDotLayout(st.Func, op)
+			case ir.Reshape:
+				if d := op.Args[0]; d.Op != nil && d.Op.Code == ir.DotGeneral && len(use[d]) == 1 && !ret[d] {
+					nop, extra = splitDotResult(st.Func, d.Op, op)
 				}
+			}
+			if nop != nil {
+				out = append(out, extra...)
+				out = append(out, nop)
+				s[op.Result()] = nop.Result()
+				continue
 			}
 			out = append(out, op)
 		}
@@ -243,6 +255,95 @@ func foldMerged(f *ir.Func, me, other *dotSide, res int) (*ir.Op, bool) {
 	}
 	me.v, me.contract = x, mc
 	return rs, true
+}
+
+// splitDotResult returns a dot_general equal to rs, a reshape of the
+// product d (its only use) that splits free axes of the result, computed
+// straight in the split shape: each split free axis is split in the
+// operand it comes from, by a reshape of that operand (returned as the
+// ops to insert first), when that operand is smaller than the result (the
+// attention head split of the q, k and v projections: the weight matrix
+// is reshaped to [width, heads, head dim] instead of the activations).
+// The sums and their order are unchanged.
+func splitDotResult(f *ir.Func, d, rs *ir.Op) (*ir.Op, []*ir.Op) {
+	res := d.Result().Type
+	groups, ok := mergeGroups(rs.Result().Type.Shape, res.Shape)
+	if !ok {
+		return nil, nil
+	}
+	a := d.Attrs
+	sides := [2]dotSide{
+		{d.Args[0], slices.Clone(a.Ints("lhs_batch")), slices.Clone(a.Ints("lhs_contract"))},
+		{d.Args[1], slices.Clone(a.Ints("rhs_batch")), slices.Clone(a.Ints("rhs_contract"))},
+	}
+	nb := len(sides[0].batch)
+	free := [2][]int{sides[0].free(), sides[1].free()}
+	// split[s][e]: the sizes operand s's axis e becomes.
+	var split [2][][]int
+	for s := range sides {
+		for _, n := range sides[s].v.Type.Shape {
+			split[s] = append(split[s], []int{n})
+		}
+	}
+	didSplit := false
+	for ax, g := range groups {
+		if len(g) <= 1 {
+			continue
+		}
+		s, i := 0, ax-nb
+		if i >= len(free[0]) {
+			s, i = 1, i-len(free[0])
+		}
+		if ax < nb || sides[s].v.Type.Size() >= res.Size() {
+			return nil, nil
+		}
+		sz := make([]int, len(g))
+		for j, ra := range g {
+			sz[j] = rs.Result().Type.Shape[ra]
+		}
+		split[s][free[s][i]] = sz
+		didSplit = true
+	}
+	if !didSplit {
+		return nil, nil
+	}
+	var extra []*ir.Op
+	for s := range sides {
+		start := make([]int, len(split[s]))
+		var shape []int
+		for e, sz := range split[s] {
+			start[e] = len(shape)
+			shape = append(shape, sz...)
+		}
+		if len(shape) == len(split[s]) {
+			continue // nothing split on this side
+		}
+		op, err := f.NewOp(ir.Reshape, []*ir.Value{sides[s].v}, ir.Attrs{"shape": shape})
+		if err != nil {
+			return nil, nil
+		}
+		op.Loc = rs.Loc
+		extra = append(extra, op)
+		for i, e := range sides[s].batch {
+			sides[s].batch[i] = start[e]
+		}
+		for i, e := range sides[s].contract {
+			sides[s].contract[i] = start[e]
+		}
+		sides[s].v = op.Result()
+	}
+	attrs := ir.Attrs{}
+	for k, v := range a {
+		attrs[k] = v
+	}
+	attrs["lhs_batch"], attrs["lhs_contract"] = sides[0].batch, sides[0].contract
+	attrs["rhs_batch"], attrs["rhs_contract"] = sides[1].batch, sides[1].contract
+	nop, err := f.NewOp(ir.DotGeneral, []*ir.Value{sides[0].v, sides[1].v}, attrs)
+	if err != nil || !nop.Result().Type.Equal(rs.Result().Type) {
+		return nil, nil
+	}
+	nop.Loc = d.Loc
+	return nop, extra
 }
 
 // mergeGroups returns, for each axis of to, the consecutive axes of from
