@@ -691,10 +691,22 @@ func packB[T float](dst, b []T, ldb int, trans bool, p0, j0, kc, nc, nr int) {
 		}
 		// A transpose, in blocks of pb rows of the sliver so that the
 		// written part stays in L1.
+		// Four columns at a time: four source rows are read together and
+		// each sliver row gets four neighbouring elements per step.
 		const pb = 32
 		for q := 0; q < kc; q += pb {
 			qn := min(pb, kc-q)
-			for j := 0; j < cols; j++ {
+			j := 0
+			for ; j+4 <= cols; j += 4 {
+				o := (j0+jr+j)*ldb + p0 + q
+				s0, s1, s2, s3 := b[o:o+qn:o+qn], b[o+ldb:o+ldb+qn:o+ldb+qn], b[o+2*ldb:o+2*ldb+qn:o+2*ldb+qn], b[o+3*ldb:o+3*ldb+qn:o+3*ldb+qn]
+				s1, s2, s3 = s1[:len(s0)], s2[:len(s0)], s3[:len(s0)]
+				for p, v := range s0 {
+					dd := d[(q+p)*nr+j : (q+p)*nr+j+4 : (q+p)*nr+j+4]
+					dd[0], dd[1], dd[2], dd[3] = v, s1[p], s2[p], s3[p]
+				}
+			}
+			for ; j < cols; j++ {
 				o := (j0+jr+j)*ldb + p0 + q
 				src := b[o : o+qn : o+qn]
 				dd := d[q*nr+j:]

@@ -150,3 +150,15 @@ func gather(s []float32, l Indexed, t, rows, cols int) []float32 {
 	}
 	return out
 }
+
+// BenchmarkPackBTrans packs a transposed 384×4096 panel of B (the
+// attention scores' keys are read this way).
+func BenchmarkPackBTrans(b *testing.B) {
+	const kc, nc, nr = 384, 4096, 16
+	src := make([]float32, nc*kc)
+	dst := make([]float32, kc*nc)
+	b.SetBytes(4 * kc * nc)
+	for b.Loop() {
+		packB(dst, src, kc, true, 0, 0, kc, nc, nr)
+	}
+}
