@@ -10,6 +10,12 @@
 // 512, A stored m×k) skip packing A: a variant of the kernel reads A in
 // place.
 //
+// SgemmIndexed and DgemmIndexed multiply batches of matrices placed by
+// tables of offsets — a transposed operand, axes split or merged, batch
+// axes that do not merge: only packing walks the tables, and an operand
+// whose rows and columns are evenly spaced is read as a plain or
+// transposed matrix.
+//
 // SgemmHalf multiplies bf16 or f16 matrices: packing widens them to
 // float32, the float32 kernels accumulate, and each result is rounded once
 // from the kernel's tile, bit for bit as widening, Sgemm and rounding would.
