@@ -101,6 +101,7 @@ type Options struct {
 var Pipeline = []Pass{
 	{Name: "canonicalize", Run: canonicalize, Doc: "exact algebraic identities; reshape, transpose and broadcast chains; identity shape ops"},
 	{Name: "constant-fold", Run: constantFold, Doc: "evaluate small all-constant ops; elementwise ops on broadcast scalars stay broadcast scalars"},
+	{Name: "dot-layout", Run: dotLayout, Doc: "fold the transposes (and head merges) feeding dot_general into its dimension numbers, so products read operands where they lie"},
 	{Name: "cse", Run: cse, Doc: "merge ops with the same code, operands and attributes within a region"},
 	{Name: "dce", Run: dce, Doc: "remove unused ops, unused scan ys, and unused region operands, recursively"},
 	{Name: "recompute", Run: recompute, Doc: "copy the elementwise chain of a reduction's operand for the ops that depend on that reduction (softmax, layer norm), so fusion need not store it"},

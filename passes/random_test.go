@@ -28,7 +28,7 @@ func seedOf(data []byte) uint64 {
 	return h.Sum64()
 }
 
-var optionalPasses = []string{"canonicalize", "constant-fold", "cse", "dce", "fusion", "schedule"}
+var optionalPasses = []string{"canonicalize", "constant-fold", "dot-layout", "cse", "dce", "fusion", "schedule"}
 
 // checkProgram compiles the random program of seed (with some passes
 // disabled and some parameters donated, chosen by the seed) and checks that

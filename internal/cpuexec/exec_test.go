@@ -150,6 +150,39 @@ func TestFusedInput(t *testing.T) {
 	}
 }
 
+// TestFusedInputMixed runs groups that reduce one operand over its
+// trailing axes and over others at once (a layer norm's statistics and the
+// gradients of its scale): the group takes the general path, where the
+// trailing float sums must still add in eval's lane order. Results equal
+// eval's bit for bit, rows crossing block boundaries included.
+func TestFusedInputMixed(t *testing.T) {
+	for _, dt := range []ir.DType{ir.Float32, ir.Float64, ir.Float16, ir.BFloat16} {
+		for _, shape := range [][]int{{7, 333}, {3, 5, 130}, {64, 17}} {
+			last := len(shape) - 1
+			f := ir.NewFunc("mixed")
+			x := f.Body.AddParam(ir.TypeOf(dt, shape...))
+			op := fuse(t, f, f.Body, "input", []*ir.Value{x}, func(rg *ir.Region, ps []*ir.Value) []*ir.Value {
+				e := add1(t, rg, ir.Exp, nil, ps[0])
+				lead := make([]int, last)
+				for i := range lead {
+					lead[i] = i
+				}
+				return []*ir.Value{
+					add1(t, rg, ir.ReduceSum, ir.Attrs{"axes": []int{last}}, e),
+					add1(t, rg, ir.ReduceSum, ir.Attrs{"axes": lead}, e),
+					add1(t, rg, ir.ReduceMax, ir.Attrs{"axes": []int{last}}, ps[0]),
+				}
+			})
+			f.Body.Results = op.Results
+			p := naivePlan(f, planOpts{})
+			e, err := New(p)
+			require.NoError(t, err)
+			require.Equal(t, modeInput, e.body.steps[0].fused.mode, e.body.steps[0].fused.why)
+			runBoth(t, p, randArgs(newRand(), f))
+		}
+	}
+}
+
 func nanF() float64 { var z float64; return z / z }
 
 func TestFusedOutput(t *testing.T) {

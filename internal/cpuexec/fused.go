@@ -276,6 +276,7 @@ type freduce struct {
 	r      int   // elements per output
 	nout   int   // outputs
 	ostage stage // !prefix: operand flat index → output flat index
+	cols   bool  // the reduced axes lead: operand flat index i → output i mod nout
 }
 
 // blockProg computes the results of a group that share one iteration space
@@ -467,6 +468,7 @@ func (k *fusedKernel) build() error {
 			}
 			fr := freduce{code: v.Op.Code, node: n, res: i, dt: v.Type.DType, nout: v.Type.Size()}
 			fr.prefix, fr.r, fr.ostage = reduceLayout(shape, v.Op.Attrs.Ints("axes"))
+			fr.cols = !fr.prefix && leadingReduce(shape, v.Op.Attrs.Ints("axes"))
 			p.reduces = append(p.reduces, fr)
 			continue
 		}
@@ -583,12 +585,29 @@ func (s *stage) run(i int) (j, n int) {
 	return s.apply(i), inner - i%inner
 }
 
+// leadingReduce reports whether the reduced axes of shape come before
+// every kept axis (size-1 axes aside): operand flat index i then goes into
+// output i mod (outputs), a column sum.
+func leadingReduce(shape ir.Shape, axes []int) bool {
+	lastRed, firstKept := -1, len(shape)
+	for d, n := range shape {
+		if n == 1 {
+			continue
+		}
+		if slices.Contains(axes, d) {
+			lastRed = d
+		} else {
+			firstKept = min(firstKept, d)
+		}
+	}
+	return lastRed < firstKept
+}
+
 // reduceLayout describes reducing axes of shape: whether the reduced axes
 // are the trailing ones (ignoring size-1 dims), how many elements go into
 // each output, and the map from operand to output flat index.
 func reduceLayout(shape ir.Shape, axes []int) (prefix bool, r int, ost stage) {
 	r = 1
-	lastKept, firstRed := -1, len(shape)
 	ostr := make([]int, len(shape))
 	outShape := ir.RemoveAxes(shape, axes)
 	outStr := outShape.Strides()
@@ -596,19 +615,13 @@ func reduceLayout(shape ir.Shape, axes []int) (prefix bool, r int, ost stage) {
 	for d, n := range shape {
 		if slices.Contains(axes, d) {
 			r *= n
-			if n != 1 {
-				firstRed = min(firstRed, d)
-			}
 			continue
 		}
 		ostr[d] = outStr[k]
 		k++
-		if n != 1 {
-			lastKept = d
-		}
 	}
 	ost, _ = newStage(shape, ostr, 0)
-	return lastKept < firstRed, r, ost
+	return eval.TrailingReduce(shape, axes), r, ost
 }
 
 // node returns the node of value v read through map m (from iteration flat

@@ -61,7 +61,7 @@ func (p *blockProg) newWorker() any {
 		}
 	}
 	for _, fr := range p.reduces {
-		w.red = append(w.red, newReduceState(fr.dt, fr.code))
+		w.red = append(w.red, newReduceState(fr.dt, fr.code, fr.prefix))
 	}
 	return w
 }
@@ -162,7 +162,9 @@ func (p *blockProg) run(args, outs []*ir.Literal, inPlace bool) error {
 		return err
 	}
 	for i, fr := range p.reduces {
-		w.red[i].finish(outs[fr.res].Data)
+		if !fr.prefix {
+			w.red[i].finish(outs[fr.res].Data)
+		}
 	}
 	return nil
 }
@@ -495,8 +497,12 @@ func (w *worker) block(lo, hi int) error {
 	for i := range p.reduces {
 		fr := &p.reduces[i]
 		vals := w.lits[fr.node].Data
-		if p.prefix {
+		if p.prefix || fr.prefix {
+			// A trailing reduction in a group run by one worker in order
+			// (other reductions need the general path) still goes by runs.
 			w.red[i].prefix(vals, lo, hi, fr.r, w.out[fr.res].Data)
+		} else if fr.cols {
+			w.red[i].columns(vals, lo%fr.nout)
 		} else {
 			fr.ostage.indices(lo, w.idx[:cnt])
 			w.red[i].general(vals, w.idx[:cnt])
@@ -621,10 +627,7 @@ func gatherStage[T any](dst, src []T, s *stage, lo, cnt int) {
 		case 1:
 			copy(out, src[j:j+run])
 		case 0:
-			v := src[j]
-			for t := range out {
-				out[t] = v
-			}
+			fillRun(out, src[j])
 		default:
 			for t := range out {
 				out[t] = src[j+t*ist]
@@ -639,6 +642,19 @@ func gatherStage[T any](dst, src []T, s *stage, lo, cnt int) {
 			idx[d-1]++
 			j += s.st[d-1]
 		}
+	}
+}
+
+// fillRun sets every element of out to v: eight stores a step, then
+// copies of what is written, doubling (a broadcast read, the commonest
+// gather of fused groups, is a run of one value).
+func fillRun[T any](out []T, v T) {
+	n := min(len(out), 8)
+	for t := range out[:n] {
+		out[t] = v
+	}
+	for n < len(out) {
+		n += copy(out[n:], out[:n])
 	}
 }
 
@@ -675,6 +691,9 @@ type reduceState interface {
 	// accumulator oidx[t]; finish stores them.
 	begin(nout int)
 	general(vals []byte, oidx []int)
+	// columns is general for a column reduction: vals[t] goes into
+	// accumulator (o0+t) mod nout.
+	columns(vals []byte, o0 int)
 	finish(out []byte)
 	// fill stores the reduction of nothing into nout outputs.
 	fill(out []byte, nout int)
@@ -686,9 +705,14 @@ type num interface {
 
 // reducer accumulates values of type T (f16/bf16 widened to float32) in A.
 type reducer[T, A num] struct {
-	code  ir.Code
-	init  A
-	cur   A
+	code ir.Code
+	init A
+	cur  A
+	// lanes: an f32, f16 or bf16 sum over trailing axes adds each
+	// output's run in eval.LaneSum's order (ls carries the current
+	// output's lanes; T is float32).
+	lanes bool
+	ls    eval.LaneSum
 	arr   []A
 	half  func(src []byte, dst []float32) // widens f16/bf16 operands
 	wide  []float32
@@ -752,6 +776,10 @@ func (r *reducer[T, A]) add(acc A, vals []T) A {
 
 func (r *reducer[T, A]) prefix(b []byte, lo, hi, rr int, out []byte) {
 	v := r.vals(b)
+	if r.lanes {
+		r.prefixLanes(v, lo, hi, rr, out)
+		return
+	}
 	for pos := lo; pos < hi; {
 		o := pos / rr
 		start := o * rr
@@ -762,6 +790,23 @@ func (r *reducer[T, A]) prefix(b []byte, lo, hi, rr int, out []byte) {
 		r.cur = r.add(r.cur, v[pos-lo:end-lo])
 		if end == start+rr {
 			r.store(out, o, r.cur)
+		}
+		pos = end
+	}
+}
+
+// prefixLanes is prefix for a float sum in eval.LaneSum's order.
+func (r *reducer[T, A]) prefixLanes(v []T, lo, hi, rr int, out []byte) {
+	for pos := lo; pos < hi; {
+		o := pos / rr
+		start := o * rr
+		end := min(hi, start+rr)
+		if pos == start {
+			r.ls = eval.LaneSum{}
+		}
+		r.ls.AddF32(any(v[pos-lo : end-lo]).([]float32))
+		if end == start+rr {
+			r.store(out, o, A(r.ls.Sum()))
 		}
 		pos = end
 	}
@@ -793,6 +838,30 @@ func (r *reducer[T, A]) general(b []byte, oidx []int) {
 		for t, o := range oidx {
 			arr[o] = r.add(arr[o], v[t:t+1])
 		}
+	}
+}
+
+func (r *reducer[T, A]) columns(b []byte, o0 int) {
+	v := r.vals(b)
+	arr := r.arr
+	for len(v) > 0 {
+		run := min(len(v), len(arr)-o0)
+		a, x := arr[o0:o0+run], v[:run]
+		switch r.code {
+		case ir.ReduceSum:
+			for t, xv := range x {
+				a[t] += A(xv)
+			}
+		case ir.ReduceProd:
+			for t, xv := range x {
+				a[t] *= A(xv)
+			}
+		default:
+			for t := range x {
+				a[t] = r.add(a[t], x[t:t+1])
+			}
+		}
+		v, o0 = v[run:], 0
 	}
 }
 
@@ -852,16 +921,19 @@ func floatInit(code ir.Code) float64 {
 	return 0
 }
 
-// newReduceState returns the accumulator of a reduction of dtype dt.
-func newReduceState(dt ir.DType, code ir.Code) reduceState {
+// newReduceState returns the accumulator of a reduction of dtype dt;
+// trailing says the reduced axes are the trailing ones (f32, f16 and bf16
+// sums then add in eval.LaneSum's order, as eval does).
+func newReduceState(dt ir.DType, code ir.Code, trailing bool) reduceState {
 	wide := code == ir.ReduceSum || code == ir.ReduceProd
+	lanes := code == ir.ReduceSum && trailing
 	init := floatInit(code)
 	switch dt {
 	case ir.Float64:
 		return &reducer[float64, float64]{code: code, init: init, store: storeAs[float64, float64]}
 	case ir.Float32:
 		if wide {
-			return &reducer[float32, float64]{code: code, init: init, store: storeAs[float32, float64]}
+			return &reducer[float32, float64]{code: code, init: init, lanes: lanes, store: storeAs[float32, float64]}
 		}
 		return &reducer[float32, float32]{code: code, init: float32(init), store: storeAs[float32, float32]}
 	case ir.Float16, ir.BFloat16:
@@ -874,7 +946,7 @@ func newReduceState(dt ir.DType, code ir.Code) reduceState {
 			if dt == ir.BFloat16 {
 				st = func(out []byte, o int, a float64) { ir.ViewBytes[ir.BF16](out)[o] = ir.BF16FromFloat64(a) }
 			}
-			return &reducer[float32, float64]{code: code, init: init, half: half, store: st}
+			return &reducer[float32, float64]{code: code, init: init, lanes: lanes, half: half, store: st}
 		}
 		st := func(out []byte, o int, a float32) { ir.ViewBytes[ir.F16](out)[o] = ir.F16FromFloat32(a) }
 		if dt == ir.BFloat16 {

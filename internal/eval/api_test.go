@@ -2,6 +2,7 @@ package eval
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/ferryml/ferry/ir"
@@ -269,3 +270,36 @@ func benchElementwise(b *testing.B, code ir.Code, dt ir.DType) {
 func BenchmarkAddF32_1M(b *testing.B) { benchElementwise(b, ir.Add, ir.Float32) }
 func BenchmarkAddF16_1M(b *testing.B) { benchElementwise(b, ir.Add, ir.Float16) }
 func BenchmarkMulI64_1M(b *testing.B) { benchElementwise(b, ir.Mul, ir.Int64) }
+
+// BenchmarkDotAttention runs the f32 products of a Transformer's attention
+// (batch 32, 4 heads of 32, sequence 64, width 128) in the layouts the
+// training step gives them: head axes that do not merge with the batch,
+// transposed operands, the head merge folded into the output projection.
+func BenchmarkDotAttention(b *testing.B) {
+	for _, c := range []struct {
+		name           string
+		lhs, rhs       []int
+		lb, rb, lc, rc []int
+	}{
+		{"scores", []int{32, 64, 4, 32}, []int{32, 64, 4, 32}, []int{0, 2}, []int{0, 2}, []int{3}, []int{3}},
+		{"probs×v", []int{32, 4, 64, 64}, []int{32, 64, 4, 32}, []int{0, 1}, []int{0, 2}, []int{3}, []int{1}},
+		{"dprobsᵀ×q", []int{32, 64, 4, 32}, []int{32, 4, 64, 64}, []int{0, 2}, []int{0, 1}, []int{1}, []int{2}},
+		{"head merge", []int{32, 4, 64, 32}, []int{4, 32, 128}, nil, nil, []int{1, 3}, []int{0, 1}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			f := ir.NewFunc("dot")
+			tx, ty := ir.TypeOf(ir.Float32, c.lhs...), ir.TypeOf(ir.Float32, c.rhs...)
+			x, y := f.Body.AddParam(tx), f.Body.AddParam(ty)
+			op, err := f.Body.AddOp(ir.DotGeneral, []*ir.Value{x, y}, ir.Attrs{"lhs_batch": nz(c.lb), "rhs_batch": nz(c.rb), "lhs_contract": c.lc, "rhs_contract": c.rc})
+			require.NoError(b, err)
+			f.Body.Results = op.Results
+			r := rand.New(rand.NewPCG(1, 2))
+			args := []*ir.Literal{randLit(r, ir.Float32, c.lhs, dotValues), randLit(r, ir.Float32, c.rhs, dotValues)}
+			for b.Loop() {
+				if _, err := Run(f, args); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

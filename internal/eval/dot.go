@@ -38,14 +38,18 @@ func dimsProduct(shape []int, axes []int) int {
 // cache block at a time while packing them, accumulates in float32 and
 // rounds each result once from the kernel's tile, so no full-size float32
 // copy is made).
-// An operand is read in place when its batch, free and contracting axes
-// each merge into one strided index and one of the two matrix indices has
-// unit stride: contracting axes last on lhs (first on rhs) need nothing,
-// contracting axes first on lhs (last on rhs) are a transposed operand, and
-// batch axes may have any single stride (leading and contiguous in the
-// common case). Otherwise the operand is transposed into a packed
-// temporary first. Integer products use plain loops with wrapping
-// arithmetic over packed operands.
+// The contracting index runs over the contracting pairs in the order the
+// attributes list them (row-major over them), whatever the operands'
+// layouts, so a product's bits do not depend on where its operands lie.
+// f32 and f64 operands are always read in place: as plain or transposed
+// row-major matrices (with one batch stride) when their batch, free and
+// contracting axes each merge into one strided index and one of the two
+// matrix indices has unit stride, and through tables of offsets
+// (gemm.SgemmIndexed: only the packing walks them) otherwise — transposed
+// operands, split axes, batch axes that do not merge. f16 and bf16
+// operands that do not merge are transposed into a packed temporary
+// first. Integer products use plain loops with wrapping arithmetic over
+// packed operands.
 func dotGeneral(lhs, rhs *ir.Literal, attrs ir.Attrs, out *ir.Literal) error {
 	lb, rb := attrs.Ints("lhs_batch"), attrs.Ints("rhs_batch")
 	lc, rc := attrs.Ints("lhs_contract"), attrs.Ints("rhs_contract")
@@ -153,50 +157,47 @@ func dotOperand(l *ir.Literal, batch, rowAxes, colAxes []int, nrows, ncols int) 
 	return data, matLayout{ld: max(1, ncols), stride: nrows * ncols}
 }
 
-// contractOrder picks the order of the contracting pairs: one in which
-// both operands can be read in place if there is one (the sum is over all
-// pairs, so any order computes the product).
-func contractOrder(lhs, rhs *ir.Literal, lb, lf, rb, rf, lc, rc []int, m, k, n int) ([]int, []int) {
-	cands := [][2][]int{{lc, rc}}
-	for _, byLHS := range []bool{true, false} {
-		idx := make([]int, len(lc))
-		for i := range idx {
-			idx[i] = i
-		}
-		slices.SortFunc(idx, func(i, j int) int {
-			if byLHS {
-				return lc[i] - lc[j]
+// axisOffsets returns the offsets, in row-major order of axes (as
+// listed), of the elements of an array of the given shape and strides
+// along those axes.
+func axisOffsets(shape, strides, axes []int) []int {
+	out := make([]int, 1, dimsProduct(shape, axes))
+	for _, ax := range axes {
+		next := make([]int, 0, len(out)*shape[ax])
+		for _, o := range out {
+			for i := range shape[ax] {
+				next = append(next, o+i*strides[ax])
 			}
-			return rc[i] - rc[j]
-		})
-		l2, r2 := make([]int, len(lc)), make([]int, len(rc))
-		for i, p := range idx {
-			l2[i], r2[i] = lc[p], rc[p]
 		}
-		cands = append(cands, [2][]int{l2, r2})
+		out = next
 	}
-	best, bestScore := 0, -1
-	for i, c := range cands {
-		score := 0
-		if _, ok := inPlace(lhs.Type.Shape, lb, lf, c[0], m, k); ok {
-			score++
-		}
-		if _, ok := inPlace(rhs.Type.Shape, rb, c[1], rf, k, n); ok {
-			score++
-		}
-		if score > bestScore {
-			best, bestScore = i, score
-		}
-	}
-	return cands[best][0], cands[best][1]
+	return out
+}
+
+// indexed returns the offset tables of one operand of a product read in
+// place whatever its layout (gemm.SgemmIndexed).
+func indexed(l *ir.Literal, batch, rowAxes, colAxes []int) fgemm.Indexed {
+	sh := l.Type.Shape
+	st := sh.Strides()
+	return fgemm.Indexed{Off: axisOffsets(sh, st, batch), Rows: axisOffsets(sh, st, rowAxes), Cols: axisOffsets(sh, st, colAxes)}
 }
 
 // dotFloat runs a floating-point dot_general through internal/gemm (k > 0,
 // non-empty result).
 func dotFloat(lhs, rhs *ir.Literal, g gemm, lb, lf, rb, rf, lc, rc []int, out *ir.Literal) {
 	m, k, n := g.m, g.k, g.n
-	if len(lc) > 1 {
-		lc, rc = contractOrder(lhs, rhs, lb, lf, rb, rf, lc, rc, m, k, n)
+	dt := lhs.Type.DType
+	_, lok := inPlace(lhs.Type.Shape, lb, lf, lc, m, k)
+	_, rok := inPlace(rhs.Type.Shape, rb, rc, rf, k, n)
+	if (!lok || !rok) && (dt == ir.Float32 || dt == ir.Float64) {
+		// Read both operands where they lie through offset tables.
+		li, ri := indexed(lhs, lb, lf, lc), indexed(rhs, rb, rc, rf)
+		if dt == ir.Float32 {
+			fgemm.SgemmIndexed(m, n, k, 1, viewAs[float32](lhs.Data), li, viewAs[float32](rhs.Data), ri, 0, viewAs[float32](out.Data), max(1, n), m*n)
+		} else {
+			fgemm.DgemmIndexed(m, n, k, 1, viewAs[float64](lhs.Data), li, viewAs[float64](rhs.Data), ri, 0, viewAs[float64](out.Data), max(1, n), m*n)
+		}
+		return
 	}
 	a, la := dotOperand(lhs, lb, lf, lc, m, k)
 	b, lb2 := dotOperand(rhs, rb, rc, rf, k, n)

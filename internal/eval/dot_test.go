@@ -39,6 +39,12 @@ var dotCases = []dotCase{
 	{[]int{1, 3, 1, 4}, []int{4, 1, 5}, nil, nil, []int{3}, []int{0}},                      // unit axes
 	{[]int{2, 2, 9, 11}, []int{2, 2, 11, 3}, []int{0, 1}, []int{0, 1}, []int{3}, []int{2}}, // two batch axes
 	{[]int{3, 50, 97}, []int{3, 97, 40}, []int{0}, []int{0}, []int{2}, []int{1}},           // batched, several blocks
+	// Layouts read through offset tables (f32, f64).
+	{[]int{2, 5, 3, 4}, []int{2, 6, 3, 4}, []int{0, 2}, []int{0, 2}, []int{3}, []int{3}},                  // attention heads: batch axes that do not merge
+	{[]int{2, 3, 5, 4}, []int{3, 4, 6}, nil, nil, []int{1, 3}, []int{0, 1}},                               // head merge: split rows and contraction
+	{[]int{2, 3, 5, 7}, []int{2, 7, 3, 4}, []int{0, 1}, []int{0, 2}, []int{3}, []int{1}},                  // probabilities × values
+	{[]int{4, 3, 2}, []int{2, 5, 4, 3}, []int{2}, []int{0}, []int{0, 1}, []int{2, 3}},                     // everything transposed
+	{[]int{3, 70, 2, 30, 11}, []int{3, 2, 30, 9, 70}, []int{0, 2}, []int{0, 1}, []int{3, 1}, []int{2, 4}}, // several blocks, strided
 }
 
 // dotValues draws moderate values with a few specials.
@@ -154,6 +160,78 @@ func checkDot(t *testing.T, c dotCase, a, b, res *ir.Literal) {
 		}
 		require.InDelta(t, want, got, tol, "dot %v %+v [%d]", dt, c, o)
 	}
+}
+
+// TestDotLayoutBits checks that a product's bits do not depend on where
+// its operands lie: the same f32 and f64 products with each operand stored
+// in a random axis order (dot_general's dimension numbers following the
+// axes) give the same bits as with the operands stored in the order
+// [batch, free, contracting] (lhs) and [batch, contracting, free] (rhs).
+// The compiler's layout pass, which folds transposes into dot_general,
+// relies on it.
+func TestDotLayoutBits(t *testing.T) {
+	r := newRand(t)
+	for _, dt := range []ir.DType{ir.Float32, ir.Float64} {
+		for _, c := range dotCases {
+			if len(c.lhs) == 0 || ir.Shape(c.lhs).Size() == 0 {
+				continue
+			}
+			a := randLit(r, dt, c.lhs, dotValues)
+			b := randLit(r, dt, c.rhs, dotValues)
+			lf, rf := free(len(c.lhs), c.lb, c.lc), free(len(c.rhs), c.rb, c.rc)
+			// Canonical layouts and dimension numbers.
+			ca := permuteLit(t, a, slices.Concat(c.lb, lf, c.lc))
+			cb := permuteLit(t, b, slices.Concat(c.rb, c.rc, rf))
+			nb, nl, nc := len(c.lb), len(lf), len(c.lc)
+			want := runOp(t, ir.DotGeneral, []*ir.Literal{ca, cb}, ir.Attrs{
+				"lhs_batch": iota(0, nb), "lhs_contract": iota(nb+nl, nc), "rhs_batch": iota(0, nb), "rhs_contract": iota(nb, nc)})[0]
+			for range 3 {
+				// A random storage order of each operand, keeping the free
+				// axes in order (they give the result's layout).
+				pa, pb := keepOrder(r.Perm(len(c.lhs)), lf), keepOrder(r.Perm(len(c.rhs)), rf)
+				xa, xb := permuteLit(t, a, pa), permuteLit(t, b, pb)
+				inv := func(p []int, axes []int) []int {
+					out := make([]int, len(axes))
+					for i, ax := range axes {
+						out[i] = slices.Index(p, ax)
+					}
+					return out
+				}
+				got := runOp(t, ir.DotGeneral, []*ir.Literal{xa, xb}, ir.Attrs{
+					"lhs_batch": inv(pa, c.lb), "lhs_contract": inv(pa, c.lc), "rhs_batch": inv(pb, c.rb), "rhs_contract": inv(pb, c.rc)})[0]
+				require.Equal(t, want.Data, got.Data, "%v %+v stored as %v, %v", dt, c, pa, pb)
+			}
+		}
+	}
+}
+
+func iota(from, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = from + i
+	}
+	return out
+}
+
+// keepOrder reorders the entries of perm that are in axes so that they
+// appear in increasing order, leaving the other entries where they are.
+func keepOrder(perm, axes []int) []int {
+	var pos, vals []int
+	for i, p := range perm {
+		if slices.Contains(axes, p) {
+			pos, vals = append(pos, i), append(vals, p)
+		}
+	}
+	slices.Sort(vals)
+	for i, q := range pos {
+		perm[q] = vals[i]
+	}
+	return perm
+}
+
+// permuteLit returns transpose(l, perm).
+func permuteLit(t *testing.T, l *ir.Literal, perm []int) *ir.Literal {
+	return runOp(t, ir.Transpose, []*ir.Literal{l}, ir.Attrs{"perm": perm})[0]
 }
 
 // TestDotLayouts checks which operand layouts the gemm reads in place.

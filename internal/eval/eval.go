@@ -21,10 +21,15 @@
 //     rounding, i64 → f16/bf16 included), truncates float → int toward zero
 //     with saturation and NaN → 0, wraps int → int, maps x → bool as x != 0.
 //   - reduce_sum and reduce_prod of f16, bf16 and f32 accumulate in float64
-//     and round once; f64 in float64; integers wrap. reduce_max of nothing is
+//     and round once; f64 in float64; integers wrap. f16, bf16 and f32 sums
+//     over trailing axes add each output's run in eight lanes combined
+//     pairwise (LaneSum); other float sums and products add in row-major
+//     order of the reduced axes. reduce_max of nothing is
 //     -inf (the minimum for integers), reduce_min +inf (the maximum).
 //   - dot_general accumulates f32, f16 and bf16 in float32 (rounding f16/bf16
-//     once at the end), f64 in float64, integers with wrapping.
+//     once at the end), f64 in float64, integers with wrapping; the
+//     contracting index runs over the contracting pairs in the order given,
+//     and the bits do not depend on the operands' layouts.
 //   - scatter_add adds each update in the operand's dtype, in index order
 //     (f16/bf16 through float32, rounded after every add); on bool it is a
 //     logical or. gather from an empty axis into a non-empty result is an

@@ -27,19 +27,154 @@ func reduceLayout(x *ir.Literal, axes []int) (data []byte, outer, r int) {
 	return data, ir.Shape(shape[:kept]).Size(), ir.Shape(shape[kept:]).Size()
 }
 
+// TrailingReduce reports whether the reduced axes of shape come after
+// every kept axis, size-1 axes aside: each output then sums a contiguous
+// run of the operand. Such f32, f16 and bf16 sums add the run in LaneSum's
+// order; other float sums (f64 ones always: the reference's sequential
+// float64 order, which cancellation tests pin down) add each output's
+// elements one after the other in row-major order of the reduced axes.
+func TrailingReduce(shape []int, axes []int) bool {
+	lastKept, firstRed := -1, len(shape)
+	for d, n := range shape {
+		if n == 1 {
+			continue
+		}
+		if slices.Contains(axes, d) {
+			firstRed = min(firstRed, d)
+		} else {
+			lastKept = d
+		}
+	}
+	return lastKept < firstRed
+}
+
+// LaneSum is the running sum of one output of an f32, f16 or bf16
+// reduce_sum over trailing axes (see TrailingReduce): element q of the output's run goes
+// into lane q mod 8, each lane a float64 sum in order of q, and Sum adds
+// the lanes pairwise, ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)). Eight
+// independent sums run at the adder's throughput instead of its latency;
+// float64 lanes keep f32, f16 and bf16 sums within an ulp or so of the
+// exact sum whatever the length. The zero value is an empty sum.
+type LaneSum struct {
+	l [8]float64
+	n int
+}
+
+// AddF32 adds the next len(v) elements of the run.
+func (s *LaneSum) AddF32(v []float32) { laneAdd(s, v) }
+
+// Sum returns the sum of the elements added so far.
+func (s *LaneSum) Sum() float64 {
+	l := &s.l
+	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
+}
+
+func laneAdd(s *LaneSum, v []float32) {
+	i := 0
+	for ; i < len(v) && s.n%8 != 0; i++ {
+		s.l[s.n%8] += float64(v[i])
+		s.n++
+	}
+	l0, l1, l2, l3, l4, l5, l6, l7 := s.l[0], s.l[1], s.l[2], s.l[3], s.l[4], s.l[5], s.l[6], s.l[7]
+	j := i
+	for ; j+8 <= len(v); j += 8 {
+		w := v[j : j+8 : j+8]
+		l0 += float64(w[0])
+		l1 += float64(w[1])
+		l2 += float64(w[2])
+		l3 += float64(w[3])
+		l4 += float64(w[4])
+		l5 += float64(w[5])
+		l6 += float64(w[6])
+		l7 += float64(w[7])
+	}
+	s.l = [8]float64{l0, l1, l2, l3, l4, l5, l6, l7}
+	s.n += j - i
+	for ; j < len(v); j++ {
+		s.l[s.n%8] += float64(v[j])
+		s.n++
+	}
+}
+
+// sumStrided adds the elements of src into the outputs their kept indices
+// name, one after the other in row-major order of src (so each output's
+// elements in row-major order of the reduced axes), without moving them.
+func sumStrided[T float32 | float64](dst []float64, src []T, shape []int, axes []int) {
+	out := ir.RemoveAxes(shape, axes).Strides()
+	ostr := make([]int, len(shape))
+	k := 0
+	for d := range shape {
+		if !slices.Contains(axes, d) {
+			ostr[d] = out[k]
+			k++
+		}
+	}
+	r := len(shape)
+	idx := make([]int, r)
+	o := 0
+	inner, ist := shape[r-1], ostr[r-1]
+	for i := 0; i < len(src); i += inner {
+		row := src[i : i+inner]
+		if ist == 0 {
+			acc := dst[o]
+			for _, v := range row {
+				acc += float64(v)
+			}
+			dst[o] = acc
+		} else {
+			d := dst[o : o+(inner-1)*ist+1]
+			for t, v := range row {
+				d[t*ist] += float64(v)
+			}
+		}
+		for d := r - 2; d >= 0; d-- {
+			idx[d]++
+			o += ostr[d]
+			if idx[d] < shape[d] {
+				break
+			}
+			o -= idx[d] * ostr[d]
+			idx[d] = 0
+		}
+	}
+}
+
 func reduce(code ir.Code, x *ir.Literal, axes []int, out *ir.Literal) error {
+	dt := x.Type.DType
+	if code == ir.ReduceSum && (dt == ir.Float32 || dt == ir.Float64) && x.Type.Rank() > 0 && !TrailingReduce(x.Type.Shape, axes) {
+		// Sum in place, in row-major order: no transposed copy.
+		if out.Type.Size() == 0 || x.Type.Size() == 0 {
+			clear(out.Data)
+			return nil
+		}
+		acc := make([]float64, out.Type.Size())
+		if dt == ir.Float32 {
+			sumStrided(acc, viewAs[float32](x.Data), x.Type.Shape, axes)
+			tmp := ir.NewLiteral(ir.TypeOf(ir.Float64, len(acc)))
+			copy(viewAs[float64](tmp.Data), acc)
+			return convert(tmp, out)
+		}
+		sumStrided(acc, viewAs[float64](x.Data), x.Type.Shape, axes)
+		copy(viewAs[float64](out.Data), acc)
+		return nil
+	}
 	data, outer, r := reduceLayout(x, axes)
 	if outer == 0 {
 		return nil
 	}
-	switch dt := x.Type.DType; dt {
+	trailing := TrailingReduce(x.Type.Shape, axes)
+	switch dt {
 	case ir.Float64:
 		reduceFloat(code, viewAs[float64](out.Data), viewAs[float64](data), r)
 	case ir.Float32, ir.Float16, ir.BFloat16:
 		src := toF32(&ir.Literal{Type: ir.TypeOf(dt, len(data)/dt.Size()), Data: data})
 		if code == ir.ReduceSum || code == ir.ReduceProd {
 			acc := make([]float64, outer)
-			reduceWide(code, acc, src, r)
+			if code == ir.ReduceSum && trailing {
+				sumLanes(acc, src, r)
+			} else {
+				reduceWide(code, acc, src, r)
+			}
 			tmp := ir.NewLiteral(ir.TypeOf(ir.Float64, outer))
 			copy(viewAs[float64](tmp.Data), acc)
 			return convert(tmp, out)
@@ -59,6 +194,15 @@ func reduce(code ir.Code, x *ir.Literal, axes []int, out *ir.Literal) error {
 		return fmt.Errorf("no kernel for %v on %v", code, dt)
 	}
 	return nil
+}
+
+// sumLanes sums each run of r elements of src into dst in LaneSum's order.
+func sumLanes(dst []float64, src []float32, r int) {
+	for o := range dst {
+		var s LaneSum
+		laneAdd(&s, src[o*r:(o+1)*r])
+		dst[o] = s.Sum()
+	}
 }
 
 // reduceWide sums or multiplies float32 values in float64.

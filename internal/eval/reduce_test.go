@@ -224,3 +224,55 @@ func testArg(t *testing.T, code ir.Code) {
 		}
 	}
 }
+
+// TestReduceSumOrder pins down the order of float reduce_sum, which the
+// CPU executor's fused reductions reproduce bit for bit: f32 over trailing
+// axes (TrailingReduce) in eight float64 lanes, element q of the run in
+// lane q mod 8, added pairwise at the end; f32 over other axes, and f64,
+// one float64 sum per output in row-major order of the reduced axes, read
+// where the elements lie. Fresh
+// random f32 and f64 operands, results compared bit for bit with sums
+// written here.
+func TestReduceSumOrder(t *testing.T) {
+	r := newRand(t)
+	cases := []struct{ shape, axes []int }{
+		{[]int{3, 129}, []int{1}},        // rows: lanes
+		{[]int{2, 5, 37}, []int{1, 2}},   // trailing pair
+		{[]int{4, 1, 7}, []int{2, 1}},    // unit axis among the reduced
+		{[]int{6, 1}, []int{0}},          // trailing once the unit axis is dropped
+		{[]int{64, 33}, []int{0}},        // columns: sequential, in place
+		{[]int{8, 4, 16}, []int{0, 1}},   // bias gradient
+		{[]int{5, 6, 7}, []int{1}},       // middle axis
+		{[]int{3, 4, 5, 6}, []int{0, 2}}, // mixed
+		{[]int{1000}, []int{0}},          // long run
+	}
+	for _, dt := range []ir.DType{ir.Float32, ir.Float64} {
+		for _, c := range cases {
+			x := randLit(r, dt, c.shape, func(r *rand.Rand) float64 { return r.NormFloat64() * math.Exp2(float64(r.IntN(20)-10)) })
+			res := runOp(t, ir.ReduceSum, []*ir.Literal{x}, ir.Attrs{"axes": c.axes})[0]
+			_, groups := reduceGroups(c.shape, c.axes)
+			trailing := TrailingReduce(c.shape, c.axes)
+			for o, g := range groups {
+				var want float64
+				if trailing && dt != ir.Float64 {
+					var l [8]float64
+					for q, i := range g {
+						l[q%8] += getF(x, i)
+					}
+					want = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
+				} else {
+					for _, i := range g {
+						want += getF(x, i)
+					}
+				}
+				if dt == ir.Float32 {
+					want = float64(float32(want))
+				}
+				require.Equal(t, math.Float64bits(want), math.Float64bits(getF(res, o)), "%v %+v output %d (trailing %v)", dt, c, o, trailing)
+			}
+		}
+	}
+	require.True(t, TrailingReduce([]int{2, 1, 3}, []int{1, 2}))
+	require.False(t, TrailingReduce([]int{2, 3}, []int{0}))
+	require.True(t, TrailingReduce([]int{1, 3}, []int{0}))
+}

@@ -10,6 +10,12 @@
 // 512, A stored m×k) skip packing A: a variant of the kernel reads A in
 // place.
 //
+// SgemmIndexed and DgemmIndexed multiply batches of matrices placed by
+// tables of offsets — a transposed operand, axes split or merged, batch
+// axes that do not merge: only packing walks the tables, and an operand
+// whose rows and columns are evenly spaced is read as a plain or
+// transposed matrix.
+//
 // SgemmHalf multiplies bf16 or f16 matrices: packing widens them to
 // float32, the float32 kernels accumulate, and each result is rounded once
 // from the kernel's tile, bit for bit as widening, Sgemm and rounding would.
@@ -121,6 +127,12 @@ type spec[T float] struct {
 	half           Format
 	out16          bool
 	lda, ldb, ldc  int
+	// ar, ac (br, bc), when set, place A (B) by tables of offsets:
+	// element (i, p) of A at a[ar[i]+ac[p]], (p, j) of B at b[br[p]+bc[j]]
+	// (SgemmIndexed); transA, transB, lda and ldb are then unused. aOff
+	// and bOff are then the batch items' offsets.
+	ar, ac, br, bc []int
+	aOff, bOff     []int
 }
 
 // lens returns the lengths of the operands.
@@ -137,6 +149,10 @@ func (s *spec[T]) lens() (la, lb, lc int) {
 
 // item returns the spec of batch item i.
 func (s spec[T]) item(i, strideA, strideB, strideC int) spec[T] {
+	if s.aOff != nil {
+		s.a, s.b, s.c = sub(s.a, 1, s.aOff[i]), sub(s.b, 1, s.bOff[i]), sub(s.c, i, strideC)
+		return s
+	}
 	s.a, s.b, s.c = sub(s.a, i, strideA), sub(s.b, i, strideB), sub(s.c, i, strideC)
 	s.a16, s.b16, s.c16 = sub(s.a16, i, strideA), sub(s.b16, i, strideB), sub(s.c16, i, strideC)
 	return s
@@ -155,6 +171,10 @@ func sub[E any](s []E, i, stride int) []E {
 // check panics on invalid arguments.
 func (s *spec[T]) check() {
 	la, lb, lc := s.lens()
+	if s.aOff != nil { // SgemmIndexed checked A and B: check C
+		check(false, false, s.m, s.n, s.k, 1<<62, max(1, s.k), 1<<62, max(1, s.n), lc, s.ldc)
+		return
+	}
 	check(s.transA, s.transB, s.m, s.n, s.k, la, s.lda, lb, s.ldb, lc, s.ldc)
 }
 
@@ -546,7 +566,7 @@ var inPlaceMaxN = 512
 
 // useInPlaceA reports whether a product reads A in place.
 func useInPlaceA[T float](kr *kernel[T], s *spec[T]) bool {
-	return kr.fnA != nil && s.half == 0 && kr.mr == 6 && !s.transA && s.n <= inPlaceMaxN
+	return kr.fnA != nil && s.half == 0 && s.ar == nil && kr.mr == 6 && !s.transA && s.n <= inPlaceMaxN
 }
 
 // macroHalf is macro for a 16-bit C (j.kc is all of k): each tile is
@@ -580,6 +600,10 @@ func (j *job[T]) macroHalf(pa, pb, tmp []T, ic, mc, jc, j0, j1, kc int) {
 
 // packA packs the mc×kc block of op(A) at (i0, p0) into dst (see packA).
 func (j *job[T]) packA(dst []T, i0, p0, mc, kc int) {
+	if j.ar != nil {
+		packAIdx(dst, j.a, j.ar, j.ac, i0, p0, mc, kc, j.kr.mr)
+		return
+	}
 	if j.half != 0 {
 		packAHalf(f32s(dst), j.a16, j.half, j.lda, j.transA, i0, p0, mc, kc, j.kr.mr)
 		return
@@ -589,6 +613,10 @@ func (j *job[T]) packA(dst []T, i0, p0, mc, kc int) {
 
 // packB packs the kc×nc block of op(B) at (p0, j0) into dst (see packB).
 func (j *job[T]) packB(dst []T, p0, j0, kc, nc int) {
+	if j.br != nil {
+		packBIdx(dst, j.b, j.br, j.bc, p0, j0, kc, nc, j.kr.nr)
+		return
+	}
 	if j.half != 0 {
 		packBHalf(f32s(dst), j.b16, j.half, j.ldb, j.transB, p0, j0, kc, nc, j.kr.nr)
 		return
@@ -669,10 +697,22 @@ func packB[T float](dst, b []T, ldb int, trans bool, p0, j0, kc, nc, nr int) {
 		}
 		// A transpose, in blocks of pb rows of the sliver so that the
 		// written part stays in L1.
+		// Four columns at a time: four source rows are read together and
+		// each sliver row gets four neighbouring elements per step.
 		const pb = 32
 		for q := 0; q < kc; q += pb {
 			qn := min(pb, kc-q)
-			for j := 0; j < cols; j++ {
+			j := 0
+			for ; j+4 <= cols; j += 4 {
+				o := (j0+jr+j)*ldb + p0 + q
+				s0, s1, s2, s3 := b[o:o+qn:o+qn], b[o+ldb:o+ldb+qn:o+ldb+qn], b[o+2*ldb:o+2*ldb+qn:o+2*ldb+qn], b[o+3*ldb:o+3*ldb+qn:o+3*ldb+qn]
+				s1, s2, s3 = s1[:len(s0)], s2[:len(s0)], s3[:len(s0)]
+				for p, v := range s0 {
+					dd := d[(q+p)*nr+j : (q+p)*nr+j+4 : (q+p)*nr+j+4]
+					dd[0], dd[1], dd[2], dd[3] = v, s1[p], s2[p], s3[p]
+				}
+			}
+			for ; j < cols; j++ {
 				o := (j0+jr+j)*ldb + p0 + q
 				src := b[o : o+qn : o+qn]
 				dd := d[q*nr+j:]
