@@ -17,7 +17,9 @@ func needJIT(t *testing.T) {
 // forJIT runs f with each implementation whose chains this machine runs
 // (AVX-512 and AVX2 code where the CPU has AVX-512, AVX2 code where it has
 // AVX2 and FMA only); the kernels chains are compared with are that
-// implementation's.
+// implementation's: the same generator's one-op chains of the same width,
+// themselves checked against float64 references (TestAccuracy) and, on
+// AVX-512 machines, against the other width (TestImplsAgree).
 func forJIT(t *testing.T, f func(t *testing.T)) {
 	ran := false
 	for _, im := range available() {

@@ -82,3 +82,30 @@ func testProgram(t *testing.T) {
 		}
 	}
 }
+
+// TestProgramFallback checks what RunProgram leaves to its caller: a
+// program CompileChain refuses (a value written twice) computes nothing,
+// and a bad instruction panics; a program runs the same compiled chain
+// every time.
+func TestProgramFallback(t *testing.T) {
+	x, y := make([]float32, 100), make([]float32, 100)
+	ptrs := []*float32{&x[0], &y[0]}
+	twice := []Instr{{Op: OpExp, Dst: 1, A: 0, B: 0}, {Op: OpNeg, Dst: 1, A: 0, B: 0}}
+	if m := RunProgram(twice, ptrs, len(x)); m != 0 {
+		t.Errorf("a value written twice: RunProgram computed %d elements", m)
+	}
+	for _, bad := range []Instr{{Op: opEnd, Dst: 1}, {Op: OpExp | 1<<12, Dst: 1}, {Op: OpExp, Dst: 2}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%+v: no panic", bad)
+				}
+			}()
+			RunProgram([]Instr{bad}, ptrs, len(x))
+		}()
+	}
+	one := []Instr{{Op: OpExp, Dst: 1, A: 0, B: 0}}
+	if JITAvailable() && (progChain(one, 2, false) != progChain(one, 2, false) || progChain(one, 2, true) == nil) {
+		t.Error("a program is compiled again, or not at all")
+	}
+}
