@@ -209,8 +209,8 @@ func TestBinary(t *testing.T) {
 
 // TestExhaustive checks every float32 (VMATH_EXHAUSTIVE=1, about a minute
 // per function and implementation on two cores; VMATH_EXHAUSTIVE=go for the
-// pure-Go kernels only, VMATH_EXHAUSTIVE=asm for the assembly only) and
-// prints the largest error of each function.
+// pure-Go kernels only, VMATH_EXHAUSTIVE=asm for the generated vector code
+// only: the name is from when that was assembly) and prints the largest error of each function.
 func TestExhaustive(t *testing.T) {
 	if os.Getenv("VMATH_EXHAUSTIVE") == "" {
 		t.Skip("set VMATH_EXHAUSTIVE=1")
