@@ -7,8 +7,7 @@
 // integer subtract that replace opmasks and AVX-512-only instructions there.
 //
 // Operands are written in the Go assembler's order (sources first, the
-// destination last), so code ported from an avo generator reads the same;
-// the tests compare the bytes with what the Go assembler produces for the
+// destination last), so generator code reads as Go assembly does; the tests compare the bytes with what the Go assembler produces for the
 // same text.
 //
 // Memory operands are [base + index*scale + disp] or RIP-relative constants

@@ -26,22 +26,19 @@ import (
 //     f32 arithmetic and transcendental ops call the very vmath kernel eval
 //     runs, eval.F32Kernels, without the dispatch) into a small per-worker
 //     scratch block, or straight into the output; when every per-block op
-//     of a program is such an f32 op, one vmath.RunProgram per block runs
-//     them all, 64 elements at a time, each op's result kept in registers
-//     for the next one (the same instructions as the kernels, so the same
-//     values; the block's last elements past whole chunks go through the
-//     kernels). Where the CPU allows (AVX-512, or AVX2 and FMA, on
-//     linux/amd64, FERRY_CPU_JIT not 0) that program is compiled to machine
-//     code instead (vmath.CompileChain, fusedjit.go): one loop over 16-lane
+//     of a program is such an f32 op, they form one vmath program. Where
+//     the CPU allows (AVX-512, or AVX2 and FMA, on linux/amd64,
+//     FERRY_CPU_JIT not 0) that program is compiled to machine code
+//     (vmath.CompileChain, fusedjit.go): one loop over 16-lane
 //     (AVX2: 8-lane) vectors with
-//     every value in registers while needed, the same instructions per op,
-//     hence the same values again, except that a multiply read only by one
+//     every value in registers while needed, the same instructions per op
+//     as the vmath kernels, hence the same values, except that a multiply read only by one
 //     add or subtract becomes one fused multiply-add (vmath.SetContract;
 //     FERRY_CPU_FMA=0 keeps them apart); results of 8 MiB and more
 //     are stored with non-temporal stores (no read of the destination
 //     lines): by the compiled chain straight into the output
-//     (Chain.RunNT), or from scratch by vmath.StoreNT when the program is
-//     interpreted;
+//     (Chain.RunNT), or from scratch by vmath.StoreNT when it is not
+//     compiled;
 //   - reshape and device_put keep the flat index (no node);
 //     broadcast_in_dim, transpose and slice compose a stage onto the map of
 //     their operand (no node, no data movement);
@@ -289,7 +286,7 @@ type blockProg struct {
 	reduces []freduce
 	prefix  bool // all reductions are prefix with the same r: split by outputs
 	// code computes every per-block op node when all of them have a vmath
-	// opcode: one vmath.RunProgram per block runs them chunk by chunk.
+	// opcode (compiled to a chain; vmath.RunProgram where it is not).
 	code []vmath.Instr
 	// chain is code compiled to machine code (nil: interpreted).
 	chain *vmath.Chain

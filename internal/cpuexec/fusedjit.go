@@ -10,8 +10,8 @@ import (
 // ops read it and only the values read outside the chain (results and
 // reduction operands) are stored. Invariant nodes (computed once per worker,
 // their block filled with one value) are passed as uniform inputs. It
-// returns nil when the chain cannot be compiled: the interpreter
-// (vmath.RunProgram) runs the program then.
+// returns nil when the chain cannot be compiled: vmath.RunProgram and the
+// kernels run the program then.
 func compileChain(p *blockProg) *vmath.Chain {
 	if p.code == nil || !vmath.JITAvailable() {
 		return nil

@@ -516,9 +516,9 @@ func (w *worker) block(lo, hi int) error {
 func (w *worker) direct() bool { return !w.inPlace && (!w.nt || w.ntChain) }
 
 // runCode computes the block's op nodes (all f32 with a vmath opcode) with
-// the compiled chain when there is one, else with one vmath program and the
-// elements past its last whole chunk with the nodes' kernels, which compute
-// the same values.
+// the compiled chain when there is one, else with vmath.RunProgram (which
+// compiles the program itself where it can) and the elements it leaves
+// with the nodes' kernels, which compute the same values.
 func (w *worker) runCode(cnt int) {
 	if cnt == 0 {
 		return

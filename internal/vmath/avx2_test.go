@@ -23,7 +23,7 @@ func TestAVX2JITOff(t *testing.T) {
 	x := randVec(r, 100)
 	got, want := make([]float32, len(x)), make([]float32, len(x))
 	Logistic(got, x)
-	goImpl.logistic(want, x)
+	goImpl.f1[OpLogistic](want, x)
 	for i := range x {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 			t.Fatalf("Logistic(%v) = %v with the JIT off, pure Go %v", x[i], got[i], want[i])

@@ -2,7 +2,27 @@ package vmath
 
 import "unsafe"
 
-//go:generate sh -c "cd _asm && go run . -out ../vmath_amd64.s -stubs ../vmath_amd64_stub.go"
+// Assembly in cpu_amd64.s.
+
+func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+
+func xgetbv() (eax, edx uint32)
+
+// storeNT copies n bytes (a multiple of 64, dst 64-byte aligned) with
+// non-temporal stores (AVX-512 only).
+//
+//go:noescape
+func storeNT(dst, src *byte, n int)
+
+func sfence()
+
+// prefetchT0 and prefetchT1 prefetch every 64-byte line of [p, p+n).
+//
+//go:noescape
+func prefetchT0(p *byte, n int)
+
+//go:noescape
+func prefetchT1(p *byte, n int)
 
 // hasAVX512 reports AVX-512F and BMI2 with the ZMM and opmask state enabled
 // by the OS, hasAVX2 AVX2 and FMA with the YMM state enabled (CPUID and
@@ -35,47 +55,17 @@ func detectCPU() (avx512, avx2 bool) {
 	return avx512, avx2
 }
 
-// archImpls lists the kernels this CPU runs, best first.
+// archImpls lists the kernels this CPU runs, best first: generated code
+// (jitimpl.go), where it can be mapped and run.
 func archImpls() []*impl {
 	var l []*impl
-	if hasAVX512 {
+	if hasAVX512 && jitExecOK {
 		l = append(l, avx512Impl)
 	}
 	if hasAVX2 && jitExecOK {
 		l = append(l, avx2Impl)
 	}
 	return l
-}
-
-var avx512Impl = &impl{
-	name: "avx512",
-	exp:  asm1(expAVX512), log: asm1(logAVX512), tanh: asm1(tanhAVX512),
-	logistic: asm1(logisticAVX512), erf: asm1(erfAVX512),
-	sqrt: asm1(sqrtAVX512), neg: asm1(negAVX512), abs: asm1(absAVX512),
-	add: asm2(addAVX512), sub: asm2(subAVX512), mul: asm2(mulAVX512), div: asm2(divAVX512),
-	maxf: asm2(maxAVX512), minf: asm2(minAVX512),
-}
-
-func asm1(k func(dst, a *float32, n int)) func(dst, x []float32) {
-	return func(dst, x []float32) {
-		n := len(x)
-		if n == 0 {
-			return
-		}
-		_ = dst[n-1]
-		k(&dst[0], &x[0], n)
-	}
-}
-
-func asm2(k func(dst, a, b *float32, n int)) func(dst, a, b []float32) {
-	return func(dst, a, b []float32) {
-		n := len(a)
-		if n == 0 {
-			return
-		}
-		_, _ = dst[n-1], b[n-1]
-		k(&dst[0], &a[0], &b[0], n)
-	}
 }
 
 // Prefetch asks the CPU to bring b into the cache closest to it (l1) or
@@ -116,19 +106,4 @@ func Fence() {
 	if hasAVX512 {
 		sfence()
 	}
-}
-
-func runProgram(code []Instr, vals []*float32, n int) int {
-	m := n &^ (ProgramChunk - 1)
-	if cur != avx512Impl || len(code) == 0 || len(vals) == 0 || m == 0 {
-		return 0
-	}
-	ok := func(i int32) bool { return uint32(i) < uint32(len(vals)) && vals[i] != nil }
-	for _, in := range code {
-		if in.Op&^(0xff|AccA|AccB|NoStore) != 0 || !ok(in.Dst) || !ok(in.A) || !ok(in.B) {
-			panic("vmath: bad program instruction")
-		}
-	}
-	progAVX512(&code[0].Op, len(code), &vals[0], m)
-	return m
 }

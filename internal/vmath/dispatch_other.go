@@ -12,8 +12,3 @@ func StoreNT(dst, src []byte) { copy(dst, src) }
 
 // Fence is a no-op here.
 func Fence() {}
-
-func runProgram(code []Instr, vals []*float32, n int) int { return 0 }
-
-// avx512Impl and avx2Impl are never selected here.
-var avx512Impl, avx2Impl *impl

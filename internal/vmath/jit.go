@@ -15,19 +15,18 @@ import (
 
 // Run-time code generation for chains of ops.
 //
-// CompileChain turns a program (the Instr list RunProgram interprets) into
-// straight-line AVX-512 machine code (or AVX2 code, below): one loop over
-// 16-lane vectors with a masked tail, every op's result kept in a vector
-// register for as long as a later op reads it, constants (and operands the
-// caller marks uniform) held in registers across the loop when registers
-// allow. Every op is emitted
-// with the very instruction sequence of its vmath kernel (the bodies below
-// are those of _asm/main.go, ported instruction for instruction), so the
-// accuracy of the transcendental functions is that of the kernels. The one
-// liberty is contraction (SetContract, on by default): a multiply read only
-// by one add or subtract is computed with it by one fused multiply-add.
-// With contraction off, a chain computes, bit for bit, what the kernels
-// compute one after the other.
+// CompileChain turns a program (a list of Instr) into straight-line
+// AVX-512 machine code (or AVX2 code, below): one loop over 16-lane vectors
+// with a masked tail, every op's result kept in a vector register for as
+// long as a later op reads it, constants (and operands the caller marks
+// uniform) held in registers across the loop when registers allow. Every op
+// is emitted with the instruction sequence of its row in ops (its body),
+// and the package's own kernels are these chains compiled one op at a time
+// (jitimpl.go), so the accuracy of the transcendental functions is that of
+// the kernels. The one liberty is contraction (SetContract, on by default):
+// a multiply read only by one add or subtract is computed with it by one
+// fused multiply-add. With contraction off, a chain computes, bit for bit,
+// what the kernels compute one after the other.
 //
 // AVX2 (the generator's VEX mode, where the CPU has AVX2 and FMA but no
 // AVX-512): the same loop and allocator over 8-lane YMM vectors and 16
@@ -38,8 +37,7 @@ import (
 // bit manipulation for VGETMANTPS/VGETEXPPS (logReduceVEX). Its code
 // computes whole vectors only; Chain.run passes the last partial vector
 // through zero-padded scratch, so every element goes through the same
-// instructions. The AVX2 kernels of the package are these chains compiled
-// one op at a time (avx2.go), so chains match them bit for bit too.
+// instructions.
 //
 // Registers: the generated code uses RAX (byte offset), RCX (elements left),
 // RDX (scratch), RDI (argument block), RBX, RSI and R8–R13 (operand
@@ -130,16 +128,17 @@ func CompileChain(code []Instr, nvals int, uniform []bool) (*Chain, error) {
 	if !JITAvailable() {
 		return nil, ErrNoJIT
 	}
-	return compileChain(code, nvals, uniform, cur == avx2Impl)
+	return compileChain(code, nvals, uniform, cur == avx2Impl, !contractOff.Load())
 }
 
-// compileChain is CompileChain for AVX2 (vex) or AVX-512 code.
-func compileChain(code []Instr, nvals int, uniform []bool, vex bool) (*Chain, error) {
+// compileChain is CompileChain for AVX2 (vex) or AVX-512 code, with
+// multiplies contracted into multiply-adds when fuse (see SetContract).
+func compileChain(code []Instr, nvals int, uniform []bool, vex, fuse bool) (*Chain, error) {
 	vals, err := checkChain(code, nvals, uniform)
 	if err != nil {
 		return nil, err
 	}
-	cc, fused := contract(code, vals, !contractOff.Load())
+	cc, fused := contract(code, vals, fuse)
 	c, err := generateChain(cc, vals, vex)
 	if err != nil {
 		return nil, err
@@ -335,7 +334,7 @@ func checkChain(code []Instr, nvals int, uniform []bool) ([]valInfo, error) {
 	ok := func(i int32) bool { return i >= 0 && int(i) < nvals }
 	for k, in := range code {
 		cd := in.Code()
-		if in.Op&^(0xff|AccA|AccB|NoStore) != 0 || cd < OpAdd || cd > OpErf || !ok(in.Dst) || !ok(in.A) || !ok(in.B) {
+		if in.Op&^(0xff|AccA|AccB|NoStore) != 0 || !validOp(cd) || !ok(in.Dst) || !ok(in.A) || !ok(in.B) {
 			return nil, fmt.Errorf("vmath: bad chain instruction %d: %+v", k, in)
 		}
 		for _, x := range (cins{Instr: in}).operands() {
@@ -463,11 +462,11 @@ func generateUnrolled(code []cins, vals []valInfo, nt bool, u int, vex bool) (c 
 }
 
 func (in cins) operands() []int {
-	switch in.Code() {
-	case OpAdd, OpSub, OpMul, OpDiv, OpMax, OpMin:
+	switch cd := in.Code(); {
+	case !validOp(cd):
+		return []int{int(in.A), int(in.B), int(in.C)} // contracted multiply-add
+	case ops[cd].arity == 2:
 		return []int{int(in.A), int(in.B)}
-	case opFMA, opFMS, opFNMA:
-		return []int{int(in.A), int(in.B), int(in.C)}
 	}
 	return []int{int(in.A)}
 }
@@ -948,23 +947,18 @@ func (g *gen) bcast(o e.Operand, dst e.Z) {
 	}
 }
 
-// opTemps is the number of temporary registers each op's body needs
-// (opTempsVEX in AVX2 code: more for exp, whose table lookup and scaling
-// take several instructions there, and one for the vector mask of max and
-// min).
-var (
-	opTemps    = map[int32]int{OpExp: 4, OpLog: 5, OpTanh: 8, OpLogistic: 6, OpErf: 9}
-	opTempsVEX = map[int32]int{OpMax: 1, OpMin: 1, OpExp: 6, OpLog: 5, OpTanh: 10, OpLogistic: 8, OpErf: 11}
-)
-
+// temps is the number of temporary registers op code's body needs.
 func (g *gen) temps(code int32) int {
-	if g.vex {
-		return opTempsVEX[code]
+	switch {
+	case !validOp(code):
+		return 0 // contracted multiply-adds
+	case g.vex:
+		return ops[code].tempsVEX
 	}
-	return opTemps[code]
+	return ops[code].temps
 }
 
-// Comparison predicates (VCMPPS imm8), as _asm/main.go.
+// Comparison predicates (VCMPPS imm8).
 const (
 	cmpEQ  = 0x00
 	cmpLT  = 0x11
@@ -973,49 +967,35 @@ const (
 	cmpNLT = 0x05 // not less than (true for NaN)
 )
 
-// op emits one op's body: the instruction sequence of _asm/main.go, in the
-// Go assembler's operand order, with the temporaries t.
+// op emits one op's body (its row's in ops, or a contracted multiply-add),
+// in the Go assembler's operand order, with the temporaries t.
 func (g *gen) op(code int32, in []e.Z, out e.Z, t []e.Z) {
-	a := &g.a
-	switch code {
-	case OpAdd:
-		a.VADDPS(in[1], in[0], out)
-	case OpSub:
-		a.VSUBPS(in[1], in[0], out)
-	case OpMul:
-		a.VMULPS(in[1], in[0], out)
-	case OpDiv:
-		a.VDIVPS(in[1], in[0], out)
-	case OpMax, OpMin:
-		if code == OpMax {
-			a.VMAXPS(in[1], in[0], out)
-		} else {
-			a.VMINPS(in[1], in[0], out)
-		}
-		g.cmp(cmpUNO, in[0], in[0], t)
-		if g.vex {
-			g.blend(in[0], out, t)
-		} else {
-			a.VMOVAPSk(in[0], g.km, out)
-		}
-	case OpNeg:
-		a.VPXORD(g.cbits(signBit), in[0], out)
-	case OpAbs:
-		a.VPANDD(g.cbits(0x7fffffff), in[0], out)
-	case OpSqrt:
-		a.VSQRTPS(in[0], out)
-	case OpExp:
-		g.expInto(in[0], out, t)
-	case OpLog:
-		g.logBody(in[0], out, t)
-	case OpTanh:
-		g.tanhBody(in[0], out, t)
-	case OpLogistic:
-		g.logisticBody(in[0], out, t)
-	case OpErf:
-		g.erfBody(in[0], out, t)
-	case opFMA, opFMS, opFNMA:
+	if !validOp(code) {
 		g.fma(code, in, out)
+		return
+	}
+	ops[code].body(g, in, out, t)
+}
+
+// maxBody: in[0] > in[1] ? in[0] : in[1], and in[0] where it is NaN
+// (eval's max); minBody likewise.
+func (g *gen) maxBody(in []e.Z, out e.Z, t []e.Z) {
+	g.a.VMAXPS(in[1], in[0], out)
+	g.nanFirst(in, out, t)
+}
+
+func (g *gen) minBody(in []e.Z, out e.Z, t []e.Z) {
+	g.a.VMINPS(in[1], in[0], out)
+	g.nanFirst(in, out, t)
+}
+
+// nanFirst sets out = in[0] where in[0] is NaN.
+func (g *gen) nanFirst(in []e.Z, out e.Z, t []e.Z) {
+	g.cmp(cmpUNO, in[0], in[0], t)
+	if g.vex {
+		g.blend(in[0], out, t)
+	} else {
+		g.a.VMOVAPSk(in[0], g.km, out)
 	}
 }
 
@@ -1091,8 +1071,19 @@ func (g *gen) expInto(x, out e.Z, tmp []e.Z) {
 	g.expCore(t0, out, tmp[1:])
 }
 
-// expCore: out = e^t0 for t0 in [expLo, expHi] or NaN, as the kernels'
-// expCore (t0 is clobbered); tmp holds 3 registers (5 in AVX2 code).
+// expCore: out = e^t0 for t0 in [expLo, expHi] or NaN (t0 is clobbered);
+// tmp holds 3 registers (5 in AVX2 code). As the scalar expCore:
+//
+// e^x = 2^(n + j/16) * e^r: kf = n + j/16 is x*log2e rounded to a multiple
+// of 1/16 (by adding expShift, whose ulp is 1/16, so the low four mantissa
+// bits of the sum are j), r = x - kf*ln2F32 (one rounding, |r| ≤ ln2/32),
+// the rest of kf*ln2 added to e^r - 1 (where it is a relative correction
+// of 2^-22 at most, so r's polynomial need not see it), 2^(j/16) comes
+// from 16-entry tables by VPERMPS (which reads the low four bits of each
+// index lane) as T(1 + d) with d T's relative rounding error, e^r - 1 is
+// r(1 + r(expC2 + expC3 r)), 2^(j/16) e^r is T + T(e^r - 1 + d), and
+// VSCALEFPS multiplies by 2^floor(kf) = 2^n, overflowing to +inf and
+// underflowing through the subnormals with one rounding.
 func (g *gen) expCore(t0, out e.Z, tmp []e.Z) {
 	if g.vex {
 		g.expCoreVEX(t0, out, tmp)
@@ -1184,7 +1175,8 @@ func (g *gen) copysign(out, x, tmp e.Z) {
 	g.a.VPTERNLOGD(0xB8, x, g.creg(g.cbits(signBit), tmp), out)
 }
 
-func (g *gen) tanhBody(x, out e.Z, r []e.Z) {
+func (g *gen) tanhBody(in []e.Z, out e.Z, r []e.Z) {
+	x := in[0]
 	a := &g.a
 	ab, z, s, t, ex := r[0], r[1], r[2], r[3], r[4]
 	a.VPANDD(g.cbits(0x7fffffff), x, ab)
@@ -1204,14 +1196,14 @@ func (g *gen) tanhBody(x, out e.Z, r []e.Z) {
 	g.copysign(out, x, t)
 }
 
-func (g *gen) logisticBody(x, out e.Z, r []e.Z) {
+func (g *gen) logisticBody(in []e.Z, out e.Z, r []e.Z) {
+	x := in[0]
 	a := &g.a
 	n, ex, num := r[0], r[1], r[2]
 	a.VPORD(g.cbits(signBit), x, n)
 	a.VMAXPS(n, g.creg(g.c(expLo), ex), n) // -|x| ≥ expLo, or NaN
 	g.expCore(n, ex, r[3:])
-	// num = 1 where x ≥ 0 or NaN (not x < 0, as the kernel's compare
-	// with a zeroed register), e^-|x| elsewhere.
+	// num = 1 where x ≥ 0 or NaN (not x < 0), e^-|x| elsewhere.
 	g.cmp(cmpNLT, g.cbits(0), x, r)
 	if g.vex {
 		a.VBLENDVPS(n, g.c(1), ex, num)
@@ -1219,10 +1211,16 @@ func (g *gen) logisticBody(x, out e.Z, r []e.Z) {
 		a.VBLENDMPSk(g.c(1), ex, g.km, num)
 	}
 	a.VADDPS(g.c(1), ex, ex)
-	a.VDIVPS(ex, num, out) // as the kernel: see _asm/main.go
+	// A correctly rounded VDIVPS: with the table exp, the FMA pipe is the
+	// bottleneck of logistic, tanh and gelu, and the divider runs beside
+	// it, so one VDIVPS beat VRCP14PS with a Newton step (four FMA-pipe
+	// ops): logistic 8.2 → 6.7 and gelu 13.0 → 12.1 cycles per vector in
+	// L1 (bench/RESULTS.md, 2026-11-25, third session).
+	a.VDIVPS(ex, num, out)
 }
 
-func (g *gen) erfBody(x, out e.Z, r []e.Z) {
+func (g *gen) erfBody(in []e.Z, out e.Z, r []e.Z) {
+	x := in[0]
 	a := &g.a
 	ab, z, s, t, q := r[0], r[1], r[2], r[3], r[4]
 	a.VPANDD(g.cbits(0x7fffffff), x, ab)
@@ -1242,7 +1240,8 @@ func (g *gen) erfBody(x, out e.Z, r []e.Z) {
 	g.copysign(out, x, t)
 }
 
-func (g *gen) logBody(x, out e.Z, r []e.Z) {
+func (g *gen) logBody(in []e.Z, out e.Z, r []e.Z) {
+	x := in[0]
 	a := &g.a
 	m, ex, f, z, y := r[0], r[1], r[2], r[3], r[4]
 	if g.vex {
@@ -1272,7 +1271,8 @@ func (g *gen) logBody(x, out e.Z, r []e.Z) {
 		a.VCMPPS(cmpEQ, g.cbits(0x7f800000), x, g.km)
 		a.VMOVAPSk(x, g.km, out)
 	}
-	g.cmp(cmpEQ, g.cbits(0), x, r[3:]) // the kernel's zeroed register
+	// x == +inf: +inf (above); x == 0: -inf; x < 0: NaN (NaN stays NaN).
+	g.cmp(cmpEQ, g.cbits(0), x, r[3:])
 	g.blend(g.cbits(0xff800000), out, r[3:])
 	g.cmp(cmpLT, g.cbits(0), x, r[3:])
 	g.blend(g.cbits(0x7fc00000), out, r[3:])

@@ -183,21 +183,6 @@ func geluDraw(r *rand.Rand, v int) float32 {
 	return float32(r.NormFloat64())
 }
 
-// geluCode is gelu(x*w+b) as the trace writes it (x·logistic(2u), u =
-// √(2/π)(x+0.044715x³)): values 0..2 inputs, 3..5 uniform constants.
-func geluCode() ([]Instr, int, []bool) {
-	code := []Instr{{OpMul, 6, 0, 1}, {OpAdd, 7, 6, 2}, {OpMul, 8, 7, 7}, {OpMul, 9, 8, 7}, {OpMul, 10, 3, 9},
-		{OpAdd, 11, 7, 10}, {OpMul, 12, 4, 11}, {OpLogistic, 13, 12, 12}, {OpMul, 14, 7, 13}}
-	for i := range code[:len(code)-1] {
-		code[i].Op |= NoStore
-	}
-	uni := make([]bool, 15)
-	for i := 3; i < 6; i++ {
-		uni[i] = true
-	}
-	return code, 15, uni
-}
-
 func TestInstrTable(t *testing.T) {
 	if os.Getenv("FERRY_BENCH_INSTR") == "" {
 		t.Skip("set FERRY_BENCH_INSTR=1")

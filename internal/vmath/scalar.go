@@ -68,7 +68,7 @@ func scale2(p float32, n int32) float32 {
 }
 
 // expCore returns e^x for x in [expLo, expHi] as the kernels do (see
-// expInto in _asm/main.go): kf = x*log2e rounded to a multiple of 1/16
+// gen.expCore in jit.go): kf = x*log2e rounded to a multiple of 1/16
 // (adding expShift), e^x = 2^floor(kf) * 2^(kf-floor(kf)) * e^r with
 // r = x - kf*ln2, the middle factor from exp2Tab (corrected by exp2Err),
 // e^r by a cubic.
