@@ -20,27 +20,12 @@ import (
 //
 // x + 0.0 is not rewritten for floats: it turns -0.0 into +0.0.
 func canonicalize(st *State) error {
-	return walkRegions(st.Func.Body, true, func(r *ir.Region) error {
-		canonRegion(st.Func, r)
-		return nil
-	})
-}
-
-func canonRegion(f *ir.Func, r *ir.Region) {
-	s := subst{}
-	out := make([]*ir.Op, 0, len(r.Ops))
-	for _, op := range r.Ops {
-		s.apply(op)
-		rep, extra := simplify(f, op)
-		if rep == nil {
-			out = append(out, op)
-			continue
+	return rewriteOps(st.Func, func(f *ir.Func, op *ir.Op) ([]*ir.Value, []*ir.Op) {
+		if rep, extra := simplify(f, op); rep != nil {
+			return []*ir.Value{rep}, extra
 		}
-		out = append(out, extra...)
-		s[op.Result()] = rep
-	}
-	r.Ops = out
-	s.applyResults(r)
+		return nil, nil
+	})
 }
 
 // simplify returns a value equal to op's only result (and new ops that must be

@@ -16,29 +16,7 @@ const maxFoldElements = 1024
 // large literal is ever made. Region ops, device_put, iota and broadcasts of
 // scalars are left alone; an op the executor rejects stays as it is.
 func constantFold(st *State) error {
-	return walkRegions(st.Func.Body, true, func(r *ir.Region) error {
-		foldRegion(st.Func, r)
-		return nil
-	})
-}
-
-func foldRegion(f *ir.Func, r *ir.Region) {
-	s := subst{}
-	out := make([]*ir.Op, 0, len(r.Ops))
-	for _, op := range r.Ops {
-		s.apply(op)
-		rep, extra := fold(f, op)
-		if rep == nil {
-			out = append(out, op)
-			continue
-		}
-		out = append(out, extra...)
-		for i, v := range op.Results {
-			s[v] = rep[i]
-		}
-	}
-	r.Ops = out
-	s.applyResults(r)
+	return rewriteOps(st.Func, fold)
 }
 
 // fold returns replacements for op's results and the ops that define them.

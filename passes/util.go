@@ -20,6 +20,34 @@ func walkRegions(r *ir.Region, withFusion bool, fn func(*ir.Region) error) error
 	return fn(r)
 }
 
+// rewriteOps is the driver of the local rewrite passes (canonicalize,
+// constantFold): in every region of f, innermost first and fusion bodies
+// included, it offers each op, its operands already substituted, to rewrite.
+// When rewrite returns replacements (one per result of op) and the ops that
+// define them, those ops take op's place and every later use of op's results,
+// region results included, reads the replacements; a nil result keeps op.
+func rewriteOps(f *ir.Func, rewrite func(f *ir.Func, op *ir.Op) ([]*ir.Value, []*ir.Op)) error {
+	return walkRegions(f.Body, true, func(r *ir.Region) error {
+		s := subst{}
+		out := make([]*ir.Op, 0, len(r.Ops))
+		for _, op := range r.Ops {
+			s.apply(op)
+			rep, extra := rewrite(f, op)
+			if rep == nil {
+				out = append(out, op)
+				continue
+			}
+			out = append(out, extra...)
+			for i, v := range op.Results {
+				s[v] = rep[i]
+			}
+		}
+		r.Ops = out
+		s.applyResults(r)
+		return nil
+	})
+}
+
 // subst maps replaced values to their replacements.
 type subst map[*ir.Value]*ir.Value
 
