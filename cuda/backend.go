@@ -395,7 +395,7 @@ func (b *Backend) module(k *Kernel) ([]uintptr, error) {
 // Compile compiles f with the pass pipeline and prepares a kernel (or a host
 // fallback) for every step.
 func (b *Backend) Compile(f *ir.Func, opts rt.CompileOptions) (rt.Executable, error) {
-	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, FusionInPlace: false})
+	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, Verify: passes.VerifyFromEnv(), FusionInPlace: false})
 	if err != nil {
 		return nil, err
 	}

@@ -81,7 +81,8 @@ type Options struct {
 	// Donated[i] is true when parameter i's buffer may be reused for a result.
 	Donated []bool
 	// Verify runs ir.Verify after every pass and CheckPlan once there is a
-	// plan. It is always on inside test binaries.
+	// plan. It is always on inside test binaries. Backends set it to
+	// VerifyFromEnv().
 	Verify bool
 	// DumpDir, when set, receives the IR after every pass; when empty,
 	// $FERRY_DUMP_IR is used. See Compile.
@@ -96,6 +97,15 @@ type Options struct {
 	// (eval.EvalOpInto and cpuexec's fused kernels do). Off by default.
 	FusionInPlace bool
 }
+
+// EnvVerifyIR names the environment variable that, set to any non-empty
+// value, makes the backends verify the IR after every pass (Options.Verify).
+const EnvVerifyIR = "FERRY_VERIFY_IR"
+
+// VerifyFromEnv reports whether $FERRY_VERIFY_IR is set to a non-empty
+// value. Every backend passes it as Options.Verify, so the one setting turns
+// verification on whichever backend compiles.
+func VerifyFromEnv() bool { return os.Getenv(EnvVerifyIR) != "" }
 
 // Pipeline is the compiler: every pass in the order Compile runs them.
 var Pipeline = []Pass{

@@ -394,3 +394,13 @@ func TestCompileLeavesInputAlone(t *testing.T) {
 	require.Equal(t, before, f.String())
 	p.Func.Body.Walk(func(op *ir.Op) { require.False(t, orig[op], "%v is shared with the input", op.Code) })
 }
+
+// VerifyFromEnv is true exactly when $FERRY_VERIFY_IR is non-empty.
+func TestVerifyFromEnv(t *testing.T) {
+	for env, want := range map[string]bool{"": false, "1": true, "yes": true} {
+		t.Setenv(passes.EnvVerifyIR, env)
+		if got := passes.VerifyFromEnv(); got != want {
+			t.Errorf("%s=%q: passes.VerifyFromEnv() = %v, want %v", passes.EnvVerifyIR, env, got, want)
+		}
+	}
+}

@@ -121,7 +121,7 @@ func (cpuBackend) FromLiteral(l *ir.Literal) (trace.Buffer, error) {
 
 // verifyPasses runs the IR verifier after every pass: always in tests, and when
 // FERRY_VERIFY_IR is set.
-var verifyPasses = testing.Testing() || os.Getenv("FERRY_VERIFY_IR") != ""
+var verifyPasses = testing.Testing() || passes.VerifyFromEnv()
 
 func (cpuBackend) Compile(f *ir.Func, opts CompileOptions) (Executable, error) {
 	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, Verify: verifyPasses, FusionInPlace: true})
