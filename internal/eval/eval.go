@@ -5,10 +5,15 @@
 //
 // Numerics, where the op table leaves a choice:
 //
-//   - f16 and bf16 elementwise arithmetic is computed in float32 and rounded
-//     back to nearest even. f32 is computed in float32; transcendental
-//     functions of f32 (and f16/bf16) go through float64 math and are rounded
-//     once to float32.
+//   - f32 elementwise ops are computed in float32. neg, abs, sqrt, add, sub,
+//     mul, div, max and min (exact) and exp, log, tanh, logistic and erf are
+//     internal/vmath's float32 vector kernels; those five transcendental
+//     functions are within 2 ulp of the correctly rounded value, not
+//     correctly rounded. The other transcendental functions (log1p, expm1,
+//     rsqrt, sin, cos, pow, rem) go through Go's float64 math and are rounded
+//     once to float32. f16 and bf16 run the same float32 kernels on their
+//     float32 widening and round the result to nearest even; f64 uses Go's
+//     float64 math.
 //   - Integer arithmetic wraps (two's complement). Integer division truncates
 //     toward zero; x/0 is -1 for signed and all ones (the maximum) for
 //     unsigned dtypes, and MinInt/-1 is MinInt. Integer rem by 0 returns the
