@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferryml/ferry/internal/randprog"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	_ "github.com/ferryml/ferry/runtime" // executor for trace constants
@@ -239,26 +240,17 @@ func TestGenerateTracedHostC(t *testing.T) {
 	}
 }
 
-func randomLiteral(rng *rand.Rand, t ir.Type) *ir.Literal {
-	l := ir.NewLiteral(t)
-	for i := range t.Size() {
-		var v float64
-		switch t.DType {
-		case ir.Int32, ir.Int64:
-			v = float64(rng.IntN(21) - 10) // includes zeros and -1 divisors
-		case ir.Uint8:
-			v = float64(rng.IntN(256))
-		case ir.Uint32:
-			v = float64(rng.IntN(40))
-		case ir.Bool:
-			v = float64(rng.IntN(2))
-		default:
-			v = rng.Float64()*6 - 3
-		}
-		l.SetFloat64At(i, v)
-	}
-	return l
+// kernelInputs is the distribution of the kernels' test inputs: floats in
+// [-3, 3), signed integers in [-10, 10] (zeros and -1 divisors included),
+// u8 over its whole range, u32 below 40.
+var kernelInputs = randprog.Values{
+	Float:   randprog.Range{Lo: -3, Hi: 3},
+	Int:     randprog.Range{Lo: -10, Hi: 11},
+	Uint:    randprog.Range{Lo: 0, Hi: 40},
+	ByDType: map[ir.DType]randprog.Range{ir.Uint8: {Lo: 0, Hi: 256}},
 }
+
+func randomLiteral(rng *rand.Rand, t ir.Type) *ir.Literal { return kernelInputs.Literal(rng, t) }
 
 // compare fails t when got and want differ by more than want's dtype's
 // tolerance in some element.

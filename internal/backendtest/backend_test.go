@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/internal/randprog"
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
@@ -123,13 +124,8 @@ var programs = []program{
 	}},
 }
 
-func random(rng *rand.Rand, t ir.Type) *ir.Literal {
-	l := ir.NewLiteral(t)
-	for i := range t.Size() {
-		l.SetFloat64At(i, rng.Float64()*2-1)
-	}
-	return l
-}
+// inputs draws the programs' (float) arguments uniformly from [-1, 1).
+var inputs = randprog.Values{Float: randprog.Range{Lo: -1, Hi: 1}, Int: randprog.Range{Lo: -5, Hi: 6}, Uint: randprog.Range{Lo: 0, Hi: 11}}
 
 // Every program runs on every backend and matches eval: values, dtypes,
 // shapes and memory spaces; no step of a backend that reports host steps
@@ -147,7 +143,7 @@ func TestProgramsOnBackends(t *testing.T) {
 					var ins []*ir.Literal
 					var bufs []trace.Buffer
 					for _, prm := range f.Body.Params {
-						l := random(rng, prm.Type)
+						l := inputs.Literal(rng, prm.Type)
 						ins = append(ins, l)
 						b, err := be.Backend.FromLiteral(l)
 						if err != nil {

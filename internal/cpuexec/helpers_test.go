@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/internal/randprog"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/stretchr/testify/require"
@@ -190,28 +191,17 @@ func fuse(t testing.TB, f *ir.Func, r *ir.Region, kind string, args []*ir.Value,
 
 // ---- data ----
 
-func randLit(r *rand.Rand, t ir.Type) *ir.Literal {
-	l := ir.NewLiteral(t)
-	for i := 0; i < t.Size(); i++ {
-		switch {
-		case t.DType == ir.Bool:
-			l.Data[i] = byte(r.IntN(2))
-		case t.DType.IsFloat():
-			l.SetFloat64At(i, r.Float64()*4-2)
-		default:
-			l.SetFloat64At(i, float64(r.IntN(200)-100))
-		}
-	}
-	return l
+// inputs is the distribution of the executor tests' inputs: floats in
+// [-2, 2), signed integers in [-100, 100), unsigned in [0, 100).
+var inputs = randprog.Values{
+	Float: randprog.Range{Lo: -2, Hi: 2},
+	Int:   randprog.Range{Lo: -100, Hi: 100},
+	Uint:  randprog.Range{Lo: 0, Hi: 100},
 }
 
-func randArgs(r *rand.Rand, f *ir.Func) []*ir.Literal {
-	var args []*ir.Literal
-	for _, p := range f.Body.Params {
-		args = append(args, randLit(r, p.Type))
-	}
-	return args
-}
+func randLit(r *rand.Rand, t ir.Type) *ir.Literal { return inputs.Literal(r, t) }
+
+func randArgs(r *rand.Rand, f *ir.Func) []*ir.Literal { return inputs.Args(r, f) }
 
 func cloneAll(ls []*ir.Literal) []*ir.Literal {
 	out := make([]*ir.Literal, len(ls))

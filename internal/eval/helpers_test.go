@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ferryml/ferry/internal/randprog"
 	"github.com/ferryml/ferry/ir"
 	"github.com/stretchr/testify/require"
 )
@@ -304,24 +305,7 @@ func getF(l *ir.Literal, i int) float64 {
 }
 
 // wrapTo reduces v modulo 2^width into dt's range (two's complement).
-func wrapTo(dt ir.DType, v int64) int64 {
-	switch dt {
-	case ir.Bool:
-		if v != 0 {
-			return 1
-		}
-		return 0
-	case ir.Uint8:
-		return int64(uint8(v))
-	case ir.Int32:
-		return int64(int32(v))
-	case ir.Uint32:
-		return int64(uint32(v))
-	case ir.Int64:
-		return v
-	}
-	panic("wrapTo " + dt.String())
-}
+func wrapTo(dt ir.DType, v int64) int64 { return randprog.Wrap(dt, v) }
 
 func setI(l *ir.Literal, i int, v int64) {
 	b := l.Data
@@ -373,68 +357,23 @@ func lit(t ir.Type) *ir.Literal { return ir.NewLiteral(t) }
 // ---- random values ----
 
 // genFloat draws a float64 from a mix of ordinary values, integers and
-// halves (rounding ties), wide magnitudes and special values.
-func genFloat(r *rand.Rand) float64 {
-	sgn := 1.0
-	if r.IntN(2) == 0 {
-		sgn = -1
-	}
-	switch k := r.IntN(40); {
-	case k < 24:
-		return (r.Float64()*2 - 1) * 4
-	case k < 29:
-		return float64(r.IntN(17)-8) * 0.5
-	case k < 33:
-		return sgn * math.Exp2(r.Float64()*60-30)
-	case k == 33:
-		return math.NaN()
-	case k == 34:
-		return sgn * math.Inf(1)
-	case k == 35:
-		return sgn * 0
-	case k == 36:
-		return sgn * math.Exp2(-float64(r.IntN(12)+14)) * (1 + r.Float64()) // f16 subnormal range
-	case k == 37:
-		return sgn * (60000 + r.Float64()*10000) // around the f16 maximum
-	case k == 38:
-		return sgn * math.Exp2(float64(r.IntN(300)-150))
-	default:
-		return sgn * 1e300
-	}
-}
+// halves (rounding ties), wide magnitudes and special values
+// (randprog.SpecialFloat).
+func genFloat(r *rand.Rand) float64 { return randprog.SpecialFloat(r) }
 
-func genInt(r *rand.Rand, dt ir.DType) int64 {
-	switch k := r.IntN(10); {
-	case k < 5:
-		return wrapTo(dt, int64(r.IntN(21)-10))
-	case k < 8:
-		return wrapTo(dt, int64(r.Uint64()))
-	default:
-		ext := []int64{0, 1, -1, math.MinInt64, math.MaxInt64, math.MinInt32, math.MaxInt32, 255, 128, 1 << 31}
-		return wrapTo(dt, ext[r.IntN(len(ext))])
-	}
-}
+// genInt draws an integer of dt: small values, random bit patterns and
+// extremes (randprog.SpecialInt).
+func genInt(r *rand.Rand, dt ir.DType) int64 { return randprog.SpecialInt(r, dt) }
 
 // randLit fills a literal of dt and shape with random values: floats drawn
-// from fgen (nil: genFloat) and rounded to dt, integers from genInt, bools 0/1.
+// from fgen (nil: genFloat) and rounded to dt by refRound, integers from
+// genInt, bools 0/1.
 func randLit(r *rand.Rand, dt ir.DType, shape ir.Shape, fgen func(*rand.Rand) float64) *ir.Literal {
-	l := lit(ir.Type{DType: dt, Shape: shape})
-	n := shape.Size()
-	for i := 0; i < n; i++ {
-		switch {
-		case dt == ir.Bool:
-			setI(l, i, int64(r.IntN(2)))
-		case isFloat(dt):
-			g := genFloat
-			if fgen != nil {
-				g = fgen
-			}
-			setF(l, i, refRound(g(r), dt))
-		default:
-			setI(l, i, genInt(r, dt))
-		}
+	if fgen == nil {
+		fgen = genFloat
 	}
-	return l
+	v := randprog.Values{Special: true, FloatFunc: func(r *rand.Rand) float64 { return refRound(fgen(r), dt) }}
+	return v.Literal(r, ir.Type{DType: dt, Shape: shape})
 }
 
 // ---- comparison ----

@@ -19,6 +19,12 @@
 // Features switches whole families off, so that a test can keep a known,
 // not yet fixed executor bug out of its default mix and put it back with one
 // flag.
+//
+// Values is the test packages' one random literal generator: each caller
+// names its distribution (ranges for floats, signed and unsigned integers,
+// per-dtype overrides, or the special values of SpecialFloat and SpecialInt)
+// and draws literals (Values.Literal) or a function's arguments
+// (Values.Args) from it.
 package randprog
 
 import (
@@ -1031,36 +1037,13 @@ func indexLiteral(rng *rand.Rand, t ir.Type, n int) *ir.Literal {
 	return l
 }
 
-// RandomLiteral returns a literal of type t: small integers for integer
-// dtypes, 0/1 for bool, and for floats mostly uniform values in [-2, 2)
-// with a quarter of small integers.
-func RandomLiteral(rng *rand.Rand, t ir.Type) *ir.Literal {
-	l := ir.NewLiteral(t)
-	for i := range t.Size() {
-		switch {
-		case t.DType == ir.Bool:
-			l.SetFloat64At(i, float64(rng.IntN(2)))
-		case t.DType.IsUnsigned():
-			l.SetFloat64At(i, float64(rng.IntN(11)))
-		case t.DType.IsInteger():
-			l.SetFloat64At(i, float64(rng.IntN(11)-5))
-		case rng.IntN(4) == 0:
-			l.SetFloat64At(i, float64(rng.IntN(5)-2))
-		default:
-			l.SetFloat64At(i, rng.Float64()*4-2)
-		}
-	}
-	return l
-}
+// RandomLiteral returns a literal of type t drawn from Default: small
+// integers for integer dtypes, 0/1 for bool, and for floats mostly uniform
+// values in [-2, 2) with a quarter of small integers.
+func RandomLiteral(rng *rand.Rand, t ir.Type) *ir.Literal { return Default.Literal(rng, t) }
 
-// Args returns one random literal per parameter of f.
-func Args(rng *rand.Rand, f *ir.Func) []*ir.Literal {
-	args := make([]*ir.Literal, len(f.Body.Params))
-	for i, p := range f.Body.Params {
-		args[i] = RandomLiteral(rng, p.Type)
-	}
-	return args
-}
+// Args returns one random literal per parameter of f, drawn from Default.
+func Args(rng *rand.Rand, f *ir.Func) []*ir.Literal { return Default.Args(rng, f) }
 
 // Large returns a random program of about n ops at the top level (no
 // control flow), over six parameters, with eight results: for compile-time
