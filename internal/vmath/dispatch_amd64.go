@@ -1,12 +1,12 @@
 package vmath
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/ferryml/ferry/internal/cpufeat"
+)
 
 // Assembly in cpu_amd64.s.
-
-func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
-
-func xgetbv() (eax, edx uint32)
 
 // storeNT copies n bytes (a multiple of 64, dst 64-byte aligned) with
 // non-temporal stores (AVX-512 only).
@@ -25,35 +25,9 @@ func prefetchT0(p *byte, n int)
 func prefetchT1(p *byte, n int)
 
 // hasAVX512 reports AVX-512F and BMI2 with the ZMM and opmask state enabled
-// by the OS, hasAVX2 AVX2 and FMA with the YMM state enabled (CPUID and
-// XGETBV, as package gemm).
-var hasAVX512, hasAVX2 = detectCPU()
-
-func detectCPU() (avx512, avx2 bool) {
-	maxID, _, _, _ := cpuid(0, 0)
-	if maxID < 7 {
-		return false, false
-	}
-	_, _, ecx1, _ := cpuid(1, 0)
-	const (
-		fma     = 1 << 12
-		osxsave = 1 << 27
-		avx     = 1 << 28
-	)
-	if ecx1&(fma|osxsave|avx) != fma|osxsave|avx {
-		return false, false
-	}
-	xcr0, _ := xgetbv()
-	if xcr0&0x6 != 0x6 { // SSE and AVX state
-		return false, false
-	}
-	_, ebx7, _, _ := cpuid(7, 0)
-	const avx2f, bmi2, avx512f = 1 << 5, 1 << 8, 1 << 16
-	avx2 = ebx7&avx2f != 0
-	avx512 = xcr0&0xe6 == 0xe6 && // opmask, ZMM_Hi256, Hi16_ZMM state
-		ebx7&(avx2f|bmi2|avx512f) == avx2f|bmi2|avx512f
-	return avx512, avx2
-}
+// by the OS, hasAVX2 AVX2 and FMA with the YMM state enabled (package
+// cpufeat, shared with package gemm).
+var hasAVX512, hasAVX2 = cpufeat.AVX512F && cpufeat.BMI2, cpufeat.AVX2FMA
 
 // archImpls lists the kernels this CPU runs, best first: generated code
 // (jitimpl.go), where it can be mapped and run.
