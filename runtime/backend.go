@@ -172,7 +172,8 @@ type execAlloc struct {
 	suffix string
 	recs   []*allocRecord
 	lits   []*ir.Literal // the execution's arguments
-	outs   []*ir.Literal // its results
+	outs   []*ir.Literal // its results: the literals of bufs
+	bufs   []*cpuBuffer  // the results' buffers, made before the execution
 	rels   []func()      // their release functions (noRelease)
 }
 
@@ -217,7 +218,8 @@ func (a *execAlloc) releaseAll() {
 	clear(a.recs)
 	clear(a.lits)
 	clear(a.outs)
-	a.recs, a.lits, a.outs = a.recs[:0], a.lits[:0], a.outs[:0]
+	clear(a.bufs)
+	a.recs, a.lits, a.outs, a.bufs = a.recs[:0], a.lits[:0], a.outs[:0], a.bufs[:0]
 }
 
 func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.Buffer, error) {
@@ -236,6 +238,12 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.
 	}
 	n := e.exe.NumResults()
 	a.outs, a.rels = slices.Grow(a.outs[:0], n)[:n], slices.Grow(a.rels[:0], n)[:n]
+	a.bufs = slices.Grow(a.bufs[:0], n)[:n]
+	for i := range a.bufs {
+		// The executor writes each result into its buffer's literal.
+		a.bufs[i] = new(cpuBuffer)
+		a.outs[i] = &a.bufs[i].lit
+	}
 	err := e.exe.ExecuteInto(a.lits, a, a.outs, a.rels)
 	goruntime.KeepAlive(a.lits)
 	if err != nil {
@@ -252,6 +260,7 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.
 		donatedUsed = make([]bool, len(args))
 	}
 	for i, o := range outs {
+		b := a.bufs[i]
 		if j := e.aliasOf[i]; j >= 0 {
 			cb, ok := args[j].(*cpuBuffer)
 			if !ok {
@@ -264,17 +273,17 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.
 			donatedUsed[j] = true
 			if rec != nil {
 				rec.setArray(o.Type, "")
-				res[i] = wrapRecord(o, rec)
+				res[i] = b.wrapRecord(rec)
 			} else {
-				res[i] = wrapLiteral(o, rel)
+				res[i] = b.wrapLiteral(rel)
 			}
 			continue
 		}
 		if rec := a.claim(o.Data); rec != nil {
 			rec.setArray(o.Type, "")
-			res[i] = wrapRecord(o, rec)
+			res[i] = b.wrapRecord(rec)
 		} else {
-			res[i] = wrapLiteral(o, nil) // no memory (a zero-size result)
+			res[i] = b.wrapLiteral(nil) // no memory (a zero-size result)
 		}
 	}
 	for j, d := range e.prog.Donated {

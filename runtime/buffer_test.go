@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"errors"
+	"math/rand/v2"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -202,12 +203,58 @@ func TestExecAllocator(t *testing.T) {
 	rec := a.claim(out)
 	require.NotNil(t, rec)
 	require.Nil(t, a.claim(out), "claimed once")
-	lit := &ir.Literal{Type: ir.TypeOf(ir.Uint8, 1000), Data: out}
-	rec.setArray(lit.Type, "")
-	b := wrapRecord(lit, rec)
+	b := &cpuBuffer{lit: ir.Literal{Type: ir.TypeOf(ir.Uint8, 1000), Data: out}}
+	rec.setArray(b.lit.Type, "")
+	b.wrapRecord(rec)
 	a.releaseAll() // the arena, not the claimed output
 	require.Equal(t, int64(1024), deviceInUse())
 	require.Len(t, LiveArrays(), 1)
 	require.NoError(t, b.Delete())
 	require.Zero(t, deviceInUse())
+}
+
+// A jitted result's literal points into its buffer: holding only the
+// literal keeps the memory (and the values) after the array is dropped;
+// dropping the literal too frees it. A deleted result is freed once, and
+// collecting its buffer later frees nothing more.
+func TestJitResultLiteralKeepsMemory(t *testing.T) {
+	SetMemoryForTest(t, MemoryConfig{})
+	r := rand.New(rand.NewPCG(rand.Uint64(), 7))
+	xs, ys := make([]float32, 40), make([]float32, 40)
+	for i := range xs {
+		xs[i], ys[i] = r.Float32()*8-4, r.Float32()*8-4
+	}
+	x, y := FromSlice(xs, 40), FromSlice(ys, 40)
+	inputs := deviceInUse()
+	add := Jit(func(x, y *trace.Array) *trace.Array { return trace.Add(x, y) })
+	l, err := add(x, y).Literal()
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		goruntime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, inputs+192, deviceInUse())
+	got := ir.View[float32](l)
+	for i := range xs {
+		require.Equal(t, float64(float32(float64(xs[i])+float64(ys[i]))), float64(got[i]))
+	}
+	goruntime.KeepAlive(l)
+	l, got = nil, nil
+	waitInUse(t, inputs)
+
+	s := add(x, y)
+	require.Equal(t, inputs+192, deviceInUse())
+	require.NoError(t, s.Delete())
+	require.Equal(t, inputs, deviceInUse())
+	keep := add(x, y) // may reuse the freed chunk
+	s = nil
+	for i := 0; i < 3; i++ {
+		goruntime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, inputs+192, deviceInUse(), "a deleted buffer's finalizer frees nothing")
+	require.Len(t, LiveArrays(), 3)
+	goruntime.KeepAlive(keep)
+	goruntime.KeepAlive(x)
+	goruntime.KeepAlive(y)
 }
