@@ -6,6 +6,7 @@ import (
 	goruntime "runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ferryml/ferry/internal/cpuexec"
@@ -155,7 +156,48 @@ type cpuExecutable struct {
 	aliasOf []int  // donated parameter whose memory result i reuses, or -1
 	donates bool   // some parameter is donated
 	suffix  string // " of name": names allocations after the function
+	namesMu sync.Mutex
+	names   atomic.Pointer[[]allocName] // the names made so far (copied on write)
 }
+
+// allocName is what an executor allocates memory for ("output 0") and the
+// name the pools record ("output 0 of train_step").
+type allocName struct{ what, name string }
+
+// name is what with the function's name appended, made once per what so
+// that an allocation's record costs no string concatenation.
+func (e *cpuExecutable) name(what string) string {
+	if e.suffix == "" {
+		return what
+	}
+	if names := e.names.Load(); names != nil {
+		for _, n := range *names {
+			if n.what == what {
+				return n.name
+			}
+		}
+	}
+	e.namesMu.Lock()
+	defer e.namesMu.Unlock()
+	var names []allocName
+	if p := e.names.Load(); p != nil {
+		names = *p
+	}
+	for _, n := range names {
+		if n.what == what {
+			return n.name
+		}
+	}
+	name := what + e.suffix
+	if len(names) < maxAllocNames {
+		names = append(slices.Clip(names), allocName{what, name})
+		e.names.Store(&names)
+	}
+	return name
+}
+
+// maxAllocNames bounds an executable's cache of allocation names.
+const maxAllocNames = 64
 
 func (e *cpuExecutable) Program() *passes.Program { return e.prog }
 
@@ -169,18 +211,18 @@ func (e *cpuExecutable) Program() *passes.Program { return e.prog }
 // the results' with the results, everything else (the arenas) when the
 // execution returns, and all of them when it fails.
 type execAlloc struct {
-	suffix string
-	recs   []*allocRecord
-	lits   []*ir.Literal // the execution's arguments
-	outs   []*ir.Literal // its results: the literals of bufs
-	bufs   []*cpuBuffer  // the results' buffers, made before the execution
-	rels   []func()      // their release functions (noRelease)
+	exe  *cpuExecutable
+	recs []*allocRecord
+	lits []*ir.Literal // the execution's arguments
+	outs []*ir.Literal // its results: the literals of bufs
+	bufs []*cpuBuffer  // the results' buffers, made before the execution
+	rels []func()      // their release functions (noRelease)
 }
 
 var execAllocs = sync.Pool{New: func() any { return new(execAlloc) }}
 
 func (a *execAlloc) Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	rec, mem, err := memPools.alloc(space, size, what, a.suffix, false, 3)
+	rec, mem, err := memPools.alloc(space, size, a.exe.name(what), false, 3)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -224,9 +266,10 @@ func (a *execAlloc) releaseAll() {
 
 func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.Buffer, error) {
 	a := execAllocs.Get().(*execAlloc)
-	a.suffix = e.suffix
+	a.exe = e
 	defer func() {
 		a.releaseAll()
+		a.exe = nil
 		execAllocs.Put(a)
 	}()
 	for i, arg := range args {

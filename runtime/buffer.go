@@ -93,16 +93,27 @@ func (r *releaser) release() {
 // point back to it (records never point to buffers), so it is never part of
 // a cycle, which would keep a finalizer from running.
 type cpuBuffer struct {
-	lit     ir.Literal // must stay the first field (see above)
-	mu      sync.Mutex
-	typ     ir.Type
-	rec     *allocRecord // the pool's record of the memory, which frees it; or
-	rel     *releaser    // frees memory that has no record (rec nil)
-	state   bufState
-	fin     bool           // a finalizer is set
-	where   string         // where it was donated (a Go file:line)
-	deleted *callers.Stack // where it was deleted, symbolised only when reported
-	err     error          // why it has no memory (bufFailed)
+	lit   ir.Literal // must stay the first field (see above); its Type never changes
+	mu    sync.Mutex
+	rec   *allocRecord // the pool's record of the memory, which frees it; or
+	rel   *releaser    // frees memory that has no record (rec nil)
+	state bufState
+	fin   bool   // a finalizer is set
+	where string // where it was donated (a Go file:line)
+	// err is why the buffer has no memory (bufFailed) or, as a *deletedAt,
+	// where it was deleted (bufDeleted): one field for both keeps the
+	// buffer in a 128-byte allocation.
+	err error
+}
+
+// deletedAt is where a buffer was deleted, symbolised only when reported.
+// It is an error only so that it can share cpuBuffer.err (converting the
+// pointer to an error allocates nothing); it is never returned.
+type deletedAt callers.Stack
+
+func (d *deletedAt) Error() string {
+	file, line := (*callers.Stack)(d).Location(trace.UserLocation)
+	return file + ":" + strconv.Itoa(line)
 }
 
 // finalizeBuffer releases the memory of a buffer that became unreachable.
@@ -133,7 +144,7 @@ func newBuffer(l *ir.Literal) (*cpuBuffer, error) {
 	if int64(len(l.Data)) != l.Type.Bytes() {
 		return nil, fmt.Errorf("literal %v has %d bytes, want %d", l.Type, len(l.Data), l.Type.Bytes())
 	}
-	rec, mem, err := memPools.alloc(l.Type.Space, l.Type.Bytes(), "array", "", false, 3)
+	rec, mem, err := memPools.alloc(l.Type.Space, l.Type.Bytes(), "array", false, 3)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +185,7 @@ func wrapLiteral(lit *ir.Literal, release func()) *cpuBuffer {
 // wrapLiteral makes b, whose literal is set, a live buffer that calls
 // release once when freed.
 func (b *cpuBuffer) wrapLiteral(release func()) *cpuBuffer {
-	b.typ, b.rel = b.lit.Type, &releaser{f: release}
+	b.rel = &releaser{f: release}
 	if release != nil {
 		b.fin = true
 		goruntime.SetFinalizer(b, finalizeBuffer)
@@ -187,7 +198,7 @@ func (b *cpuBuffer) wrapLiteral(release func()) *cpuBuffer {
 // memory without a release function or releaser of its own. rec frees its
 // memory at most once however often it is released.
 func (b *cpuBuffer) wrapRecord(rec *allocRecord) *cpuBuffer {
-	b.typ, b.rec, b.fin = b.lit.Type, rec, true
+	b.rec, b.fin = rec, true
 	goruntime.SetFinalizer(b, finalizeBuffer)
 	return b
 }
@@ -199,13 +210,13 @@ func (b *cpuBuffer) wrapRecord(rec *allocRecord) *cpuBuffer {
 func newCPUBuffer(l *ir.Literal) *cpuBuffer {
 	b, err := newBuffer(l)
 	if err != nil {
-		return &cpuBuffer{typ: l.Type, state: bufFailed, err: err}
+		return &cpuBuffer{lit: ir.Literal{Type: l.Type}, state: bufFailed, err: err}
 	}
 	return b
 }
 
 // Type is the buffer's dtype, shape and memory space.
-func (b *cpuBuffer) Type() ir.Type { return b.typ }
+func (b *cpuBuffer) Type() ir.Type { return b.lit.Type }
 
 // Literal returns the contents (pool memory; the caller must not modify it),
 // or an error naming where the buffer was deleted or donated.
@@ -218,7 +229,7 @@ func (b *cpuBuffer) Literal() (*ir.Literal, error) {
 	case bufFailed:
 		return nil, b.err
 	default:
-		return nil, &freedError{typ: b.typ, donated: b.state == bufDonated, where: b.whereLocked()}
+		return nil, &freedError{typ: b.lit.Type, donated: b.state == bufDonated, where: b.whereLocked()}
 	}
 }
 
@@ -232,7 +243,7 @@ func (b *cpuBuffer) Delete() error {
 		b.mu.Unlock()
 		return nil
 	}
-	b.state, b.deleted, b.lit.Data = bufDeleted, at, nil
+	b.state, b.err, b.lit.Data = bufDeleted, (*deletedAt)(at), nil
 	b.stopFinalizerLocked()
 	rec, rel := b.rec, b.rel
 	b.mu.Unlock()
@@ -247,8 +258,7 @@ func (b *cpuBuffer) Delete() error {
 // whereLocked is where the buffer was deleted or donated (b.mu held).
 func (b *cpuBuffer) whereLocked() string {
 	if b.state == bufDeleted {
-		file, line := b.deleted.Location(trace.UserLocation)
-		return file + ":" + strconv.Itoa(line)
+		return b.err.Error()
 	}
 	return b.where
 }
@@ -276,7 +286,7 @@ func (b *cpuBuffer) handOver(where string) (mem []byte, rec *allocRecord, releas
 	case bufFailed:
 		return nil, nil, nil, b.err
 	case bufDeleted, bufDonated:
-		return nil, nil, nil, &freedError{typ: b.typ, donated: b.state == bufDonated, where: b.whereLocked()}
+		return nil, nil, nil, &freedError{typ: b.lit.Type, donated: b.state == bufDonated, where: b.whereLocked()}
 	}
 	// The memory now belongs to the caller: the finalizer must not free it.
 	b.stopFinalizerLocked()

@@ -6,8 +6,10 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -181,7 +183,7 @@ var (
 // become arrays' and the rest is released when the execution ends.
 func TestExecAllocator(t *testing.T) {
 	SetMemoryForTest(t, MemoryConfig{Capacity: 1 << 20, Fraction: 1})
-	a := &execAlloc{suffix: " of train_step"}
+	a := &execAlloc{exe: &cpuExecutable{suffix: " of train_step"}}
 	var ea executorAllocator = a
 	_, file, line, _ := goruntime.Caller(0)
 	out, rel, err := ea.Alloc(ir.Device, 1000, "output 0")
@@ -257,4 +259,41 @@ func TestJitResultLiteralKeepsMemory(t *testing.T) {
 	goruntime.KeepAlive(keep)
 	goruntime.KeepAlive(x)
 	goruntime.KeepAlive(y)
+}
+
+// An executable names its allocations after itself once per kind of
+// allocation: the names are right on every call, from several goroutines,
+// with a function name or without, and the cache stays bounded.
+func TestExecutableAllocNames(t *testing.T) {
+	e := &cpuExecutable{suffix: " of train_step"}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				what := "output " + strconv.Itoa((i+g)%5)
+				require.Equal(t, what+" of train_step", e.name(what))
+				require.Equal(t, "temp arena of train_step", e.name("temp arena"))
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, *e.names.Load(), 6)
+	for i := range 2 * maxAllocNames {
+		what := "carry " + strconv.Itoa(i)
+		require.Equal(t, what+" of train_step", e.name(what))
+	}
+	require.Len(t, *e.names.Load(), maxAllocNames)
+	anon := &cpuExecutable{}
+	require.Equal(t, "output 0", anon.name("output 0"))
+	require.Nil(t, anon.names.Load())
+}
+
+// A cached call allocates a result array, its buffer and a pool record;
+// the buffer and the record stay within the 128- and 144-byte size
+// classes (sizes a field added without thought would push up).
+func TestDispatchObjectSizes(t *testing.T) {
+	require.LessOrEqual(t, unsafe.Sizeof(cpuBuffer{}), uintptr(128))
+	require.LessOrEqual(t, unsafe.Sizeof(allocRecord{}), uintptr(144))
 }

@@ -391,8 +391,7 @@ type allocRecord struct {
 	size    int64 // requested bytes
 	chunk   *bfcChunk
 	addr    uintptr
-	what    string // what the memory is for; the name is what+suffix
-	suffix  string
+	what    string // what the memory is for: "array", "output 0 of train_step"
 	typ     ir.Type
 	site    string
 	born    int64          // when it was allocated: nanoseconds since epoch (monotonic)
@@ -427,7 +426,7 @@ func (r *allocRecord) held() int64 {
 }
 
 // name is what the memory is for, as reports show it.
-func (r *allocRecord) name() string { return r.what + r.suffix }
+func (r *allocRecord) name() string { return r.what }
 
 // release frees the record's memory; it is safe to call more than once.
 func (r *allocRecord) release() { r.pool.free(r) }
@@ -741,7 +740,7 @@ func (s *poolSet) pool(space ir.MemorySpace) (*pool, error) {
 // once. A request that does not fit returns an *OutOfMemoryError. Alloc is
 // safe for concurrent use.
 func (ps *Pools) Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	return releaseFunc(ps.alloc(space, size, what, "", true, 3))
+	return releaseFunc(ps.alloc(space, size, what, true, 3))
 }
 
 // AllocUninit is Alloc without zeroing the memory: for executors that write
@@ -754,7 +753,7 @@ func (ps *Pools) Alloc(space ir.MemorySpace, size int64, what string) (mem []byt
 // all of its results (the arena reuses memory between values anyway), so
 // zeroing a fresh 16 MiB output would only cost a pass over memory.
 func (ps *Pools) AllocUninit(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	return releaseFunc(ps.alloc(space, size, what, "", false, 3))
+	return releaseFunc(ps.alloc(space, size, what, false, 3))
 }
 
 func releaseFunc(rec *allocRecord, mem []byte, err error) ([]byte, func(), error) {
@@ -766,10 +765,9 @@ func releaseFunc(rec *allocRecord, mem []byte, err error) ([]byte, func(), error
 
 // alloc is Alloc returning the record (nil for size 0); skip is the number of
 // stack frames to leave out of the recorded call stack (1 is alloc's caller).
-// The allocation is named what+suffix, joined only when reported.
-func (ps *Pools) alloc(space ir.MemorySpace, size int64, what, suffix string, zero bool, skip int) (*allocRecord, []byte, error) {
+func (ps *Pools) alloc(space ir.MemorySpace, size int64, what string, zero bool, skip int) (*allocRecord, []byte, error) {
 	if size < 0 {
-		return nil, nil, fmt.Errorf("allocate %d bytes in %v memory for %s: negative size", size, space, what+suffix)
+		return nil, nil, fmt.Errorf("allocate %d bytes in %v memory for %s: negative size", size, space, what)
 	}
 	s := ps.set()
 	if s.err != nil {
@@ -781,7 +779,7 @@ func (ps *Pools) alloc(space ir.MemorySpace, size int64, what, suffix string, ze
 		}
 		return nil, []byte{}, nil
 	}
-	rec := &allocRecord{what: what, suffix: suffix, born: int64(time.Since(epoch)), stack: callers.Record(skip)}
+	rec := &allocRecord{what: what, born: int64(time.Since(epoch)), stack: callers.Record(skip)}
 	retried, collected := false, false
 	for {
 		p, err := s.pool(space)
