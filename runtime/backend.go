@@ -222,7 +222,7 @@ type execAlloc struct {
 var execAllocs = sync.Pool{New: func() any { return new(execAlloc) }}
 
 func (a *execAlloc) Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	rec, mem, err := memPools.alloc(space, size, a.exe.name(what), false, 3)
+	rec, mem, err := memPools.alloc(space, size, a.exe.name(what), false, true, 3)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -144,7 +144,7 @@ func newBuffer(l *ir.Literal) (*cpuBuffer, error) {
 	if int64(len(l.Data)) != l.Type.Bytes() {
 		return nil, fmt.Errorf("literal %v has %d bytes, want %d", l.Type, len(l.Data), l.Type.Bytes())
 	}
-	rec, mem, err := memPools.alloc(l.Type.Space, l.Type.Bytes(), "array", false, 3)
+	rec, mem, err := memPools.alloc(l.Type.Space, l.Type.Bytes(), "array", false, true, 3)
 	if err != nil {
 		return nil, err
 	}
@@ -272,6 +272,11 @@ func (b *cpuBuffer) whereLocked() string {
 func (b *cpuBuffer) donate(where string) (mem []byte, release func(), err error) {
 	mem, rec, release, err := b.handOver(where)
 	if rec != nil {
+		// Its release function is handed out, and may be called more than
+		// once: the pool must not recycle the record.
+		rec.pool.mu.Lock()
+		rec.reuse = false
+		rec.pool.mu.Unlock()
 		release = rec.release
 	}
 	return mem, release, err
