@@ -257,10 +257,10 @@ func (a *execAlloc) releaseAll() {
 			r.release()
 		}
 	}
-	clear(a.recs)
-	clear(a.lits)
-	clear(a.outs)
-	clear(a.bufs)
+	clearSmall(a.recs)
+	clearSmall(a.lits)
+	clearSmall(a.outs)
+	clearSmall(a.bufs)
 	a.recs, a.lits, a.outs, a.bufs = a.recs[:0], a.lits[:0], a.outs[:0], a.bufs[:0]
 }
 
