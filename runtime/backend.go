@@ -6,6 +6,7 @@ import (
 	goruntime "runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ferryml/ferry/internal/cpuexec"
@@ -155,7 +156,48 @@ type cpuExecutable struct {
 	aliasOf []int  // donated parameter whose memory result i reuses, or -1
 	donates bool   // some parameter is donated
 	suffix  string // " of name": names allocations after the function
+	namesMu sync.Mutex
+	names   atomic.Pointer[[]allocName] // the names made so far (copied on write)
 }
+
+// allocName is what an executor allocates memory for ("output 0") and the
+// name the pools record ("output 0 of train_step").
+type allocName struct{ what, name string }
+
+// name is what with the function's name appended, made once per what so
+// that an allocation's record costs no string concatenation.
+func (e *cpuExecutable) name(what string) string {
+	if e.suffix == "" {
+		return what
+	}
+	if names := e.names.Load(); names != nil {
+		for _, n := range *names {
+			if n.what == what {
+				return n.name
+			}
+		}
+	}
+	e.namesMu.Lock()
+	defer e.namesMu.Unlock()
+	var names []allocName
+	if p := e.names.Load(); p != nil {
+		names = *p
+	}
+	for _, n := range names {
+		if n.what == what {
+			return n.name
+		}
+	}
+	name := what + e.suffix
+	if len(names) < maxAllocNames {
+		names = append(slices.Clip(names), allocName{what, name})
+		e.names.Store(&names)
+	}
+	return name
+}
+
+// maxAllocNames bounds an executable's cache of allocation names.
+const maxAllocNames = 64
 
 func (e *cpuExecutable) Program() *passes.Program { return e.prog }
 
@@ -169,17 +211,18 @@ func (e *cpuExecutable) Program() *passes.Program { return e.prog }
 // the results' with the results, everything else (the arenas) when the
 // execution returns, and all of them when it fails.
 type execAlloc struct {
-	suffix string
-	recs   []*allocRecord
-	lits   []*ir.Literal // the execution's arguments
-	outs   []*ir.Literal // its results
-	rels   []func()      // their release functions (noRelease)
+	exe  *cpuExecutable
+	recs []*allocRecord
+	lits []*ir.Literal // the execution's arguments
+	outs []*ir.Literal // its results: the literals of bufs
+	bufs []*cpuBuffer  // the results' buffers, made before the execution
+	rels []func()      // their release functions (noRelease)
 }
 
 var execAllocs = sync.Pool{New: func() any { return new(execAlloc) }}
 
 func (a *execAlloc) Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	rec, mem, err := memPools.alloc(space, size, what, a.suffix, false, 3)
+	rec, mem, err := memPools.alloc(space, size, a.exe.name(what), false, true, 3)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -214,17 +257,19 @@ func (a *execAlloc) releaseAll() {
 			r.release()
 		}
 	}
-	clear(a.recs)
-	clear(a.lits)
-	clear(a.outs)
-	a.recs, a.lits, a.outs = a.recs[:0], a.lits[:0], a.outs[:0]
+	clearSmall(a.recs)
+	clearSmall(a.lits)
+	clearSmall(a.outs)
+	clearSmall(a.bufs)
+	a.recs, a.lits, a.outs, a.bufs = a.recs[:0], a.lits[:0], a.outs[:0], a.bufs[:0]
 }
 
 func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.Buffer, error) {
 	a := execAllocs.Get().(*execAlloc)
-	a.suffix = e.suffix
+	a.exe = e
 	defer func() {
 		a.releaseAll()
+		a.exe = nil
 		execAllocs.Put(a)
 	}()
 	for i, arg := range args {
@@ -236,6 +281,12 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.
 	}
 	n := e.exe.NumResults()
 	a.outs, a.rels = slices.Grow(a.outs[:0], n)[:n], slices.Grow(a.rels[:0], n)[:n]
+	a.bufs = slices.Grow(a.bufs[:0], n)[:n]
+	for i := range a.bufs {
+		// The executor writes each result into its buffer's literal.
+		a.bufs[i] = new(cpuBuffer)
+		a.outs[i] = &a.bufs[i].lit
+	}
 	err := e.exe.ExecuteInto(a.lits, a, a.outs, a.rels)
 	goruntime.KeepAlive(a.lits)
 	if err != nil {
@@ -252,6 +303,7 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.
 		donatedUsed = make([]bool, len(args))
 	}
 	for i, o := range outs {
+		b := a.bufs[i]
 		if j := e.aliasOf[i]; j >= 0 {
 			cb, ok := args[j].(*cpuBuffer)
 			if !ok {
@@ -264,17 +316,17 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts ExecOptions) ([]trace.
 			donatedUsed[j] = true
 			if rec != nil {
 				rec.setArray(o.Type, "")
-				res[i] = wrapRecord(o, rec)
+				res[i] = b.wrapRecord(rec)
 			} else {
-				res[i] = wrapLiteral(o, rel)
+				res[i] = b.wrapLiteral(rel)
 			}
 			continue
 		}
 		if rec := a.claim(o.Data); rec != nil {
 			rec.setArray(o.Type, "")
-			res[i] = wrapRecord(o, rec)
+			res[i] = b.wrapRecord(rec)
 		} else {
-			res[i] = wrapLiteral(o, nil) // no memory (a zero-size result)
+			res[i] = b.wrapLiteral(nil) // no memory (a zero-size result)
 		}
 	}
 	for j, d := range e.prog.Donated {

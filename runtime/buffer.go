@@ -78,25 +78,64 @@ func (r *releaser) release() {
 	}
 }
 
-func runRelease(r *releaser) { r.release() }
-
 // cpuBuffer is an array's storage on the CPU backend: a literal whose bytes come
 // from the pool of its memory space. It is freed by Delete, by donation, or
-// automatically when its literal is unreachable (the cleanup is attached to the
-// literal, so a caller still reading the literal returned by Literal keeps the
-// memory alive; code that keeps only lit.Data must keep the buffer alive with
-// runtime.KeepAlive).
+// automatically when it is unreachable: a finalizer on the buffer releases
+// its memory. The literal is the buffer's first field, so the literal that
+// Literal returns points into the buffer and a caller still reading it keeps
+// the buffer, and so the memory, alive; code that keeps only lit.Data must
+// keep the buffer alive with runtime.KeepAlive.
+//
+// A finalizer rather than a runtime.AddCleanup: a cleanup cannot be attached
+// to the buffer itself when its argument is part of it, and costs two
+// allocations per buffer (its argument's box and the generic call's
+// closure); the finalizer costs none. The buffer points to nothing that can
+// point back to it (records never point to buffers), so it is never part of
+// a cycle, which would keep a finalizer from running.
 type cpuBuffer struct {
-	mu      sync.Mutex
-	lit     *ir.Literal
-	typ     ir.Type
-	rec     *allocRecord // the pool's record of the memory, which frees it; or
-	rel     *releaser    // frees memory that has no record (rec nil)
-	cleanup goruntime.Cleanup
-	state   bufState
-	where   string         // where it was donated (a Go file:line)
-	deleted *callers.Stack // where it was deleted, symbolised only when reported
-	err     error          // why it has no memory (bufFailed)
+	lit   ir.Literal // must stay the first field (see above); its Type never changes
+	mu    sync.Mutex
+	rec   *allocRecord // the pool's record of the memory, which frees it; or
+	rel   *releaser    // frees memory that has no record (rec nil)
+	state bufState
+	fin   bool   // a finalizer is set
+	where string // where it was donated (a Go file:line)
+	// err is why the buffer has no memory (bufFailed) or, as a *deletedAt,
+	// where it was deleted (bufDeleted): one field for both keeps the
+	// buffer in a 128-byte allocation.
+	err error
+}
+
+// deletedAt is where a buffer was deleted, symbolised only when reported.
+// It is an error only so that it can share cpuBuffer.err (converting the
+// pointer to an error allocates nothing); it is never returned.
+type deletedAt callers.Stack
+
+func (d *deletedAt) Error() string {
+	file, line := (*callers.Stack)(d).Location(trace.UserLocation)
+	return file + ":" + strconv.Itoa(line)
+}
+
+// finalizeBuffer releases the memory of a buffer that became unreachable.
+func finalizeBuffer(b *cpuBuffer) {
+	b.mu.Lock()
+	rec, rel := b.rec, b.rel
+	b.fin = false
+	b.mu.Unlock()
+	if rec != nil {
+		rec.release()
+	} else {
+		rel.release()
+	}
+}
+
+// stopFinalizerLocked removes the buffer's finalizer (b.mu held), as its
+// memory is freed or handed over now.
+func (b *cpuBuffer) stopFinalizerLocked() {
+	if b.fin {
+		goruntime.SetFinalizer(b, nil)
+		b.fin = false
+	}
 }
 
 // newBuffer copies a host literal into new memory from the pool of its memory
@@ -105,17 +144,17 @@ func newBuffer(l *ir.Literal) (*cpuBuffer, error) {
 	if int64(len(l.Data)) != l.Type.Bytes() {
 		return nil, fmt.Errorf("literal %v has %d bytes, want %d", l.Type, len(l.Data), l.Type.Bytes())
 	}
-	rec, mem, err := memPools.alloc(l.Type.Space, l.Type.Bytes(), "array", "", false, 3)
+	rec, mem, err := memPools.alloc(l.Type.Space, l.Type.Bytes(), "array", false, true, 3)
 	if err != nil {
 		return nil, err
 	}
 	copy(mem, l.Data)
-	lit := &ir.Literal{Type: l.Type.WithShape(l.Type.Shape), Data: mem}
+	b := &cpuBuffer{lit: ir.Literal{Type: l.Type.WithShape(l.Type.Shape), Data: mem}}
 	if rec != nil {
-		rec.setArray(lit.Type, "")
-		return wrapRecord(lit, rec), nil
+		rec.setArray(b.lit.Type, "")
+		return b.wrapRecord(rec), nil
 	}
-	return wrapLiteral(lit, nil), nil
+	return b.wrapLiteral(nil), nil
 }
 
 // newPoolBuffer wraps memory already allocated from the pools (by Pools.Alloc,
@@ -137,22 +176,30 @@ func newPoolBuffer(l *ir.Literal, release func(), site string) *cpuBuffer {
 }
 
 // wrapLiteral makes a live buffer of lit that calls release once when freed.
+// lit is copied into the buffer.
 func wrapLiteral(lit *ir.Literal, release func()) *cpuBuffer {
-	b := &cpuBuffer{lit: lit, typ: lit.Type, rel: &releaser{f: release}}
+	b := &cpuBuffer{lit: *lit}
+	return b.wrapLiteral(release)
+}
+
+// wrapLiteral makes b, whose literal is set, a live buffer that calls
+// release once when freed.
+func (b *cpuBuffer) wrapLiteral(release func()) *cpuBuffer {
+	b.rel = &releaser{f: release}
 	if release != nil {
-		b.cleanup = goruntime.AddCleanup(lit, runRelease, b.rel)
+		b.fin = true
+		goruntime.SetFinalizer(b, finalizeBuffer)
 	}
 	return b
 }
 
-// wrapRecord makes a live buffer of lit, whose memory is the pool
-// allocation rec, which it frees when freed: a buffer of pool memory
-// without a release function or releaser of its own. rec frees its memory
-// at most once however often it is released (records are never reused), so
-// a cleanup racing with Delete is harmless.
-func wrapRecord(lit *ir.Literal, rec *allocRecord) *cpuBuffer {
-	b := &cpuBuffer{lit: lit, typ: lit.Type, rec: rec}
-	b.cleanup = goruntime.AddCleanup(lit, (*allocRecord).release, rec)
+// wrapRecord makes b, whose literal is set, a live buffer whose memory is
+// the pool allocation rec, which it frees when freed: a buffer of pool
+// memory without a release function or releaser of its own. rec frees its
+// memory at most once however often it is released.
+func (b *cpuBuffer) wrapRecord(rec *allocRecord) *cpuBuffer {
+	b.rec, b.fin = rec, true
+	goruntime.SetFinalizer(b, finalizeBuffer)
 	return b
 }
 
@@ -163,13 +210,13 @@ func wrapRecord(lit *ir.Literal, rec *allocRecord) *cpuBuffer {
 func newCPUBuffer(l *ir.Literal) *cpuBuffer {
 	b, err := newBuffer(l)
 	if err != nil {
-		return &cpuBuffer{typ: l.Type, state: bufFailed, err: err}
+		return &cpuBuffer{lit: ir.Literal{Type: l.Type}, state: bufFailed, err: err}
 	}
 	return b
 }
 
 // Type is the buffer's dtype, shape and memory space.
-func (b *cpuBuffer) Type() ir.Type { return b.typ }
+func (b *cpuBuffer) Type() ir.Type { return b.lit.Type }
 
 // Literal returns the contents (pool memory; the caller must not modify it),
 // or an error naming where the buffer was deleted or donated.
@@ -178,11 +225,11 @@ func (b *cpuBuffer) Literal() (*ir.Literal, error) {
 	defer b.mu.Unlock()
 	switch b.state {
 	case bufLive:
-		return b.lit, nil
+		return &b.lit, nil
 	case bufFailed:
 		return nil, b.err
 	default:
-		return nil, &freedError{typ: b.typ, donated: b.state == bufDonated, where: b.whereLocked()}
+		return nil, &freedError{typ: b.lit.Type, donated: b.state == bufDonated, where: b.whereLocked()}
 	}
 }
 
@@ -196,8 +243,8 @@ func (b *cpuBuffer) Delete() error {
 		b.mu.Unlock()
 		return nil
 	}
-	b.state, b.deleted, b.lit = bufDeleted, at, nil
-	b.cleanup.Stop()
+	b.state, b.err, b.lit.Data = bufDeleted, (*deletedAt)(at), nil
+	b.stopFinalizerLocked()
 	rec, rel := b.rec, b.rel
 	b.mu.Unlock()
 	if rec != nil {
@@ -211,8 +258,7 @@ func (b *cpuBuffer) Delete() error {
 // whereLocked is where the buffer was deleted or donated (b.mu held).
 func (b *cpuBuffer) whereLocked() string {
 	if b.state == bufDeleted {
-		file, line := b.deleted.Location(trace.UserLocation)
-		return file + ":" + strconv.Itoa(line)
+		return b.err.Error()
 	}
 	return b.where
 }
@@ -226,6 +272,11 @@ func (b *cpuBuffer) whereLocked() string {
 func (b *cpuBuffer) donate(where string) (mem []byte, release func(), err error) {
 	mem, rec, release, err := b.handOver(where)
 	if rec != nil {
+		// Its release function is handed out, and may be called more than
+		// once: the pool must not recycle the record.
+		rec.pool.mu.Lock()
+		rec.reuse = false
+		rec.pool.mu.Unlock()
 		release = rec.release
 	}
 	return mem, release, err
@@ -240,14 +291,12 @@ func (b *cpuBuffer) handOver(where string) (mem []byte, rec *allocRecord, releas
 	case bufFailed:
 		return nil, nil, nil, b.err
 	case bufDeleted, bufDonated:
-		return nil, nil, nil, &freedError{typ: b.typ, donated: b.state == bufDonated, where: b.whereLocked()}
+		return nil, nil, nil, &freedError{typ: b.lit.Type, donated: b.state == bufDonated, where: b.whereLocked()}
 	}
-	// Stop the cleanup while the literal is still reachable (from b), so
-	// that it cannot be queued any more: the memory now belongs to the
-	// caller.
-	b.cleanup.Stop()
+	// The memory now belongs to the caller: the finalizer must not free it.
+	b.stopFinalizerLocked()
 	mem = b.lit.Data
-	b.state, b.where, b.lit = bufDonated, where, nil
+	b.state, b.where = bufDonated, where
 	if b.rec != nil {
 		rec, b.rec = b.rec, nil
 		return mem, rec, nil, nil

@@ -2,11 +2,14 @@ package runtime
 
 import (
 	"errors"
+	"math/rand/v2"
 	goruntime "runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -180,7 +183,7 @@ var (
 // become arrays' and the rest is released when the execution ends.
 func TestExecAllocator(t *testing.T) {
 	SetMemoryForTest(t, MemoryConfig{Capacity: 1 << 20, Fraction: 1})
-	a := &execAlloc{suffix: " of train_step"}
+	a := &execAlloc{exe: &cpuExecutable{suffix: " of train_step"}}
 	var ea executorAllocator = a
 	_, file, line, _ := goruntime.Caller(0)
 	out, rel, err := ea.Alloc(ir.Device, 1000, "output 0")
@@ -202,12 +205,95 @@ func TestExecAllocator(t *testing.T) {
 	rec := a.claim(out)
 	require.NotNil(t, rec)
 	require.Nil(t, a.claim(out), "claimed once")
-	lit := &ir.Literal{Type: ir.TypeOf(ir.Uint8, 1000), Data: out}
-	rec.setArray(lit.Type, "")
-	b := wrapRecord(lit, rec)
+	b := &cpuBuffer{lit: ir.Literal{Type: ir.TypeOf(ir.Uint8, 1000), Data: out}}
+	rec.setArray(b.lit.Type, "")
+	b.wrapRecord(rec)
 	a.releaseAll() // the arena, not the claimed output
 	require.Equal(t, int64(1024), deviceInUse())
 	require.Len(t, LiveArrays(), 1)
 	require.NoError(t, b.Delete())
 	require.Zero(t, deviceInUse())
+}
+
+// A jitted result's literal points into its buffer: holding only the
+// literal keeps the memory (and the values) after the array is dropped;
+// dropping the literal too frees it. A deleted result is freed once, and
+// collecting its buffer later frees nothing more.
+func TestJitResultLiteralKeepsMemory(t *testing.T) {
+	SetMemoryForTest(t, MemoryConfig{})
+	r := rand.New(rand.NewPCG(rand.Uint64(), 7))
+	xs, ys := make([]float32, 40), make([]float32, 40)
+	for i := range xs {
+		xs[i], ys[i] = r.Float32()*8-4, r.Float32()*8-4
+	}
+	x, y := FromSlice(xs, 40), FromSlice(ys, 40)
+	inputs := deviceInUse()
+	add := Jit(func(x, y *trace.Array) *trace.Array { return trace.Add(x, y) })
+	l, err := add(x, y).Literal()
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		goruntime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, inputs+192, deviceInUse())
+	got := ir.View[float32](l)
+	for i := range xs {
+		require.Equal(t, float64(float32(float64(xs[i])+float64(ys[i]))), float64(got[i]))
+	}
+	goruntime.KeepAlive(l)
+	l, got = nil, nil
+	waitInUse(t, inputs)
+
+	s := add(x, y)
+	require.Equal(t, inputs+192, deviceInUse())
+	require.NoError(t, s.Delete())
+	require.Equal(t, inputs, deviceInUse())
+	keep := add(x, y) // may reuse the freed chunk
+	s = nil
+	for i := 0; i < 3; i++ {
+		goruntime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, inputs+192, deviceInUse(), "a deleted buffer's finalizer frees nothing")
+	require.Len(t, LiveArrays(), 3)
+	goruntime.KeepAlive(keep)
+	goruntime.KeepAlive(x)
+	goruntime.KeepAlive(y)
+}
+
+// An executable names its allocations after itself once per kind of
+// allocation: the names are right on every call, from several goroutines,
+// with a function name or without, and the cache stays bounded.
+func TestExecutableAllocNames(t *testing.T) {
+	e := &cpuExecutable{suffix: " of train_step"}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				what := "output " + strconv.Itoa((i+g)%5)
+				require.Equal(t, what+" of train_step", e.name(what))
+				require.Equal(t, "temp arena of train_step", e.name("temp arena"))
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, *e.names.Load(), 6)
+	for i := range 2 * maxAllocNames {
+		what := "carry " + strconv.Itoa(i)
+		require.Equal(t, what+" of train_step", e.name(what))
+	}
+	require.Len(t, *e.names.Load(), maxAllocNames)
+	anon := &cpuExecutable{}
+	require.Equal(t, "output 0", anon.name("output 0"))
+	require.Nil(t, anon.names.Load())
+}
+
+// A cached call allocates a result array, its buffer and a pool record;
+// the buffer and the record stay within the 128- and 144-byte size
+// classes (sizes a field added without thought would push up).
+func TestDispatchObjectSizes(t *testing.T) {
+	require.LessOrEqual(t, unsafe.Sizeof(cpuBuffer{}), uintptr(128))
+	require.LessOrEqual(t, unsafe.Sizeof(allocRecord{}), uintptr(144))
 }

@@ -391,14 +391,14 @@ type allocRecord struct {
 	size    int64 // requested bytes
 	chunk   *bfcChunk
 	addr    uintptr
-	what    string // what the memory is for; the name is what+suffix
-	suffix  string
+	what    string // what the memory is for: "array", "output 0 of train_step"
 	typ     ir.Type
 	site    string
 	born    int64          // when it was allocated: nanoseconds since epoch (monotonic)
 	stack   *callers.Stack // where it was allocated (shared, read-only)
 	isArray bool
 	freed   bool
+	reuse   bool // freed once by its single owner: the pool may recycle it
 	// prev and next link the pool's live records (pool.mu).
 	prev, next *allocRecord
 }
@@ -427,7 +427,7 @@ func (r *allocRecord) held() int64 {
 }
 
 // name is what the memory is for, as reports show it.
-func (r *allocRecord) name() string { return r.what + r.suffix }
+func (r *allocRecord) name() string { return r.what }
 
 // release frees the record's memory; it is safe to call more than once.
 func (r *allocRecord) release() { r.pool.free(r) }
@@ -461,6 +461,8 @@ type pool struct {
 	churn     int64        // bytes allocated since the last collectGarbage
 	live      *allocRecord // the live records, newest first, linked by next
 	nlive     int
+	spare     *allocRecord // freed records to recycle, linked by next
+	nspare    int
 	frees     atomic.Int64
 }
 
@@ -503,53 +505,66 @@ var (
 // garbage collections it asks for.
 const minChurnBeforeCollect = 4 << 20
 
-// tryAlloc allocates size bytes (size > 0) or returns errRetired, errCollect
-// or an *OutOfMemoryError. A bfc pool that grows on demand returns errCollect
+// maxSpareRecords bounds the freed records a pool keeps for reuse.
+const maxSpareRecords = 256
+
+// tryAlloc allocates size bytes (size > 0) for what, born and made at
+// stack, and returns the memory's record; or it returns errRetired,
+// errCollect or an *OutOfMemoryError. The record is recycled when freed
+// if reuse: only for memory whose owner releases it exactly once (an
+// execution's arenas, buffers), never for memory whose release function
+// is handed out (Pools.Alloc may be released again). A bfc pool that grows on demand returns errCollect
 // (if mayCollect) instead of growing when it allocated at least half of what
 // it holds since the last collection: some of that is probably garbage whose
 // cleanups have not run, and collecting it keeps the pool from growing to
 // several times what is live.
-func (p *pool) tryAlloc(size int64, rec *allocRecord, zero, mayCollect bool) ([]byte, error) {
+func (p *pool) tryAlloc(size int64, what string, born int64, stack *callers.Stack, zero, mayCollect, reuse bool) (*allocRecord, []byte, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.retired {
-		return nil, errRetired
+		return nil, nil, errRetired
 	}
 	var mem []byte
 	var note string
+	var chunk *bfcChunk
 	if p.bfc != nil {
 		grow := !mayCollect || p.bfc.prealloc || p.churn < max(p.bfc.reserved/2, minChurnBeforeCollect)
 		c, n := p.bfc.alloc(size, zero, grow)
 		if c == nil && !grow {
-			return nil, errCollect
+			return nil, nil, errCollect
 		}
 		if c == nil {
 			note = n
 		} else {
-			rec.chunk = c
+			chunk = c
 			mem = c.bytes(size)
 		}
 	} else {
 		mem, note = p.plat.alloc(size, p.inUse)
 	}
 	if mem == nil {
-		return nil, p.oomLocked(size, rec.name(), note)
+		return nil, nil, p.oomLocked(size, what, note)
 	}
 	if !zero && poisonUninit {
 		for i := range mem {
 			mem[i] = 0xff // NaN in every float type, -1 in every integer one
 		}
 	}
-	rec.pool = p
-	rec.size = size
-	rec.addr = addrOf(mem)
+	rec := p.spare
+	if rec != nil {
+		p.spare, rec.next = rec.next, nil
+		p.nspare--
+	} else {
+		rec = new(allocRecord)
+	}
+	*rec = allocRecord{pool: p, size: size, chunk: chunk, addr: addrOf(mem), what: what, born: born, stack: stack, reuse: reuse}
 	held := rec.held()
 	p.inUse += held
 	p.churn += held
 	p.peak = max(p.peak, p.inUse)
 	p.numAllocs++
 	p.link(rec)
-	return mem, nil
+	return rec, mem, nil
 }
 
 // link adds r to the live records (p.mu held).
@@ -591,6 +606,11 @@ func (p *pool) free(r *allocRecord) {
 		r.chunk = nil
 	}
 	p.frees.Add(1)
+	if r.reuse && p.nspare < maxSpareRecords {
+		*r = allocRecord{next: p.spare}
+		p.spare = r
+		p.nspare++
+	}
 }
 
 func (p *pool) statsLocked() MemStats {
@@ -741,7 +761,7 @@ func (s *poolSet) pool(space ir.MemorySpace) (*pool, error) {
 // once. A request that does not fit returns an *OutOfMemoryError. Alloc is
 // safe for concurrent use.
 func (ps *Pools) Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	return releaseFunc(ps.alloc(space, size, what, "", true, 3))
+	return releaseFunc(ps.alloc(space, size, what, true, false, 3))
 }
 
 // AllocUninit is Alloc without zeroing the memory: for executors that write
@@ -754,7 +774,7 @@ func (ps *Pools) Alloc(space ir.MemorySpace, size int64, what string) (mem []byt
 // all of its results (the arena reuses memory between values anyway), so
 // zeroing a fresh 16 MiB output would only cost a pass over memory.
 func (ps *Pools) AllocUninit(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	return releaseFunc(ps.alloc(space, size, what, "", false, 3))
+	return releaseFunc(ps.alloc(space, size, what, false, false, 3))
 }
 
 func releaseFunc(rec *allocRecord, mem []byte, err error) ([]byte, func(), error) {
@@ -766,10 +786,11 @@ func releaseFunc(rec *allocRecord, mem []byte, err error) ([]byte, func(), error
 
 // alloc is Alloc returning the record (nil for size 0); skip is the number of
 // stack frames to leave out of the recorded call stack (1 is alloc's caller).
-// The allocation is named what+suffix, joined only when reported.
-func (ps *Pools) alloc(space ir.MemorySpace, size int64, what, suffix string, zero bool, skip int) (*allocRecord, []byte, error) {
+// With reuse the pool recycles the record once it is freed (see tryAlloc):
+// the caller must release it exactly once.
+func (ps *Pools) alloc(space ir.MemorySpace, size int64, what string, zero, reuse bool, skip int) (*allocRecord, []byte, error) {
 	if size < 0 {
-		return nil, nil, fmt.Errorf("allocate %d bytes in %v memory for %s: negative size", size, space, what+suffix)
+		return nil, nil, fmt.Errorf("allocate %d bytes in %v memory for %s: negative size", size, space, what)
 	}
 	s := ps.set()
 	if s.err != nil {
@@ -781,14 +802,14 @@ func (ps *Pools) alloc(space ir.MemorySpace, size int64, what, suffix string, ze
 		}
 		return nil, []byte{}, nil
 	}
-	rec := &allocRecord{what: what, suffix: suffix, born: int64(time.Since(epoch)), stack: callers.Record(skip)}
+	born, stack := int64(time.Since(epoch)), callers.Record(skip)
 	retried, collected := false, false
 	for {
 		p, err := s.pool(space)
 		if err != nil {
 			return nil, nil, err
 		}
-		mem, err := p.tryAlloc(size, rec, zero, !collected)
+		rec, mem, err := p.tryAlloc(size, what, born, stack, zero, !collected, reuse)
 		if err == nil {
 			return rec, mem, nil
 		}

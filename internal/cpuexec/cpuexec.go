@@ -147,12 +147,24 @@ func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Litera
 	return outs, release, nil
 }
 
+// setOut makes outs[i] a literal of typ over data, in place if it is not nil.
+func setOut(outs []*ir.Literal, i int, typ ir.Type, data []byte) {
+	if outs[i] == nil {
+		outs[i] = &ir.Literal{Type: typ, Data: data}
+		return
+	}
+	outs[i].Type, outs[i].Data = typ, data
+}
+
 // NumResults is the number of results of the program.
 func (e *Executable) NumResults() int { return len(e.results) }
 
 // ExecuteInto is Execute writing the results and their release funcs into
 // outs and release, which must have NumResults elements (so that a caller
-// can reuse them); on error both are cleared.
+// can reuse them); on error both are cleared. A result whose element of
+// outs is not nil is written into that literal (its Type and Data are
+// overwritten) instead of a new one, so that a caller can provide the
+// literals' storage.
 func (e *Executable) ExecuteInto(args []*ir.Literal, a Allocator, outs []*ir.Literal, release []func()) (err error) {
 	var relBuf [8]func()
 	rels := relBuf[:0] // what to release on error, in allocation order
@@ -190,7 +202,7 @@ func (e *Executable) ExecuteInto(args []*ir.Literal, a Allocator, outs []*ir.Lit
 	}
 	for i, rp := range e.results {
 		if rp.alias >= 0 {
-			outs[i] = &ir.Literal{Type: rp.typ, Data: args[rp.alias].Data[:rp.typ.Bytes()]}
+			setOut(outs, i, rp.typ, args[rp.alias].Data[:rp.typ.Bytes()])
 			release[i] = func() {}
 			continue
 		}
@@ -199,7 +211,7 @@ func (e *Executable) ExecuteInto(args []*ir.Literal, a Allocator, outs []*ir.Lit
 			return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
 		}
 		rels = append(rels, rel)
-		outs[i] = &ir.Literal{Type: rp.typ, Data: mem}
+		setOut(outs, i, rp.typ, mem)
 		release[i] = rel
 	}
 	nOut := len(rels)

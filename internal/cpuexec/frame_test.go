@@ -127,3 +127,38 @@ func TestFrameReuseAllocations(t *testing.T) {
 	}
 	require.ErrorContains(t, e.ExecuteInto(args, a, outs[:n-1], rels), "room for")
 }
+
+// TestExecuteIntoProvidedLiterals checks that ExecuteInto writes results
+// into literals the caller provides (keeping the pointers, overwriting a
+// stale type) and then allocates nothing, and that results still match
+// the reference evaluator.
+func TestExecuteIntoProvidedLiterals(t *testing.T) {
+	fn := loopGroup(t, ir.Float32, 20, 30)
+	e, err := New(naivePlan(fn, planOpts{}))
+	require.NoError(t, err)
+	r := newRand()
+	n := e.NumResults()
+	outs, rels := make([]*ir.Literal, n), make([]func(), n)
+	given := make([]*ir.Literal, n)
+	for i := range given {
+		given[i] = &ir.Literal{Type: ir.TypeOf(ir.Int32, 7)} // stale: overwritten
+		outs[i] = given[i]
+	}
+	a := &reuseAlloc{}
+	for range 3 {
+		args := randArgs(r, fn)
+		require.NoError(t, e.ExecuteInto(args, a, outs, rels))
+		want, err := eval.Run(fn, args)
+		require.NoError(t, err)
+		for i := range want {
+			require.Same(t, given[i], outs[i], "result %d written in place", i)
+			require.True(t, want[i].Type.Equal(outs[i].Type), "result %d: %v, want %v", i, outs[i].Type, want[i].Type)
+			require.Equal(t, want[i].Data, outs[i].Data, "result %d", i)
+		}
+	}
+	if !raceEnabled {
+		args := randArgs(r, fn)
+		into := func() { require.NoError(t, e.ExecuteInto(args, a, outs, rels)) }
+		require.Zero(t, testing.AllocsPerRun(100, into))
+	}
+}
