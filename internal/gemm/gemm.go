@@ -687,11 +687,20 @@ func packB[T float](dst, b []T, ldb int, trans bool, p0, j0, kc, nc, nr int) {
 		d := dst[jr*kc : jr*kc+nr*kc]
 		cols := min(nr, nc-jr)
 		if !trans {
+			o := p0*ldb + j0 + jr
+			var z T
+			if es := int(unsafe.Sizeof(z)); cols == nr && nr*es == 64 && kc > 0 {
+				// Whole slivers of 64-byte rows (the AVX2 kernels'):
+				// one call, not a memmove a row.
+				_, _ = b[o+(kc-1)*ldb+nr-1], d[kc*nr-1]
+				copyRows64(unsafe.Pointer(&d[0]), unsafe.Pointer(&b[o]), ldb*es, kc)
+				continue
+			}
 			for p := 0; p < kc; p++ {
-				src := b[(p0+p)*ldb+j0+jr : (p0+p)*ldb+j0+jr+cols]
 				dd := d[p*nr : p*nr+nr]
-				copy(dd, src)
+				copy(dd, b[o:o+cols])
 				clear(dd[cols:])
+				o += ldb
 			}
 			continue
 		}
