@@ -57,7 +57,8 @@ func randMat64(n int, seed uint64) []float64 {
 // (batch 32 × seq 64 = 2048 tokens, d_model 128, 4 heads of 32, 4×128 MLP,
 // vocabulary 96): the forward products, the backward pass's transposed
 // ones (transA: weight gradients; transB: input gradients) and the
-// per-head attention products, batched over 32×4 = 128 heads.
+// per-head attention products, batched over 32×4 = 128 heads; then the
+// MLP example's.
 var smallShapes = []struct {
 	name           string
 	transA, transB bool
@@ -78,6 +79,11 @@ var smallShapes = []struct {
 	{"attn_64x32x64_b128", false, false, 128, 64, 32, 64},
 	{"attn_64x64x32_b128", false, false, 128, 64, 64, 32},
 	{"attn_64x32x64_tA_b128", true, false, 128, 64, 32, 64},
+	// examples/mlp (batch 128, 784→512→10) and bench/vsjax's 128×128×256.
+	{"mlp_128x512x784", false, false, 1, 128, 512, 784},
+	{"mlp_784x512x128_tA", true, false, 1, 784, 512, 128},
+	{"mlp_128x784x512_tB", false, true, 1, 128, 784, 512},
+	{"128x128x256", false, false, 1, 128, 128, 256},
 }
 
 // BenchmarkSgemmSmall measures the Transformer step's product shapes
