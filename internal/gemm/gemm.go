@@ -649,26 +649,6 @@ func f32s[T float](s []T) []float32 {
 // slivers: sliver s holds element (i0+s*mr+i, p0+p) at [s*mr*kc + p*mr + i],
 // with rows past mc set to zero.
 func packA[T float](dst, a []T, lda int, trans bool, i0, p0, mc, kc, mr int) {
-	if trans && mr == 6 && mc >= 12 {
-		// A transposed: walk its stored rows (p) once, each read
-		// contiguously, and give every whole 6-row sliver its six
-		// elements; the partial sliver, if any, is packed below.
-		full := mc / 6 * 6
-		for p := 0; p < kc; p++ {
-			o := (p0+p)*lda + i0
-			row := a[o : o+full : o+full]
-			for ir := 0; ir+6 <= len(row); ir += 6 {
-				s := row[ir : ir+6 : ir+6]
-				dd := dst[ir*kc+6*p : ir*kc+6*p+6 : ir*kc+6*p+6]
-				dd[0], dd[1], dd[2], dd[3], dd[4], dd[5] = s[0], s[1], s[2], s[3], s[4], s[5]
-			}
-		}
-		if full == mc {
-			return
-		}
-		packA(dst[full*kc:], a, lda, trans, i0+full, p0, mc-full, kc, mr)
-		return
-	}
 	for ir := 0; ir < mc; ir += mr {
 		d := dst[ir*kc : ir*kc+mr*kc]
 		rows := min(mr, mc-ir)
