@@ -64,7 +64,8 @@ func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int
 // SgemmStrided computes batch independent products
 // C_i = alpha*op(A_i)*op(B_i) + beta*C_i, where A_i starts at a[i*strideA],
 // B_i at b[i*strideB] and C_i at c[i*strideC]; each is as in Sgemm. Small
-// products are spread across cores one batch item at a time.
+// products are spread across cores one batch item at a time (in chunks
+// of items taken from a shared counter).
 func SgemmStrided(transA, transB bool, batch, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int) {
 	gemmStrided(&active.Load().s, batch, strideA, strideB, strideC, spec[float32]{transA: transA, transB: transB, m: m, n: n, k: k,
 		alpha: alpha, beta: beta, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc})
@@ -250,14 +251,25 @@ func gemmStrided[T float](kr *kernel[T], batch, strideA, strideB, strideC int, s
 	if s.m == 0 || s.n == 0 {
 		return
 	}
-	parallel.Run(nt, func(t int) {
-		for i := t * batch / nt; i < (t+1)*batch/nt; i++ {
-			it := s.item(i, strideA, strideB, strideC)
-			if s.k == 0 || s.alpha == 0 {
-				it.scale()
-				continue
+	// Items go out in chunks from a shared counter, several chunks per
+	// thread, so that a thread descheduled for a while (a loaded
+	// machine) takes fewer items instead of holding the others up.
+	chunk := int64(max(1, batch/(4*nt)))
+	var next atomic.Int64
+	parallel.Run(nt, func(int) {
+		for {
+			i0 := next.Add(chunk) - chunk
+			if i0 >= int64(batch) {
+				return
 			}
-			gemmBlocked(kr, 1, &it)
+			for i := int(i0); i < min(batch, int(i0+chunk)); i++ {
+				it := s.item(i, strideA, strideB, strideC)
+				if s.k == 0 || s.alpha == 0 {
+					it.scale()
+					continue
+				}
+				gemmBlocked(kr, 1, &it)
+			}
 		}
 	})
 }
@@ -687,11 +699,20 @@ func packB[T float](dst, b []T, ldb int, trans bool, p0, j0, kc, nc, nr int) {
 		d := dst[jr*kc : jr*kc+nr*kc]
 		cols := min(nr, nc-jr)
 		if !trans {
+			o := p0*ldb + j0 + jr
+			var z T
+			if es := int(unsafe.Sizeof(z)); cols == nr && nr*es == 64 && kc > 0 {
+				// Whole slivers of 64-byte rows (the AVX2 kernels'):
+				// one call, not a memmove a row.
+				_, _ = b[o+(kc-1)*ldb+nr-1], d[kc*nr-1]
+				copyRows64(unsafe.Pointer(&d[0]), unsafe.Pointer(&b[o]), ldb*es, kc)
+				continue
+			}
 			for p := 0; p < kc; p++ {
-				src := b[(p0+p)*ldb+j0+jr : (p0+p)*ldb+j0+jr+cols]
 				dd := d[p*nr : p*nr+nr]
-				copy(dd, src)
+				copy(dd, b[o:o+cols])
 				clear(dd[cols:])
+				o += ldb
 			}
 			continue
 		}

@@ -81,3 +81,28 @@ func TestRunZeroAndOne(t *testing.T) {
 		t.Fatalf("Run(1) ran part %d, want 0", ran)
 	}
 }
+
+// BenchmarkRun measures a fork/join of two parts of about 5 µs each,
+// back to back and after 50 µs of work on the caller alone (the workers
+// then poll meanwhile), and reports the process's CPU time per call
+// beside the wall time.
+func BenchmarkRun(b *testing.B) {
+	spin := func(d time.Duration) {
+		for t0 := time.Now(); time.Since(t0) < d; {
+		}
+	}
+	for _, gap := range []time.Duration{0, 50 * time.Microsecond} {
+		b.Run("gap="+gap.String(), func(b *testing.B) {
+			cpu0 := cpuTime()
+			for i := 0; i < b.N; i++ {
+				if gap > 0 {
+					spin(gap)
+				}
+				Run(2, func(int) { spin(5 * time.Microsecond) })
+			}
+			if cpu := cpuTime() - cpu0; cpu > 0 {
+				b.ReportMetric(cpu/float64(b.N)*1e9, "cpu-ns/op")
+			}
+		})
+	}
+}
