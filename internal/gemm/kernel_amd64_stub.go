@@ -4,12 +4,6 @@
 
 package gemm
 
-// cpuid executes the CPUID instruction with the given EAX and ECX inputs.
-func cpuid(eaxArg uint32, ecxArg uint32) (eax uint32, ebx uint32, ecx uint32, edx uint32)
-
-// xgetbv reads extended control register 0 (XCR0).
-func xgetbv() (eax uint32, edx uint32)
-
 // sgemmKernelAVX512 computes a 6×64 tile of C with AVX-512F from packed panels: C = alpha*A*B + beta*C, C not read when beta is ±0.
 func sgemmKernelAVX512(k int, a *float32, b *float32, c *float32, ldc int, alpha float32, beta float32)
 

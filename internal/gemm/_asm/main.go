@@ -328,27 +328,6 @@ func log2(n int) int {
 	return l
 }
 
-func cpuid() {
-	TEXT("cpuid", NOSPLIT, "func(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)")
-	Doc("cpuid executes the CPUID instruction with the given EAX and ECX inputs.")
-	Load(Param("eaxArg"), reg.EAX)
-	Load(Param("ecxArg"), reg.ECX)
-	CPUID()
-	Store(reg.EAX, Return("eax"))
-	Store(reg.EBX, Return("ebx"))
-	Store(reg.ECX, Return("ecx"))
-	Store(reg.EDX, Return("edx"))
-	RET()
-
-	TEXT("xgetbv", NOSPLIT, "func() (eax, edx uint32)")
-	Doc("xgetbv reads extended control register 0 (XCR0).")
-	XORL(reg.ECX, reg.ECX)
-	XGETBV()
-	Store(reg.EAX, Return("eax"))
-	Store(reg.EDX, Return("edx"))
-	RET()
-}
-
 // The kernel shapes; package gemm mirrors MR and NR in kernel_amd64.go.
 var specs = []kernelSpec{
 	{name: "sgemmKernelAVX512", elem: 4, zmm: true, mr: 6, nv: 4, unroll: 4},
@@ -362,7 +341,6 @@ var specs = []kernelSpec{
 func main() {
 	flag.CommandLine.Set("pkg", "gemm")
 	ConstraintExpr("amd64")
-	cpuid()
 	for _, s := range specs {
 		s.generate()
 	}
