@@ -165,6 +165,9 @@ type OpInfo struct {
 	Differentiable bool
 	// Elementwise is true when output element i depends only on input elements i.
 	Elementwise bool
+	// DTypes is the dtype rule of a unary, binary or compare op (NoDTypeRule
+	// for the others, whose Infer says it all).
+	DTypes DTypeRule
 	// Infer is the shape and dtype rule.
 	Infer func(args []Type, attrs Attrs, regions []*Region) ([]Type, error)
 }
@@ -195,14 +198,55 @@ func AllCodes() []Code {
 // LookupCode returns the op with the given name.
 func LookupCode(name string) (Code, bool) { c, ok := opByName[name]; return c, ok }
 
-type unaryKind uint8
+// DTypeRule says which operand dtypes an elementwise op accepts. It is the
+// one dtype rule of the op: the shape rule (Infer) checks it and the tracer
+// checks it before emitting the op, with the same words.
+type DTypeRule uint8
 
+// The dtype rules. The zero rule is unset: elementwise ops must name one.
 const (
-	floatOnly unaryKind = iota // float dtypes
-	numeric                    // any numeric dtype (not bool)
-	logical                    // bool or integer
-	integer                    // integer only
+	NoDTypeRule   DTypeRule = iota // unset
+	AnyDType                       // every dtype
+	FloatDTypes                    // float dtypes
+	NumericDTypes                  // any numeric dtype (not bool)
+	LogicalDTypes                  // bool or integer
+	IntegerDTypes                  // integer only
 )
+
+// OK reports whether the rule accepts d.
+func (k DTypeRule) OK(d DType) bool {
+	switch k {
+	case AnyDType:
+		return d.Valid()
+	case FloatDTypes:
+		return d.IsFloat()
+	case NumericDTypes:
+		return d != Bool
+	case LogicalDTypes:
+		return d == Bool || d.IsInteger()
+	case IntegerDTypes:
+		return d.IsInteger()
+	}
+	return false
+}
+
+// String names what the rule accepts, as error messages say it: "a float
+// dtype".
+func (k DTypeRule) String() string {
+	switch k {
+	case AnyDType:
+		return "any dtype"
+	case FloatDTypes:
+		return "a float dtype"
+	case NumericDTypes:
+		return "a numeric dtype"
+	case LogicalDTypes:
+		return "bool or an integer dtype"
+	case IntegerDTypes:
+		return "an integer dtype"
+	}
+	return "no dtype rule"
+}
 
 func def(c Code, info OpInfo) {
 	info.Code = c
@@ -214,48 +258,48 @@ func init() {
 	def(Constant, OpInfo{Name: "constant", NumArgs: 0, Attrs: []AttrSpec{{Name: "value", Kind: AttrLiteral}}, Infer: inferConstant})
 	def(Iota, OpInfo{Name: "iota", NumArgs: 0, Attrs: []AttrSpec{{"dtype", AttrDType, false}, {"shape", AttrInts, false}, {"dim", AttrInt, false}}, Infer: inferIota})
 
-	unary := func(c Code, name string, k unaryKind, diff bool) {
-		def(c, OpInfo{Name: name, Class: ClassUnary, NumArgs: 1, Differentiable: diff, Elementwise: true, Infer: inferUnary(name, k)})
+	unary := func(c Code, name string, k DTypeRule, diff bool) {
+		def(c, OpInfo{Name: name, Class: ClassUnary, NumArgs: 1, Differentiable: diff, Elementwise: true, DTypes: k, Infer: inferUnary(name, k)})
 	}
-	unary(Neg, "neg", numeric, true)
-	unary(Abs, "abs", numeric, true)
-	unary(Sign, "sign", numeric, true)
-	unary(Exp, "exp", floatOnly, true)
-	unary(Log, "log", floatOnly, true)
-	unary(Log1p, "log1p", floatOnly, true)
-	unary(Expm1, "expm1", floatOnly, true)
-	unary(Sqrt, "sqrt", floatOnly, true)
-	unary(Rsqrt, "rsqrt", floatOnly, true)
-	unary(Tanh, "tanh", floatOnly, true)
-	unary(Logistic, "logistic", floatOnly, true)
-	unary(Sin, "sin", floatOnly, true)
-	unary(Cos, "cos", floatOnly, true)
-	unary(Erf, "erf", floatOnly, true)
-	unary(Floor, "floor", floatOnly, true)
-	unary(Ceil, "ceil", floatOnly, true)
-	unary(Round, "round", floatOnly, true)
-	unary(Not, "not", logical, false)
+	unary(Neg, "neg", NumericDTypes, true)
+	unary(Abs, "abs", NumericDTypes, true)
+	unary(Sign, "sign", NumericDTypes, true)
+	unary(Exp, "exp", FloatDTypes, true)
+	unary(Log, "log", FloatDTypes, true)
+	unary(Log1p, "log1p", FloatDTypes, true)
+	unary(Expm1, "expm1", FloatDTypes, true)
+	unary(Sqrt, "sqrt", FloatDTypes, true)
+	unary(Rsqrt, "rsqrt", FloatDTypes, true)
+	unary(Tanh, "tanh", FloatDTypes, true)
+	unary(Logistic, "logistic", FloatDTypes, true)
+	unary(Sin, "sin", FloatDTypes, true)
+	unary(Cos, "cos", FloatDTypes, true)
+	unary(Erf, "erf", FloatDTypes, true)
+	unary(Floor, "floor", FloatDTypes, true)
+	unary(Ceil, "ceil", FloatDTypes, true)
+	unary(Round, "round", FloatDTypes, true)
+	unary(Not, "not", LogicalDTypes, false)
 
-	binary := func(c Code, name string, k unaryKind, diff bool) {
-		def(c, OpInfo{Name: name, Class: ClassBinary, NumArgs: 2, Differentiable: diff, Elementwise: true, Infer: inferBinary(name, k)})
+	binary := func(c Code, name string, k DTypeRule, diff bool) {
+		def(c, OpInfo{Name: name, Class: ClassBinary, NumArgs: 2, Differentiable: diff, Elementwise: true, DTypes: k, Infer: inferBinary(name, k)})
 	}
-	binary(Add, "add", numeric, true)
-	binary(Sub, "sub", numeric, true)
-	binary(Mul, "mul", numeric, true)
-	binary(Div, "div", numeric, true)
-	binary(Pow, "pow", floatOnly, true)
-	binary(Max, "max", numeric, true)
-	binary(Min, "min", numeric, true)
-	binary(Rem, "rem", numeric, true)
-	binary(And, "and", logical, false)
-	binary(Or, "or", logical, false)
-	binary(Xor, "xor", logical, false)
-	binary(ShiftLeft, "shift_left", integer, false)
-	binary(ShiftRightLogical, "shift_right_logical", integer, false)
-	binary(ShiftRightArithmetic, "shift_right_arithmetic", integer, false)
+	binary(Add, "add", NumericDTypes, true)
+	binary(Sub, "sub", NumericDTypes, true)
+	binary(Mul, "mul", NumericDTypes, true)
+	binary(Div, "div", NumericDTypes, true)
+	binary(Pow, "pow", FloatDTypes, true)
+	binary(Max, "max", NumericDTypes, true)
+	binary(Min, "min", NumericDTypes, true)
+	binary(Rem, "rem", NumericDTypes, true)
+	binary(And, "and", LogicalDTypes, false)
+	binary(Or, "or", LogicalDTypes, false)
+	binary(Xor, "xor", LogicalDTypes, false)
+	binary(ShiftLeft, "shift_left", IntegerDTypes, false)
+	binary(ShiftRightLogical, "shift_right_logical", IntegerDTypes, false)
+	binary(ShiftRightArithmetic, "shift_right_arithmetic", IntegerDTypes, false)
 
 	for c, name := range map[Code]string{Eq: "eq", Ne: "ne", Lt: "lt", Le: "le", Gt: "gt", Ge: "ge"} {
-		def(c, OpInfo{Name: name, Class: ClassCompare, NumArgs: 2, Elementwise: true, Infer: inferCompare(name)})
+		def(c, OpInfo{Name: name, Class: ClassCompare, NumArgs: 2, Elementwise: true, DTypes: AnyDType, Infer: inferCompare(name)})
 	}
 
 	def(Select, OpInfo{Name: "select", NumArgs: 3, Differentiable: true, Elementwise: true, Infer: inferSelect})
@@ -416,26 +460,10 @@ func checkDims(op string, s Shape) error {
 	return nil
 }
 
-func dtypeOK(k unaryKind, d DType) bool {
-	switch k {
-	case floatOnly:
-		return d.IsFloat()
-	case numeric:
-		return d != Bool
-	case logical:
-		return d == Bool || d.IsInteger()
-	case integer:
-		return d.IsInteger()
-	}
-	return false
-}
-
-var kindNames = map[unaryKind]string{floatOnly: "a float dtype", numeric: "a numeric dtype", logical: "bool or an integer dtype", integer: "an integer dtype"}
-
-func inferUnary(name string, k unaryKind) func([]Type, Attrs, []*Region) ([]Type, error) {
+func inferUnary(name string, k DTypeRule) func([]Type, Attrs, []*Region) ([]Type, error) {
 	return func(args []Type, _ Attrs, _ []*Region) ([]Type, error) {
-		if !dtypeOK(k, args[0].DType) {
-			return nil, fmt.Errorf("%s needs %s, got %v", name, kindNames[k], args[0].DType)
+		if !k.OK(args[0].DType) {
+			return nil, fmt.Errorf("%s needs %v, got %v", name, k, args[0].DType)
 		}
 		return one(dev(args[0])), nil
 	}
@@ -453,13 +481,13 @@ func sameTypes(name string, args []Type) error {
 	return nil
 }
 
-func inferBinary(name string, k unaryKind) func([]Type, Attrs, []*Region) ([]Type, error) {
+func inferBinary(name string, k DTypeRule) func([]Type, Attrs, []*Region) ([]Type, error) {
 	return func(args []Type, _ Attrs, _ []*Region) ([]Type, error) {
 		if err := sameTypes(name, args); err != nil {
 			return nil, err
 		}
-		if !dtypeOK(k, args[0].DType) {
-			return nil, fmt.Errorf("%s needs %s, got %v", name, kindNames[k], args[0].DType)
+		if !k.OK(args[0].DType) {
+			return nil, fmt.Errorf("%s needs %v, got %v", name, k, args[0].DType)
 		}
 		return one(dev(args[0])), nil
 	}
