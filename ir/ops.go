@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -170,6 +171,35 @@ type OpInfo struct {
 	DTypes DTypeRule
 	// Infer is the shape and dtype rule.
 	Infer func(args []Type, attrs Attrs, regions []*Region) ([]Type, error)
+
+	// Ref1 (unary) or Ref2 (binary) is the reference scalar function of a
+	// float elementwise op, in float64: the float kernels of internal/eval
+	// compute it (rounding once to the element type) where they have no
+	// kernel of their own, and tests compare every backend against it. Nil
+	// for ops without a float meaning (logical, shifts, comparisons).
+	Ref1 func(x float64) float64
+	Ref2 func(a, b float64) float64
+
+	// Lower names the op's lowerings on the backends that lower by name.
+	Lower Lowering
+
+	// Shard is the slot of the sharding propagation rule, which the
+	// sharding issue fills and types (with the IR's sharding type); nil
+	// until then, and nothing reads it yet. The vmap batching rule needs
+	// trace's types, so its slot sits beside the VJP rules in trace.
+	Shard any
+}
+
+// Lowering holds the names under which backends lower an op.
+type Lowering struct {
+	// CUDA is the CUDA C math function of a float unary op ("expm1"); code
+	// generation appends "f" for float32 operands. Empty when the CUDA
+	// backend emits the op by its own rule (arithmetic, comparisons, ...).
+	CUDA string
+	// VMath is the name of the internal/vmath opcode (its ops table row)
+	// whose vector kernel computes the op on float32; empty when there is
+	// none, and the CPU backend then runs the float64 reference.
+	VMath string
 }
 
 var opTable [numCodes]OpInfo
@@ -258,45 +288,45 @@ func init() {
 	def(Constant, OpInfo{Name: "constant", NumArgs: 0, Attrs: []AttrSpec{{Name: "value", Kind: AttrLiteral}}, Infer: inferConstant})
 	def(Iota, OpInfo{Name: "iota", NumArgs: 0, Attrs: []AttrSpec{{"dtype", AttrDType, false}, {"shape", AttrInts, false}, {"dim", AttrInt, false}}, Infer: inferIota})
 
-	unary := func(c Code, name string, k DTypeRule, diff bool) {
-		def(c, OpInfo{Name: name, Class: ClassUnary, NumArgs: 1, Differentiable: diff, Elementwise: true, DTypes: k, Infer: inferUnary(name, k)})
+	unary := func(c Code, name string, k DTypeRule, diff bool, ref func(float64) float64, low Lowering) {
+		def(c, OpInfo{Name: name, Class: ClassUnary, NumArgs: 1, Differentiable: diff, Elementwise: true, DTypes: k, Infer: inferUnary(name, k), Ref1: ref, Lower: low})
 	}
-	unary(Neg, "neg", NumericDTypes, true)
-	unary(Abs, "abs", NumericDTypes, true)
-	unary(Sign, "sign", NumericDTypes, true)
-	unary(Exp, "exp", FloatDTypes, true)
-	unary(Log, "log", FloatDTypes, true)
-	unary(Log1p, "log1p", FloatDTypes, true)
-	unary(Expm1, "expm1", FloatDTypes, true)
-	unary(Sqrt, "sqrt", FloatDTypes, true)
-	unary(Rsqrt, "rsqrt", FloatDTypes, true)
-	unary(Tanh, "tanh", FloatDTypes, true)
-	unary(Logistic, "logistic", FloatDTypes, true)
-	unary(Sin, "sin", FloatDTypes, true)
-	unary(Cos, "cos", FloatDTypes, true)
-	unary(Erf, "erf", FloatDTypes, true)
-	unary(Floor, "floor", FloatDTypes, true)
-	unary(Ceil, "ceil", FloatDTypes, true)
-	unary(Round, "round", FloatDTypes, true)
-	unary(Not, "not", LogicalDTypes, false)
+	unary(Neg, "neg", NumericDTypes, true, neg, Lowering{VMath: "neg"})
+	unary(Abs, "abs", NumericDTypes, true, math.Abs, Lowering{CUDA: "fabs", VMath: "abs"})
+	unary(Sign, "sign", NumericDTypes, true, sign, Lowering{})
+	unary(Exp, "exp", FloatDTypes, true, math.Exp, Lowering{CUDA: "exp", VMath: "exp"})
+	unary(Log, "log", FloatDTypes, true, math.Log, Lowering{CUDA: "log", VMath: "log"})
+	unary(Log1p, "log1p", FloatDTypes, true, math.Log1p, Lowering{CUDA: "log1p"})
+	unary(Expm1, "expm1", FloatDTypes, true, math.Expm1, Lowering{CUDA: "expm1"})
+	unary(Sqrt, "sqrt", FloatDTypes, true, math.Sqrt, Lowering{CUDA: "sqrt", VMath: "sqrt"})
+	unary(Rsqrt, "rsqrt", FloatDTypes, true, rsqrt, Lowering{})
+	unary(Tanh, "tanh", FloatDTypes, true, math.Tanh, Lowering{CUDA: "tanh", VMath: "tanh"})
+	unary(Logistic, "logistic", FloatDTypes, true, logistic, Lowering{VMath: "logistic"})
+	unary(Sin, "sin", FloatDTypes, true, math.Sin, Lowering{CUDA: "sin"})
+	unary(Cos, "cos", FloatDTypes, true, math.Cos, Lowering{CUDA: "cos"})
+	unary(Erf, "erf", FloatDTypes, true, math.Erf, Lowering{CUDA: "erf", VMath: "erf"})
+	unary(Floor, "floor", FloatDTypes, true, math.Floor, Lowering{CUDA: "floor"})
+	unary(Ceil, "ceil", FloatDTypes, true, math.Ceil, Lowering{CUDA: "ceil"})
+	unary(Round, "round", FloatDTypes, true, math.RoundToEven, Lowering{CUDA: "rint"})
+	unary(Not, "not", LogicalDTypes, false, nil, Lowering{})
 
-	binary := func(c Code, name string, k DTypeRule, diff bool) {
-		def(c, OpInfo{Name: name, Class: ClassBinary, NumArgs: 2, Differentiable: diff, Elementwise: true, DTypes: k, Infer: inferBinary(name, k)})
+	binary := func(c Code, name string, k DTypeRule, diff bool, ref func(a, b float64) float64, low Lowering) {
+		def(c, OpInfo{Name: name, Class: ClassBinary, NumArgs: 2, Differentiable: diff, Elementwise: true, DTypes: k, Infer: inferBinary(name, k), Ref2: ref, Lower: low})
 	}
-	binary(Add, "add", NumericDTypes, true)
-	binary(Sub, "sub", NumericDTypes, true)
-	binary(Mul, "mul", NumericDTypes, true)
-	binary(Div, "div", NumericDTypes, true)
-	binary(Pow, "pow", FloatDTypes, true)
-	binary(Max, "max", NumericDTypes, true)
-	binary(Min, "min", NumericDTypes, true)
-	binary(Rem, "rem", NumericDTypes, true)
-	binary(And, "and", LogicalDTypes, false)
-	binary(Or, "or", LogicalDTypes, false)
-	binary(Xor, "xor", LogicalDTypes, false)
-	binary(ShiftLeft, "shift_left", IntegerDTypes, false)
-	binary(ShiftRightLogical, "shift_right_logical", IntegerDTypes, false)
-	binary(ShiftRightArithmetic, "shift_right_arithmetic", IntegerDTypes, false)
+	binary(Add, "add", NumericDTypes, true, add, Lowering{VMath: "add"})
+	binary(Sub, "sub", NumericDTypes, true, sub, Lowering{VMath: "sub"})
+	binary(Mul, "mul", NumericDTypes, true, mul, Lowering{VMath: "mul"})
+	binary(Div, "div", NumericDTypes, true, div, Lowering{VMath: "div"})
+	binary(Pow, "pow", FloatDTypes, true, math.Pow, Lowering{})
+	binary(Max, "max", NumericDTypes, true, maxNaN, Lowering{VMath: "max"})
+	binary(Min, "min", NumericDTypes, true, minNaN, Lowering{VMath: "min"})
+	binary(Rem, "rem", NumericDTypes, true, math.Mod, Lowering{})
+	binary(And, "and", LogicalDTypes, false, nil, Lowering{})
+	binary(Or, "or", LogicalDTypes, false, nil, Lowering{})
+	binary(Xor, "xor", LogicalDTypes, false, nil, Lowering{})
+	binary(ShiftLeft, "shift_left", IntegerDTypes, false, nil, Lowering{})
+	binary(ShiftRightLogical, "shift_right_logical", IntegerDTypes, false, nil, Lowering{})
+	binary(ShiftRightArithmetic, "shift_right_arithmetic", IntegerDTypes, false, nil, Lowering{})
 
 	for c, name := range map[Code]string{Eq: "eq", Ne: "ne", Lt: "lt", Le: "le", Gt: "gt", Ge: "ge"} {
 		def(c, OpInfo{Name: name, Class: ClassCompare, NumArgs: 2, Elementwise: true, DTypes: AnyDType, Infer: inferCompare(name)})
@@ -971,4 +1001,49 @@ func inferFusion(args []Type, a Attrs, regions []*Region) ([]Type, error) {
 		return nil, fmt.Errorf("fusion: region parameters %s, want the operands %s", typeList(got), typeList(args))
 	}
 	return body.ResultTypes(), nil
+}
+
+// Reference scalar functions of the elementwise ops that package math lacks.
+
+func neg(x float64) float64    { return -x }
+func rsqrt(x float64) float64  { return 1 / math.Sqrt(x) }
+func add(a, b float64) float64 { return a + b }
+func sub(a, b float64) float64 { return a - b }
+func mul(a, b float64) float64 { return a * b }
+func div(a, b float64) float64 { return a / b }
+
+// sign is -1, 0 or 1 by the sign of x; ±0 and NaN stay as they are.
+func sign(x float64) float64 {
+	switch {
+	case x > 0:
+		return 1
+	case x < 0:
+		return -1
+	}
+	return x
+}
+
+// logistic is 1/(1+e**-x), without overflow for large |x|.
+func logistic(x float64) float64 {
+	if x >= 0 {
+		return 1 / (1 + math.Exp(-x))
+	}
+	e := math.Exp(x)
+	return e / (1 + e)
+}
+
+// maxNaN and minNaN propagate NaN (math.Max does as well, but prefers +0
+// over -0 where the kernels return the first operand).
+func maxNaN(a, b float64) float64 {
+	if a != a || a > b {
+		return a
+	}
+	return b
+}
+
+func minNaN(a, b float64) float64 {
+	if a != a || a < b {
+		return a
+	}
+	return b
 }
