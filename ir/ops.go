@@ -180,6 +180,10 @@ type OpInfo struct {
 	Ref1 func(x float64) float64
 	Ref2 func(a, b float64) float64
 
+	// Transcendental is true for the ops the cost analysis counts as
+	// transcendental functions (XLA's cost_analysis "transcendentals").
+	Transcendental bool
+
 	// Lower names the op's lowerings on the backends that lower by name.
 	Lower Lowering
 
@@ -288,45 +292,48 @@ func init() {
 	def(Constant, OpInfo{Name: "constant", NumArgs: 0, Attrs: []AttrSpec{{Name: "value", Kind: AttrLiteral}}, Infer: inferConstant})
 	def(Iota, OpInfo{Name: "iota", NumArgs: 0, Attrs: []AttrSpec{{"dtype", AttrDType, false}, {"shape", AttrInts, false}, {"dim", AttrInt, false}}, Infer: inferIota})
 
-	unary := func(c Code, name string, k DTypeRule, diff bool, ref func(float64) float64, low Lowering) {
-		def(c, OpInfo{Name: name, Class: ClassUnary, NumArgs: 1, Differentiable: diff, Elementwise: true, DTypes: k, Infer: inferUnary(name, k), Ref1: ref, Lower: low})
+	// The rows of the elementwise ops: code, name, dtype rule, whether
+	// differentiable, reference function, whether transcendental, lowerings.
+	const transc, arith = true, false
+	unary := func(c Code, name string, k DTypeRule, diff bool, ref func(float64) float64, tr bool, low Lowering) {
+		def(c, OpInfo{Name: name, Class: ClassUnary, NumArgs: 1, Differentiable: diff, Elementwise: true, DTypes: k, Infer: inferUnary(name, k), Ref1: ref, Transcendental: tr, Lower: low})
 	}
-	unary(Neg, "neg", NumericDTypes, true, neg, Lowering{VMath: "neg"})
-	unary(Abs, "abs", NumericDTypes, true, math.Abs, Lowering{CUDA: "fabs", VMath: "abs"})
-	unary(Sign, "sign", NumericDTypes, true, sign, Lowering{})
-	unary(Exp, "exp", FloatDTypes, true, math.Exp, Lowering{CUDA: "exp", VMath: "exp"})
-	unary(Log, "log", FloatDTypes, true, math.Log, Lowering{CUDA: "log", VMath: "log"})
-	unary(Log1p, "log1p", FloatDTypes, true, math.Log1p, Lowering{CUDA: "log1p"})
-	unary(Expm1, "expm1", FloatDTypes, true, math.Expm1, Lowering{CUDA: "expm1"})
-	unary(Sqrt, "sqrt", FloatDTypes, true, math.Sqrt, Lowering{CUDA: "sqrt", VMath: "sqrt"})
-	unary(Rsqrt, "rsqrt", FloatDTypes, true, rsqrt, Lowering{})
-	unary(Tanh, "tanh", FloatDTypes, true, math.Tanh, Lowering{CUDA: "tanh", VMath: "tanh"})
-	unary(Logistic, "logistic", FloatDTypes, true, logistic, Lowering{VMath: "logistic"})
-	unary(Sin, "sin", FloatDTypes, true, math.Sin, Lowering{CUDA: "sin"})
-	unary(Cos, "cos", FloatDTypes, true, math.Cos, Lowering{CUDA: "cos"})
-	unary(Erf, "erf", FloatDTypes, true, math.Erf, Lowering{CUDA: "erf", VMath: "erf"})
-	unary(Floor, "floor", FloatDTypes, true, math.Floor, Lowering{CUDA: "floor"})
-	unary(Ceil, "ceil", FloatDTypes, true, math.Ceil, Lowering{CUDA: "ceil"})
-	unary(Round, "round", FloatDTypes, true, math.RoundToEven, Lowering{CUDA: "rint"})
-	unary(Not, "not", LogicalDTypes, false, nil, Lowering{})
+	unary(Neg, "neg", NumericDTypes, true, neg, arith, Lowering{VMath: "neg"})
+	unary(Abs, "abs", NumericDTypes, true, math.Abs, arith, Lowering{CUDA: "fabs", VMath: "abs"})
+	unary(Sign, "sign", NumericDTypes, true, sign, arith, Lowering{})
+	unary(Exp, "exp", FloatDTypes, true, math.Exp, transc, Lowering{CUDA: "exp", VMath: "exp"})
+	unary(Log, "log", FloatDTypes, true, math.Log, transc, Lowering{CUDA: "log", VMath: "log"})
+	unary(Log1p, "log1p", FloatDTypes, true, math.Log1p, transc, Lowering{CUDA: "log1p"})
+	unary(Expm1, "expm1", FloatDTypes, true, math.Expm1, transc, Lowering{CUDA: "expm1"})
+	unary(Sqrt, "sqrt", FloatDTypes, true, math.Sqrt, transc, Lowering{CUDA: "sqrt", VMath: "sqrt"})
+	unary(Rsqrt, "rsqrt", FloatDTypes, true, rsqrt, transc, Lowering{})
+	unary(Tanh, "tanh", FloatDTypes, true, math.Tanh, transc, Lowering{CUDA: "tanh", VMath: "tanh"})
+	unary(Logistic, "logistic", FloatDTypes, true, logistic, transc, Lowering{VMath: "logistic"})
+	unary(Sin, "sin", FloatDTypes, true, math.Sin, transc, Lowering{CUDA: "sin"})
+	unary(Cos, "cos", FloatDTypes, true, math.Cos, transc, Lowering{CUDA: "cos"})
+	unary(Erf, "erf", FloatDTypes, true, math.Erf, transc, Lowering{CUDA: "erf", VMath: "erf"})
+	unary(Floor, "floor", FloatDTypes, true, math.Floor, arith, Lowering{CUDA: "floor"})
+	unary(Ceil, "ceil", FloatDTypes, true, math.Ceil, arith, Lowering{CUDA: "ceil"})
+	unary(Round, "round", FloatDTypes, true, math.RoundToEven, arith, Lowering{CUDA: "rint"})
+	unary(Not, "not", LogicalDTypes, false, nil, arith, Lowering{})
 
-	binary := func(c Code, name string, k DTypeRule, diff bool, ref func(a, b float64) float64, low Lowering) {
-		def(c, OpInfo{Name: name, Class: ClassBinary, NumArgs: 2, Differentiable: diff, Elementwise: true, DTypes: k, Infer: inferBinary(name, k), Ref2: ref, Lower: low})
+	binary := func(c Code, name string, k DTypeRule, diff bool, ref func(a, b float64) float64, tr bool, low Lowering) {
+		def(c, OpInfo{Name: name, Class: ClassBinary, NumArgs: 2, Differentiable: diff, Elementwise: true, DTypes: k, Infer: inferBinary(name, k), Ref2: ref, Transcendental: tr, Lower: low})
 	}
-	binary(Add, "add", NumericDTypes, true, add, Lowering{VMath: "add"})
-	binary(Sub, "sub", NumericDTypes, true, sub, Lowering{VMath: "sub"})
-	binary(Mul, "mul", NumericDTypes, true, mul, Lowering{VMath: "mul"})
-	binary(Div, "div", NumericDTypes, true, div, Lowering{VMath: "div"})
-	binary(Pow, "pow", FloatDTypes, true, math.Pow, Lowering{})
-	binary(Max, "max", NumericDTypes, true, maxNaN, Lowering{VMath: "max"})
-	binary(Min, "min", NumericDTypes, true, minNaN, Lowering{VMath: "min"})
-	binary(Rem, "rem", NumericDTypes, true, math.Mod, Lowering{})
-	binary(And, "and", LogicalDTypes, false, nil, Lowering{})
-	binary(Or, "or", LogicalDTypes, false, nil, Lowering{})
-	binary(Xor, "xor", LogicalDTypes, false, nil, Lowering{})
-	binary(ShiftLeft, "shift_left", IntegerDTypes, false, nil, Lowering{})
-	binary(ShiftRightLogical, "shift_right_logical", IntegerDTypes, false, nil, Lowering{})
-	binary(ShiftRightArithmetic, "shift_right_arithmetic", IntegerDTypes, false, nil, Lowering{})
+	binary(Add, "add", NumericDTypes, true, add, arith, Lowering{VMath: "add"})
+	binary(Sub, "sub", NumericDTypes, true, sub, arith, Lowering{VMath: "sub"})
+	binary(Mul, "mul", NumericDTypes, true, mul, arith, Lowering{VMath: "mul"})
+	binary(Div, "div", NumericDTypes, true, div, arith, Lowering{VMath: "div"})
+	binary(Pow, "pow", FloatDTypes, true, math.Pow, transc, Lowering{})
+	binary(Max, "max", NumericDTypes, true, maxNaN, arith, Lowering{VMath: "max"})
+	binary(Min, "min", NumericDTypes, true, minNaN, arith, Lowering{VMath: "min"})
+	binary(Rem, "rem", NumericDTypes, true, math.Mod, arith, Lowering{})
+	binary(And, "and", LogicalDTypes, false, nil, arith, Lowering{})
+	binary(Or, "or", LogicalDTypes, false, nil, arith, Lowering{})
+	binary(Xor, "xor", LogicalDTypes, false, nil, arith, Lowering{})
+	binary(ShiftLeft, "shift_left", IntegerDTypes, false, nil, arith, Lowering{})
+	binary(ShiftRightLogical, "shift_right_logical", IntegerDTypes, false, nil, arith, Lowering{})
+	binary(ShiftRightArithmetic, "shift_right_arithmetic", IntegerDTypes, false, nil, arith, Lowering{})
 
 	for c, name := range map[Code]string{Eq: "eq", Ne: "ne", Lt: "lt", Le: "le", Gt: "gt", Ge: "ge"} {
 		def(c, OpInfo{Name: name, Class: ClassCompare, NumArgs: 2, Elementwise: true, DTypes: AnyDType, Infer: inferCompare(name)})

@@ -52,13 +52,6 @@ func (c *Cost) region(r *ir.Region, times float64) {
 	}
 }
 
-// transcendental holds the ops counted in Cost.Transcendentals.
-var transcendental = map[ir.Code]bool{
-	ir.Exp: true, ir.Log: true, ir.Log1p: true, ir.Expm1: true, ir.Tanh: true,
-	ir.Logistic: true, ir.Sin: true, ir.Cos: true, ir.Erf: true, ir.Sqrt: true,
-	ir.Rsqrt: true, ir.Pow: true,
-}
-
 func (c *Cost) op(op *ir.Op, times float64) {
 	switch op.Code {
 	case ir.DotGeneral:
@@ -110,7 +103,7 @@ func (c *Cost) op(op *ir.Op, times float64) {
 	switch op.Info().Class {
 	case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare:
 		n := float64(op.Result().Type.Size()) * times
-		if transcendental[op.Code] {
+		if op.Info().Transcendental { // the op table says so
 			c.Transcendentals += n
 		} else {
 			c.Flops += n
