@@ -8,8 +8,9 @@ import "github.com/ferryml/ferry/ir"
 //   - dot_general: 2 × (elements of the result) × (product of the contracted
 //     dimensions), in DotFlops and Flops;
 //   - arithmetic and compare elementwise ops, select: 1 per result element in
-//     Flops; exp, log, log1p, expm1, tanh, logistic, sin, cos, erf, sqrt,
-//     rsqrt and pow: 1 per element in Transcendentals instead;
+//     Flops; the ops the op table marks Transcendental (exp, log, log1p,
+//     expm1, tanh, logistic, sin, cos, erf, sqrt, rsqrt and pow): 1 per
+//     element in Transcendentals instead;
 //   - reductions: 1 per operand element; sort, gather, scatter and shape ops
 //     (broadcast, reshape, transpose, slice, pad, concatenate, convert): 0;
 //   - a scan counts its body length times; a cond its costlier branch;
