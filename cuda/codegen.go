@@ -460,12 +460,6 @@ func literalAt(l *ir.Literal, i int) string {
 	return cLiteral(l.Float64At(i), l.Type.DType)
 }
 
-var floatFns = map[ir.Code]string{
-	ir.Exp: "exp", ir.Log: "log", ir.Log1p: "log1p", ir.Expm1: "expm1", ir.Sqrt: "sqrt",
-	ir.Tanh: "tanh", ir.Sin: "sin", ir.Cos: "cos", ir.Erf: "erf", ir.Floor: "floor",
-	ir.Ceil: "ceil", ir.Round: "rint", ir.Abs: "fabs",
-}
-
 var cmpOps = map[ir.Code]string{ir.Eq: "==", ir.Ne: "!=", ir.Lt: "<", ir.Le: "<=", ir.Gt: ">", ir.Ge: ">="}
 
 // startOf returns the clamped start of a dynamic slice along one dimension:
@@ -897,7 +891,7 @@ func elementwise(code ir.Code, in, dt ir.DType, args []string) (string, error) {
 	case ir.Convert:
 		return convert(in, dt, a), nil
 	}
-	if fn, ok := floatFns[code]; ok && isF {
+	if fn := code.Info().Lower.CUDA; fn != "" && isF { // the op table's CUDA C math function
 		return fmt.Sprintf("%s%s(%s)", fn, f, a), nil
 	}
 	return "", fmt.Errorf("cuda: op %v on %v is not supported in a generated kernel", code, in)

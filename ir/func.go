@@ -39,6 +39,15 @@ func (o *Op) Result() *Value { return o.Results[0] }
 // Info returns the op's metadata.
 func (o *Op) Info() *OpInfo { return o.Code.Info() }
 
+// Describe names an op in messages: its code and, when known, the user's
+// source location, as in "add (quick.go:12)".
+func (o *Op) Describe() string {
+	if o.Loc != "" {
+		return fmt.Sprintf("%v (%s)", o.Code, o.Loc)
+	}
+	return o.Code.String()
+}
+
 // Region is a list of ops with parameters and results: a function body, or the
 // body of a scan, while or cond. Regions are isolated from above: every value a
 // region uses is one of its parameters or defined inside it.

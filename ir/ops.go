@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -165,8 +166,44 @@ type OpInfo struct {
 	Differentiable bool
 	// Elementwise is true when output element i depends only on input elements i.
 	Elementwise bool
+	// DTypes is the dtype rule of a unary, binary or compare op (NoDTypeRule
+	// for the others, whose Infer says it all).
+	DTypes DTypeRule
 	// Infer is the shape and dtype rule.
 	Infer func(args []Type, attrs Attrs, regions []*Region) ([]Type, error)
+
+	// Ref1 (unary) or Ref2 (binary) is the reference scalar function of a
+	// float elementwise op, in float64: the float kernels of internal/eval
+	// compute it (rounding once to the element type) where they have no
+	// kernel of their own, and tests compare every backend against it. Nil
+	// for ops without a float meaning (logical, shifts, comparisons).
+	Ref1 func(x float64) float64
+	Ref2 func(a, b float64) float64
+
+	// Transcendental is true for the ops the cost analysis counts as
+	// transcendental functions (XLA's cost_analysis "transcendentals").
+	Transcendental bool
+
+	// Lower names the op's lowerings on the backends that lower by name.
+	Lower Lowering
+
+	// Shard is the slot of the sharding propagation rule, which the
+	// sharding issue fills and types (with the IR's sharding type); nil
+	// until then, and nothing reads it yet. The vmap batching rule needs
+	// trace's types, so its slot sits beside the VJP rules in trace.
+	Shard any
+}
+
+// Lowering holds the names under which backends lower an op.
+type Lowering struct {
+	// CUDA is the CUDA C math function of a float unary op ("expm1"); code
+	// generation appends "f" for float32 operands. Empty when the CUDA
+	// backend emits the op by its own rule (arithmetic, comparisons, ...).
+	CUDA string
+	// VMath is the name of the internal/vmath opcode (its ops table row)
+	// whose vector kernel computes the op on float32; empty when there is
+	// none, and the CPU backend then runs the float64 reference.
+	VMath string
 }
 
 var opTable [numCodes]OpInfo
@@ -195,14 +232,55 @@ func AllCodes() []Code {
 // LookupCode returns the op with the given name.
 func LookupCode(name string) (Code, bool) { c, ok := opByName[name]; return c, ok }
 
-type unaryKind uint8
+// DTypeRule says which operand dtypes an elementwise op accepts. It is the
+// one dtype rule of the op: the shape rule (Infer) checks it and the tracer
+// checks it before emitting the op, with the same words.
+type DTypeRule uint8
 
+// The dtype rules. The zero rule is unset: elementwise ops must name one.
 const (
-	floatOnly unaryKind = iota // float dtypes
-	numeric                    // any numeric dtype (not bool)
-	logical                    // bool or integer
-	integer                    // integer only
+	NoDTypeRule   DTypeRule = iota // unset
+	AnyDType                       // every dtype
+	FloatDTypes                    // float dtypes
+	NumericDTypes                  // any numeric dtype (not bool)
+	LogicalDTypes                  // bool or integer
+	IntegerDTypes                  // integer only
 )
+
+// OK reports whether the rule accepts d.
+func (k DTypeRule) OK(d DType) bool {
+	switch k {
+	case AnyDType:
+		return d.Valid()
+	case FloatDTypes:
+		return d.IsFloat()
+	case NumericDTypes:
+		return d != Bool
+	case LogicalDTypes:
+		return d == Bool || d.IsInteger()
+	case IntegerDTypes:
+		return d.IsInteger()
+	}
+	return false
+}
+
+// String names what the rule accepts, as error messages say it: "a float
+// dtype".
+func (k DTypeRule) String() string {
+	switch k {
+	case AnyDType:
+		return "any dtype"
+	case FloatDTypes:
+		return "a float dtype"
+	case NumericDTypes:
+		return "a numeric dtype"
+	case LogicalDTypes:
+		return "bool or an integer dtype"
+	case IntegerDTypes:
+		return "an integer dtype"
+	}
+	return "no dtype rule"
+}
 
 func def(c Code, info OpInfo) {
 	info.Code = c
@@ -214,48 +292,51 @@ func init() {
 	def(Constant, OpInfo{Name: "constant", NumArgs: 0, Attrs: []AttrSpec{{Name: "value", Kind: AttrLiteral}}, Infer: inferConstant})
 	def(Iota, OpInfo{Name: "iota", NumArgs: 0, Attrs: []AttrSpec{{"dtype", AttrDType, false}, {"shape", AttrInts, false}, {"dim", AttrInt, false}}, Infer: inferIota})
 
-	unary := func(c Code, name string, k unaryKind, diff bool) {
-		def(c, OpInfo{Name: name, Class: ClassUnary, NumArgs: 1, Differentiable: diff, Elementwise: true, Infer: inferUnary(name, k)})
+	// The rows of the elementwise ops: code, name, dtype rule, whether
+	// differentiable, reference function, whether transcendental, lowerings.
+	const transc, arith = true, false
+	unary := func(c Code, name string, k DTypeRule, diff bool, ref func(float64) float64, tr bool, low Lowering) {
+		def(c, OpInfo{Name: name, Class: ClassUnary, NumArgs: 1, Differentiable: diff, Elementwise: true, DTypes: k, Infer: inferUnary(name, k), Ref1: ref, Transcendental: tr, Lower: low})
 	}
-	unary(Neg, "neg", numeric, true)
-	unary(Abs, "abs", numeric, true)
-	unary(Sign, "sign", numeric, true)
-	unary(Exp, "exp", floatOnly, true)
-	unary(Log, "log", floatOnly, true)
-	unary(Log1p, "log1p", floatOnly, true)
-	unary(Expm1, "expm1", floatOnly, true)
-	unary(Sqrt, "sqrt", floatOnly, true)
-	unary(Rsqrt, "rsqrt", floatOnly, true)
-	unary(Tanh, "tanh", floatOnly, true)
-	unary(Logistic, "logistic", floatOnly, true)
-	unary(Sin, "sin", floatOnly, true)
-	unary(Cos, "cos", floatOnly, true)
-	unary(Erf, "erf", floatOnly, true)
-	unary(Floor, "floor", floatOnly, true)
-	unary(Ceil, "ceil", floatOnly, true)
-	unary(Round, "round", floatOnly, true)
-	unary(Not, "not", logical, false)
+	unary(Neg, "neg", NumericDTypes, true, neg, arith, Lowering{VMath: "neg"})
+	unary(Abs, "abs", NumericDTypes, true, math.Abs, arith, Lowering{CUDA: "fabs", VMath: "abs"})
+	unary(Sign, "sign", NumericDTypes, true, sign, arith, Lowering{})
+	unary(Exp, "exp", FloatDTypes, true, math.Exp, transc, Lowering{CUDA: "exp", VMath: "exp"})
+	unary(Log, "log", FloatDTypes, true, math.Log, transc, Lowering{CUDA: "log", VMath: "log"})
+	unary(Log1p, "log1p", FloatDTypes, true, math.Log1p, transc, Lowering{CUDA: "log1p"})
+	unary(Expm1, "expm1", FloatDTypes, true, math.Expm1, transc, Lowering{CUDA: "expm1"})
+	unary(Sqrt, "sqrt", FloatDTypes, true, math.Sqrt, transc, Lowering{CUDA: "sqrt", VMath: "sqrt"})
+	unary(Rsqrt, "rsqrt", FloatDTypes, true, rsqrt, transc, Lowering{})
+	unary(Tanh, "tanh", FloatDTypes, true, math.Tanh, transc, Lowering{CUDA: "tanh", VMath: "tanh"})
+	unary(Logistic, "logistic", FloatDTypes, true, logistic, transc, Lowering{VMath: "logistic"})
+	unary(Sin, "sin", FloatDTypes, true, math.Sin, transc, Lowering{CUDA: "sin"})
+	unary(Cos, "cos", FloatDTypes, true, math.Cos, transc, Lowering{CUDA: "cos"})
+	unary(Erf, "erf", FloatDTypes, true, math.Erf, transc, Lowering{CUDA: "erf", VMath: "erf"})
+	unary(Floor, "floor", FloatDTypes, true, math.Floor, arith, Lowering{CUDA: "floor"})
+	unary(Ceil, "ceil", FloatDTypes, true, math.Ceil, arith, Lowering{CUDA: "ceil"})
+	unary(Round, "round", FloatDTypes, true, math.RoundToEven, arith, Lowering{CUDA: "rint"})
+	unary(Not, "not", LogicalDTypes, false, nil, arith, Lowering{})
 
-	binary := func(c Code, name string, k unaryKind, diff bool) {
-		def(c, OpInfo{Name: name, Class: ClassBinary, NumArgs: 2, Differentiable: diff, Elementwise: true, Infer: inferBinary(name, k)})
+	binary := func(c Code, name string, k DTypeRule, diff bool, ref func(a, b float64) float64, tr bool, low Lowering) {
+		def(c, OpInfo{Name: name, Class: ClassBinary, NumArgs: 2, Differentiable: diff, Elementwise: true, DTypes: k, Infer: inferBinary(name, k), Ref2: ref, Transcendental: tr, Lower: low})
 	}
-	binary(Add, "add", numeric, true)
-	binary(Sub, "sub", numeric, true)
-	binary(Mul, "mul", numeric, true)
-	binary(Div, "div", numeric, true)
-	binary(Pow, "pow", floatOnly, true)
-	binary(Max, "max", numeric, true)
-	binary(Min, "min", numeric, true)
-	binary(Rem, "rem", numeric, true)
-	binary(And, "and", logical, false)
-	binary(Or, "or", logical, false)
-	binary(Xor, "xor", logical, false)
-	binary(ShiftLeft, "shift_left", integer, false)
-	binary(ShiftRightLogical, "shift_right_logical", integer, false)
-	binary(ShiftRightArithmetic, "shift_right_arithmetic", integer, false)
+	binary(Add, "add", NumericDTypes, true, add, arith, Lowering{VMath: "add"})
+	binary(Sub, "sub", NumericDTypes, true, sub, arith, Lowering{VMath: "sub"})
+	binary(Mul, "mul", NumericDTypes, true, mul, arith, Lowering{VMath: "mul"})
+	binary(Div, "div", NumericDTypes, true, div, arith, Lowering{VMath: "div"})
+	binary(Pow, "pow", FloatDTypes, true, math.Pow, transc, Lowering{})
+	binary(Max, "max", NumericDTypes, true, maxNaN, arith, Lowering{VMath: "max"})
+	binary(Min, "min", NumericDTypes, true, minNaN, arith, Lowering{VMath: "min"})
+	binary(Rem, "rem", NumericDTypes, true, math.Mod, arith, Lowering{})
+	binary(And, "and", LogicalDTypes, false, nil, arith, Lowering{})
+	binary(Or, "or", LogicalDTypes, false, nil, arith, Lowering{})
+	binary(Xor, "xor", LogicalDTypes, false, nil, arith, Lowering{})
+	binary(ShiftLeft, "shift_left", IntegerDTypes, false, nil, arith, Lowering{})
+	binary(ShiftRightLogical, "shift_right_logical", IntegerDTypes, false, nil, arith, Lowering{})
+	binary(ShiftRightArithmetic, "shift_right_arithmetic", IntegerDTypes, false, nil, arith, Lowering{})
 
 	for c, name := range map[Code]string{Eq: "eq", Ne: "ne", Lt: "lt", Le: "le", Gt: "gt", Ge: "ge"} {
-		def(c, OpInfo{Name: name, Class: ClassCompare, NumArgs: 2, Elementwise: true, Infer: inferCompare(name)})
+		def(c, OpInfo{Name: name, Class: ClassCompare, NumArgs: 2, Elementwise: true, DTypes: AnyDType, Infer: inferCompare(name)})
 	}
 
 	def(Select, OpInfo{Name: "select", NumArgs: 3, Differentiable: true, Elementwise: true, Infer: inferSelect})
@@ -416,26 +497,10 @@ func checkDims(op string, s Shape) error {
 	return nil
 }
 
-func dtypeOK(k unaryKind, d DType) bool {
-	switch k {
-	case floatOnly:
-		return d.IsFloat()
-	case numeric:
-		return d != Bool
-	case logical:
-		return d == Bool || d.IsInteger()
-	case integer:
-		return d.IsInteger()
-	}
-	return false
-}
-
-var kindNames = map[unaryKind]string{floatOnly: "a float dtype", numeric: "a numeric dtype", logical: "bool or an integer dtype", integer: "an integer dtype"}
-
-func inferUnary(name string, k unaryKind) func([]Type, Attrs, []*Region) ([]Type, error) {
+func inferUnary(name string, k DTypeRule) func([]Type, Attrs, []*Region) ([]Type, error) {
 	return func(args []Type, _ Attrs, _ []*Region) ([]Type, error) {
-		if !dtypeOK(k, args[0].DType) {
-			return nil, fmt.Errorf("%s needs %s, got %v", name, kindNames[k], args[0].DType)
+		if !k.OK(args[0].DType) {
+			return nil, fmt.Errorf("%s needs %v, got %v", name, k, args[0].DType)
 		}
 		return one(dev(args[0])), nil
 	}
@@ -453,13 +518,13 @@ func sameTypes(name string, args []Type) error {
 	return nil
 }
 
-func inferBinary(name string, k unaryKind) func([]Type, Attrs, []*Region) ([]Type, error) {
+func inferBinary(name string, k DTypeRule) func([]Type, Attrs, []*Region) ([]Type, error) {
 	return func(args []Type, _ Attrs, _ []*Region) ([]Type, error) {
 		if err := sameTypes(name, args); err != nil {
 			return nil, err
 		}
-		if !dtypeOK(k, args[0].DType) {
-			return nil, fmt.Errorf("%s needs %s, got %v", name, kindNames[k], args[0].DType)
+		if !k.OK(args[0].DType) {
+			return nil, fmt.Errorf("%s needs %v, got %v", name, k, args[0].DType)
 		}
 		return one(dev(args[0])), nil
 	}
@@ -943,4 +1008,49 @@ func inferFusion(args []Type, a Attrs, regions []*Region) ([]Type, error) {
 		return nil, fmt.Errorf("fusion: region parameters %s, want the operands %s", typeList(got), typeList(args))
 	}
 	return body.ResultTypes(), nil
+}
+
+// Reference scalar functions of the elementwise ops that package math lacks.
+
+func neg(x float64) float64    { return -x }
+func rsqrt(x float64) float64  { return 1 / math.Sqrt(x) }
+func add(a, b float64) float64 { return a + b }
+func sub(a, b float64) float64 { return a - b }
+func mul(a, b float64) float64 { return a * b }
+func div(a, b float64) float64 { return a / b }
+
+// sign is -1, 0 or 1 by the sign of x; ±0 and NaN stay as they are.
+func sign(x float64) float64 {
+	switch {
+	case x > 0:
+		return 1
+	case x < 0:
+		return -1
+	}
+	return x
+}
+
+// logistic is 1/(1+e**-x), without overflow for large |x|.
+func logistic(x float64) float64 {
+	if x >= 0 {
+		return 1 / (1 + math.Exp(-x))
+	}
+	e := math.Exp(x)
+	return e / (1 + e)
+}
+
+// maxNaN and minNaN propagate NaN (math.Max does as well, but prefers +0
+// over -0 where the kernels return the first operand).
+func maxNaN(a, b float64) float64 {
+	if a != a || a > b {
+		return a
+	}
+	return b
+}
+
+func minNaN(a, b float64) float64 {
+	if a != a || a < b {
+		return a
+	}
+	return b
 }

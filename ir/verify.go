@@ -45,14 +45,6 @@ type verifier struct {
 	depth   int
 }
 
-// opName names an op in messages: "add (quick.go:12)".
-func opName(op *Op) string {
-	if op.Loc != "" {
-		return fmt.Sprintf("%v (%s)", op.Code, op.Loc)
-	}
-	return op.Code.String()
-}
-
 // define records a new value; where says what defines it.
 func (v *verifier) define(val *Value, def *Op, idx int, where string, sc map[*Value]bool) error {
 	if val == nil {
@@ -131,7 +123,7 @@ func (v *verifier) region(r *Region, where string) error {
 }
 
 func (v *verifier) op(op *Op, sc map[*Value]bool) error {
-	name := opName(op)
+	name := op.Describe()
 	if v.ops[op] {
 		return fmt.Errorf("op %s appears twice in the function", name)
 	}

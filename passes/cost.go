@@ -8,8 +8,9 @@ import "github.com/ferryml/ferry/ir"
 //   - dot_general: 2 × (elements of the result) × (product of the contracted
 //     dimensions), in DotFlops and Flops;
 //   - arithmetic and compare elementwise ops, select: 1 per result element in
-//     Flops; exp, log, log1p, expm1, tanh, logistic, sin, cos, erf, sqrt,
-//     rsqrt and pow: 1 per element in Transcendentals instead;
+//     Flops; the ops the op table marks Transcendental (exp, log, log1p,
+//     expm1, tanh, logistic, sin, cos, erf, sqrt, rsqrt and pow): 1 per
+//     element in Transcendentals instead;
 //   - reductions: 1 per operand element; sort, gather, scatter and shape ops
 //     (broadcast, reshape, transpose, slice, pad, concatenate, convert): 0;
 //   - a scan counts its body length times; a cond its costlier branch;
@@ -50,13 +51,6 @@ func (c *Cost) region(r *ir.Region, times float64) {
 	for _, op := range r.Ops {
 		c.op(op, times)
 	}
-}
-
-// transcendental holds the ops counted in Cost.Transcendentals.
-var transcendental = map[ir.Code]bool{
-	ir.Exp: true, ir.Log: true, ir.Log1p: true, ir.Expm1: true, ir.Tanh: true,
-	ir.Logistic: true, ir.Sin: true, ir.Cos: true, ir.Erf: true, ir.Sqrt: true,
-	ir.Rsqrt: true, ir.Pow: true,
 }
 
 func (c *Cost) op(op *ir.Op, times float64) {
@@ -110,7 +104,7 @@ func (c *Cost) op(op *ir.Op, times float64) {
 	switch op.Info().Class {
 	case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare:
 		n := float64(op.Result().Type.Size()) * times
-		if transcendental[op.Code] {
+		if op.Info().Transcendental { // the op table says so
 			c.Transcendentals += n
 		} else {
 			c.Flops += n

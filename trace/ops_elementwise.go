@@ -6,99 +6,69 @@ import (
 	"github.com/ferryml/ferry/ir"
 )
 
-// dtypeKind says which dtypes an elementwise op accepts.
-type dtypeKind uint8
-
-const (
-	kindAny     dtypeKind = iota // every dtype
-	kindNumeric                  // not bool
-	kindFloat                    // floats only
-	kindLogical                  // bool or integers
-	kindInteger                  // integers only
-)
-
-func kindOK(k dtypeKind, dt ir.DType) bool {
-	switch k {
-	case kindNumeric:
-		return dt != ir.Bool
-	case kindFloat:
-		return dt.IsFloat()
-	case kindLogical:
-		return dt == ir.Bool || dt.IsInteger()
-	case kindInteger:
-		return dt.IsInteger()
-	}
-	return true
-}
-
-var kindText = map[dtypeKind]string{
-	kindNumeric: "a numeric dtype",
-	kindFloat:   "a float dtype",
-	kindLogical: "bool or an integer dtype",
-	kindInteger: "an integer dtype",
-}
-
-func checkKind(op string, k dtypeKind, x *Array) {
-	if !kindOK(k, x.typ.DType) {
+// checkKind panics unless x's dtype satisfies the dtype rule k.
+func checkKind(op string, k ir.DTypeRule, x *Array) {
+	if !k.OK(x.typ.DType) {
 		hint := ""
-		if k == kindFloat && (x.typ.DType.IsInteger() || x.typ.DType == ir.Bool) {
+		if k == ir.FloatDTypes && (x.typ.DType.IsInteger() || x.typ.DType == ir.Bool) {
 			hint = " (Convert it to a float dtype first)"
 		}
-		panic(Errorf(op, "needs %s, got %v%s", kindText[k], x.typ, hint))
+		panic(Errorf(op, "needs %v, got %v%s", k, x.typ, hint))
 	}
 }
 
-// unary applies an elementwise unary op; the result is weak when x is.
-func unary(op string, code ir.Code, k dtypeKind, x *Array) *Array {
+// unary applies an elementwise unary op after checking its dtype rule (the
+// op table's); the result is weak when x is.
+func unary(op string, code ir.Code, x *Array) *Array {
 	needArrays(op, x)
-	checkKind(op, k, x)
+	checkKind(op, code.Info().DTypes, x)
 	return markWeak(Apply1(code, nil, x), x.weak)
 }
 
 // Neg returns -x elementwise (wrapping for unsigned integers).
-func Neg(x *Array) *Array { return unary("Neg", ir.Neg, kindNumeric, x) }
+func Neg(x *Array) *Array { return unary("Neg", ir.Neg, x) }
 
 // Abs returns |x| elementwise.
-func Abs(x *Array) *Array { return unary("Abs", ir.Abs, kindNumeric, x) }
+func Abs(x *Array) *Array { return unary("Abs", ir.Abs, x) }
 
 // Sign returns -1, 0 or 1 by the sign of x (NaN stays NaN).
-func Sign(x *Array) *Array { return unary("Sign", ir.Sign, kindNumeric, x) }
+func Sign(x *Array) *Array { return unary("Sign", ir.Sign, x) }
 
 // Exp returns e**x elementwise. x must be a float array.
-func Exp(x *Array) *Array { return unary("Exp", ir.Exp, kindFloat, x) }
+func Exp(x *Array) *Array { return unary("Exp", ir.Exp, x) }
 
 // Log returns the natural logarithm elementwise. x must be a float array.
-func Log(x *Array) *Array { return unary("Log", ir.Log, kindFloat, x) }
+func Log(x *Array) *Array { return unary("Log", ir.Log, x) }
 
 // Log1p returns log(1+x), accurate for small x. x must be a float array.
-func Log1p(x *Array) *Array { return unary("Log1p", ir.Log1p, kindFloat, x) }
+func Log1p(x *Array) *Array { return unary("Log1p", ir.Log1p, x) }
 
 // Expm1 returns e**x - 1, accurate for small x. x must be a float array.
-func Expm1(x *Array) *Array { return unary("Expm1", ir.Expm1, kindFloat, x) }
+func Expm1(x *Array) *Array { return unary("Expm1", ir.Expm1, x) }
 
 // Sqrt returns the square root elementwise. x must be a float array.
-func Sqrt(x *Array) *Array { return unary("Sqrt", ir.Sqrt, kindFloat, x) }
+func Sqrt(x *Array) *Array { return unary("Sqrt", ir.Sqrt, x) }
 
 // Rsqrt returns 1/sqrt(x) elementwise. x must be a float array.
-func Rsqrt(x *Array) *Array { return unary("Rsqrt", ir.Rsqrt, kindFloat, x) }
+func Rsqrt(x *Array) *Array { return unary("Rsqrt", ir.Rsqrt, x) }
 
 // Tanh returns the hyperbolic tangent elementwise. x must be a float array.
-func Tanh(x *Array) *Array { return unary("Tanh", ir.Tanh, kindFloat, x) }
+func Tanh(x *Array) *Array { return unary("Tanh", ir.Tanh, x) }
 
 // Logistic returns 1/(1+e**-x) elementwise. x must be a float array.
-func Logistic(x *Array) *Array { return unary("Logistic", ir.Logistic, kindFloat, x) }
+func Logistic(x *Array) *Array { return unary("Logistic", ir.Logistic, x) }
 
 // Sigmoid is Logistic.
-func Sigmoid(x *Array) *Array { return unary("Sigmoid", ir.Logistic, kindFloat, x) }
+func Sigmoid(x *Array) *Array { return unary("Sigmoid", ir.Logistic, x) }
 
 // Sin returns the sine elementwise. x must be a float array.
-func Sin(x *Array) *Array { return unary("Sin", ir.Sin, kindFloat, x) }
+func Sin(x *Array) *Array { return unary("Sin", ir.Sin, x) }
 
 // Cos returns the cosine elementwise. x must be a float array.
-func Cos(x *Array) *Array { return unary("Cos", ir.Cos, kindFloat, x) }
+func Cos(x *Array) *Array { return unary("Cos", ir.Cos, x) }
 
 // Erf returns the error function elementwise. x must be a float array.
-func Erf(x *Array) *Array { return unary("Erf", ir.Erf, kindFloat, x) }
+func Erf(x *Array) *Array { return unary("Erf", ir.Erf, x) }
 
 // roundOp rounds floats and returns integer arrays unchanged.
 func roundOp(op string, code ir.Code, x *Array) *Array {
@@ -106,7 +76,7 @@ func roundOp(op string, code ir.Code, x *Array) *Array {
 	if x.typ.DType.IsInteger() {
 		return x
 	}
-	return unary(op, code, kindFloat, x)
+	return unary(op, code, x)
 }
 
 // Floor rounds toward -inf elementwise; integer arrays are returned unchanged.
@@ -121,24 +91,25 @@ func Round(x *Array) *Array { return roundOp("Round", ir.Round, x) }
 
 // Not returns the logical negation of a bool array, or the bitwise complement of
 // an integer array.
-func Not(x *Array) *Array { return unary("Not", ir.Not, kindLogical, x) }
+func Not(x *Array) *Array { return unary("Not", ir.Not, x) }
 
 // binary applies an elementwise binary op after dtype promotion and NumPy
-// broadcasting.
-func binary(op string, code ir.Code, k dtypeKind, x, y *Array) *Array {
-	if x != nil && y != nil && !x.weak && !y.weak && x.typ.DType == y.typ.DType && x.typ.Shape.Equal(y.typ.Shape) && kindOK(k, x.typ.DType) {
+// broadcasting, checking the op table's dtype rule.
+func binary(op string, code ir.Code, x, y *Array) *Array {
+	k := code.Info().DTypes
+	if x != nil && y != nil && !x.weak && !y.weak && x.typ.DType == y.typ.DType && x.typ.Shape.Equal(y.typ.Shape) && k.OK(x.typ.DType) {
 		// The common case: nothing to promote or broadcast.
 		return Apply1(code, nil, x, y)
 	}
 	needArrays(op, x, y)
 	shape := broadcastShape(op, x, y)
 	args, dt, w := promote(op, x, y)
-	if !kindOK(k, dt) {
+	if !k.OK(dt) {
 		hint := ""
-		if k == kindFloat && (dt.IsInteger() || dt == ir.Bool) {
+		if k == ir.FloatDTypes && (dt.IsInteger() || dt == ir.Bool) {
 			hint = " (Convert them to a float dtype first)"
 		}
-		panic(Errorf(op, "needs %s, got %s%s", kindText[k], typeList([]*Array{x, y}), hint))
+		panic(Errorf(op, "needs %v, got %s%s", k, typeList([]*Array{x, y}), hint))
 	}
 	a, b := broadcastTo(args[0], shape), broadcastTo(args[1], shape)
 	return markWeak(Apply1(code, nil, a, b), w)
@@ -146,69 +117,69 @@ func binary(op string, code ir.Code, k dtypeKind, x, y *Array) *Array {
 
 // Add returns x + y elementwise, with NumPy broadcasting and JAX's dtype
 // promotion (see ResultDType).
-func Add(x, y *Array) *Array { return binary("Add", ir.Add, kindNumeric, x, y) }
+func Add(x, y *Array) *Array { return binary("Add", ir.Add, x, y) }
 
 // Sub returns x - y elementwise (broadcasting and promoting as Add).
-func Sub(x, y *Array) *Array { return binary("Sub", ir.Sub, kindNumeric, x, y) }
+func Sub(x, y *Array) *Array { return binary("Sub", ir.Sub, x, y) }
 
 // Mul returns x * y elementwise (broadcasting and promoting as Add).
-func Mul(x, y *Array) *Array { return binary("Mul", ir.Mul, kindNumeric, x, y) }
+func Mul(x, y *Array) *Array { return binary("Mul", ir.Mul, x, y) }
 
 // Div returns x / y elementwise (broadcasting and promoting as Add). Integer
 // division truncates toward zero, like lax.div; convert integers to a float
 // dtype first for true division.
-func Div(x, y *Array) *Array { return binary("Div", ir.Div, kindNumeric, x, y) }
+func Div(x, y *Array) *Array { return binary("Div", ir.Div, x, y) }
 
 // Pow returns x**y elementwise for float operands (broadcasting and promoting as
 // Add; Pow(intArray, Scalar(2)) computes in f32).
-func Pow(x, y *Array) *Array { return binary("Pow", ir.Pow, kindFloat, x, y) }
+func Pow(x, y *Array) *Array { return binary("Pow", ir.Pow, x, y) }
 
 // Maximum returns the elementwise maximum, propagating NaN (logical or for bool).
 func Maximum(x, y *Array) *Array {
 	if x != nil && y != nil && ResultDType(x, y) == ir.Bool {
-		return binary("Maximum", ir.Or, kindLogical, x, y)
+		return binary("Maximum", ir.Or, x, y)
 	}
-	return binary("Maximum", ir.Max, kindNumeric, x, y)
+	return binary("Maximum", ir.Max, x, y)
 }
 
 // Minimum returns the elementwise minimum, propagating NaN (logical and for bool).
 func Minimum(x, y *Array) *Array {
 	if x != nil && y != nil && ResultDType(x, y) == ir.Bool {
-		return binary("Minimum", ir.And, kindLogical, x, y)
+		return binary("Minimum", ir.And, x, y)
 	}
-	return binary("Minimum", ir.Min, kindNumeric, x, y)
+	return binary("Minimum", ir.Min, x, y)
 }
 
 // Rem returns the remainder of x / y with the sign of x (C fmod, lax.rem).
-func Rem(x, y *Array) *Array { return binary("Rem", ir.Rem, kindNumeric, x, y) }
+func Rem(x, y *Array) *Array { return binary("Rem", ir.Rem, x, y) }
 
 // And returns the logical (bool) or bitwise (integers) and of x and y.
-func And(x, y *Array) *Array { return binary("And", ir.And, kindLogical, x, y) }
+func And(x, y *Array) *Array { return binary("And", ir.And, x, y) }
 
 // Or returns the logical (bool) or bitwise (integers) or of x and y.
-func Or(x, y *Array) *Array { return binary("Or", ir.Or, kindLogical, x, y) }
+func Or(x, y *Array) *Array { return binary("Or", ir.Or, x, y) }
 
 // Xor returns the logical (bool) or bitwise (integers) exclusive or of x and y.
-func Xor(x, y *Array) *Array { return binary("Xor", ir.Xor, kindLogical, x, y) }
+func Xor(x, y *Array) *Array { return binary("Xor", ir.Xor, x, y) }
 
 // ShiftLeft returns x << y for integer arrays.
 func ShiftLeft(x, y *Array) *Array {
-	return binary("ShiftLeft", ir.ShiftLeft, kindInteger, x, y)
+	return binary("ShiftLeft", ir.ShiftLeft, x, y)
 }
 
 // ShiftRightLogical returns x >> y for integer arrays, shifting in zeros.
 func ShiftRightLogical(x, y *Array) *Array {
-	return binary("ShiftRightLogical", ir.ShiftRightLogical, kindInteger, x, y)
+	return binary("ShiftRightLogical", ir.ShiftRightLogical, x, y)
 }
 
 // ShiftRightArithmetic returns x >> y for integer arrays, shifting in the sign bit.
 func ShiftRightArithmetic(x, y *Array) *Array {
-	return binary("ShiftRightArithmetic", ir.ShiftRightArithmetic, kindInteger, x, y)
+	return binary("ShiftRightArithmetic", ir.ShiftRightArithmetic, x, y)
 }
 
 // compare applies a comparison after promotion and broadcasting; the result is bool.
 func compare(op string, code ir.Code, x, y *Array) *Array {
-	return binary(op, code, kindAny, x, y)
+	return binary(op, code, x, y)
 }
 
 // Equal returns x == y elementwise as bool (broadcasting and promoting as Add).
@@ -294,21 +265,21 @@ func scalarLike(x *Array, v float64) *Array {
 // Square returns x*x elementwise.
 func Square(x *Array) *Array {
 	needArrays("Square", x)
-	checkKind("Square", kindNumeric, x)
+	checkKind("Square", ir.NumericDTypes, x)
 	return markWeak(Apply1(ir.Mul, nil, x, x), x.weak)
 }
 
 // Reciprocal returns 1/x elementwise for a float array.
 func Reciprocal(x *Array) *Array {
 	needArrays("Reciprocal", x)
-	checkKind("Reciprocal", kindFloat, x)
+	checkKind("Reciprocal", ir.FloatDTypes, x)
 	return markWeak(Apply1(ir.Div, nil, FullLike(x, 1), x), x.weak)
 }
 
 // Relu returns max(x, 0) elementwise (NaN propagates).
 func Relu(x *Array) *Array {
 	needArrays("Relu", x)
-	checkKind("Relu", kindNumeric, x)
+	checkKind("Relu", ir.NumericDTypes, x)
 	return Maximum(x, scalarLike(x, 0))
 }
 
@@ -318,7 +289,7 @@ func Relu(x *Array) *Array {
 // (jax.nn.gelu's approximate defaults to true.)
 func Gelu(x *Array, approximate bool) *Array {
 	needArrays("Gelu", x)
-	checkKind("Gelu", kindFloat, x)
+	checkKind("Gelu", ir.FloatDTypes, x)
 	if approximate {
 		return geluTanhVJP(x)[0]
 	}
@@ -380,7 +351,7 @@ func geluDerivative(x *Array, approximate bool) *Array {
 // max(x,0) + log1p(e**-|x|).
 func Softplus(x *Array) *Array {
 	needArrays("Softplus", x)
-	checkKind("Softplus", kindFloat, x)
+	checkKind("Softplus", ir.FloatDTypes, x)
 	return Add(Maximum(x, scalarLike(x, 0)), Log1p(Exp(Neg(Abs(x)))))
 }
 
@@ -417,7 +388,7 @@ func stableMax(x *Array, axes []int) *Array {
 // subtracting the maximum first. x must be a float array.
 func LogSoftmax(x *Array, axis int) *Array {
 	needArrays("LogSoftmax", x)
-	checkKind("LogSoftmax", kindFloat, x)
+	checkKind("LogSoftmax", ir.FloatDTypes, x)
 	axes := []int{normAxis("LogSoftmax", x, axis)}
 	shifted := Sub(x, stableMax(x, axes))
 	lse := keepDims(reduceRaw(ir.ReduceSum, Exp(shifted), axes), x.typ.Shape, axes)
@@ -428,7 +399,7 @@ func LogSoftmax(x *Array, axis int) *Array {
 // subtracting the maximum first. x must be a float array.
 func Softmax(x *Array, axis int) *Array {
 	needArrays("Softmax", x)
-	checkKind("Softmax", kindFloat, x)
+	checkKind("Softmax", ir.FloatDTypes, x)
 	axes := []int{normAxis("Softmax", x, axis)}
 	e := Exp(Sub(x, stableMax(x, axes)))
 	s := keepDims(reduceRaw(ir.ReduceSum, e, axes), x.typ.Shape, axes)

@@ -184,7 +184,7 @@ func mean(x *Array, ax []int) *Array {
 // are an error (Convert them first).
 func Mean(x *Array, axes ...int) *Array {
 	needArrays("Mean", x)
-	checkKind("Mean", kindFloat, x)
+	checkKind("Mean", ir.FloatDTypes, x)
 	ax := reduceAxes("Mean", x, axes)
 	xf, dt := upcast(x)
 	return markWeak(downcast(mean(xf, ax), dt), x.weak)
@@ -194,7 +194,7 @@ func Mean(x *Array, axes ...int) *Array {
 // over axes (none = all).
 func Var(x *Array, axes ...int) *Array {
 	needArrays("Var", x)
-	checkKind("Var", kindFloat, x)
+	checkKind("Var", ir.FloatDTypes, x)
 	ax := reduceAxes("Var", x, axes)
 	xf, dt := upcast(x)
 	d := Sub(xf, keepDims(mean(xf, ax), xf.typ.Shape, ax))
@@ -204,7 +204,7 @@ func Var(x *Array, axes ...int) *Array {
 // Std returns the population standard deviation, Sqrt(Var(x, axes...)).
 func Std(x *Array, axes ...int) *Array {
 	needArrays("Std", x)
-	checkKind("Std", kindFloat, x)
+	checkKind("Std", ir.FloatDTypes, x)
 	ax := reduceAxes("Std", x, axes)
 	xf, dt := upcast(x)
 	d := Sub(xf, keepDims(mean(xf, ax), xf.typ.Shape, ax))
@@ -215,7 +215,7 @@ func Std(x *Array, axes ...int) *Array {
 // computed stably by factoring out the maximum; -inf over an empty axis.
 func LogSumExp(x *Array, axes ...int) *Array {
 	needArrays("LogSumExp", x)
-	checkKind("LogSumExp", kindFloat, x)
+	checkKind("LogSumExp", ir.FloatDTypes, x)
 	ax := reduceAxes("LogSumExp", x, axes)
 	m := stableMax(x, ax)
 	s := reduceRaw(ir.ReduceSum, Exp(Sub(x, m)), ax)

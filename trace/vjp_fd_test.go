@@ -542,7 +542,8 @@ func TestVJPSecondOrder(t *testing.T) {
 }
 
 // TestVJPCoverage fails when an op marked Differentiable in the op table has
-// no rule or no gradient check above.
+// no rule or no gradient check above, or an op it marks not differentiable
+// (its explicit "no VJP" marker) has a rule.
 func TestVJPCoverage(t *testing.T) {
 	checked := map[ir.Code]bool{}
 	for _, c := range gtCases() {
@@ -552,6 +553,9 @@ func TestVJPCoverage(t *testing.T) {
 	}
 	for _, code := range ir.AllCodes() {
 		if !code.Info().Differentiable {
+			if trace.HasVJPRule(code) {
+				t.Errorf("op %v has a VJP rule, but the op table says it is not Differentiable", code)
+			}
 			continue
 		}
 		if !trace.HasVJPRule(code) {

@@ -705,7 +705,7 @@ func (b *builder) node(v *ir.Value, m imap) (int, error) {
 					nd.f2 = bin
 				}
 				if nd.f1 != nil || nd.f2 != nil {
-					nd.vop = vmathOps[op.Code]
+					nd.vop = eval.VMathOp(op.Code) // the op table's Lowering.VMath
 				}
 			}
 		default:
@@ -729,15 +729,6 @@ func (b *builder) alias(key string, x *ir.Value, m imap) (int, error) {
 	}
 	b.memo[key] = n
 	return n, nil
-}
-
-// vmathOps are the vmath program opcodes of the f32 ops whose kernel
-// (eval.F32Kernels) is the vmath function of the same name.
-var vmathOps = map[ir.Code]int32{
-	ir.Add: vmath.OpAdd, ir.Sub: vmath.OpSub, ir.Mul: vmath.OpMul, ir.Div: vmath.OpDiv,
-	ir.Max: vmath.OpMax, ir.Min: vmath.OpMin, ir.Neg: vmath.OpNeg, ir.Abs: vmath.OpAbs,
-	ir.Sqrt: vmath.OpSqrt, ir.Exp: vmath.OpExp, ir.Log: vmath.OpLog, ir.Tanh: vmath.OpTanh,
-	ir.Logistic: vmath.OpLogistic, ir.Erf: vmath.OpErf,
 }
 
 // progCode returns the vmath program of the per-block op nodes, in node

@@ -161,14 +161,14 @@ func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, ysFrom int, 
 		for j, a := range op.Args {
 			s, ok := g.slotOf[a]
 			if !ok {
-				return nil, fmt.Errorf("%s: operand %d (%v) is not defined before use", opName(op), j, a)
+				return nil, fmt.Errorf("%s: operand %d (%v) is not defined before use", op.Describe(), j, a)
 			}
 			st.args = append(st.args, s)
 		}
 		for _, v := range op.Results {
 			s, err := addSlot(v)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", opName(op), err)
+				return nil, fmt.Errorf("%s: %w", op.Describe(), err)
 			}
 			st.outs = append(st.outs, s)
 		}
@@ -182,20 +182,20 @@ func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, ysFrom int, 
 			st.kind = stepFusion
 			k, err := compileFusion(op)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", opName(op), err)
+				return nil, fmt.Errorf("%s: %w", op.Describe(), err)
 			}
 			st.fused = k
 		case ir.Scan, ir.While, ir.Cond:
 			st.kind = map[ir.Code]stepKind{ir.Scan: stepScan, ir.While: stepWhile, ir.Cond: stepCond}[op.Code]
 			subs := plan.Sub[op]
 			if len(subs) != len(op.Regions) {
-				return nil, fmt.Errorf("%s: %d nested plans for %d regions", opName(op), len(subs), len(op.Regions))
+				return nil, fmt.Errorf("%s: %d nested plans for %d regions", op.Describe(), len(subs), len(op.Regions))
 			}
 			st.subOff = plan.SubOffset[op]
 			for k, sr := range op.Regions {
 				for sp := range 2 {
 					if st.subOff[sp] < 0 || st.subOff[sp]+subs[k].Arena[sp] > plan.Arena[sp] {
-						return nil, fmt.Errorf("%s: nested arena [%d, %d) is outside the %d-byte %v arena", opName(op),
+						return nil, fmt.Errorf("%s: nested arena [%d, %d) is outside the %d-byte %v arena", op.Describe(),
 							st.subOff[sp], st.subOff[sp]+subs[k].Arena[sp], plan.Arena[sp], ir.MemorySpace(sp))
 					}
 				}
@@ -205,7 +205,7 @@ func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, ysFrom int, 
 				}
 				sub, err := compileRegion(sr, subs[k], false, ys, donated)
 				if err != nil {
-					return nil, fmt.Errorf("%s, region %d: %w", opName(op), k, err)
+					return nil, fmt.Errorf("%s, region %d: %w", op.Describe(), k, err)
 				}
 				if op.Code == ir.Scan {
 					planPrefetch(sub, op.Attrs.Int("num_consts"), op.Attrs.Int("num_carry"))
@@ -213,11 +213,11 @@ func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, ysFrom int, 
 				st.subs = append(st.subs, sub)
 			}
 			if err := checkRegionOp(op, st.subs); err != nil {
-				return nil, fmt.Errorf("%s: %w", opName(op), err)
+				return nil, fmt.Errorf("%s: %w", op.Describe(), err)
 			}
 		default:
 			if op.Code.Info().NumRegions > 0 {
-				return nil, fmt.Errorf("%s: no executor for region op", opName(op))
+				return nil, fmt.Errorf("%s: no executor for region op", op.Describe())
 			}
 			k, err := eval.Prepare(op)
 			if err != nil {
@@ -268,13 +268,6 @@ func checkRegionOp(op *ir.Op, subs []*region) error {
 		}
 	}
 	return nil
-}
-
-func opName(op *ir.Op) string {
-	if op.Loc != "" {
-		return fmt.Sprintf("%v (%s)", op.Code, op.Loc)
-	}
-	return op.Code.String()
 }
 
 // frame is one activation of a region: a literal view per slot, the operand
@@ -427,7 +420,7 @@ func (f *frame) run() error {
 		case stepFusion:
 			err = st.fused.run(f.args[i], f.outs[i])
 			if err != nil {
-				err = fmt.Errorf("%s: %w", opName(st.op), err)
+				err = fmt.Errorf("%s: %w", st.op.Describe(), err)
 			}
 		case stepScan:
 			err = f.runScan(i)
@@ -507,7 +500,7 @@ func (f *frame) runScan(i int) error {
 			body.lits[sj[0]].Data = dst[sj[1]][:size:size]
 		}
 		if err := body.run(); err != nil {
-			return fmt.Errorf("%s: body, iteration %d: %w", opName(op), idx, err)
+			return fmt.Errorf("%s: body, iteration %d: %w", op.Describe(), idx, err)
 		}
 		for j := range src {
 			src[j] = body.result(j)
@@ -539,13 +532,13 @@ func (f *frame) runWhile(i int) error {
 	}
 	for it := 0; ; it++ {
 		if err := cond.run(); err != nil {
-			return fmt.Errorf("%s: cond, iteration %d: %w", opName(op), it, err)
+			return fmt.Errorf("%s: cond, iteration %d: %w", op.Describe(), it, err)
 		}
 		if p := cond.result(0); len(p) == 0 || p[0] == 0 {
 			return nil
 		}
 		if err := body.run(); err != nil {
-			return fmt.Errorf("%s: body, iteration %d: %w", opName(op), it, err)
+			return fmt.Errorf("%s: body, iteration %d: %w", op.Describe(), it, err)
 		}
 		for j := range src {
 			src[j] = body.result(j)
@@ -566,7 +559,7 @@ func (f *frame) runCond(i int) error {
 		br.setParam(j, a.Data)
 	}
 	if err := br.run(); err != nil {
-		return fmt.Errorf("%s: %s: %w", opName(st.op), name, err)
+		return fmt.Errorf("%s: %s: %w", st.op.Describe(), name, err)
 	}
 	dst := make([][]byte, len(outs))
 	src := make([][]byte, len(outs))

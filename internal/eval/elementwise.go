@@ -67,16 +67,6 @@ func mapF[T floatT](dst, src []T, f func(float64) float64) {
 	}
 }
 
-func logistic(x float64) float64 {
-	if x >= 0 {
-		return 1 / (1 + math.Exp(-x))
-	}
-	e := math.Exp(x)
-	return e / (1 + e)
-}
-
-func rsqrt(x float64) float64 { return 1 / math.Sqrt(x) }
-
 // unaryF32 runs the float32 kernels: vmath's vector kernels where there is
 // one (exact for neg, abs and sqrt; exp, log, tanh, logistic and erf within 2
 // ulp of the correctly rounded value), unaryFloat otherwise.
@@ -89,43 +79,49 @@ func unaryF32(code ir.Code, dst, src []float32) error {
 }
 
 func f32Unary(code ir.Code) func(dst, x []float32) {
-	switch code {
-	case ir.Neg:
-		return vmath.Neg
-	case ir.Abs:
-		return vmath.Abs
-	case ir.Sqrt:
-		return vmath.Sqrt
-	case ir.Exp:
-		return vmath.Exp
-	case ir.Log:
-		return vmath.Log
-	case ir.Tanh:
-		return vmath.Tanh
-	case ir.Logistic:
-		return vmath.Logistic
-	case ir.Erf:
-		return vmath.Erf
+	if int(code) < len(f32Kernels) {
+		return f32Kernels[code].unary
 	}
 	return nil
 }
 
 func f32Binary(code ir.Code) func(dst, a, b []float32) {
-	switch code {
-	case ir.Add:
-		return vmath.Add
-	case ir.Sub:
-		return vmath.Sub
-	case ir.Mul:
-		return vmath.Mul
-	case ir.Div:
-		return vmath.Div
-	case ir.Max:
-		return vmath.Max
-	case ir.Min:
-		return vmath.Min
+	if int(code) < len(f32Kernels) {
+		return f32Kernels[code].binary
 	}
 	return nil
+}
+
+// f32Kernel is the vmath opcode and kernel of one op.
+type f32Kernel struct {
+	op     int32
+	unary  func(dst, x []float32)
+	binary func(dst, a, b []float32)
+}
+
+// f32Kernels holds, by op code, the vmath opcode and kernel that the op
+// table names (ir.Lowering.VMath).
+var f32Kernels = func() []f32Kernel {
+	codes := ir.AllCodes()
+	k := make([]f32Kernel, int(codes[len(codes)-1])+1)
+	for _, c := range codes {
+		if name := c.Info().Lower.VMath; name != "" {
+			op := vmath.OpByName(name)
+			k[c].op = op
+			k[c].unary, k[c].binary = vmath.Kernels(op)
+		}
+	}
+	return k
+}()
+
+// VMathOp returns the vmath opcode whose kernel F32Kernels returns for
+// code, or 0 when it returns none (the op table names no vmath op, or a
+// name vmath does not know: TestOpTableLowerings fails then).
+func VMathOp(code ir.Code) int32 {
+	if int(code) < len(f32Kernels) {
+		return f32Kernels[code].op
+	}
+	return 0
 }
 
 // F32Kernels returns the vector kernel Elementwise runs for code over
@@ -144,8 +140,6 @@ func unaryFloat[T floatT](code ir.Code, dst, src []T) error {
 		for i, x := range src {
 			dst[i] = -x
 		}
-	case ir.Abs:
-		mapF(dst, src, math.Abs)
 	case ir.Sign:
 		for i, x := range src {
 			switch {
@@ -157,36 +151,12 @@ func unaryFloat[T floatT](code ir.Code, dst, src []T) error {
 				dst[i] = x // ±0 and NaN
 			}
 		}
-	case ir.Exp:
-		mapF(dst, src, math.Exp)
-	case ir.Log:
-		mapF(dst, src, math.Log)
-	case ir.Log1p:
-		mapF(dst, src, math.Log1p)
-	case ir.Expm1:
-		mapF(dst, src, math.Expm1)
-	case ir.Sqrt:
-		mapF(dst, src, math.Sqrt)
-	case ir.Rsqrt:
-		mapF(dst, src, rsqrt)
-	case ir.Tanh:
-		mapF(dst, src, math.Tanh)
-	case ir.Logistic:
-		mapF(dst, src, logistic)
-	case ir.Sin:
-		mapF(dst, src, math.Sin)
-	case ir.Cos:
-		mapF(dst, src, math.Cos)
-	case ir.Erf:
-		mapF(dst, src, math.Erf)
-	case ir.Floor:
-		mapF(dst, src, math.Floor)
-	case ir.Ceil:
-		mapF(dst, src, math.Ceil)
-	case ir.Round:
-		mapF(dst, src, math.RoundToEven)
 	default:
-		return fmt.Errorf("no float kernel for %v", code)
+		f := code.Info().Ref1
+		if f == nil {
+			return fmt.Errorf("no float kernel for %v", code)
+		}
+		mapF(dst, src, f) // the op table's reference function
 	}
 	return nil
 }
@@ -339,12 +309,12 @@ func binaryFloat[T floatT](code ir.Code, dst, a, b []T) error {
 				dst[i] = y
 			}
 		}
-	case ir.Rem:
-		map2F(dst, a, b, math.Mod)
-	case ir.Pow:
-		map2F(dst, a, b, math.Pow)
 	default:
-		return fmt.Errorf("no float kernel for %v", code)
+		f := code.Info().Ref2
+		if f == nil {
+			return fmt.Errorf("no float kernel for %v", code)
+		}
+		map2F(dst, a, b, f) // the op table's reference function (rem, pow)
 	}
 	return nil
 }

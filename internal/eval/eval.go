@@ -111,7 +111,7 @@ func RunRegion(r *ir.Region, args []*ir.Literal) (res []*ir.Literal, err error) 
 		for j, a := range op.Args {
 			l, ok := env[a]
 			if !ok {
-				return nil, fmt.Errorf("%s: operand %d (%v) is not defined before use", opName(op), j, a)
+				return nil, fmt.Errorf("%s: operand %d (%v) is not defined before use", op.Describe(), j, a)
 			}
 			ins[j] = l
 		}
@@ -168,13 +168,6 @@ func checkArg(l *ir.Literal, t ir.Type) (*ir.Literal, error) {
 	return l, nil
 }
 
-func opName(op *ir.Op) string {
-	if op.Loc != "" {
-		return fmt.Sprintf("%v (%s)", op.Code, op.Loc)
-	}
-	return op.Code.String()
-}
-
 // EvalOp executes a single op on literal operands (one per op.Args, with the
 // same types) and returns new literals for its results. Errors, including
 // internal panics, name the op and its location. It is EvalOpInto on freshly
@@ -185,12 +178,12 @@ func EvalOp(op *ir.Op, args []*ir.Literal) (res []*ir.Literal, err error) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			res, err = nil, fmt.Errorf("%s: internal error: %v", opName(op), p)
+			res, err = nil, fmt.Errorf("%s: internal error: %v", op.Describe(), p)
 		}
 	}()
 	res, err = evalOp(op, args, nil)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", opName(op), err)
+		return nil, fmt.Errorf("%s: %w", op.Describe(), err)
 	}
 	return res, nil
 }
@@ -219,14 +212,14 @@ func EvalOpInto(op *ir.Op, args []*ir.Literal, outs []*ir.Literal) (err error) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%s: internal error: %v", opName(op), p)
+			err = fmt.Errorf("%s: internal error: %v", op.Describe(), p)
 		}
 	}()
 	if outs == nil {
 		outs = []*ir.Literal{}
 	}
 	if _, err = evalOp(op, args, outs); err != nil {
-		return fmt.Errorf("%s: %w", opName(op), err)
+		return fmt.Errorf("%s: %w", op.Describe(), err)
 	}
 	return nil
 }
@@ -510,26 +503,26 @@ func Prepare(op *ir.Op) (k *Kernel, err error) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			k, err = nil, fmt.Errorf("%s: internal error: %v", opName(op), p)
+			k, err = nil, fmt.Errorf("%s: internal error: %v", op.Describe(), p)
 		}
 	}()
 	types := make([]ir.Type, len(op.Args))
 	for i, a := range op.Args {
 		if a == nil {
-			return nil, fmt.Errorf("%s: operand %d is nil", opName(op), i)
+			return nil, fmt.Errorf("%s: operand %d is nil", op.Describe(), i)
 		}
 		types[i] = a.Type
 	}
 	outTypes, err := ir.InferTypes(op.Code, types, op.Attrs, op.Regions)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", opName(op), err)
+		return nil, fmt.Errorf("%s: %w", op.Describe(), err)
 	}
 	if len(op.Results) != len(outTypes) {
-		return nil, fmt.Errorf("%s: op has %d results, its shape rule gives %d", opName(op), len(op.Results), len(outTypes))
+		return nil, fmt.Errorf("%s: op has %d results, its shape rule gives %d", op.Describe(), len(op.Results), len(outTypes))
 	}
 	for i, v := range op.Results {
 		if v == nil || !v.Type.Equal(outTypes[i]) {
-			return nil, fmt.Errorf("%s: result %d is not declared %v", opName(op), i, outTypes[i])
+			return nil, fmt.Errorf("%s: result %d is not declared %v", op.Describe(), i, outTypes[i])
 		}
 	}
 	return &Kernel{op: op, outTypes: outTypes}, nil
@@ -545,11 +538,11 @@ func (k *Kernel) Into(args, outs []*ir.Literal) (err error) {
 	op := k.op
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%s: internal error: %v", opName(op), p)
+			err = fmt.Errorf("%s: internal error: %v", op.Describe(), p)
 		}
 	}()
 	if len(args) != len(op.Args) {
-		return fmt.Errorf("%s: op has %d operands, got %d literals", opName(op), len(op.Args), len(args))
+		return fmt.Errorf("%s: op has %d operands, got %d literals", op.Describe(), len(op.Args), len(args))
 	}
 	var buf [4]*ir.Literal
 	ins := buf[:0]
@@ -558,11 +551,11 @@ func (k *Kernel) Into(args, outs []*ir.Literal) (err error) {
 	}
 	for i, a := range args {
 		if a == nil {
-			return fmt.Errorf("%s: operand %d is nil", opName(op), i)
+			return fmt.Errorf("%s: operand %d is nil", op.Describe(), i)
 		}
 		l, err := checkArg(a, op.Args[i].Type)
 		if err != nil {
-			return fmt.Errorf("%s: operand %d: %w", opName(op), i, err)
+			return fmt.Errorf("%s: operand %d: %w", op.Describe(), i, err)
 		}
 		ins = append(ins, l)
 	}
@@ -570,7 +563,7 @@ func (k *Kernel) Into(args, outs []*ir.Literal) (err error) {
 		outs = []*ir.Literal{}
 	}
 	if _, err := execute(op, args, ins, outs, k.outTypes); err != nil {
-		return fmt.Errorf("%s: %w", opName(op), err)
+		return fmt.Errorf("%s: %w", op.Describe(), err)
 	}
 	return nil
 }

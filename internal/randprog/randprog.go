@@ -315,14 +315,27 @@ func (s *scope) like(t ir.Type) *ir.Value {
 	return s.splat(t)
 }
 
+// The elementwise ops the generator draws from, read from the op table by
+// class and dtype rule, so that a new op is drawn without an edit here.
 var (
-	floatUnary = []ir.Code{ir.Neg, ir.Abs, ir.Sign, ir.Exp, ir.Tanh, ir.Logistic, ir.Sin, ir.Cos, ir.Erf, ir.Floor, ir.Ceil, ir.Round, ir.Log1p, ir.Sqrt, ir.Expm1, ir.Log, ir.Rsqrt}
-	intUnary   = []ir.Code{ir.Neg, ir.Abs, ir.Sign, ir.Not}
-	floatBin   = []ir.Code{ir.Add, ir.Sub, ir.Mul, ir.Div, ir.Max, ir.Min, ir.Pow, ir.Rem}
-	intBin     = []ir.Code{ir.Add, ir.Sub, ir.Mul, ir.Div, ir.Max, ir.Min, ir.Rem, ir.And, ir.Or, ir.Xor}
-	shifts     = []ir.Code{ir.ShiftLeft, ir.ShiftRightLogical, ir.ShiftRightArithmetic}
-	compares   = []ir.Code{ir.Eq, ir.Ne, ir.Lt, ir.Le, ir.Gt, ir.Ge}
+	floatUnary = tableOps(ir.ClassUnary, func(k ir.DTypeRule) bool { return k.OK(ir.Float32) })
+	intUnary   = tableOps(ir.ClassUnary, func(k ir.DTypeRule) bool { return k.OK(ir.Int32) })
+	floatBin   = tableOps(ir.ClassBinary, func(k ir.DTypeRule) bool { return k.OK(ir.Float32) })
+	intBin     = tableOps(ir.ClassBinary, func(k ir.DTypeRule) bool { return k.OK(ir.Int32) && k != ir.IntegerDTypes })
+	shifts     = tableOps(ir.ClassBinary, func(k ir.DTypeRule) bool { return k == ir.IntegerDTypes })
+	compares   = tableOps(ir.ClassCompare, func(ir.DTypeRule) bool { return true })
 )
+
+// tableOps lists the ops of class cl whose dtype rule satisfies keep.
+func tableOps(cl ir.OpClass, keep func(ir.DTypeRule) bool) []ir.Code {
+	var out []ir.Code
+	for _, c := range ir.AllCodes() {
+		if info := c.Info(); info.Class == cl && keep(info.DTypes) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
 
 func (s *scope) fill(n int) {
 	for i := 0; i < n && s.g.budget > 0; i++ {

@@ -64,3 +64,29 @@ var ops = [opEnd]opDef{
 
 // validOp reports whether code is an opcode.
 func validOp(code int32) bool { return code > 0 && code < opEnd }
+
+// OpByName returns the opcode of the op named name in ops ("exp"), or 0
+// when there is none. Callers that name ops by string (the ir op table's
+// Lowering.VMath) derive their opcodes and kernels from it.
+func OpByName(name string) int32 {
+	for op := OpAdd; op < opEnd; op++ {
+		if ops[op].name == name {
+			return op
+		}
+	}
+	return 0
+}
+
+// Kernels returns the exported function of opcode op (Exp for OpExp):
+// unary is set for a unary op, binary for a binary one; both are nil when
+// op is not an opcode. The functions run the implementation in use when
+// they are called.
+func Kernels(op int32) (unary func(dst, x []float32), binary func(dst, a, b []float32)) {
+	if !validOp(op) {
+		return nil, nil
+	}
+	if ops[op].arity == 1 {
+		return func(dst, x []float32) { cur.f1[op](dst, x) }, nil
+	}
+	return nil, func(dst, a, b []float32) { cur.f2[op](dst, a, b) }
+}

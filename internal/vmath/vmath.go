@@ -43,8 +43,9 @@
 // (vmath.go), with an accuracy case in vmath_test.go and entries in
 // kernel1 or kernel2 (jit_test.go). The opcode checks, the generator's
 // temporaries and dispatch, the kernels of every implementation and
-// RunProgram derive from the row. Callers that map their ops to opcodes
-// (internal/cpuexec's vmathOps) add theirs.
+// RunProgram derive from the row. The ir op table names the row
+// (ir.Lowering.VMath) of the ops it computes; internal/eval and
+// internal/cpuexec derive their kernels and opcodes from that name.
 //
 // Every element of a call goes through the same instructions, whatever its
 // position and the slice length, so splitting a slice into blocks never
