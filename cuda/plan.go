@@ -2,9 +2,8 @@ package cuda
 
 import (
 	"fmt"
-	"slices"
-	"sort"
 
+	"github.com/ferryml/ferry/internal/bfc"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -120,85 +119,66 @@ func PlanMatmul(op *ir.Op) (MatmulLayout, error) {
 
 // DeviceAllocator hands out ranges of one pre-allocated device slab
 // (FERRY_ALLOCATOR=bfc, the default: the runtime's pre-allocated fraction of
-// free memory) with best-fit and coalescing, as the runtime's bfc allocator
-// does over host slabs. Offsets are aligned to 256 bytes (cuBLASLt and
-// vectorised loads want it). It is pure bookkeeping: the backend adds the
-// slab's base address.
+// free memory) with best-fit and coalescing: the bookkeeping of
+// internal/bfc, which the runtime's pools use over host slabs. Offsets are
+// aligned to 256 bytes (cuBLASLt and vectorised loads want it). It is pure
+// bookkeeping: the backend adds the slab's base address.
 type DeviceAllocator struct {
 	size  int64
-	free  []span // sorted by offset, coalesced
-	inUse map[int64]int64
+	bfc   *bfc.Allocator[struct{}]
+	inUse map[int64]*bfc.Chunk[struct{}]
+	// InUse is the bytes allocated (sizes rounded up to 256), Peak their
+	// highest value, Limit the slab's size.
 	InUse int64
 	Peak  int64
 	Limit int64
 }
 
-type span struct{ off, size int64 }
-
 // allocAlign is the alignment of every device allocation.
 const allocAlign = 256
 
-// NewDeviceAllocator manages size bytes.
+// NewDeviceAllocator manages size bytes (rounded down to a multiple of 256).
 func NewDeviceAllocator(size int64) *DeviceAllocator {
-	return &DeviceAllocator{size: size, Limit: size, free: []span{{0, size}}, inUse: map[int64]int64{}}
+	size = max(size, 0) &^ (allocAlign - 1)
+	a := &DeviceAllocator{size: size, Limit: size, bfc: bfc.New[struct{}](allocAlign), inUse: map[int64]*bfc.Chunk[struct{}]{}}
+	if size > 0 {
+		a.bfc.AddRegion(size, struct{}{})
+	}
+	return a
 }
 
 // Alloc returns the offset of n bytes, or an error naming the request, the
 // bytes in use and the largest free range.
 func (a *DeviceAllocator) Alloc(n int64) (int64, error) {
-	if n <= 0 {
-		n = 1
-	}
-	n = (n + allocAlign - 1) / allocAlign * allocAlign
-	best := -1
-	for i, s := range a.free {
-		if s.size >= n && (best < 0 || s.size < a.free[best].size) {
-			best = i
-		}
-	}
-	if best < 0 {
+	n = a.bfc.RoundUp(max(n, 1))
+	c := a.bfc.Alloc(n)
+	if c == nil {
 		return 0, fmt.Errorf("cuda: out of device memory: %d bytes requested, %d of %d in use, largest free range %d", n, a.InUse, a.size, a.LargestFree())
 	}
-	s := a.free[best]
-	off := s.off
-	if s.size == n {
-		a.free = slices.Delete(a.free, best, best+1)
-	} else {
-		a.free[best] = span{s.off + n, s.size - n}
-	}
-	a.inUse[off] = n
-	a.InUse += n
+	a.inUse[c.Off] = c
+	a.InUse += c.Size
 	a.Peak = max(a.Peak, a.InUse)
-	return off, nil
+	return c.Off, nil
 }
 
 // Free returns the range at off; freeing an unknown offset is an error.
 func (a *DeviceAllocator) Free(off int64) error {
-	n, ok := a.inUse[off]
+	c, ok := a.inUse[off]
 	if !ok {
 		return fmt.Errorf("cuda: free of unallocated device offset %d", off)
 	}
 	delete(a.inUse, off)
-	a.InUse -= n
-	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].off > off })
-	a.free = slices.Insert(a.free, i, span{off, n})
-	// Coalesce with the neighbours.
-	if i+1 < len(a.free) && a.free[i].off+a.free[i].size == a.free[i+1].off {
-		a.free[i].size += a.free[i+1].size
-		a.free = slices.Delete(a.free, i+1, i+2)
-	}
-	if i > 0 && a.free[i-1].off+a.free[i-1].size == a.free[i].off {
-		a.free[i-1].size += a.free[i].size
-		a.free = slices.Delete(a.free, i, i+1)
-	}
+	a.InUse -= c.Size
+	a.bfc.Free(c)
 	return nil
 }
 
 // LargestFree returns the largest free range.
 func (a *DeviceAllocator) LargestFree() int64 {
-	var l int64
-	for _, s := range a.free {
-		l = max(l, s.size)
-	}
+	l, _, _ := a.bfc.FreeStats()
 	return l
 }
+
+// FreeStats returns the largest free range, the free bytes and the number
+// of free ranges.
+func (a *DeviceAllocator) FreeStats() (largest, total int64, count int) { return a.bfc.FreeStats() }

@@ -421,7 +421,7 @@ func (r *allocRecord) pcs() []uintptr {
 // rounded up), or the size of platform memory.
 func (r *allocRecord) held() int64 {
 	if r.chunk != nil {
-		return r.chunk.size
+		return r.chunk.Size
 	}
 	return r.size
 }
@@ -528,7 +528,7 @@ func (p *pool) tryAlloc(size int64, what string, born int64, stack *callers.Stac
 	var note string
 	var chunk *bfcChunk
 	if p.bfc != nil {
-		grow := !mayCollect || p.bfc.prealloc || p.churn < max(p.bfc.reserved/2, minChurnBeforeCollect)
+		grow := !mayCollect || p.bfc.prealloc || p.churn < max(p.bfc.reserved()/2, minChurnBeforeCollect)
 		c, n := p.bfc.alloc(size, zero, grow)
 		if c == nil && !grow {
 			return nil, nil, errCollect
@@ -537,7 +537,7 @@ func (p *pool) tryAlloc(size int64, what string, born int64, stack *callers.Stac
 			note = n
 		} else {
 			chunk = c
-			mem = c.bytes(size)
+			mem = chunkBytes(c, size)
 		}
 	} else {
 		mem, note = p.plat.alloc(size, p.inUse)
@@ -618,8 +618,8 @@ func (p *pool) statsLocked() MemStats {
 		BytesInUse: p.inUse, PeakBytesInUse: p.peak, NumAllocs: p.numAllocs, LiveAllocs: int64(p.nlive)}
 	var total int64
 	if p.bfc != nil {
-		s.Reserved = p.bfc.reserved
-		s.LargestFreeBlock, total = p.bfc.freeStats()
+		s.Reserved = p.bfc.reserved()
+		s.LargestFreeBlock, total, _ = p.bfc.freeStats()
 	} else {
 		s.Reserved = p.inUse
 	}
@@ -636,11 +636,11 @@ func (p *pool) oomLocked(size int64, what, note string) *OutOfMemoryError {
 		LargestFree: s.LargestFreeBlock, LiveAllocs: s.LiveAllocs, Note: note}
 	if p.limit > 0 {
 		if p.bfc != nil {
-			_, free := p.bfc.freeStats()
-			e.FreeBlocks = len(p.bfc.freeSet)
+			_, free, blocks := p.bfc.freeStats()
+			e.FreeBlocks = blocks
 			room := int64(0)
 			if !p.bfc.prealloc {
-				room = max(p.limit-p.bfc.reserved, 0)
+				room = max(p.limit-p.bfc.reserved(), 0)
 			}
 			e.FreeBytes = free + room
 			e.Fragmented = note == "" && e.FreeBytes >= roundUp(size)
