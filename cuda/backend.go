@@ -43,7 +43,9 @@ type Backend struct {
 	platform bool
 	slab     uintptr
 	alloc    *DeviceAllocator
-	modules  map[string]uintptr // kernel source hash → CUmodule
+	modules  map[string]uintptr   // kernel source hash → CUmodule
+	live     map[uintptr]*liveMem // live allocations by address
+	use      [2]spaceUse          // per memory space
 }
 
 // New loads the driver, NVRTC and (when present) cuBLASLt, initialises
@@ -229,28 +231,44 @@ type mem struct {
 	size int64
 }
 
-func (b *Backend) allocate(n int64, space ir.MemorySpace) (mem, error) {
-	if space != ir.Device {
-		p, err := b.d.HostAlloc(max(n, 1))
-		return mem{ptr: p, off: -1, host: true, size: n}, err
+func (b *Backend) allocate(n int64, space ir.MemorySpace, what string) (mem, error) {
+	var m mem
+	var err error
+	held := n
+	switch {
+	case space != ir.Device:
+		m.ptr, err = b.d.HostAlloc(max(n, 1))
+		m.off, m.host = -1, true
+	case b.platform:
+		m.ptr, err = b.d.MemAlloc(max(n, 1))
+		m.off = -1
+	default:
+		b.mu.Lock()
+		m.off, err = b.alloc.Alloc(n)
+		if err == nil {
+			m.ptr = b.slab + uintptr(m.off)
+		}
+		b.mu.Unlock()
+		held = b.alloc.bfc.RoundUp(max(n, 1))
 	}
-	if b.platform {
-		p, err := b.d.MemAlloc(max(n, 1))
-		return mem{ptr: p, off: -1, size: n}, err
-	}
-	b.mu.Lock()
-	off, err := b.alloc.Alloc(n)
-	b.mu.Unlock()
 	if err != nil {
-		return mem{}, err
+		return mem{}, b.outOfMemory(space, n, what, err)
 	}
-	return mem{ptr: b.slab + uintptr(off), off: off, size: n}, nil
+	m.size = n
+	b.mu.Lock()
+	b.trackLocked(m, space, what, held)
+	b.mu.Unlock()
+	return m, nil
 }
 
 func (b *Backend) release(m mem) error {
-	switch {
-	case m.ptr == 0:
+	if m.ptr == 0 {
 		return nil
+	}
+	b.mu.Lock()
+	b.untrackLocked(m.ptr)
+	b.mu.Unlock()
+	switch {
 	case m.host:
 		return b.d.Check("cuMemFreeHost", m.ptr)
 	case m.off < 0:
@@ -352,14 +370,14 @@ func (b *Backend) fromLiteral(l *ir.Literal) (*Buffer, error) {
 	if int64(len(l.Data)) != l.Type.Bytes() {
 		return nil, fmt.Errorf("literal %v has %d bytes, want %d", l.Type, len(l.Data), l.Type.Bytes())
 	}
-	m, err := b.allocate(l.Type.Bytes(), l.Type.Space)
+	m, err := b.allocate(l.Type.Bytes(), l.Type.Space, "array")
 	if err != nil {
 		return nil, err
 	}
 	if err := b.writeFrom(m.ptr, m.host, l.Data, b.streams[H2D]); err != nil {
 		return nil, err
 	}
-	return &Buffer{b: b, t: l.Type, m: m}, nil
+	return b.newBuffer(l.Type, m), nil
 }
 
 // module loads (once) the module of a generated kernel and returns its
@@ -404,6 +422,9 @@ func (b *Backend) Compile(f *ir.Func, opts rt.CompileOptions) (rt.Executable, er
 	}
 	defer b.exit()
 	e := &executable{b: b, prog: prog}
+	if prog.Func.Name != "" {
+		e.suffix = " of " + prog.Func.Name
+	}
 	if e.top, err = b.compileRegion(e, prog.Func.Body, prog.Plan); err != nil {
 		return nil, err
 	}
@@ -458,6 +479,8 @@ type executable struct {
 	top   *region
 	plan  Plan
 	steps []step
+	// suffix is " of name", appended to what allocations are for.
+	suffix string
 }
 
 func (e *executable) Program() *passes.Program { return e.prog }
@@ -509,14 +532,14 @@ func (e *executable) Execute(args []trace.Buffer, opts rt.ExecOptions) ([]trace.
 	var err error
 	for sp := range arenas {
 		if plan.Arena[sp] > 0 {
-			if arenas[sp], err = b.allocate(plan.Arena[sp], ir.MemorySpace(sp)); err != nil {
+			if arenas[sp], err = b.allocate(plan.Arena[sp], ir.MemorySpace(sp), "temp arena"+e.suffix); err != nil {
 				return nil, err
 			}
 		}
 	}
 	var scratch mem
 	if e.scratch > 0 {
-		if scratch, err = b.allocate(e.scratch, ir.Device); err != nil {
+		if scratch, err = b.allocate(e.scratch, ir.Device, "scratch"+e.suffix); err != nil {
 			return nil, err
 		}
 	}
@@ -553,14 +576,14 @@ func (e *executable) Execute(args []trace.Buffer, opts rt.ExecOptions) ([]trace.
 		if err != nil {
 			return nil, err
 		}
-		m, err := b.allocate(v.Type.Bytes(), v.Type.Space)
+		m, err := b.allocate(v.Type.Bytes(), v.Type.Space, fmt.Sprintf("output %d%s", i, e.suffix))
 		if err != nil {
 			return nil, err
 		}
 		if err := b.copy(m.ptr, m.host, src.p, src.host, v.Type.Bytes(), b.streams[Compute]); err != nil {
 			return nil, err
 		}
-		x.results[i] = &Buffer{b: b, t: v.Type, m: m}
+		x.results[i] = b.newBuffer(v.Type, m)
 	}
 	// Compute now follows every other stream: when it drains, nothing of
 	// this execution is outstanding, and freeing the arenas (deferred),

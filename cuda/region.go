@@ -430,15 +430,15 @@ func (x *execution) output(v *ir.Value, buf passes.Buffer) (loc, error) {
 			return loc{}, fmt.Errorf("cuda: value %v aliases parameter %d of %d", v, buf.Param, len(x.in))
 		}
 		a := x.in[buf.Param]
-		x.results[buf.Index] = &Buffer{b: x.b, t: body.Results[buf.Index].Type, m: a.m}
+		x.results[buf.Index] = x.b.newBuffer(body.Results[buf.Index].Type, a.m)
 		a.freed = true // donated: its memory now belongs to the result
 		return loc{a.m.ptr, a.m.host}, nil
 	}
-	m, err := x.b.allocate(v.Type.Bytes(), v.Type.Space)
+	m, err := x.b.allocate(v.Type.Bytes(), v.Type.Space, fmt.Sprintf("output %d%s", buf.Index, x.e.suffix))
 	if err != nil {
 		return loc{}, err
 	}
-	x.results[buf.Index] = &Buffer{b: x.b, t: body.Results[buf.Index].Type, m: m}
+	x.results[buf.Index] = x.b.newBuffer(body.Results[buf.Index].Type, m)
 	return loc{m.ptr, m.host}, nil
 }
 
@@ -663,7 +663,7 @@ func (x *execution) stagingBuffer(f *frame, i, k int, n int64) (mem, error) {
 		f.stage[i] = make([]mem, len(f.g.steps[i].op.Results))
 	}
 	if f.stage[i][k].ptr == 0 {
-		m, err := x.b.allocate(n, ir.Device)
+		m, err := x.b.allocate(n, ir.Device, "staging"+x.e.suffix)
 		if err != nil {
 			return mem{}, fmt.Errorf("staging a region result: %w", err)
 		}

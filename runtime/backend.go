@@ -2,101 +2,41 @@ package runtime
 
 import (
 	"fmt"
-	"os"
 	goruntime "runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/internal/cpuexec"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"
 )
 
-// Backend compiles IR functions and holds buffers for one kind of device.
-type Backend interface {
-	// Name is the platform name: "cpu" or "cuda".
-	Name() string
-	// Devices lists the backend's devices.
-	Devices() []Device
-	// FromLiteral copies a host literal into a new buffer in its memory space.
-	FromLiteral(l *ir.Literal) (trace.Buffer, error)
-	// Compile prepares f for execution.
-	Compile(f *ir.Func, opts CompileOptions) (Executable, error)
-}
+// Backend compiles IR functions and holds buffers for one kind of device
+// (backend.Backend).
+type Backend = backend.Backend
 
-// CompileOptions configure Backend.Compile.
-type CompileOptions struct {
-	// Donated[i] says parameter i's buffer is donated: the executable may reuse
-	// it for a result, and it is unusable after the call.
-	Donated []bool
-}
+// CompileOptions configure Backend.Compile (backend.CompileOptions).
+type CompileOptions = backend.CompileOptions
 
-// ExecOptions configure one execution.
-type ExecOptions struct {
-	// DonationSite is the caller's file:line, recorded on donated buffers so
-	// that using them later says where they were donated.
-	DonationSite string
-	// Results, if its capacity suffices, holds the returned results (its
-	// elements are overwritten), so that a caller can reuse one slice.
-	// Backends may ignore it.
-	Results []trace.Buffer
-}
+// ExecOptions configure one execution (backend.ExecOptions).
+type ExecOptions = backend.ExecOptions
 
-// Executable is a compiled function a backend can run.
-type Executable interface {
-	// Execute runs the function on buffers of the backend (one per parameter).
-	Execute(args []trace.Buffer, opts ExecOptions) ([]trace.Buffer, error)
-	// Program is the compiled program: the optimised IR, its buffer plan and
-	// its memory analysis.
-	Program() *passes.Program
-}
+// Executable is a compiled function a backend can run (backend.Executable).
+type Executable = backend.Executable
 
-// Device is one device of a backend.
-type Device struct {
-	// Platform is the backend name ("cpu", "cuda").
-	Platform string
-	// ID is the device's index within its platform.
-	ID int
-	// Kind describes the hardware.
-	Kind string
-}
-
-// String formats the device like JAX: CpuDevice(id=0).
-func (d Device) String() string {
-	return fmt.Sprintf("%s:%d(%s)", d.Platform, d.ID, d.Kind)
-}
-
-var (
-	backendsMu sync.Mutex
-	backends   = map[string]Backend{}
-	defaultBE  Backend
-)
+// Device is one device of a backend (backend.Device).
+type Device = backend.Device
 
 // RegisterBackend makes a backend available by name. A backend registered by an
 // accelerator package (cuda) becomes the default unless FERRY_BACKEND says otherwise.
-func RegisterBackend(b Backend) {
-	backendsMu.Lock()
-	defer backendsMu.Unlock()
-	backends[b.Name()] = b
-	if want := os.Getenv("FERRY_BACKEND"); want == "" || want == b.Name() {
-		if defaultBE == nil || b.Name() != "cpu" {
-			defaultBE = b
-		}
-	}
-}
+func RegisterBackend(b Backend) { backend.Register(b) }
 
 // DefaultBackend returns the backend arrays and jitted functions use by default.
-func DefaultBackend() Backend {
-	backendsMu.Lock()
-	defer backendsMu.Unlock()
-	if defaultBE == nil {
-		return backends["cpu"]
-	}
-	return defaultBE
-}
+func DefaultBackend() Backend { return backend.Default() }
 
 // Devices returns the devices of the default backend.
 func Devices() []Device { return DefaultBackend().Devices() }

@@ -11,6 +11,8 @@ import (
 
 // LiveArray describes one live buffer of a memory pool.
 type LiveArray struct {
+	// Platform is the backend holding the memory ("cpu", "cuda").
+	Platform string
 	// Type is the array's dtype, shape and memory space (zero when IsArray is
 	// false).
 	Type ir.Type
@@ -44,7 +46,8 @@ func (l LiveArray) String() string {
 	return fmt.Sprintf("%s %s at %s", formatBytes(l.Bytes), l.describe(), l.Site)
 }
 
-// LiveArrays lists the live arrays of every memory pool, largest first (oldest
+// LiveArrays lists the live arrays of every memory pool and of every
+// registered backend that reports its memory (cuda), largest first (oldest
 // first among equals), like jax.live_arrays. Arrays that are unreachable but
 // not yet collected are still listed; zero-size arrays hold no memory and are
 // not.
@@ -57,17 +60,30 @@ func (ps *Pools) liveArrays() []LiveArray {
 		out = append(out, p.largestLocked(-1, true)...)
 		p.mu.Unlock()
 	}
+	now := time.Now()
+	for _, m := range otherMemories() {
+		for _, a := range m.LiveAllocations() {
+			if a.IsArray && a.Bytes > 0 {
+				out = append(out, liveArrayOf(a, now))
+			}
+		}
+	}
+	sortLive(out)
+	return out
+}
+
+// sortLive sorts largest first, oldest first among equals.
+func sortLive(out []LiveArray) {
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Bytes != out[j].Bytes {
 			return out[i].Bytes > out[j].Bytes
 		}
 		return out[i].Age > out[j].Age
 	})
-	return out
 }
 
 func (r *allocRecord) liveArrayLocked(now time.Time) LiveArray {
-	l := LiveArray{IsArray: r.isArray, What: r.name(), Bytes: r.size, Space: r.pool.space, Site: r.callSiteLocked(), Age: now.Sub(r.bornTime())}
+	l := LiveArray{Platform: "cpu", IsArray: r.isArray, What: r.name(), Bytes: r.size, Space: r.pool.space, Site: r.callSiteLocked(), Age: now.Sub(r.bornTime())}
 	if r.isArray {
 		l.Type = r.typ.WithShape(r.typ.Shape) // a copy: r.typ's shape may be shared
 	}

@@ -261,6 +261,8 @@ func formatLimit(n int64) string {
 
 // MemStats describes one memory pool (see MemoryStats).
 type MemStats struct {
+	// Platform is the backend whose memory this is ("cpu", "cuda").
+	Platform string
 	// Space is the memory space of the pool.
 	Space ir.MemorySpace
 	// Allocator is "bfc" or "platform".
@@ -294,6 +296,8 @@ type MemStats struct {
 // OutOfMemoryError is returned when an allocation does not fit in its pool.
 // The pool stays usable.
 type OutOfMemoryError struct {
+	// Platform is the backend whose memory ran out ("cpu", "cuda").
+	Platform string
 	// Space is the memory space that ran out.
 	Space ir.MemorySpace
 	// Requested is the size of the failed allocation in bytes.
@@ -614,7 +618,7 @@ func (p *pool) free(r *allocRecord) {
 }
 
 func (p *pool) statsLocked() MemStats {
-	s := MemStats{Space: p.space, Allocator: p.kind, Capacity: p.capacity, Limit: p.limit,
+	s := MemStats{Platform: "cpu", Space: p.space, Allocator: p.kind, Capacity: p.capacity, Limit: p.limit,
 		BytesInUse: p.inUse, PeakBytesInUse: p.peak, NumAllocs: p.numAllocs, LiveAllocs: int64(p.nlive)}
 	var total int64
 	if p.bfc != nil {
@@ -631,7 +635,7 @@ func (p *pool) statsLocked() MemStats {
 
 func (p *pool) oomLocked(size int64, what, note string) *OutOfMemoryError {
 	s := p.statsLocked()
-	e := &OutOfMemoryError{Space: p.space, Requested: size, What: what, Allocator: p.kind,
+	e := &OutOfMemoryError{Platform: "cpu", Space: p.space, Requested: size, What: what, Allocator: p.kind,
 		Capacity: p.capacity, Limit: p.limit, Reserved: s.Reserved, InUse: s.BytesInUse,
 		LargestFree: s.LargestFreeBlock, LiveAllocs: s.LiveAllocs, Note: note}
 	if p.limit > 0 {
@@ -956,8 +960,15 @@ func ConfigureMemory(cfg MemoryConfig) error {
 	return memPools.configure(&n, false)
 }
 
-// MemoryStats returns the statistics of the pool of a memory space.
-func MemoryStats(space ir.MemorySpace) MemStats { return memPools.stats(space) }
+// MemoryStats returns the statistics of a memory space of the default
+// backend: the CPU pools, or the memory of an accelerator backend (cuda)
+// that is the default and reports it (backend.Memory).
+func MemoryStats(space ir.MemorySpace) MemStats {
+	if s, ok := defaultMemoryStats(space); ok {
+		return s
+	}
+	return memPools.stats(space)
+}
 
 func (ps *Pools) stats(space ir.MemorySpace) MemStats {
 	p, err := ps.set().pool(space)
@@ -969,8 +980,14 @@ func (ps *Pools) stats(space ir.MemorySpace) MemStats {
 	return p.statsLocked()
 }
 
-// ResetPeakMemory sets every pool's PeakBytesInUse to its current BytesInUse.
-func ResetPeakMemory() { memPools.resetPeak() }
+// ResetPeakMemory sets every pool's PeakBytesInUse to its current BytesInUse,
+// those of every registered backend that reports its memory too.
+func ResetPeakMemory() {
+	memPools.resetPeak()
+	for _, m := range otherMemories() {
+		m.ResetPeak()
+	}
+}
 
 func (ps *Pools) resetPeak() {
 	for _, p := range ps.set().spaces {

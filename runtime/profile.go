@@ -10,12 +10,14 @@ import (
 )
 
 // SaveDeviceMemoryProfile writes a profile of the live buffers of every memory
-// pool in pprof format (gzip-compressed protobuf), like
+// pool, and of every registered backend that reports its memory (cuda), in
+// pprof format (gzip-compressed protobuf), like
 // jax.profiler.save_device_memory_profile. Read it with `go tool pprof`. It has
 // one sample per live buffer with two values, allocations (count) and space
 // (bytes, the default), the Go call stack that allocated the buffer as its
 // locations, and labels: space (device or pinned_host), kind (array or
-// scratch), what, site (the user's file:line), and for arrays dtype and shape;
+// scratch), what, site (the user's file:line), for arrays dtype and shape,
+// and platform for memory of a backend other than the CPU one ("cuda");
 // the numeric label bytes is the size.
 func SaveDeviceMemoryProfile(w io.Writer) error {
 	return memPools.memoryProfile().Write(w)
@@ -42,6 +44,11 @@ func (ps *Pools) memoryProfile() *profile.Profile {
 			entries = append(entries, profileEntry{live: r.liveArrayLocked(now), pcs: append([]uintptr(nil), r.pcs()...), born: r.bornTime()})
 		}
 		p.mu.Unlock()
+	}
+	for _, m := range otherMemories() {
+		for _, a := range m.LiveAllocations() {
+			entries = append(entries, profileEntry{live: liveArrayOf(a, now), pcs: a.PCs, born: a.Born})
+		}
 	}
 
 	exe, _ := os.Executable()
@@ -95,6 +102,9 @@ func (ps *Pools) memoryProfile() *profile.Profile {
 			Label:    map[string][]string{"space": {e.live.Space.String()}, "what": {e.live.What}, "site": {e.live.Site}},
 			NumLabel: map[string][]int64{"bytes": {e.live.Bytes}},
 			NumUnit:  map[string][]string{"bytes": {"bytes"}},
+		}
+		if e.live.Platform != "" && e.live.Platform != "cpu" {
+			s.Label["platform"] = []string{e.live.Platform}
 		}
 		if e.live.IsArray {
 			s.Label["kind"] = []string{"array"}

@@ -1,0 +1,158 @@
+// Package backend is what Ferry's runtime sees of a backend: the Backend,
+// Executable and Device interfaces, the registry of backends, and the
+// per-memory-space statistics a backend reports (Memory). The CPU backend
+// (in runtime) and the CUDA backend (package cuda) both implement it and
+// register themselves; runtime's MemoryStats, LiveArrays and memory profile
+// ask every registered backend that implements Memory.
+//
+// Users normally reach this through runtime's aliases (runtime.Backend,
+// runtime.RegisterBackend, ...).
+package backend
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
+	"github.com/ferryml/ferry/trace"
+)
+
+// Backend compiles IR functions and holds buffers for one kind of device.
+type Backend interface {
+	// Name is the platform name: "cpu" or "cuda".
+	Name() string
+	// Devices lists the backend's devices.
+	Devices() []Device
+	// FromLiteral copies a host literal into a new buffer in its memory space.
+	FromLiteral(l *ir.Literal) (trace.Buffer, error)
+	// Compile prepares f for execution.
+	Compile(f *ir.Func, opts CompileOptions) (Executable, error)
+}
+
+// CompileOptions configure Backend.Compile.
+type CompileOptions struct {
+	// Donated[i] says parameter i's buffer is donated: the executable may reuse
+	// it for a result, and it is unusable after the call.
+	Donated []bool
+}
+
+// ExecOptions configure one execution.
+type ExecOptions struct {
+	// DonationSite is the caller's file:line, recorded on donated buffers so
+	// that using them later says where they were donated.
+	DonationSite string
+	// Results, if its capacity suffices, holds the returned results (its
+	// elements are overwritten), so that a caller can reuse one slice.
+	// Backends may ignore it.
+	Results []trace.Buffer
+}
+
+// Executable is a compiled function a backend can run.
+type Executable interface {
+	// Execute runs the function on buffers of the backend (one per parameter).
+	Execute(args []trace.Buffer, opts ExecOptions) ([]trace.Buffer, error)
+	// Program is the compiled program: the optimised IR, its buffer plan and
+	// its memory analysis.
+	Program() *passes.Program
+}
+
+// Device is one device of a backend.
+type Device struct {
+	// Platform is the backend name ("cpu", "cuda").
+	Platform string
+	// ID is the device's index within its platform.
+	ID int
+	// Kind describes the hardware.
+	Kind string
+}
+
+// String formats the device as platform:id(kind), e.g. "cpu:0(cpu)".
+func (d Device) String() string {
+	return fmt.Sprintf("%s:%d(%s)", d.Platform, d.ID, d.Kind)
+}
+
+var (
+	mu        sync.Mutex
+	backends  = map[string]Backend{}
+	defaultBE Backend
+)
+
+// EnvBackend names the environment variable that picks the default backend.
+const EnvBackend = "FERRY_BACKEND"
+
+// Register makes a backend available by name, replacing one of the same
+// name. A backend other than "cpu" becomes the default unless FERRY_BACKEND
+// names another; "cpu" is the default when nothing else is registered.
+func Register(b Backend) {
+	mu.Lock()
+	defer mu.Unlock()
+	backends[b.Name()] = b
+	if want := os.Getenv(EnvBackend); want == "" || want == b.Name() {
+		if defaultBE == nil || b.Name() != "cpu" {
+			defaultBE = b
+		}
+	}
+}
+
+// Default returns the backend arrays and jitted functions use by default.
+func Default() Backend {
+	mu.Lock()
+	defer mu.Unlock()
+	if defaultBE == nil {
+		return backends["cpu"]
+	}
+	return defaultBE
+}
+
+// Lookup returns the backend registered under name, or nil.
+func Lookup(name string) Backend {
+	mu.Lock()
+	defer mu.Unlock()
+	return backends[name]
+}
+
+// All returns the registered backends sorted by name.
+func All() []Backend {
+	mu.Lock()
+	defer mu.Unlock()
+	out := make([]Backend, 0, len(backends))
+	for _, b := range backends {
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out
+}
+
+// Unregister removes b if it is the backend registered under its name; when
+// it was the default, the default becomes another registered backend other
+// than "cpu" that FERRY_BACKEND allows, or "cpu".
+func Unregister(b Backend) {
+	mu.Lock()
+	defer mu.Unlock()
+	if backends[b.Name()] != b {
+		return
+	}
+	delete(backends, b.Name())
+	if defaultBE != b {
+		return
+	}
+	defaultBE = nil
+	names := make([]string, 0, len(backends))
+	for n := range backends {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	want := os.Getenv(EnvBackend)
+	for _, n := range names {
+		if n != "cpu" && (want == "" || want == n) {
+			defaultBE = backends[n]
+			return
+		}
+	}
+	if want == "" || want == "cpu" {
+		defaultBE = backends["cpu"]
+	}
+}

@@ -1,0 +1,78 @@
+package backend
+
+import (
+	"time"
+
+	"github.com/ferryml/ferry/ir"
+)
+
+// Memory is implemented by a backend that holds memory of its own and
+// reports it: runtime's MemoryStats, LiveArrays, out-of-memory reports and
+// memory profile ask every registered backend that implements it.
+type Memory interface {
+	// MemoryStats returns the statistics of the backend's memory in space,
+	// and false when the backend holds no memory of that space.
+	MemoryStats(space ir.MemorySpace) (SpaceStats, bool)
+	// LiveAllocations lists the backend's live allocations, in any order.
+	LiveAllocations() []Allocation
+	// ResetPeak sets every space's peak to the bytes in use now.
+	ResetPeak()
+}
+
+// SpaceStats describes a backend's memory in one space.
+type SpaceStats struct {
+	// Platform is the backend's name.
+	Platform string
+	// Space is the memory space.
+	Space ir.MemorySpace
+	// Allocator names the allocator ("bfc", "platform").
+	Allocator string
+	// Capacity is the size of the memory space; 0 means unlimited or unknown.
+	Capacity int64
+	// Limit is what the allocator may use; 0 means unlimited.
+	Limit int64
+	// Reserved is what the allocator holds.
+	Reserved int64
+	// BytesInUse is the memory of live allocations as counted against Limit.
+	BytesInUse int64
+	// PeakBytesInUse is the highest BytesInUse so far.
+	PeakBytesInUse int64
+	// LargestFreeBlock is the largest free block inside the reserved memory.
+	LargestFreeBlock int64
+	// FreeBytes is the free memory inside the reserved memory, FreeBlocks
+	// the number of its blocks.
+	FreeBytes  int64
+	FreeBlocks int
+	// NumAllocs counts the allocations made.
+	NumAllocs int64
+	// LiveAllocs is the number of live allocations.
+	LiveAllocs int64
+}
+
+// Fragmentation is 1 − LargestFreeBlock / FreeBytes, 0 when nothing
+// reserved is free.
+func (s SpaceStats) Fragmentation() float64 {
+	if s.FreeBytes <= 0 {
+		return 0
+	}
+	return 1 - float64(s.LargestFreeBlock)/float64(s.FreeBytes)
+}
+
+// Allocation is one live allocation of a backend.
+type Allocation struct {
+	// Platform is the backend's name.
+	Platform string
+	// Space is the memory space it lives in.
+	Space ir.MemorySpace
+	// IsArray says the memory is an array of Type; otherwise it is scratch
+	// memory (arenas, outputs not yet returned) described by What.
+	IsArray bool
+	Type    ir.Type
+	What    string
+	// Bytes is the size requested.
+	Bytes int64
+	// PCs is the Go call stack that allocated it (may be empty).
+	PCs []uintptr
+	// Born is when it was allocated.
+	Born time.Time
+}

@@ -1,0 +1,72 @@
+package runtime
+
+import (
+	"time"
+
+	"github.com/ferryml/ferry/backend"
+	"github.com/ferryml/ferry/ir"
+)
+
+// otherMemories returns the registered backends other than the CPU one (whose
+// memory is the pools) that report their memory.
+func otherMemories() []backend.Memory {
+	var out []backend.Memory
+	for _, b := range backend.All() {
+		if m, ok := b.(backend.Memory); ok && b.Name() != "cpu" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// memStatsOf converts a backend's statistics.
+func memStatsOf(s backend.SpaceStats) MemStats {
+	return MemStats{Platform: s.Platform, Space: s.Space, Allocator: s.Allocator, Capacity: s.Capacity, Limit: s.Limit,
+		Reserved: s.Reserved, BytesInUse: s.BytesInUse, PeakBytesInUse: s.PeakBytesInUse,
+		LargestFreeBlock: s.LargestFreeBlock, Fragmentation: s.Fragmentation(), NumAllocs: s.NumAllocs, LiveAllocs: s.LiveAllocs}
+}
+
+// liveArrayOf converts a backend's allocation.
+func liveArrayOf(a backend.Allocation, now time.Time) LiveArray {
+	return LiveArray{Platform: a.Platform, Type: a.Type, IsArray: a.IsArray, What: a.What, Bytes: a.Bytes,
+		Space: a.Space, Site: userSite(a.PCs), Age: now.Sub(a.Born)}
+}
+
+// NewOutOfMemoryError is the out-of-memory report of a backend other than
+// the CPU one: the request (requested bytes for what), the backend's
+// statistics of the space, the largest of its live allocations, and note
+// (why, when the failure is not simply a full pool; "" otherwise).
+func NewOutOfMemoryError(s backend.SpaceStats, requested int64, what, note string, live []backend.Allocation) *OutOfMemoryError {
+	e := &OutOfMemoryError{Platform: s.Platform, Space: s.Space, Requested: requested, What: what, Allocator: s.Allocator,
+		Capacity: s.Capacity, Limit: s.Limit, Reserved: s.Reserved, InUse: s.BytesInUse, LargestFree: s.LargestFreeBlock,
+		FreeBytes: s.FreeBytes, FreeBlocks: s.FreeBlocks, LiveAllocs: s.LiveAllocs, Note: note}
+	e.Fragmented = note == "" && s.FreeBytes >= requested && s.LargestFreeBlock < requested
+	now := time.Now()
+	var ls []LiveArray
+	for _, a := range live {
+		if a.Space == s.Space {
+			ls = append(ls, liveArrayOf(a, now))
+		}
+	}
+	sortLive(ls)
+	e.Largest = ls[:min(len(ls), maxOOMBuffers)]
+	return e
+}
+
+// defaultMemoryStats returns the default backend's statistics of space when
+// it is not the CPU backend and reports them.
+func defaultMemoryStats(space ir.MemorySpace) (MemStats, bool) {
+	b := backend.Default()
+	if b == nil || b.Name() == "cpu" {
+		return MemStats{}, false
+	}
+	m, ok := b.(backend.Memory)
+	if !ok {
+		return MemStats{}, false
+	}
+	s, ok := m.MemoryStats(space)
+	if !ok {
+		return MemStats{}, false
+	}
+	return memStatsOf(s), true
+}
