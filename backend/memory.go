@@ -71,6 +71,9 @@ type Allocation struct {
 	What    string
 	// Bytes is the size requested.
 	Bytes int64
+	// Site is the Go file:line that made it; when empty, the innermost
+	// frame of PCs outside Ferry's library packages.
+	Site string
 	// PCs is the Go call stack that allocated it (may be empty).
 	PCs []uintptr
 	// Born is when it was allocated.

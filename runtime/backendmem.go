@@ -28,8 +28,12 @@ func memStatsOf(s backend.SpaceStats) MemStats {
 
 // liveArrayOf converts a backend's allocation.
 func liveArrayOf(a backend.Allocation, now time.Time) LiveArray {
-	return LiveArray{Platform: a.Platform, Type: a.Type, IsArray: a.IsArray, What: a.What, Bytes: a.Bytes,
-		Space: a.Space, Site: userSite(a.PCs), Age: now.Sub(a.Born)}
+	l := LiveArray{Platform: a.Platform, Type: a.Type, IsArray: a.IsArray, What: a.What, Bytes: a.Bytes,
+		Space: a.Space, Site: a.Site, Age: now.Sub(a.Born)}
+	if l.Site == "" {
+		l.Site = userSite(a.PCs)
+	}
+	return l
 }
 
 // NewOutOfMemoryError is the out-of-memory report of a backend other than
@@ -54,13 +58,9 @@ func NewOutOfMemoryError(s backend.SpaceStats, requested int64, what, note strin
 }
 
 // defaultMemoryStats returns the default backend's statistics of space when
-// it is not the CPU backend and reports them.
+// it reports them.
 func defaultMemoryStats(space ir.MemorySpace) (MemStats, bool) {
-	b := backend.Default()
-	if b == nil || b.Name() == "cpu" {
-		return MemStats{}, false
-	}
-	m, ok := b.(backend.Memory)
+	m, ok := backend.Default().(backend.Memory)
 	if !ok {
 		return MemStats{}, false
 	}
@@ -70,3 +70,48 @@ func defaultMemoryStats(space ir.MemorySpace) (MemStats, bool) {
 	}
 	return memStatsOf(s), true
 }
+
+// MemoryStats reports the pool of space (backend.Memory).
+func (cpuBackend) MemoryStats(space ir.MemorySpace) (backend.SpaceStats, bool) {
+	p, err := memPools.set().pool(space)
+	if err != nil {
+		return backend.SpaceStats{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.statsLocked()
+	st := backend.SpaceStats{Platform: "cpu", Space: s.Space, Allocator: s.Allocator, Capacity: s.Capacity, Limit: s.Limit,
+		Reserved: s.Reserved, BytesInUse: s.BytesInUse, PeakBytesInUse: s.PeakBytesInUse, LargestFreeBlock: s.LargestFreeBlock,
+		NumAllocs: s.NumAllocs, LiveAllocs: s.LiveAllocs}
+	if p.bfc != nil {
+		_, st.FreeBytes, st.FreeBlocks = p.bfc.freeStats()
+	}
+	return st, true
+}
+
+// LiveAllocations lists the pools' live allocations, pool by pool, largest
+// first (backend.Memory).
+func (cpuBackend) LiveAllocations() []backend.Allocation {
+	var out []backend.Allocation
+	for _, p := range memPools.set().spaces {
+		p.mu.Lock()
+		recs := make([]*allocRecord, 0, p.nlive)
+		for r := p.live; r != nil; r = r.next {
+			recs = append(recs, r)
+		}
+		sortRecords(recs)
+		for _, r := range recs {
+			a := backend.Allocation{Platform: "cpu", Space: p.space, IsArray: r.isArray, What: r.name(), Bytes: r.size,
+				Site: r.callSiteLocked(), PCs: append([]uintptr(nil), r.pcs()...), Born: r.bornTime()}
+			if r.isArray {
+				a.Type = r.typ.WithShape(r.typ.Shape)
+			}
+			out = append(out, a)
+		}
+		p.mu.Unlock()
+	}
+	return out
+}
+
+// ResetPeak sets the pools' peaks to the bytes in use (backend.Memory).
+func (cpuBackend) ResetPeak() { memPools.resetPeak() }

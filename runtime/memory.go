@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"github.com/ferryml/ferry/backend"
 	"math"
 	"os"
 	"sort"
@@ -988,6 +989,8 @@ func ResetPeakMemory() {
 		m.ResetPeak()
 	}
 }
+
+var _ backend.Memory = cpuBackend{}
 
 func (ps *Pools) resetPeak() {
 	for _, p := range ps.set().spaces {
