@@ -254,6 +254,9 @@ type fnode struct {
 	// run (eval.F32Kernels), called directly.
 	f1 func(dst, x []float32)
 	f2 func(dst, a, b []float32)
+	// f3: a select of f32 values by a compare's f32 mask (see
+	// maskCompares), vmath.Select.
+	f3 func(dst, mask, a, b []float32)
 	// vop is the opcode of the op in a vmath program (0: none).
 	vop int32
 	// invariant nodes have the same value at every position: computed once
@@ -493,6 +496,7 @@ func (k *fusedKernel) build() error {
 		for _, fr := range p.reduces {
 			p.prefix = p.prefix && fr.prefix && fr.r == p.reduces[0].r
 		}
+		maskCompares(p)
 		p.code = progCode(p)
 		p.chain = compileChain(p)
 		for _, nd := range p.nodes {
@@ -758,8 +762,11 @@ func progCode(p *blockProg) []vmath.Instr {
 			return nil
 		}
 		in := vmath.Instr{Op: nd.vop, Dst: int32(i), A: int32(nd.args[0]), B: int32(nd.args[0])}
-		if len(nd.args) == 2 {
+		if len(nd.args) >= 2 {
 			in.B = int32(nd.args[1])
+		}
+		if len(nd.args) == 3 {
+			in.C = int32(nd.args[2])
 		}
 		if k := len(code) - 1; k >= 0 {
 			prev := code[k].Dst
@@ -776,4 +783,67 @@ func progCode(p *blockProg) []vmath.Instr {
 		code = append(code, in)
 	}
 	return code
+}
+
+// maskCompares lets the f32 compares of a program read only as the
+// condition of f32 selects of the same program, and those selects, join its
+// vmath code (compare opcodes and vmath.OpSelect): such a compare's bool
+// becomes an f32 mask in its block (every bit set for true), which never
+// leaves the program. It changes nothing unless then every per-block op
+// node has an opcode; compares whose bool is a result, or read by other
+// ops, and selects of other conditions keep the program off the code as
+// before.
+func maskCompares(p *blockProg) {
+	nodes := p.nodes
+	f32 := func(i int) bool { return nodes[i].dt == ir.Float32 }
+	cmp := func(nd *fnode) int32 {
+		if nd.kind != nOp || nd.invariant || len(nd.args) != 2 || !f32(nd.args[0]) || !f32(nd.args[1]) {
+			return 0
+		}
+		return vmath.CompareByName(nd.code.Info().Name)
+	}
+	kept := make([]bool, len(nodes))
+	for _, rn := range p.results {
+		kept[rn[1]] = true
+	}
+	for _, fr := range p.reduces {
+		kept[fr.node] = true
+	}
+	mask := make([]bool, len(nodes))
+	for i := range nodes {
+		nd := &nodes[i]
+		if nd.kind != nOp || nd.invariant || nd.vop != 0 {
+			continue
+		}
+		switch {
+		case cmp(nd) != 0 && !kept[i]:
+			mask[i] = true
+		case nd.code == ir.Select && f32(i):
+		default:
+			return // an op no code covers
+		}
+	}
+	// Every select's condition must be a mask, and every mask read only
+	// as a condition.
+	for i := range nodes {
+		nd := &nodes[i]
+		for j, a := range nd.args {
+			if cond := nd.kind == nOp && !nd.invariant && nd.code == ir.Select && j == 0; mask[a] && !cond {
+				return
+			}
+		}
+		if nd.kind == nOp && !nd.invariant && nd.vop == 0 && nd.code == ir.Select && !mask[nd.args[0]] {
+			return
+		}
+	}
+	for i := range nodes {
+		nd := &nodes[i]
+		switch {
+		case mask[i]:
+			nd.vop, nd.esz = cmp(nd), 4
+			nd.f2 = vmath.CompareKernel(nd.vop)
+		case nd.kind == nOp && !nd.invariant && nd.code == ir.Select && nd.vop == 0:
+			nd.vop, nd.f3 = vmath.OpSelect, vmath.Select
+		}
+	}
 }

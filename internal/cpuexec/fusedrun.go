@@ -543,9 +543,12 @@ func (w *worker) runCode(cnt int) {
 		nd := &p.nodes[in.Dst]
 		dst := ir.ViewBytes[float32](w.lits[in.Dst].Data)[m:cnt]
 		a := ir.ViewBytes[float32](w.lits[in.A].Data)[m:cnt]
-		if nd.f2 != nil {
+		switch {
+		case nd.f3 != nil:
+			nd.f3(dst, a, ir.ViewBytes[float32](w.lits[in.B].Data)[m:cnt], ir.ViewBytes[float32](w.lits[in.C].Data)[m:cnt])
+		case nd.f2 != nil:
 			nd.f2(dst, a, ir.ViewBytes[float32](w.lits[in.B].Data)[m:cnt])
-		} else {
+		default:
 			nd.f1(dst, a)
 		}
 	}
