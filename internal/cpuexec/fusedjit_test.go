@@ -51,7 +51,19 @@ func (g *groupGen) jitExpr(shape []int, depth int) *ir.Value {
 	case 0, 1:
 		return g.op(jitUnary[r.IntN(len(jitUnary))], nil, g.jitExpr(shape, depth-1))
 	case 2: // a select by a compare (as ReLU and its gradient trace)
-		c := g.op(jitCompare[r.IntN(len(jitCompare))], nil, g.jitExpr(shape, depth-1), g.jitExpr(shape, depth-1))
+		var c *ir.Value
+		switch cmp := jitCompare[r.IntN(len(jitCompare))]; r.IntN(4) {
+		case 0: // of integers: a causal mask's iotas
+			io := func(dim int) *ir.Value {
+				return g.op(ir.Iota, ir.Attrs{"dtype": ir.Int32, "shape": shape, "dim": dim})
+			}
+			c = g.op(cmp, nil, io(0), io(len(shape)-1))
+		case 1: // of constants: one bool for every element
+			x, y := constant(g.t, g.rg, float32(r.IntN(3))), constant(g.t, g.rg, float32(r.IntN(3)))
+			c = bcast(g.t, g.rg, g.op(cmp, nil, x, y), shape)
+		default:
+			c = g.op(cmp, nil, g.jitExpr(shape, depth-1), g.jitExpr(shape, depth-1))
+		}
 		return g.op(ir.Select, nil, c, g.jitExpr(shape, depth-1), g.jitExpr(shape, depth-1))
 	}
 	return g.op(jitBinary[r.IntN(len(jitBinary))], nil, g.jitExpr(shape, depth-1), g.jitExpr(shape, depth-1))
@@ -98,10 +110,11 @@ func f32Args(f *ir.Func, next func() float32) []*ir.Literal {
 func TestJITRandomChains(t *testing.T) {
 	r := rand.New(rand.NewPCG(rand.Uint64(), 11))
 	sizes := [][]int{{3, 5}, {4, 16}, {7, 33}, {2, 1024}, {3, 1000}, {5, 4099}, {257, 129}, {9, 5000}}
-	compiled, spans, masked := 0, 0, 0
+	compiled, spans, masked, boolMasked := 0, 0, 0, 0
 	defer func() {
-		if !t.Failed() && vmath.JITAvailable() && (compiled < 20 || spans < 5 || vmath.Impl() == "avx2" && masked < 10) {
-			t.Errorf("only %d groups got a compiled chain (%d with compares and selects), %d ran over spans", compiled, masked, spans)
+		if !t.Failed() && vmath.JITAvailable() && (compiled < 20 || spans < 5 || vmath.Impl() == "avx2" && (masked < 10 || boolMasked < 5)) {
+			t.Errorf("only %d groups got a compiled chain (%d with compares and selects, %d conditions made masks), %d ran over spans",
+				compiled, masked, boolMasked, spans)
 		}
 	}()
 	for it := range 64 {
@@ -128,6 +141,11 @@ func TestJITRandomChains(t *testing.T) {
 					compiled++
 					if hasMaskOps(bp.code) {
 						masked++
+					}
+					for _, nd := range bp.nodes {
+						if nd.boolMask {
+							boolMasked++
+						}
 					}
 				}
 				if bp.spans {

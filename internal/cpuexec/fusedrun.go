@@ -276,6 +276,10 @@ func (w *worker) begin(args, outs []*ir.Literal, inPlace bool) error {
 			fillElem(blk, src[j*nd.esz:(j+1)*nd.esz])
 			continue
 		}
+		if nd.boolMask {
+			boolMasks(ir.ViewBytes[float32](blk), w.args[i][0].Data[:len(blk)/4])
+			continue
+		}
 		if err := eval.Elementwise(nd.code, nd.attrs, w.args[i], &w.lits[i]); err != nil {
 			return err
 		}
@@ -462,7 +466,11 @@ func (w *worker) block(lo, hi int) error {
 			} else {
 				w.lits[i].Data = w.blocks[i][:cnt*e]
 			}
-			if p.code != nil {
+			if nd.boolMask {
+				boolMasks(ir.ViewBytes[float32](w.lits[i].Data), w.args[i][0].Data[:cnt])
+				continue
+			}
+			if p.code != nil && !nd.pre {
 				continue // computed below
 			}
 			if nd.f2 != nil {
