@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/ferryml/ferry/internal/vmath"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"
@@ -159,5 +160,46 @@ func TestCompiledFusionModes(t *testing.T) {
 			}
 		}
 		walk(e.body)
+	}
+}
+
+// TestReluGradCompiles checks that the groups of a ReLU layer's training
+// step (max(x·W+b, 0) and its gradient: compares of f32 values read only
+// by selects) get compiled chains on AVX2 (the compares as vector masks)
+// and compute what the reference executor does, JIT on and off.
+func TestReluGradCompiles(t *testing.T) {
+	f := traceFunc(t, "relu_step", []ir.Type{f32(64, 96), f32(96), f32(32, 64)}, func(x []*trace.Array) []*trace.Array {
+		type P struct{ W, B *trace.Array }
+		loss := func(p P) *trace.Array {
+			h := trace.Relu(trace.Add(trace.MatMul(x[2], p.W), p.B))
+			return trace.Mean(trace.Mul(h, h))
+		}
+		g := trace.Grad(loss)(P{x[0], x[1]})
+		return []*trace.Array{g.W, g.B}
+	})
+	p, err := passes.Compile(f, passes.Options{})
+	require.NoError(t, err)
+	args := edgeArgs(newRand(), p.Func)
+	for _, on := range []bool{true, false} {
+		prev := vmath.SetJIT(on)
+		e, err := New(p)
+		require.NoError(t, err)
+		masked := 0
+		for _, st := range e.body.steps {
+			if st.fused == nil {
+				continue
+			}
+			require.NotEqual(t, modeFallback, st.fused.mode, st.fused.why)
+			for _, bp := range st.fused.progs {
+				if bp.chain != nil && hasMaskOps(bp.code) {
+					masked++
+				}
+			}
+		}
+		if want := on && vmath.JITAvailable() && vmath.Impl() == "avx2"; want != (masked > 0) {
+			t.Errorf("JIT %v (%s): %d compiled groups with compares and selects:\n%v", on, vmath.Impl(), masked, p.Func)
+		}
+		runBoth(t, p, args)
+		vmath.SetJIT(prev)
 	}
 }

@@ -2,6 +2,7 @@ package cpuexec
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -254,6 +255,13 @@ type fnode struct {
 	// run (eval.F32Kernels), called directly.
 	f1 func(dst, x []float32)
 	f2 func(dst, a, b []float32)
+	// f3: a select of f32 values by a compare's f32 mask (see
+	// maskCompares), vmath.Select.
+	f3 func(dst, mask, a, b []float32)
+	// boolMask nodes turn their bool operand into an f32 mask for a
+	// select of the code (see maskCompares); pre nodes (the per-block
+	// ones, and the bool nodes they read) are computed before the code.
+	boolMask, pre bool
 	// vop is the opcode of the op in a vmath program (0: none).
 	vop int32
 	// invariant nodes have the same value at every position: computed once
@@ -493,6 +501,7 @@ func (k *fusedKernel) build() error {
 		for _, fr := range p.reduces {
 			p.prefix = p.prefix && fr.prefix && fr.r == p.reduces[0].r
 		}
+		maskCompares(p)
 		p.code = progCode(p)
 		p.chain = compileChain(p)
 		for _, nd := range p.nodes {
@@ -751,15 +760,18 @@ func progCode(p *blockProg) []vmath.Instr {
 	}
 	var code []vmath.Instr
 	for i, nd := range nodes {
-		if nd.kind != nOp || nd.invariant {
+		if nd.kind != nOp || nd.invariant || nd.pre {
 			continue
 		}
 		if nd.vop == 0 {
 			return nil
 		}
 		in := vmath.Instr{Op: nd.vop, Dst: int32(i), A: int32(nd.args[0]), B: int32(nd.args[0])}
-		if len(nd.args) == 2 {
+		if len(nd.args) >= 2 {
 			in.B = int32(nd.args[1])
+		}
+		if len(nd.args) == 3 {
+			in.C = int32(nd.args[2])
 		}
 		if k := len(code) - 1; k >= 0 {
 			prev := code[k].Dst
@@ -776,4 +788,114 @@ func progCode(p *blockProg) []vmath.Instr {
 		code = append(code, in)
 	}
 	return code
+}
+
+// maskCompares lets the f32 compares of a program read only as the
+// condition of f32 selects of the same program, and those selects, join its
+// vmath code (compare opcodes and vmath.OpSelect): such a compare's bool
+// becomes an f32 mask in its block (every bit set for true), which never
+// leaves the program. A select's condition computed otherwise (a bool
+// operand, a compare of integers such as a causal mask's iotas, an invariant
+// bool) becomes a mask too, by a node (fnode.boolMask) computed before the
+// code with the bool nodes it reads (fnode.pre), provided none of them reads
+// a value the code computes. It changes nothing unless then every per-block
+// op node is covered; otherwise the program stays off the code as before.
+func maskCompares(p *blockProg) {
+	nodes := p.nodes
+	f32 := func(i int) bool { return nodes[i].dt == ir.Float32 }
+	perBlock := func(i int) bool { return nodes[i].kind == nOp && !nodes[i].invariant }
+	isSelect := func(i int) bool { return perBlock(i) && nodes[i].code == ir.Select && f32(i) && nodes[i].vop == 0 }
+	cmp := func(i int) int32 {
+		nd := &nodes[i]
+		if !perBlock(i) || len(nd.args) != 2 || !f32(nd.args[0]) || !f32(nd.args[1]) {
+			return 0
+		}
+		return vmath.CompareByName(nd.code.Info().Name)
+	}
+	kept := make([]bool, len(nodes))
+	for _, rn := range p.results {
+		kept[rn[1]] = true
+	}
+	for _, fr := range p.reduces {
+		kept[fr.node] = true
+	}
+	// A compare is a mask when every read of it is a select's condition.
+	mask := make([]bool, len(nodes))
+	for i := range nodes {
+		mask[i] = cmp(i) != 0 && !kept[i]
+	}
+	for i := range nodes {
+		for j, a := range nodes[i].args {
+			if !isSelect(i) || j != 0 {
+				mask[a] = false
+			}
+		}
+	}
+	// pre marks the per-block nodes a select's other condition reads: no
+	// f32 value (the code's) among them.
+	pre := make([]bool, len(nodes))
+	var mark func(i int) bool
+	mark = func(i int) bool {
+		if !perBlock(i) || pre[i] {
+			return true
+		}
+		if f32(i) {
+			return false
+		}
+		pre[i] = true
+		for _, a := range nodes[i].args {
+			if !mark(a) {
+				return false
+			}
+		}
+		return true
+	}
+	conds := map[int]int{} // bool node → its mask node
+	var extra []fnode
+	for i := range nodes {
+		if !isSelect(i) || mask[nodes[i].args[0]] {
+			continue
+		}
+		c := nodes[i].args[0]
+		if _, ok := conds[c]; !ok {
+			if !mark(c) {
+				return
+			}
+			conds[c] = len(nodes) + len(extra)
+			extra = append(extra, fnode{kind: nOp, dt: ir.Float32, esz: 4, src: -1, out: -1, args: []int{c},
+				boolMask: true, pre: !nodes[c].invariant, invariant: nodes[c].invariant})
+		}
+	}
+	for i := range nodes {
+		if perBlock(i) && nodes[i].vop == 0 && !mask[i] && !isSelect(i) && !pre[i] {
+			return // an op no code covers
+		}
+	}
+	for i := range nodes {
+		nd := &nodes[i]
+		switch {
+		case mask[i]:
+			nd.vop, nd.esz = cmp(i), 4
+			nd.f2 = vmath.CompareKernel(nd.vop)
+		case pre[i]:
+			nd.pre = true
+		case isSelect(i):
+			if m, ok := conds[nd.args[0]]; ok {
+				nd.args = append([]int{m}, nd.args[1:]...)
+			}
+			nd.vop, nd.f3 = vmath.OpSelect, vmath.Select
+		}
+	}
+	p.nodes = append(p.nodes, extra...)
+}
+
+// boolMasks writes the f32 mask of every bool of src to dst (every bit set
+// for true, zero for false).
+func boolMasks(dst []float32, src []byte) {
+	for i, b := range src[:len(dst)] {
+		dst[i] = 0
+		if b != 0 {
+			dst[i] = math.Float32frombits(0xffffffff)
+		}
+	}
 }

@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 var (
 	jitUnary  = []ir.Code{ir.Neg, ir.Abs, ir.Sqrt, ir.Exp, ir.Log, ir.Tanh, ir.Logistic, ir.Erf}
 	jitBinary = []ir.Code{ir.Add, ir.Sub, ir.Mul, ir.Div, ir.Max, ir.Min}
+	// jitCompare: compares whose bools only selects read compile too (as
+	// f32 masks), on AVX2.
+	jitCompare = []ir.Code{ir.Eq, ir.Ne, ir.Lt, ir.Le, ir.Gt, ir.Ge}
 )
 
 // jitExpr returns a random f32 expression of the chain's ops over
@@ -44,8 +47,24 @@ func (g *groupGen) jitExpr(shape []int, depth int) *ir.Value {
 		}
 		return g.param(shape)
 	}
-	if r.IntN(2) == 0 {
+	switch r.IntN(5) {
+	case 0, 1:
 		return g.op(jitUnary[r.IntN(len(jitUnary))], nil, g.jitExpr(shape, depth-1))
+	case 2: // a select by a compare (as ReLU and its gradient trace)
+		var c *ir.Value
+		switch cmp := jitCompare[r.IntN(len(jitCompare))]; r.IntN(4) {
+		case 0: // of integers: a causal mask's iotas
+			io := func(dim int) *ir.Value {
+				return g.op(ir.Iota, ir.Attrs{"dtype": ir.Int32, "shape": shape, "dim": dim})
+			}
+			c = g.op(cmp, nil, io(0), io(len(shape)-1))
+		case 1: // of constants: one bool for every element
+			x, y := constant(g.t, g.rg, float32(r.IntN(3))), constant(g.t, g.rg, float32(r.IntN(3)))
+			c = bcast(g.t, g.rg, g.op(cmp, nil, x, y), shape)
+		default:
+			c = g.op(cmp, nil, g.jitExpr(shape, depth-1), g.jitExpr(shape, depth-1))
+		}
+		return g.op(ir.Select, nil, c, g.jitExpr(shape, depth-1), g.jitExpr(shape, depth-1))
 	}
 	return g.op(jitBinary[r.IntN(len(jitBinary))], nil, g.jitExpr(shape, depth-1), g.jitExpr(shape, depth-1))
 }
@@ -91,10 +110,11 @@ func f32Args(f *ir.Func, next func() float32) []*ir.Literal {
 func TestJITRandomChains(t *testing.T) {
 	r := rand.New(rand.NewPCG(rand.Uint64(), 11))
 	sizes := [][]int{{3, 5}, {4, 16}, {7, 33}, {2, 1024}, {3, 1000}, {5, 4099}, {257, 129}, {9, 5000}}
-	compiled, spans := 0, 0
+	compiled, spans, masked, boolMasked := 0, 0, 0, 0
 	defer func() {
-		if !t.Failed() && vmath.JITAvailable() && (compiled < 20 || spans < 5) {
-			t.Errorf("only %d groups got a compiled chain, %d ran over spans", compiled, spans)
+		if !t.Failed() && vmath.JITAvailable() && (compiled < 20 || spans < 5 || vmath.Impl() == "avx2" && (masked < 10 || boolMasked < 5)) {
+			t.Errorf("only %d groups got a compiled chain (%d with compares and selects, %d conditions made masks), %d ran over spans",
+				compiled, masked, boolMasked, spans)
 		}
 	}()
 	for it := range 64 {
@@ -119,11 +139,19 @@ func TestJITRandomChains(t *testing.T) {
 			for _, bp := range k.progs {
 				if bp.chain != nil {
 					compiled++
+					if hasMaskOps(bp.code) {
+						masked++
+					}
+					for _, nd := range bp.nodes {
+						if nd.boolMask {
+							boolMasked++
+						}
+					}
 				}
 				if bp.spans {
 					spans++
 				}
-				if bp.code != nil && (bp.chain != nil) != (on && vmath.JITAvailable()) {
+				if bp.code != nil && (bp.chain != nil) != (on && vmath.JITAvailable() && (vmath.Impl() == "avx2" || !hasMaskOps(bp.code))) {
 					t.Fatalf("%s: JIT %v, available %v, chain compiled %v", f.Name, on, vmath.JITAvailable(), bp.chain != nil)
 				}
 			}
@@ -251,4 +279,15 @@ func TestContractedRandomChains(t *testing.T) {
 	if vmath.JITAvailable() && fused < 24 {
 		t.Fatalf("%d multiplies contracted in 24 chains", fused)
 	}
+}
+
+// hasMaskOps reports whether code holds compares or selects (which compile
+// only to AVX2 chains).
+func hasMaskOps(code []vmath.Instr) bool {
+	for _, in := range code {
+		if in.Code() == vmath.OpSelect || vmath.CompareByName("eq") <= in.Code() && in.Code() < vmath.OpSelect {
+			return true
+		}
+	}
+	return false
 }

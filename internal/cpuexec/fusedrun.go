@@ -276,6 +276,10 @@ func (w *worker) begin(args, outs []*ir.Literal, inPlace bool) error {
 			fillElem(blk, src[j*nd.esz:(j+1)*nd.esz])
 			continue
 		}
+		if nd.boolMask {
+			boolMasks(ir.ViewBytes[float32](blk), w.args[i][0].Data[:len(blk)/4])
+			continue
+		}
 		if err := eval.Elementwise(nd.code, nd.attrs, w.args[i], &w.lits[i]); err != nil {
 			return err
 		}
@@ -462,7 +466,11 @@ func (w *worker) block(lo, hi int) error {
 			} else {
 				w.lits[i].Data = w.blocks[i][:cnt*e]
 			}
-			if p.code != nil {
+			if nd.boolMask {
+				boolMasks(ir.ViewBytes[float32](w.lits[i].Data), w.args[i][0].Data[:cnt])
+				continue
+			}
+			if p.code != nil && !nd.pre {
 				continue // computed below
 			}
 			if nd.f2 != nil {
@@ -543,9 +551,12 @@ func (w *worker) runCode(cnt int) {
 		nd := &p.nodes[in.Dst]
 		dst := ir.ViewBytes[float32](w.lits[in.Dst].Data)[m:cnt]
 		a := ir.ViewBytes[float32](w.lits[in.A].Data)[m:cnt]
-		if nd.f2 != nil {
+		switch {
+		case nd.f3 != nil:
+			nd.f3(dst, a, ir.ViewBytes[float32](w.lits[in.B].Data)[m:cnt], ir.ViewBytes[float32](w.lits[in.C].Data)[m:cnt])
+		case nd.f2 != nil:
 			nd.f2(dst, a, ir.ViewBytes[float32](w.lits[in.B].Data)[m:cnt])
-		} else {
+		default:
 			nd.f1(dst, a)
 		}
 	}

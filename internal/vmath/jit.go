@@ -138,6 +138,13 @@ func compileChain(code []Instr, nvals int, uniform []bool, vex, fuse bool) (*Cha
 	if err != nil {
 		return nil, err
 	}
+	if !vex {
+		for _, in := range code {
+			if isMaskOp(in.Code()) {
+				return nil, errMaskAVX512
+			}
+		}
+	}
 	cc, fused := contract(code, vals, fuse)
 	c, err := generateChain(cc, vals, vex)
 	if err != nil {
@@ -334,7 +341,7 @@ func checkChain(code []Instr, nvals int, uniform []bool) ([]valInfo, error) {
 	ok := func(i int32) bool { return i >= 0 && int(i) < nvals }
 	for k, in := range code {
 		cd := in.Code()
-		if in.Op&^(0xff|AccA|AccB|NoStore) != 0 || !validOp(cd) || !ok(in.Dst) || !ok(in.A) || !ok(in.B) {
+		if in.Op&^(0xff|AccA|AccB|NoStore) != 0 || !validCode(cd) || !ok(in.Dst) || !ok(in.A) || !ok(in.B) || !ok(in.C) {
 			return nil, fmt.Errorf("vmath: bad chain instruction %d: %+v", k, in)
 		}
 		for _, x := range (cins{Instr: in}).operands() {
@@ -463,6 +470,10 @@ func generateUnrolled(code []cins, vals []valInfo, nt bool, u int, vex bool) (c 
 
 func (in cins) operands() []int {
 	switch cd := in.Code(); {
+	case cd == OpSelect:
+		return []int{int(in.A), int(in.B), int(in.C)}
+	case isCompare(cd):
+		return []int{int(in.A), int(in.B)}
 	case !validOp(cd):
 		return []int{int(in.A), int(in.B), int(in.C)} // contracted multiply-add
 	case ops[cd].arity == 2:
@@ -497,7 +508,6 @@ func (g *gen) reuse(in cins, off int, regs []e.Z) e.Z {
 // reads it (opFMA: A*B + C, opFMS: A*B - C, opFNMA: C - A*B).
 type cins struct {
 	Instr
-	C int32
 }
 
 // Opcodes of contracted multiply-adds (generator only; never in an Instr
@@ -559,7 +569,7 @@ func contract(code []Instr, vals []valInfo, on bool) ([]cins, int) {
 		if m < 0 {
 			continue
 		}
-		out[k] = cins{Instr: Instr{Op: fop | in.Op&^0xff, Dst: in.Dst, A: code[m].A, B: code[m].B}, C: c}
+		out[k] = cins{Instr: Instr{Op: fop | in.Op&^0xff, Dst: in.Dst, A: code[m].A, B: code[m].B, C: c}}
 		drop[m] = true
 		n++
 	}
@@ -970,6 +980,10 @@ const (
 // op emits one op's body (its row's in ops, or a contracted multiply-add),
 // in the Go assembler's operand order, with the temporaries t.
 func (g *gen) op(code int32, in []e.Z, out e.Z, t []e.Z) {
+	if isMaskOp(code) {
+		g.maskBody(code, in, out)
+		return
+	}
 	if !validOp(code) {
 		g.fma(code, in, out)
 		return

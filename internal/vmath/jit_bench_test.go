@@ -35,13 +35,13 @@ func benchChain(b *testing.B, code []Instr, nvals, n int) {
 
 // geluTanhChain is gelu(x*w+b) in the textbook tanh form: x, w, b inputs
 // (0-2), four uniform constants (3-6).
-var geluTanhChain = []Instr{{OpMul, 7, 0, 1}, {OpAdd, 8, 7, 2}, {OpMul, 9, 8, 8}, {OpMul, 10, 9, 8}, {OpMul, 11, 3, 10},
-	{OpAdd, 12, 8, 11}, {OpMul, 13, 4, 12}, {OpTanh, 14, 13, 13}, {OpMul, 15, 5, 8}, {OpAdd, 16, 6, 14}, {OpMul, 17, 15, 16}}
+var geluTanhChain = []Instr{{OpMul, 7, 0, 1, 0}, {OpAdd, 8, 7, 2, 0}, {OpMul, 9, 8, 8, 0}, {OpMul, 10, 9, 8, 0}, {OpMul, 11, 3, 10, 0},
+	{OpAdd, 12, 8, 11, 0}, {OpMul, 13, 4, 12, 0}, {OpTanh, 14, 13, 13, 0}, {OpMul, 15, 5, 8, 0}, {OpAdd, 16, 6, 14, 0}, {OpMul, 17, 15, 16, 0}}
 
 // geluLogisticChain is the form the executor compiles:
 // t·logistic(t·(a + b·t²)) with t = x*w + b.
-var geluLogisticChain = []Instr{{OpMul, 7, 0, 1}, {OpAdd, 8, 7, 2}, {OpMul, 9, 8, 8}, {OpMul, 10, 3, 9},
-	{OpAdd, 11, 4, 10}, {OpMul, 12, 8, 11}, {OpLogistic, 13, 12, 12}, {OpMul, 14, 8, 13}}
+var geluLogisticChain = []Instr{{OpMul, 7, 0, 1, 0}, {OpAdd, 8, 7, 2, 0}, {OpMul, 9, 8, 8, 0}, {OpMul, 10, 3, 9, 0},
+	{OpAdd, 11, 4, 10, 0}, {OpMul, 12, 8, 11, 0}, {OpLogistic, 13, 12, 12, 0}, {OpMul, 14, 8, 13, 0}}
 
 // BenchmarkGeluChainL1 runs the tanh form over 1024 elements (in L1).
 func BenchmarkGeluChainL1(b *testing.B) { benchChain(b, geluTanhChain, 18, 1024) }

@@ -218,7 +218,7 @@ func TestInstrTable(t *testing.T) {
 		name string
 		code int32
 	}{{"copy (x*1 stored)", OpMul}, {"exp", OpExp}, {"log", OpLog}, {"tanh", OpTanh}, {"logistic", OpLogistic}, {"erf", OpErf}, {"div", OpDiv}} {
-		fmt.Fprintf(&sb, "| %s | %.1f |\n", op.name, kernelCycles(t, []Instr{{op.code, 2, 0, 1}}, 3, nil, cyc, normal3))
+		fmt.Fprintf(&sb, "| %s | %.1f |\n", op.name, kernelCycles(t, []Instr{{op.code, 2, 0, 1, 0}}, 3, nil, cyc, normal3))
 	}
 	code, nv, uni := geluCode()
 	fmt.Fprintf(&sb, "| gelu(x*w+b), inputs N(0, 1) | %.1f |\n", kernelCycles(t, code, nv, uni, cyc, geluDraw))

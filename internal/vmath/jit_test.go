@@ -419,8 +419,8 @@ func TestKernelChainsCompile(t *testing.T) {
 // geluCode is gelu(x*w+b) as the trace writes it (x·logistic(2u), u =
 // √(2/π)(x+0.044715x³)): values 0..2 inputs, 3..5 uniform constants.
 func geluCode() ([]Instr, int, []bool) {
-	code := []Instr{{OpMul, 6, 0, 1}, {OpAdd, 7, 6, 2}, {OpMul, 8, 7, 7}, {OpMul, 9, 8, 7}, {OpMul, 10, 3, 9},
-		{OpAdd, 11, 7, 10}, {OpMul, 12, 4, 11}, {OpLogistic, 13, 12, 12}, {OpMul, 14, 7, 13}}
+	code := []Instr{{OpMul, 6, 0, 1, 0}, {OpAdd, 7, 6, 2, 0}, {OpMul, 8, 7, 7, 0}, {OpMul, 9, 8, 7, 0}, {OpMul, 10, 3, 9, 0},
+		{OpAdd, 11, 7, 10, 0}, {OpMul, 12, 4, 11, 0}, {OpLogistic, 13, 12, 12, 0}, {OpMul, 14, 7, 13, 0}}
 	for i := range code[:len(code)-1] {
 		code[i].Op |= NoStore
 	}

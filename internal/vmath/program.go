@@ -20,8 +20,9 @@ const (
 )
 
 // Instr is one instruction of a program: vals[Dst] = Op(vals[A], vals[B])
-// (B ignored by unary ops). Op is an opcode or-ed with flags.
-type Instr struct{ Op, Dst, A, B int32 }
+// (B ignored by unary ops), or for OpSelect Op(vals[A], vals[B], vals[C])
+// (C ignored by every other op). Op is an opcode or-ed with flags.
+type Instr struct{ Op, Dst, A, B, C int32 }
 
 // Code returns the opcode of in.Op (without the flags).
 func (in Instr) Code() int32 { return in.Op & 0xff }
@@ -39,7 +40,7 @@ func (in Instr) Code() int32 { return in.Op & 0xff }
 func RunProgram(code []Instr, vals []*float32, n int) int {
 	for _, in := range code {
 		ok := func(i int32) bool { return uint32(i) < uint32(len(vals)) }
-		if in.Op&^(0xff|AccA|AccB|NoStore) != 0 || !validOp(in.Code()) || !ok(in.Dst) || !ok(in.A) || !ok(in.B) {
+		if in.Op&^(0xff|AccA|AccB|NoStore) != 0 || !validCode(in.Code()) || !ok(in.Dst) || !ok(in.A) || !ok(in.B) || !ok(in.C) {
 			panic("vmath: bad program instruction")
 		}
 	}

@@ -1,0 +1,112 @@
+package vmath
+
+import (
+	"fmt"
+	"math"
+
+	e "github.com/ferryml/ferry/internal/amd64enc"
+)
+
+// Opcodes of the compare and select instructions of CompileChain and
+// RunProgram. A compare's result is a mask value: every bit set (the f32
+// bit pattern 0xffffffff, a NaN) where the predicate holds, zero where not;
+// compares are ordered (false when an operand is NaN) except OpNe (true).
+// OpSelect's result is B where its mask A has the sign bit set, C elsewhere
+// (Instr.C is its third operand); A should be a compare's result. They
+// compile only to AVX2 code (compare masks in vector registers, VBLENDVPS);
+// AVX-512 chains holding them are refused, and RunProgram then leaves them
+// to the kernels (CompareKernel, Select).
+const (
+	OpEq int32 = 0x20 + iota
+	OpNe
+	OpLt
+	OpLe
+	OpGt
+	OpGe
+	OpSelect
+	maskEnd
+)
+
+// maskOp is one compare's row: its name and VCMPPS predicate.
+type maskOp struct {
+	name string
+	imm  uint8
+	cmp  func(a, b float32) bool
+}
+
+var maskOps = [...]maskOp{
+	OpEq - OpEq: {"eq", 0x00, func(a, b float32) bool { return a == b }}, // EQ_OQ
+	OpNe - OpEq: {"ne", 0x04, func(a, b float32) bool { return a != b }}, // NEQ_UQ
+	OpLt - OpEq: {"lt", 0x11, func(a, b float32) bool { return a < b }},  // LT_OQ
+	OpLe - OpEq: {"le", 0x12, func(a, b float32) bool { return a <= b }}, // LE_OQ
+	OpGt - OpEq: {"gt", 0x1e, func(a, b float32) bool { return a > b }},  // GT_OQ
+	OpGe - OpEq: {"ge", 0x1d, func(a, b float32) bool { return a >= b }}, // GE_OQ
+}
+
+// isCompare reports whether code is a compare opcode.
+func isCompare(code int32) bool { return code >= OpEq && code < OpSelect }
+
+// isMaskOp reports whether code is a compare or OpSelect.
+func isMaskOp(code int32) bool { return code >= OpEq && code < maskEnd }
+
+// validCode reports whether code is an opcode a caller may pass.
+func validCode(code int32) bool { return validOp(code) || isMaskOp(code) }
+
+// CompareByName returns the compare opcode named name ("gt"), or 0.
+func CompareByName(name string) int32 {
+	for i, m := range maskOps {
+		if m.name == name {
+			return OpEq + int32(i)
+		}
+	}
+	return 0
+}
+
+// maskTrue is the f32 of a compare's true mask.
+var maskTrue = math.Float32frombits(0xffffffff)
+
+// CompareKernel returns the kernel of compare opcode op (dst[i] = the mask
+// of a[i] op b[i]), or nil when op is not a compare.
+func CompareKernel(op int32) func(dst, a, b []float32) {
+	if !isCompare(op) {
+		return nil
+	}
+	f := maskOps[op-OpEq].cmp
+	return func(dst, a, b []float32) {
+		_, _ = dst[len(a)-1:], b[len(a)-1:]
+		for i, x := range a {
+			dst[i] = 0
+			if f(x, b[i]) {
+				dst[i] = maskTrue
+			}
+		}
+	}
+}
+
+// Select sets dst[i] = a[i] where mask[i] has its sign bit set (a compare's
+// true), b[i] elsewhere.
+func Select(dst, mask, a, b []float32) {
+	if len(mask) == 0 {
+		return
+	}
+	_, _, _ = dst[len(mask)-1], a[len(mask)-1], b[len(mask)-1]
+	for i, m := range mask {
+		if math.Float32bits(m)>>31 != 0 {
+			dst[i] = a[i]
+		} else {
+			dst[i] = b[i]
+		}
+	}
+}
+
+// maskBody emits a compare or select (AVX2 only).
+func (g *gen) maskBody(code int32, in []e.Z, out e.Z) {
+	if code == OpSelect {
+		g.a.VBLENDVPS(in[0], in[1], in[2], out)
+		return
+	}
+	g.a.VCMPPSv(maskOps[code-OpEq].imm, in[1], in[0], out)
+}
+
+// errMaskAVX512 refuses compares and selects in AVX-512 chains.
+var errMaskAVX512 = fmt.Errorf("vmath: compare and select compile only to AVX2 chains")
