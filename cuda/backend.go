@@ -9,10 +9,10 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
-	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
 )
 
@@ -172,11 +172,11 @@ func (b *Backend) exit() { runtime.UnlockOSThread() }
 
 // reserve sets up device memory per the runtime's memory variables.
 func (b *Backend) reserve() error {
-	cfg, err := rt.MemoryConfigFromEnv()
+	cfg, err := backend.MemoryConfigFromEnv()
 	if err != nil {
 		return err
 	}
-	if cfg.Allocator == rt.AllocatorPlatform {
+	if cfg.Allocator == backend.AllocatorPlatform {
 		b.platform = true
 		return nil
 	}
@@ -186,7 +186,7 @@ func (b *Backend) reserve() error {
 	}
 	frac := cfg.Fraction
 	if frac == 0 {
-		frac = rt.DefaultMemFraction
+		frac = backend.DefaultMemFraction
 	}
 	size := int64(float64(total) * frac)
 	size = min(size, int64(free)-(256<<20))
@@ -204,8 +204,8 @@ func (b *Backend) reserve() error {
 func (b *Backend) Name() string { return "cuda" }
 
 // Devices lists device 0.
-func (b *Backend) Devices() []rt.Device {
-	return []rt.Device{{Platform: "cuda", ID: 0, Kind: b.name + " (" + b.arch + ")"}}
+func (b *Backend) Devices() []backend.Device {
+	return []backend.Device{{Platform: "cuda", ID: 0, Kind: b.name + " (" + b.arch + ")"}}
 }
 
 // Arch returns the device's architecture ("sm_90").
@@ -412,7 +412,7 @@ func (b *Backend) module(k *Kernel) ([]uintptr, error) {
 
 // Compile compiles f with the pass pipeline and prepares a kernel (or a host
 // fallback) for every step.
-func (b *Backend) Compile(f *ir.Func, opts rt.CompileOptions) (rt.Executable, error) {
+func (b *Backend) Compile(f *ir.Func, opts backend.CompileOptions) (backend.Executable, error) {
 	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, Verify: passes.VerifyFromEnv(), FusionInPlace: false})
 	if err != nil {
 		return nil, err
@@ -493,7 +493,7 @@ func (e *executable) HostSteps() []string { return e.top.hostSteps("") }
 
 // Execute runs the steps in order on their streams, with events ordering the
 // copies against compute, and returns the result buffers.
-func (e *executable) Execute(args []trace.Buffer, opts rt.ExecOptions) ([]trace.Buffer, error) {
+func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) ([]trace.Buffer, error) {
 	b := e.b
 	body := e.prog.Func.Body
 	if len(args) != len(body.Params) {
@@ -725,7 +725,7 @@ func Register() (*Backend, error) {
 	registerOnce.Do(func() {
 		registered, registerErr = New()
 		if registerErr == nil {
-			rt.RegisterBackend(registered)
+			backend.Register(registered)
 		}
 	})
 	return registered, registerErr

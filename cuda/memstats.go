@@ -6,7 +6,6 @@ import (
 	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/internal/callers"
 	"github.com/ferryml/ferry/ir"
-	rt "github.com/ferryml/ferry/runtime"
 )
 
 // liveMem is the record of one live allocation (Backend.mu).
@@ -126,5 +125,5 @@ func (b *Backend) outOfMemory(space ir.MemorySpace, n int64, what string, err er
 		return err
 	}
 	s, _ := b.MemoryStats(space)
-	return rt.NewOutOfMemoryError(s, n, what, "", b.LiveAllocations())
+	return backend.NewOutOfMemoryError(s, n, what, "", b.LiveAllocations())
 }

@@ -1,8 +1,6 @@
 package runtime
 
 import (
-	"time"
-
 	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/ir"
 )
@@ -24,37 +22,6 @@ func memStatsOf(s backend.SpaceStats) MemStats {
 	return MemStats{Platform: s.Platform, Space: s.Space, Allocator: s.Allocator, Capacity: s.Capacity, Limit: s.Limit,
 		Reserved: s.Reserved, BytesInUse: s.BytesInUse, PeakBytesInUse: s.PeakBytesInUse,
 		LargestFreeBlock: s.LargestFreeBlock, Fragmentation: s.Fragmentation(), NumAllocs: s.NumAllocs, LiveAllocs: s.LiveAllocs}
-}
-
-// liveArrayOf converts a backend's allocation.
-func liveArrayOf(a backend.Allocation, now time.Time) LiveArray {
-	l := LiveArray{Platform: a.Platform, Type: a.Type, IsArray: a.IsArray, What: a.What, Bytes: a.Bytes,
-		Space: a.Space, Site: a.Site, Age: now.Sub(a.Born)}
-	if l.Site == "" {
-		l.Site = userSite(a.PCs)
-	}
-	return l
-}
-
-// NewOutOfMemoryError is the out-of-memory report of a backend other than
-// the CPU one: the request (requested bytes for what), the backend's
-// statistics of the space, the largest of its live allocations, and note
-// (why, when the failure is not simply a full pool; "" otherwise).
-func NewOutOfMemoryError(s backend.SpaceStats, requested int64, what, note string, live []backend.Allocation) *OutOfMemoryError {
-	e := &OutOfMemoryError{Platform: s.Platform, Space: s.Space, Requested: requested, What: what, Allocator: s.Allocator,
-		Capacity: s.Capacity, Limit: s.Limit, Reserved: s.Reserved, InUse: s.BytesInUse, LargestFree: s.LargestFreeBlock,
-		FreeBytes: s.FreeBytes, FreeBlocks: s.FreeBlocks, LiveAllocs: s.LiveAllocs, Note: note}
-	e.Fragmented = note == "" && s.FreeBytes >= requested && s.LargestFreeBlock < requested
-	now := time.Now()
-	var ls []LiveArray
-	for _, a := range live {
-		if a.Space == s.Space {
-			ls = append(ls, liveArrayOf(a, now))
-		}
-	}
-	sortLive(ls)
-	e.Largest = ls[:min(len(ls), maxOOMBuffers)]
-	return e
 }
 
 // defaultMemoryStats returns the default backend's statistics of space when

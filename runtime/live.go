@@ -1,50 +1,8 @@
 package runtime
 
 import (
-	"fmt"
-	"sort"
 	"time"
-
-	"github.com/ferryml/ferry/ir"
-	"github.com/ferryml/ferry/trace"
 )
-
-// LiveArray describes one live buffer of a memory pool.
-type LiveArray struct {
-	// Platform is the backend holding the memory ("cpu", "cuda").
-	Platform string
-	// Type is the array's dtype, shape and memory space (zero when IsArray is
-	// false).
-	Type ir.Type
-	// IsArray is false for executor scratch memory (arenas, outputs not yet
-	// returned as arrays); LiveArrays lists arrays only.
-	IsArray bool
-	// What says how the memory was made: "array" for arrays made from host
-	// data, or the executor's description ("output 0 of fn", "temp arena").
-	What string
-	// Bytes is the buffer's size.
-	Bytes int64
-	// Space is the memory space it lives in.
-	Space ir.MemorySpace
-	// Site is the Go file:line that made it: the innermost caller outside
-	// Ferry's library packages.
-	Site string
-	// Age is the time since it was allocated.
-	Age time.Duration
-}
-
-// describe names the buffer: its type, or what it is for.
-func (l LiveArray) describe() string {
-	if l.IsArray {
-		return l.Type.String()
-	}
-	return l.What
-}
-
-// String formats the entry as "4.00 KiB f32[1024] at x_test.go:12".
-func (l LiveArray) String() string {
-	return fmt.Sprintf("%s %s at %s", formatBytes(l.Bytes), l.describe(), l.Site)
-}
 
 // LiveArrays lists the live arrays of every memory pool and of every
 // registered backend that reports its memory (cuda), largest first (oldest
@@ -72,16 +30,6 @@ func (ps *Pools) liveArrays() []LiveArray {
 	return out
 }
 
-// sortLive sorts largest first, oldest first among equals.
-func sortLive(out []LiveArray) {
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Bytes != out[j].Bytes {
-			return out[i].Bytes > out[j].Bytes
-		}
-		return out[i].Age > out[j].Age
-	})
-}
-
 func (r *allocRecord) liveArrayLocked(now time.Time) LiveArray {
 	l := LiveArray{Platform: "cpu", IsArray: r.isArray, What: r.name(), Bytes: r.size, Space: r.pool.space, Site: r.callSiteLocked(), Age: now.Sub(r.bornTime())}
 	if r.isArray {
@@ -97,14 +45,4 @@ func (r *allocRecord) callSiteLocked() string {
 		r.site = userSite(r.pcs())
 	}
 	return r.site
-}
-
-// userSite returns "dir/file.go:line" of the innermost frame outside Ferry's
-// library packages (trace.UserLocation), or "?" for an empty stack.
-func userSite(pcs []uintptr) string {
-	file, line := trace.UserLocation(pcs)
-	if line == 0 {
-		return file
-	}
-	return fmt.Sprintf("%s:%d", file, line)
 }

@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,375 +18,12 @@ import (
 	"github.com/ferryml/ferry/ir"
 )
 
-// Environment variables read by MemoryConfigFromEnv.
-const (
-	EnvDeviceMemory = "FERRY_DEVICE_MEMORY" // device capacity: bytes or 64MiB, 1.5GiB, 512MB, 1e9; unset or "unlimited" for none
-	EnvHostMemory   = "FERRY_HOST_MEMORY"   // pinned_host capacity, same syntax
-	EnvAllocator    = "FERRY_ALLOCATOR"     // "bfc" (default) or "platform"
-	EnvPreallocate  = "FERRY_PREALLOCATE"   // true (default) or false
-	EnvMemFraction  = "FERRY_MEM_FRACTION"  // fraction of device capacity the bfc allocator may use, default 0.75
-)
-
-// Allocator names for MemoryConfig.Allocator.
-const (
-	AllocatorBFC      = "bfc"
-	AllocatorPlatform = "platform"
-)
-
-// DefaultMemFraction is the fraction of device capacity the bfc allocator uses
-// by default, as XLA_PYTHON_CLIENT_MEM_FRACTION.
-const DefaultMemFraction = 0.75
-
 const (
 	allocAlign         = 64      // alignment and granularity of every allocation
 	defaultRegionBytes = 2 << 20 // first growth region of the bfc allocator
 	maxStackDepth      = 32      // PCs recorded per allocation
 	maxOOMBuffers      = 10      // largest live buffers listed by an OOM report
 )
-
-// MemoryConfig sets the memory pools of the CPU backend. The zero value is the
-// default: unlimited capacity, bfc, pre-allocation on, fraction 0.75. The
-// environment variables FERRY_DEVICE_MEMORY, FERRY_HOST_MEMORY, FERRY_ALLOCATOR,
-// FERRY_PREALLOCATE and FERRY_MEM_FRACTION set the same (MemoryConfigFromEnv).
-//
-// Every concrete array of the CPU backend lives in the pool of its memory
-// space, ir.Device or ir.PinnedHost. Both are ordinary Go memory ([]byte slabs,
-// 64-byte aligned, no cgo), but each pool has a capacity and an allocator, so
-// that out-of-memory, fragmentation and allocator settings behave as on a GPU.
-//
-// # Capacity, fraction and what fits
-//
-// Capacity is the size of the simulated memory; 0 (or the variable unset)
-// means unlimited. What an allocator may use, its Limit (MemStats.Limit),
-// depends on the allocator:
-//
-//   - bfc (the default), device pool: Limit is Fraction × Capacity (0.75 by
-//     default, as JAX pre-allocates 75 % of GPU memory), rounded down to a
-//     multiple of 64 bytes. With Preallocate (the default) one slab of Limit
-//     bytes is reserved at first use and the pool never holds more; without
-//     it the allocator grows by regions on demand (2 MiB, then doubling) up to
-//     Limit. Each allocation is rounded up to a multiple of 64 bytes and needs
-//     one contiguous free block, so fragmentation can make an allocation fail
-//     before BytesInUse reaches Limit.
-//   - platform: each buffer is its own Go allocation, returned to Go when the
-//     buffer is freed; Limit is Capacity (Fraction and Preallocate do not
-//     apply, as in JAX) and buffers count their exact size: a set of live
-//     buffers fits iff their sizes add up to at most Capacity.
-//   - pinned_host pool: the same allocator with Limit = HostCapacity (rounded
-//     down to 64 bytes for bfc), never pre-allocated; Fraction does not apply.
-//   - unlimited capacity: nothing is reserved up front; bfc grows as needed.
-//
-// So with FERRY_DEVICE_MEMORY=X, a program whose memory analysis totals at
-// most X bytes runs with FERRY_ALLOCATOR=platform, or with bfc and
-// FERRY_MEM_FRACTION=1 when its buffers are multiples of 64 bytes and do not
-// fragment; with the defaults only 0.75 × X is usable. Before reporting out
-// of memory, a pool runs the garbage collector and retries, since arrays that
-// are no longer reachable are freed by cleanups.
-type MemoryConfig struct {
-	// Capacity is the device pool's capacity in bytes; 0 means unlimited.
-	Capacity int64
-	// HostCapacity is the pinned_host pool's capacity in bytes; 0 means unlimited.
-	HostCapacity int64
-	// Allocator is "bfc" (best fit with coalescing, the default) or "platform"
-	// (allocate and free each buffer on demand).
-	Allocator string
-	// Preallocate makes the bfc allocator reserve its whole limit at first use
-	// when the capacity is finite; nil means true.
-	Preallocate *bool
-	// Fraction is the part of Capacity the bfc allocator may use, in (0, 1];
-	// 0 means DefaultMemFraction. The platform allocator ignores it.
-	Fraction float64
-}
-
-// normalized fills in defaults and validates the settings.
-func (c MemoryConfig) normalized() (MemoryConfig, error) {
-	if c.Capacity < 0 {
-		return c, fmt.Errorf("memory config: negative device capacity %d", c.Capacity)
-	}
-	if c.HostCapacity < 0 {
-		return c, fmt.Errorf("memory config: negative host capacity %d", c.HostCapacity)
-	}
-	switch strings.ToLower(strings.TrimSpace(c.Allocator)) {
-	case "", AllocatorBFC, "default":
-		c.Allocator = AllocatorBFC
-	case AllocatorPlatform:
-		c.Allocator = AllocatorPlatform
-	default:
-		return c, fmt.Errorf("memory config: unknown allocator %q (want %q or %q)", c.Allocator, AllocatorBFC, AllocatorPlatform)
-	}
-	if c.Preallocate == nil {
-		t := true
-		c.Preallocate = &t
-	} else {
-		v := *c.Preallocate
-		c.Preallocate = &v
-	}
-	if c.Fraction == 0 {
-		c.Fraction = DefaultMemFraction
-	}
-	if !(c.Fraction > 0 && c.Fraction <= 1) {
-		return c, fmt.Errorf("memory config: fraction %v is not in (0, 1]", c.Fraction)
-	}
-	return c, nil
-}
-
-// MemoryConfigFromEnv reads FERRY_DEVICE_MEMORY, FERRY_HOST_MEMORY,
-// FERRY_ALLOCATOR, FERRY_PREALLOCATE and FERRY_MEM_FRACTION; unset variables
-// keep their defaults. The pools read the environment at first use unless
-// ConfigureMemory was called before.
-func MemoryConfigFromEnv() (MemoryConfig, error) {
-	var c MemoryConfig
-	var errs []error
-	size := func(name string, dst *int64) {
-		v, ok := os.LookupEnv(name)
-		if !ok || strings.TrimSpace(v) == "" || strings.EqualFold(strings.TrimSpace(v), "unlimited") {
-			return
-		}
-		n, err := ParseMemorySize(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %v", name, v, err))
-			return
-		}
-		*dst = n
-	}
-	size(EnvDeviceMemory, &c.Capacity)
-	size(EnvHostMemory, &c.HostCapacity)
-	if v, ok := os.LookupEnv(EnvAllocator); ok {
-		c.Allocator = v
-	}
-	if v, ok := os.LookupEnv(EnvPreallocate); ok && strings.TrimSpace(v) != "" {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: want true or false", EnvPreallocate, v))
-		} else {
-			c.Preallocate = &b
-		}
-	}
-	if v, ok := os.LookupEnv(EnvMemFraction); ok && strings.TrimSpace(v) != "" {
-		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil || !(f > 0 && f <= 1) {
-			errs = append(errs, fmt.Errorf("%s=%q: want a number in (0, 1]", EnvMemFraction, v))
-		} else {
-			c.Fraction = f
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return MemoryConfig{}, err
-	}
-	n, err := c.normalized()
-	if err != nil {
-		return MemoryConfig{}, fmt.Errorf("%s: %w", EnvAllocator, err)
-	}
-	return n, nil
-}
-
-var sizeUnits = map[string]float64{
-	"": 1, "b": 1,
-	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-}
-
-// ParseMemorySize parses a positive byte count: "123", "1e9", "64MiB", "1.5GiB",
-// "512MB" (KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB powers of 1024; units
-// are case-insensitive and may follow a space). Fractional byte counts round
-// down.
-func ParseMemorySize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	end := len(t)
-	for end > 0 {
-		ch := t[end-1]
-		if (ch|0x20) >= 'a' && (ch|0x20) <= 'z' {
-			end--
-			continue
-		}
-		break
-	}
-	num, unit := strings.TrimSpace(t[:end]), strings.ToLower(t[end:])
-	if num == "" {
-		return 0, fmt.Errorf("bad memory size %q: want a number of bytes like 123, 1e9, 64MiB or 1.5GiB", s)
-	}
-	mult, ok := sizeUnits[unit]
-	if !ok {
-		hint := ""
-		if len(unit) == 1 {
-			hint = fmt.Sprintf(" (write %siB for powers of 1024 or %sB for powers of 1000)", strings.ToUpper(unit), strings.ToUpper(unit))
-		}
-		return 0, fmt.Errorf("bad memory size %q: unknown unit %q%s", s, t[end:], hint)
-	}
-	if mult == 1 && !strings.ContainsAny(num, ".eE") {
-		n, err := strconv.ParseInt(num, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("bad memory size %q: %v", s, errors.Unwrap(err))
-		}
-		if n <= 0 {
-			return 0, fmt.Errorf("bad memory size %q: must be positive", s)
-		}
-		return n, nil
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || strings.HasPrefix(num, "0x") || strings.HasPrefix(num, "0X") {
-		return 0, fmt.Errorf("bad memory size %q: %q is not a number", s, num)
-	}
-	v := math.Floor(f * mult)
-	if math.IsNaN(v) || v >= math.MaxInt64 {
-		return 0, fmt.Errorf("bad memory size %q: too large", s)
-	}
-	if v < 1 {
-		return 0, fmt.Errorf("bad memory size %q: must be at least one byte", s)
-	}
-	return int64(v), nil
-}
-
-// formatBytes prints a byte count for humans: "512 B", "4.00 KiB", "1.50 GiB".
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.2f %ciB", float64(n)/float64(div), "KMGTP"[exp])
-}
-
-// formatLimit prints a capacity or limit, 0 meaning unlimited.
-func formatLimit(n int64) string {
-	if n == 0 {
-		return "unlimited"
-	}
-	return fmt.Sprintf("%s (%d bytes)", formatBytes(n), n)
-}
-
-// MemStats describes one memory pool (see MemoryStats).
-type MemStats struct {
-	// Platform is the backend whose memory this is ("cpu", "cuda").
-	Platform string
-	// Space is the memory space of the pool.
-	Space ir.MemorySpace
-	// Allocator is "bfc" or "platform".
-	Allocator string
-	// Capacity is the configured size of the memory space; 0 means unlimited.
-	Capacity int64
-	// Limit is what the allocator may use (see the package's memory notes);
-	// 0 means unlimited.
-	Limit int64
-	// Reserved is what the allocator holds: for bfc its slab or regions, for
-	// platform the live buffers.
-	Reserved int64
-	// BytesInUse is the memory of live allocations as counted against Limit
-	// (bfc: sizes rounded up to 64 bytes; platform: exact sizes).
-	BytesInUse int64
-	// PeakBytesInUse is the highest BytesInUse since the pool was configured or
-	// ResetPeakMemory was called.
-	PeakBytesInUse int64
-	// LargestFreeBlock is the largest free block inside the reserved memory.
-	LargestFreeBlock int64
-	// Fragmentation is 1 − LargestFreeBlock / free reserved bytes, 0 when
-	// nothing reserved is free.
-	Fragmentation float64
-	// NumAllocs counts the allocations since the pool was configured.
-	NumAllocs int64
-	// LiveAllocs is the number of live allocations (arrays and executor
-	// scratch memory).
-	LiveAllocs int64
-}
-
-// OutOfMemoryError is returned when an allocation does not fit in its pool.
-// The pool stays usable.
-type OutOfMemoryError struct {
-	// Platform is the backend whose memory ran out ("cpu", "cuda").
-	Platform string
-	// Space is the memory space that ran out.
-	Space ir.MemorySpace
-	// Requested is the size of the failed allocation in bytes.
-	Requested int64
-	// What says what the memory was for, e.g. "array f32[1024,1024]",
-	// "output 0 of fn" or "temp arena".
-	What string
-	// Allocator is "bfc" or "platform".
-	Allocator string
-	// Capacity is the pool's configured capacity; 0 means unlimited.
-	Capacity int64
-	// Limit is what the allocator may use; 0 means unlimited.
-	Limit int64
-	// Reserved is what the allocator holds (see MemStats.Reserved).
-	Reserved int64
-	// InUse is MemStats.BytesInUse at the time of the failure.
-	InUse int64
-	// LargestFree is the largest free block inside the reserved memory.
-	LargestFree int64
-	// FreeBytes is what the allocator could still hand out in total: for bfc
-	// the free blocks inside the reserved memory plus, when it grows on
-	// demand, the room left under Limit; for platform Limit − InUse; 0 when
-	// the limit is unlimited.
-	FreeBytes int64
-	// FreeBlocks is the number of free blocks inside the reserved memory (bfc).
-	FreeBlocks int
-	// Fragmented reports an allocation that failed to fragmentation: FreeBytes
-	// would hold the request (rounded up to 64 bytes) but no single free block
-	// (nor a new region, for a growing pool) does.
-	Fragmented bool
-	// LiveAllocs is the number of live allocations.
-	LiveAllocs int64
-	// Largest lists the largest live allocations (at most 10), largest first.
-	Largest []LiveArray
-	// Note explains a failure that is not about the pool's limit (e.g. the
-	// machine has too little memory for the slab); usually empty.
-	Note string
-}
-
-// Error prints a multi-line report: the request, the pool's state, the largest
-// live buffers with the Go line that made them, and what to do.
-func (e *OutOfMemoryError) Error() string {
-	var b strings.Builder
-	what := ""
-	if e.What != "" {
-		what = " for " + e.What
-	}
-	fmt.Fprintf(&b, "out of memory in %s memory: cannot allocate %s (%d bytes)%s\n", e.Space, formatBytes(e.Requested), e.Requested, what)
-	fmt.Fprintf(&b, "  allocator %s: capacity %s, limit %s, reserved %s, in use %s, largest free block %s",
-		e.Allocator, formatLimit(e.Capacity), formatLimit(e.Limit), formatBytes(e.Reserved), formatBytes(e.InUse), formatBytes(e.LargestFree))
-	if e.Note != "" {
-		fmt.Fprintf(&b, "\n  %s", e.Note)
-	}
-	if e.Fragmented {
-		fmt.Fprintf(&b, "\n  fragmentation: %s (%d bytes) is free in %d blocks, enough in total, but the largest free block is %s (%d bytes)",
-			formatBytes(e.FreeBytes), e.FreeBytes, e.FreeBlocks, formatBytes(e.LargestFree), e.LargestFree)
-		if e.FreeBytes > e.LargestFree && e.Limit > e.Reserved {
-			fmt.Fprintf(&b, " and a new region may take only %s", formatBytes(e.Limit-e.Reserved))
-		}
-		fmt.Fprintf(&b, "; allocate long-lived buffers first, free buffers that sit between free blocks, or set %s=platform", EnvAllocator)
-	}
-	if len(e.Largest) > 0 {
-		fmt.Fprintf(&b, "\n  largest of %d live buffers:", e.LiveAllocs)
-		var shown int64
-		for _, l := range e.Largest {
-			shown += l.Bytes
-			desc := l.What
-			if l.IsArray {
-				desc = l.Type.String()
-				if l.What != "" && l.What != "array" {
-					desc += " (" + l.What + ")"
-				}
-			}
-			fmt.Fprintf(&b, "\n    %10s  %s  made at %s", formatBytes(l.Bytes), desc, l.Site)
-		}
-		if rest := e.LiveAllocs - int64(len(e.Largest)); rest > 0 {
-			fmt.Fprintf(&b, "\n    ... and %d smaller", rest)
-		}
-	}
-	env := EnvDeviceMemory
-	if e.Space == ir.PinnedHost {
-		env = EnvHostMemory
-	}
-	fmt.Fprintf(&b, "\n  free arrays you no longer need (Array.Delete), donate arguments to jitted functions, or raise %s", env)
-	if e.Allocator == AllocatorBFC && e.Space == ir.Device && e.Capacity > 0 && e.Limit < e.Capacity {
-		fmt.Fprintf(&b, " (bfc uses %s=%g of it; %s=platform uses all)", EnvMemFraction, float64(e.Limit)/float64(e.Capacity), EnvAllocator)
-	}
-	return b.String()
-}
 
 // allocRecord is one live allocation of a pool. It never points to the buffer
 // or literal that uses the memory, so that cleanups can run.
@@ -732,7 +368,7 @@ func (ps *Pools) set() *poolSet {
 	}
 	cfg, err := MemoryConfigFromEnv()
 	if err != nil {
-		cfg, _ = MemoryConfig{}.normalized()
+		cfg, _ = MemoryConfig{}.Normalized()
 		err = fmt.Errorf("invalid memory settings: %w", err)
 	}
 	s := newPoolSet(cfg)
@@ -944,7 +580,7 @@ func (s *poolSet) checkIdle() error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "ConfigureMemory: %d buffers are still live; delete them (Array.Delete) or drop them first:", n)
 	for _, l := range live {
-		fmt.Fprintf(&b, "\n  %s %s made at %s", formatBytes(l.Bytes), l.describe(), l.Site)
+		fmt.Fprintf(&b, "\n  %s %s made at %s", formatBytes(l.Bytes), l.Describe(), l.Site)
 	}
 	return errors.New(b.String())
 }
@@ -954,7 +590,7 @@ func (s *poolSet) checkIdle() error {
 // may be called before first use, or later when no buffers are live: it returns
 // an error if arrays are still reachable after a garbage collection.
 func ConfigureMemory(cfg MemoryConfig) error {
-	n, err := cfg.normalized()
+	n, err := cfg.Normalized()
 	if err != nil {
 		return err
 	}

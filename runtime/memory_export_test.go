@@ -11,7 +11,7 @@ import (
 // and restores the default, environment-configured pools when t ends.
 func SetMemoryForTest(t testing.TB, cfg MemoryConfig) {
 	t.Helper()
-	n, err := cfg.normalized()
+	n, err := cfg.Normalized()
 	if err != nil {
 		t.Fatal(err)
 	}
