@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"errors"
+	"github.com/ferryml/ferry/backend"
 	"math"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ func (x nanExecutable) Execute(args []trace.Buffer, _ ExecOptions) ([]trace.Buff
 		l.SetFloat64At(i, 1)
 	}
 	l.SetFloat64At(1, math.NaN())
-	b, err := newBuffer(l)
+	b, err := backend.Lookup("cpu").FromLiteral(l)
 	return []trace.Buffer{b}, err
 }
 

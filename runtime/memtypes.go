@@ -48,10 +48,3 @@ func ParseMemorySize(s string) (int64, error) { return backend.ParseMemorySize(s
 func NewOutOfMemoryError(s backend.SpaceStats, requested int64, what, note string, live []backend.Allocation) *OutOfMemoryError {
 	return backend.NewOutOfMemoryError(s, requested, what, note, live)
 }
-
-var (
-	formatBytes = backend.FormatBytes
-	liveArrayOf = backend.LiveArrayOf
-	sortLive    = backend.SortLive
-	userSite    = backend.UserSite
-)

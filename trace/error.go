@@ -58,7 +58,7 @@ func WrapError(op string, err error) *Error {
 const modulePrefix = "github.com/ferryml/ferry/"
 
 // libraryPackages are skipped when looking for the user's call site.
-var libraryPackages = []string{"trace", "runtime", "backend", "ir", "passes", "internal/", "nn", "optim", "random", "cuda", "interop"}
+var libraryPackages = []string{"trace", "runtime", "backend", "cpu", "ir", "passes", "internal/", "nn", "optim", "random", "cuda", "interop"}
 
 func isLibraryFrame(fr runtime.Frame) bool {
 	if strings.HasSuffix(fr.File, "_test.go") {

@@ -1,4 +1,4 @@
-package runtime
+package cpu
 
 import (
 	"github.com/ferryml/ferry/backend"
@@ -18,22 +18,22 @@ func otherMemories() []backend.Memory {
 }
 
 // memStatsOf converts a backend's statistics.
-func memStatsOf(s backend.SpaceStats) MemStats {
-	return MemStats{Platform: s.Platform, Space: s.Space, Allocator: s.Allocator, Capacity: s.Capacity, Limit: s.Limit,
+func memStatsOf(s backend.SpaceStats) backend.MemStats {
+	return backend.MemStats{Platform: s.Platform, Space: s.Space, Allocator: s.Allocator, Capacity: s.Capacity, Limit: s.Limit,
 		Reserved: s.Reserved, BytesInUse: s.BytesInUse, PeakBytesInUse: s.PeakBytesInUse,
 		LargestFreeBlock: s.LargestFreeBlock, Fragmentation: s.Fragmentation(), NumAllocs: s.NumAllocs, LiveAllocs: s.LiveAllocs}
 }
 
 // defaultMemoryStats returns the default backend's statistics of space when
 // it reports them.
-func defaultMemoryStats(space ir.MemorySpace) (MemStats, bool) {
+func defaultMemoryStats(space ir.MemorySpace) (backend.MemStats, bool) {
 	m, ok := backend.Default().(backend.Memory)
 	if !ok {
-		return MemStats{}, false
+		return backend.MemStats{}, false
 	}
 	s, ok := m.MemoryStats(space)
 	if !ok {
-		return MemStats{}, false
+		return backend.MemStats{}, false
 	}
 	return memStatsOf(s), true
 }

@@ -1,4 +1,4 @@
-package runtime
+package cpu
 
 import "github.com/ferryml/ferry/internal/bfc"
 

@@ -1,7 +1,8 @@
-package runtime
+package cpu
 
 import (
 	"errors"
+	"github.com/ferryml/ferry/backend"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,10 +18,10 @@ func TestLargerThanTheMachine(t *testing.T) {
 		t.Skip("machine memory unknown")
 	}
 	huge := sys * 4
-	for _, cfg := range []MemoryConfig{{Capacity: huge}, {Capacity: huge, Allocator: AllocatorPlatform}, {}} {
+	for _, cfg := range []backend.MemoryConfig{{Capacity: huge}, {Capacity: huge, Allocator: backend.AllocatorPlatform}, {}} {
 		SetMemoryForTest(t, cfg)
 		_, _, err := MemoryPools().Alloc(ir.Device, huge/2, "huge")
-		var oom *OutOfMemoryError
+		var oom *backend.OutOfMemoryError
 		require.True(t, errors.As(err, &oom), "%+v: %v", cfg, err)
 		require.Contains(t, oom.Note, "the machine has only")
 		require.Contains(t, err.Error(), "the machine has only")
@@ -47,6 +48,6 @@ func TestAlignedBytes(t *testing.T) {
 
 func TestFormatBytes(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.00 KiB", 3 << 29: "1.50 GiB", 5 << 40: "5.00 TiB"} {
-		require.Equal(t, want, formatBytes(n))
+		require.Equal(t, want, backend.FormatBytes(n))
 	}
 }

@@ -1,4 +1,4 @@
-package runtime
+package cpu
 
 import (
 	"io"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/ferryml/ferry/backend"
 )
 
 // SaveDeviceMemoryProfile writes a profile of the live buffers of every memory
@@ -25,7 +27,7 @@ func SaveDeviceMemoryProfile(w io.Writer) error {
 
 // profileEntry is a copy of a record taken under its pool's lock.
 type profileEntry struct {
-	live LiveArray
+	live backend.LiveArray
 	pcs  []uintptr
 	born time.Time
 }
@@ -47,7 +49,7 @@ func (ps *Pools) memoryProfile() *profile.Profile {
 	}
 	for _, m := range otherMemories() {
 		for _, a := range m.LiveAllocations() {
-			entries = append(entries, profileEntry{live: liveArrayOf(a, now), pcs: a.PCs, born: a.Born})
+			entries = append(entries, profileEntry{live: backend.LiveArrayOf(a, now), pcs: a.PCs, born: a.Born})
 		}
 	}
 

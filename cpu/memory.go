@@ -1,9 +1,8 @@
-package runtime
+package cpu
 
 import (
 	"errors"
 	"fmt"
-	"github.com/ferryml/ferry/backend"
 	"math"
 	"os"
 	"sort"
@@ -14,6 +13,7 @@ import (
 
 	goruntime "runtime"
 
+	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/internal/callers"
 	"github.com/ferryml/ferry/ir"
 )
@@ -107,12 +107,12 @@ type pool struct {
 	frees     atomic.Int64
 }
 
-func newPool(space ir.MemorySpace, cfg MemoryConfig) *pool {
+func newPool(space ir.MemorySpace, cfg backend.MemoryConfig) *pool {
 	p := &pool{space: space, kind: cfg.Allocator}
 	prealloc := false
 	if space == ir.Device {
 		p.capacity = cfg.Capacity
-		if cfg.Allocator == AllocatorBFC && p.capacity > 0 {
+		if cfg.Allocator == backend.AllocatorBFC && p.capacity > 0 {
 			p.limit = int64(math.Floor(cfg.Fraction * float64(p.capacity)))
 			prealloc = *cfg.Preallocate
 		} else {
@@ -122,7 +122,7 @@ func newPool(space ir.MemorySpace, cfg MemoryConfig) *pool {
 		p.capacity = cfg.HostCapacity
 		p.limit = p.capacity
 	}
-	if cfg.Allocator == AllocatorPlatform {
+	if cfg.Allocator == backend.AllocatorPlatform {
 		p.plat = &platformAllocator{limit: p.limit}
 	} else {
 		p.limit = p.limit / allocAlign * allocAlign
@@ -151,7 +151,7 @@ const maxSpareRecords = 256
 
 // tryAlloc allocates size bytes (size > 0) for what, born and made at
 // stack, and returns the memory's record; or it returns errRetired,
-// errCollect or an *OutOfMemoryError. The record is recycled when freed
+// errCollect or a *backend.OutOfMemoryError. The record is recycled when freed
 // if reuse: only for memory whose owner releases it exactly once (an
 // execution's arenas, buffers), never for memory whose release function
 // is handed out (Pools.Alloc may be released again). A bfc pool that grows on demand returns errCollect
@@ -254,8 +254,8 @@ func (p *pool) free(r *allocRecord) {
 	}
 }
 
-func (p *pool) statsLocked() MemStats {
-	s := MemStats{Platform: "cpu", Space: p.space, Allocator: p.kind, Capacity: p.capacity, Limit: p.limit,
+func (p *pool) statsLocked() backend.MemStats {
+	s := backend.MemStats{Platform: "cpu", Space: p.space, Allocator: p.kind, Capacity: p.capacity, Limit: p.limit,
 		BytesInUse: p.inUse, PeakBytesInUse: p.peak, NumAllocs: p.numAllocs, LiveAllocs: int64(p.nlive)}
 	var total int64
 	if p.bfc != nil {
@@ -270,9 +270,9 @@ func (p *pool) statsLocked() MemStats {
 	return s
 }
 
-func (p *pool) oomLocked(size int64, what, note string) *OutOfMemoryError {
+func (p *pool) oomLocked(size int64, what, note string) *backend.OutOfMemoryError {
 	s := p.statsLocked()
-	e := &OutOfMemoryError{Platform: "cpu", Space: p.space, Requested: size, What: what, Allocator: p.kind,
+	e := &backend.OutOfMemoryError{Platform: "cpu", Space: p.space, Requested: size, What: what, Allocator: p.kind,
 		Capacity: p.capacity, Limit: p.limit, Reserved: s.Reserved, InUse: s.BytesInUse,
 		LargestFree: s.LargestFreeBlock, LiveAllocs: s.LiveAllocs, Note: note}
 	if p.limit > 0 {
@@ -295,7 +295,7 @@ func (p *pool) oomLocked(size int64, what, note string) *OutOfMemoryError {
 
 // largestLocked lists the n largest live allocations (arrays only if
 // arraysOnly), largest first, oldest first among equals.
-func (p *pool) largestLocked(n int, arraysOnly bool) []LiveArray {
+func (p *pool) largestLocked(n int, arraysOnly bool) []backend.LiveArray {
 	recs := make([]*allocRecord, 0, p.nlive)
 	for r := p.live; r != nil; r = r.next {
 		if !arraysOnly || r.isArray {
@@ -307,7 +307,7 @@ func (p *pool) largestLocked(n int, arraysOnly bool) []LiveArray {
 		recs = recs[:n]
 	}
 	now := time.Now()
-	out := make([]LiveArray, len(recs))
+	out := make([]backend.LiveArray, len(recs))
 	for i, r := range recs {
 		out[i] = r.liveArrayLocked(now)
 	}
@@ -345,7 +345,7 @@ type Pools struct {
 }
 
 type poolSet struct {
-	cfg    MemoryConfig
+	cfg    backend.MemoryConfig
 	err    error // bad environment settings: every allocation fails with it
 	spaces []*pool
 }
@@ -366,9 +366,9 @@ func (ps *Pools) set() *poolSet {
 	if s := ps.cur.Load(); s != nil {
 		return s
 	}
-	cfg, err := MemoryConfigFromEnv()
+	cfg, err := backend.MemoryConfigFromEnv()
 	if err != nil {
-		cfg, _ = MemoryConfig{}.Normalized()
+		cfg, _ = backend.MemoryConfig{}.Normalized()
 		err = fmt.Errorf("invalid memory settings: %w", err)
 	}
 	s := newPoolSet(cfg)
@@ -377,7 +377,7 @@ func (ps *Pools) set() *poolSet {
 	return s
 }
 
-func newPoolSet(cfg MemoryConfig) *poolSet {
+func newPoolSet(cfg backend.MemoryConfig) *poolSet {
 	s := &poolSet{cfg: cfg}
 	for _, sp := range ir.AllSpaces {
 		for len(s.spaces) <= int(sp) {
@@ -399,7 +399,7 @@ func (s *poolSet) pool(space ir.MemorySpace) (*pool, error) {
 // description such as "output 0 of fn" or "temp arena", shown in out-of-memory
 // reports and profiles). The memory is zeroed, 64-byte aligned and has
 // len == cap == size; release returns it to the pool and may be called more than
-// once. A request that does not fit returns an *OutOfMemoryError. Alloc is
+// once. A request that does not fit returns a *backend.OutOfMemoryError. Alloc is
 // safe for concurrent use.
 func (ps *Pools) Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
 	return releaseFunc(ps.alloc(space, size, what, true, false, 3))
@@ -465,7 +465,7 @@ func (ps *Pools) alloc(space ir.MemorySpace, size int64, what string, zero, reus
 			collectGarbage(p)
 			continue
 		}
-		var oom *OutOfMemoryError
+		var oom *backend.OutOfMemoryError
 		if retried || !errors.As(err, &oom) || oom.Note != "" || (oom.Limit > 0 && size > oom.Limit) {
 			return nil, nil, err
 		}
@@ -529,7 +529,7 @@ func (ps *Pools) lookup(space ir.MemorySpace, mem []byte) *allocRecord {
 // settings, read at next use). Unless force, it fails while allocations are
 // live (after collecting garbage). Buffers still live in replaced pools keep
 // their memory and free it into the retired pool.
-func (ps *Pools) configure(cfg *MemoryConfig, force bool) error {
+func (ps *Pools) configure(cfg *backend.MemoryConfig, force bool) error {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	old := ps.cur.Load()
@@ -567,7 +567,7 @@ func (ps *Pools) configure(cfg *MemoryConfig, force bool) error {
 // checkIdle returns an error naming the live allocations, if any.
 func (s *poolSet) checkIdle() error {
 	var n int64
-	var live []LiveArray
+	var live []backend.LiveArray
 	for _, p := range s.spaces {
 		p.mu.Lock()
 		n += int64(p.nlive)
@@ -580,16 +580,16 @@ func (s *poolSet) checkIdle() error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "ConfigureMemory: %d buffers are still live; delete them (Array.Delete) or drop them first:", n)
 	for _, l := range live {
-		fmt.Fprintf(&b, "\n  %s %s made at %s", formatBytes(l.Bytes), l.Describe(), l.Site)
+		fmt.Fprintf(&b, "\n  %s %s made at %s", backend.FormatBytes(l.Bytes), l.Describe(), l.Site)
 	}
 	return errors.New(b.String())
 }
 
 // ConfigureMemory replaces the memory pools with new settings (defaults for
-// zero fields; see MemoryConfig and the environment variables it mirrors). It
+// zero fields; see backend.MemoryConfig and the environment variables it mirrors). It
 // may be called before first use, or later when no buffers are live: it returns
 // an error if arrays are still reachable after a garbage collection.
-func ConfigureMemory(cfg MemoryConfig) error {
+func ConfigureMemory(cfg backend.MemoryConfig) error {
 	n, err := cfg.Normalized()
 	if err != nil {
 		return err
@@ -600,17 +600,17 @@ func ConfigureMemory(cfg MemoryConfig) error {
 // MemoryStats returns the statistics of a memory space of the default
 // backend: the CPU pools, or the memory of an accelerator backend (cuda)
 // that is the default and reports it (backend.Memory).
-func MemoryStats(space ir.MemorySpace) MemStats {
+func MemoryStats(space ir.MemorySpace) backend.MemStats {
 	if s, ok := defaultMemoryStats(space); ok {
 		return s
 	}
 	return memPools.stats(space)
 }
 
-func (ps *Pools) stats(space ir.MemorySpace) MemStats {
+func (ps *Pools) stats(space ir.MemorySpace) backend.MemStats {
 	p, err := ps.set().pool(space)
 	if err != nil {
-		return MemStats{Space: space}
+		return backend.MemStats{Space: space}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

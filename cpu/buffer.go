@@ -1,4 +1,4 @@
-package runtime
+package cpu
 
 import (
 	"errors"
@@ -139,7 +139,7 @@ func (b *cpuBuffer) stopFinalizerLocked() {
 }
 
 // newBuffer copies a host literal into new memory from the pool of its memory
-// space. It fails with an *OutOfMemoryError when the pool is full.
+// space. It fails with a *backend.OutOfMemoryError when the pool is full.
 func newBuffer(l *ir.Literal) (*cpuBuffer, error) {
 	if int64(len(l.Data)) != l.Type.Bytes() {
 		return nil, fmt.Errorf("literal %v has %d bytes, want %d", l.Type, len(l.Data), l.Type.Bytes())
@@ -204,7 +204,7 @@ func (b *cpuBuffer) wrapRecord(rec *allocRecord) *cpuBuffer {
 }
 
 // newCPUBuffer copies a literal into pool memory. If the pool is full the
-// buffer carries the *OutOfMemoryError, which reading it returns.
+// buffer carries the *backend.OutOfMemoryError, which reading it returns.
 //
 // Deprecated: backends should call newBuffer, which returns the error.
 func newCPUBuffer(l *ir.Literal) *cpuBuffer {

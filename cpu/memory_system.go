@@ -1,8 +1,9 @@
-package runtime
+package cpu
 
 import (
 	"bufio"
 	"fmt"
+	"github.com/ferryml/ferry/backend"
 	"os"
 	"strconv"
 	"strings"
@@ -58,7 +59,7 @@ func systemMemory() int64 {
 func checkSystemMemory(size int64) string {
 	if sys := systemMemory(); sys > 0 && size > sys {
 		return fmt.Sprintf("cannot reserve %s: the machine has only %s of memory and swap (lower the capacity or %s, or set %s=false)",
-			formatBytes(size), formatBytes(sys), EnvMemFraction, EnvPreallocate)
+			backend.FormatBytes(size), backend.FormatBytes(sys), backend.EnvMemFraction, backend.EnvPreallocate)
 	}
 	return ""
 }

@@ -1,4 +1,4 @@
-package runtime
+package cpu
 
 // platformAllocator allocates every buffer as its own Go allocation and lets
 // the garbage collector take it back when the buffer is freed: slower than bfc

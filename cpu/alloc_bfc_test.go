@@ -1,4 +1,4 @@
-package runtime
+package cpu
 
 import (
 	"math/rand/v2"

@@ -1,8 +1,8 @@
-package runtime
+package cpu
 
 import (
 	"errors"
-	"math/rand/v2"
+	"github.com/ferryml/ferry/backend"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -38,7 +38,7 @@ func f32Literal(t *testing.T, v ...float32) *ir.Literal {
 }
 
 func TestBufferCopiesIntoPool(t *testing.T) {
-	SetMemoryForTest(t, MemoryConfig{})
+	SetMemoryForTest(t, backend.MemoryConfig{})
 	src := f32Literal(t, 1, 2, 3)
 	b, err := newBuffer(src)
 	require.NoError(t, err)
@@ -62,7 +62,7 @@ func TestBufferCopiesIntoPool(t *testing.T) {
 }
 
 func TestMarkDonated(t *testing.T) {
-	SetMemoryForTest(t, MemoryConfig{})
+	SetMemoryForTest(t, backend.MemoryConfig{})
 	b, err := newBuffer(f32Literal(t, 1, 2))
 	require.NoError(t, err)
 	b.markDonated("model_test.go:42")
@@ -83,7 +83,7 @@ func TestMarkDonated(t *testing.T) {
 
 // An executor reuses a donated argument's memory for a result.
 func TestDonateToResult(t *testing.T) {
-	SetMemoryForTest(t, MemoryConfig{})
+	SetMemoryForTest(t, backend.MemoryConfig{})
 	in, err := newBuffer(f32Literal(t, 1, 2, 3, 4))
 	require.NoError(t, err)
 	inLit, _ := in.Literal()
@@ -111,7 +111,7 @@ func TestDonateToResult(t *testing.T) {
 
 // An executor allocates its outputs with Pools.Alloc and wraps them.
 func TestExecutorOutputs(t *testing.T) {
-	SetMemoryForTest(t, MemoryConfig{})
+	SetMemoryForTest(t, backend.MemoryConfig{})
 	_, file, line, _ := goruntime.Caller(0)
 	mem, release, err := MemoryPools().Alloc(ir.Device, 24, "output 0 of f")
 	require.NoError(t, err)
@@ -136,10 +136,10 @@ func TestExecutorOutputs(t *testing.T) {
 }
 
 func TestCPUBufferCarriesOOM(t *testing.T) {
-	SetMemoryForTest(t, MemoryConfig{Capacity: 1024, Fraction: 1})
+	SetMemoryForTest(t, backend.MemoryConfig{Capacity: 1024, Fraction: 1})
 	b := newCPUBuffer(&ir.Literal{Type: ir.TypeOf(ir.Float32, 1000), Data: make([]byte, 4000)})
 	_, err := b.Literal()
-	var oom *OutOfMemoryError
+	var oom *backend.OutOfMemoryError
 	require.True(t, errors.As(err, &oom))
 	require.Equal(t, int64(4000), oom.Requested)
 	require.NoError(t, b.Delete())
@@ -150,7 +150,7 @@ func TestCPUBufferCarriesOOM(t *testing.T) {
 // The cleanup is on the literal: a caller still holding the literal keeps
 // the memory, even after the buffer itself is garbage.
 func TestLiteralKeepsMemory(t *testing.T) {
-	SetMemoryForTest(t, MemoryConfig{})
+	SetMemoryForTest(t, backend.MemoryConfig{})
 	b, err := newBuffer(f32Literal(t, 5, 6))
 	require.NoError(t, err)
 	l, err := b.Literal()
@@ -182,7 +182,7 @@ var (
 // the function, their call site is the user's line, the records of outputs
 // become arrays' and the rest is released when the execution ends.
 func TestExecAllocator(t *testing.T) {
-	SetMemoryForTest(t, MemoryConfig{Capacity: 1 << 20, Fraction: 1})
+	SetMemoryForTest(t, backend.MemoryConfig{Capacity: 1 << 20, Fraction: 1})
 	a := &execAlloc{exe: &cpuExecutable{suffix: " of train_step"}}
 	var ea executorAllocator = a
 	_, file, line, _ := goruntime.Caller(0)
@@ -190,7 +190,7 @@ func TestExecAllocator(t *testing.T) {
 	require.NoError(t, err)
 	rel() // allocates and frees nothing: the execution's owner releases
 	_, _, err = ea.Alloc(ir.Device, 2<<20, "temp arena")
-	var oom *OutOfMemoryError
+	var oom *backend.OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
 	require.Equal(t, "temp arena of train_step", oom.What)
 	require.Len(t, oom.Largest, 1)
@@ -213,52 +213,6 @@ func TestExecAllocator(t *testing.T) {
 	require.Len(t, LiveArrays(), 1)
 	require.NoError(t, b.Delete())
 	require.Zero(t, deviceInUse())
-}
-
-// A jitted result's literal points into its buffer: holding only the
-// literal keeps the memory (and the values) after the array is dropped;
-// dropping the literal too frees it. A deleted result is freed once, and
-// collecting its buffer later frees nothing more.
-func TestJitResultLiteralKeepsMemory(t *testing.T) {
-	SetMemoryForTest(t, MemoryConfig{})
-	r := rand.New(rand.NewPCG(rand.Uint64(), 7))
-	xs, ys := make([]float32, 40), make([]float32, 40)
-	for i := range xs {
-		xs[i], ys[i] = r.Float32()*8-4, r.Float32()*8-4
-	}
-	x, y := FromSlice(xs, 40), FromSlice(ys, 40)
-	inputs := deviceInUse()
-	add := Jit(func(x, y *trace.Array) *trace.Array { return trace.Add(x, y) })
-	l, err := add(x, y).Literal()
-	require.NoError(t, err)
-	for i := 0; i < 3; i++ {
-		goruntime.GC()
-		time.Sleep(time.Millisecond)
-	}
-	require.Equal(t, inputs+192, deviceInUse())
-	got := ir.View[float32](l)
-	for i := range xs {
-		require.Equal(t, float64(float32(float64(xs[i])+float64(ys[i]))), float64(got[i]))
-	}
-	goruntime.KeepAlive(l)
-	l, got = nil, nil
-	waitInUse(t, inputs)
-
-	s := add(x, y)
-	require.Equal(t, inputs+192, deviceInUse())
-	require.NoError(t, s.Delete())
-	require.Equal(t, inputs, deviceInUse())
-	keep := add(x, y) // may reuse the freed chunk
-	s = nil
-	for i := 0; i < 3; i++ {
-		goruntime.GC()
-		time.Sleep(time.Millisecond)
-	}
-	require.Equal(t, inputs+192, deviceInUse(), "a deleted buffer's finalizer frees nothing")
-	require.Len(t, LiveArrays(), 3)
-	goruntime.KeepAlive(keep)
-	goruntime.KeepAlive(x)
-	goruntime.KeepAlive(y)
 }
 
 // An executable names its allocations after itself once per kind of

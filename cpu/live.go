@@ -1,7 +1,9 @@
-package runtime
+package cpu
 
 import (
 	"time"
+
+	"github.com/ferryml/ferry/backend"
 )
 
 // LiveArrays lists the live arrays of every memory pool and of every
@@ -9,10 +11,10 @@ import (
 // first among equals), like jax.live_arrays. Arrays that are unreachable but
 // not yet collected are still listed; zero-size arrays hold no memory and are
 // not.
-func LiveArrays() []LiveArray { return memPools.liveArrays() }
+func LiveArrays() []backend.LiveArray { return memPools.liveArrays() }
 
-func (ps *Pools) liveArrays() []LiveArray {
-	var out []LiveArray
+func (ps *Pools) liveArrays() []backend.LiveArray {
+	var out []backend.LiveArray
 	for _, p := range ps.set().spaces {
 		p.mu.Lock()
 		out = append(out, p.largestLocked(-1, true)...)
@@ -22,16 +24,16 @@ func (ps *Pools) liveArrays() []LiveArray {
 	for _, m := range otherMemories() {
 		for _, a := range m.LiveAllocations() {
 			if a.IsArray && a.Bytes > 0 {
-				out = append(out, liveArrayOf(a, now))
+				out = append(out, backend.LiveArrayOf(a, now))
 			}
 		}
 	}
-	sortLive(out)
+	backend.SortLive(out)
 	return out
 }
 
-func (r *allocRecord) liveArrayLocked(now time.Time) LiveArray {
-	l := LiveArray{Platform: "cpu", IsArray: r.isArray, What: r.name(), Bytes: r.size, Space: r.pool.space, Site: r.callSiteLocked(), Age: now.Sub(r.bornTime())}
+func (r *allocRecord) liveArrayLocked(now time.Time) backend.LiveArray {
+	l := backend.LiveArray{Platform: "cpu", IsArray: r.isArray, What: r.name(), Bytes: r.size, Space: r.pool.space, Site: r.callSiteLocked(), Age: now.Sub(r.bornTime())}
 	if r.isArray {
 		l.Type = r.typ.WithShape(r.typ.Shape) // a copy: r.typ's shape may be shared
 	}
@@ -42,7 +44,7 @@ func (r *allocRecord) liveArrayLocked(now time.Time) LiveArray {
 // recorded stack the first time.
 func (r *allocRecord) callSiteLocked() string {
 	if r.site == "" {
-		r.site = userSite(r.pcs())
+		r.site = backend.UserSite(r.pcs())
 	}
 	return r.site
 }

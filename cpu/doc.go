@@ -1,0 +1,12 @@
+// Package cpu is Ferry's CPU backend: it compiles IR through the pass
+// pipeline (passes), runs it with the CPU executor (internal/cpuexec), and
+// keeps every concrete array in the memory pool of its memory space
+// (device, pinned_host), ordinary Go memory with a capacity and an
+// allocator (bfc or platform, see backend.MemoryConfig) so that
+// out-of-memory, fragmentation and allocator settings behave as on a GPU.
+//
+// The package registers its backend under the name "cpu" when it is
+// initialised; package runtime imports it, so the CPU backend is always
+// available, and forwards its memory functions (ConfigureMemory,
+// MemoryStats, LiveArrays, SaveDeviceMemoryProfile, ...).
+package cpu

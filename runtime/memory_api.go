@@ -1,0 +1,52 @@
+package runtime
+
+import (
+	"io"
+
+	"github.com/ferryml/ferry/cpu"
+	"github.com/ferryml/ferry/ir"
+)
+
+// ErrDeleted is matched (errors.Is) by the error of reading an array whose
+// buffer was deleted with Array.Delete (cpu.ErrDeleted).
+var ErrDeleted = cpu.ErrDeleted
+
+// ErrDonated is matched (errors.Is) by the error of reading an array whose
+// buffer was donated to a jitted function (cpu.ErrDonated).
+var ErrDonated = cpu.ErrDonated
+
+// Pools is the set of memory pools, one per memory space, that the CPU backend
+// allocates arrays from (cpu.Pools).
+type Pools = cpu.Pools
+
+// MemoryPools returns the process's memory pools, whose Alloc method is the
+// allocator executors of the CPU backend use.
+func MemoryPools() *Pools { return cpu.MemoryPools() }
+
+// ConfigureMemory replaces the memory pools with new settings (defaults for
+// zero fields; see MemoryConfig and the environment variables it mirrors). It
+// may be called before first use, or later when no buffers are live: it returns
+// an error if arrays are still reachable after a garbage collection.
+func ConfigureMemory(cfg MemoryConfig) error { return cpu.ConfigureMemory(cfg) }
+
+// MemoryStats returns the statistics of a memory space of the default
+// backend: the CPU pools, or the memory of an accelerator backend (cuda)
+// that is the default and reports it (backend.Memory).
+func MemoryStats(space ir.MemorySpace) MemStats { return cpu.MemoryStats(space) }
+
+// ResetPeakMemory sets every pool's PeakBytesInUse to its current BytesInUse,
+// those of every registered backend that reports its memory too.
+func ResetPeakMemory() { cpu.ResetPeakMemory() }
+
+// LiveArrays lists the live arrays of every memory pool and of every
+// registered backend that reports its memory (cuda), largest first (oldest
+// first among equals), like jax.live_arrays. Arrays that are unreachable but
+// not yet collected are still listed; zero-size arrays hold no memory and are
+// not.
+func LiveArrays() []LiveArray { return cpu.LiveArrays() }
+
+// SaveDeviceMemoryProfile writes a profile of the live buffers of every memory
+// pool, and of every registered backend that reports its memory (cuda), in
+// pprof format (gzip-compressed protobuf), like
+// jax.profiler.save_device_memory_profile (cpu.SaveDeviceMemoryProfile).
+func SaveDeviceMemoryProfile(w io.Writer) error { return cpu.SaveDeviceMemoryProfile(w) }
