@@ -79,3 +79,10 @@ type Allocation struct {
 	// Born is when it was allocated.
 	Born time.Time
 }
+
+// MemStats converts s to the statistics runtime.MemoryStats reports.
+func (s SpaceStats) MemStats() MemStats {
+	return MemStats{Platform: s.Platform, Space: s.Space, Allocator: s.Allocator, Capacity: s.Capacity, Limit: s.Limit,
+		Reserved: s.Reserved, BytesInUse: s.BytesInUse, PeakBytesInUse: s.PeakBytesInUse,
+		LargestFreeBlock: s.LargestFreeBlock, Fragmentation: s.Fragmentation(), NumAllocs: s.NumAllocs, LiveAllocs: s.LiveAllocs}
+}

@@ -17,27 +17,6 @@ func otherMemories() []backend.Memory {
 	return out
 }
 
-// memStatsOf converts a backend's statistics.
-func memStatsOf(s backend.SpaceStats) backend.MemStats {
-	return backend.MemStats{Platform: s.Platform, Space: s.Space, Allocator: s.Allocator, Capacity: s.Capacity, Limit: s.Limit,
-		Reserved: s.Reserved, BytesInUse: s.BytesInUse, PeakBytesInUse: s.PeakBytesInUse,
-		LargestFreeBlock: s.LargestFreeBlock, Fragmentation: s.Fragmentation(), NumAllocs: s.NumAllocs, LiveAllocs: s.LiveAllocs}
-}
-
-// defaultMemoryStats returns the default backend's statistics of space when
-// it reports them.
-func defaultMemoryStats(space ir.MemorySpace) (backend.MemStats, bool) {
-	m, ok := backend.Default().(backend.Memory)
-	if !ok {
-		return backend.MemStats{}, false
-	}
-	s, ok := m.MemoryStats(space)
-	if !ok {
-		return backend.MemStats{}, false
-	}
-	return memStatsOf(s), true
-}
-
 // MemoryStats reports the pool of space (backend.Memory).
 func (cpuBackend) MemoryStats(space ir.MemorySpace) (backend.SpaceStats, bool) {
 	p, err := memPools.set().pool(space)

@@ -597,15 +597,9 @@ func ConfigureMemory(cfg backend.MemoryConfig) error {
 	return memPools.configure(&n, false)
 }
 
-// MemoryStats returns the statistics of a memory space of the default
-// backend: the CPU pools, or the memory of an accelerator backend (cuda)
-// that is the default and reports it (backend.Memory).
-func MemoryStats(space ir.MemorySpace) backend.MemStats {
-	if s, ok := defaultMemoryStats(space); ok {
-		return s
-	}
-	return memPools.stats(space)
-}
+// MemoryStats returns the statistics of the CPU pool of a memory space
+// (runtime.MemoryStats reports the default backend's instead).
+func MemoryStats(space ir.MemorySpace) backend.MemStats { return memPools.stats(space) }
 
 func (ps *Pools) stats(space ir.MemorySpace) backend.MemStats {
 	p, err := ps.set().pool(space)
@@ -615,15 +609,6 @@ func (ps *Pools) stats(space ir.MemorySpace) backend.MemStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.statsLocked()
-}
-
-// ResetPeakMemory sets every pool's PeakBytesInUse to its current BytesInUse,
-// those of every registered backend that reports its memory too.
-func ResetPeakMemory() {
-	memPools.resetPeak()
-	for _, m := range otherMemories() {
-		m.ResetPeak()
-	}
 }
 
 var _ backend.Memory = cpuBackend{}

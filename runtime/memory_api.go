@@ -3,6 +3,7 @@ package runtime
 import (
 	"io"
 
+	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/cpu"
 	"github.com/ferryml/ferry/ir"
 )
@@ -32,11 +33,24 @@ func ConfigureMemory(cfg MemoryConfig) error { return cpu.ConfigureMemory(cfg) }
 // MemoryStats returns the statistics of a memory space of the default
 // backend: the CPU pools, or the memory of an accelerator backend (cuda)
 // that is the default and reports it (backend.Memory).
-func MemoryStats(space ir.MemorySpace) MemStats { return cpu.MemoryStats(space) }
+func MemoryStats(space ir.MemorySpace) MemStats {
+	if m, ok := backend.Default().(backend.Memory); ok {
+		if s, ok := m.MemoryStats(space); ok {
+			return s.MemStats()
+		}
+	}
+	return cpu.MemoryStats(space)
+}
 
 // ResetPeakMemory sets every pool's PeakBytesInUse to its current BytesInUse,
 // those of every registered backend that reports its memory too.
-func ResetPeakMemory() { cpu.ResetPeakMemory() }
+func ResetPeakMemory() {
+	for _, b := range backend.All() {
+		if m, ok := b.(backend.Memory); ok {
+			m.ResetPeak()
+		}
+	}
+}
 
 // LiveArrays lists the live arrays of every memory pool and of every
 // registered backend that reports its memory (cuda), largest first (oldest
