@@ -6,11 +6,9 @@ import (
 	"github.com/ferryml/ferry/backend"
 )
 
-// LiveArrays lists the live arrays of every memory pool and of every
-// registered backend that reports its memory (cuda), largest first (oldest
-// first among equals), like jax.live_arrays. Arrays that are unreachable but
-// not yet collected are still listed; zero-size arrays hold no memory and are
-// not.
+// LiveArrays lists the live arrays of every memory pool, largest first
+// (oldest first among equals); runtime.LiveArrays adds those of the other
+// backends.
 func LiveArrays() []backend.LiveArray { return memPools.liveArrays() }
 
 func (ps *Pools) liveArrays() []backend.LiveArray {
@@ -19,14 +17,6 @@ func (ps *Pools) liveArrays() []backend.LiveArray {
 		p.mu.Lock()
 		out = append(out, p.largestLocked(-1, true)...)
 		p.mu.Unlock()
-	}
-	now := time.Now()
-	for _, m := range otherMemories() {
-		for _, a := range m.LiveAllocations() {
-			if a.IsArray && a.Bytes > 0 {
-				out = append(out, backend.LiveArrayOf(a, now))
-			}
-		}
 	}
 	backend.SortLive(out)
 	return out

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"io"
+	"time"
 
 	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/cpu"
@@ -57,7 +58,26 @@ func ResetPeakMemory() {
 // first among equals), like jax.live_arrays. Arrays that are unreachable but
 // not yet collected are still listed; zero-size arrays hold no memory and are
 // not.
-func LiveArrays() []LiveArray { return cpu.LiveArrays() }
+func LiveArrays() []LiveArray {
+	out := cpu.LiveArrays() // sorted
+	pools := len(out)
+	now := time.Now()
+	for _, b := range backend.All() {
+		m, ok := b.(backend.Memory)
+		if !ok || b.Name() == "cpu" {
+			continue // the CPU backend's are the pools'
+		}
+		for _, a := range m.LiveAllocations() {
+			if a.IsArray && a.Bytes > 0 {
+				out = append(out, backend.LiveArrayOf(a, now))
+			}
+		}
+	}
+	if len(out) > pools {
+		backend.SortLive(out)
+	}
+	return out
+}
 
 // SaveDeviceMemoryProfile writes a profile of the live buffers of every memory
 // pool, and of every registered backend that reports its memory (cuda), in
