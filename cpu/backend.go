@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"github.com/ferryml/ferry/internal/scratch"
 	goruntime "runtime"
 	"slices"
 	"sync"
@@ -173,10 +174,10 @@ func (a *execAlloc) releaseAll() {
 			r.release()
 		}
 	}
-	clearSmall(a.recs)
-	clearSmall(a.lits)
-	clearSmall(a.outs)
-	clearSmall(a.bufs)
+	scratch.ClearSmall(a.recs)
+	scratch.ClearSmall(a.lits)
+	scratch.ClearSmall(a.outs)
+	scratch.ClearSmall(a.bufs)
 	a.recs, a.lits, a.outs, a.bufs = a.recs[:0], a.lits[:0], a.outs[:0], a.bufs[:0]
 }
 
@@ -257,18 +258,4 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts backend.ExecOptions) (
 
 func init() {
 	backend.Register(cpuBackend{})
-}
-
-// clearSmall is clear(s), element by element for the few elements a
-// scratch slice holds: cheaper than clear's bulk write barrier while the
-// garbage collector marks, and nothing at all for an empty slice.
-func clearSmall[T any](s []T) {
-	if len(s) > 8 {
-		clear(s)
-		return
-	}
-	var zero T
-	for i := range s {
-		s[i] = zero
-	}
 }

@@ -76,18 +76,3 @@ func TestSpareRecordsBounded(t *testing.T) {
 	require.Equal(t, before.LiveAllocs, after.LiveAllocs)
 	require.Equal(t, before.BytesInUse, after.BytesInUse)
 }
-
-// clearSmall zeroes every element of short and long slices alike.
-func TestClearSmall(t *testing.T) {
-	for _, n := range []int{0, 1, 8, 9, 40} {
-		s := make([]*int, n)
-		for i := range s {
-			v := i
-			s[i] = &v
-		}
-		clearSmall(s)
-		for i := range s {
-			require.Nil(t, s[i], "n=%d, element %d", n, i)
-		}
-	}
-}

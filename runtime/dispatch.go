@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"github.com/ferryml/ferry/internal/scratch"
 	"sync"
 
 	"github.com/ferryml/ferry/trace"
@@ -27,27 +28,13 @@ func getScratch() *callScratch { return scratchPool.Get().(*callScratch) }
 // putScratch clears s, so that it keeps no array alive, and pools it.
 func putScratch(s *callScratch) {
 	s.args = [4]any{}
-	clearSmall(s.leaves)
-	clearSmall(s.defs)
-	clearSmall(s.bufs)
-	clearSmall(s.outs)
-	clearSmall(s.arrays)
+	scratch.ClearSmall(s.leaves)
+	scratch.ClearSmall(s.defs)
+	scratch.ClearSmall(s.bufs)
+	scratch.ClearSmall(s.outs)
+	scratch.ClearSmall(s.arrays)
 	s.leaves, s.defs, s.bufs, s.outs, s.arrays = s.leaves[:0], s.defs[:0], s.bufs[:0], s.outs[:0], s.arrays[:0]
 	scratchPool.Put(s)
-}
-
-// clearSmall is clear(s), element by element for the few elements a
-// call's scratch slices hold: cheaper than clear's bulk write barrier
-// while the garbage collector marks, and nothing at all for an empty slice.
-func clearSmall[T any](s []T) {
-	if len(s) > 8 {
-		clear(s)
-		return
-	}
-	var zero T
-	for i := range s {
-		s[i] = zero
-	}
 }
 
 // fastWrapper returns the jitted function without reflect.MakeFunc for the
