@@ -959,7 +959,7 @@ func (g *gen) bcast(o e.Operand, dst e.Z) {
 func (g *gen) temps(code int32) int {
 	switch {
 	case !validOp(code):
-		return 0 // contracted multiply-adds
+		return 0 // contracted multiply-adds, compares and selects
 	case g.vex:
 		return ops[code].tempsVEX
 	}
