@@ -132,13 +132,7 @@ func (a *Asm) ConstVec(v [16]uint32) Mem {
 	}
 	off, ok := a.vecs[v]
 	if !ok {
-		for len(a.pool)%64 != 0 {
-			a.pool = append(a.pool, 0)
-		}
-		off = int32(len(a.pool))
-		for _, b := range v {
-			a.pool = binary.LittleEndian.AppendUint32(a.pool, b)
-		}
+		off = a.poolWords(v[:], 64)
 		a.vecs[v] = off
 	}
 	return Mem{RIP: true, Disp: off}
@@ -153,16 +147,24 @@ func (a *Asm) ConstVec8(v [8]uint32) Mem {
 	}
 	off, ok := a.vecs8[v]
 	if !ok {
-		for len(a.pool)%32 != 0 {
-			a.pool = append(a.pool, 0)
-		}
-		off = int32(len(a.pool))
-		for _, b := range v {
-			a.pool = binary.LittleEndian.AppendUint32(a.pool, b)
-		}
+		off = a.poolWords(v[:], 32)
 		a.vecs8[v] = off
 	}
 	return Mem{RIP: true, Disp: off}
+}
+
+// poolWords appends the words v to the constant pool at the next offset
+// that is a multiple of align (padding with zero bytes) and returns that
+// offset.
+func (a *Asm) poolWords(v []uint32, align int) int32 {
+	for len(a.pool)%align != 0 {
+		a.pool = append(a.pool, 0)
+	}
+	off := int32(len(a.pool))
+	for _, b := range v {
+		a.pool = binary.LittleEndian.AppendUint32(a.pool, b)
+	}
+	return off
 }
 
 // ConstF returns Const(math.Float32bits(v)).

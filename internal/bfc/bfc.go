@@ -187,24 +187,25 @@ func (a *Allocator[R]) Free(c *Chunk[R]) {
 	}
 	if n := c.next; n != nil && n.free {
 		a.removeFree(n)
-		c.Size += n.Size
-		c.next = n.next
-		if n.next != nil {
-			n.next.prev = c
-		}
-		a.recycle(n)
+		a.absorb(c, n)
 	}
 	if p := c.prev; p != nil && p.free {
 		a.removeFree(p)
-		p.Size += c.Size
-		p.next = c.next
-		if c.next != nil {
-			c.next.prev = p
-		}
-		a.recycle(c)
+		a.absorb(p, c)
 		c = p
 	}
 	a.insertFree(c)
+}
+
+// absorb merges chunk r into its left neighbour l and recycles r; neither
+// is in the free set.
+func (a *Allocator[R]) absorb(l, r *Chunk[R]) {
+	l.Size += r.Size
+	l.next = r.next
+	if r.next != nil {
+		r.next.prev = l
+	}
+	a.recycle(r)
 }
 
 // newChunk returns a spare chunk or a new one.

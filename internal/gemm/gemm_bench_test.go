@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/ferryml/ferry/internal/parallel"
 )
 
 // BenchmarkSgemm measures square C = A*B with the active kernel (set
@@ -103,7 +105,7 @@ func BenchmarkSgemmSmall(b *testing.B) {
 				ldb = s.k
 			}
 			b.ResetTimer()
-			cpu0 := cpuTime()
+			cpu0 := parallel.CPUTime()
 			for i := 0; i < b.N; i++ {
 				SgemmStrided(s.transA, s.transB, s.batch, s.m, s.n, s.k, 1, a, lda, s.m*s.k, bb, ldb, s.k*s.n, 0, c, s.n, s.m*s.n)
 			}
@@ -112,7 +114,7 @@ func BenchmarkSgemmSmall(b *testing.B) {
 			// On a shared machine the wall time mostly measures the
 			// others' load; the process's CPU time (all threads, spinning
 			// included) measures what the product costs.
-			if cpu := cpuTime() - cpu0; cpu > 0 {
+			if cpu := parallel.CPUTime() - cpu0; cpu > 0 {
 				b.ReportMetric(flop/cpu/1e9, "GFLOP/cpu-s")
 			}
 		})

@@ -338,10 +338,8 @@ func checkChain(code []Instr, nvals int, uniform []bool) ([]valInfo, error) {
 		vals[i].def, vals[i].slot = -1, -1
 		vals[i].uniform = i < len(uniform) && uniform[i]
 	}
-	ok := func(i int32) bool { return i >= 0 && int(i) < nvals }
 	for k, in := range code {
-		cd := in.Code()
-		if in.Op&^(0xff|AccA|AccB|NoStore) != 0 || !validCode(cd) || !ok(in.Dst) || !ok(in.A) || !ok(in.B) || !ok(in.C) {
+		if !in.valid(nvals) {
 			return nil, fmt.Errorf("vmath: bad chain instruction %d: %+v", k, in)
 		}
 		for _, x := range (cins{Instr: in}).operands() {
@@ -961,7 +959,7 @@ func (g *gen) bcast(o e.Operand, dst e.Z) {
 func (g *gen) temps(code int32) int {
 	switch {
 	case !validOp(code):
-		return 0 // contracted multiply-adds
+		return 0 // contracted multiply-adds, compares and selects
 	case g.vex:
 		return ops[code].tempsVEX
 	}
@@ -970,9 +968,12 @@ func (g *gen) temps(code int32) int {
 
 // Comparison predicates (VCMPPS imm8).
 const (
-	cmpEQ  = 0x00
-	cmpLT  = 0x11
-	cmpGE  = 0x1d
+	cmpEQ  = 0x00 // EQ_OQ
+	cmpLT  = 0x11 // LT_OQ
+	cmpLE  = 0x12 // LE_OQ
+	cmpGT  = 0x1e // GT_OQ
+	cmpGE  = 0x1d // GE_OQ
+	cmpNE  = 0x04 // NEQ_UQ (true for NaN)
 	cmpUNO = 0x03
 	cmpNLT = 0x05 // not less than (true for NaN)
 )

@@ -7,13 +7,6 @@ import (
 	"testing"
 )
 
-func needJIT(t *testing.T) {
-	t.Helper()
-	if !JITAvailable() {
-		t.Skip("run-time code generation not available here: ", Impl())
-	}
-}
-
 // forJIT runs f with each implementation whose chains this machine runs
 // (AVX-512 and AVX2 code where the CPU has AVX-512, AVX2 code where it has
 // AVX2 and FMA only); the kernels chains are compared with are that

@@ -35,12 +35,12 @@ type maskOp struct {
 }
 
 var maskOps = [...]maskOp{
-	OpEq - OpEq: {"eq", 0x00, func(a, b float32) bool { return a == b }}, // EQ_OQ
-	OpNe - OpEq: {"ne", 0x04, func(a, b float32) bool { return a != b }}, // NEQ_UQ
-	OpLt - OpEq: {"lt", 0x11, func(a, b float32) bool { return a < b }},  // LT_OQ
-	OpLe - OpEq: {"le", 0x12, func(a, b float32) bool { return a <= b }}, // LE_OQ
-	OpGt - OpEq: {"gt", 0x1e, func(a, b float32) bool { return a > b }},  // GT_OQ
-	OpGe - OpEq: {"ge", 0x1d, func(a, b float32) bool { return a >= b }}, // GE_OQ
+	OpEq - OpEq: {"eq", cmpEQ, func(a, b float32) bool { return a == b }},
+	OpNe - OpEq: {"ne", cmpNE, func(a, b float32) bool { return a != b }},
+	OpLt - OpEq: {"lt", cmpLT, func(a, b float32) bool { return a < b }},
+	OpLe - OpEq: {"le", cmpLE, func(a, b float32) bool { return a <= b }},
+	OpGt - OpEq: {"gt", cmpGT, func(a, b float32) bool { return a > b }},
+	OpGe - OpEq: {"ge", cmpGE, func(a, b float32) bool { return a >= b }},
 }
 
 // isCompare reports whether code is a compare opcode.

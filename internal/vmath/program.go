@@ -27,6 +27,13 @@ type Instr struct{ Op, Dst, A, B, C int32 }
 // Code returns the opcode of in.Op (without the flags).
 func (in Instr) Code() int32 { return in.Op & 0xff }
 
+// valid reports whether in has a known opcode and flags and names only
+// vals indexes below nvals (the check of RunProgram and CompileChain).
+func (in Instr) valid(nvals int) bool {
+	ok := func(i int32) bool { return uint32(i) < uint32(nvals) }
+	return in.Op&^(0xff|AccA|AccB|NoStore) == 0 && validCode(in.Code()) && ok(in.Dst) && ok(in.A) && ok(in.B) && ok(in.C)
+}
+
 // RunProgram runs code (as CompileChain takes it, vals[Dst] = Op(vals[A],
 // vals[B]) in order, every Dst written once) over the first n elements of
 // the vectors vals and returns the number of elements it computed: n when
@@ -39,8 +46,7 @@ func (in Instr) Code() int32 { return in.Op & 0xff }
 // unknown opcode or flag or a vals index out of range.
 func RunProgram(code []Instr, vals []*float32, n int) int {
 	for _, in := range code {
-		ok := func(i int32) bool { return uint32(i) < uint32(len(vals)) }
-		if in.Op&^(0xff|AccA|AccB|NoStore) != 0 || !validCode(in.Code()) || !ok(in.Dst) || !ok(in.A) || !ok(in.B) || !ok(in.C) {
+		if !in.valid(len(vals)) {
 			panic("vmath: bad program instruction")
 		}
 	}

@@ -1,10 +1,6 @@
 package fmapeak
 
-import (
-	"slices"
-
-	"github.com/ferryml/ferry/internal/gemm"
-)
+import "github.com/ferryml/ferry/internal/cpufeat"
 
 // iterations of the assembly loops per call: about 0.1 ms, short enough
 // for the scheduler to preempt between calls.
@@ -16,9 +12,9 @@ func fmaAVX2(n int)
 //go:noescape
 func fmaAVX512(n int)
 
-// avx512 follows package gemm's CPU detection (the micro-kernels the
-// machine supports).
-var avx512 = slices.Contains(gemm.Kernels(), "avx512")
+// avx512: the CPU and OS run AVX-512 code (package cpufeat, the detection
+// package gemm chooses its micro-kernels by).
+var avx512 = cpufeat.AVX512F
 
 func flopsPerCall() (float64, string) {
 	if avx512 {

@@ -1,6 +1,0 @@
-//go:build !unix
-
-package parallel
-
-// cpuTime is not measured here (the benchmarks then report wall time only).
-func cpuTime() float64 { return 0 }
