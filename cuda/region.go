@@ -606,6 +606,15 @@ func (x *execution) runIteration(f *frame) error {
 	return x.run(f)
 }
 
+// byteSizes returns the size in bytes of each of vs.
+func byteSizes(vs []*ir.Value) []int64 {
+	n := make([]int64, len(vs))
+	for j, v := range vs {
+		n[j] = v.Type.Bytes()
+	}
+	return n
+}
+
 // copyAll copies n[j] bytes from src[j] to dst[j] on the compute stream,
 // skipping copies onto themselves.
 func (x *execution) copyAll(dst, src []loc, n []int64) error {
@@ -630,10 +639,7 @@ func (x *execution) copyResults(f *frame, i int, sub *frame, dst []loc) error {
 	if err != nil {
 		return err
 	}
-	n := make([]int64, len(rs))
-	for j, v := range rs {
-		n[j] = v.Type.Bytes()
-	}
+	n := byteSizes(rs)
 	for k := range src {
 		for j := range dst {
 			if j == k || dst[j].host != src[k].host || n[j] == 0 || n[k] == 0 ||
@@ -706,10 +712,7 @@ func (x *execution) scan(f *frame, i int) error {
 	if err != nil {
 		return err
 	}
-	sizes := make([]int64, len(op.Results))
-	for j, r := range op.Results {
-		sizes[j] = r.Type.Bytes()
-	}
+	sizes := byteSizes(op.Results)
 	if err := x.copyAll(outs[:nk], args[nc:nc+nk], sizes[:nk]); err != nil {
 		return err
 	}
@@ -764,10 +767,7 @@ func (x *execution) while(f *frame, i int) error {
 	if err != nil {
 		return err
 	}
-	sizes := make([]int64, len(op.Results))
-	for j, r := range op.Results {
-		sizes[j] = r.Type.Bytes()
-	}
+	sizes := byteSizes(op.Results)
 	if err := x.copyAll(outs, args[nc:], sizes); err != nil {
 		return err
 	}
