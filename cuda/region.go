@@ -454,6 +454,17 @@ func (x *execution) locs(f *frame, vs []*ir.Value) ([]loc, error) {
 	return out, nil
 }
 
+// operands returns the locations of op's arguments and results in f.
+func (x *execution) operands(f *frame, op *ir.Op) (args, outs []loc, err error) {
+	if args, err = x.locs(f, op.Args); err != nil {
+		return nil, nil, err
+	}
+	if outs, err = x.locs(f, op.Results); err != nil {
+		return nil, nil, err
+	}
+	return args, outs, nil
+}
+
 // event returns a new event (CU_EVENT_DISABLE_TIMING: ordering only),
 // destroyed when the execution ends.
 func (x *execution) event() (uintptr, error) {
@@ -704,11 +715,7 @@ func (x *execution) scan(f *frame, i int) error {
 	op := f.g.steps[i].op
 	nc, nk, n := op.Attrs.Int("num_consts"), op.Attrs.Int("num_carry"), op.Attrs.Int("length")
 	reverse := op.Attrs.Bool("reverse")
-	args, err := x.locs(f, op.Args)
-	if err != nil {
-		return err
-	}
-	outs, err := x.locs(f, op.Results)
+	args, outs, err := x.operands(f, op)
 	if err != nil {
 		return err
 	}
@@ -759,11 +766,7 @@ func (x *execution) scan(f *frame, i int) error {
 func (x *execution) while(f *frame, i int) error {
 	op := f.g.steps[i].op
 	nc := op.Attrs.Int("num_consts")
-	args, err := x.locs(f, op.Args)
-	if err != nil {
-		return err
-	}
-	outs, err := x.locs(f, op.Results)
+	args, outs, err := x.operands(f, op)
 	if err != nil {
 		return err
 	}
@@ -799,11 +802,7 @@ func (x *execution) while(f *frame, i int) error {
 // cond runs cond step i of f.
 func (x *execution) cond(f *frame, i int) error {
 	op := f.g.steps[i].op
-	args, err := x.locs(f, op.Args)
-	if err != nil {
-		return err
-	}
-	outs, err := x.locs(f, op.Results)
+	args, outs, err := x.operands(f, op)
 	if err != nil {
 		return err
 	}
