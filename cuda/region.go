@@ -70,6 +70,8 @@ type region struct {
 	prefetch   [][]int
 	prefetched []bool
 	barrier    []bool // steps run on the host
+	// resultBytes is the size in bytes of each of r's results.
+	resultBytes []int64
 }
 
 // compileRegion prepares a step for every op of r, recursively for the
@@ -78,7 +80,7 @@ func (b *Backend) compileRegion(e *executable, r *ir.Region, plan *passes.Region
 	if plan == nil || (plan.Region != nil && plan.Region != r) {
 		return nil, fmt.Errorf("cuda: region has no buffer plan of its own")
 	}
-	g := &region{r: r, plan: plan, steps: make([]step, len(r.Ops))}
+	g := &region{r: r, plan: plan, steps: make([]step, len(r.Ops)), resultBytes: byteSizes(r.Results)}
 	barrier := make([]bool, len(r.Ops))
 	for i, op := range r.Ops {
 		s := &g.steps[i]
@@ -650,7 +652,7 @@ func (x *execution) copyResults(f *frame, i int, sub *frame, dst []loc) error {
 	if err != nil {
 		return err
 	}
-	n := byteSizes(rs)
+	n := sub.g.resultBytes
 	for k := range src {
 		for j := range dst {
 			if j == k || dst[j].host != src[k].host || n[j] == 0 || n[k] == 0 ||
