@@ -244,14 +244,7 @@ func TestBackendWithoutCublasLt(t *testing.T) {
 		t.Fatalf("the dot_general is not a generated kernel step: %+v", dot)
 	}
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 5))
-	var bufs []trace.Buffer
-	for _, p := range f.Body.Params {
-		buf, err := b.FromLiteral(randomLiteral(rng, p.Type))
-		if err != nil {
-			t.Fatal(err)
-		}
-		bufs = append(bufs, buf)
-	}
+	bufs := uploadRandom(t, b, f, rng)
 	if _, err := exe.Execute(bufs, rt.ExecOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -326,14 +319,7 @@ func TestBackendMatmulAlignment(t *testing.T) {
 		t.Fatalf("%d cuBLASLt steps, %d heuristic calls", len(aligns), heuristics)
 	}
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 7))
-	var bufs []trace.Buffer
-	for _, p := range f.Body.Params {
-		buf, err := b.FromLiteral(randomLiteral(rng, p.Type))
-		if err != nil {
-			t.Fatal(err)
-		}
-		bufs = append(bufs, buf)
-	}
+	bufs := uploadRandom(t, b, f, rng)
 	if _, err := exe.Execute(bufs, rt.ExecOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -249,13 +249,7 @@ func Load() (*Driver, error) {
 // loadCublasLt loads cuBLASLt from dirs into d.Lt, or records in d.LtErr
 // why it did not load.
 func (d *Driver) loadCublasLt(dirs []string) {
-	d.Lt, d.LtErr = nil, nil
-	lt, err := LoadCublasLt(dirs)
-	if err != nil {
-		d.LtErr = err
-		return
-	}
-	d.Lt = lt
+	d.Lt, d.LtErr = LoadCublasLt(dirs)
 }
 
 // resolve calls cuGetProcAddress_v2(symbol, &pfn, PinnedCUDAVersion,

@@ -70,6 +70,8 @@ type region struct {
 	prefetch   [][]int
 	prefetched []bool
 	barrier    []bool // steps run on the host
+	// resultBytes is the size in bytes of each of r's results.
+	resultBytes []int64
 }
 
 // compileRegion prepares a step for every op of r, recursively for the
@@ -78,7 +80,7 @@ func (b *Backend) compileRegion(e *executable, r *ir.Region, plan *passes.Region
 	if plan == nil || (plan.Region != nil && plan.Region != r) {
 		return nil, fmt.Errorf("cuda: region has no buffer plan of its own")
 	}
-	g := &region{r: r, plan: plan, steps: make([]step, len(r.Ops))}
+	g := &region{r: r, plan: plan, steps: make([]step, len(r.Ops)), resultBytes: byteSizes(r.Results)}
 	barrier := make([]bool, len(r.Ops))
 	for i, op := range r.Ops {
 		s := &g.steps[i]
@@ -454,6 +456,17 @@ func (x *execution) locs(f *frame, vs []*ir.Value) ([]loc, error) {
 	return out, nil
 }
 
+// operands returns the locations of op's arguments and results in f.
+func (x *execution) operands(f *frame, op *ir.Op) (args, outs []loc, err error) {
+	if args, err = x.locs(f, op.Args); err != nil {
+		return nil, nil, err
+	}
+	if outs, err = x.locs(f, op.Results); err != nil {
+		return nil, nil, err
+	}
+	return args, outs, nil
+}
+
 // event returns a new event (CU_EVENT_DISABLE_TIMING: ordering only),
 // destroyed when the execution ends.
 func (x *execution) event() (uintptr, error) {
@@ -606,6 +619,15 @@ func (x *execution) runIteration(f *frame) error {
 	return x.run(f)
 }
 
+// byteSizes returns the size in bytes of each of vs.
+func byteSizes(vs []*ir.Value) []int64 {
+	n := make([]int64, len(vs))
+	for j, v := range vs {
+		n[j] = v.Type.Bytes()
+	}
+	return n
+}
+
 // copyAll copies n[j] bytes from src[j] to dst[j] on the compute stream,
 // skipping copies onto themselves.
 func (x *execution) copyAll(dst, src []loc, n []int64) error {
@@ -630,10 +652,7 @@ func (x *execution) copyResults(f *frame, i int, sub *frame, dst []loc) error {
 	if err != nil {
 		return err
 	}
-	n := make([]int64, len(rs))
-	for j, v := range rs {
-		n[j] = v.Type.Bytes()
-	}
+	n := sub.g.resultBytes
 	for k := range src {
 		for j := range dst {
 			if j == k || dst[j].host != src[k].host || n[j] == 0 || n[k] == 0 ||
@@ -698,18 +717,11 @@ func (x *execution) scan(f *frame, i int) error {
 	op := f.g.steps[i].op
 	nc, nk, n := op.Attrs.Int("num_consts"), op.Attrs.Int("num_carry"), op.Attrs.Int("length")
 	reverse := op.Attrs.Bool("reverse")
-	args, err := x.locs(f, op.Args)
+	args, outs, err := x.operands(f, op)
 	if err != nil {
 		return err
 	}
-	outs, err := x.locs(f, op.Results)
-	if err != nil {
-		return err
-	}
-	sizes := make([]int64, len(op.Results))
-	for j, r := range op.Results {
-		sizes[j] = r.Type.Bytes()
-	}
+	sizes := byteSizes(op.Results)
 	if err := x.copyAll(outs[:nk], args[nc:nc+nk], sizes[:nk]); err != nil {
 		return err
 	}
@@ -756,18 +768,11 @@ func (x *execution) scan(f *frame, i int) error {
 func (x *execution) while(f *frame, i int) error {
 	op := f.g.steps[i].op
 	nc := op.Attrs.Int("num_consts")
-	args, err := x.locs(f, op.Args)
+	args, outs, err := x.operands(f, op)
 	if err != nil {
 		return err
 	}
-	outs, err := x.locs(f, op.Results)
-	if err != nil {
-		return err
-	}
-	sizes := make([]int64, len(op.Results))
-	for j, r := range op.Results {
-		sizes[j] = r.Type.Bytes()
-	}
+	sizes := byteSizes(op.Results)
 	if err := x.copyAll(outs, args[nc:], sizes); err != nil {
 		return err
 	}
@@ -799,11 +804,7 @@ func (x *execution) while(f *frame, i int) error {
 // cond runs cond step i of f.
 func (x *execution) cond(f *frame, i int) error {
 	op := f.g.steps[i].op
-	args, err := x.locs(f, op.Args)
-	if err != nil {
-		return err
-	}
-	outs, err := x.locs(f, op.Results)
+	args, outs, err := x.operands(f, op)
 	if err != nil {
 		return err
 	}

@@ -102,6 +102,29 @@ var controlPrograms = []struct {
 	}},
 }
 
+// randomArgs returns a random literal for each of f's parameters.
+func randomArgs(rng *rand.Rand, f *ir.Func) []*ir.Literal {
+	var args []*ir.Literal
+	for _, p := range f.Body.Params {
+		args = append(args, randomLiteral(rng, p.Type))
+	}
+	return args
+}
+
+// uploadRandom uploads a random buffer for each of f's parameters to b.
+func uploadRandom(t *testing.T, b *Backend, f *ir.Func, rng *rand.Rand) []trace.Buffer {
+	t.Helper()
+	var bufs []trace.Buffer
+	for _, l := range randomArgs(rng, f) {
+		buf, err := b.FromLiteral(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs = append(bufs, buf)
+	}
+	return bufs
+}
+
 func f32t(d ...int) ir.Type { return ir.TypeOf(ir.Float32, d...) }
 
 // Scan, while and cond run on the device: no step of theirs is a host
@@ -114,10 +137,7 @@ func TestControlFlowOnDevice(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(rand.Uint64(), 21))
 			f := traceFn(t, p.params, p.fn)
-			var args []*ir.Literal
-			for _, prm := range f.Body.Params {
-				args = append(args, randomLiteral(rng, prm.Type))
-			}
+			args := randomArgs(rng, f)
 			runAgainstEval(t, b, f, args, 1e-5, fake)
 		})
 	}
@@ -166,14 +186,7 @@ func TestScanLaunchPointers(t *testing.T) {
 		t.Fatalf("body has %d kernels (%v), want one fused kernel", len(body), body)
 	}
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 22))
-	var bufs []trace.Buffer
-	for _, p := range f.Body.Params {
-		buf, err := b.FromLiteral(randomLiteral(rng, p.Type))
-		if err != nil {
-			t.Fatal(err)
-		}
-		bufs = append(bufs, buf)
-	}
+	bufs := uploadRandom(t, b, f, rng)
 	outs, err := exe.Execute(bufs, rt.ExecOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -471,10 +484,7 @@ func TestDeviceControlFlow(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(rand.Uint64(), 24))
 			f := traceFn(t, p.params, p.fn)
-			var args []*ir.Literal
-			for _, prm := range f.Body.Params {
-				args = append(args, randomLiteral(rng, prm.Type))
-			}
+			args := randomArgs(rng, f)
 			runAgainstEval(t, b, f, args, 1e-4, nil)
 		})
 	}
@@ -617,14 +627,7 @@ func TestScanMatmulInBody(t *testing.T) {
 		t.Fatalf("the scan body's dot is not a cuBLASLt step")
 	}
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 26))
-	var bufs []trace.Buffer
-	for _, p := range f.Body.Params {
-		buf, err := b.FromLiteral(randomLiteral(rng, p.Type))
-		if err != nil {
-			t.Fatal(err)
-		}
-		bufs = append(bufs, buf)
-	}
+	bufs := uploadRandom(t, b, f, rng)
 	if _, err := exe.Execute(bufs, rt.ExecOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -140,10 +140,16 @@ type Plan struct {
 func PlanAccesses(steps []StepAccess) Plan {
 	n := len(steps)
 	p := Plan{Steps: make([]StepPlan, n)}
-	none := [numStreams]int{-1, -1, -1, -1}
-	known := [numStreams][numStreams]int{none, none, none, none} // known[s][t]: last step of t ordered before s's next step
-	clock := make([][numStreams]int, n)                          // clock[j][t]: last step of t ordered before (or =) j
-	var of [numStreams][]int                                     // steps per stream, in order
+	var none [numStreams]int
+	for s := range none {
+		none[s] = -1
+	}
+	var known [numStreams][numStreams]int // known[s][t]: last step of t ordered before s's next step
+	for s := range known {
+		known[s] = none
+	}
+	clock := make([][numStreams]int, n) // clock[j][t]: last step of t ordered before (or =) j
+	var of [numStreams][]int            // steps per stream, in order
 	last := none
 	for i := range steps {
 		st := &steps[i]
