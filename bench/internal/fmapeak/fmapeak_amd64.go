@@ -17,6 +17,9 @@ func fmaAVX512(n int)
 var avx512 = cpufeat.AVX512F
 
 func flopsPerCall() (float64, string) {
+	if !cpufeat.AVX2FMA {
+		return goFlopsPerCall, "go"
+	}
 	if avx512 {
 		return iterations * 12 * 16 * 2, "avx512"
 	}
@@ -24,6 +27,10 @@ func flopsPerCall() (float64, string) {
 }
 
 func fmaLoop() {
+	if !cpufeat.AVX2FMA {
+		goLoop()
+		return
+	}
 	if avx512 {
 		fmaAVX512(iterations)
 	} else {
