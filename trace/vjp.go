@@ -34,14 +34,7 @@ type vjpRule func(c *vjpCall) []*Array
 
 var vjpRules map[ir.Code]vjpRule
 
-// batchRule is the slot of an op's vmap batching rule, the way JAX's
-// batching rules read (operands, their batch dimensions (-1: not mapped),
-// the op's attributes) and give the results and their batch dimensions.
-// The vmap issue fills batchRules beside vjpRules (and may retype the
-// slot); until then it is empty and nothing reads it.
-type batchRule func(args []*Array, dims []int, attrs ir.Attrs) (outs []*Array, outDims []int)
-
-var batchRules map[ir.Code]batchRule
+// The vmap batching rules sit beside these, in batch*.go.
 
 // hasVJP reports whether code has a reverse-mode rule (scan and cond are handled
 // by the linearizer itself).

@@ -1,0 +1,692 @@
+package trace
+
+import (
+	"maps"
+	"math"
+	"reflect"
+	"slices"
+	"sync"
+
+	"github.com/ferryml/ferry/ir"
+)
+
+// Vectorising map (vmap), as jax.vmap.
+//
+// Vmap works at trace time, like Grad: the function is traced once on
+// per-example arrays (the mapped axis removed) into the region of a fresh
+// tracer, and the region is then interpreted in the caller's context (eagerly
+// on concrete arrays, or recorded into the enclosing trace under rt.Jit, Grad,
+// Scan or another Vmap) with every value carrying a batch dimension: the axis
+// of its array that is the mapped one, or -1 when the value is the same for
+// every example. An op none of whose operands is batched is replayed as it
+// is; otherwise its batching rule (batchRules, one per op code) emits ops on
+// the batched operands and says where the batch dimension of each result is.
+// Rules are built from Apply, so what they emit is recorded like any other op:
+// this is what makes Vmap compose with Grad (both ways), Jit, Remat and itself.
+//
+// A rule never returns a batched result for an op none of whose operands is
+// batched (such ops are replayed), and it may return an unbatched result for
+// batched operands. batchDeps is the conservative static form of that, used
+// where a region's results must be known before it is interpreted (a scan's
+// carry, the outputs of a cond's two branches).
+
+// NotMapped is the axis of an input or output that Vmap does not map
+// (in_axes=None in JAX): an input given whole to every example, an output that
+// does not depend on the example.
+const NotMapped = math.MinInt32
+
+// VmapOption configures Vmap.
+type VmapOption func(*vmapConfig)
+
+type vmapConfig struct {
+	inAxes, outAxes []int
+	size            int
+	hasSize         bool
+	name            string
+}
+
+// InAxes gives the mapped axis of each input leaf, in the order of the
+// leaves of all of the function's arguments (Flatten's order, argument by
+// argument): an axis (negative counts from the end) or NotMapped. One value
+// applies to every leaf. The default maps axis 0 of every leaf.
+func InAxes(axes ...int) VmapOption {
+	return func(c *vmapConfig) { c.inAxes = append([]int(nil), axes...) }
+}
+
+// OutAxes gives the axis at which each output leaf gets the mapped axis (or
+// NotMapped for an output that must not depend on the example), in the order
+// of the leaves of all results. One value applies to every leaf; the default
+// is 0.
+func OutAxes(axes ...int) VmapOption {
+	return func(c *vmapConfig) { c.outAxes = append([]int(nil), axes...) }
+}
+
+// AxisSize sets the size of the mapped axis (jax.vmap's axis_size). It is
+// needed when no input is mapped, and must agree with the mapped inputs
+// otherwise.
+func AxisSize(n int) VmapOption {
+	return func(c *vmapConfig) { c.size, c.hasSize = n, true }
+}
+
+// AxisName names the mapped axis (jax.vmap's axis_name), so that AxisIndex
+// can refer to it from inside the function.
+func AxisName(name string) VmapOption {
+	return func(c *vmapConfig) { c.name = name }
+}
+
+// Vmap returns fn vectorised over a mapped axis of its inputs, like jax.vmap:
+// fn is written for one example and the returned function (of fn's type) runs
+// it on a batch at once. fn's parameters and results are trees of arrays
+// (structs, slices, maps of *Array, as Grad takes); InAxes and OutAxes give
+// the mapped axis per leaf. Every op has a batching rule, so the batched
+// program is what one would write by hand: a matmul of a batch of vectors
+// becomes one dot_general, a batch of PRNG keys gives a batch of
+// independent streams, bit-identical to calling fn once per key:
+//
+//	perExample := trace.Vmap(func(ex Example) Params {
+//		return trace.Grad(func(p Params) *trace.Array { return loss(p, ex) })(params)
+//	})
+//	grads := perExample(batch) // every leaf of grads has a leading batch axis
+//
+// Vmap works eagerly and under rt.Jit, nests (Vmap of Vmap), and composes both
+// ways with Grad, VJP, JVP, Remat and Scan. Arrays fn closes over are not
+// mapped.
+func Vmap[F any](fn F, opts ...VmapOption) F {
+	v := reflect.ValueOf(fn)
+	if !v.IsValid() || v.Kind() != reflect.Func || v.IsNil() {
+		panic(Errorf("Vmap", "want a non-nil function, got %T", fn))
+	}
+	ft := v.Type()
+	if ft.IsVariadic() {
+		panic(Errorf("Vmap", "variadic functions are not supported: %v", ft))
+	}
+	var cfg vmapConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return reflect.MakeFunc(ft, func(in []reflect.Value) []reflect.Value {
+		defs := make([]*TreeDef, len(in))
+		var leaves []*Array
+		for i, a := range in {
+			ls, d, err := Flatten(a.Interface())
+			if err != nil {
+				panic(Errorf("Vmap", "flattening argument %d: %v", i, err))
+			}
+			defs[i], leaves = d, append(leaves, ls...)
+		}
+		outDefs := make([]*TreeDef, ft.NumOut())
+		flat := func(ls []*Array) []*Array {
+			vals := make([]reflect.Value, len(in))
+			k := 0
+			for i, d := range defs {
+				n := d.NumLeaves()
+				x, err := d.Unflatten(ls[k : k+n])
+				if err != nil {
+					panic(Errorf("Vmap", "argument %d: %v", i, err))
+				}
+				k += n
+				if x == nil {
+					vals[i] = reflect.Zero(ft.In(i))
+				} else {
+					vals[i] = reflect.ValueOf(x)
+				}
+			}
+			var outs []*Array
+			for i, r := range v.Call(vals) {
+				os, d, err := Flatten(r.Interface())
+				if err != nil {
+					panic(Errorf("Vmap", "flattening result %d: %v", i, err))
+				}
+				outDefs[i], outs = d, append(outs, os...)
+			}
+			return outs
+		}
+		outs := vmapFlat("Vmap", flat, leaves, &cfg)
+		res := make([]reflect.Value, ft.NumOut())
+		k := 0
+		for i, d := range outDefs {
+			n := d.NumLeaves()
+			x, err := d.Unflatten(outs[k : k+n])
+			if err != nil {
+				panic(Errorf("Vmap", "result %d: %v", i, err))
+			}
+			k += n
+			if x == nil {
+				res[i] = reflect.Zero(ft.Out(i))
+			} else {
+				res[i] = reflect.ValueOf(x)
+			}
+		}
+		return res
+	}).Interface().(F)
+}
+
+// VmapFlat is Vmap on flat lists of arrays: it returns fn(args) mapped over
+// the axes the options give.
+func VmapFlat(fn func(args []*Array) []*Array, args []*Array, opts ...VmapOption) []*Array {
+	if fn == nil {
+		panic(Errorf("VmapFlat", "nil function"))
+	}
+	var cfg vmapConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return vmapFlat("VmapFlat", fn, args, &cfg)
+}
+
+// vmapAxes expands per-leaf axes (one value for all, or one per leaf).
+func vmapAxes(name, what string, axes []int, n int) []int {
+	switch {
+	case axes == nil:
+		return make([]int, n)
+	case len(axes) == 1:
+		out := make([]int, n)
+		for i := range out {
+			out[i] = axes[0]
+		}
+		return out
+	case len(axes) != n:
+		panic(Errorf(name, "%s has %d entries for %d leaves (give one per leaf, or one for all)", what, len(axes), n))
+	}
+	return slices.Clone(axes)
+}
+
+// vmapFrame is one active Vmap with an axis name, for AxisIndex.
+type vmapFrame struct {
+	name  string
+	t     *Tracer
+	index *Array // the tracer's lane-index parameter
+}
+
+func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapConfig) []*Array {
+	inAxes := vmapAxes(name, "InAxes", cfg.inAxes, len(args))
+	size := -1
+	if cfg.hasSize {
+		if cfg.size < 0 {
+			panic(Errorf(name, "negative AxisSize %d", cfg.size))
+		}
+		size = cfg.size
+	}
+	dims := make([]int, len(args))
+	for i, a := range args {
+		if a == nil {
+			panic(Errorf(name, "input leaf %d is nil", i))
+		}
+		checkLive(name, a)
+		ax := inAxes[i]
+		if ax == NotMapped {
+			dims[i] = -1
+			continue
+		}
+		r := a.Rank()
+		if ax < -r || ax >= r {
+			panic(Errorf(name, "InAxes: axis %d is out of range for input leaf %d of type %v", ax, i, a.Type()))
+		}
+		if ax < 0 {
+			ax += r
+		}
+		dims[i] = ax
+		n := a.typ.Shape[ax]
+		if size >= 0 && n != size {
+			if cfg.hasSize {
+				panic(Errorf(name, "input leaf %d (%v) has %d examples on axis %d, but AxisSize is %d", i, a.Type(), n, ax, size))
+			}
+			panic(Errorf(name, "input leaves map axes of different sizes: leaf %d (%v) has %d on axis %d, an earlier leaf %d", i, a.Type(), n, ax, size))
+		}
+		size = n
+	}
+	if size < 0 {
+		panic(Errorf(name, "no input is mapped: give the size of the mapped axis with AxisSize"))
+	}
+
+	// Trace fn on one example.
+	t := NewFuncTracer("vmap")
+	var lane *Array
+	func() {
+		defer t.Close()
+		adWith(t, func() {
+			params := make([]*Array, len(args))
+			for i, a := range args {
+				pt := a.Type()
+				if dims[i] >= 0 {
+					pt = pt.WithShape(slices.Delete(pt.Shape.Clone(), dims[i], dims[i]+1))
+				}
+				params[i] = t.Param(pt)
+				params[i].weak = a.weak && dims[i] < 0
+			}
+			if cfg.name != "" {
+				lane = t.Param(ir.Type{DType: ir.Int32})
+				vmapFrames.push(&vmapFrame{name: cfg.name, t: t, index: lane})
+				defer vmapFrames.pop()
+			}
+			res := fn(params)
+			vals := make([]*ir.Value, len(res))
+			for i, r := range res {
+				if r == nil {
+					panic(Errorf(name, "the function returned a nil array as output leaf %d", i))
+				}
+				checkLive(name, r)
+				vals[i] = t.Output(r)
+			}
+			t.region.Results = vals
+		})
+	}()
+
+	// Interpret it on the batch.
+	in := append([]*Array{}, args...)
+	if lane != nil {
+		in = append(in, Apply1(ir.Iota, ir.Attrs{"dtype": ir.Int32, "shape": []int{size}, "dim": 0}))
+		dims = append(dims, 0)
+	}
+	in = append(in, t.Captures()...)
+	for len(dims) < len(in) {
+		dims = append(dims, -1)
+	}
+	outs, odims := vmapRegion(t.region, in, dims, size)
+
+	outAxes := vmapAxes(name, "OutAxes", cfg.outAxes, len(outs))
+	for i, o := range outs {
+		ax := outAxes[i]
+		if ax == NotMapped {
+			if odims[i] >= 0 {
+				panic(Errorf(name, "output leaf %d (%v per example) depends on the mapped inputs, but OutAxes says NotMapped", i, o.Type()))
+			}
+			continue
+		}
+		r := o.Rank()
+		if odims[i] >= 0 {
+			r--
+		}
+		if ax < -(r+1) || ax > r {
+			panic(Errorf(name, "OutAxes: axis %d is out of range for output leaf %d of rank %d (plus the mapped axis)", ax, i, r))
+		}
+		if ax < 0 {
+			ax += r + 1
+		}
+		outs[i] = batchMove(batchMaterialize(o, odims[i], size), max(odims[i], 0), ax)
+	}
+	return outs
+}
+
+// vmapFrames holds the named Vmaps being traced, per goroutine.
+var vmapFrames frameStack
+
+type frameStack struct {
+	mu sync.Mutex
+	fs map[int64][]*vmapFrame
+}
+
+func (s *frameStack) push(f *vmapFrame) {
+	id := goid()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fs == nil {
+		s.fs = map[int64][]*vmapFrame{}
+	}
+	s.fs[id] = append(s.fs[id], f)
+}
+
+func (s *frameStack) pop() {
+	id := goid()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.fs[id][:len(s.fs[id])-1]
+	if len(st) == 0 {
+		delete(s.fs, id)
+	} else {
+		s.fs[id] = st
+	}
+}
+
+func (s *frameStack) lookup(name string) *vmapFrame {
+	id := goid()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.fs[id]
+	for i := len(st) - 1; i >= 0; i-- {
+		if st[i].name == name && st[i].t.active.Load() {
+			return st[i]
+		}
+	}
+	return nil
+}
+
+// AxisIndex returns the index of the current example along the Vmap axis
+// named name (jax.lax.axis_index): an i32 scalar that is 0, 1, ... across
+// the mapped axis. It panics with *Error outside a Vmap of that name.
+func AxisIndex(name string) *Array {
+	if f := vmapFrames.lookup(name); f != nil {
+		return f.index
+	}
+	panic(Errorf("AxisIndex", "no Vmap with AxisName(%q) is being traced here", name))
+}
+
+// ---- the interpreter
+
+// batchCall is the input of a batching rule.
+type batchCall struct {
+	op   *ir.Op
+	args []*Array
+	dims []int // batch dimension of each operand, -1 if not batched
+	size int   // the size of the batch dimension
+}
+
+// batchRule emits the batched form of an op and returns its results with
+// their batch dimensions (-1: not batched).
+type batchRule func(c *batchCall) (outs []*Array, dims []int)
+
+// batchRules holds the batching rule of every op (see the files batch_*.go,
+// and TestBatchRuleCoverage).
+var batchRules = map[ir.Code]batchRule{}
+
+// vmapRegion interprets region r on args batched at dims (-1: not batched),
+// in the current context, and returns its results and their batch dims.
+func vmapRegion(r *ir.Region, args []*Array, dims []int, size int) ([]*Array, []int) {
+	env := make(map[*ir.Value]*Array, len(r.Params)+len(r.Ops))
+	bd := make(map[*ir.Value]int, len(r.Params)+len(r.Ops))
+	for i, p := range r.Params {
+		env[p], bd[p] = args[i], dims[i]
+	}
+	get := func(vs []*ir.Value) ([]*Array, []int, bool) {
+		as, ds, any := make([]*Array, len(vs)), make([]int, len(vs)), false
+		for i, v := range vs {
+			a, ok := env[v]
+			if !ok {
+				panic(Errorf("vmap", "internal error: value %v is not defined", v))
+			}
+			as[i], ds[i] = a, bd[v]
+			any = any || ds[i] >= 0
+		}
+		return as, ds, any
+	}
+	bind := func(vs []*ir.Value, outs []*Array, ds []int) {
+		for i, v := range vs {
+			env[v], bd[v] = outs[i], ds[i]
+		}
+	}
+	ops := r.Ops
+	for k := 0; k < len(ops); k++ {
+		op := ops[k]
+		m := adMarkOfOp(op)
+		if m != nil && m.group != nil && m.index == 0 {
+			k = batchCustomGroup(ops, k, m.group, get, bind, size) - 1
+			continue
+		}
+		args, ds, anyB := get(op.Args)
+		var outs []*Array
+		var od []int
+		if !anyB {
+			outs = adReplay(op, args)
+			od = make([]int, len(outs))
+			for i := range od {
+				od[i] = -1
+			}
+		} else {
+			rule := batchRules[op.Code]
+			if rule == nil {
+				panic(Errorf(op.Code.String(), "vmap: no batching rule for op %v", op.Code))
+			}
+			outs, od = rule(&batchCall{op: op, args: args, dims: ds, size: size})
+			if op.Loc != "" {
+				for _, o := range outs {
+					if o.val != nil && o.val.Op != nil && o.val.Op.Loc == "" {
+						o.val.Op.Loc = op.Loc
+					}
+				}
+			}
+		}
+		if m != nil && m.stop {
+			adMarkStop(outs[0])
+		}
+		bind(op.Results, outs, od)
+	}
+	out, ds, _ := get(r.Results)
+	return out, ds
+}
+
+// batchCustomGroup interprets the markers of a custom_vjp call starting at
+// ops[k] (its inputs and residuals are already interpreted) and records the
+// batched call as a custom_vjp call whose backward function is the original
+// one mapped over the batch. It returns the index after the markers.
+func batchCustomGroup(ops []*ir.Op, k int, g *adGroup, get func([]*ir.Value) ([]*Array, []int, bool),
+	bind func([]*ir.Value, []*Array, []int), size int) int {
+	n := len(g.outputs)
+	ins, inDims, _ := get(g.inputs)
+	res, resDims, _ := get(g.residuals)
+	srcs := make([]*ir.Value, n)
+	for i := 0; i < n; i++ {
+		if k+i >= len(ops) || ops[k+i].Results[0] != g.outputs[i] {
+			panic(Errorf("CustomVJP", "internal error: custom_vjp markers out of order"))
+		}
+		srcs[i] = ops[k+i].Args[0]
+	}
+	vals, outDims, _ := get(srcs)
+	t, inVals, resVals := adCustomPrepare(ins, res)
+	outs := make([]*Array, n)
+	for i, a := range vals {
+		outs[i] = Apply1(ir.DevicePut, ir.Attrs{"space": a.Space()}, a)
+	}
+	bwd := g.bwd
+	if slices.ContainsFunc(append(append(slices.Clone(inDims), resDims...), outDims...), func(d int) bool { return d >= 0 }) {
+		bwd = batchBwd(g.bwd, ins, inDims, resDims, outDims, size)
+	}
+	adCustomFinish(t, inVals, resVals, outs, bwd)
+	bind(g.outputs, outs, outDims)
+	return k + n
+}
+
+// batchBwd maps a custom_vjp backward function over the batch: residuals and
+// cotangents batched at their dims; the cotangent of an unbatched input is
+// the sum over the batch of the per-example ones.
+func batchBwd(bwd func(res, cts []*Array) []*Array, ins []*Array, inDims, resDims, outDims []int, size int) func(res, cts []*Array) []*Array {
+	return func(res, cts []*Array) []*Array {
+		nr := len(res)
+		args := append(append([]*Array{}, res...), cts...)
+		dims := append(append([]int{}, resDims...), outDims...)
+		axes := make([]int, len(args))
+		for i, d := range dims {
+			axes[i] = d
+			if d < 0 {
+				axes[i] = NotMapped
+			}
+		}
+		oaxes := make([]int, len(ins))
+		per := func(flat []*Array) []*Array {
+			got := bwd(flat[:nr], flat[nr:])
+			if len(got) != len(ins) {
+				panic(Errorf("CustomVJP", "bwd returned %d cotangents for %d arguments", len(got), len(ins)))
+			}
+			out := make([]*Array, len(ins))
+			for i, g := range got {
+				t := ins[i].Type()
+				if inDims[i] >= 0 {
+					t = t.WithShape(slices.Delete(t.Shape.Clone(), inDims[i], inDims[i]+1))
+				}
+				if g == nil || !t.DType.IsFloat() {
+					g = adZeros(adCtType(t))
+				}
+				out[i] = adConvert(g, t.DType)
+			}
+			return out
+		}
+		cfg := &vmapConfig{inAxes: axes, outAxes: oaxes, size: size, hasSize: true}
+		for i, d := range inDims {
+			oaxes[i] = max(d, 0)
+		}
+		got := vmapFlat("CustomVJP", per, args, cfg)
+		for i, d := range inDims {
+			if d < 0 {
+				got[i] = adReduceSum(got[i], []int{0})
+			}
+		}
+		return got
+	}
+}
+
+// batchDeps returns which results of r may be batched given which of its
+// parameters are: a result is if it depends on a batched parameter (the
+// region ops' results conservatively all do when any operand is).
+func batchDeps(r *ir.Region, params []bool) []bool {
+	b := make(map[*ir.Value]bool, len(r.Params)+len(r.Ops))
+	for i, p := range r.Params {
+		b[p] = params[i]
+	}
+	for _, op := range r.Ops {
+		any := false
+		for _, v := range op.Args {
+			any = any || b[v]
+		}
+		if m := adMarkOfOp(op); m != nil && m.group != nil {
+			for _, v := range m.group.inputs {
+				any = any || b[v]
+			}
+			for _, v := range m.group.residuals {
+				any = any || b[v]
+			}
+		}
+		for _, v := range op.Results {
+			b[v] = any
+		}
+	}
+	out := make([]bool, len(r.Results))
+	for i, v := range r.Results {
+		out[i] = b[v]
+	}
+	return out
+}
+
+// ---- helpers for rules
+
+// batchMove moves the batch dimension of x from axis from to axis to.
+func batchMove(x *Array, from, to int) *Array {
+	if from == to {
+		return x
+	}
+	r := x.Rank()
+	perm := make([]int, 0, r)
+	for i := 0; i < r; i++ {
+		if i != from {
+			perm = append(perm, i)
+		}
+	}
+	perm = slices.Insert(perm, to, from)
+	return adTranspose(x, perm)
+}
+
+// batchMaterialize returns x batched: itself when it is (d >= 0), else x
+// broadcast along a new leading batch axis of the given size.
+func batchMaterialize(x *Array, d, size int) *Array {
+	if d >= 0 {
+		return x
+	}
+	shape := append(ir.Shape{size}, x.typ.Shape...)
+	dims := make([]int, x.Rank())
+	for i := range dims {
+		dims[i] = i + 1
+	}
+	return Apply1(ir.BroadcastInDim, ir.Attrs{"shape": []int(shape), "dims": dims}, x)
+}
+
+// front returns operand i with its batch dimension at axis 0, broadcasting
+// it if it is not batched.
+func (c *batchCall) front(i int) *Array {
+	if c.dims[i] < 0 {
+		return batchMaterialize(c.args[i], -1, c.size)
+	}
+	return batchMove(c.args[i], c.dims[i], 0)
+}
+
+// frontAll returns every operand batched at axis 0.
+func (c *batchCall) frontAll() []*Array {
+	out := make([]*Array, len(c.args))
+	for i := range c.args {
+		out[i] = c.front(i)
+	}
+	return out
+}
+
+// sameDim returns the common batch dimension when every operand is batched
+// at the same axis, else -1.
+func (c *batchCall) sameDim() int {
+	d := c.dims[0]
+	for _, x := range c.dims {
+		if x != d || x < 0 {
+			return -1
+		}
+	}
+	return d
+}
+
+// apply emits the op's code with attrs on args (its regions are not
+// carried: rules of region ops build their own).
+func (c *batchCall) apply(attrs ir.Attrs, args ...*Array) []*Array {
+	return Apply(c.op.Code, attrs, nil, args...)
+}
+
+// dimsAll returns n copies of d.
+func dimsAll(n, d int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = d
+	}
+	return out
+}
+
+// shiftAxes returns axes with every axis at or after d moved up by one (the
+// axes of an operand that gained a batch dimension at d).
+func shiftAxes(axes []int, d int) []int {
+	out := make([]int, len(axes))
+	for i, a := range axes {
+		out[i] = a
+		if a >= d {
+			out[i] = a + 1
+		}
+	}
+	return out
+}
+
+// ---- elementwise and identity-like ops
+
+// batchElementwise is the rule of elementwise ops of any arity (and of
+// identities such as device_put and checkpoint_name): operands batched at the
+// same axis stay there, others are moved to (or broadcast along) axis 0.
+func batchElementwise(c *batchCall) ([]*Array, []int) {
+	attrs := maps.Clone(c.op.Attrs)
+	if d := c.sameDim(); d >= 0 {
+		outs := c.apply(attrs, c.args...)
+		return outs, dimsAll(len(outs), d)
+	}
+	outs := c.apply(attrs, c.frontAll()...)
+	return outs, dimsAll(len(outs), 0)
+}
+
+// batchReplay is the rule of ops without operands (constant, iota): their
+// value is the same for every example, so they are replayed unbatched.
+func batchReplay(c *batchCall) ([]*Array, []int) {
+	outs := adReplay(c.op, c.args)
+	return outs, dimsAll(len(outs), -1)
+}
+
+// batchEach is the rule of ops that map each operand to a result on its own
+// (optimization_barrier): every operand keeps its batch dimension.
+func batchEach(c *batchCall) ([]*Array, []int) {
+	outs := c.apply(maps.Clone(c.op.Attrs), c.args...)
+	return outs, append([]int(nil), c.dims...)
+}
+
+func init() {
+	for _, code := range ir.AllCodes() {
+		if code.Info().Elementwise {
+			batchRules[code] = batchElementwise
+		}
+	}
+	batchRules[ir.Select] = batchElementwise
+	batchRules[ir.Convert] = batchElementwise
+	batchRules[ir.BitcastConvert] = batchElementwise
+	batchRules[ir.DevicePut] = batchElementwise
+	batchRules[ir.CheckpointName] = batchElementwise
+	batchRules[ir.OptimizationBarrier] = batchEach
+	// Nullary ops have no operand to be batched: the same for every example.
+	batchRules[ir.Constant] = batchReplay
+	batchRules[ir.Iota] = batchReplay
+}
