@@ -462,6 +462,11 @@ func batchCustomGroup(ops []*ir.Op, k int, g *adGroup, get func([]*ir.Value) ([]
 	}
 	vals, outDims, _ := get(srcs)
 	t, inVals, resVals := adCustomPrepare(ins, res)
+	if t == nil {
+		// Eager: nothing records the call, so there is nothing to mark.
+		bind(g.outputs, vals, outDims)
+		return k + n
+	}
 	outs := make([]*Array, n)
 	for i, a := range vals {
 		outs[i] = Apply1(ir.DevicePut, ir.Attrs{"space": a.Space()}, a)

@@ -36,6 +36,15 @@
 // never a large literal, so inside a traced function they cost nothing until the
 // compiler decides where to materialise them.
 //
+// # Transformations
+//
+// Grad, ValueAndGrad, GradN, VJP and JVP differentiate; Vmap vectorises (jax.vmap,
+// with InAxes, OutAxes, AxisSize, AxisName and AxisIndex); Scan, Cond, While
+// and ForLoop are structured control flow; Remat and Checkpoint trade memory
+// for recomputation; CustomVJP gives an op its own derivative. They all work at
+// trace time on the same IR, so they compose in any order, eagerly or under
+// rt.Jit.
+//
 // # Errors
 //
 // A programming error — shapes that do not broadcast, an axis out of range, an
