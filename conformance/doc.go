@@ -37,7 +37,10 @@
 // scanned model (also with its remat-and-offload policy), a scan of a
 // trace.Checkpoint'd body under DotsSaveable and NothingSaveable against
 // jax.checkpoint with the same policies, ForLoop then Cond (both branches),
-// and the value of a While. The error, max|Ferry − JAX| / max|JAX| per
+// the value of a While, and jax.vmap: per-example gradients of the MLP
+// (vmap of grad, whose own gradient is grad of vmap of grad), a scan mapped
+// over axis 1 of its input, and a While mapped over rows that stop after
+// different numbers of steps. The error, max|Ferry − JAX| / max|JAX| per
 // result, must be within 1e-5 in f32 (for f32 programs, up to four times
 // the error JAX's own f32 result has against Ferry's f64 one, at most 1e-4),
 // 1e-12 in f64 and 2e-2 in bf16; go test -v prints it for every case.

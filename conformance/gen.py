@@ -724,6 +724,27 @@ def while_value(x, w):
     return jnp.sum(out * out)
 
 
+def vmap_mlp_loss(x, onehot, w1, b1, w2, b2, proj):
+    """Per-example gradients of mlp_loss with respect to w1 (jax.vmap of
+    jax.grad over the examples, the parameters not mapped), projected on proj
+    and summed: the value checks vmap of grad, the gradient grad of vmap of
+    grad."""
+    per = jax.vmap(jax.grad(lambda w, xe, oe: mlp_loss(xe[None], oe[None], w, b1, w2, b2)), in_axes=(None, 0, 0))
+    return jnp.sum(per(w1, x, onehot) * proj)
+
+
+def vmap_scan_loss(xs, w1, w2, weights):
+    """scan_loss mapped over axis 1 of xs (the examples), weighted and summed."""
+    return jnp.sum(jax.vmap(lambda x: scan_loss(x, w1, w2), in_axes=1)(xs) * weights)
+
+
+def vmap_while_value(x, w):
+    """while_value's loop mapped over the rows of x: each row stops after its
+    own number of steps (a batched predicate)."""
+    out = jax.vmap(lambda s0: lax.while_loop(lambda s: jnp.sum(s) < 50, lambda s: s * 1.5 + w, s0))(x)
+    return jnp.sum(out * out)
+
+
 def gen_grad_programs(rows):
     for dt in ("f32", "f64"):
         r = rng("prog/mlp/" + dt)
@@ -772,6 +793,28 @@ def gen_grad_programs(rows):
                       control_loss, [0, 1, 2])
         prog_case(rows, f"while/{dt}", "while", [("x", np.abs(normal(dt, (2, 3), r))), ("w", np.abs(normal(dt, (2, 3), r)))],
                   while_value, [])
+
+        r = rng("prog/vmap_mlp/" + dt)
+        n, i, hdn, o = 6, 12, 8, 5
+        onehot = np.eye(o)[r.integers(0, o, n)].astype(NP[dt])
+        prog_case(rows, f"vmap_mlp/{dt}", "vmap_mlp", [
+            ("x", normal(dt, (n, i), r)), ("onehot", onehot),
+            ("w1", normal(dt, (i, hdn), r, i ** -0.5)), ("b1", normal(dt, (hdn,), r, 0.1)),
+            ("w2", normal(dt, (hdn, o), r, hdn ** -0.5)), ("b2", normal(dt, (o,), r, 0.1)),
+            ("proj", normal(dt, (n, i, hdn), r))],
+            vmap_mlp_loss, [0, 2, 3, 4, 5])
+
+        r = rng("prog/vmap_scan/" + dt)
+        L, n, b, d1, d2 = 4, 3, 5, 6, 8
+        prog_case(rows, f"vmap_scan/{dt}", "vmap_scan", [
+            ("xs", normal(dt, (n, b, d1), r)), ("w1", normal(dt, (L, d1, d2), r, d1 ** -0.5)),
+            ("w2", normal(dt, (L, d2, d1), r, d2 ** -0.5)), ("weights", normal(dt, (b,), r))],
+            vmap_scan_loss, [0, 1, 2])
+
+        r = rng("prog/vmap_while/" + dt)
+        x = np.abs(normal(dt, (4, 3), r)) * np.array([[0.1], [1], [5], [20]], dtype=NP[dt])
+        prog_case(rows, f"vmap_while/{dt}", "vmap_while", [("x", x), ("w", np.abs(normal(dt, (3,), r)))],
+                  vmap_while_value, [])
 
 
 # ---- files -------------------------------------------------------------------

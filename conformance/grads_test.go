@@ -98,6 +98,46 @@ var gradPrograms = map[string][]struct {
 	"remat_scan/nothing_saveable": {{"", rematScanLoss(trace.NothingSaveable)}},
 	"control":                     {{"", controlLoss}},
 	"while":                       {{"", whileValue}},
+	"vmap_mlp":                    {{"", vmapMLPLoss}},
+	"vmap_scan":                   {{"", vmapScanLoss}},
+	"vmap_while":                  {{"", vmapWhileValue}},
+}
+
+// vmapMLPLoss is gen.py's vmap_mlp_loss: the per-example gradients of
+// mlpLoss with respect to w1 (Vmap of Grad, the parameters closed over),
+// projected on proj and summed.
+func vmapMLPLoss(a []*trace.Array) *trace.Array {
+	x, onehot, w1, b1, w2, b2, proj := a[0], a[1], a[2], a[3], a[4], a[5], a[6]
+	per := trace.Vmap(func(xe, oe *trace.Array) *trace.Array {
+		return trace.Grad(func(w *trace.Array) *trace.Array {
+			return mlpLoss([]*trace.Array{trace.ExpandDims(xe, 0), trace.ExpandDims(oe, 0), w, b1, w2, b2})
+		})(w1)
+	})
+	return trace.Sum(trace.Mul(per(x, onehot), proj))
+}
+
+// vmapScanLoss is gen.py's vmap_scan_loss: scanLoss mapped over axis 1 of xs.
+func vmapScanLoss(a []*trace.Array) *trace.Array {
+	xs, w1, w2, weights := a[0], a[1], a[2], a[3]
+	per := trace.Vmap(func(x *trace.Array) *trace.Array {
+		return scanLoss(false)([]*trace.Array{x, w1, w2})
+	}, trace.InAxes(1))
+	return trace.Sum(trace.Mul(per(xs), weights))
+}
+
+// vmapWhileValue is gen.py's vmap_while_value: whileValue's loop per row of
+// x, each row stopping after its own number of steps.
+func vmapWhileValue(a []*trace.Array) *trace.Array {
+	x, w := a[0], a[1]
+	dt := x.DType()
+	out := trace.Vmap(func(s0 *trace.Array) *trace.Array {
+		return trace.While(func(s []*trace.Array) *trace.Array {
+			return trace.Less(trace.Sum(s[0]), trace.ScalarOf(50, dt))
+		}, func(s []*trace.Array) []*trace.Array {
+			return []*trace.Array{trace.Add(trace.Mul(s[0], trace.ScalarOf(1.5, dt)), w)}
+		}, s0)[0]
+	})(x)
+	return trace.Sum(trace.Mul(out, out))
 }
 
 // mlpLoss is gen.py's mlp_loss: mean softmax cross-entropy of a ReLU MLP.
