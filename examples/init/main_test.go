@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/nn"
+	"github.com/ferryml/ferry/random"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
 )
@@ -157,4 +162,80 @@ func TestMeasureEarlierMemoryFreedDuring(t *testing.T) {
 	if err == nil && peak < out {
 		t.Fatalf("peak %d bytes < output %d bytes, and no error", peak, out)
 	}
+}
+
+// perLayerStack is the reference of vmapStack: layer i initialised on its
+// own with key i of random.Split(key, L) by layer (nn.NewBlock in bf16,
+// eager or jitted), and every leaf stacked on a new leading axis.
+func perLayerStack(key *trace.Array, L int, layer func(k *trace.Array) nn.Block) []*trace.Array {
+	keys := random.Split(key, L)
+	var leaves [][]*trace.Array
+	for i := range L {
+		leaves = append(leaves, trace.Leaves(layer(trace.Index(keys, i))))
+	}
+	out := make([]*trace.Array, len(leaves[0]))
+	for j := range out {
+		col := make([]*trace.Array, L)
+		for i := range L {
+			col[i] = leaves[i][j]
+		}
+		out[j] = trace.Stack(0, col...)
+	}
+	return out
+}
+
+// checkVmapStack checks that both Vmap cases (bf16, and f32 then cast),
+// jitted, return the bits of the per-layer reference at these sizes, from a
+// fresh seed.
+func checkVmapStack(t *testing.T, L, d, heads, hidden int, layer func(k *trace.Array) nn.Block) {
+	t.Helper()
+	seed := rand.Uint64()
+	key := random.NewKey(seed)
+	want := perLayerStack(key, L, layer)
+	for _, dt := range []ir.DType{ir.BFloat16, ir.Float32} {
+		got := trace.Leaves(rt.Jit(vmapStack(dt, L, d, heads, hidden))(key))
+		if len(got) != len(want) {
+			t.Fatalf("Vmap from %v: %d leaves, want %d", dt, len(got), len(want))
+		}
+		for j := range got {
+			if !got[j].Type().Equal(want[j].Type()) {
+				t.Fatalf("Vmap from %v, seed %d: leaf %d is %v, want %v", dt, seed, j, got[j].Type(), want[j].Type())
+			}
+			g, err := got[j].Literal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := want[j].Literal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(g.Data, w.Data) {
+				t.Errorf("Vmap from %v, seed %d: leaf %d (%v) differs from the per-layer init", dt, seed, j, got[j].Type())
+			}
+		}
+	}
+}
+
+// TestVmapStackIsPerLayerInit: the Vmap of nn.NewBlock over the layer keys,
+// straight into bf16 or f32 then cast, is bit for bit each layer initialised
+// eagerly with its key, stacked.
+func TestVmapStackIsPerLayerInit(t *testing.T) {
+	s := testSizes
+	checkVmapStack(t, s.Layers, s.DModel, s.Heads, s.Hidden, func(k *trace.Array) nn.Block {
+		return nn.NewBlock(k, ir.BFloat16, s.DModel, s.Heads, s.Hidden)
+	})
+}
+
+// TestVmapStackIsPerLayerInitProgramSize is TestVmapStackIsPerLayerInit at
+// the program's sizes with the layer initialiser jitted (eager would take
+// minutes). It takes about 30 s on a loaded 2-core machine, so it runs only
+// with FERRY_INIT_PROGRAM_SIZE=1.
+func TestVmapStackIsPerLayerInitProgramSize(t *testing.T) {
+	if os.Getenv("FERRY_INIT_PROGRAM_SIZE") == "" {
+		t.Skip("set FERRY_INIT_PROGRAM_SIZE=1 to run it")
+	}
+	s := programSizes
+	checkVmapStack(t, s.Layers, s.DModel, s.Heads, s.Hidden, rt.Jit(func(k *trace.Array) nn.Block {
+		return nn.NewBlock(k, ir.BFloat16, s.DModel, s.Heads, s.Hidden)
+	}))
 }
