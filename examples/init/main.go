@@ -27,6 +27,7 @@ import (
 	"os"
 	goruntime "runtime"
 	"runtime/pprof"
+	"sync"
 	"time"
 
 	"github.com/ferryml/ferry/ir"
@@ -133,6 +134,11 @@ func vmapStack(dt ir.DType, L, d, heads, hidden int) func(key *trace.Array) nn.B
 		}
 		return out
 	}
+}
+
+// vmapID is the id (see jitted) of vmapStack(dt, L, d, heads, hidden).
+func vmapID(dt ir.DType, L, d, heads, hidden int) string {
+	return fmt.Sprintf("vmap %v %d %d %d %d", dt, L, d, heads, hidden)
 }
 
 // settleTimeout bounds how long measure waits for garbage to be freed.
@@ -243,18 +249,28 @@ func measureCase(name, note string, f func() []*trace.Array) (r row, err error) 
 // callError is the panic of a function returned by jitted whose call failed.
 type callError struct{ err error }
 
-// jitted lowers and compiles fn for key and returns a function that runs the
-// compiled program (the measured call neither traces nor compiles), and its
-// memory analysis. The function panics with a callError if the call fails
-// (measureCase reports it).
-func jitted[T any](fn func(*trace.Array) T, key *trace.Array) (func(*trace.Array) T, passes.MemoryAnalysis, error) {
-	c, err := rt.NewJitted(fn).Lower(key)
-	if err != nil {
-		return nil, passes.MemoryAnalysis{}, err
-	}
-	cc, err := c.Compile()
-	if err != nil {
-		return nil, passes.MemoryAnalysis{}, err
+// programs holds the programs jitted compiled, by case: running the cases
+// again in one process (the tests do) does not trace and compile them again.
+var programs sync.Map // string → *rt.Compiled
+
+// jitted lowers and compiles fn for key (or finds the program compiled for
+// the case named by id before) and returns a function that runs the compiled
+// program (the measured call neither traces nor compiles), and its memory
+// analysis. id must name the function and every size it depends on. The
+// function panics with a callError if the call fails (measureCase reports it).
+func jitted[T any](id string, fn func(*trace.Array) T, key *trace.Array) (func(*trace.Array) T, passes.MemoryAnalysis, error) {
+	var cc *rt.Compiled
+	if p, ok := programs.Load(id); ok {
+		cc = p.(*rt.Compiled)
+	} else {
+		c, err := rt.NewJitted(fn).Lower(key)
+		if err != nil {
+			return nil, passes.MemoryAnalysis{}, err
+		}
+		if cc, err = c.Compile(); err != nil {
+			return nil, passes.MemoryAnalysis{}, err
+		}
+		programs.Store(id, cc)
 	}
 	call := func(k *trace.Array) T {
 		outs, err := cc.Call(k)
@@ -325,7 +341,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 
 	// Attention, jitted.
 	attn := func(k *trace.Array) *trace.Array { return attention(k, s.Nodes, s.Channels, nil) }
-	ja, m, err := jitted(attn, key)
+	ja, m, err := jitted(fmt.Sprint("attention", s.Nodes, s.Channels), attn, key)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +353,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 	rows = append(rows, withAnalysis(r, m))
 
 	// A large random matrix, jitted, measured.
-	jm, m, err := jitted(randomMatrix(s.MatRows, s.MatCols), key)
+	jm, m, err := jitted(fmt.Sprint("random_matrix", s.MatRows, s.MatCols), randomMatrix(s.MatRows, s.MatCols), key)
 	if err != nil {
 		return nil, err
 	}
@@ -350,7 +366,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 
 	// The full f32[32768, 262144] of the JAX report: analysis only.
 	if analyses {
-		if _, m, err = jitted(randomMatrix(s.FullRows, s.FullCols), key); err != nil {
+		if _, m, err = jitted(fmt.Sprint("random_matrix", s.FullRows, s.FullCols), randomMatrix(s.FullRows, s.FullCols), key); err != nil {
 			return nil, err
 		}
 		rows = append(rows, analysed("random_matrix_full", fmt.Sprintf("f32[%d, %d] lowered and compiled, never run; ratio = analysed total / output (JAX: 112 GiB for 32 GiB)", s.FullRows, s.FullCols), m))
@@ -360,7 +376,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 	stack := func(key *trace.Array) nn.Stack {
 		return nn.NewStack(key, ir.BFloat16, s.Layers, s.DModel, s.Heads, s.Hidden)
 	}
-	js, m, err := jitted(stack, key)
+	js, m, err := jitted(fmt.Sprint("stack", s.Layers, s.DModel, s.Heads, s.Hidden), stack, key)
 	if err != nil {
 		return nil, err
 	}
@@ -382,7 +398,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 		{"stack_vmap_f32_cast", ir.Float32, "trace.Vmap(nn.NewBlock(f32)) over random.Split(key, %d), d=%d, hidden=%d, then trace.Convert to bf16 in the same jit: the cast is fused into the generator"},
 	}
 	for _, c := range vmapCases {
-		jv, m, err := jitted(vmapStack(c.dt, s.Layers, s.DModel, s.Heads, s.Hidden), key)
+		jv, m, err := jitted(vmapID(c.dt, s.Layers, s.DModel, s.Heads, s.Hidden), vmapStack(c.dt, s.Layers, s.DModel, s.Heads, s.Hidden), key)
 		if err != nil {
 			return nil, err
 		}
@@ -403,12 +419,12 @@ func run(s sizes, analyses bool) ([]row, error) {
 	bigStack := func(key *trace.Array) nn.Stack {
 		return nn.NewStack(key, ir.BFloat16, s.BigLayers, s.BigDModel, s.BigHeads, s.BigHidden)
 	}
-	if _, m, err = jitted(bigStack, key); err != nil {
+	if _, m, err = jitted(fmt.Sprint("stack", s.BigLayers, s.BigDModel, s.BigHeads, s.BigHidden), bigStack, key); err != nil {
 		return nil, err
 	}
 	rows = append(rows, analysed("stack_bf16_7b", "nn.NewStack, "+big, m))
 	for _, c := range vmapCases {
-		if _, m, err = jitted(vmapStack(c.dt, s.BigLayers, s.BigDModel, s.BigHeads, s.BigHidden), key); err != nil {
+		if _, m, err = jitted(vmapID(c.dt, s.BigLayers, s.BigDModel, s.BigHeads, s.BigHidden), vmapStack(c.dt, s.BigLayers, s.BigDModel, s.BigHeads, s.BigHidden), key); err != nil {
 			return nil, err
 		}
 		how := "trace.Vmap(nn.NewBlock(bf16)), "

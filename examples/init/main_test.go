@@ -185,7 +185,7 @@ func perLayerStack(key *trace.Array, L int, layer func(k *trace.Array) nn.Block)
 }
 
 // checkVmapStack checks that both Vmap cases (bf16, and f32 then cast),
-// jitted, return the bits of the per-layer reference at these sizes, from a
+// jitted as the program does, return the bits of the per-layer reference at these sizes, from a
 // fresh seed.
 func checkVmapStack(t *testing.T, L, d, heads, hidden int, layer func(k *trace.Array) nn.Block) {
 	t.Helper()
@@ -193,7 +193,11 @@ func checkVmapStack(t *testing.T, L, d, heads, hidden int, layer func(k *trace.A
 	key := random.NewKey(seed)
 	want := perLayerStack(key, L, layer)
 	for _, dt := range []ir.DType{ir.BFloat16, ir.Float32} {
-		got := trace.Leaves(rt.Jit(vmapStack(dt, L, d, heads, hidden))(key))
+		init, _, err := jitted(vmapID(dt, L, d, heads, hidden), vmapStack(dt, L, d, heads, hidden), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := trace.Leaves(init(key))
 		if len(got) != len(want) {
 			t.Fatalf("Vmap from %v: %d leaves, want %d", dt, len(got), len(want))
 		}
