@@ -2,7 +2,11 @@
 // of "out of memory at initialisation" (REFERENCES §2): an attention-style
 // pairwise tensor built eagerly op by op and jitted, a large random matrix
 // (measured at a size that fits, analysed at f32[32768, 262144]), and 32
-// stacked Transformer blocks generated straight into bfloat16.
+// stacked Transformer blocks generated straight into bfloat16: one layer per
+// scan step (nn.NewStack), trace.Vmap of nn.NewBlock over the 32 layer keys,
+// and the same Vmap written as Equinox users write it (f32 weights, cast to
+// bf16 afterwards), each measured at a size that fits and analysed at the
+// size of a 7B model (32 layers, d=4096, MLP hidden 14336).
 //
 //	go run ./examples/init [-json]
 //
@@ -23,6 +27,7 @@ import (
 	"os"
 	goruntime "runtime"
 	"runtime/pprof"
+	"sync"
 	"time"
 
 	"github.com/ferryml/ferry/ir"
@@ -38,17 +43,22 @@ type sizes struct {
 	Nodes, Channels               int // attention: pairwise tensor f32[N, N, C]
 	MatRows, MatCols              int // random_matrix: f32, measured
 	FullRows, FullCols            int // random_matrix_full: f32, analysis only
-	Layers, DModel, Heads, Hidden int // stack_bf16
+	Layers, DModel, Heads, Hidden int // stack_bf16 and the stack_vmap cases
+	// The 7B-size stack (Llama-2 7B's d and heads, Mistral 7B's MLP width):
+	// analysis only.
+	BigLayers, BigDModel, BigHeads, BigHidden int
 }
 
 // programSizes are the sizes the program measures (chosen to run in a few
 // seconds on a CPU): a 64 MiB pairwise tensor, a 128 MiB matrix, the 32 GiB
-// matrix of the JAX report (analysed only) and a 48 MiB bf16 stack.
+// matrix of the JAX report (analysed only), a 48 MiB bf16 stack and an 11 GiB
+// one (analysed only).
 var programSizes = sizes{
 	Nodes: 512, Channels: 64,
 	MatRows: 4096, MatCols: 8192,
 	FullRows: 32768, FullCols: 262144,
 	Layers: 32, DModel: 256, Heads: 4, Hidden: 1024,
+	BigLayers: 32, BigDModel: 4096, BigHeads: 32, BigHidden: 14336,
 }
 
 // row is one case of the report.
@@ -60,6 +70,8 @@ type row struct {
 	AnalysedTotalBytes int64   `json:"analysed_total_bytes"`
 	Ratio              float64 `json:"ratio"`
 	Note               string  `json:"note"`
+
+	analysis passes.MemoryAnalysis // of a jitted case, for the tests
 }
 
 // attention builds a pairwise feature tensor f32[n, n, c] for an attention
@@ -98,6 +110,35 @@ func randomMatrix(rows, cols int) func(key *trace.Array) *trace.Array {
 	return func(key *trace.Array) *trace.Array {
 		return trace.Mul(trace.Scalar(0.02), random.Normal(key, ir.Float32, ir.Shape{rows, cols}))
 	}
+}
+
+// vmapStack returns an initialiser of L stacked Transformer blocks in
+// bfloat16 written with trace.Vmap: nn.NewBlock is vectorised over the L keys
+// of random.Split(key, L), so every leaf of the result has a leading layer
+// axis. Layer i is nn.NewBlock(Index(keys, i)), bit for bit.
+//
+// With dt = bf16 the blocks are generated straight into bf16. With dt = f32
+// it is the pattern of Equinox's filter_vmap over layer keys: f32 weights
+// for every layer, then every leaf cast to bf16 (trace.Convert). Jitted, the
+// compiler fuses the cast into the generator, so no f32 weight is ever
+// stored; as nn's bf16 initialisers draw in f32 and round once, both give the
+// same bits.
+func vmapStack(dt ir.DType, L, d, heads, hidden int) func(key *trace.Array) nn.Block {
+	return func(key *trace.Array) nn.Block {
+		blocks := trace.Vmap(func(k *trace.Array) nn.Block {
+			return nn.NewBlock(k, dt, d, heads, hidden)
+		})(random.Split(key, L))
+		out, err := trace.MapAs(blocks, func(a *trace.Array) *trace.Array { return trace.Convert(a, ir.BFloat16) })
+		if err != nil {
+			panic(err)
+		}
+		return out
+	}
+}
+
+// vmapID is the id (see jitted) of vmapStack(dt, L, d, heads, hidden).
+func vmapID(dt ir.DType, L, d, heads, hidden int) string {
+	return fmt.Sprintf("vmap %v %d %d %d %d", dt, L, d, heads, hidden)
 }
 
 // settleTimeout bounds how long measure waits for garbage to be freed.
@@ -182,42 +223,89 @@ func settle(want int64) error {
 
 func bytesOf(a *trace.Array) int64 { return a.Type().Bytes() }
 
-// measureCase measures one case into a row: name, peak, output and ratio.
-func measureCase(name, note string, f func() []*trace.Array) (row, error) {
+// measureCase measures one case into a row: name, peak, output and ratio. A
+// compiled call that fails (see jitted) is reported as the case's error.
+func measureCase(name, note string, f func() []*trace.Array) (r row, err error) {
+	defer func() {
+		if e := recover(); e != nil {
+			re, ok := e.(callError)
+			if !ok {
+				panic(e)
+			}
+			r, err = row{}, fmt.Errorf("%s: %w", name, re.err)
+		}
+	}()
 	peak, out, err := measure(f)
 	if err != nil {
 		return row{}, fmt.Errorf("%s: %w", name, err)
 	}
-	r := row{Case: name, OutputBytes: out, PeakDeviceBytes: peak, Note: note}
+	r = row{Case: name, OutputBytes: out, PeakDeviceBytes: peak, Note: note}
 	if out > 0 {
 		r.Ratio = float64(peak) / float64(out)
 	}
 	return r, nil
 }
 
-// jitted returns fn jitted, lowered and compiled for key (so that the
-// measured call finds it compiled), and its memory analysis.
-func jitted[T any](fn func(*trace.Array) T, key *trace.Array) (func(*trace.Array) T, passes.MemoryAnalysis, error) {
-	j := rt.NewJitted(fn)
-	c, err := j.Lower(key)
-	if err != nil {
-		return nil, passes.MemoryAnalysis{}, err
+// callError is the panic of a function returned by jitted whose call failed.
+type callError struct{ err error }
+
+// programs holds the programs jitted compiled, by case: running the cases
+// again in one process (the tests do) does not trace and compile them again.
+var programs sync.Map // string → *rt.Compiled
+
+// jitted lowers and compiles fn for key (or finds the program compiled for
+// the case named by id before) and returns a function that runs the compiled
+// program (the measured call neither traces nor compiles), and its memory
+// analysis. id must name the function and every size it depends on. The
+// function panics with a callError if the call fails (measureCase reports it).
+func jitted[T any](id string, fn func(*trace.Array) T, key *trace.Array) (func(*trace.Array) T, passes.MemoryAnalysis, error) {
+	var cc *rt.Compiled
+	if p, ok := programs.Load(id); ok {
+		cc = p.(*rt.Compiled)
+	} else {
+		c, err := rt.NewJitted(fn).Lower(key)
+		if err != nil {
+			return nil, passes.MemoryAnalysis{}, err
+		}
+		if cc, err = c.Compile(); err != nil {
+			return nil, passes.MemoryAnalysis{}, err
+		}
+		programs.Store(id, cc)
 	}
-	cc, err := c.Compile()
-	if err != nil {
-		return nil, passes.MemoryAnalysis{}, err
+	call := func(k *trace.Array) T {
+		outs, err := cc.Call(k)
+		if err != nil {
+			panic(callError{err})
+		}
+		out, ok := outs[0].(T)
+		if !ok {
+			panic(callError{fmt.Errorf("the compiled call returned %T, want %T", outs[0], out)})
+		}
+		return out
 	}
-	return j.Fn(), cc.MemoryAnalysis(), nil
+	return call, cc.MemoryAnalysis(), nil
 }
 
 // withAnalysis adds a compiled analysis to a measured row.
 func withAnalysis(r row, m passes.MemoryAnalysis) row {
-	r.TempBytes, r.AnalysedTotalBytes = m.TempBytes, m.TotalBytes()
+	r.TempBytes, r.AnalysedTotalBytes, r.analysis = m.TempBytes, m.TotalBytes(), m
 	return r
 }
 
-// run measures every case in sequence, in this process, at sizes s.
-func run(s sizes) ([]row, error) {
+// analysed is the row of a case that is lowered and compiled, never run: its
+// ratio is the analysed total over the output.
+func analysed(name, note string, m passes.MemoryAnalysis) row {
+	r := row{Case: name, OutputBytes: m.OutputBytes, TempBytes: m.TempBytes, AnalysedTotalBytes: m.TotalBytes(), Note: note, analysis: m}
+	if r.OutputBytes > 0 {
+		r.Ratio = float64(r.AnalysedTotalBytes) / float64(r.OutputBytes)
+	}
+	return r
+}
+
+// run measures every case in sequence, in this process, at sizes s, and,
+// when analyses is set, adds the analysis-only rows (lowered and compiled,
+// never run).
+func run(s sizes, analyses bool) ([]row, error) {
 	key := random.NewKey(0)
 	var rows []row
 	add := func(r row, err error) error {
@@ -253,7 +341,7 @@ func run(s sizes) ([]row, error) {
 
 	// Attention, jitted.
 	attn := func(k *trace.Array) *trace.Array { return attention(k, s.Nodes, s.Channels, nil) }
-	ja, m, err := jitted(attn, key)
+	ja, m, err := jitted(fmt.Sprint("attention", s.Nodes, s.Channels), attn, key)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +353,7 @@ func run(s sizes) ([]row, error) {
 	rows = append(rows, withAnalysis(r, m))
 
 	// A large random matrix, jitted, measured.
-	jm, m, err := jitted(randomMatrix(s.MatRows, s.MatCols), key)
+	jm, m, err := jitted(fmt.Sprint("random_matrix", s.MatRows, s.MatCols), randomMatrix(s.MatRows, s.MatCols), key)
 	if err != nil {
 		return nil, err
 	}
@@ -277,21 +365,18 @@ func run(s sizes) ([]row, error) {
 	rows = append(rows, withAnalysis(r, m))
 
 	// The full f32[32768, 262144] of the JAX report: analysis only.
-	if _, m, err = jitted(randomMatrix(s.FullRows, s.FullCols), key); err != nil {
-		return nil, err
+	if analyses {
+		if _, m, err = jitted(fmt.Sprint("random_matrix", s.FullRows, s.FullCols), randomMatrix(s.FullRows, s.FullCols), key); err != nil {
+			return nil, err
+		}
+		rows = append(rows, analysed("random_matrix_full", fmt.Sprintf("f32[%d, %d] lowered and compiled, never run; ratio = analysed total / output (JAX: 112 GiB for 32 GiB)", s.FullRows, s.FullCols), m))
 	}
-	full := row{Case: "random_matrix_full", OutputBytes: m.OutputBytes, TempBytes: m.TempBytes, AnalysedTotalBytes: m.TotalBytes(),
-		Note: fmt.Sprintf("f32[%d, %d] lowered and compiled, never run; ratio = analysed total / output (JAX: 112 GiB for 32 GiB)", s.FullRows, s.FullCols)}
-	if full.OutputBytes > 0 {
-		full.Ratio = float64(full.AnalysedTotalBytes) / float64(full.OutputBytes)
-	}
-	rows = append(rows, full)
 
 	// Stacked Transformer blocks straight into bf16.
 	stack := func(key *trace.Array) nn.Stack {
 		return nn.NewStack(key, ir.BFloat16, s.Layers, s.DModel, s.Heads, s.Hidden)
 	}
-	js, m, err := jitted(stack, key)
+	js, m, err := jitted(fmt.Sprint("stack", s.Layers, s.DModel, s.Heads, s.Hidden), stack, key)
 	if err != nil {
 		return nil, err
 	}
@@ -301,6 +386,53 @@ func run(s sizes) ([]row, error) {
 		return nil, err
 	}
 	rows = append(rows, withAnalysis(r, m))
+
+	// The same stack with trace.Vmap over the layer keys: straight into bf16,
+	// and f32 then cast (the Equinox pattern), jitted.
+	vmapCases := []struct {
+		name string
+		dt   ir.DType
+		note string
+	}{
+		{"stack_vmap_bf16", ir.BFloat16, "trace.Vmap(nn.NewBlock(bf16)) over random.Split(key, %d), d=%d, hidden=%d: straight into bf16"},
+		{"stack_vmap_f32_cast", ir.Float32, "trace.Vmap(nn.NewBlock(f32)) over random.Split(key, %d), d=%d, hidden=%d, then trace.Convert to bf16 in the same jit: the cast is fused into the generator"},
+	}
+	for _, c := range vmapCases {
+		jv, m, err := jitted(vmapID(c.dt, s.Layers, s.DModel, s.Heads, s.Hidden), vmapStack(c.dt, s.Layers, s.DModel, s.Heads, s.Hidden), key)
+		if err != nil {
+			return nil, err
+		}
+		r, err = measureCase(c.name, fmt.Sprintf(c.note, s.Layers, s.DModel, s.Hidden),
+			func() []*trace.Array { return trace.Leaves(jv(key)) })
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, withAnalysis(r, m))
+	}
+
+	if !analyses {
+		return rows, nil
+	}
+	// The 7B-size stack, analysis only: the scan, and both Vmap cases.
+	big := fmt.Sprintf("L=%d, d=%d, heads=%d, hidden=%d, bf16 output; lowered and compiled, never run; ratio = analysed total / output",
+		s.BigLayers, s.BigDModel, s.BigHeads, s.BigHidden)
+	bigStack := func(key *trace.Array) nn.Stack {
+		return nn.NewStack(key, ir.BFloat16, s.BigLayers, s.BigDModel, s.BigHeads, s.BigHidden)
+	}
+	if _, m, err = jitted(fmt.Sprint("stack", s.BigLayers, s.BigDModel, s.BigHeads, s.BigHidden), bigStack, key); err != nil {
+		return nil, err
+	}
+	rows = append(rows, analysed("stack_bf16_7b", "nn.NewStack, "+big, m))
+	for _, c := range vmapCases {
+		if _, m, err = jitted(vmapID(c.dt, s.BigLayers, s.BigDModel, s.BigHeads, s.BigHidden), vmapStack(c.dt, s.BigLayers, s.BigDModel, s.BigHeads, s.BigHidden), key); err != nil {
+			return nil, err
+		}
+		how := "trace.Vmap(nn.NewBlock(bf16)), "
+		if c.dt != ir.BFloat16 {
+			how = "trace.Vmap(nn.NewBlock(f32)) then trace.Convert to bf16, "
+		}
+		rows = append(rows, analysed(c.name+"_7b", how+big, m))
+	}
 	return rows, nil
 }
 
@@ -318,7 +450,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	rows, err := run(programSizes)
+	rows, err := run(programSizes, true)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -330,8 +462,8 @@ func main() {
 		}
 		return
 	}
-	fmt.Printf("%-22s %14s %14s %12s %8s  %s\n", "case", "output", "peak", "temp", "ratio", "note")
+	fmt.Printf("%-26s %14s %14s %12s %8s  %s\n", "case", "output", "peak", "temp", "ratio", "note")
 	for _, r := range rows {
-		fmt.Printf("%-22s %14d %14d %12d %8.4f  %s\n", r.Case, r.OutputBytes, r.PeakDeviceBytes, r.TempBytes, r.Ratio, r.Note)
+		fmt.Printf("%-26s %14d %14d %12d %8.4f  %s\n", r.Case, r.OutputBytes, r.PeakDeviceBytes, r.TempBytes, r.Ratio, r.Note)
 	}
 }
