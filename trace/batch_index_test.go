@@ -3,6 +3,7 @@ package trace_test
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -183,39 +184,41 @@ func bixPick[T any](r *rand.Rand, xs []T) T { return xs[r.IntN(len(xs))] }
 
 func bixSize(r *rand.Rand) int { return bixPick(r, []int{0, 1, 3, 3, 2}) }
 
-func TestVmapTake(t *testing.T) {
-	r := otRand(t)
-	for trial := 0; trial < 60; trial++ {
-		shape := bixShape(r, 1+r.IntN(3), 3)
-		axis := r.IntN(len(shape))
-		shape[axis] = 1 + r.IntN(4)
-		if r.IntN(8) == 0 {
-			shape[axis] = 0
-		}
-		ishape := bixShape(r, r.IntN(3), 3)
-		if shape[axis] == 0 {
-			// Gathering from an empty axis is an error unless nothing is gathered.
-			ishape = append(ishape, 0)
-		}
-		dt, it := bixPick(r, bixDTypes), bixPick(r, bixIndexDTypes)
-		fn := func(a []*trace.Array) *trace.Array { return trace.Take(a[0], a[1], axis) }
-		bixCheck(t, r, fmt.Sprintf("Take(axis %d)", axis), bixSize(r), fn,
-			[]bixGen{bixValues(r, dt, shape), bixIndices(r, it, ishape, shape[axis])})
-	}
+// bixCase is a random use of one of the indexing ops: a per-example
+// function and generators of its inputs.
+type bixCase struct {
+	name string
+	fn   func(a []*trace.Array) *trace.Array
+	gens []bixGen
 }
 
-func TestVmapScatterAdd(t *testing.T) {
-	r := otRand(t)
-	for trial := 0; trial < 60; trial++ {
-		shape := bixShape(r, 1+r.IntN(3), 3)
-		axis := r.IntN(len(shape))
-		ishape := bixShape(r, r.IntN(3), 3)
-		ushape := ir.GatherShape(shape, ishape, axis)
-		dt, it := bixPick(r, bixDTypes), bixPick(r, bixIndexDTypes)
-		fn := func(a []*trace.Array) *trace.Array { return trace.ScatterAdd(a[0], a[1], a[2], axis) }
-		bixCheck(t, r, fmt.Sprintf("ScatterAdd(axis %d)", axis), bixSize(r), fn,
-			[]bixGen{bixValues(r, dt, shape), bixIndices(r, it, ishape, shape[axis]), bixValues(r, dt, ushape)})
+func bixTake(r *rand.Rand) bixCase {
+	shape := bixShape(r, 1+r.IntN(3), 3)
+	axis := r.IntN(len(shape))
+	shape[axis] = 1 + r.IntN(4)
+	if r.IntN(8) == 0 {
+		shape[axis] = 0
 	}
+	ishape := bixShape(r, r.IntN(3), 3)
+	if shape[axis] == 0 {
+		// Gathering from an empty axis is an error unless nothing is gathered.
+		ishape = append(ishape, 0)
+	}
+	dt, it := bixPick(r, bixDTypes), bixPick(r, bixIndexDTypes)
+	return bixCase{fmt.Sprintf("Take(axis %d)", axis),
+		func(a []*trace.Array) *trace.Array { return trace.Take(a[0], a[1], axis) },
+		[]bixGen{bixValues(r, dt, shape), bixIndices(r, it, ishape, shape[axis])}}
+}
+
+func bixScatterAdd(r *rand.Rand) bixCase {
+	shape := bixShape(r, 1+r.IntN(3), 3)
+	axis := r.IntN(len(shape))
+	ishape := bixShape(r, r.IntN(3), 3)
+	ushape := ir.GatherShape(shape, ishape, axis)
+	dt, it := bixPick(r, bixDTypes), bixPick(r, bixIndexDTypes)
+	return bixCase{fmt.Sprintf("ScatterAdd(axis %d)", axis),
+		func(a []*trace.Array) *trace.Array { return trace.ScatterAdd(a[0], a[1], a[2], axis) },
+		[]bixGen{bixValues(r, dt, shape), bixIndices(r, it, ishape, shape[axis]), bixValues(r, dt, ushape)}}
 }
 
 // bixStarts returns generators of one start scalar per dim of shape.
@@ -227,36 +230,80 @@ func bixStarts(r *rand.Rand, shape ir.Shape) []bixGen {
 	return gens
 }
 
-func TestVmapDynamicSlice(t *testing.T) {
-	r := otRand(t)
-	for trial := 0; trial < 60; trial++ {
-		shape := bixShape(r, 1+r.IntN(3), 4)
-		sizes := make([]int, len(shape))
-		for i, n := range shape {
-			sizes[i] = r.IntN(n + 1)
+func bixDynamicSlice(r *rand.Rand) bixCase {
+	shape := bixShape(r, 1+r.IntN(3), 4)
+	sizes := make([]int, len(shape))
+	for i, n := range shape {
+		sizes[i] = r.IntN(n + 1)
+	}
+	dt := bixPick(r, bixDTypes)
+	return bixCase{fmt.Sprintf("DynamicSlice(sizes %v)", sizes),
+		func(a []*trace.Array) *trace.Array { return trace.DynamicSlice(a[0], a[1:], sizes) },
+		append([]bixGen{bixValues(r, dt, shape)}, bixStarts(r, shape)...)}
+}
+
+func bixDynamicUpdateSlice(r *rand.Rand) bixCase {
+	shape := bixShape(r, 1+r.IntN(3), 4)
+	ushape := make(ir.Shape, len(shape))
+	for i, n := range shape {
+		ushape[i] = r.IntN(n + 1)
+		if n > 0 && r.IntN(3) > 0 {
+			ushape[i] = max(ushape[i], 1) // mostly non-empty updates
 		}
-		dt := bixPick(r, bixDTypes)
-		fn := func(a []*trace.Array) *trace.Array { return trace.DynamicSlice(a[0], a[1:], sizes) }
-		bixCheck(t, r, fmt.Sprintf("DynamicSlice(sizes %v)", sizes), bixSize(r), fn,
-			append([]bixGen{bixValues(r, dt, shape)}, bixStarts(r, shape)...))
+	}
+	dt := bixPick(r, bixDTypes)
+	return bixCase{"DynamicUpdateSlice",
+		func(a []*trace.Array) *trace.Array { return trace.DynamicUpdateSlice(a[0], a[1], a[2:]) },
+		append([]bixGen{bixValues(r, dt, shape), bixValues(r, dt, ushape)}, bixStarts(r, shape)...)}
+}
+
+var bixCases = []struct {
+	name string
+	make func(r *rand.Rand) bixCase
+}{
+	{"Take", bixTake},
+	{"ScatterAdd", bixScatterAdd},
+	{"DynamicSlice", bixDynamicSlice},
+	{"DynamicUpdateSlice", bixDynamicUpdateSlice},
+}
+
+// TestVmapIndexOps checks Vmap of each indexing op against the op applied
+// per example and stacked.
+func TestVmapIndexOps(t *testing.T) {
+	r := otRand(t)
+	for _, op := range bixCases {
+		t.Run(op.name, func(t *testing.T) {
+			for trial := 0; trial < 60; trial++ {
+				c := op.make(r)
+				bixCheck(t, r, c.name, bixSize(r), c.fn, c.gens)
+			}
+		})
 	}
 }
 
-func TestVmapDynamicUpdateSlice(t *testing.T) {
+// TestVmapIndexNested checks Vmap of Vmap: the inner Vmap maps axis 0 of
+// some inputs (size 2), the outer one a random axis of each; the ops the
+// inner rules emit are batched again by the outer ones.
+func TestVmapIndexNested(t *testing.T) {
 	r := otRand(t)
-	for trial := 0; trial < 60; trial++ {
-		shape := bixShape(r, 1+r.IntN(3), 4)
-		ushape := make(ir.Shape, len(shape))
-		for i, n := range shape {
-			ushape[i] = r.IntN(n + 1)
-			if n > 0 && r.IntN(3) > 0 {
-				ushape[i] = max(ushape[i], 1) // mostly non-empty updates
+	for _, op := range bixCases {
+		t.Run(op.name, func(t *testing.T) {
+			for trial := 0; trial < 15; trial++ {
+				c := op.make(r)
+				const inner = 2
+				axes := make([]int, len(c.gens))
+				gens := make([]bixGen, len(c.gens))
+				for i, g := range c.gens {
+					if r.IntN(3) == 0 {
+						axes[i], gens[i] = trace.NotMapped, g
+						continue
+					}
+					gens[i] = func() *trace.Array { return trace.Stack(0, g(), g()) }
+				}
+				fn := trace.Vmap(c.fn, trace.InAxes(axes...), trace.AxisSize(inner))
+				bixCheck(t, r, fmt.Sprintf("Vmap(%s, in_axes=%v)", c.name, bixAxes(axes)), bixSize(r), fn, gens)
 			}
-		}
-		dt := bixPick(r, bixDTypes)
-		fn := func(a []*trace.Array) *trace.Array { return trace.DynamicUpdateSlice(a[0], a[1], a[2:]) }
-		bixCheck(t, r, "DynamicUpdateSlice", bixSize(r), fn,
-			append([]bixGen{bixValues(r, dt, shape), bixValues(r, dt, ushape)}, bixStarts(r, shape)...))
+		})
 	}
 }
 
@@ -361,6 +408,41 @@ func TestVmapIndexGrad(t *testing.T) {
 			name := fmt.Sprintf("Vmap(Grad(%s)) x axis %s", c.name, bixAxes([]int{xin.axis})[0])
 			bixSame(t, name, f(xin.x, c.i, c.w), want)
 			bixSame(t, "Jit "+name, rt.Jit(f)(xin.x, c.i, c.w), want)
+		}
+	}
+}
+
+// TestVmapIndexOneOp checks that the batched program is one set of ops
+// whatever the batch size: one gather, scatter_add or dynamic_slice for the
+// batch, and the same ops for batch sizes 3 and 50.
+func TestVmapIndexOneOp(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		code  ir.Code
+		fn    func(a ...*trace.Array) *trace.Array
+		types func(b int) []ir.Type
+	}{
+		{"Take", ir.Gather, func(a ...*trace.Array) *trace.Array {
+			return trace.Vmap(func(x, i *trace.Array) *trace.Array { return trace.Take(x, i, 1) }, trace.InAxes(2, 0))(a[0], a[1])
+		}, func(b int) []ir.Type { return []ir.Type{ir.TypeOf(ir.Float32, 4, 5, b), ir.TypeOf(ir.Int32, b, 7)} }},
+		{"ScatterAdd", ir.ScatterAdd, func(a ...*trace.Array) *trace.Array {
+			return trace.Vmap(func(x, i, u *trace.Array) *trace.Array { return trace.ScatterAdd(x, i, u, 0) })(a[0], a[1], a[2])
+		}, func(b int) []ir.Type {
+			return []ir.Type{ir.TypeOf(ir.Float32, b, 5, 3), ir.TypeOf(ir.Int64, b, 7), ir.TypeOf(ir.Float32, b, 7, 3)}
+		}},
+		{"DynamicSlice", ir.Gather, func(a ...*trace.Array) *trace.Array {
+			return trace.Vmap(func(x, s *trace.Array) *trace.Array {
+				return trace.DynamicSlice(x, []*trace.Array{s, trace.ScalarOf(0, ir.Int32)}, []int{2, 3})
+			})(a[0], a[1])
+		}, func(b int) []ir.Type { return []ir.Type{ir.TypeOf(ir.Float32, b, 6, 3), ir.TypeOf(ir.Int32, b)} }},
+	} {
+		var counts []map[ir.Code]int
+		for _, b := range []int{3, 50} {
+			ops, _ := otTrace(c.fn, c.types(b)...)
+			counts = append(counts, otCodes(ops))
+		}
+		if counts[0][c.code] != 1 || !maps.Equal(counts[0], counts[1]) {
+			t.Errorf("%s: ops for batch 3: %v, for batch 50: %v (want one %v, the same ops)", c.name, counts[0], counts[1], c.code)
 		}
 	}
 }
