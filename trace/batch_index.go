@@ -186,20 +186,20 @@ func batchDynamicSlice(c *batchCall) ([]*Array, []int) {
 	sizes := c.op.Attrs.Ints("sizes")
 	starts, sdims := c.args[1:], c.dims[1:]
 	shape := batchShape(x, dx)
-	zero := adScalar(0, ir.Int32)
-	var st []*Array
-	var sz []int
-	need := false
-	for i, s := range starts {
-		if sdims[i] < 0 {
-			st, sz = append(st, s), append(sz, sizes[i])
-			need = need || sizes[i] < shape[i]
-		} else {
-			st, sz = append(st, zero), append(sz, shape[i])
-		}
+	static := false // some dim with an unbatched start is cut
+	for i := range starts {
+		static = static || (sdims[i] < 0 && sizes[i] < shape[i])
 	}
 	y, dy := x, dx
-	if need {
+	if static {
+		zero := adScalar(0, ir.Int32)
+		st, sz := make([]*Array, len(starts)), slices.Clone(sizes)
+		for i, s := range starts {
+			st[i] = s
+			if sdims[i] >= 0 {
+				st[i], sz[i] = zero, shape[i]
+			}
+		}
 		if dx >= 0 {
 			st, sz = slices.Insert(st, dx, zero), slices.Insert(sz, dx, c.size)
 		}
