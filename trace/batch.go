@@ -426,12 +426,16 @@ func vmapRegion(r *ir.Region, args []*Array, dims []int, size int) ([]*Array, []
 			if rule == nil {
 				panic(Errorf(op.Code.String(), "vmap: no batching rule for op %v", op.Code))
 			}
+			t := current()
+			mark := 0
+			if t != nil {
+				mark = len(t.region.Ops)
+			}
 			outs, od = rule(&batchCall{op: op, args: args, dims: ds, size: size})
-			if op.Loc != "" {
-				for _, o := range outs {
-					if o.val != nil && o.val.Op != nil && o.val.Op.Loc == "" {
-						o.val.Op.Loc = op.Loc
-					}
+			if t != nil && op.Loc != "" {
+				// The ops the rule emitted stand for the user's op.
+				for _, e := range t.region.Ops[mark:] {
+					e.Loc = op.Loc
 				}
 			}
 		}
