@@ -478,11 +478,24 @@ func batchCustomGroup(ops []*ir.Op, k int, g *adGroup, get func([]*ir.Value) ([]
 // batchBwd maps a custom_vjp backward function over the batch: residuals and
 // cotangents batched at their dims; the cotangent of an unbatched input is
 // the sum over the batch of the per-example ones.
+//
+// The cotangent of an unbatched output is the sum of the examples' (the
+// output stands for one copy per example), not each example's own: it goes
+// to example 0 and the others get zero, so that, bwd being linear in the
+// cotangents, the sum over the batch counts it once. (Giving it to every
+// example would count it once per example.)
 func batchBwd(bwd func(res, cts []*Array) []*Array, ins []*Array, inDims, resDims, outDims []int, size int) func(res, cts []*Array) []*Array {
 	return func(res, cts []*Array) []*Array {
 		nr := len(res)
+		cts = slices.Clone(cts)
+		ctDims := slices.Clone(outDims)
+		for i, d := range outDims {
+			if d < 0 {
+				cts[i], ctDims[i] = batchFirstOnly(cts[i], size), 0
+			}
+		}
 		args := append(append([]*Array{}, res...), cts...)
-		dims := append(append([]int{}, resDims...), outDims...)
+		dims := append(append([]int{}, resDims...), ctDims...)
 		axes := make([]int, len(args))
 		for i, d := range dims {
 			axes[i] = d
@@ -521,6 +534,17 @@ func batchBwd(bwd func(res, cts []*Array) []*Array, ins []*Array, inDims, resDim
 		}
 		return got
 	}
+}
+
+// batchFirstOnly returns x batched at axis 0: x for example 0, zeros for
+// the others.
+func batchFirstOnly(x *Array, size int) *Array {
+	r := x.Rank()
+	shape := append(ir.Shape{1}, x.typ.Shape...)
+	lo, hi := make([]int, r+1), make([]int, r+1)
+	hi[0] = size - 1
+	return Apply1(ir.Pad, ir.Attrs{"low": lo, "high": hi, "interior": make([]int, r+1)},
+		adReshape(x, shape), adScalar(0, x.DType()))
 }
 
 // batchDeps returns which results of r may be batched given which of its
