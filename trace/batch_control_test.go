@@ -618,3 +618,24 @@ func TestVmapRematInScan(t *testing.T) {
 		bcClose(t, fmt.Sprintf("vmap of grad, remat against plain, result %d", k), got[k], plain[k], 1e-6)
 	}
 }
+
+// TestVmapAxisIndexInScan: the lane index used inside a scan's body makes
+// the carry batched.
+func TestVmapAxisIndexInScan(t *testing.T) {
+	r := otRand(t)
+	const B, N = 4, 3
+	f := func(xs, lane *trace.Array) *trace.Array {
+		c, _ := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			return []*trace.Array{trace.Add(trace.Mul(c[0], x[0]), trace.Convert(lane, ir.Float32))}, nil
+		}, []*trace.Array{trace.ScalarOf(1, ir.Float32)}, []*trace.Array{xs})
+		return c[0]
+	}
+	xs := gtF32(r, 1, N)
+	got := trace.Vmap(func(xs *trace.Array) *trace.Array { return f(xs, trace.AxisIndex("i")) },
+		trace.InAxes(nM), trace.AxisSize(B), trace.AxisName("i"))(xs)
+	rows := make([]*trace.Array, B)
+	for b := range rows {
+		rows[b] = f(xs, trace.ScalarOf(float64(b), ir.Int32))
+	}
+	bcSame(t, "axis index in a scan", got, trace.Stack(0, rows...))
+}
