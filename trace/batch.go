@@ -91,6 +91,13 @@ func AxisName(name string) VmapOption {
 // Vmap works eagerly and under rt.Jit, nests (Vmap of Vmap), and composes both
 // ways with Grad, VJP, JVP, Remat and Scan. Arrays fn closes over are not
 // mapped.
+//
+// Control flow is batched as in JAX. A Scan (or ForLoop) stays one scan, its
+// carry batched where it depends on the examples. A Cond or While whose
+// predicate does not depend on the examples stays one cond or while. A Cond
+// whose predicate does computes both branches and selects each example's
+// result; a While whose predicate does runs until every example's predicate
+// is false, each example keeping the state of its own last step.
 func Vmap[F any](fn F, opts ...VmapOption) F {
 	v := reflect.ValueOf(fn)
 	if !v.IsValid() || v.Kind() != reflect.Func || v.IsNil() {
