@@ -438,6 +438,15 @@ func TestVmapGradControl(t *testing.T) {
 		}
 		bcCheck(t, "vmap of grad through "+name, per, []*trace.Array{x, w}, []int{0, nM}, B)
 	}
+
+	// Per-example Jacobian-vector products through a scan, with per-example
+	// tangents of the xs and a shared tangent of the weights.
+	jvp := func(a []*trace.Array) []*trace.Array {
+		_, tout := trace.JVP(func(p []*trace.Array) []*trace.Array { return []*trace.Array{bcScanLoss(p[0], p[1])} },
+			[]*trace.Array{a[0], a[1]}, []*trace.Array{a[2], a[3]})
+		return tout
+	}
+	bcCheck(t, "vmap of jvp through scan", jvp, []*trace.Array{X, w, gtF32(r, 1, B, N, D), gtF32(r, 1, D)}, []int{0, nM, 0, nM}, B)
 }
 
 // bcScaled is x*w with a custom VJP that scales both cotangents by 3 (so the
@@ -498,6 +507,23 @@ func TestVmapCustomVJP(t *testing.T) {
 	for name, gv := range map[string]bcP{"eager": trace.Grad(vl)(bcP{X, w}), "jit": rt.Jit(trace.Grad(vl))(bcP{X, w})} {
 		gtExpectClose(t, "grad of vmap: dx ("+name+")", gv.X.Float64s(), wantDX, 1e-5)
 		gtExpectClose(t, "grad of vmap: dw ("+name+")", gv.W.Float64s(), sumDW, 1e-5)
+	}
+
+	// Vmap of Vmap: the batched backward of the batched backward.
+	X2 := gtF32(r, 1, 2, B, D)
+	vvl := func(p bcP) *trace.Array {
+		inner := func(x, w *trace.Array) *trace.Array {
+			return trace.Sum(trace.Vmap(bcScaledLoss, trace.InAxes(0, nM))(x, w))
+		}
+		return trace.Sum(trace.Vmap(inner, trace.InAxes(0, nM))(p.X, p.W))
+	}
+	sl := func(p bcP) *trace.Array {
+		return trace.Add(vl(bcP{trace.Index(p.X, 0), p.W}), vl(bcP{trace.Index(p.X, 1), p.W}))
+	}
+	wantVV := trace.Grad(sl)(bcP{X2, w})
+	for name, gv := range map[string]bcP{"eager": trace.Grad(vvl)(bcP{X2, w}), "jit": rt.Jit(trace.Grad(vvl))(bcP{X2, w})} {
+		bcSame(t, "grad of vmap of vmap: dx ("+name+")", gv.X, wantVV.X)
+		bcClose(t, "grad of vmap of vmap: dw ("+name+")", gv.W, wantVV.W, 1e-6)
 	}
 
 	// The output that does not depend on x, returned once (NotMapped): its
