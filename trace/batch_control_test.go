@@ -725,3 +725,67 @@ func BenchmarkVmapScanGrad(b *testing.B) {
 		}
 	})
 }
+
+// TestVmapOffloadScan: per-example gradients (Vmap of Grad) and Grad of Vmap
+// through a scan of remat'd cells whose policy offloads the named values to
+// pinned_host, against the cell without Remat.
+func TestVmapOffloadScan(t *testing.T) {
+	bcExact(t)
+	r := otRand(t)
+	const B, N, D = 3, 4, 3
+	pol := trace.SaveAndOffloadOnlyTheseNames(nil, []string{"c", "x"}, ir.Device, ir.PinnedHost)
+	cell := func(c, x, w *trace.Array) *trace.Array {
+		c = trace.CheckpointName(c, "c")
+		x = trace.CheckpointName(x, "x")
+		return trace.Tanh(trace.Add(trace.MatMul(w, c), trace.Mul(x, c)))
+	}
+	loss := func(cell func(c, x, w *trace.Array) *trace.Array) func(p []*trace.Array) *trace.Array {
+		return func(p []*trace.Array) *trace.Array {
+			c, ys := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
+				n := cell(c[0], x[0], x[1])
+				return []*trace.Array{n}, []*trace.Array{trace.Mul(n, x[0])}
+			}, []*trace.Array{p[0]}, []*trace.Array{p[1], p[2]})
+			return trace.Add(trace.Sum(c[0]), trace.Sum(trace.Mul(ys[0], ys[0])))
+		}
+	}
+	args := []*trace.Array{gtF32(r, 1, B, D), gtF32(r, 1, B, N, D), gtF32(r, 0.5, N, D, D)}
+	axes := []int{0, 0, nM}
+	per := func(cell func(c, x, w *trace.Array) *trace.Array) bcFn {
+		return func(p []*trace.Array) []*trace.Array { return trace.Grad(loss(cell))(p) }
+	}
+	remat := trace.Remat(cell, pol)
+	bcCheck(t, "vmap of grad, offloading remat", per(remat), args, axes, B)
+	want := trace.VmapFlat(per(cell), args, trace.InAxes(axes...))
+	got := rt.Jit(func(a []*trace.Array) []*trace.Array { return trace.VmapFlat(per(remat), a, trace.InAxes(axes...)) })(args)
+	for i := range want {
+		bcClose(t, fmt.Sprintf("vmap of grad, offloading remat against plain, gradient %d", i), got[i], want[i], 1e-6)
+	}
+
+	// The batched forward scan still offloads: a scan whose ys include a
+	// pinned_host value.
+	offloaded := false
+	bcLower(t, per(remat), args, axes).Body.Walk(func(op *ir.Op) {
+		if op.Code != ir.Scan {
+			return
+		}
+		for _, v := range op.Results {
+			offloaded = offloaded || v.Type.Space == ir.PinnedHost
+		}
+	})
+	if !offloaded {
+		t.Errorf("vmap of grad of an offloading remat: no scan result is in pinned_host")
+	}
+
+	vl := func(cell func(c, x, w *trace.Array) *trace.Array) func(p []*trace.Array) *trace.Array {
+		return func(p []*trace.Array) *trace.Array {
+			l := func(a []*trace.Array) []*trace.Array { return []*trace.Array{loss(cell)(a)} }
+			return trace.Sum(trace.VmapFlat(l, p, trace.InAxes(axes...))[0])
+		}
+	}
+	wantG := trace.Grad(vl(cell))(args)
+	for name, g := range map[string][]*trace.Array{"eager": trace.Grad(vl(remat))(args), "jit": rt.Jit(trace.Grad(vl(remat)))(args)} {
+		for i := range wantG {
+			bcClose(t, fmt.Sprintf("grad of vmap, offloading remat, gradient %d (%s)", i, name), g[i], wantG[i], 1e-6)
+		}
+	}
+}
