@@ -84,6 +84,9 @@ func batchScan(c *batchCall) ([]*Array, []int) {
 		case d < 0:
 			xs[i], xdims[i] = x, -1
 		case d == 0:
+			if x.Space() == ir.PinnedHost {
+				panic(Errorf("Vmap", "a Scan's xs[%d] (%v) is mapped on axis 0, before the axis the scan steps over: pinned_host arrays are scanned over axis 0 only, one contiguous slice per step; store it with the steps first and the examples second, and map it on axis 1", i, x.Type()))
+			}
 			xs[i], xdims[i] = batchMove(x, 0, 1), 0
 		default:
 			xs[i], xdims[i] = x, d-1

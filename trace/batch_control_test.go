@@ -789,3 +789,36 @@ func TestVmapOffloadScan(t *testing.T) {
 		}
 	}
 }
+
+// TestVmapScanPinnedHost: xs kept in pinned_host and streamed to the body are
+// mapped on the axis after the steps; mapped on the steps' axis, they are a
+// clear error.
+func TestVmapScanPinnedHost(t *testing.T) {
+	bcExact(t)
+	r := otRand(t)
+	const B, N, D = 3, 4, 2
+	f := func(a []*trace.Array) []*trace.Array {
+		c, ys := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			h := trace.Tanh(trace.Add(trace.Mul(c[0], a[2]), trace.DevicePut(x[0], ir.Device)))
+			return []*trace.Array{h}, []*trace.Array{h}
+		}, []*trace.Array{a[0]}, []*trace.Array{a[1]})
+		return []*trace.Array{c[0], ys[0]}
+	}
+	xs := gtF32(r, 1, N, B, D)
+	args := []*trace.Array{gtF32(r, 1, D), trace.DevicePut(xs, ir.PinnedHost), gtF32(r, 1, D)}
+	var per [][]*trace.Array
+	for b := 0; b < B; b++ {
+		x := trace.DevicePut(trace.Index(bcFront(xs, 1), b), ir.PinnedHost)
+		per = append(per, f([]*trace.Array{args[0], x, args[2]}))
+	}
+	got := trace.VmapFlat(f, args, trace.InAxes(nM, 1, nM))
+	jit := rt.Jit(func(a []*trace.Array) []*trace.Array { return trace.VmapFlat(f, a, trace.InAxes(nM, 1, nM)) })(args)
+	for k := range got {
+		want := trace.Stack(0, per[0][k], per[1][k], per[2][k])
+		bcSame(t, fmt.Sprintf("pinned_host xs mapped on axis 1, result %d", k), got[k], want)
+		bcSame(t, fmt.Sprintf("pinned_host xs mapped on axis 1, result %d (jit)", k), jit[k], want)
+	}
+	otExpectError(t, "Vmap", func() {
+		trace.VmapFlat(f, []*trace.Array{args[0], trace.DevicePut(gtF32(r, 1, B, N, D), ir.PinnedHost), args[2]}, trace.InAxes(nM, 0, nM))
+	}, "xs[0] (f32[3,4,2]{pinned_host}) is mapped on axis 0", "map it on axis 1")
+}
