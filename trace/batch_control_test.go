@@ -822,3 +822,33 @@ func TestVmapScanPinnedHost(t *testing.T) {
 		trace.VmapFlat(f, []*trace.Array{args[0], trace.DevicePut(gtF32(r, 1, B, N, D), ir.PinnedHost), args[2]}, trace.InAxes(nM, 0, nM))
 	}, "xs[0] (f32[3,4,2]{pinned_host}) is mapped on axis 0", "map it on axis 1")
 }
+
+// TestVmapPinnedHostOutputs: outputs kept in pinned_host come back with the
+// mapped axis where it is; asking for another axis is a clear error.
+func TestVmapPinnedHostOutputs(t *testing.T) {
+	bcExact(t)
+	r := otRand(t)
+	const B, N, D = 3, 4, 2
+	f := func(a []*trace.Array) []*trace.Array {
+		_, ys := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			h := trace.Tanh(trace.Add(c[0], x[0]))
+			return []*trace.Array{h}, []*trace.Array{trace.DevicePut(h, ir.PinnedHost)}
+		}, []*trace.Array{a[0]}, []*trace.Array{a[1]})
+		return []*trace.Array{ys[0], trace.DevicePut(a[0], ir.PinnedHost)}
+	}
+	args := []*trace.Array{gtF32(r, 1, D), gtF32(r, 1, B, N, D)}
+	// The ys are stacked on the steps' axis, so the examples' axis is 1.
+	got := trace.VmapFlat(f, args, trace.InAxes(nM, 0), trace.OutAxes(1, nM))
+	var rows []*trace.Array
+	for b := 0; b < B; b++ {
+		rows = append(rows, trace.DevicePut(f([]*trace.Array{args[0], trace.Index(args[1], b)})[0], ir.Device))
+	}
+	bcSame(t, "pinned_host ys", trace.DevicePut(got[0], ir.Device), trace.Stack(1, rows...))
+	if got[0].Space() != ir.PinnedHost || got[1].Space() != ir.PinnedHost {
+		t.Errorf("outputs in %v and %v, want pinned_host", got[0].Space(), got[1].Space())
+	}
+	otExpectError(t, "VmapFlat", func() { trace.VmapFlat(f, args, trace.InAxes(nM, 0), trace.OutAxes(0, nM)) },
+		"output leaf 0 (f32[4,3,2]{pinned_host}) is in pinned_host memory with the mapped axis at 1", "give it OutAxes 1")
+	otExpectError(t, "VmapFlat", func() { trace.VmapFlat(f, args, trace.InAxes(nM, 0), trace.OutAxes(1, 0)) },
+		"output leaf 1 (f32[2]{pinned_host} per example) is in pinned_host memory and does not depend on the mapped inputs", "OutAxes NotMapped")
+}
