@@ -561,9 +561,14 @@ func batchFirstOnly(x *Array, size int) *Array {
 		adReshape(x, shape), adScalar(0, x.DType()))
 }
 
+// batchRegionDeps holds, for region ops, which results their batching rule
+// returns batched given which operands are (see batchDeps).
+var batchRegionDeps = map[ir.Code]func(op *ir.Op, args []bool) []bool{}
+
 // batchDeps returns which results of r may be batched given which of its
-// parameters are: a result is if it depends on a batched parameter (the
-// region ops' results conservatively all do when any operand is).
+// parameters are: a result is if it depends on a batched parameter. The
+// results of a region op are those its batchRegionDeps entry says (all of
+// them, conservatively, when it has none and an operand is batched).
 func batchDeps(r *ir.Region, params []bool) []bool {
 	b := make(map[*ir.Value]bool, len(r.Params)+len(r.Ops))
 	for i, p := range r.Params {
@@ -573,6 +578,16 @@ func batchDeps(r *ir.Region, params []bool) []bool {
 		any := false
 		for _, v := range op.Args {
 			any = any || b[v]
+		}
+		if dep := batchRegionDeps[op.Code]; dep != nil && any {
+			args := make([]bool, len(op.Args))
+			for i, v := range op.Args {
+				args[i] = b[v]
+			}
+			for i, d := range dep(op, args) {
+				b[op.Results[i]] = d
+			}
+			continue
 		}
 		if m := adMarkOfOp(op); m != nil && m.group != nil {
 			for _, v := range m.group.inputs {
@@ -653,6 +668,15 @@ func (c *batchCall) sameDim() int {
 		}
 	}
 	return d
+}
+
+// batched reports, per operand, whether it is batched.
+func (c *batchCall) batched() []bool {
+	out := make([]bool, len(c.dims))
+	for i, d := range c.dims {
+		out[i] = d >= 0
+	}
+	return out
 }
 
 // apply emits the op's code with attrs on args (its regions are not

@@ -52,6 +52,50 @@ func batchFixedPoint(body *ir.Region, params []bool, lo, n int) []bool {
 	}
 }
 
+// batchDepsScan says which results of a scan op are batched given which of
+// its operands are: the carry by the fixed point, the ys by the body.
+func batchDepsScan(op *ir.Op, args []bool) []bool {
+	nc, nk := op.Attrs.Int("num_consts"), op.Attrs.Int("num_carry")
+	body := op.Regions[0]
+	carry := batchFixedPoint(body, args, nc, nk)
+	ps := append(append(append([]bool(nil), args[:nc]...), carry...), args[nc+nk:]...)
+	return append(carry, batchDeps(body, ps)[nk:]...)
+}
+
+// batchWhileState says which of a while op's state values are batched given
+// which of its operands are, and whether its predicate is: then all are.
+func batchWhileState(op *ir.Op, args []bool) (state []bool, pred bool) {
+	nc := op.Attrs.Int("num_consts")
+	condR, bodyR := op.Regions[0], op.Regions[1]
+	state = batchFixedPoint(bodyR, args, nc, len(args)-nc)
+	pred = batchDeps(condR, append(args[:nc:nc], state...))[0]
+	if pred {
+		for j := range state {
+			state[j] = true
+		}
+	}
+	return state, pred
+}
+
+func batchDepsWhile(op *ir.Op, args []bool) []bool {
+	state, _ := batchWhileState(op, args)
+	return state
+}
+
+// batchDepsCond: every result is batched when the predicate is, else where
+// either branch's is.
+func batchDepsCond(op *ir.Op, args []bool) []bool {
+	out := make([]bool, len(op.Results))
+	for _, r := range op.Regions {
+		for i, d := range batchDeps(r, args[1:]) {
+			out[i] = out[i] || d || args[0]
+		}
+	}
+	return out
+}
+
+func batchDepsFusion(op *ir.Op, args []bool) []bool { return batchDeps(op.Regions[0], args) }
+
 // batchScan: consts stay where they are (closures of the new body); batched
 // carries are at axis 0; a batched xs keeps its batch dimension off the
 // scanned axis 0 (moved to axis 1 if it was there), so that each slice has it
@@ -64,13 +108,7 @@ func batchScan(c *batchCall) ([]*Array, []int) {
 	consts, cdims := c.args[:nc], c.dims[:nc]
 	nx := len(c.args) - nc - nk
 
-	// Which params are batched: consts and xs as given, the carry by a fixed
-	// point over the body.
-	pb := make([]bool, len(c.args))
-	for i, d := range c.dims {
-		pb[i] = d >= 0
-	}
-	carryB := batchFixedPoint(body, pb, nc, nk)
+	carryB := batchDepsScan(c.op, c.batched())[:nk]
 
 	init := make([]*Array, nk)
 	for j := range init {
@@ -155,14 +193,7 @@ func batchCond(c *batchCall) ([]*Array, []int) {
 		return outs, dimsAll(len(outs), 0)
 	}
 
-	pb := make([]bool, len(ops))
-	for i, d := range odims {
-		pb[i] = d >= 0
-	}
-	ob := batchDeps(regs[0], pb)
-	for i, b := range batchDeps(regs[1], pb) {
-		ob[i] = ob[i] || b
-	}
+	ob := batchDepsCond(c.op, c.batched())
 	branch := func(r *ir.Region) func([]*Array) []*Array {
 		return func(ps []*Array) []*Array {
 			rs, rd := vmapRegion(r, ps, odims, c.size)
@@ -195,17 +226,7 @@ func batchWhile(c *batchCall) ([]*Array, []int) {
 	consts, cdims := c.args[:nc], c.dims[:nc]
 	ns := len(c.args) - nc
 
-	pb := make([]bool, len(c.args))
-	for i, d := range c.dims {
-		pb[i] = d >= 0
-	}
-	sb := batchFixedPoint(bodyR, pb, nc, ns)
-	predB := batchDeps(condR, append(pb[:nc:nc], sb...))[0]
-	if predB {
-		for j := range sb {
-			sb[j] = true
-		}
-	}
+	sb, predB := batchWhileState(c.op, c.batched())
 	sdims := make([]int, ns)
 	init := make([]*Array, ns)
 	for j := range init {
@@ -265,4 +286,8 @@ func init() {
 	batchRules[ir.Cond] = batchCond
 	batchRules[ir.While] = batchWhile
 	batchRules[ir.Fusion] = batchFusion
+	batchRegionDeps[ir.Scan] = batchDepsScan
+	batchRegionDeps[ir.Cond] = batchDepsCond
+	batchRegionDeps[ir.While] = batchDepsWhile
+	batchRegionDeps[ir.Fusion] = batchDepsFusion
 }

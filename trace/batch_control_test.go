@@ -852,3 +852,43 @@ func TestVmapPinnedHostOutputs(t *testing.T) {
 	otExpectError(t, "VmapFlat", func() { trace.VmapFlat(f, args, trace.InAxes(nM, 0), trace.OutAxes(1, 0)) },
 		"output leaf 1 (f32[2]{pinned_host} per example) is in pinned_host memory and does not depend on the mapped inputs", "OutAxes NotMapped")
 }
+
+// TestVmapNestedLoopCounters: a counter carried through an outer scan and an
+// inner ForLoop and While next to batched state stays unbatched: batchDeps
+// looks into the inner loops instead of taking all their results as batched.
+func TestVmapNestedLoopCounters(t *testing.T) {
+	bcExact(t)
+	r := otRand(t)
+	const B, N, D = 3, 4, 2
+	one := trace.ScalarOf(1, ir.Int32)
+	f := func(a []*trace.Array) []*trace.Array {
+		c, ys := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			in := trace.ForLoop(0, 2, func(_ *trace.Array, s []*trace.Array) []*trace.Array {
+				return []*trace.Array{trace.Add(s[0], one), trace.Tanh(trace.Mul(s[1], x[0]))}
+			}, c[0], c[1])
+			w := trace.While(func(s []*trace.Array) *trace.Array { return trace.Less(s[0], trace.ScalarOf(3, ir.Int32)) },
+				func(s []*trace.Array) []*trace.Array {
+					return []*trace.Array{trace.Add(s[0], one), trace.Sin(trace.Add(s[1], in[1]))}
+				}, trace.ScalarOf(0, ir.Int32), in[1])
+			k := trace.Add(in[0], w[0])
+			return []*trace.Array{k, w[1]}, []*trace.Array{trace.Mul(w[1], trace.Convert(k, ir.Float32))}
+		}, []*trace.Array{trace.ScalarOf(0, ir.Int32), a[0]}, []*trace.Array{a[1]})
+		return append(c, ys...)
+	}
+	args := []*trace.Array{gtF32(r, 1, D), gtF32(r, 1, B, N, D)}
+	axes := []int{nM, 0}
+	bcCheck(t, "nested loops", f, args, axes, B)
+	sc := bcFind(t, bcLower(t, f, args, axes), ir.Scan)
+	if s := sc.Results[0].Type.Shape; len(s) != 0 {
+		t.Errorf("the counter carry of the batched scan is %v, want a scalar", s)
+	}
+	var whiles []*ir.Op
+	sc.Regions[0].Walk(func(op *ir.Op) {
+		if op.Code == ir.While {
+			whiles = append(whiles, op)
+		}
+	})
+	if len(whiles) != 1 || len(whiles[0].Results[0].Type.Shape) != 0 {
+		t.Errorf("want one while in the scan with an unbatched counter, got %d", len(whiles))
+	}
+}
