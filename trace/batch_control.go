@@ -11,7 +11,9 @@ import (
 // as closures with their batch dimensions. Whether a loop-carried value is
 // batched is found before the body is traced, by a fixed point over batchDeps:
 // a carry starts batched if its initial value is, and becomes batched if the
-// body makes it depend on a batched value.
+// body makes it depend on a batched value. The batchDeps* functions say which
+// results each rule returns batched; batchDeps uses them for region ops
+// nested in the region it looks at, so the two always agree.
 
 // batchCheckUnbatched panics when a region result that batchDeps said does not
 // depend on the batch came out batched (an inconsistency between batchDeps and
@@ -77,6 +79,7 @@ func batchWhileState(op *ir.Op, args []bool) (state []bool, pred bool) {
 	return state, pred
 }
 
+// batchDepsWhile: the state, as batchWhileState says.
 func batchDepsWhile(op *ir.Op, args []bool) []bool {
 	state, _ := batchWhileState(op, args)
 	return state
@@ -94,6 +97,7 @@ func batchDepsCond(op *ir.Op, args []bool) []bool {
 	return out
 }
 
+// batchDepsFusion: the fused region's results.
 func batchDepsFusion(op *ir.Op, args []bool) []bool { return batchDeps(op.Regions[0], args) }
 
 // batchScan: consts stay where they are (closures of the new body); batched
