@@ -95,9 +95,11 @@ func AxisName(name string) VmapOption {
 // Control flow is batched as in JAX. A Scan (or ForLoop) stays one scan, its
 // carry batched where it depends on the examples. A Cond or While whose
 // predicate does not depend on the examples stays one cond or while. A Cond
-// whose predicate does computes both branches and selects each example's
-// result; a While whose predicate does runs until every example's predicate
-// is false, each example keeping the state of its own last step.
+// whose predicate does computes both branches for every example and selects
+// each example's result (so a branch must be safe to run on examples that do
+// not take it: a While in it must end on them too); a While whose predicate
+// does runs until every example's predicate is false, each example keeping
+// the state of its own last step.
 func Vmap[F any](fn F, opts ...VmapOption) F {
 	v := reflect.ValueOf(fn)
 	if !v.IsValid() || v.Kind() != reflect.Func || v.IsNil() {
