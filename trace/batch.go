@@ -91,6 +91,15 @@ func AxisName(name string) VmapOption {
 // Vmap works eagerly and under rt.Jit, nests (Vmap of Vmap), and composes both
 // ways with Grad, VJP, JVP, Remat and Scan. Arrays fn closes over are not
 // mapped.
+//
+// Control flow is batched as in JAX. A Scan (or ForLoop) stays one scan, its
+// carry batched where it depends on the examples. A Cond or While whose
+// predicate does not depend on the examples stays one cond or while. A Cond
+// whose predicate does computes both branches for every example and selects
+// each example's result (so a branch must be safe to run on examples that do
+// not take it: a While in it must end on them too); a While whose predicate
+// does runs until every example's predicate is false, each example keeping
+// the state of its own last step.
 func Vmap[F any](fn F, opts ...VmapOption) F {
 	v := reflect.ValueOf(fn)
 	if !v.IsValid() || v.Kind() != reflect.Func || v.IsNil() {
@@ -303,6 +312,13 @@ func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapC
 		if ax < 0 {
 			ax += r + 1
 		}
+		if o.Space() == ir.PinnedHost && odims[i] != ax {
+			// Moving or broadcasting it would be an op on a pinned_host array.
+			if odims[i] < 0 {
+				panic(Errorf(name, "output leaf %d (%v per example) is in pinned_host memory and does not depend on the mapped inputs, so Vmap cannot broadcast it along the mapped axis there (ops compute on device arrays only): give it OutAxes NotMapped, or return it on device", i, o.Type()))
+			}
+			panic(Errorf(name, "output leaf %d (%v) is in pinned_host memory with the mapped axis at %d, so Vmap cannot move it to axis %d there (ops compute on device arrays only): give it OutAxes %d, or return it on device", i, o.Type(), odims[i], ax, odims[i]))
+		}
 		outs[i] = batchMove(batchMaterialize(o, odims[i], size), max(odims[i], 0), ax)
 	}
 	return outs
@@ -487,11 +503,24 @@ func batchCustomGroup(ops []*ir.Op, k int, g *adGroup, get func([]*ir.Value) ([]
 // batchBwd maps a custom_vjp backward function over the batch: residuals and
 // cotangents batched at their dims; the cotangent of an unbatched input is
 // the sum over the batch of the per-example ones.
+//
+// The cotangent of an unbatched output is the sum of the examples' (the
+// output stands for one copy per example), not each example's own: it goes
+// to example 0 and the others get zero, so that, bwd being linear in the
+// cotangents, the sum over the batch counts it once. (Giving it to every
+// example would count it once per example.)
 func batchBwd(bwd func(res, cts []*Array) []*Array, ins []*Array, inDims, resDims, outDims []int, size int) func(res, cts []*Array) []*Array {
 	return func(res, cts []*Array) []*Array {
 		nr := len(res)
+		cts = slices.Clone(cts)
+		ctDims := slices.Clone(outDims)
+		for i, d := range outDims {
+			if d < 0 {
+				cts[i], ctDims[i] = batchFirstOnly(cts[i], size), 0
+			}
+		}
 		args := append(append([]*Array{}, res...), cts...)
-		dims := append(append([]int{}, resDims...), outDims...)
+		dims := append(append([]int{}, resDims...), ctDims...)
 		axes := make([]int, len(args))
 		for i, d := range dims {
 			axes[i] = d
@@ -532,9 +561,25 @@ func batchBwd(bwd func(res, cts []*Array) []*Array, ins []*Array, inDims, resDim
 	}
 }
 
+// batchFirstOnly returns x batched at axis 0: x for example 0, zeros for
+// the others.
+func batchFirstOnly(x *Array, size int) *Array {
+	r := x.Rank()
+	shape := append(ir.Shape{1}, x.typ.Shape...)
+	lo, hi := make([]int, r+1), make([]int, r+1)
+	hi[0] = size - 1
+	return Apply1(ir.Pad, ir.Attrs{"low": lo, "high": hi, "interior": make([]int, r+1)},
+		adReshape(x, shape), adScalar(0, x.DType()))
+}
+
+// batchRegionDeps holds, for region ops, which results their batching rule
+// returns batched given which operands are (see batchDeps).
+var batchRegionDeps = map[ir.Code]func(op *ir.Op, args []bool) []bool{}
+
 // batchDeps returns which results of r may be batched given which of its
-// parameters are: a result is if it depends on a batched parameter (the
-// region ops' results conservatively all do when any operand is).
+// parameters are: a result is if it depends on a batched parameter. The
+// results of a region op are those its batchRegionDeps entry says (all of
+// them, conservatively, when it has none and an operand is batched).
 func batchDeps(r *ir.Region, params []bool) []bool {
 	b := make(map[*ir.Value]bool, len(r.Params)+len(r.Ops))
 	for i, p := range r.Params {
@@ -544,6 +589,16 @@ func batchDeps(r *ir.Region, params []bool) []bool {
 		any := false
 		for _, v := range op.Args {
 			any = any || b[v]
+		}
+		if dep := batchRegionDeps[op.Code]; dep != nil && any {
+			args := make([]bool, len(op.Args))
+			for i, v := range op.Args {
+				args[i] = b[v]
+			}
+			for i, d := range dep(op, args) {
+				b[op.Results[i]] = d
+			}
+			continue
 		}
 		if m := adMarkOfOp(op); m != nil && m.group != nil {
 			for _, v := range m.group.inputs {
@@ -624,6 +679,15 @@ func (c *batchCall) sameDim() int {
 		}
 	}
 	return d
+}
+
+// batched reports, per operand, whether it is batched.
+func (c *batchCall) batched() []bool {
+	out := make([]bool, len(c.dims))
+	for i, d := range c.dims {
+		out[i] = d >= 0
+	}
+	return out
 }
 
 // apply emits the op's code with attrs on args (its regions are not
