@@ -869,3 +869,404 @@ func TestVmapOps(t *testing.T) {
 		})
 	}
 }
+
+// vtStackLoop runs per on every example (axis 0 of each of xs) and stacks
+// the results on axis 0: the loop a Vmap must equal.
+func vtStackLoop(n int, per func(i int) *trace.Array) *trace.Array {
+	outs := make([]*trace.Array, n)
+	for i := range outs {
+		outs[i] = per(i)
+	}
+	return trace.Stack(0, outs...)
+}
+
+// vtExample2 is one training example of the MLP.
+type vtExample2 struct{ X, Y *trace.Array }
+
+// TestVmapPerExampleGradients computes the gradient of a small MLP's loss for
+// every example of a batch at once, Vmap of Grad with the parameters not
+// mapped (a tree of InAxes), and checks it against a Go loop that
+// differentiates each example on its own, eagerly and under rt.Jit.
+func TestVmapPerExampleGradients(t *testing.T) {
+	const B, D, H, O = 5, 4, 6, 3
+	r := otRand(t)
+	p := gtMLP{W1: gtRand(r, -0.7, 0.7, D, H), B1: gtRand(r, -0.2, 0.2, H),
+		W2: gtRand(r, -0.7, 0.7, H, O), B2: gtRand(r, -0.2, 0.2, O), Name: "mlp"}
+	batch := vtExample2{X: gtRand(r, -1, 1, B, D), Y: gtRand(r, -1, 1, B, O)}
+
+	grad := func(p gtMLP, ex vtExample2) gtMLP {
+		return trace.Grad(func(p gtMLP) *trace.Array { return gtMLPLoss(p, ex.X, ex.Y) })(p)
+	}
+	nm := trace.NotMapped
+	perEx := trace.Vmap(grad, trace.InAxes(nm, nm, nm, nm, 0, 0))
+
+	// The loop: one gradient per example, stacked.
+	var loop []gtMLP
+	for i := range B {
+		loop = append(loop, grad(p, vtExample2{X: trace.Index(batch.X, i), Y: trace.Index(batch.Y, i)}))
+	}
+	leaf := func(g gtMLP, k int) *trace.Array { return []*trace.Array{g.W1, g.B1, g.W2, g.B2}[k] }
+	names := []string{"W1", "B1", "W2", "B2"}
+	check := func(what string, got gtMLP) {
+		t.Helper()
+		if got.Name != "mlp" {
+			t.Errorf("%s: static field Name = %q, want it kept", what, got.Name)
+		}
+		for k, name := range names {
+			want := vtStackLoop(B, func(i int) *trace.Array { return leaf(loop[i], k) })
+			g := leaf(got, k)
+			if !g.Shape().Equal(want.Shape()) {
+				t.Errorf("%s: d%s has shape %v, want %v", what, name, g.Shape(), want.Shape())
+				continue
+			}
+			gtExpectClose(t, what+" d"+name, g.Float64s(), want.Float64s(), 1e-12)
+		}
+	}
+	check("eager", perEx(p, batch))
+	check("jit", rt.Jit(perEx)(p, batch))
+
+	// The mean of the per-example gradients is the batch loss's gradient
+	// divided by B (the loss is a sum over examples).
+	full := trace.Grad(func(p gtMLP) *trace.Array { return gtMLPLoss(p, batch.X, batch.Y) })(p)
+	pe := perEx(p, batch)
+	for k, name := range names {
+		gtExpectClose(t, "sum over examples of d"+name, trace.Sum(leaf(pe, k), 0).Float64s(), leaf(full, k).Float64s(), 1e-12)
+	}
+}
+
+// TestVmapNested maps a dot product over rows and then over columns, the two
+// Vmaps taking their inputs at different axes, and checks it against float64
+// loops.
+func TestVmapNested(t *testing.T) {
+	const N, M, K = 3, 4, 5
+	r := otRand(t)
+	a, at := otMake(r, ir.Float64, otNormal, N, M, K)
+	b, bt := otMake(r, ir.Float64, otNormal, M, K)
+	dot := func(x, y *trace.Array) *trace.Array { return trace.Sum(trace.Mul(x, y)) }
+	inner := trace.Vmap(dot, trace.InAxes(0, trace.NotMapped)) // rows i of a[:, j, :], one y
+	outer := trace.Vmap(inner, trace.InAxes(1, 0))             // columns j of a and rows j of b
+	want := otNew(M, N)
+	for j := range M {
+		for i := range N {
+			s := 0.0
+			for k := range K {
+				s += at.at(i, j, k) * bt.at(j, k)
+			}
+			want.data[j*N+i] = s
+		}
+	}
+	otCheck(t, "Vmap of Vmap", outer(a, b), ir.Float64, want, 1e-12)
+	otCheck(t, "jit of Vmap of Vmap", rt.Jit(outer)(a, b), ir.Float64, want, 1e-12)
+	// The inner Vmap puts its mapped axis last; the outer one then at 0.
+	outer2 := trace.Vmap(trace.Vmap(dot, trace.InAxes(0, trace.NotMapped), trace.OutAxes(-1)), trace.InAxes(1, 0), trace.OutAxes(1))
+	wantT := otNew(N, M)
+	for j := range M {
+		for i := range N {
+			wantT.data[i*M+j] = want.data[j*N+i]
+		}
+	}
+	otCheck(t, "Vmap of Vmap with OutAxes", outer2(a, b), ir.Float64, wantT, 1e-12)
+}
+
+// TestVmapUnderGradAndJVP differentiates through a Vmap: Grad of a sum over
+// a Vmap, and JVP of a Vmap, against derivatives written by hand in float64.
+func TestVmapUnderGradAndJVP(t *testing.T) {
+	const N, K = 4, 3
+	r := otRand(t)
+	x, xt := otMake(r, ir.Float64, otNormal, N, K)
+	w, wt := otMake(r, ir.Float64, otNormal, K)
+	// f(w) = Σ_i tanh(x_i · w), with w closed over by the mapped function.
+	loss := func(w *trace.Array) *trace.Array {
+		per := trace.Vmap(func(xi *trace.Array) *trace.Array { return trace.Tanh(trace.Sum(trace.Mul(xi, w))) })
+		return trace.Sum(per(x))
+	}
+	want := otNew(K)
+	for i := range N {
+		s := 0.0
+		for k := range K {
+			s += xt.at(i, k) * wt.data[k]
+		}
+		d := 1 - math.Tanh(s)*math.Tanh(s)
+		for k := range K {
+			want.data[k] += d * xt.at(i, k)
+		}
+	}
+	otCheck(t, "Grad of Vmap", trace.Grad(loss)(w), ir.Float64, want, 1e-12)
+	otCheck(t, "jit of Grad of Vmap", rt.Jit(trace.Grad(loss))(w), ir.Float64, want, 1e-12)
+
+	// JVP of y_i = sin(x_i * w) (x mapped, w not) with tangents tx, tw:
+	// cos(x_i w) (tx_i w + x_i tw).
+	tx, txt := otMake(r, ir.Float64, otNormal, N, K)
+	tw, twt := otMake(r, ir.Float64, otNormal, K)
+	f := func(p []*trace.Array) []*trace.Array {
+		return trace.VmapFlat(func(a []*trace.Array) []*trace.Array {
+			return []*trace.Array{trace.Sin(trace.Mul(a[0], a[1]))}
+		}, p, trace.InAxes(0, trace.NotMapped))
+	}
+	outs, tans := trace.JVP(f, []*trace.Array{x, w}, []*trace.Array{tx, tw})
+	wantY, wantT := otNew(N, K), otNew(N, K)
+	for i := range N {
+		for k := range K {
+			v := xt.at(i, k) * wt.data[k]
+			wantY.data[i*K+k] = math.Sin(v)
+			wantT.data[i*K+k] = math.Cos(v) * (txt.at(i, k)*wt.data[k] + xt.at(i, k)*twt.data[k])
+		}
+	}
+	otCheck(t, "JVP of Vmap: outputs", outs[0], ir.Float64, wantY, 1e-12)
+	otCheck(t, "JVP of Vmap: tangents", tans[0], ir.Float64, wantT, 1e-12)
+	// And Vmap of Grad of Vmap: the gradient per row block.
+	gOf := trace.Vmap(func(xb, w *trace.Array) *trace.Array {
+		return trace.Grad(func(w *trace.Array) *trace.Array {
+			return trace.Sum(trace.Vmap(func(xi *trace.Array) *trace.Array { return trace.Tanh(trace.Sum(trace.Mul(xi, w))) })(xb))
+		})(w)
+	}, trace.InAxes(0, trace.NotMapped))
+	xb := trace.Reshape(x, 2, N/2, K)
+	got := gOf(xb, w)
+	for blk := range 2 {
+		wantB := otNew(K)
+		for i := blk * N / 2; i < (blk+1)*N/2; i++ {
+			s := 0.0
+			for k := range K {
+				s += xt.at(i, k) * wt.data[k]
+			}
+			for k := range K {
+				wantB.data[k] += (1 - math.Tanh(s)*math.Tanh(s)) * xt.at(i, k)
+			}
+		}
+		otCheck(t, fmt.Sprintf("Vmap of Grad of Vmap, block %d", blk), trace.Index(got, blk), ir.Float64, wantB, 1e-12)
+	}
+}
+
+// vtPair and vtOut are trees of arrays for TestVmapTrees.
+type vtPair struct {
+	A, B *trace.Array
+	Tag  string
+}
+
+type vtOut struct {
+	Sum, Scaled *trace.Array
+	Parts       []*trace.Array
+}
+
+// TestVmapTrees maps a function over structs and slices with an InAxes
+// entry per leaf and places each output leaf with OutAxes.
+func TestVmapTrees(t *testing.T) {
+	r := otRand(t)
+	const N = 3
+	a, at := otMake(r, ir.Float64, otNormal, 2, N) // mapped at axis 1
+	b, bt := otMake(r, ir.Float64, otNormal, 2, N) // mapped at axis -1
+	s, st := otMake(r, ir.Float64, otNormal)       // not mapped
+	c, ct := otMake(r, ir.Float64, otNormal, N, 4) // mapped at axis 0
+	fn := func(p vtPair, scale *trace.Array, cs []*trace.Array) vtOut {
+		if p.Tag != "pair" {
+			panic("static field lost")
+		}
+		return vtOut{
+			Sum:    trace.Add(p.A, p.B),                 // [2] per example → OutAxes -1
+			Scaled: trace.Mul(scale, trace.Scalar(2)),   // not mapped → NotMapped
+			Parts:  []*trace.Array{trace.Sum(cs[0], 0)}, // scalar per example → 0
+		}
+	}
+	v := trace.Vmap(fn, trace.InAxes(1, -1, trace.NotMapped, 0), trace.OutAxes(-1, trace.NotMapped, 0))
+	for _, mode := range []string{"eager", "jit"} {
+		g := v
+		if mode == "jit" {
+			g = rt.Jit(v)
+		}
+		got := g(vtPair{A: a, B: b, Tag: "pair"}, s, []*trace.Array{c})
+		sum := otNew(2, N)
+		for i := range sum.data {
+			sum.data[i] = at.data[i] + bt.data[i]
+		}
+		otCheck(t, mode+" Sum", got.Sum, ir.Float64, sum, 0)
+		otCheck(t, mode+" Scaled", got.Scaled, ir.Float64, otTensor{data: []float64{2 * st.data[0]}}, 0)
+		part := otNew(N)
+		for i := range N {
+			for j := range 4 {
+				part.data[i] += ct.at(i, j)
+			}
+		}
+		otCheck(t, mode+" Parts[0]", got.Parts[0], ir.Float64, part, 1e-12)
+	}
+	// One InAxes value applies to every leaf; map inputs work too.
+	m := trace.Vmap(func(d map[string]*trace.Array) *trace.Array { return trace.Sub(d["x"], d["y"]) }, trace.InAxes(1))
+	want := otNew(N, 2)
+	for i := range 2 {
+		for j := range N {
+			want.data[j*2+i] = at.at(i, j) - bt.at(i, j)
+		}
+	}
+	otCheck(t, "map tree", m(map[string]*trace.Array{"x": a, "y": b}), ir.Float64, want, 0)
+}
+
+// TestVmapAxisSize maps a function none of whose inputs is mapped: every
+// example is the same, repeated AxisSize times (0 too).
+func TestVmapAxisSize(t *testing.T) {
+	r := otRand(t)
+	x, xt := otMake(r, ir.Float32, otNormal, 2)
+	for _, n := range []int{0, 1, 4} {
+		f := trace.Vmap(func(x *trace.Array) *trace.Array { return trace.Mul(x, x) }, trace.InAxes(trace.NotMapped), trace.AxisSize(n), trace.OutAxes(1))
+		want := otNew(2, n)
+		for i := range 2 {
+			for j := range n {
+				want.data[i*n+j] = otRound(xt.data[i]*xt.data[i], ir.Float32)
+			}
+		}
+		otCheck(t, fmt.Sprintf("AxisSize(%d)", n), f(x), ir.Float32, want, 0)
+		otCheck(t, fmt.Sprintf("jit AxisSize(%d)", n), rt.Jit(f)(x), ir.Float32, want, 0)
+	}
+	// No input at all.
+	g := trace.Vmap(func() *trace.Array { return trace.Arange(3, ir.Int32) }, trace.AxisSize(2))
+	otCheck(t, "no inputs", g(), ir.Int32, otTensor{shape: []int{2, 3}, data: []float64{0, 1, 2, 0, 1, 2}}, 0)
+}
+
+// TestVmapAxisIndex reads the example's index with AxisIndex, in nested
+// named Vmaps and under rt.Jit.
+func TestVmapAxisIndex(t *testing.T) {
+	x := rt.FromSlice([]int32{0, 0, 0, 0, 0, 0}, 2, 3)
+	f := trace.Vmap(trace.Vmap(func(x *trace.Array) *trace.Array {
+		return trace.Add(x, trace.Add(trace.Mul(trace.AxisIndex("row"), trace.ScalarOf(10, ir.Int32)), trace.AxisIndex("col")))
+	}, trace.AxisName("col")), trace.AxisName("row"))
+	want := []int32{0, 1, 2, 10, 11, 12}
+	if got := f(x).Int32s(); !slices.Equal(got, want) {
+		t.Errorf("nested AxisIndex: %v, want %v", got, want)
+	}
+	if got := rt.Jit(f)(x).Int32s(); !slices.Equal(got, want) {
+		t.Errorf("jit nested AxisIndex: %v, want %v", got, want)
+	}
+	// The inner name shadows an outer Vmap of the same name.
+	g := trace.Vmap(trace.Vmap(func(x *trace.Array) *trace.Array { return trace.Add(x, trace.AxisIndex("i")) },
+		trace.AxisName("i")), trace.AxisName("i"))
+	if got, want := g(x).Int32s(), []int32{0, 1, 2, 0, 1, 2}; !slices.Equal(got, want) {
+		t.Errorf("shadowed AxisIndex: %v, want %v", got, want)
+	}
+	// An AxisSize-only Vmap has an index too.
+	h := trace.Vmap(func() *trace.Array { return trace.AxisIndex("k") }, trace.AxisSize(4), trace.AxisName("k"))
+	if got, want := h().Int32s(), []int32{0, 1, 2, 3}; !slices.Equal(got, want) {
+		t.Errorf("AxisIndex with AxisSize: %v, want %v", got, want)
+	}
+	err, line := otCatchLine(func() { trace.AxisIndex("nowhere") })
+	vtCheckError(t, err, line, "AxisIndex", `no Vmap with AxisName("nowhere")`)
+	err, line = otCatchLine(func() {
+		trace.Vmap(func(x *trace.Array) *trace.Array { return trace.AxisIndex("j") }, trace.AxisName("i"))(x)
+	})
+	vtCheckError(t, err, line+1, "AxisIndex", `no Vmap with AxisName("j")`)
+}
+
+// vtCheckError checks that err is an *Error of op located at the test's
+// line whose message contains every fragment.
+func vtCheckError(t *testing.T, err *trace.Error, line int, op string, fragments ...string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("no error, want %s: %q", op, fragments)
+		return
+	}
+	if err.Op != op {
+		t.Errorf("error %v: op %q, want %q", err, err.Op, op)
+	}
+	if err.Line != line || !strings.HasSuffix(err.File, "batch_test.go") {
+		t.Errorf("error %v at %s:%d, want batch_test.go:%d (the caller's line)", err, err.File, err.Line, line)
+	}
+	for _, f := range fragments {
+		if !strings.Contains(err.Msg, f) {
+			t.Errorf("error %q does not say %q", err.Msg, f)
+		}
+	}
+}
+
+// TestVmapErrors checks the errors of bad Vmap input: a *trace.Error naming
+// the problem, located at the caller's line.
+func TestVmapErrors(t *testing.T) {
+	x := rt.FromSlice(make([]float32, 6), 2, 3)
+	y := rt.FromSlice(make([]float32, 12), 4, 3)
+	add := func(a, b *trace.Array) *trace.Array { return trace.Add(a, b) }
+	nm := trace.NotMapped
+
+	err, line := otCatchLine(func() { trace.Vmap(add, trace.InAxes(0, 0, 0))(x, x) })
+	vtCheckError(t, err, line, "Vmap", "InAxes has 3 entries for 2 leaves")
+	err, line = otCatchLine(func() { trace.Vmap(add, trace.InAxes(0, 2))(x, x) })
+	vtCheckError(t, err, line, "Vmap", "axis 2 is out of range", "input leaf 1", "f32[2,3]")
+	err, line = otCatchLine(func() { trace.Vmap(add, trace.InAxes(-3, 0))(x, x) })
+	vtCheckError(t, err, line, "Vmap", "axis -3 is out of range", "input leaf 0")
+	err, line = otCatchLine(func() { trace.Vmap(add)(x, y) })
+	vtCheckError(t, err, line, "Vmap", "different sizes", "leaf 1 (f32[4,3]) has 4", "leaf 0 has 2")
+	err, line = otCatchLine(func() { trace.Vmap(add, trace.InAxes(0, 1), trace.AxisSize(2))(x, x) })
+	vtCheckError(t, err, line, "Vmap", "input leaf 1 (f32[2,3]) has 3 examples on axis 1", "AxisSize is 2")
+	err, line = otCatchLine(func() { trace.Vmap(add, trace.InAxes(nm))(x, x) })
+	vtCheckError(t, err, line, "Vmap", "no input is mapped", "AxisSize")
+	err, line = otCatchLine(func() { trace.Vmap(add, trace.InAxes(nm), trace.AxisSize(-1))(x, x) })
+	vtCheckError(t, err, line, "Vmap", "negative AxisSize -1")
+	err, line = otCatchLine(func() { trace.Vmap(add, trace.OutAxes(nm))(x, x) })
+	vtCheckError(t, err, line, "Vmap", "output leaf 0", "depends on the mapped inputs", "NotMapped")
+	err, line = otCatchLine(func() { trace.Vmap(add, trace.OutAxes(2))(x, x) })
+	vtCheckError(t, err, line, "Vmap", "OutAxes: axis 2 is out of range for output leaf 0 of rank 1")
+	err, line = otCatchLine(func() { trace.Vmap(add, trace.OutAxes(0, 0))(x, x) })
+	vtCheckError(t, err, line, "Vmap", "OutAxes has 2 entries for 1 leaves")
+	err, line = otCatchLine(func() { trace.VmapFlat(nil, []*trace.Array{x}) })
+	vtCheckError(t, err, line, "VmapFlat", "nil function")
+	err, line = otCatchLine(func() { trace.VmapFlat(func(a []*trace.Array) []*trace.Array { return a }, []*trace.Array{x, nil}) })
+	vtCheckError(t, err, line, "VmapFlat", "input leaf 1 is nil")
+	// An error inside the mapped function names its line, with the shapes
+	// of one example.
+	err, line = otCatchLine(func() {
+		trace.Vmap(func(a *trace.Array) *trace.Array { return trace.Reshape(a, 4) })(x)
+	})
+	vtCheckError(t, err, line+1, "Reshape", "f32[3]")
+	// And rt.Jit's error-returning entry point returns it.
+	j := rt.NewJitted(trace.Vmap(add, trace.InAxes(0, 2)))
+	if _, e := j.Call(x, x); e == nil || !strings.Contains(e.Error(), "out of range") {
+		t.Errorf("jitted Vmap with a bad axis: error %v, want one saying out of range", e)
+	}
+}
+
+// vtCountOps counts the ops of f by code, nested regions included.
+func vtCountOps(f *ir.Func) map[ir.Code]int {
+	n := map[ir.Code]int{}
+	f.Body.Walk(func(op *ir.Op) { n[op.Code]++ })
+	return n
+}
+
+// TestVmapIsHandWritten lowers Vmap of a matrix-vector product and of a
+// matrix product under rt.Jit: the batched program holds exactly one
+// dot_general and no loop, like the hand-written batched product.
+func TestVmapIsHandWritten(t *testing.T) {
+	r := otRand(t)
+	w, _ := otMake(r, ir.Float32, otNormal, 5, 4)
+	xs, _ := otMake(r, ir.Float32, otNormal, 8, 4)
+	ms, _ := otMake(r, ir.Float32, otNormal, 8, 4, 3)
+	ws, _ := otMake(r, ir.Float32, otNormal, 8, 5, 4)
+	matvec := func(w, x *trace.Array) *trace.Array { return trace.MatMul(w, x) }
+	matmul := func(w, m *trace.Array) *trace.Array { return trace.Tanh(trace.MatMul(w, m)) }
+	cases := []struct {
+		name string
+		fn   func(w, x *trace.Array) *trace.Array
+		args []any
+		opts []trace.VmapOption
+		hand func(w, x *trace.Array) *trace.Array
+	}{
+		{"matvec, weights not mapped", matvec, []any{w, xs}, []trace.VmapOption{trace.InAxes(trace.NotMapped, 0)},
+			func(w, x *trace.Array) *trace.Array { return trace.MatMul(x, trace.Transpose(w, 1, 0)) }},
+		{"matvec, batch on axis 1", matvec, []any{w, trace.Transpose(xs, 1, 0)}, []trace.VmapOption{trace.InAxes(trace.NotMapped, 1)},
+			func(w, x *trace.Array) *trace.Array { return trace.Transpose(trace.MatMul(w, x), 1, 0) }},
+		{"matmul, weights not mapped", matmul, []any{w, ms}, []trace.VmapOption{trace.InAxes(trace.NotMapped, 0)},
+			func(w, m *trace.Array) *trace.Array { return trace.Tanh(trace.Einsum("ij,bjk->bik", w, m)) }},
+		{"matmul, both mapped", matmul, []any{ws, ms}, nil,
+			func(w, m *trace.Array) *trace.Array { return trace.Tanh(trace.MatMul(w, m)) }},
+	}
+	for _, c := range cases {
+		f := trace.Vmap(c.fn, c.opts...)
+		l, err := rt.NewJitted(f).Lower(c.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		n := vtCountOps(l.Func)
+		if n[ir.DotGeneral] != 1 || n[ir.Scan] != 0 || n[ir.While] != 0 {
+			t.Errorf("%s: the batched program has %d dot_general, %d scan, %d while; want one dot_general and no loop:\n%s",
+				c.name, n[ir.DotGeneral], n[ir.Scan], n[ir.While], l.IR())
+		}
+		// The same values as the hand-written batched program.
+		got := rt.Jit(f)(c.args[0].(*trace.Array), c.args[1].(*trace.Array))
+		want := c.hand(c.args[0].(*trace.Array), c.args[1].(*trace.Array))
+		otCheck(t, c.name, got, ir.Float32, otTensor{shape: want.Shape(), data: want.Float64s()}, 1e-5)
+	}
+}
