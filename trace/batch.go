@@ -208,6 +208,7 @@ func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapC
 		size = cfg.size
 	}
 	dims := make([]int, len(args))
+	first := -1 // the first mapped leaf
 	for i, a := range args {
 		if a == nil {
 			panic(Errorf(name, "input leaf %d is nil", i))
@@ -231,7 +232,11 @@ func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapC
 			if cfg.hasSize {
 				panic(Errorf(name, "input leaf %d (%v) has %d examples on axis %d, but AxisSize is %d", i, a.Type(), n, ax, size))
 			}
-			panic(Errorf(name, "input leaves map axes of different sizes: leaf %d (%v) has %d on axis %d, an earlier leaf %d", i, a.Type(), n, ax, size))
+			panic(Errorf(name, "input leaves map axes of different sizes: leaf %d (%v) has %d on axis %d, but leaf %d has %d on axis %d",
+				i, a.Type(), n, ax, first, size, dims[first]))
+		}
+		if first < 0 {
+			first = i
 		}
 		size = n
 	}

@@ -1189,7 +1189,7 @@ func TestVmapErrors(t *testing.T) {
 	err, line = otCatchLine(func() { trace.Vmap(add, trace.InAxes(-3, 0))(x, x) })
 	vtCheckError(t, err, line, "Vmap", "axis -3 is out of range", "input leaf 0")
 	err, line = otCatchLine(func() { trace.Vmap(add)(x, y) })
-	vtCheckError(t, err, line, "Vmap", "different sizes", "leaf 1 (f32[4,3]) has 4", "leaf 0 has 2")
+	vtCheckError(t, err, line, "Vmap", "different sizes", "leaf 1 (f32[4,3]) has 4 on axis 0", "leaf 0 has 2 on axis 0")
 	err, line = otCatchLine(func() { trace.Vmap(add, trace.InAxes(0, 1), trace.AxisSize(2))(x, x) })
 	vtCheckError(t, err, line, "Vmap", "input leaf 1 (f32[2,3]) has 3 examples on axis 1", "AxisSize is 2")
 	err, line = otCatchLine(func() { trace.Vmap(add, trace.InAxes(nm))(x, x) })
