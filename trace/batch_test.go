@@ -970,6 +970,22 @@ func TestVmapNested(t *testing.T) {
 		}
 	}
 	otCheck(t, "Vmap of Vmap with OutAxes", outer2(a, b), ir.Float64, wantT, 1e-12)
+	// The inner function closes over the outer one's example: an outer
+	// product, the inner Vmap mapping an array closed over by neither.
+	op := trace.Vmap(func(ai *trace.Array) *trace.Array {
+		return trace.Vmap(func(bj *trace.Array) *trace.Array { return trace.Mul(ai, bj) })(trace.Index(b, 0))
+	})
+	wantO := otNew(N, K, M, K) // [i, j, m, k] = a[i, m, k] b[0, j]
+	for i := range N {
+		for j := range K {
+			for m := range M {
+				for k := range K {
+					wantO.data[otRavel([]int{i, j, m, k}, wantO.shape)] = at.at(i, m, k) * bt.at(0, j)
+				}
+			}
+		}
+	}
+	otCheck(t, "Vmap closing over the outer Vmap's example", op(a), ir.Float64, wantO, 0)
 }
 
 // TestVmapUnderGradAndJVP differentiates through a Vmap: Grad of a sum over
@@ -1149,6 +1165,20 @@ func TestVmapAxisIndex(t *testing.T) {
 	if got, want := h().Int32s(), []int32{0, 1, 2, 3}; !slices.Equal(got, want) {
 		t.Errorf("AxisIndex with AxisSize: %v, want %v", got, want)
 	}
+	// Under Grad: d/dw Σ_i x_i·w·i = Σ_i i·x_i.
+	xs := rt.FromSlice([]float64{1, 2, 3}, 3)
+	gr := trace.Grad(func(w *trace.Array) *trace.Array {
+		return trace.Sum(trace.Vmap(func(x *trace.Array) *trace.Array {
+			return trace.Mul(trace.Mul(x, w), trace.Convert(trace.AxisIndex("i"), ir.Float64))
+		}, trace.AxisName("i"))(xs))
+	})
+	w := rt.FromSlice([]float64{1.5})
+	if got := gr(w).Float64s(); !slices.Equal(got, []float64{8}) {
+		t.Errorf("Grad through AxisIndex: %v, want [8]", got)
+	}
+	if got := rt.Jit(gr)(w).Float64s(); !slices.Equal(got, []float64{8}) {
+		t.Errorf("jit Grad through AxisIndex: %v, want [8]", got)
+	}
 	err, line := otCatchLine(func() { trace.AxisIndex("nowhere") })
 	vtCheckError(t, err, line, "AxisIndex", `no Vmap with AxisName("nowhere")`)
 	err, line = otCatchLine(func() {
@@ -1267,6 +1297,15 @@ func TestVmapIsHandWritten(t *testing.T) {
 		if n[ir.DotGeneral] != 1 || n[ir.Scan] != 0 || n[ir.While] != 0 {
 			t.Errorf("%s: the batched program has %d dot_general, %d scan, %d while; want one dot_general and no loop:\n%s",
 				c.name, n[ir.DotGeneral], n[ir.Scan], n[ir.While], l.IR())
+		}
+		// The compiled program too (the product may sit in a fusion).
+		comp, err := l.Compile()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if n := vtCountOps(comp.Program().Func); n[ir.DotGeneral] != 1 || n[ir.Scan] != 0 || n[ir.While] != 0 {
+			t.Errorf("%s: the compiled program has %d dot_general, %d scan, %d while; want one dot_general and no loop:\n%s",
+				c.name, n[ir.DotGeneral], n[ir.Scan], n[ir.While], comp.OptimizedIR())
 		}
 		// The same values as the hand-written batched program.
 		got := rt.Jit(f)(c.args[0].(*trace.Array), c.args[1].(*trace.Array))
