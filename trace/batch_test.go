@@ -1447,7 +1447,8 @@ func TestVmapPassThrough(t *testing.T) {
 }
 
 // TestVmapInsideTransforms uses Vmap inside a jitted function whose mapped
-// function closes over the jit's traced arguments, and inside a Scan body.
+// function closes over the jit's traced arguments, on a jitted function, and
+// inside a Scan body.
 func TestVmapInsideTransforms(t *testing.T) {
 	r := otRand(t)
 	x, _ := otMake(r, ir.Float32, otNormal, 3, 4)
@@ -1457,6 +1458,10 @@ func TestVmapInsideTransforms(t *testing.T) {
 	})
 	vtLoopCheck(t, "Vmap closing over jit arguments", f(x, b),
 		func(a []*trace.Array) *trace.Array { return trace.Max(trace.Add(a[0], b)) }, []*trace.Array{x}, []int{0})
+	// Vmap of a jitted function (rt.Jit inlines into the Vmap's trace).
+	jf := rt.Jit(func(a *trace.Array) *trace.Array { return trace.Sum(trace.Exp(a)) })
+	vtLoopCheck(t, "Vmap of a jitted function", trace.Vmap(jf)(x),
+		func(a []*trace.Array) *trace.Array { return jf(a[0]) }, []*trace.Array{x}, []int{0})
 	// Scan over the rows of x, mapping over each row's elements.
 	_, ys := trace.Scan(func(c, xs []*trace.Array) ([]*trace.Array, []*trace.Array) {
 		y := trace.Vmap(func(e *trace.Array) *trace.Array { return trace.Mul(e, c[0]) })(xs[0])
