@@ -839,7 +839,7 @@ func TestVmapOps(t *testing.T) {
 			t.Errorf("op %v has no case in vtCases", code)
 		}
 	}
-	const trials = 10
+	const trials = 16
 	for ci, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, uint64(ci)))
