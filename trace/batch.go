@@ -217,6 +217,7 @@ func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapC
 		size = cfg.size
 	}
 	dims := make([]int, len(args))
+	first := -1 // the first mapped leaf
 	for i, a := range args {
 		if a == nil {
 			panic(Errorf(name, "input leaf %d is nil", i))
@@ -240,7 +241,11 @@ func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapC
 			if cfg.hasSize {
 				panic(Errorf(name, "input leaf %d (%v) has %d examples on axis %d, but AxisSize is %d", i, a.Type(), n, ax, size))
 			}
-			panic(Errorf(name, "input leaves map axes of different sizes: leaf %d (%v) has %d on axis %d, an earlier leaf %d", i, a.Type(), n, ax, size))
+			panic(Errorf(name, "input leaves map axes of different sizes: leaf %d (%v) has %d on axis %d, but leaf %d has %d on axis %d",
+				i, a.Type(), n, ax, first, size, dims[first]))
+		}
+		if first < 0 {
+			first = i
 		}
 		size = n
 	}
@@ -621,10 +626,24 @@ func batchDeps(r *ir.Region, params []bool) []bool {
 
 // ---- helpers for rules
 
+// batchOnDevice applies f to x, which ops can read on device only: a
+// pinned_host x (the result of a DevicePut to host) is moved to device for f,
+// and f's result back to x's space.
+func batchOnDevice(x *Array, f func(*Array) *Array) *Array {
+	if x.typ.Space == ir.Device {
+		return f(x)
+	}
+	y := f(Apply1(ir.DevicePut, ir.Attrs{"space": ir.Device}, x))
+	return Apply1(ir.DevicePut, ir.Attrs{"space": x.typ.Space}, y)
+}
+
 // batchMove moves the batch dimension of x from axis from to axis to.
 func batchMove(x *Array, from, to int) *Array {
 	if from == to {
 		return x
+	}
+	if x.typ.Space != ir.Device {
+		return batchOnDevice(x, func(x *Array) *Array { return batchMove(x, from, to) })
 	}
 	r := x.Rank()
 	perm := make([]int, 0, r)
@@ -642,6 +661,9 @@ func batchMove(x *Array, from, to int) *Array {
 func batchMaterialize(x *Array, d, size int) *Array {
 	if d >= 0 {
 		return x
+	}
+	if x.typ.Space != ir.Device {
+		return batchOnDevice(x, func(x *Array) *Array { return batchMaterialize(x, d, size) })
 	}
 	shape := append(ir.Shape{size}, x.typ.Shape...)
 	dims := make([]int, x.Rank())
