@@ -317,13 +317,8 @@ func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapC
 		if ax < 0 {
 			ax += r + 1
 		}
-		if o.Space() == ir.PinnedHost && odims[i] != ax {
-			// Moving or broadcasting it would be an op on a pinned_host array.
-			if odims[i] < 0 {
-				panic(Errorf(name, "output leaf %d (%v per example) is in pinned_host memory and does not depend on the mapped inputs, so Vmap cannot broadcast it along the mapped axis there (ops compute on device arrays only): give it OutAxes NotMapped, or return it on device", i, o.Type()))
-			}
-			panic(Errorf(name, "output leaf %d (%v) is in pinned_host memory with the mapped axis at %d, so Vmap cannot move it to axis %d there (ops compute on device arrays only): give it OutAxes %d, or return it on device", i, o.Type(), odims[i], ax, odims[i]))
-		}
+		// A pinned_host output whose mapped axis must move (or be made)
+		// takes a round trip through device memory (batchOnDevice).
 		outs[i] = batchMove(batchMaterialize(o, odims[i], size), max(odims[i], 0), ax)
 	}
 	return outs
