@@ -3,7 +3,6 @@ package trace
 import (
 	"maps"
 	"math"
-	"reflect"
 	"slices"
 	"sync"
 
@@ -101,73 +100,13 @@ func AxisName(name string) VmapOption {
 // does runs until every example's predicate is false, each example keeping
 // the state of its own last step.
 func Vmap[F any](fn F, opts ...VmapOption) F {
-	v := reflect.ValueOf(fn)
-	if !v.IsValid() || v.Kind() != reflect.Func || v.IsNil() {
-		panic(Errorf("Vmap", "want a non-nil function, got %T", fn))
-	}
-	ft := v.Type()
-	if ft.IsVariadic() {
-		panic(Errorf("Vmap", "variadic functions are not supported: %v", ft))
-	}
 	var cfg vmapConfig
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return reflect.MakeFunc(ft, func(in []reflect.Value) []reflect.Value {
-		defs := make([]*TreeDef, len(in))
-		var leaves []*Array
-		for i, a := range in {
-			ls, d, err := Flatten(a.Interface())
-			if err != nil {
-				panic(Errorf("Vmap", "flattening argument %d: %v", i, err))
-			}
-			defs[i], leaves = d, append(leaves, ls...)
-		}
-		outDefs := make([]*TreeDef, ft.NumOut())
-		flat := func(ls []*Array) []*Array {
-			vals := make([]reflect.Value, len(in))
-			k := 0
-			for i, d := range defs {
-				n := d.NumLeaves()
-				x, err := d.Unflatten(ls[k : k+n])
-				if err != nil {
-					panic(Errorf("Vmap", "argument %d: %v", i, err))
-				}
-				k += n
-				if x == nil {
-					vals[i] = reflect.Zero(ft.In(i))
-				} else {
-					vals[i] = reflect.ValueOf(x)
-				}
-			}
-			var outs []*Array
-			for i, r := range v.Call(vals) {
-				os, d, err := Flatten(r.Interface())
-				if err != nil {
-					panic(Errorf("Vmap", "flattening result %d: %v", i, err))
-				}
-				outDefs[i], outs = d, append(outs, os...)
-			}
-			return outs
-		}
-		outs := vmapFlat("Vmap", flat, leaves, &cfg)
-		res := make([]reflect.Value, ft.NumOut())
-		k := 0
-		for i, d := range outDefs {
-			n := d.NumLeaves()
-			x, err := d.Unflatten(outs[k : k+n])
-			if err != nil {
-				panic(Errorf("Vmap", "result %d: %v", i, err))
-			}
-			k += n
-			if x == nil {
-				res[i] = reflect.Zero(ft.Out(i))
-			} else {
-				res[i] = reflect.ValueOf(x)
-			}
-		}
-		return res
-	}).Interface().(F)
+	return treeWrap("Vmap", fn, func(flat func([]*Array) []*Array, leaves []*Array) []*Array {
+		return vmapFlat("Vmap", flat, leaves, &cfg)
+	})
 }
 
 // VmapFlat is Vmap on flat lists of arrays: it returns fn(args) mapped over

@@ -1,7 +1,6 @@
 package trace
 
 import (
-	"reflect"
 	"slices"
 
 	"github.com/ferryml/ferry/ir"
@@ -276,73 +275,9 @@ func Checkpoint(fn func(args []*Array) []*Array, policy CheckpointPolicy, opts .
 //
 //	layer := trace.Remat(func(x *trace.Array, w Weights) *trace.Array { ... }, policy)
 func Remat[F any](fn F, policy CheckpointPolicy, opts ...CheckpointOption) F {
-	v := reflect.ValueOf(fn)
-	if !v.IsValid() || v.Kind() != reflect.Func || v.IsNil() {
-		panic(Errorf("Remat", "want a non-nil function, got %T", fn))
-	}
-	ft := v.Type()
-	if ft.IsVariadic() {
-		panic(Errorf("Remat", "variadic functions are not supported: %v", ft))
-	}
-	return reflect.MakeFunc(ft, func(in []reflect.Value) []reflect.Value {
-		defs := make([]*TreeDef, len(in))
-		var leaves []*Array
-		for i, a := range in {
-			ls, d, err := Flatten(a.Interface())
-			if err != nil {
-				panic(Errorf("Remat", "flattening argument %d: %v", i, err))
-			}
-			defs[i], leaves = d, append(leaves, ls...)
-		}
-		unflatten := func(ls []*Array) []reflect.Value {
-			vals := make([]reflect.Value, len(in))
-			k := 0
-			for i, d := range defs {
-				n := d.NumLeaves()
-				x, err := d.Unflatten(ls[k : k+n])
-				if err != nil {
-					panic(Errorf("Remat", "argument %d: %v", i, err))
-				}
-				k += n
-				if x == nil {
-					vals[i] = reflect.Zero(ft.In(i))
-				} else {
-					vals[i] = reflect.ValueOf(x)
-				}
-			}
-			return vals
-		}
-		outDefs := make([]*TreeDef, ft.NumOut())
-		flat := func(ls []*Array) []*Array {
-			res := v.Call(unflatten(ls))
-			var outs []*Array
-			for i, r := range res {
-				os, d, err := Flatten(r.Interface())
-				if err != nil {
-					panic(Errorf("Remat", "flattening result %d: %v", i, err))
-				}
-				outDefs[i], outs = d, append(outs, os...)
-			}
-			return outs
-		}
-		outs := Checkpoint(flat, policy, opts...)(leaves...)
-		res := make([]reflect.Value, ft.NumOut())
-		k := 0
-		for i, d := range outDefs {
-			n := d.NumLeaves()
-			x, err := d.Unflatten(outs[k : k+n])
-			if err != nil {
-				panic(Errorf("Remat", "result %d: %v", i, err))
-			}
-			k += n
-			if x == nil {
-				res[i] = reflect.Zero(ft.Out(i))
-			} else {
-				res[i] = reflect.ValueOf(x)
-			}
-		}
-		return res
-	}).Interface().(F)
+	return treeWrap("Remat", fn, func(flat func([]*Array) []*Array, leaves []*Array) []*Array {
+		return Checkpoint(flat, policy, opts...)(leaves...)
+	})
 }
 
 // adCheckpointCall records one call of a checkpointed function in the current
