@@ -268,21 +268,21 @@ var vmapFrames frameStack
 
 type frameStack struct {
 	mu sync.Mutex
-	fs map[int64][]*vmapFrame
+	fs map[uintptr][]*vmapFrame // by gkey
 }
 
 func (s *frameStack) push(f *vmapFrame) {
-	id := goid()
+	id := gkey()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fs == nil {
-		s.fs = map[int64][]*vmapFrame{}
+		s.fs = map[uintptr][]*vmapFrame{}
 	}
 	s.fs[id] = append(s.fs[id], f)
 }
 
 func (s *frameStack) pop() {
-	id := goid()
+	id := gkey()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.fs[id][:len(s.fs[id])-1]
@@ -294,7 +294,7 @@ func (s *frameStack) pop() {
 }
 
 func (s *frameStack) lookup(name string) *vmapFrame {
-	id := goid()
+	id := gkey()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.fs[id]

@@ -71,16 +71,30 @@ func (t *Tracer) Captures() []*Array { return t.captures }
 // Level returns the nesting depth of the tracer (1 for the outermost).
 func (t *Tracer) Level() int { return t.level }
 
-// Push makes t the innermost active tracer of the calling goroutine.
+// Push makes t the innermost active tracer of the calling goroutine. Pop
+// must be called on the same goroutine before it exits (defer it).
 func (t *Tracer) Push() {
 	if t.closed {
 		panic(Errorf("trace", "tracer reused after Close"))
 	}
-	id := goid()
+	key, id := gkey(), goid()
 	stacksMu.Lock()
-	st := stacks[id]
-	t.level = len(st) + 1
-	stacks[id] = append(st, t)
+	st := stacks[key]
+	if st != nil && st.goid != id {
+		// A goroutine that exited without popping left this stack behind,
+		// and its g now runs another goroutine: drop the stale tracers.
+		for _, old := range st.ts {
+			old.active.Store(false)
+		}
+		activeTracers.Add(-int64(len(st.ts)))
+		st = nil
+	}
+	if st == nil {
+		st = &tracerStack{goid: id}
+		stacks[key] = st
+	}
+	t.level = len(st.ts) + 1
+	st.ts = append(st.ts, t)
 	stacksMu.Unlock()
 	t.active.Store(true)
 	activeTracers.Add(1)
@@ -88,17 +102,18 @@ func (t *Tracer) Push() {
 
 // Pop deactivates t; it must be the innermost active tracer of the goroutine.
 func (t *Tracer) Pop() {
-	id := goid()
+	key := gkey()
 	stacksMu.Lock()
-	st := stacks[id]
-	if len(st) == 0 || st[len(st)-1] != t {
+	st := stacks[key]
+	if st == nil || len(st.ts) == 0 || st.ts[len(st.ts)-1] != t {
 		stacksMu.Unlock()
 		panic(Errorf("trace", "tracers popped out of order"))
 	}
-	if len(st) == 1 {
-		delete(stacks, id)
+	if len(st.ts) == 1 {
+		delete(stacks, key)
 	} else {
-		stacks[id] = st[:len(st)-1]
+		st.ts[len(st.ts)-1] = nil
+		st.ts = st.ts[:len(st.ts)-1]
 	}
 	stacksMu.Unlock()
 	t.active.Store(false)
@@ -112,9 +127,15 @@ func (t *Tracer) Close() { t.closed = true }
 // capturing it if it comes from outside.
 func (t *Tracer) Output(a *Array) *ir.Value { return t.valueOf(a) }
 
+// tracerStack is the stack of active tracers of one goroutine.
+type tracerStack struct {
+	goid int64 // the goroutine's id, to tell a reused g (see gkey)
+	ts   []*Tracer
+}
+
 var (
 	stacksMu      sync.Mutex
-	stacks        = map[int64][]*Tracer{}
+	stacks        = map[uintptr]*tracerStack{} // by gkey
 	activeTracers atomic.Int64
 )
 
@@ -123,20 +144,21 @@ func current() *Tracer {
 	if activeTracers.Load() == 0 {
 		return nil
 	}
-	id := goid()
+	key := gkey()
 	stacksMu.Lock()
 	defer stacksMu.Unlock()
-	st := stacks[id]
-	if len(st) == 0 {
+	st := stacks[key]
+	if st == nil || len(st.ts) == 0 {
 		return nil
 	}
-	return st[len(st)-1]
+	return st.ts[len(st.ts)-1]
 }
 
 // Current returns the innermost active tracer of the calling goroutine, or nil
 // when no function is being traced (eager mode).
 func Current() *Tracer { return current() }
 
+// goid returns the calling goroutine's id, parsed from a stack trace.
 func goid() int64 {
 	var buf [64]byte
 	n := runtime.Stack(buf[:], false)
