@@ -83,6 +83,7 @@ type fuseGroup struct {
 	// members read.
 	reductions map[*ir.Op]bool
 	consumes   map[*ir.Op]bool
+	seen       uint32 // the stamp of the last cycle search that entered it
 }
 
 type fuser struct {
@@ -96,6 +97,10 @@ type fuser struct {
 	group map[*ir.Op]*fuseGroup
 	// donated holds the donated parameters of the top-level region.
 	donated map[*ir.Value]bool
+	// The cycle search's marks (seen[pos] == stamp) and stack.
+	stamp uint32
+	seen  []uint32
+	stack []*ir.Op
 }
 
 func fuseRegion(f *ir.Func, r *ir.Region, donated map[*ir.Value]bool) {
@@ -349,18 +354,24 @@ func (fu *fuser) tryMerge(a, b *fuseGroup) *fuseGroup {
 // the two would turn into a cycle. Paths run through other groups as single
 // nodes.
 func (fu *fuser) cycle(a, b *fuseGroup) bool {
+	// The search runs once per merge attempt, so its marks are stamps (a
+	// new stamp clears them all) and its stack is reused.
+	fu.stamp++
+	stamp := fu.stamp
+	if len(fu.seen) < len(fu.r.Ops) {
+		fu.seen = make([]uint32, len(fu.r.Ops))
+	}
 	in := func(op *ir.Op) bool {
 		g := fu.group[op]
 		return g == a || g == b
 	}
-	seen := map[*ir.Op]bool{}
-	seenGroup := map[*fuseGroup]bool{}
-	var stack []*ir.Op
+	stack := fu.stack[:0]
 	push := func(op *ir.Op) {
-		if seen[op] {
+		i, ok := fu.pos[op]
+		if !ok || fu.seen[i] == stamp {
 			return
 		}
-		seen[op] = true
+		fu.seen[i] = stamp
 		stack = append(stack, op)
 	}
 	succ := func(op *ir.Op, outside bool) bool {
@@ -382,11 +393,12 @@ func (fu *fuser) cycle(a, b *fuseGroup) bool {
 			succ(m, false)
 		}
 	}
+	defer func() { fu.stack = stack[:0] }()
 	for len(stack) > 0 {
 		op := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if g := fu.group[op]; g != nil && !seenGroup[g] {
-			seenGroup[g] = true
+		if g := fu.group[op]; g != nil && g.seen != stamp {
+			g.seen = stamp
 			for _, m := range g.members {
 				push(m)
 			}
