@@ -129,7 +129,9 @@ func batchDotGeneral(c *batchCall) ([]*Array, []int) {
 			}
 		}
 		return c.apply(attrs(lb2, rb, lc2, rc), c.args[0], c.args[1]), []int{pos}
-	default:
+	case len(lb)+len(lc) == c.args[0].Rank() || len(rb)+len(rc)+1 < c.args[1].Rank():
+		// lhs has no free dims (its result part is empty), or rhs has
+		// free dims besides the batch: the batch dim lands among rhs's.
 		rb2, rc2 := shiftAxes(rb, dr), shiftAxes(rc, dr)
 		lfree := c.args[0].Rank() - len(lb) - len(lc)
 		pos := len(lb) + lfree
@@ -139,6 +141,13 @@ func batchDotGeneral(c *batchCall) ([]*Array, []int) {
 			}
 		}
 		return c.apply(attrs(lb, rb2, lc, rc2), c.args[0], c.args[1]), []int{pos}
+	default:
+		// Only rhs is batched and the batch is its only free dim (a matrix
+		// times a batch of vectors): with the operands swapped the batch
+		// comes first among the free dims, before lhs's, so the result
+		// needs no transpose to put it in front.
+		out := c.apply(attrs(shiftAxes(rb, dr), lb, shiftAxes(rc, dr), lc), c.args[1], c.args[0])
+		return out, []int{len(lb)}
 	}
 }
 

@@ -1277,15 +1277,18 @@ func TestVmapIsHandWritten(t *testing.T) {
 		args []any
 		opts []trace.VmapOption
 		hand func(w, x *trace.Array) *trace.Array
+		// transposes is the number of transposes the compiled program may
+		// keep (-1: any).
+		transposes int
 	}{
 		{"matvec, weights not mapped", matvec, []any{w, xs}, []trace.VmapOption{trace.InAxes(trace.NotMapped, 0)},
-			func(w, x *trace.Array) *trace.Array { return trace.MatMul(x, trace.Transpose(w, 1, 0)) }},
+			func(w, x *trace.Array) *trace.Array { return trace.MatMul(x, trace.Transpose(w, 1, 0)) }, 0},
 		{"matvec, batch on axis 1", matvec, []any{w, trace.Transpose(xs, 1, 0)}, []trace.VmapOption{trace.InAxes(trace.NotMapped, 1)},
-			func(w, x *trace.Array) *trace.Array { return trace.Transpose(trace.MatMul(w, x), 1, 0) }},
+			func(w, x *trace.Array) *trace.Array { return trace.Transpose(trace.MatMul(w, x), 1, 0) }, 0},
 		{"matmul, weights not mapped", matmul, []any{w, ms}, []trace.VmapOption{trace.InAxes(trace.NotMapped, 0)},
-			func(w, m *trace.Array) *trace.Array { return trace.Tanh(trace.Einsum("ij,bjk->bik", w, m)) }},
+			func(w, m *trace.Array) *trace.Array { return trace.Tanh(trace.Einsum("ij,bjk->bik", w, m)) }, -1},
 		{"matmul, both mapped", matmul, []any{ws, ms}, nil,
-			func(w, m *trace.Array) *trace.Array { return trace.Tanh(trace.MatMul(w, m)) }},
+			func(w, m *trace.Array) *trace.Array { return trace.Tanh(trace.MatMul(w, m)) }, 0},
 	}
 	for _, c := range cases {
 		f := trace.Vmap(c.fn, c.opts...)
@@ -1306,6 +1309,9 @@ func TestVmapIsHandWritten(t *testing.T) {
 		if n := vtCountOps(comp.Program().Func); n[ir.DotGeneral] != 1 || n[ir.Scan] != 0 || n[ir.While] != 0 {
 			t.Errorf("%s: the compiled program has %d dot_general, %d scan, %d while; want one dot_general and no loop:\n%s",
 				c.name, n[ir.DotGeneral], n[ir.Scan], n[ir.While], comp.OptimizedIR())
+		}
+		if n := vtCountOps(comp.Program().Func); c.transposes >= 0 && n[ir.Transpose] > c.transposes {
+			t.Errorf("%s: the compiled program has %d transposes, want at most %d:\n%s", c.name, n[ir.Transpose], c.transposes, comp.OptimizedIR())
 		}
 		// The same values as the hand-written batched program.
 		got := rt.Jit(f)(c.args[0].(*trace.Array), c.args[1].(*trace.Array))
