@@ -621,12 +621,21 @@ func (e *entry) execute(s *callScratch, site string) error {
 		return err
 	}
 	bufs := s.bufs
+	dev, commit, move, clash := placeArgs(bufs)
+	if clash[0] >= 0 {
+		return trace.Errorf("rt.Jit", "%s: %s", e.lowered.Func.Name, clashError(bufs, clash[0], clash[1], e.lowered.leafName))
+	}
+	if move {
+		if err := moveArgs(bufs, dev, e.lowered.donated, e.lowered.leafName); err != nil {
+			return trace.WrapError("rt.Jit", fmt.Errorf("%s: %w", e.lowered.Func.Name, err))
+		}
+	}
 	var snap []*ir.Literal
 	checks := debugChecks.Load()
 	if checks != 0 {
 		snap = e.snapshotDonated(bufs)
 	}
-	outBufs, err := e.exe.Execute(bufs, ExecOptions{DonationSite: site, Results: s.outs[:cap(s.outs)]})
+	outBufs, err := e.exe.Execute(bufs, ExecOptions{DonationSite: site, Results: s.outs[:cap(s.outs)], Device: dev, Commit: commit})
 	if err != nil {
 		return trace.WrapError("rt.Jit", err)
 	}

@@ -147,6 +147,26 @@ func (l *Lowered) appendBuffers(bufs []trace.Buffer, leaves []*trace.Array) ([]t
 	return bufs, nil
 }
 
+// leafName describes buffer i of a call ("argument 2", "leaf 1 of argument
+// 0", "captured array 0") for messages.
+func (l *Lowered) leafName(i int) string {
+	if i >= l.numArgs {
+		return fmt.Sprintf("captured array %d", i-l.numArgs)
+	}
+	k := 0
+	for a, d := range l.argDefs {
+		n := d.NumLeaves()
+		if i < k+n {
+			if n == 1 {
+				return fmt.Sprintf("argument %d", a)
+			}
+			return fmt.Sprintf("leaf %d of argument %d", i-k, a)
+		}
+		k += n
+	}
+	return fmt.Sprintf("argument leaf %d", i)
+}
+
 func reflectFuncForPC(pc uintptr) string {
 	if f := goruntime.FuncForPC(pc); f != nil {
 		return f.Name()
