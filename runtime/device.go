@@ -75,16 +75,32 @@ func ToDevice(x *trace.Array, dev Device) (*trace.Array, error) {
 	if err != nil {
 		return nil, trace.WrapError("ToDevice", err)
 	}
-	var nb trace.Buffer
-	if p, ok := be.(backend.Placer); ok {
-		nb, err = p.FromLiteralOn(l, dev.ID)
-	} else {
-		nb, err = be.FromLiteral(l) // a single-device backend
-	}
+	y, err := FromLiteralOn(l, dev)
 	if err != nil {
 		return nil, trace.WrapError("ToDevice", err)
 	}
-	return trace.FromBuffer(nb), nil
+	return y, nil
+}
+
+// FromLiteralOn copies a host literal into a new concrete array on device
+// dev (one of Devices()), committed to it, without passing through device 0
+// as FromLiteral followed by ToDevice would.
+func FromLiteralOn(l *ir.Literal, dev Device) (*trace.Array, error) {
+	be := DefaultBackend()
+	if err := checkDevice("FromLiteralOn", be, dev); err != nil {
+		return nil, err
+	}
+	var b trace.Buffer
+	var err error
+	if p, ok := be.(backend.Placer); ok {
+		b, err = p.FromLiteralOn(l, dev.ID)
+	} else {
+		b, err = be.FromLiteral(l) // a single-device backend
+	}
+	if err != nil {
+		return nil, trace.WrapError("FromLiteralOn", err)
+	}
+	return trace.FromBuffer(b), nil
 }
 
 // DeviceMemoryStats returns the statistics of a memory space of one
@@ -170,34 +186,52 @@ func placeArgs(bufs []trace.Buffer) (dev int, commit, move bool, clash [2]int) {
 
 // moveArgs replaces the uncommitted buffers of bufs that are not on device
 // dev by copies there (as JAX moves uncommitted arguments to the device of
-// the committed ones). donated[i] (if donated is not nil) marks a donated
-// buffer, which is an error to copy: name(i) describes buffer i.
-func moveArgs(bufs []trace.Buffer, dev int, donated []bool, name func(int) string) error {
+// the committed ones) and returns the copies, which the caller deletes
+// (freeCopies) once the call is done. donated[i] (if donated is not nil)
+// marks a donated buffer, which is an error to copy: name(i) describes
+// buffer i.
+func moveArgs(bufs []trace.Buffer, dev int, donated []bool, name func(int) string) (copies []trace.Buffer, err error) {
 	be := DefaultBackend()
 	p, ok := be.(backend.Placer)
 	if !ok {
-		return fmt.Errorf("the %s backend cannot place arrays on device %d", be.Name(), dev)
+		return nil, fmt.Errorf("the %s backend cannot place arrays on device %d", be.Name(), dev)
 	}
+	defer func() {
+		if err != nil {
+			freeCopies(copies)
+			copies = nil
+		}
+	}()
 	for i, b := range bufs {
 		d, c := backend.BufferDevice(b)
 		if c || d == dev {
 			continue
 		}
 		if i < len(donated) && donated[i] {
-			return fmt.Errorf("%s (%v) is donated but on %s, not committed to a device, while the call runs on %s: put it on %s first (rt.ToDevice)",
+			return copies, fmt.Errorf("%s (%v) is donated but on %s, not committed to a device, while the call runs on %s: put it on %s first (rt.ToDevice)",
 				name(i), b.Type(), backend.DeviceName(be.Name(), d), backend.DeviceName(be.Name(), dev), backend.DeviceName(be.Name(), dev))
 		}
 		l, err := b.Literal()
 		if err != nil {
-			return fmt.Errorf("%s: %w", name(i), err)
+			return copies, fmt.Errorf("%s: %w", name(i), err)
 		}
 		nb, err := p.FromLiteralOn(l, dev)
 		if err != nil {
-			return fmt.Errorf("moving %s to %s: %w", name(i), backend.DeviceName(be.Name(), dev), err)
+			return copies, fmt.Errorf("moving %s to %s: %w", name(i), backend.DeviceName(be.Name(), dev), err)
 		}
 		bufs[i] = nb
+		copies = append(copies, nb)
 	}
-	return nil
+	return copies, nil
+}
+
+// freeCopies deletes the argument copies moveArgs made.
+func freeCopies(copies []trace.Buffer) {
+	for _, c := range copies {
+		if d, ok := c.(trace.Deleter); ok {
+			_ = d.Delete()
+		}
+	}
 }
 
 // clashError reports committed arguments i and j on different devices.

@@ -46,9 +46,11 @@ func (eagerExecutor) execute(key []byte, build func() *ir.Func, args []trace.Buf
 		return nil, fmt.Errorf("%s", clashError(args, clash[0], clash[1], operandName))
 	}
 	if move {
-		if err := moveArgs(args, opts.Device, nil, operandName); err != nil {
+		copies, err := moveArgs(args, opts.Device, nil, operandName)
+		if err != nil {
 			return nil, err
 		}
+		defer freeCopies(copies)
 	}
 	outs, err := ex.Execute(args, opts)
 	if mode := debugChecks.Load(); err == nil && mode != 0 {

@@ -626,9 +626,11 @@ func (e *entry) execute(s *callScratch, site string) error {
 		return trace.Errorf("rt.Jit", "%s: %s", e.lowered.Func.Name, clashError(bufs, clash[0], clash[1], e.lowered.leafName))
 	}
 	if move {
-		if err := moveArgs(bufs, dev, e.lowered.donated, e.lowered.leafName); err != nil {
+		copies, err := moveArgs(bufs, dev, e.lowered.donated, e.lowered.leafName)
+		if err != nil {
 			return trace.WrapError("rt.Jit", fmt.Errorf("%s: %w", e.lowered.Func.Name, err))
 		}
+		defer freeCopies(copies)
 	}
 	var snap []*ir.Literal
 	checks := debugChecks.Load()
