@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/pprof/profile"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryml/ferry/ir"
@@ -343,6 +345,19 @@ func TestLiveArraysDevices(t *testing.T) {
 		require.Equal(t, "cpu", l.Platform)
 		require.True(t, strings.HasPrefix(l.Site, "runtime/device_test.go:"), l.Site)
 		got[l.Device]++
+	}
+	require.Equal(t, want, got)
+	// The memory profile labels each sample with its device.
+	var buf bytes.Buffer
+	require.NoError(t, rt.SaveDeviceMemoryProfile(&buf))
+	p, err := profile.Parse(&buf)
+	require.NoError(t, err)
+	got = map[int]int{}
+	for _, smp := range p.Sample {
+		var id int
+		_, err := fmt.Sscanf(smp.Label["device"][0], "cpu:%d", &id)
+		require.NoError(t, err)
+		got[id]++
 	}
 	require.Equal(t, want, got)
 	for _, x := range keep {
