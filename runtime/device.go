@@ -156,18 +156,28 @@ func checkDevice(op string, be Backend, dev Device) error {
 		backend.DeviceName(dev.Platform, dev.ID), be.Name(), strings.Join(names, ", "), EnvCPUDevices)
 }
 
-// placeArgs decides where a computation on bufs runs: on the device of its
+// placeArgs decides where a computation on bufs runs: on device want if
+// want >= 0 (its results committed there), else on the device of its
 // committed buffers, or on device 0 when none is; its results are
 // committed when an argument is. clash is (i, j) when committed buffers i
-// and j are on different devices (an error), else (-1, -1). move reports
-// uncommitted buffers on another device, which moveArgs copies there.
-func placeArgs(bufs []trace.Buffer) (dev int, commit, move bool, clash [2]int) {
+// and j are on different devices, (i, -1) when committed buffer i is not on
+// device want (errors), else (-1, -1). move reports uncommitted buffers on
+// another device, which moveArgs copies there.
+func placeArgs(bufs []trace.Buffer, want int) (dev int, commit, move bool, clash [2]int) {
 	clash = [2]int{-1, -1}
 	first := -1
+	if want >= 0 {
+		dev, commit = want, true
+	}
 	for i, b := range bufs {
 		d, c := backend.BufferDevice(b)
 		switch {
 		case !c:
+		case want >= 0:
+			if d != want {
+				clash[0] = i
+				return dev, commit, false, clash
+			}
 		case first < 0:
 			first, dev, commit = i, d, true
 		case d != dev:
@@ -234,11 +244,16 @@ func freeCopies(copies []trace.Buffer) {
 	}
 }
 
-// clashError reports committed arguments i and j on different devices.
-func clashError(bufs []trace.Buffer, i, j int, name func(int) string) string {
+// clashError reports committed arguments i and j on different devices, or
+// (j < 0) committed argument i not on device dev, where the call runs.
+func clashError(bufs []trace.Buffer, i, j, dev int, name func(int) string) string {
 	di, _ := backend.BufferDevice(bufs[i])
-	dj, _ := backend.BufferDevice(bufs[j])
 	p := DefaultBackend().Name()
+	if j < 0 {
+		return fmt.Sprintf("%s (%v) is committed to %s but the call runs on %s; put it there first (rt.ToDevice), the call does not copy between devices",
+			name(i), bufs[i].Type(), backend.DeviceName(p, di), backend.DeviceName(p, dev))
+	}
+	dj, _ := backend.BufferDevice(bufs[j])
 	return fmt.Sprintf("arguments on different devices: %s (%v) is committed to %s and %s (%v) to %s; put them on one device first (rt.ToDevice), the call does not copy between devices",
 		name(i), bufs[i].Type(), backend.DeviceName(p, di), name(j), bufs[j].Type(), backend.DeviceName(p, dj))
 }

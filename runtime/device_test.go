@@ -426,3 +426,56 @@ func TestCPUDevicesFromEnv(t *testing.T) {
 	var oom *rt.OutOfMemoryError
 	require.False(t, errors.As(err, &oom))
 }
+
+// Compiled.CallOn runs a program on a named device: one without arguments
+// allocates there only; uncommitted arguments are copied there; an
+// argument committed elsewhere is an error.
+func TestCompiledCallOn(t *testing.T) {
+	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 4})
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 8))
+	n := 10 + rng.IntN(1000)
+	low, err := rt.Lower(func() *trace.Array {
+		return trace.Mul(trace.Iota(ir.Float32, []int{n}, 0), trace.Full([]int{n}, 2, ir.Float32))
+	})
+	require.NoError(t, err)
+	c, err := low.Compile()
+	require.NoError(t, err)
+	dev3 := rt.Devices()[3]
+	before := snapshotPools(t)
+	outs, err := c.CallOn(dev3)
+	require.NoError(t, err)
+	after := snapshotPools(t)
+	y := outs[0].(*trace.Array)
+	d, err := rt.DeviceOf(y)
+	require.NoError(t, err)
+	require.Equal(t, dev3, d)
+	require.True(t, rt.IsCommitted(y))
+	for i, v := range y.Float32s() {
+		require.Equal(t, float32(2*i), v)
+	}
+	for k, a := range after {
+		if k[0] != 3 {
+			require.Equal(t, before[k].NumAllocs, a.NumAllocs, "pool %v", k)
+		}
+	}
+	require.Greater(t, after[[2]int{3, int(ir.Device)}].NumAllocs, before[[2]int{3, int(ir.Device)}].NumAllocs)
+
+	f, err := rt.NewJitted(func(x *trace.Array) *trace.Array { return trace.Neg(x) }).Lower(rt.FromSlice(make([]float32, 4)))
+	require.NoError(t, err)
+	neg, err := f.Compile()
+	require.NoError(t, err)
+	xs := randFloats(rng, 4)
+	outs, err = neg.CallOn(dev3, rt.FromSlice(xs)) // uncommitted: copied to cpu:3
+	require.NoError(t, err)
+	d, _ = rt.DeviceOf(outs[0].(*trace.Array))
+	require.Equal(t, dev3, d)
+	for i, v := range outs[0].(*trace.Array).Float32s() {
+		require.Equal(t, -xs[i], v)
+	}
+	x1, err := rt.ToDevice(rt.FromSlice(xs), rt.Devices()[1])
+	require.NoError(t, err)
+	_, err = neg.CallOn(dev3, x1)
+	require.ErrorContains(t, err, "argument 0 (f32[4]) is committed to cpu:1 but the call runs on cpu:3")
+	_, err = neg.CallOn(rt.Device{Platform: "cpu", ID: 4}, x1)
+	require.ErrorContains(t, err, "no device cpu:4")
+}

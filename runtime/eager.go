@@ -41,9 +41,9 @@ func (eagerExecutor) execute(key []byte, build func() *ir.Func, args []trace.Buf
 	opts := ExecOptions{Results: results[:cap(results)]}
 	var move bool
 	var clash [2]int
-	opts.Device, opts.Commit, move, clash = placeArgs(args)
+	opts.Device, opts.Commit, move, clash = placeArgs(args, -1)
 	if clash[0] >= 0 {
-		return nil, fmt.Errorf("%s", clashError(args, clash[0], clash[1], operandName))
+		return nil, fmt.Errorf("%s", clashError(args, clash[0], clash[1], opts.Device, operandName))
 	}
 	if move {
 		copies, err := moveArgs(args, opts.Device, nil, operandName)

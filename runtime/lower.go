@@ -91,6 +91,22 @@ func (c *Compiled) Call(args ...any) (outs []any, err error) {
 	return c.entry.run(leaves, "")
 }
 
+// CallOn is Call on device dev (one of Devices()), whatever its arguments:
+// uncommitted arguments are copied there for the call, arguments committed
+// to another device are an error, and the results are committed to dev. It
+// runs a program with no arguments on a device other than the default.
+func (c *Compiled) CallOn(dev Device, args ...any) (outs []any, err error) {
+	defer trace.Recover(&err)
+	if err := checkDevice("Compiled.CallOn", DefaultBackend(), dev); err != nil {
+		return nil, err
+	}
+	leaves, _, err := flattenArgs(args)
+	if err != nil {
+		return nil, err
+	}
+	return c.entry.runOn(leaves, "", dev.ID)
+}
+
 // MemoryAnalysis returns the compiled program's memory needs, with the meaning
 // of XLA's memory_analysis(): argument, output, alias and temp bytes per memory
 // space; TotalBytes() is device temp + argument + output − alias.
