@@ -479,3 +479,59 @@ func TestCompiledCallOn(t *testing.T) {
 	_, err = neg.CallOn(rt.Device{Platform: "cpu", ID: 4}, x1)
 	require.ErrorContains(t, err, "no device cpu:4")
 }
+
+// One jitted function called concurrently on every device (as a program
+// per device will be) computes each device's values there.
+func TestDevicesRunConcurrently(t *testing.T) {
+	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 4})
+	f := rt.Jit(func(x, y *trace.Array) *trace.Array { return trace.Sub(trace.Mul(x, x), y) })
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 9))
+	const n = 257
+	type job struct {
+		x, y   *trace.Array
+		xs, ys []float32
+	}
+	jobs := make([]job, 4)
+	for i, d := range rt.Devices() {
+		xs, ys := randFloats(rng, n), randFloats(rng, n)
+		hx, hy := rt.FromSlice(xs), rt.FromSlice(ys)
+		x, err := rt.ToDevice(hx, d)
+		require.NoError(t, err)
+		y, err := rt.ToDevice(hy, d)
+		require.NoError(t, err)
+		require.NoError(t, hx.Delete())
+		require.NoError(t, hy.Delete())
+		jobs[i] = job{x, y, xs, ys}
+	}
+	before := snapshotPools(t)
+	errs := make(chan error, 4)
+	for i, j := range jobs {
+		go func() {
+			for range 20 {
+				z := f(j.x, j.y)
+				if d, err := rt.DeviceOf(z); err != nil || d.ID != i {
+					errs <- fmt.Errorf("device %d: result on %v, %v", i, d, err)
+					return
+				}
+				for k, v := range z.Float32s() {
+					want := float64(j.xs[k])*float64(j.xs[k]) - float64(j.ys[k])
+					if math.Abs(float64(v)-want) > 1e-5*(1+math.Abs(want)) {
+						errs <- fmt.Errorf("device %d: element %d is %v, want %v", i, k, v, want)
+						return
+					}
+				}
+				z.Delete()
+			}
+			errs <- nil
+		}()
+	}
+	for range jobs {
+		require.NoError(t, <-errs)
+	}
+	after := snapshotPools(t)
+	for d := range 4 {
+		k := [2]int{d, int(ir.Device)}
+		require.GreaterOrEqual(t, after[k].NumAllocs-before[k].NumAllocs, int64(20), "device %d", d)
+		require.Equal(t, before[k].BytesInUse, after[k].BytesInUse, "device %d: results deleted", d)
+	}
+}
