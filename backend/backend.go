@@ -48,6 +48,14 @@ type ExecOptions struct {
 	// elements are overwritten), so that a caller can reuse one slice.
 	// Backends may ignore it.
 	Results []trace.Buffer
+	// Device is the index (Device.ID) of the device to run on: every
+	// argument must be on it (DeviceBuffer) and the results are allocated
+	// there. 0, the default device, is the only device of a single-device
+	// backend.
+	Device int
+	// Commit makes the results committed to Device (DeviceBuffer): the
+	// runtime sets it when an argument was committed.
+	Commit bool
 }
 
 // Executable is a compiled function a backend can run.

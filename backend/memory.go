@@ -10,12 +10,15 @@ import (
 // reports it: runtime's MemoryStats, LiveArrays, out-of-memory reports and
 // memory profile ask every registered backend that implements it.
 type Memory interface {
-	// MemoryStats returns the statistics of the backend's memory in space,
-	// and false when the backend holds no memory of that space.
-	MemoryStats(space ir.MemorySpace) (SpaceStats, bool)
-	// LiveAllocations lists the backend's live allocations, in any order.
+	// MemoryStats returns the statistics of the backend's memory in space
+	// on device dev (Device.ID; each device has its own memory), and false
+	// when the backend has no such device or holds no memory of that space.
+	MemoryStats(dev int, space ir.MemorySpace) (SpaceStats, bool)
+	// LiveAllocations lists the backend's live allocations on every device,
+	// in any order.
 	LiveAllocations() []Allocation
-	// ResetPeak sets every space's peak to the bytes in use now.
+	// ResetPeak sets the peak of every space of every device to the bytes
+	// in use now.
 	ResetPeak()
 }
 
@@ -23,6 +26,8 @@ type Memory interface {
 type SpaceStats struct {
 	// Platform is the backend's name.
 	Platform string
+	// Device is the index (Device.ID) of the device whose memory this is.
+	Device int
 	// Space is the memory space.
 	Space ir.MemorySpace
 	// Allocator names the allocator ("bfc", "platform").
@@ -62,6 +67,8 @@ func (s SpaceStats) Fragmentation() float64 {
 type Allocation struct {
 	// Platform is the backend's name.
 	Platform string
+	// Device is the index (Device.ID) of the device holding it.
+	Device int
 	// Space is the memory space it lives in.
 	Space ir.MemorySpace
 	// IsArray says the memory is an array of Type; otherwise it is scratch
@@ -82,7 +89,7 @@ type Allocation struct {
 
 // MemStats converts s to the statistics runtime.MemoryStats reports.
 func (s SpaceStats) MemStats() MemStats {
-	return MemStats{Platform: s.Platform, Space: s.Space, Allocator: s.Allocator, Capacity: s.Capacity, Limit: s.Limit,
+	return MemStats{Platform: s.Platform, Device: s.Device, Space: s.Space, Allocator: s.Allocator, Capacity: s.Capacity, Limit: s.Limit,
 		Reserved: s.Reserved, BytesInUse: s.BytesInUse, PeakBytesInUse: s.PeakBytesInUse,
 		LargestFreeBlock: s.LargestFreeBlock, Fragmentation: s.Fragmentation(), NumAllocs: s.NumAllocs, LiveAllocs: s.LiveAllocs}
 }

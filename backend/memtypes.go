@@ -21,7 +21,12 @@ const (
 	EnvAllocator    = "FERRY_ALLOCATOR"     // "bfc" (default) or "platform"
 	EnvPreallocate  = "FERRY_PREALLOCATE"   // true (default) or false
 	EnvMemFraction  = "FERRY_MEM_FRACTION"  // fraction of device capacity the bfc allocator may use, default 0.75
+	EnvCPUDevices   = "FERRY_CPU_DEVICES"   // number of virtual CPU devices, default 1
 )
+
+// MaxCPUDevices is the largest number of virtual CPU devices
+// (MemoryConfig.Devices, FERRY_CPU_DEVICES).
+const MaxCPUDevices = 1024
 
 // Allocator names for MemoryConfig.Allocator.
 const (
@@ -33,10 +38,22 @@ const (
 // by default, as XLA_PYTHON_CLIENT_MEM_FRACTION.
 const DefaultMemFraction = 0.75
 
-// MemoryConfig sets the memory pools of the CPU backend. The zero value is the
-// default: unlimited capacity, bfc, pre-allocation on, fraction 0.75. The
-// environment variables FERRY_DEVICE_MEMORY, FERRY_HOST_MEMORY, FERRY_ALLOCATOR,
-// FERRY_PREALLOCATE and FERRY_MEM_FRACTION set the same (MemoryConfigFromEnv).
+// MemoryConfig sets the devices and memory pools of the CPU backend. The zero
+// value is the default: one device, unlimited capacity, bfc, pre-allocation
+// on, fraction 0.75. The environment variables FERRY_CPU_DEVICES,
+// FERRY_DEVICE_MEMORY, FERRY_HOST_MEMORY, FERRY_ALLOCATOR, FERRY_PREALLOCATE
+// and FERRY_MEM_FRACTION set the same (MemoryConfigFromEnv).
+//
+// # Virtual devices
+//
+// Devices > 1 gives the CPU backend that many virtual devices, cpu:0 to
+// cpu:N-1, in one process, like XLA's
+// --xla_force_host_platform_device_count. Each device has pools of its own,
+// each sized by the settings below: a device pool of Capacity (with its own
+// Fraction, pre-allocated slab and peak) and a pinned_host pool of
+// HostCapacity, its own statistics, live arrays and out-of-memory reports.
+// Device 0 is the default device: arrays made without naming a device live
+// there, so nothing changes for programs that never name one.
 //
 // Every concrete array of the CPU backend lives in the pool of its memory
 // space, ir.Device or ir.PinnedHost. Both are ordinary Go memory ([]byte slabs,
@@ -72,6 +89,9 @@ const DefaultMemFraction = 0.75
 // of memory, a pool runs the garbage collector and retries, since arrays that
 // are no longer reachable are freed by cleanups.
 type MemoryConfig struct {
+	// Devices is the number of virtual CPU devices, at most MaxCPUDevices;
+	// 0 means 1.
+	Devices int
 	// Capacity is the device pool's capacity in bytes; 0 means unlimited.
 	Capacity int64
 	// HostCapacity is the pinned_host pool's capacity in bytes; 0 means unlimited.
@@ -94,6 +114,12 @@ func (c MemoryConfig) Normalized() (MemoryConfig, error) {
 	}
 	if c.HostCapacity < 0 {
 		return c, fmt.Errorf("memory config: negative host capacity %d", c.HostCapacity)
+	}
+	if c.Devices < 0 || c.Devices > MaxCPUDevices {
+		return c, fmt.Errorf("memory config: %d devices is not in [1, %d]", c.Devices, MaxCPUDevices)
+	}
+	if c.Devices == 0 {
+		c.Devices = 1
 	}
 	switch strings.ToLower(strings.TrimSpace(c.Allocator)) {
 	case "", AllocatorBFC, "default":
@@ -119,8 +145,9 @@ func (c MemoryConfig) Normalized() (MemoryConfig, error) {
 	return c, nil
 }
 
-// MemoryConfigFromEnv reads FERRY_DEVICE_MEMORY, FERRY_HOST_MEMORY,
-// FERRY_ALLOCATOR, FERRY_PREALLOCATE and FERRY_MEM_FRACTION; unset variables
+// MemoryConfigFromEnv reads FERRY_CPU_DEVICES, FERRY_DEVICE_MEMORY,
+// FERRY_HOST_MEMORY, FERRY_ALLOCATOR, FERRY_PREALLOCATE and
+// FERRY_MEM_FRACTION; unset variables
 // keep their defaults. The pools read the environment at first use unless
 // ConfigureMemory was called before.
 func MemoryConfigFromEnv() (MemoryConfig, error) {
@@ -157,6 +184,14 @@ func MemoryConfigFromEnv() (MemoryConfig, error) {
 			errs = append(errs, fmt.Errorf("%s=%q: want a number in (0, 1]", EnvMemFraction, v))
 		} else {
 			c.Fraction = f
+		}
+	}
+	if v, ok := os.LookupEnv(EnvCPUDevices); ok && strings.TrimSpace(v) != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 || n > MaxCPUDevices {
+			errs = append(errs, fmt.Errorf("%s=%q: want a number of devices in [1, %d]", EnvCPUDevices, v, MaxCPUDevices))
+		} else {
+			c.Devices = n
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -226,6 +261,14 @@ func ParseMemorySize(s string) (int64, error) {
 	return int64(v), nil
 }
 
+// DeviceName names a device as "platform:id", e.g. "cpu:2".
+func DeviceName(platform string, id int) string {
+	if platform == "" {
+		platform = "device"
+	}
+	return platform + ":" + strconv.Itoa(id)
+}
+
 // FormatBytes prints a byte count for humans: "512 B", "4.00 KiB", "1.50 GiB".
 func FormatBytes(n int64) string {
 	const unit = 1024
@@ -252,6 +295,8 @@ func formatLimit(n int64) string {
 type MemStats struct {
 	// Platform is the backend whose memory this is ("cpu", "cuda").
 	Platform string
+	// Device is the index (Device.ID) of the device the pool belongs to.
+	Device int
 	// Space is the memory space of the pool.
 	Space ir.MemorySpace
 	// Allocator is "bfc" or "platform".
@@ -287,6 +332,11 @@ type MemStats struct {
 type OutOfMemoryError struct {
 	// Platform is the backend whose memory ran out ("cpu", "cuda").
 	Platform string
+	// Device is the index (Device.ID) of the device whose memory ran out.
+	Device int
+	// Devices is the number of devices of the platform: the report names
+	// the device when there are several (0 counts as 1).
+	Devices int
 	// Space is the memory space that ran out.
 	Space ir.MemorySpace
 	// Requested is the size of the failed allocation in bytes.
@@ -334,7 +384,11 @@ func (e *OutOfMemoryError) Error() string {
 	if e.What != "" {
 		what = " for " + e.What
 	}
-	fmt.Fprintf(&b, "out of memory in %s memory: cannot allocate %s (%d bytes)%s\n", e.Space, FormatBytes(e.Requested), e.Requested, what)
+	of := ""
+	if e.Devices > 1 || e.Device != 0 {
+		of = " of " + DeviceName(e.Platform, e.Device)
+	}
+	fmt.Fprintf(&b, "out of memory in %s memory%s: cannot allocate %s (%d bytes)%s\n", e.Space, of, FormatBytes(e.Requested), e.Requested, what)
 	fmt.Fprintf(&b, "  allocator %s: capacity %s, limit %s, reserved %s, in use %s, largest free block %s",
 		e.Allocator, formatLimit(e.Capacity), formatLimit(e.Limit), FormatBytes(e.Reserved), FormatBytes(e.InUse), FormatBytes(e.LargestFree))
 	if e.Note != "" {
@@ -381,6 +435,8 @@ func (e *OutOfMemoryError) Error() string {
 type LiveArray struct {
 	// Platform is the backend holding the memory ("cpu", "cuda").
 	Platform string
+	// Device is the index (Device.ID) of the device holding it.
+	Device int
 	// Type is the array's dtype, shape and memory space (zero when IsArray is
 	// false).
 	Type ir.Type
@@ -417,7 +473,7 @@ func (l LiveArray) String() string {
 // LiveArrayOf converts a backend's allocation into a LiveArray aged at now,
 // finding its site from its stack when the backend recorded none.
 func LiveArrayOf(a Allocation, now time.Time) LiveArray {
-	l := LiveArray{Platform: a.Platform, Type: a.Type, IsArray: a.IsArray, What: a.What, Bytes: a.Bytes,
+	l := LiveArray{Platform: a.Platform, Device: a.Device, Type: a.Type, IsArray: a.IsArray, What: a.What, Bytes: a.Bytes,
 		Space: a.Space, Site: a.Site, Age: now.Sub(a.Born)}
 	if l.Site == "" {
 		l.Site = UserSite(a.PCs)
@@ -427,17 +483,18 @@ func LiveArrayOf(a Allocation, now time.Time) LiveArray {
 
 // NewOutOfMemoryError is the out-of-memory report of a backend other than
 // the CPU one: the request (requested bytes for what), the backend's
-// statistics of the space, the largest of its live allocations, and note
+// statistics of the space (whose Device is the device that ran out), the
+// largest of its live allocations on that device, and note
 // (why, when the failure is not simply a full pool; "" otherwise).
 func NewOutOfMemoryError(s SpaceStats, requested int64, what, note string, live []Allocation) *OutOfMemoryError {
-	e := &OutOfMemoryError{Platform: s.Platform, Space: s.Space, Requested: requested, What: what, Allocator: s.Allocator,
+	e := &OutOfMemoryError{Platform: s.Platform, Device: s.Device, Space: s.Space, Requested: requested, What: what, Allocator: s.Allocator,
 		Capacity: s.Capacity, Limit: s.Limit, Reserved: s.Reserved, InUse: s.BytesInUse, LargestFree: s.LargestFreeBlock,
 		FreeBytes: s.FreeBytes, FreeBlocks: s.FreeBlocks, LiveAllocs: s.LiveAllocs, Note: note}
 	e.Fragmented = note == "" && s.FreeBytes >= requested && s.LargestFreeBlock < requested
 	now := time.Now()
 	var ls []LiveArray
 	for _, a := range live {
-		if a.Space == s.Space {
+		if a.Space == s.Space && a.Device == s.Device {
 			ls = append(ls, LiveArrayOf(a, now))
 		}
 	}

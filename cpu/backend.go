@@ -22,15 +22,36 @@ type cpuBackend struct{}
 
 func (cpuBackend) Name() string { return "cpu" }
 
+// Devices lists the virtual devices cpu:0 to cpu:N-1 (N is
+// MemoryConfig.Devices, FERRY_CPU_DEVICES; 1 by default).
 func (cpuBackend) Devices() []backend.Device {
-	return []backend.Device{{Platform: "cpu", ID: 0, Kind: "cpu"}}
+	out := make([]backend.Device, memPools.NumDevices())
+	for i := range out {
+		out[i] = backend.Device{Platform: "cpu", ID: i, Kind: "cpu"}
+	}
+	return out
 }
 
+// FromLiteral copies a host literal into a new buffer on device 0, not
+// committed to it.
 func (cpuBackend) FromLiteral(l *ir.Literal) (trace.Buffer, error) {
 	if int64(len(l.Data)) != l.Type.Bytes() {
 		return nil, fmt.Errorf("literal %v has %d bytes, want %d", l.Type, len(l.Data), l.Type.Bytes())
 	}
 	b, err := newBuffer(l)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// FromLiteralOn copies a host literal into a new buffer on device dev,
+// committed to it (backend.Placer).
+func (cpuBackend) FromLiteralOn(l *ir.Literal, dev int) (trace.Buffer, error) {
+	if n := memPools.NumDevices(); dev < 0 || dev >= n {
+		return nil, deviceError(dev, n)
+	}
+	b, err := newBufferOn(l, dev, true, 3)
 	if err != nil {
 		return nil, err
 	}
@@ -129,6 +150,7 @@ func (e *cpuExecutable) Program() *passes.Program { return e.prog }
 // execution returns, and all of them when it fails.
 type execAlloc struct {
 	exe  *cpuExecutable
+	dev  int // the device whose pools it allocates from
 	recs []*allocRecord
 	lits []*ir.Literal // the execution's arguments
 	outs []*ir.Literal // its results: the literals of bufs
@@ -139,7 +161,7 @@ type execAlloc struct {
 var execAllocs = sync.Pool{New: func() any { return new(execAlloc) }}
 
 func (a *execAlloc) Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	rec, mem, err := memPools.alloc(space, size, a.exe.name(what), false, true, 3)
+	rec, mem, err := memPools.alloc(a.dev, space, size, a.exe.name(what), false, true, 3)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -181,9 +203,20 @@ func (a *execAlloc) releaseAll() {
 	a.recs, a.lits, a.outs, a.bufs = a.recs[:0], a.lits[:0], a.outs[:0], a.bufs[:0]
 }
 
+// Execute runs the program on device opts.Device, where every argument must
+// be; the results are allocated there, committed to it if opts.Commit.
 func (e *cpuExecutable) Execute(args []trace.Buffer, opts backend.ExecOptions) ([]trace.Buffer, error) {
+	dev := opts.Device
+	if n := memPools.NumDevices(); dev < 0 || dev >= n {
+		return nil, deviceError(dev, n)
+	}
+	for i, arg := range args {
+		if d := bufferDevice(arg); d != dev {
+			return nil, fmt.Errorf("argument %d (%v) is on cpu:%d, but the call runs on cpu:%d", i, arg.Type(), d, dev)
+		}
+	}
 	a := execAllocs.Get().(*execAlloc)
-	a.exe = e
+	a.exe, a.dev = e, dev
 	defer func() {
 		a.releaseAll()
 		a.exe = nil
@@ -201,7 +234,7 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts backend.ExecOptions) (
 	a.bufs = slices.Grow(a.bufs[:0], n)[:n]
 	for i := range a.bufs {
 		// The executor writes each result into its buffer's literal.
-		a.bufs[i] = new(cpuBuffer)
+		a.bufs[i] = &cpuBuffer{dev: uint16(dev), committed: opts.Commit}
 		a.outs[i] = &a.bufs[i].lit
 	}
 	err := e.exe.ExecuteInto(a.lits, a, a.outs, a.rels)
@@ -254,6 +287,16 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts backend.ExecOptions) (
 		}
 	}
 	return res, nil
+}
+
+// bufferDevice is the device of a buffer (backend.BufferDevice, without an
+// interface conversion for the CPU backend's own buffers).
+func bufferDevice(b trace.Buffer) int {
+	if cb, ok := b.(*cpuBuffer); ok {
+		return int(cb.dev)
+	}
+	d, _ := backend.BufferDevice(b)
+	return d
 }
 
 func init() {

@@ -17,16 +17,16 @@ func otherMemories() []backend.Memory {
 	return out
 }
 
-// MemoryStats reports the pool of space (backend.Memory).
-func (cpuBackend) MemoryStats(space ir.MemorySpace) (backend.SpaceStats, bool) {
-	p, err := memPools.set().pool(space)
+// MemoryStats reports the pool of space of device dev (backend.Memory).
+func (cpuBackend) MemoryStats(dev int, space ir.MemorySpace) (backend.SpaceStats, bool) {
+	p, err := memPools.set().pool(dev, space)
 	if err != nil {
 		return backend.SpaceStats{}, false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.statsLocked()
-	st := backend.SpaceStats{Platform: "cpu", Space: s.Space, Allocator: s.Allocator, Capacity: s.Capacity, Limit: s.Limit,
+	st := backend.SpaceStats{Platform: "cpu", Device: s.Device, Space: s.Space, Allocator: s.Allocator, Capacity: s.Capacity, Limit: s.Limit,
 		Reserved: s.Reserved, BytesInUse: s.BytesInUse, PeakBytesInUse: s.PeakBytesInUse, LargestFreeBlock: s.LargestFreeBlock,
 		NumAllocs: s.NumAllocs, LiveAllocs: s.LiveAllocs}
 	if p.bfc != nil {
@@ -35,11 +35,11 @@ func (cpuBackend) MemoryStats(space ir.MemorySpace) (backend.SpaceStats, bool) {
 	return st, true
 }
 
-// LiveAllocations lists the pools' live allocations, pool by pool, largest
-// first (backend.Memory).
+// LiveAllocations lists the pools' live allocations, pool by pool (device
+// by device), largest first (backend.Memory).
 func (cpuBackend) LiveAllocations() []backend.Allocation {
 	var out []backend.Allocation
-	for _, p := range memPools.set().spaces {
+	for _, p := range memPools.set().all {
 		p.mu.Lock()
 		recs := make([]*allocRecord, 0, p.nlive)
 		for r := p.live; r != nil; r = r.next {
@@ -47,7 +47,7 @@ func (cpuBackend) LiveAllocations() []backend.Allocation {
 		}
 		sortRecords(recs)
 		for _, r := range recs {
-			a := backend.Allocation{Platform: "cpu", Space: p.space, IsArray: r.isArray, What: r.name(), Bytes: r.size,
+			a := backend.Allocation{Platform: "cpu", Device: p.device, Space: p.space, IsArray: r.isArray, What: r.name(), Bytes: r.size,
 				Site: r.callSiteLocked(), PCs: append([]uintptr(nil), r.pcs()...), Born: r.bornTime()}
 			if r.isArray {
 				a.Type = r.typ.WithShape(r.typ.Shape)
@@ -59,5 +59,6 @@ func (cpuBackend) LiveAllocations() []backend.Allocation {
 	return out
 }
 
-// ResetPeak sets the pools' peaks to the bytes in use (backend.Memory).
+// ResetPeak sets the peaks of every device's pools to the bytes in use
+// (backend.Memory).
 func (cpuBackend) ResetPeak() { memPools.resetPeak() }

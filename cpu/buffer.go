@@ -98,8 +98,13 @@ type cpuBuffer struct {
 	rec   *allocRecord // the pool's record of the memory, which frees it; or
 	rel   *releaser    // frees memory that has no record (rec nil)
 	state bufState
-	fin   bool   // a finalizer is set
-	where string // where it was donated (a Go file:line)
+	fin   bool // a finalizer is set
+	// dev is the device whose pools hold the memory; committed says the
+	// buffer is committed to it (backend.DeviceBuffer). Both are set when
+	// the buffer is made and never change.
+	dev       uint16
+	committed bool
+	where     string // where it was donated (a Go file:line)
 	// err is why the buffer has no memory (bufFailed) or, as a *deletedAt,
 	// where it was deleted (bufDeleted): one field for both keeps the
 	// buffer in a 128-byte allocation.
@@ -139,17 +144,23 @@ func (b *cpuBuffer) stopFinalizerLocked() {
 }
 
 // newBuffer copies a host literal into new memory from the pool of its memory
-// space. It fails with a *backend.OutOfMemoryError when the pool is full.
-func newBuffer(l *ir.Literal) (*cpuBuffer, error) {
+// space on device 0, not committed. It fails with a *backend.OutOfMemoryError
+// when the pool is full.
+func newBuffer(l *ir.Literal) (*cpuBuffer, error) { return newBufferOn(l, 0, false, 4) }
+
+// newBufferOn is newBuffer on device dev, committed to it if committed;
+// skip is the number of stack frames to leave out of the allocation's
+// recorded call stack (3: newBufferOn's caller).
+func newBufferOn(l *ir.Literal, dev int, committed bool, skip int) (*cpuBuffer, error) {
 	if int64(len(l.Data)) != l.Type.Bytes() {
 		return nil, fmt.Errorf("literal %v has %d bytes, want %d", l.Type, len(l.Data), l.Type.Bytes())
 	}
-	rec, mem, err := memPools.alloc(l.Type.Space, l.Type.Bytes(), "array", false, true, 3)
+	rec, mem, err := memPools.alloc(dev, l.Type.Space, l.Type.Bytes(), "array", false, true, skip)
 	if err != nil {
 		return nil, err
 	}
 	copy(mem, l.Data)
-	b := &cpuBuffer{lit: ir.Literal{Type: l.Type.WithShape(l.Type.Shape), Data: mem}}
+	b := &cpuBuffer{lit: ir.Literal{Type: l.Type.WithShape(l.Type.Shape), Data: mem}, dev: uint16(dev), committed: committed}
 	if rec != nil {
 		rec.setArray(b.lit.Type, "")
 		return b.wrapRecord(rec), nil
@@ -217,6 +228,14 @@ func newCPUBuffer(l *ir.Literal) *cpuBuffer {
 
 // Type is the buffer's dtype, shape and memory space.
 func (b *cpuBuffer) Type() ir.Type { return b.lit.Type }
+
+// Device is the index of the device holding the buffer
+// (backend.DeviceBuffer).
+func (b *cpuBuffer) Device() int { return int(b.dev) }
+
+// Committed reports whether the buffer is committed to its device
+// (backend.DeviceBuffer).
+func (b *cpuBuffer) Committed() bool { return b.committed }
 
 // Literal returns the contents (pool memory; the caller must not modify it),
 // or an error naming where the buffer was deleted or donated.

@@ -5,6 +5,13 @@
 // allocator (bfc or platform, see backend.MemoryConfig) so that
 // out-of-memory, fragmentation and allocator settings behave as on a GPU.
 //
+// With MemoryConfig.Devices = N (FERRY_CPU_DEVICES=N) the backend has N
+// virtual devices, cpu:0 to cpu:N-1, each with its own pools: a buffer
+// knows its device (backend.DeviceBuffer), FromLiteralOn makes one on a
+// given device (backend.Placer), and an executable runs on the device
+// ExecOptions.Device names, where its arguments must be and its results,
+// temporaries and host copies are allocated.
+//
 // The package registers its backend under the name "cpu" when it is
 // initialised; package runtime imports it, so the CPU backend is always
 // available, and forwards its memory functions (ConfigureMemory,

@@ -85,8 +85,10 @@ func (r *allocRecord) setArray(typ ir.Type, site string) {
 	r.pool.mu.Unlock()
 }
 
-// pool is one memory space's allocator and its bookkeeping.
+// pool is the allocator and bookkeeping of one memory space of one device.
 type pool struct {
+	device   int
+	devices  int // the number of devices of its set
 	space    ir.MemorySpace
 	kind     string
 	capacity int64
@@ -107,8 +109,8 @@ type pool struct {
 	frees     atomic.Int64
 }
 
-func newPool(space ir.MemorySpace, cfg backend.MemoryConfig) *pool {
-	p := &pool{space: space, kind: cfg.Allocator}
+func newPool(device int, space ir.MemorySpace, cfg backend.MemoryConfig) *pool {
+	p := &pool{device: device, devices: cfg.Devices, space: space, kind: cfg.Allocator}
 	prealloc := false
 	if space == ir.Device {
 		p.capacity = cfg.Capacity
@@ -255,7 +257,7 @@ func (p *pool) free(r *allocRecord) {
 }
 
 func (p *pool) statsLocked() backend.MemStats {
-	s := backend.MemStats{Platform: "cpu", Space: p.space, Allocator: p.kind, Capacity: p.capacity, Limit: p.limit,
+	s := backend.MemStats{Platform: "cpu", Device: p.device, Space: p.space, Allocator: p.kind, Capacity: p.capacity, Limit: p.limit,
 		BytesInUse: p.inUse, PeakBytesInUse: p.peak, NumAllocs: p.numAllocs, LiveAllocs: int64(p.nlive)}
 	var total int64
 	if p.bfc != nil {
@@ -272,7 +274,7 @@ func (p *pool) statsLocked() backend.MemStats {
 
 func (p *pool) oomLocked(size int64, what, note string) *backend.OutOfMemoryError {
 	s := p.statsLocked()
-	e := &backend.OutOfMemoryError{Platform: "cpu", Space: p.space, Requested: size, What: what, Allocator: p.kind,
+	e := &backend.OutOfMemoryError{Platform: "cpu", Device: p.device, Devices: p.devices, Space: p.space, Requested: size, What: what, Allocator: p.kind,
 		Capacity: p.capacity, Limit: p.limit, Reserved: s.Reserved, InUse: s.BytesInUse,
 		LargestFree: s.LargestFreeBlock, LiveAllocs: s.LiveAllocs, Note: note}
 	if p.limit > 0 {
@@ -336,18 +338,19 @@ func (p *pool) reclaim() {
 	}
 }
 
-// Pools is the set of memory pools, one per memory space, that the CPU backend
-// allocates arrays from. Its Alloc method serves executors (outputs and arenas).
-// Use MemoryPools to get the process's pools.
+// Pools is the set of memory pools, one per memory space of each device, that
+// the CPU backend allocates arrays from. Its Alloc and AllocOn methods serve
+// executors (outputs and arenas). Use MemoryPools to get the process's pools.
 type Pools struct {
 	mu  sync.Mutex // serializes configuration
 	cur atomic.Pointer[poolSet]
 }
 
 type poolSet struct {
-	cfg    backend.MemoryConfig
-	err    error // bad environment settings: every allocation fails with it
-	spaces []*pool
+	cfg  backend.MemoryConfig
+	err  error     // bad environment settings: every allocation fails with it
+	devs [][]*pool // devs[d][space]: the pools of device d (cfg.Devices of them)
+	all  []*pool   // every pool, device by device
 }
 
 var memPools = &Pools{}
@@ -378,21 +381,46 @@ func (ps *Pools) set() *poolSet {
 }
 
 func newPoolSet(cfg backend.MemoryConfig) *poolSet {
-	s := &poolSet{cfg: cfg}
-	for _, sp := range ir.AllSpaces {
-		for len(s.spaces) <= int(sp) {
-			s.spaces = append(s.spaces, nil)
+	s := &poolSet{cfg: cfg, devs: make([][]*pool, max(cfg.Devices, 1))}
+	for d := range s.devs {
+		for _, sp := range ir.AllSpaces {
+			for len(s.devs[d]) <= int(sp) {
+				s.devs[d] = append(s.devs[d], nil)
+			}
+			p := newPool(d, sp, cfg)
+			s.devs[d][sp] = p
+			s.all = append(s.all, p)
 		}
-		s.spaces[sp] = newPool(sp, cfg)
 	}
 	return s
 }
 
-func (s *poolSet) pool(space ir.MemorySpace) (*pool, error) {
-	if int(space) >= len(s.spaces) || s.spaces[space] == nil {
+// numDevices is the number of devices.
+func (s *poolSet) numDevices() int { return len(s.devs) }
+
+// pool returns the pool of a memory space of device dev.
+func (s *poolSet) pool(dev int, space ir.MemorySpace) (*pool, error) {
+	if dev < 0 || dev >= len(s.devs) {
+		return nil, deviceError(dev, len(s.devs))
+	}
+	spaces := s.devs[dev]
+	if int(space) >= len(spaces) || spaces[space] == nil {
 		return nil, fmt.Errorf("no memory pool for memory space %v", space)
 	}
-	return s.spaces[space], nil
+	return spaces[space], nil
+}
+
+// deviceError reports a device index out of range.
+func deviceError(dev, n int) error {
+	return fmt.Errorf("no device cpu:%d: the CPU backend has %d device%s (cpu:0 to cpu:%d; set %s or MemoryConfig.Devices for more)",
+		dev, n, plural(n), n-1, backend.EnvCPUDevices)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 // Alloc allocates size bytes in the pool of a memory space for what (a short
@@ -401,9 +429,20 @@ func (s *poolSet) pool(space ir.MemorySpace) (*pool, error) {
 // len == cap == size; release returns it to the pool and may be called more than
 // once. A request that does not fit returns a *backend.OutOfMemoryError. Alloc is
 // safe for concurrent use.
+//
+// Alloc allocates on device 0, the default device; AllocOn on another.
 func (ps *Pools) Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	return releaseFunc(ps.alloc(space, size, what, true, false, 3))
+	return releaseFunc(ps.alloc(0, space, size, what, true, false, 3))
 }
+
+// AllocOn is Alloc in the pool of a memory space of device dev (0 to
+// NumDevices()-1).
+func (ps *Pools) AllocOn(dev int, space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
+	return releaseFunc(ps.alloc(dev, space, size, what, true, false, 3))
+}
+
+// NumDevices returns the number of devices, each with its pools.
+func (ps *Pools) NumDevices() int { return ps.set().numDevices() }
 
 // AllocUninit is Alloc without zeroing the memory: for executors that write
 // every byte of an output or arena value before reading it. With the
@@ -415,7 +454,7 @@ func (ps *Pools) Alloc(space ir.MemorySpace, size int64, what string) (mem []byt
 // all of its results (the arena reuses memory between values anyway), so
 // zeroing a fresh 16 MiB output would only cost a pass over memory.
 func (ps *Pools) AllocUninit(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error) {
-	return releaseFunc(ps.alloc(space, size, what, false, false, 3))
+	return releaseFunc(ps.alloc(0, space, size, what, false, false, 3))
 }
 
 func releaseFunc(rec *allocRecord, mem []byte, err error) ([]byte, func(), error) {
@@ -425,11 +464,11 @@ func releaseFunc(rec *allocRecord, mem []byte, err error) ([]byte, func(), error
 	return mem, rec.release, nil
 }
 
-// alloc is Alloc returning the record (nil for size 0); skip is the number of
+// alloc is AllocOn returning the record (nil for size 0); skip is the number of
 // stack frames to leave out of the recorded call stack (1 is alloc's caller).
 // With reuse the pool recycles the record once it is freed (see tryAlloc):
 // the caller must release it exactly once.
-func (ps *Pools) alloc(space ir.MemorySpace, size int64, what string, zero, reuse bool, skip int) (*allocRecord, []byte, error) {
+func (ps *Pools) alloc(dev int, space ir.MemorySpace, size int64, what string, zero, reuse bool, skip int) (*allocRecord, []byte, error) {
 	if size < 0 {
 		return nil, nil, fmt.Errorf("allocate %d bytes in %v memory for %s: negative size", size, space, what)
 	}
@@ -438,7 +477,7 @@ func (ps *Pools) alloc(space ir.MemorySpace, size int64, what string, zero, reus
 		return nil, nil, s.err
 	}
 	if size == 0 {
-		if _, err := s.pool(space); err != nil {
+		if _, err := s.pool(dev, space); err != nil {
 			return nil, nil, err
 		}
 		return nil, []byte{}, nil
@@ -446,7 +485,7 @@ func (ps *Pools) alloc(space ir.MemorySpace, size int64, what string, zero, reus
 	born, stack := int64(time.Since(epoch)), callers.Record(skip)
 	retried, collected := false, false
 	for {
-		p, err := s.pool(space)
+		p, err := s.pool(dev, space)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -499,9 +538,10 @@ func collectGarbage(p *pool) {
 	p.reclaim()
 }
 
-// lookup finds the live record of memory allocated from the pools, walking
-// the live records (executions keep the records they allocate, so this
-// serves only memory handed over from Pools.Alloc).
+// lookup finds the live record of memory allocated from the pools of a
+// memory space of any device, walking the live records (executions keep the
+// records they allocate, so this serves only memory handed over from
+// Pools.Alloc).
 func (ps *Pools) lookup(space ir.MemorySpace, mem []byte) *allocRecord {
 	if len(mem) == 0 {
 		return nil
@@ -510,17 +550,20 @@ func (ps *Pools) lookup(space ir.MemorySpace, mem []byte) *allocRecord {
 	if s == nil {
 		return nil
 	}
-	p, err := s.pool(space)
-	if err != nil {
-		return nil
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	addr := addrOf(mem)
-	for r := p.live; r != nil; r = r.next {
-		if r.addr == addr {
-			return r
+	for d := range s.devs {
+		p, err := s.pool(d, space)
+		if err != nil {
+			return nil
 		}
+		p.mu.Lock()
+		for r := p.live; r != nil; r = r.next {
+			if r.addr == addr {
+				p.mu.Unlock()
+				return r
+			}
+		}
+		p.mu.Unlock()
 	}
 	return nil
 }
@@ -539,7 +582,7 @@ func (ps *Pools) configure(cfg *backend.MemoryConfig, force bool) error {
 			if err = old.checkIdle(); err == nil {
 				break
 			}
-			for _, p := range old.spaces {
+			for _, p := range old.all {
 				collectGarbage(p)
 			}
 		}
@@ -555,7 +598,7 @@ func (ps *Pools) configure(cfg *backend.MemoryConfig, force bool) error {
 	if old != nil {
 		// Allocations racing with this one find the pools retired and retry
 		// with the new ones.
-		for _, p := range old.spaces {
+		for _, p := range old.all {
 			p.mu.Lock()
 			p.retired = true
 			p.mu.Unlock()
@@ -568,7 +611,7 @@ func (ps *Pools) configure(cfg *backend.MemoryConfig, force bool) error {
 func (s *poolSet) checkIdle() error {
 	var n int64
 	var live []backend.LiveArray
-	for _, p := range s.spaces {
+	for _, p := range s.all {
 		p.mu.Lock()
 		n += int64(p.nlive)
 		live = append(live, p.largestLocked(5, false)...)
@@ -597,14 +640,43 @@ func ConfigureMemory(cfg backend.MemoryConfig) error {
 	return memPools.configure(&n, false)
 }
 
-// MemoryStats returns the statistics of the CPU pool of a memory space
-// (runtime.MemoryStats reports the default backend's instead).
-func MemoryStats(space ir.MemorySpace) backend.MemStats { return memPools.stats(space) }
+// SetDeviceCount gives the CPU backend n virtual devices, cpu:0 to cpu:n-1
+// (1 to backend.MaxCPUDevices), each with pools of its own, keeping the
+// other memory settings (those of the last ConfigureMemory, or the
+// environment's): it is ConfigureMemory with MemoryConfig.Devices = n, and
+// like it may be called before first use, or later when no buffers are
+// live.
+func SetDeviceCount(n int) error {
+	s := memPools.set()
+	if s.err != nil {
+		return s.err
+	}
+	cfg := s.cfg
+	cfg.Devices = n
+	if n < 1 {
+		return fmt.Errorf("SetDeviceCount(%d): want at least 1 device", n)
+	}
+	return ConfigureMemory(cfg)
+}
 
-func (ps *Pools) stats(space ir.MemorySpace) backend.MemStats {
-	p, err := ps.set().pool(space)
+// MemoryStats returns the statistics of the CPU pool of a memory space of
+// device 0, the default device (runtime.MemoryStats reports the default
+// backend's instead).
+func MemoryStats(space ir.MemorySpace) backend.MemStats { return memPools.stats(0, space) }
+
+// DeviceMemoryStats returns the statistics of the CPU pool of a memory space
+// of device dev, and false if there is no such device.
+func DeviceMemoryStats(dev int, space ir.MemorySpace) (backend.MemStats, bool) {
+	if dev < 0 || dev >= memPools.NumDevices() {
+		return backend.MemStats{Platform: "cpu", Device: dev, Space: space}, false
+	}
+	return memPools.stats(dev, space), true
+}
+
+func (ps *Pools) stats(dev int, space ir.MemorySpace) backend.MemStats {
+	p, err := ps.set().pool(dev, space)
 	if err != nil {
-		return backend.MemStats{Space: space}
+		return backend.MemStats{Platform: "cpu", Device: dev, Space: space}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -614,7 +686,7 @@ func (ps *Pools) stats(space ir.MemorySpace) backend.MemStats {
 var _ backend.Memory = cpuBackend{}
 
 func (ps *Pools) resetPeak() {
-	for _, p := range ps.set().spaces {
+	for _, p := range ps.set().all {
 		p.mu.Lock()
 		p.peak = p.inUse
 		p.mu.Unlock()

@@ -17,7 +17,7 @@ import (
 // jax.profiler.save_device_memory_profile. Read it with `go tool pprof`. It has
 // one sample per live buffer with two values, allocations (count) and space
 // (bytes, the default), the Go call stack that allocated the buffer as its
-// locations, and labels: space (device or pinned_host), kind (array or
+// locations, and labels: device (cpu:0, ...), space (device or pinned_host), kind (array or
 // scratch), what, site (the user's file:line), for arrays dtype and shape,
 // and platform for memory of a backend other than the CPU one ("cuda");
 // the numeric label bytes is the size.
@@ -35,7 +35,7 @@ type profileEntry struct {
 func (ps *Pools) memoryProfile() *profile.Profile {
 	var entries []profileEntry
 	now := time.Now()
-	for _, p := range ps.set().spaces {
+	for _, p := range ps.set().all {
 		p.mu.Lock()
 		recs := make([]*allocRecord, 0, p.nlive)
 		for r := p.live; r != nil; r = r.next {
@@ -100,8 +100,9 @@ func (ps *Pools) memoryProfile() *profile.Profile {
 	}
 	for _, e := range entries {
 		s := &profile.Sample{
-			Value:    []int64{1, e.live.Bytes},
-			Label:    map[string][]string{"space": {e.live.Space.String()}, "what": {e.live.What}, "site": {e.live.Site}},
+			Value: []int64{1, e.live.Bytes},
+			Label: map[string][]string{"space": {e.live.Space.String()}, "what": {e.live.What}, "site": {e.live.Site},
+				"device": {backend.DeviceName(e.live.Platform, e.live.Device)}},
 			NumLabel: map[string][]int64{"bytes": {e.live.Bytes}},
 			NumUnit:  map[string][]string{"bytes": {"bytes"}},
 		}

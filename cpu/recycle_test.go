@@ -61,7 +61,7 @@ func TestSpareRecordsBounded(t *testing.T) {
 	for _, b := range bufs {
 		require.NoError(t, b.Delete())
 	}
-	p, err := memPools.set().pool(ir.Device)
+	p, err := memPools.set().pool(0, ir.Device)
 	require.NoError(t, err)
 	p.mu.Lock()
 	require.Equal(t, maxSpareRecords, p.nspare)

@@ -499,6 +499,9 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) ([]t
 	if len(args) != len(body.Params) {
 		return nil, fmt.Errorf("cuda: %d arguments, want %d", len(args), len(body.Params))
 	}
+	if opts.Device != 0 {
+		return nil, fmt.Errorf("cuda: no device cuda:%d: the backend drives one GPU, cuda:0", opts.Device)
+	}
 	if err := b.enter(); err != nil {
 		return nil, err
 	}

@@ -63,9 +63,9 @@ func (b *Backend) newBuffer(t ir.Type, m mem) *Buffer {
 
 // MemoryStats reports the backend's device memory (its slab, or
 // cuMemAlloc'd buffers with FERRY_ALLOCATOR=platform) and its pinned_host
-// memory (backend.Memory).
-func (b *Backend) MemoryStats(space ir.MemorySpace) (backend.SpaceStats, bool) {
-	if int(space) < 0 || int(space) >= len(b.use) {
+// memory (backend.Memory). The backend drives one GPU, device 0.
+func (b *Backend) MemoryStats(dev int, space ir.MemorySpace) (backend.SpaceStats, bool) {
+	if dev != 0 || int(space) < 0 || int(space) >= len(b.use) {
 		return backend.SpaceStats{}, false
 	}
 	b.mu.Lock()
@@ -124,6 +124,6 @@ func (b *Backend) outOfMemory(space ir.MemorySpace, n int64, what string, err er
 	if space != ir.Device || b.platform {
 		return err
 	}
-	s, _ := b.MemoryStats(space)
+	s, _ := b.MemoryStats(0, space)
 	return backend.NewOutOfMemoryError(s, n, what, "", b.LiveAllocations())
 }

@@ -32,7 +32,7 @@ func TestCPUBackendReportsMemory(t *testing.T) {
 	_, rel, err := rt.MemoryPools().Alloc(ir.Device, 1000, "temp arena")
 	require.NoError(t, err)
 	want += 1024
-	s, ok := m.MemoryStats(ir.Device)
+	s, ok := m.MemoryStats(0, ir.Device)
 	require.True(t, ok)
 	require.Equal(t, "cpu", s.Platform)
 	require.Equal(t, want, s.BytesInUse)

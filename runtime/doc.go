@@ -16,6 +16,31 @@
 // A jitted function is safe for concurrent use: concurrent first calls with one
 // signature compile it once and share the executable.
 //
+// # Devices
+//
+// Devices lists the default backend's devices. FERRY_CPU_DEVICES=N (or
+// MemoryConfig.Devices, or SetCPUDeviceCount before making arrays) gives
+// the CPU backend N virtual devices cpu:0 to cpu:N-1 in one process, like
+// XLA's --xla_force_host_platform_device_count; each has its own device and
+// pinned_host pools, sized by the memory settings (FERRY_DEVICE_MEMORY and
+// the allocator settings apply per device), with its own statistics, live
+// arrays and out-of-memory reports (which name the device).
+//
+//	x, err := rt.ToDevice(rt.FromSlice(data), rt.Devices()[2]) // committed to cpu:2
+//	y := f(x)                                                  // runs on cpu:2
+//	d, _ := rt.DeviceOf(y)                                      // cpu:2
+//	s, _ := rt.DeviceMemoryStats(d, ir.Device)
+//
+// Arrays made without naming a device live on cpu:0, the default device,
+// and are not committed to it. As in JAX, a jitted call or eager op runs
+// on the device of its committed arguments, allocating everything there;
+// uncommitted arguments are copied to that device for the call; committed
+// arguments on different devices are an error naming them and the
+// caller's line, never a silent copy. With no committed argument it runs
+// on cpu:0, so programs that never name a device behave as with one.
+// MemoryStats(space) describes cpu:0; ResetPeakMemory and LiveArrays cover
+// every device (LiveArray.Device).
+//
 // # Debugging NaNs
 //
 // FERRY_DEBUG_NANS=1 (or rt.SetDebugNans(true)), like jax_debug_nans, makes an

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -37,7 +38,21 @@ func (eagerExecutor) execute(key []byte, build func() *ir.Func, args []trace.Buf
 	if err != nil {
 		return nil, err
 	}
-	outs, err := ex.Execute(args, ExecOptions{Results: results[:cap(results)]})
+	opts := ExecOptions{Results: results[:cap(results)]}
+	var move bool
+	var clash [2]int
+	opts.Device, opts.Commit, move, clash = placeArgs(args, -1)
+	if clash[0] >= 0 {
+		return nil, fmt.Errorf("%s", clashError(args, clash[0], clash[1], opts.Device, operandName))
+	}
+	if move {
+		copies, err := moveArgs(args, opts.Device, nil, operandName)
+		if err != nil {
+			return nil, err
+		}
+		defer freeCopies(copies)
+	}
+	outs, err := ex.Execute(args, opts)
 	if mode := debugChecks.Load(); err == nil && mode != 0 {
 		if err := checkEagerNaNs(mode, build, args, outs); err != nil {
 			return nil, err
@@ -45,6 +60,9 @@ func (eagerExecutor) execute(key []byte, build func() *ir.Func, args []trace.Buf
 	}
 	return outs, err
 }
+
+// operandName names operand i of an eager op.
+func operandName(i int) string { return fmt.Sprintf("operand %d", i) }
 
 // eagerEntry is one op signature's executable, or the compile in flight.
 type eagerEntry struct {

@@ -258,7 +258,7 @@ func (j *Jitted[F]) call(args []any) (outs []any, err error) {
 	if e == nil {
 		return j.inline(args)
 	}
-	if err := e.execute(s, j.donationSite()); err != nil {
+	if err := e.execute(s, j.donationSite(), -1); err != nil {
 		return nil, err
 	}
 	return e.results(s.arrays)
@@ -277,7 +277,7 @@ func (j *Jitted[F]) callArray(s *callScratch, args []any) (out *trace.Array, err
 	if e == nil {
 		outs, err = j.inline(args)
 	} else {
-		if err := e.execute(s, j.donationSite()); err != nil {
+		if err := e.execute(s, j.donationSite(), -1); err != nil {
 			return nil, err
 		}
 		if len(e.outDefs) > 0 && e.outDefs[0] == arrayDef && len(s.arrays) > 0 {
@@ -602,31 +602,49 @@ func nilMask(leaves []*trace.Array) []bool {
 	return m
 }
 
+// run runs the executable on leaves, on the device of the committed ones.
 func (e *entry) run(leaves []*trace.Array, site string) ([]any, error) {
+	return e.runOn(leaves, site, -1)
+}
+
+// runOn runs the executable on leaves, on device dev (or, if dev < 0, on
+// the device of the committed leaves).
+func (e *entry) runOn(leaves []*trace.Array, site string, dev int) ([]any, error) {
 	s := getScratch()
 	defer putScratch(s)
 	s.leaves = append(s.leaves[:0], leaves...)
-	if err := e.execute(s, site); err != nil {
+	if err := e.execute(s, site, dev); err != nil {
 		return nil, err
 	}
 	return e.results(s.arrays)
 }
 
 // execute runs the executable on s.leaves and sets s.arrays to the result
-// leaves.
-func (e *entry) execute(s *callScratch, site string) error {
+// leaves: on device want if want >= 0, else where placeArgs puts it.
+func (e *entry) execute(s *callScratch, site string, want int) error {
 	var err error
 	s.bufs, err = e.lowered.appendBuffers(s.bufs[:0], s.leaves)
 	if err != nil {
 		return err
 	}
 	bufs := s.bufs
+	dev, commit, move, clash := placeArgs(bufs, want)
+	if clash[0] >= 0 {
+		return trace.Errorf("rt.Jit", "%s: %s", e.lowered.Func.Name, clashError(bufs, clash[0], clash[1], dev, e.lowered.leafName))
+	}
+	if move {
+		copies, err := moveArgs(bufs, dev, e.lowered.donated, e.lowered.leafName)
+		if err != nil {
+			return trace.WrapError("rt.Jit", fmt.Errorf("%s: %w", e.lowered.Func.Name, err))
+		}
+		defer freeCopies(copies)
+	}
 	var snap []*ir.Literal
 	checks := debugChecks.Load()
 	if checks != 0 {
 		snap = e.snapshotDonated(bufs)
 	}
-	outBufs, err := e.exe.Execute(bufs, ExecOptions{DonationSite: site, Results: s.outs[:cap(s.outs)]})
+	outBufs, err := e.exe.Execute(bufs, ExecOptions{DonationSite: site, Results: s.outs[:cap(s.outs)], Device: dev, Commit: commit})
 	if err != nil {
 		return trace.WrapError("rt.Jit", err)
 	}

@@ -91,6 +91,22 @@ func (c *Compiled) Call(args ...any) (outs []any, err error) {
 	return c.entry.run(leaves, "")
 }
 
+// CallOn is Call on device dev (one of Devices()), whatever its arguments:
+// uncommitted arguments are copied there for the call, arguments committed
+// to another device are an error, and the results are committed to dev. It
+// runs a program with no arguments on a device other than the default.
+func (c *Compiled) CallOn(dev Device, args ...any) (outs []any, err error) {
+	defer trace.Recover(&err)
+	if err := checkDevice("Compiled.CallOn", DefaultBackend(), dev); err != nil {
+		return nil, err
+	}
+	leaves, _, err := flattenArgs(args)
+	if err != nil {
+		return nil, err
+	}
+	return c.entry.runOn(leaves, "", dev.ID)
+}
+
 // MemoryAnalysis returns the compiled program's memory needs, with the meaning
 // of XLA's memory_analysis(): argument, output, alias and temp bytes per memory
 // space; TotalBytes() is device temp + argument + output − alias.
@@ -145,6 +161,26 @@ func (l *Lowered) appendBuffers(bufs []trace.Buffer, leaves []*trace.Array) ([]t
 		bufs = append(bufs, c.Buffer())
 	}
 	return bufs, nil
+}
+
+// leafName describes buffer i of a call ("argument 2", "leaf 1 of argument
+// 0", "captured array 0") for messages.
+func (l *Lowered) leafName(i int) string {
+	if i >= l.numArgs {
+		return fmt.Sprintf("captured array %d", i-l.numArgs)
+	}
+	k := 0
+	for a, d := range l.argDefs {
+		n := d.NumLeaves()
+		if i < k+n {
+			if n == 1 {
+				return fmt.Sprintf("argument %d", a)
+			}
+			return fmt.Sprintf("leaf %d of argument %d", i-k, a)
+		}
+		k += n
+	}
+	return fmt.Sprintf("argument leaf %d", i)
 }
 
 func reflectFuncForPC(pc uintptr) string {

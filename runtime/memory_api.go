@@ -32,19 +32,18 @@ func MemoryPools() *Pools { return cpu.MemoryPools() }
 func ConfigureMemory(cfg MemoryConfig) error { return cpu.ConfigureMemory(cfg) }
 
 // MemoryStats returns the statistics of a memory space of the default
-// backend: the CPU pools, or the memory of an accelerator backend (cuda)
-// that is the default and reports it (backend.Memory).
+// device (device 0) of the default backend: the CPU pools, or the memory of
+// an accelerator backend (cuda) that is the default and reports it
+// (backend.Memory). With several devices (FERRY_CPU_DEVICES) each has its
+// own pools: DeviceMemoryStats reports any of them.
 func MemoryStats(space ir.MemorySpace) MemStats {
-	if m, ok := backend.Default().(backend.Memory); ok {
-		if s, ok := m.MemoryStats(space); ok {
-			return s.MemStats()
-		}
-	}
-	return cpu.MemoryStats(space)
+	s, _ := memoryStats(DefaultBackend(), 0, space)
+	return s
 }
 
-// ResetPeakMemory sets every pool's PeakBytesInUse to its current BytesInUse,
-// those of every registered backend that reports its memory too.
+// ResetPeakMemory sets the PeakBytesInUse of every pool of every device to
+// its current BytesInUse, those of every registered backend that reports
+// its memory too.
 func ResetPeakMemory() {
 	for _, b := range backend.All() {
 		if m, ok := b.(backend.Memory); ok {
@@ -53,7 +52,8 @@ func ResetPeakMemory() {
 	}
 }
 
-// LiveArrays lists the live arrays of every memory pool and of every
+// LiveArrays lists the live arrays of every memory pool of every device
+// (LiveArray.Device says which) and of every
 // registered backend that reports its memory (cuda), largest first (oldest
 // first among equals), like jax.live_arrays. Arrays that are unreachable but
 // not yet collected are still listed; zero-size arrays hold no memory and are
