@@ -9,8 +9,13 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ferryml/ferry/internal/vmath"
 	"github.com/ferryml/ferry/ir"
 )
+
+// ntBytes is the buffer size from which AllReduce writes results with
+// streaming (non-temporal) stores.
+const ntBytes = 1 << 20
 
 // tile is the number of elements a rank reduces at a time in its accumulator.
 const tile = 2048
@@ -519,16 +524,30 @@ func (c *Local) allReduce(slots []slot) {
 	lo := min(n, c.rank*lines/c.g.n*line)
 	hi := min(n, (c.rank+1)*lines/c.g.n*line)
 	acc := c.accumulator()
+	// Large results go to memory with streaming stores: every rank's recv is
+	// written once and not read before the call returns, so reading its lines
+	// into the cache first would only cost bandwidth.
+	store, nt := k.store, k.accSize == esz && len(s.send) >= ntBytes
+	if nt {
+		store = vmath.StoreNT
+	}
 	for a := lo; a < hi; a += tile {
 		b := min(a+tile, hi)
 		x := acc[:(b-a)*k.accSize]
-		k.load(x, slots[0].send[a*esz:b*esz])
-		for j := 1; j < c.g.n; j++ {
+		if c.g.n == 1 {
+			k.load(x, slots[0].send[a*esz:b*esz])
+		} else {
+			k.fold2(x, slots[0].send[a*esz:b*esz], slots[1].send[a*esz:b*esz])
+		}
+		for j := 2; j < c.g.n; j++ {
 			k.fold(x, slots[j].send[a*esz:b*esz])
 		}
 		for j := range c.g.n {
-			k.store(slots[j].recv[a*esz:b*esz], x)
+			store(slots[j].recv[a*esz:b*esz], x)
 		}
+	}
+	if nt {
+		vmath.Fence() // the streaming stores land before the barrier
 	}
 }
 
@@ -546,8 +565,12 @@ func (c *Local) reduceScatter(slots []slot) {
 		x := acc[:m/esz*k.accSize]
 		forSegments(sp, out, out+m, func(src, at, nb int) {
 			xa := x[at/esz*k.accSize : (at+nb)/esz*k.accSize]
-			k.load(xa, slots[0].send[src:src+nb])
-			for j := 1; j < c.g.n; j++ {
+			if c.g.n == 1 {
+				k.load(xa, slots[0].send[src:src+nb])
+			} else {
+				k.fold2(xa, slots[0].send[src:src+nb], slots[1].send[src:src+nb])
+			}
+			for j := 2; j < c.g.n; j++ {
 				k.fold(xa, slots[j].send[src:src+nb])
 			}
 		})

@@ -4,6 +4,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/ferryml/ferry/internal/vmath"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -11,8 +12,9 @@ import (
 // element: the element type itself, or float32 for f16 and bf16.
 type kernel struct {
 	accSize int
-	load    func(acc, x []byte) // acc = widen(x)
-	fold    func(acc, x []byte) // acc = acc op widen(x)
+	load    func(acc, x []byte)    // acc = widen(x)
+	fold    func(acc, x []byte)    // acc = acc op widen(x)
+	fold2   func(acc, x, y []byte) // acc = widen(x) op widen(y)
 	store   func(dst, acc []byte)
 }
 
@@ -63,6 +65,42 @@ func minInto[T number](acc, x []T) {
 	}
 }
 
+func sum2[T number](acc, x, y []T) {
+	x, y = x[:len(acc)], y[:len(acc)]
+	for i := range acc {
+		acc[i] = x[i] + y[i]
+	}
+}
+
+func prod2[T number](acc, x, y []T) {
+	x, y = x[:len(acc)], y[:len(acc)]
+	for i := range acc {
+		acc[i] = x[i] * y[i]
+	}
+}
+
+func max2[T number](acc, x, y []T) {
+	x, y = x[:len(acc)], y[:len(acc)]
+	for i := range acc {
+		a, v := x[i], y[i]
+		if v > a || v != v {
+			a = v
+		}
+		acc[i] = a
+	}
+}
+
+func min2[T number](acc, x, y []T) {
+	x, y = x[:len(acc)], y[:len(acc)]
+	for i := range acc {
+		a, v := x[i], y[i]
+		if v < a || v != v {
+			a = v
+		}
+		acc[i] = a
+	}
+}
+
 func orInto(acc, x []byte) {
 	x = x[:len(acc)]
 	for i, v := range x {
@@ -103,17 +141,30 @@ func typedKernel[T number](op Op) kernel {
 	var z T
 	k := kernel{accSize: int(unsafe.Sizeof(z)), load: copyBytes, store: copyBytes}
 	var f func(acc, x []T)
+	var f2 func(acc, x, y []T)
 	switch op {
 	case Sum:
-		f = sumInto[T]
+		f, f2 = sumInto[T], sum2[T]
 	case Prod:
-		f = prodInto[T]
+		f, f2 = prodInto[T], prod2[T]
 	case Max:
-		f = maxInto[T]
+		f, f2 = maxInto[T], max2[T]
 	case Min:
-		f = minInto[T]
+		f, f2 = minInto[T], min2[T]
+	}
+	if _, ok := any(z).(float32); ok {
+		// The vector kernels: the same IEEE operations, and Max/Min(dst, a, b)
+		// pick a when a > b (resp. <) or a is NaN, so the new value goes first.
+		v := map[Op]func(dst, a, b []float32){Sum: vmath.Add, Prod: vmath.Mul, Max: vmath.Max, Min: vmath.Min}[op]
+		k.fold = func(acc, x []byte) { a := view[float32](acc); v(a, view[float32](x)[:len(a)], a) }
+		k.fold2 = func(acc, x, y []byte) {
+			a := view[float32](acc)
+			v(a, view[float32](y)[:len(a)], view[float32](x)[:len(a)])
+		}
+		return k
 	}
 	k.fold = func(acc, x []byte) { f(view[T](acc), view[T](x)) }
+	k.fold2 = func(acc, x, y []byte) { f2(view[T](acc), view[T](x), view[T](y)) }
 	return k
 }
 
@@ -139,7 +190,7 @@ func halfKernel(dt ir.DType, op Op) kernel {
 		widen, round = f16Widen, func(x float32) uint16 { return uint16(ir.F16FromFloat32(x)) }
 	}
 	f32 := typedKernel[float32](op).fold
-	return kernel{
+	k := kernel{
 		accSize: 4,
 		load:    func(acc, x []byte) { widen(view[float32](acc), view[uint16](x)) },
 		fold: func(acc, x []byte) {
@@ -161,6 +212,8 @@ func halfKernel(dt ir.DType, op Op) kernel {
 			}
 		},
 	}
+	k.fold2 = func(acc, x, y []byte) { k.load(acc, x); k.fold(acc, y) }
+	return k
 }
 
 func f32bytes(a []float32) []byte {
@@ -200,6 +253,7 @@ func makeKernel(dt ir.DType, op Op) (k kernel, ok bool) {
 		if op == Prod || op == Min {
 			k.fold = andInto
 		}
+		k.fold2 = func(acc, x, y []byte) { k.load(acc, x); k.fold(acc, y) }
 		return k, true
 	case ir.Uint8:
 		return typedKernel[uint8](op), true
