@@ -19,7 +19,9 @@ import (
 // row-major. Unless a method says otherwise, send and recv of one rank must not
 // overlap, and buffers of different ranks must not overlap.
 //
-// Results are bit-identical on every rank. A call whose arguments differ across
+// Results are bit-identical on every rank and deterministic: the reduction
+// order, and the precision in which f16 and bf16 are accumulated, are fixed by
+// the engine (and documented by it) for a given group size. A call whose arguments differ across
 // ranks (another collective, dtype, op, size, shape, root or pairs) returns an
 // error wrapping [ErrMismatch] on every rank and leaves the group usable; a rank
 // whose own arguments are invalid makes every rank's call return an error
