@@ -13,7 +13,10 @@ import (
 // BenchmarkAllReduce measures f32 sum all-reduce (out of place) of 1 to 64
 // MiB per rank on 2 to 8 ranks. algGB/s is the algorithm bandwidth (bytes per
 // rank / time, as nccl-tests reports it); busGB/s is algGB/s × 2(n-1)/n; MB/s
-// (from SetBytes) is the same as algGB/s in MB.
+// (from SetBytes) is the same as algGB/s in MB. memGB/s is the memory
+// traffic the engine cannot avoid (n sends read, n recvs written) per second,
+// to compare with BenchmarkCopy (one copy on one goroutine: bytes copied per
+// second, so its traffic is twice its MB/s).
 func BenchmarkAllReduce(b *testing.B) {
 	for _, n := range []int{2, 4, 8} {
 		for _, mib := range []int{1, 4, 16, 64} {
@@ -33,6 +36,7 @@ func BenchmarkAllReduce(b *testing.B) {
 					copy(recv[k], send[k]) // touch the pages
 				}
 				b.SetBytes(int64(size))
+				b.ReportAllocs()
 				b.ResetTimer()
 				start := time.Now()
 				var wg sync.WaitGroup
@@ -54,6 +58,7 @@ func BenchmarkAllReduce(b *testing.B) {
 				alg := float64(size) * float64(b.N) / elapsed.Seconds() / 1e9
 				b.ReportMetric(alg, "algGB/s")
 				b.ReportMetric(alg*2*float64(n-1)/float64(n), "busGB/s")
+				b.ReportMetric(alg*2*float64(n), "memGB/s") // every send read once, every recv written once
 			})
 		}
 	}
@@ -87,6 +92,7 @@ func BenchmarkBarrier(b *testing.B) {
 				}
 				errs := make([]error, n)
 				var wg sync.WaitGroup
+				b.ReportAllocs()
 				b.ResetTimer()
 				for r, c := range cs {
 					wg.Go(func() {

@@ -15,6 +15,11 @@
 // along one mesh axis) come from [Communicator.Split], [SplitGroups] (XLA's
 // replica_groups) or [MeshAxes].
 //
+// Each Communicator runs one collective at a time. To overlap a collective
+// with compute, call it from another goroutine; to keep several collectives
+// in flight, give each stream its own duplicate communicator, made with
+// Split(ctx, 0, c.Rank()).
+//
 // Reductions are deterministic and give bit-identical results on every rank;
 // Local's order is rank order (see [Local]). Mismatched calls are errors on
 // every rank, not hangs; a context that ends while a rank waits, or
