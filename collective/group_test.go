@@ -508,3 +508,45 @@ func TestCompleteOnReturn(t *testing.T) {
 		return nil
 	}))
 }
+
+// TestTwoStreams keeps two collectives in flight per rank: one stream on the
+// communicator, another on a duplicate made by Split, from two goroutines.
+func TestTwoStreams(t *testing.T) {
+	const n = 4
+	noErrors(t, ranks(t, n, func(ctx context.Context, c *Local) error {
+		dup, err := c.Split(ctx, 0, c.Rank())
+		if err != nil {
+			return err
+		}
+		var wg sync.WaitGroup
+		var errA, errB error
+		wg.Go(func() {
+			for it := range 50 {
+				out := alloc(4)
+				if errA = c.AllReduce(ctx, Sum, ir.Int32, int32s(int32(it)), out); errA != nil {
+					return
+				}
+				if got := readInt32s(out)[0]; got != int32(n*it) {
+					errA = fmt.Errorf("stream A iteration %d: %d", it, got)
+					return
+				}
+			}
+		})
+		wg.Go(func() {
+			for it := range 50 {
+				got, err := members(ctx, dup, int32(dup.Rank()+it))
+				if errB = err; err != nil {
+					return
+				}
+				for i, v := range got {
+					if v != int32(i+it) {
+						errB = fmt.Errorf("stream B iteration %d: %v", it, got)
+						return
+					}
+				}
+			}
+		})
+		wg.Wait()
+		return errors.Join(errA, errB)
+	}))
+}
