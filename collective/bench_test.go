@@ -117,3 +117,58 @@ func BenchmarkBarrier(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkOthers measures ReduceScatter (f32 sum, along axis 0) and
+// AllGather (along axis 0) with 16 MiB of send per rank; algGB/s is bytes of
+// send per rank / time.
+func BenchmarkOthers(b *testing.B) {
+	const size = 16 << 20
+	for _, name := range []string{"ReduceScatter", "AllGather"} {
+		for _, n := range []int{2, 4, 8} {
+			b.Run(fmt.Sprintf("%s/f32/ranks=%d/MiB=16", name, n), func(b *testing.B) {
+				cs, err := NewLocal(n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				send, recv := make([][]byte, n), make([][]byte, n)
+				for k := range n {
+					send[k] = alloc(size)
+					if name == "AllGather" {
+						recv[k] = alloc(size * n)
+					} else {
+						recv[k] = alloc(size / n)
+					}
+					copy(recv[k], send[k])
+				}
+				shape := []int{size / 4 / 1024, 1024}
+				b.SetBytes(size)
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				var wg sync.WaitGroup
+				errs := make([]error, n)
+				for r, c := range cs {
+					wg.Go(func() {
+						for range b.N {
+							var err error
+							if name == "AllGather" {
+								err = c.AllGather(context.Background(), ir.Float32, shape, 0, send[r], recv[r])
+							} else {
+								err = c.ReduceScatter(context.Background(), Sum, ir.Float32, shape, 0, send[r], recv[r])
+							}
+							if err != nil {
+								errs[r] = err
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				elapsed := time.Since(start)
+				b.StopTimer()
+				noErrors(b, errs)
+				b.ReportMetric(float64(size)*float64(b.N)/elapsed.Seconds()/1e9, "algGB/s")
+			})
+		}
+	}
+}
