@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -758,4 +759,13 @@ func TestShardingNilSafe(t *testing.T) {
 			}()))
 		})
 	}
+}
+
+// TestTypeSize: the sharding pointer fits in the padding-free layout, so a
+// Type stays 40 bytes on 64-bit machines (see the Type doc).
+func TestTypeSize(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("64-bit layout")
+	}
+	require.Equal(t, uintptr(40), unsafe.Sizeof(Type{}))
 }

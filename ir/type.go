@@ -67,10 +67,14 @@ func (s Shape) String() string {
 
 // Type is the abstract value of an array: dtype, shape, memory space and, when
 // it is spread over several devices, its sharding.
+//
+// The fields are ordered so that a Type takes 40 bytes, as it did before
+// Sharding was added (DType and Space share a word): runtime objects that
+// embed one stay in their allocation size classes.
 type Type struct {
 	DType DType
-	Shape Shape
 	Space MemorySpace
+	Shape Shape
 	// Sharding places the array on a device mesh (see NamedSharding); nil
 	// means the whole array lives on one device. Shape is always the global
 	// shape; ShardShape gives each device's block. Shape rules (InferTypes)
