@@ -34,7 +34,7 @@ func (c *cloner) value(v *Value) *Value {
 	if nv, ok := c.vals[v]; ok {
 		return nv
 	}
-	nv := &Value{ID: v.ID, Type: v.Type.WithShape(v.Type.Shape), Index: v.Index}
+	nv := &Value{ID: v.ID, Type: v.Type.Clone(), Index: v.Index}
 	c.vals[v] = nv
 	return nv
 }

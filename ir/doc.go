@@ -1,6 +1,7 @@
-// Package ir is Ferry's intermediate representation: dtypes, shapes and
-// memory spaces; SSA values, ops and regions (Func); the printer, the parser
-// and the verifier; and the op table.
+// Package ir is Ferry's intermediate representation: dtypes, shapes, memory
+// spaces and shardings (Mesh, PartitionSpec, NamedSharding: an array spread
+// over the devices of a mesh, part of its Type); SSA values, ops and regions
+// (Func); the printer, the parser and the verifier; and the op table.
 //
 // # The op table
 //

@@ -6,7 +6,8 @@ import (
 )
 
 // Value is an SSA value: the result of an op or a parameter of a region. Every
-// value has exactly one definition and a Type (dtype, shape, memory space).
+// value has exactly one definition and a Type (dtype, shape, memory space,
+// sharding).
 type Value struct {
 	// ID is unique within the Func; the printer shows it as %ID.
 	ID int
@@ -80,7 +81,7 @@ func (f *Func) NewRegion() *Region { return &Region{fn: f} }
 func (r *Region) Func() *Func { return r.fn }
 
 func (f *Func) newValue(t Type, def *Op, idx int) *Value {
-	v := &Value{ID: f.nextID, Type: t.WithShape(t.Shape), Op: def, Index: idx}
+	v := &Value{ID: f.nextID, Type: t.Clone(), Op: def, Index: idx}
 	f.nextID++
 	return v
 }
@@ -98,7 +99,7 @@ func (f *Func) ReserveIDs(n int) {
 // NewValueWithID makes a value with a given ID (used by the parser; the caller
 // keeps IDs unique).
 func (f *Func) NewValueWithID(id int, t Type, def *Op, idx int) *Value {
-	v := &Value{ID: id, Type: t.WithShape(t.Shape), Op: def, Index: idx}
+	v := &Value{ID: id, Type: t.Clone(), Op: def, Index: idx}
 	if id >= f.nextID {
 		f.nextID = id + 1
 	}

@@ -45,7 +45,8 @@ type Literal struct {
 	Data []byte
 }
 
-// NewLiteral returns a zero-filled literal of type t.
+// NewLiteral returns a zero-filled literal of type t without its sharding: a
+// literal is one array in host memory.
 func NewLiteral(t Type) *Literal {
 	return &Literal{Type: t.WithShape(t.Shape), Data: alignedBytes(int(t.Bytes()))}
 }

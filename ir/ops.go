@@ -381,7 +381,9 @@ func init() {
 }
 
 // InferTypes checks operands, attributes and regions of an op and returns its
-// result types. Errors name the op and the problem.
+// result types. Errors name the op and the problem. Shape rules ignore
+// shardings: the result types are unsharded, and region contracts (scan,
+// while, cond, fusion) compare types with Type.EqualUnsharded.
 func InferTypes(code Code, args []Type, attrs Attrs, regions []*Region) ([]Type, error) {
 	info := code.Info()
 	if info.Infer == nil {
@@ -409,7 +411,11 @@ func InferTypes(code Code, args []Type, attrs Attrs, regions []*Region) ([]Type,
 	if err := checkAttrs(info, attrs); err != nil {
 		return nil, err
 	}
-	return info.Infer(args, attrs, regions)
+	out, err := info.Infer(args, attrs, regions)
+	for i := range out {
+		out[i].Sharding = nil // shape rules give unsharded types (see Type.Sharding)
+	}
+	return out, err
 }
 
 func checkAttrs(info *OpInfo, attrs Attrs) error {
@@ -896,7 +902,7 @@ func inferDevicePut(args []Type, a Attrs, _ []*Region) ([]Type, error) {
 func inferIdentity(args []Type, _ Attrs, _ []*Region) ([]Type, error) {
 	out := make([]Type, len(args))
 	for i, a := range args {
-		out[i] = a.WithShape(a.Shape)
+		out[i] = a.Clone()
 	}
 	return out, nil
 }
@@ -906,7 +912,7 @@ func typesEqual(a, b []Type) bool {
 		return false
 	}
 	for i := range a {
-		if !a[i].Equal(b[i]) {
+		if !a[i].EqualUnsharded(b[i]) {
 			return false
 		}
 	}

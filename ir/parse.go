@@ -30,8 +30,10 @@ type ParseError struct {
 func (e *ParseError) Error() string { return fmt.Sprintf("%d:%d: %s", e.Line, e.Col, e.Msg) }
 
 // Parse reads a function in the text form written by Print (see there for the
-// syntax; whitespace is free and // starts a comment). Value IDs are kept; every op's result types are inferred again with
-// InferTypes and must equal the printed ones; a value may be used only after its
+// syntax; whitespace is free and // starts a comment). Value IDs are kept;
+// every op's result types are inferred again with InferTypes and must equal
+// the printed ones apart from shardings, which are taken as printed and must
+// be valid for their shapes; a value may be used only after its
 // definition in the same region (regions are isolated from above). Errors are
 // *ParseError values carrying the line and column. Parse never panics; it
 // refuses literals of more than MaxParsedLiteralElements elements, shapes whose
@@ -481,17 +483,19 @@ func (p *parser) parseOp(r *Region, sc scope) {
 		p.errAt(nameTok, "%s produces %d results, but %d are named", code, len(inferred), len(resToks))
 	}
 	for i, t := range inferred {
-		if !t.Equal(types[i]) {
+		if !t.EqualUnsharded(types[i]) {
 			p.errAt(typeToks[i], "result %d of %s is written %v, but its shape rule gives %v", i, code, types[i], t)
 		}
 	}
 	for i, vt := range resToks {
-		op.Results = append(op.Results, p.define(vt, inferred[i], op, i, sc))
+		// The shape rule gives dtype, shape and space; the sharding is the written one.
+		op.Results = append(op.Results, p.define(vt, types[i], op, i, sc))
 	}
 	r.Ops = append(r.Ops, op)
 }
 
-// parseType parses dtype[dims]{space}.
+// parseType parses dtype[dims], optionally followed by braces holding the
+// memory space, the sharding, or both: {pinned_host, sharding<...>}.
 func (p *parser) parseType() Type {
 	start := p.tok
 	dtTok := p.expectKind(tIdent, "type (like f32[2,3])")
@@ -512,18 +516,137 @@ func (p *parser) parseType() Type {
 	t := Type{DType: dt, Shape: shape}
 	if p.isPunct("{") {
 		p.next()
-		st := p.expectKind(tIdent, "memory space")
-		sp, err := ParseMemorySpace(st.text)
-		if err != nil {
-			p.errAt(st, "%v", err)
-		}
-		t.Space = sp
-		p.expectPunct("}")
+		seenSpace := false
+		p.list("}", func() {
+			st := p.expectKind(tIdent, "memory space or sharding")
+			if st.text == "sharding" {
+				if t.Sharding != nil {
+					p.errAt(st, "the type has two shardings")
+				}
+				t.Sharding = p.parseShardingBody(st)
+				return
+			}
+			sp, err := ParseMemorySpace(st.text)
+			if err != nil {
+				p.errAt(st, "%v", err)
+			}
+			if seenSpace {
+				p.errAt(st, "the type has two memory spaces")
+			}
+			t.Space, seenSpace = sp, true
+		})
 	}
 	if err := checkType(t); err != nil {
 		p.errAt(start, "%v", err)
 	}
 	return t
+}
+
+// parseSharding parses sharding<mesh[...], [spec]>.
+func (p *parser) parseSharding() *NamedSharding {
+	st := p.tok
+	if !p.isIdent("sharding") {
+		p.expected("'sharding'")
+	}
+	p.next()
+	return p.parseShardingBody(st)
+}
+
+// parseShardingBody parses <mesh[...], [spec]> after the word sharding (st).
+func (p *parser) parseShardingBody(st token) *NamedSharding {
+	p.expectPunct("<")
+	m := p.parseMesh()
+	p.expectPunct(",")
+	spec := p.parseSpec()
+	p.expectPunct(">")
+	s, err := NewNamedSharding(m, spec)
+	if err != nil {
+		p.errAt(st, "%v", err)
+	}
+	return s
+}
+
+// parseMesh parses mesh[x=2,y=4] or mesh[x=2,y=4,devices=[...]].
+func (p *parser) parseMesh() *Mesh {
+	mt := p.tok
+	if !p.isIdent("mesh") {
+		p.expected("'mesh'")
+	}
+	p.next()
+	p.expectPunct("[")
+	var shape []int
+	var names []string
+	var devices []int
+	done := false // the device list came: only ']' may follow
+	p.list("]", func() {
+		nt := p.tok
+		if done {
+			p.errAt(nt, "the device list must come last in a mesh")
+		}
+		name := p.expectKind(tIdent, "mesh axis name").text
+		p.expectPunct("=")
+		if name == "devices" && p.isPunct("[") {
+			p.next()
+			devices = []int{}
+			p.list("]", func() {
+				if len(devices) >= MaxMeshDevices {
+					p.errAt(p.tok, "a mesh has at most MaxMeshDevices=%d devices", MaxMeshDevices)
+				}
+				devices = append(devices, p.parseInt("device"))
+			})
+			if len(devices) == 0 {
+				p.errAt(nt, "empty device list")
+			}
+			done = true
+			return
+		}
+		names = append(names, name)
+		shape = append(shape, p.parseInt("mesh axis size"))
+	})
+	m, err := NewMesh(shape, names, devices...)
+	if err != nil {
+		p.errAt(mt, "%v", err)
+	}
+	return m
+}
+
+// parseSpec parses [x,{x,y},{}]: per dimension an axis name or a braced list.
+func (p *parser) parseSpec() PartitionSpec {
+	p.expectPunct("[")
+	spec := PartitionSpec{}
+	p.list("]", func() {
+		if p.isPunct("{") {
+			p.next()
+			var axes []string
+			p.list("}", func() { axes = append(axes, p.expectKind(tIdent, "mesh axis name").text) })
+			spec = append(spec, axes)
+			return
+		}
+		spec = append(spec, []string{p.expectKind(tIdent, "mesh axis name or '{'").text})
+	})
+	return spec
+}
+
+// parseAll parses all of src with one parser method, as ParseType and
+// ParseSharding do.
+func parseAll[T any](src string, parse func(*parser) T) (v T, err error) {
+	p := &parser{lx: lexer{src: src, line: 1}}
+	defer func() {
+		if r := recover(); r != nil {
+			pe, ok := r.(*ParseError)
+			if !ok {
+				panic(r)
+			}
+			var zero T
+			v, err = zero, pe
+		}
+	}()
+	p.next()
+	v = parse(p)
+	if p.tok.kind != tEOF {
+		p.expected("end of input")
+	}
+	return v, nil
 }
 
 func isIntSyntax(s string) bool { return !strings.ContainsAny(s, ".eE") }
@@ -660,6 +783,9 @@ func (p *parser) parseLiteral() *Literal {
 	p.expectPunct("<")
 	tt := p.tok
 	t := p.parseType()
+	if t.Sharding != nil {
+		p.errAt(tt, "a literal's type has no sharding (shard the constant's result instead)")
+	}
 	n := t.Size()
 	if n > MaxParsedLiteralElements {
 		p.errAt(tt, "literal of type %v has %d elements, more than the limit %d", t, n, MaxParsedLiteralElements)

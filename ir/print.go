@@ -54,6 +54,17 @@ func (f *Func) String() string {
 //	MemorySpace  #device, #pinned_host
 //	*Literal     dense<f32[2], [1, 2.5]>, dense<f32[], 1.5>, dense<u8[20], 0x0102…>
 //
+// Types print as dtype[dims] followed, when the array lives outside device
+// memory or is sharded, by braces holding the space and the sharding:
+//
+//	f32[2,3]  f16[2]{pinned_host}  f32[8,4]{sharding<mesh[x=2,y=4], [x,{}]>}
+//	f32[8,4]{pinned_host, sharding<mesh[x=2,y=4,devices=[7,6,5,4,3,2,1,0]], [{x,y},{}]>}
+//
+// A sharding is its mesh (axis=size, major to minor, then the device list
+// when it is not 0…N-1) and its partition spec (per dimension an axis, a
+// braced list of axes split over their product, major first, or {} for a
+// whole dimension); see Type.String, Mesh.String, PartitionSpec.String.
+//
 // Literals of at most 16 elements list their elements, the others give their
 // raw little-endian bytes in hex; both forms keep every bit (NaN payloads, -0,
 // subnormals). A float element is the shortest decimal that reads back to the
@@ -352,6 +363,10 @@ func appendLiteral(b *strings.Builder, l *Literal) error {
 	if l == nil {
 		b.WriteString("dense<nil>")
 		return errors.New("nil literal")
+	}
+	if l.Type.Sharding != nil {
+		fmt.Fprintf(b, "dense<%v, …>", l.Type)
+		return fmt.Errorf("literal of type %v: a literal's type has no sharding", l.Type)
 	}
 	b.WriteString("dense<")
 	b.WriteString(l.Type.String())

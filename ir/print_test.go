@@ -76,7 +76,42 @@ func txtCorpus(t testing.TB) map[string]*Func {
 		"odd":         txtOdd(t),
 		"fusion":      txtFusion(t),
 		"remat":       txtRemat(t),
+		"sharded":     txtSharded(t),
 	}
+}
+
+// txtSharded uses shardings: on parameters, op results (set by hand, as the
+// propagation pass does), region parameters and function results; meshes
+// with default and permuted devices, of one, two and no axes; specs with one
+// axis, several axes, replicated and trailing dimensions; with pinned_host.
+func txtSharded(t testing.TB) *Func {
+	f := NewFunc("sharded")
+	b := txtBuilder{t, f.Body}
+	m := mustMesh(t, []int{2, 4}, []string{"x", "y"})
+	rev := mustMesh(t, []int{4}, []string{"data"}, 3, 2, 1, 0)
+	scalar := mustMesh(t, nil, nil, 6)
+	shard := func(v *Value, m *Mesh, spec PartitionSpec) *Value {
+		v.Type = v.Type.WithSharding(mustSharding(t, m, spec))
+		return v
+	}
+	x := shard(f.Body.AddParam(TypeOf(Float32, 8, 4)), m, P("x", "y"))
+	w := shard(f.Body.AddParam(TypeOf(Float32, 4, 16)), m, PartitionSpec{nil, {"y", "x"}})
+	h := shard(f.Body.AddParam(TypeOf(BFloat16, 4, 6).WithSpace(PinnedHost)), rev, P("data"))
+	k := shard(f.Body.AddParam(TypeOf(Uint32, 2)), scalar, P())
+	mm := shard(b.op(DotGeneral, vs(x, w), Attrs{"lhs_batch": []int{}, "rhs_batch": []int{}, "lhs_contract": []int{1}, "rhs_contract": []int{0}}), m, P("x", ""))
+	r := shard(b.op(ReduceSum, vs(mm), Attrs{"axes": []int{1}}), m, P())
+	hd := shard(b.op(DevicePut, vs(h), Attrs{"space": Device}), rev, PartitionSpec{{"data"}, {}})
+
+	body := f.NewRegion()
+	carry := shard(body.AddParam(TypeOf(Float32, 4)), m, P("y"))
+	row := body.AddParam(TypeOf(Float32, 4))
+	sum := shard(txtBuilder{t, body}.op(Add, vs(carry, row), nil), m, P("y"))
+	body.Results = vs(sum, sum)
+	init := b.op(Constant, nil, Attrs{"value": txtLiteral(t, Shape{4}, float32(0), 1, 2, 3)})
+	sc := b.ops(Scan, vs(init, x), Attrs{"length": 8, "num_carry": 1, "num_consts": 0}, body)
+	shard(sc[1], m, P("x"))
+	f.Body.Results = vs(r, hd, sc[0], sc[1], k)
+	return f
 }
 
 func txtRemat(t testing.TB) *Func {

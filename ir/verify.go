@@ -15,11 +15,12 @@ import (
 //     parameters and the values defined in it;
 //   - every op's code is known, its attributes have printable values (valid
 //     dtypes, memory spaces and literals), and its result types are the ones
-//     InferTypes gives now, which also checks the region contracts of scan,
-//     while and cond;
+//     InferTypes gives now apart from shardings (Type.EqualUnsharded), which
+//     also checks the region contracts of scan, while and cond;
 //   - the results of every region are visible in it;
 //   - every type is valid: a known dtype and memory space, no negative
-//     dimension, and a byte size that fits in an int64.
+//     dimension, a byte size that fits in an int64, and a sharding, if any,
+//     valid for the shape (NamedSharding.Validate); literal types have none.
 //
 // The error names the op (with its Loc when known) and the problem.
 func Verify(f *Func) error {
@@ -165,7 +166,7 @@ func (v *verifier) op(op *Op, sc map[*Value]bool) error {
 		if err := v.define(res, op, i, fmt.Sprintf("op %s: result %d", name, i), sc); err != nil {
 			return err
 		}
-		if !res.Type.Equal(want[i]) {
+		if !res.Type.EqualUnsharded(want[i]) {
 			return fmt.Errorf("op %s: result %d (%%%d) has type %v, its shape rule gives %v", name, i, res.ID, res.Type, want[i])
 		}
 	}
@@ -192,6 +193,9 @@ func checkAttrValue(a any) error {
 		}
 		if err := checkType(x.Type); err != nil {
 			return fmt.Errorf("literal: %w", err)
+		}
+		if x.Type.Sharding != nil {
+			return fmt.Errorf("literal of type %v: a literal's type has no sharding", x.Type)
 		}
 		if int64(len(x.Data)) != x.Type.Bytes() {
 			return fmt.Errorf("literal of type %v has %d bytes, want %d", x.Type, len(x.Data), x.Type.Bytes())
@@ -224,6 +228,11 @@ func checkType(t Type) error {
 			return fmt.Errorf("type %v is too large: its byte size overflows int64", t)
 		}
 		n *= int64(d)
+	}
+	if t.Sharding != nil {
+		if err := t.Sharding.Validate(t.Shape); err != nil {
+			return fmt.Errorf("type %v: %w", t, err)
+		}
 	}
 	return nil
 }

@@ -52,7 +52,7 @@ type Array struct {
 // Abstract returns an array that has only a type, like jax.ShapeDtypeStruct: it
 // can be passed to rt.Lower and Jitted.Lower to trace and compile (and read the
 // memory analysis of) programs too large to materialise, but not run.
-func Abstract(t ir.Type) *Array { return &Array{typ: t.WithShape(t.Shape)} }
+func Abstract(t ir.Type) *Array { return &Array{typ: t.Clone()} }
 
 // IsAbstract reports whether a has neither a buffer nor a tracer (see Abstract).
 func (a *Array) IsAbstract() bool { return a != nil && a.buf == nil && a.tr == nil }
@@ -60,8 +60,8 @@ func (a *Array) IsAbstract() bool { return a != nil && a.buf == nil && a.tr == n
 // FromBuffer wraps a backend buffer as a concrete array.
 func FromBuffer(b Buffer) *Array { return &Array{typ: b.Type(), buf: b} }
 
-// Type returns the abstract value: dtype, shape and memory space.
-func (a *Array) Type() ir.Type { return a.typ.WithShape(a.typ.Shape) }
+// Type returns the abstract value: dtype, shape, memory space and sharding.
+func (a *Array) Type() ir.Type { return a.typ.Clone() }
 
 // DType returns the element type.
 func (a *Array) DType() ir.DType { return a.typ.DType }
