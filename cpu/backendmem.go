@@ -50,7 +50,7 @@ func (cpuBackend) LiveAllocations() []backend.Allocation {
 			a := backend.Allocation{Platform: "cpu", Device: p.device, Space: p.space, IsArray: r.isArray, What: r.name(), Bytes: r.size,
 				Site: r.callSiteLocked(), PCs: append([]uintptr(nil), r.pcs()...), Born: r.bornTime()}
 			if r.isArray {
-				a.Type = r.typ.WithShape(r.typ.Shape)
+				a.Type = r.typ.Clone()
 			}
 			out = append(out, a)
 		}

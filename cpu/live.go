@@ -25,7 +25,7 @@ func (ps *Pools) liveArrays() []backend.LiveArray {
 func (r *allocRecord) liveArrayLocked(now time.Time) backend.LiveArray {
 	l := backend.LiveArray{Platform: "cpu", Device: r.pool.device, IsArray: r.isArray, What: r.name(), Bytes: r.size, Space: r.pool.space, Site: r.callSiteLocked(), Age: now.Sub(r.bornTime())}
 	if r.isArray {
-		l.Type = r.typ.WithShape(r.typ.Shape) // a copy: r.typ's shape may be shared
+		l.Type = r.typ.Clone() // a copy: r.typ's shape may be shared
 	}
 	return l
 }

@@ -95,7 +95,7 @@ func (b *Backend) LiveAllocations() []backend.Allocation {
 	for _, l := range b.live {
 		a := backend.Allocation{Platform: "cuda", Space: l.space, IsArray: l.isArray, What: l.what, Bytes: l.bytes, Born: l.born}
 		if l.isArray {
-			a.Type = l.typ.WithShape(l.typ.Shape)
+			a.Type = l.typ.Clone()
 		}
 		if l.stack != nil {
 			a.PCs = append([]uintptr(nil), l.stack.PCs...)
