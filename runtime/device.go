@@ -24,11 +24,16 @@ func SetCPUDeviceCount(n int) error { return cpu.SetDeviceCount(n) }
 
 // DeviceOf returns the device holding a concrete array (jax.Array.devices()
 // for an array on one device). Arrays made without naming a device are on
-// device 0, the default device.
+// device 0, the default device. A sharded array (DevicePut) is on several
+// devices: DeviceOf is an error naming them, and Shards lists its blocks.
 func DeviceOf(x *trace.Array) (Device, error) {
 	b, err := concreteBuffer("DeviceOf", x)
 	if err != nil {
 		return Device{}, err
+	}
+	if sb, ok := b.(*shardedBuffer); ok {
+		return Device{}, trace.Errorf("DeviceOf", "array %v is sharded over devices %v: rt.Shards lists its blocks, rt.ToDevice gathers it onto one device",
+			sb.typ, sb.typ.Sharding.Mesh.Devices())
 	}
 	id, _ := backend.BufferDevice(b)
 	for _, d := range Devices() {
@@ -44,10 +49,14 @@ func DeviceOf(x *trace.Array) (Device, error) {
 // runs on the device of its committed arguments (all on one device, or it
 // is an error) and uncommitted arguments follow them there; with none, it
 // runs on device 0. Arrays made without naming a device are not
-// committed. This is JAX's rule.
+// committed. This is JAX's rule. Sharded arrays (DevicePut) are committed
+// to their mesh.
 func IsCommitted(x *trace.Array) bool {
 	if x == nil || x.Buffer() == nil {
 		return false
+	}
+	if _, ok := x.Buffer().(*shardedBuffer); ok {
+		return true
 	}
 	_, c := backend.BufferDevice(x.Buffer())
 	return c
@@ -58,7 +67,9 @@ func IsCommitted(x *trace.Array) bool {
 // jax.device_put(x, device)): jitted functions and eager ops on it run on
 // dev and allocate their results there. x is returned as it is when it is
 // already committed to dev; otherwise the values are copied into dev's
-// pool (an out-of-memory error names the device).
+// pool (an out-of-memory error names the device). Given a sharded array
+// (DevicePut), it gathers the blocks (one replica of each) into one
+// unsharded array on dev: jax.device_put(x, device).
 func ToDevice(x *trace.Array, dev Device) (*trace.Array, error) {
 	b, err := concreteBuffer("ToDevice", x)
 	if err != nil {

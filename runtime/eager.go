@@ -34,6 +34,9 @@ func (e eagerExecutor) ExecuteOp(op *trace.EagerOp, args []trace.Buffer, results
 }
 
 func (eagerExecutor) execute(key []byte, build func() *ir.Func, args []trace.Buffer, results []trace.Buffer) ([]trace.Buffer, error) {
+	if i := shardedArg(args); i >= 0 {
+		return nil, fmt.Errorf("%s", shardedArgError(operandName(i), args[i].Type()))
+	}
 	ex, err := eagerCompile(key, build)
 	if err != nil {
 		return nil, err

@@ -307,6 +307,9 @@ func (j *Jitted[F]) prepare(s *callScratch, args []any) (*entry, error) {
 	if trace.Current() != nil || anyTraced(s.leaves) {
 		return nil, nil
 	}
+	if err := checkUnshardedLeaves(j.opts.name, s.leaves, s.defs); err != nil {
+		return nil, err
+	}
 	if e := j.last.Load(); e != nil && e.matches(s.defs, s.leaves) {
 		// The same signature as the last call: no key, no lock.
 		j.hits.Add(1)
@@ -511,6 +514,9 @@ func (j *Jitted[F]) lower(args []any) (*Lowered, []*trace.TreeDef, error) {
 	if err != nil {
 		return nil, nil, trace.Errorf("rt.Jit", "%s: %v", j.opts.name, err)
 	}
+	if err := checkUnshardedLeaves(j.opts.name, leaves, defs); err != nil {
+		return nil, nil, err
+	}
 	tr := trace.NewFuncTracer(j.opts.name)
 	params := make([]*trace.Array, len(leaves))
 	for i, l := range leaves {
@@ -628,6 +634,9 @@ func (e *entry) execute(s *callScratch, site string, want int) error {
 		return err
 	}
 	bufs := s.bufs
+	if i := shardedArg(bufs); i >= 0 {
+		return trace.Errorf("rt.Jit", "%s: %s", e.lowered.Func.Name, shardedArgError(e.lowered.leafName(i), bufs[i].Type()))
+	}
 	dev, commit, move, clash := placeArgs(bufs, want)
 	if clash[0] >= 0 {
 		return trace.Errorf("rt.Jit", "%s: %s", e.lowered.Func.Name, clashError(bufs, clash[0], clash[1], dev, e.lowered.leafName))

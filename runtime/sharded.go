@@ -1,0 +1,328 @@
+package runtime
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/ferryml/ferry/backend"
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/trace"
+)
+
+// Shard is one device's block of an array: the index range [Start, Limit)
+// of every dimension of the global array, held by Array, a concrete array
+// committed to Device. It is jax.Shard, an element of
+// jax.Array.addressable_shards.
+type Shard struct {
+	// Device holds the block.
+	Device Device
+	// Start and Limit bound the block in the global array, per dimension.
+	Start, Limit []int
+	// Array is the block: an unsharded array of shape Limit−Start on
+	// Device, sharing its memory with the sharded array (deleting either
+	// frees it).
+	Array *trace.Array
+}
+
+// shardedBuffer is the buffer of an array spread over the devices of a
+// mesh (DevicePut): its type is the global type with the sharding, and each
+// device of the mesh holds its own block, an ordinary buffer of that
+// device's pool, replicas in full on each replica's device.
+type shardedBuffer struct {
+	typ    ir.Type // global shape, with the sharding
+	shards []Shard // one per mesh device, in mesh order
+
+	mu      sync.Mutex
+	deleted bool
+}
+
+// Type returns the global type, with its sharding.
+func (b *shardedBuffer) Type() ir.Type { return b.typ.Clone() }
+
+// Sharding returns the array's sharding.
+func (b *shardedBuffer) Sharding() *ir.NamedSharding { return b.typ.Sharding }
+
+// Literal assembles the global array on the host from the shards, reading
+// one replica of every block.
+func (b *shardedBuffer) Literal() (*ir.Literal, error) {
+	if b.isDeleted() {
+		return nil, fmt.Errorf("sharded array %v was deleted", b.typ)
+	}
+	out := ir.NewLiteral(b.typ)
+	es := b.typ.DType.Size()
+	done := map[string]bool{}
+	for _, s := range b.shards {
+		k := fmt.Sprint(s.Start)
+		if done[k] {
+			continue // a replica of a block already read
+		}
+		done[k] = true
+		l, err := s.Array.Buffer().Literal()
+		if err != nil {
+			return nil, fmt.Errorf("shard on %s: %w", backend.DeviceName(s.Device.Platform, s.Device.ID), err)
+		}
+		copyBlock(out.Data, b.typ.Shape, l.Data, s.Start, s.Limit, es, false)
+	}
+	return out, nil
+}
+
+// Delete frees every shard.
+func (b *shardedBuffer) Delete() error {
+	b.mu.Lock()
+	if b.deleted {
+		b.mu.Unlock()
+		return nil
+	}
+	b.deleted = true
+	b.mu.Unlock()
+	var first error
+	for _, s := range b.shards {
+		if err := s.Array.Delete(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (b *shardedBuffer) isDeleted() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.deleted
+}
+
+// copyBlock copies between the row-major array global of shape shape and
+// the row-major block [start, limit) of it held in block: from block into
+// global, or (extract) from global into block. es is the element size in
+// bytes.
+func copyBlock(global []byte, shape ir.Shape, block []byte, start, limit []int, es int, extract bool) {
+	rank := len(shape)
+	if rank == 0 {
+		if extract {
+			copy(block, global[:es])
+		} else {
+			copy(global[:es], block)
+		}
+		return
+	}
+	for d := range rank {
+		if limit[d] <= start[d] {
+			return // an empty block
+		}
+	}
+	// strides of the global array, in elements
+	stride := make([]int, rank)
+	stride[rank-1] = 1
+	for d := rank - 2; d >= 0; d-- {
+		stride[d] = stride[d+1] * shape[d+1]
+	}
+	row := (limit[rank-1] - start[rank-1]) * es // contiguous bytes per block row
+	idx := append([]int{}, start...)            // global index of the row's first element
+	for off := 0; off < len(block); off += row {
+		g := 0
+		for d := range rank {
+			g += idx[d] * stride[d]
+		}
+		g *= es
+		if extract {
+			copy(block[off:off+row], global[g:g+row])
+		} else {
+			copy(global[g:g+row], block[off:off+row])
+		}
+		for d := rank - 2; d >= 0; d-- { // next row: odometer over the outer dimensions
+			idx[d]++
+			if idx[d] < limit[d] {
+				break
+			}
+			idx[d] = start[d]
+		}
+	}
+}
+
+// DevicePut spreads x over the devices of a mesh as sharding s says, like
+// jax.device_put(x, NamedSharding(mesh, spec)): every device of s.Mesh (a
+// device ID of the default backend) gets its block of x (ir.NamedSharding's
+// ShardBounds) in its own pool, in x's memory space; devices that differ
+// only along mesh axes the spec does not name each hold a full copy of the
+// same block. The result's Type() is x's type with the sharding; it is
+// committed (IsCommitted), and Shards lists its blocks. Literal, Float32s
+// and the other readers assemble the whole array, and ToDevice gathers it
+// onto one device. DevicePut is named after JAX's function; ToDevice puts
+// an array on one device. x is returned as it is when it already has
+// sharding s; an array with another sharding is gathered and split anew.
+//
+// Eager ops and jitted functions do not compute on sharded arrays yet (the
+// partitioner will): given one, they return an error naming the argument
+// and its sharding. Errors name the problem: a spec that does not fit x's
+// shape (ir.NamedSharding.Validate), or a mesh with devices the backend
+// does not have (set FERRY_CPU_DEVICES or SetCPUDeviceCount).
+func DevicePut(x *trace.Array, s *ir.NamedSharding) (*trace.Array, error) {
+	const op = "DevicePut"
+	b, err := concreteBuffer(op, x)
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		return nil, trace.Errorf(op, "nil sharding: to put %v on one device use rt.ToDevice", x.Type())
+	}
+	typ := x.Type()
+	if err := s.Validate(typ.Shape); err != nil {
+		return nil, trace.Errorf(op, "cannot shard %v: %v", typ.WithSharding(nil), err)
+	}
+	be := DefaultBackend()
+	if err := checkMeshDevices(be, s.Mesh); err != nil {
+		return nil, trace.Errorf(op, "%v", err)
+	}
+	if sb, ok := b.(*shardedBuffer); ok && sb.typ.Sharding.Equal(s) && !sb.isDeleted() {
+		return x, nil
+	}
+	p, ok := be.(backend.Placer)
+	if !ok && s.Mesh.NumDevices() > 1 {
+		return nil, trace.Errorf(op, "the %s backend cannot place arrays on several devices", be.Name())
+	}
+	l, err := b.Literal()
+	if err != nil {
+		return nil, trace.WrapError(op, err)
+	}
+	y, err := putShards(be, p, l, typ.WithSharding(s))
+	if err != nil {
+		return nil, trace.WrapError(op, err)
+	}
+	return y, nil
+}
+
+// putShards copies the blocks of the host array l into new buffers on the
+// devices of typ's sharding and returns the sharded array; p places them (nil
+// for a single-device backend, whose only device is 0).
+func putShards(be Backend, p backend.Placer, l *ir.Literal, typ ir.Type) (_ *trace.Array, err error) {
+	s := typ.Sharding
+	local, err := s.ShardShape(typ.Shape)
+	if err != nil {
+		return nil, err
+	}
+	sb := &shardedBuffer{typ: typ}
+	defer func() {
+		if err != nil {
+			_ = sb.Delete()
+		}
+	}()
+	devs := be.Devices()
+	es := typ.DType.Size()
+	blocks := map[string]*ir.Literal{} // each block sliced once, for all its replicas
+	for _, id := range s.Mesh.Devices() {
+		start, limit, err := s.ShardBounds(typ.Shape, id)
+		if err != nil {
+			return nil, err
+		}
+		k := fmt.Sprint(start)
+		bl := blocks[k]
+		if bl == nil {
+			bl = ir.NewLiteral(ir.Type{DType: typ.DType, Shape: local, Space: typ.Space})
+			copyBlock(l.Data, typ.Shape, bl.Data, start, limit, es, true)
+			blocks[k] = bl
+		}
+		var buf trace.Buffer
+		if p != nil {
+			buf, err = p.FromLiteralOn(bl, id)
+		} else {
+			buf, err = be.FromLiteral(bl)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("shard %v of %v on %s: %w", start, typ, backend.DeviceName(be.Name(), id), err)
+		}
+		d := devs[id]
+		sb.shards = append(sb.shards, Shard{Device: d, Start: start, Limit: limit, Array: trace.FromBuffer(buf)})
+	}
+	return trace.FromBuffer(sb), nil
+}
+
+// checkMeshDevices returns an error unless every device of m is a device of
+// be.
+func checkMeshDevices(be Backend, m *ir.Mesh) error {
+	n := len(be.Devices())
+	if m.NumDevices() > n {
+		return fmt.Errorf("%v needs %d devices, the %s backend has %d; set %s=%d (or rt.SetCPUDeviceCount) before making arrays",
+			m, m.NumDevices(), be.Name(), n, EnvCPUDevices, m.NumDevices())
+	}
+	for _, d := range m.Devices() {
+		if d >= n {
+			return fmt.Errorf("%v uses device %d, but the %s backend has devices 0 to %d; set %s (or rt.SetCPUDeviceCount) for more",
+				m, d, be.Name(), n-1, EnvCPUDevices)
+		}
+	}
+	return nil
+}
+
+// Shards returns the blocks of a concrete array, one per device holding
+// one, like jax.Array.addressable_shards: for an array from DevicePut, one
+// per device of its mesh in mesh order (replicated blocks once on each of
+// their devices); for an unsharded array, the whole array on its device.
+// The shard arrays share memory with x.
+func Shards(x *trace.Array) ([]Shard, error) {
+	b, err := concreteBuffer("Shards", x)
+	if err != nil {
+		return nil, err
+	}
+	sb, ok := b.(*shardedBuffer)
+	if !ok {
+		d, err := DeviceOf(x)
+		if err != nil {
+			return nil, err
+		}
+		return []Shard{{Device: d, Start: make([]int, x.Rank()), Limit: x.Shape(), Array: x}}, nil
+	}
+	if sb.isDeleted() {
+		return nil, trace.Errorf("Shards", "sharded array %v was deleted", sb.typ)
+	}
+	out := make([]Shard, len(sb.shards))
+	for i, s := range sb.shards {
+		out[i] = Shard{Device: s.Device, Start: append([]int{}, s.Start...), Limit: append([]int{}, s.Limit...), Array: s.Array}
+	}
+	return out, nil
+}
+
+// shardedArg returns the index of the first sharded buffer of bufs, or -1.
+func shardedArg(bufs []trace.Buffer) int {
+	for i, b := range bufs {
+		if _, ok := b.(*shardedBuffer); ok {
+			return i
+		}
+	}
+	return -1
+}
+
+// shardedArgError says that computations do not take sharded arrays yet;
+// what names the argument.
+func shardedArgError(what string, t ir.Type) string {
+	return fmt.Sprintf("%s is sharded (%v): sharded arrays cannot be computed on yet: gather it with rt.ToDevice(x, dev)", what, t)
+}
+
+// checkUnshardedLeaves returns an error naming the first sharded leaf of a
+// call of the function name, whose arguments have tree structures defs.
+func checkUnshardedLeaves(name string, leaves []*trace.Array, defs []*trace.TreeDef) error {
+	for i, l := range leaves {
+		if l == nil || l.IsTraced() {
+			continue
+		}
+		if _, ok := l.Buffer().(*shardedBuffer); ok {
+			return trace.Errorf("rt.Jit", "%s: %s", name, shardedArgError(argLeafName(defs, i), l.Type()))
+		}
+	}
+	return nil
+}
+
+// argLeafName names leaf i of arguments with tree structures defs
+// ("argument 2", "leaf 1 of argument 0").
+func argLeafName(defs []*trace.TreeDef, i int) string {
+	k := 0
+	for a, d := range defs {
+		n := d.NumLeaves()
+		if i < k+n {
+			if n == 1 {
+				return fmt.Sprintf("argument %d", a)
+			}
+			return fmt.Sprintf("leaf %d of argument %d", i-k, a)
+		}
+		k += n
+	}
+	return fmt.Sprintf("argument leaf %d", i)
+}
