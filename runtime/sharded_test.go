@@ -100,8 +100,8 @@ func randShape(rng *rand.Rand, c shardCase) []int {
 
 // blockValues slices the block [start, limit) of the row-major array data of
 // the given shape, by nested index arithmetic.
-func blockValues(data []float32, shape, start, limit []int) []float32 {
-	var out []float32
+func blockValues[T any](data []T, shape, start, limit []int) []T {
+	var out []T
 	idx := append([]int{}, start...)
 	n := 1
 	for d := range shape {
@@ -415,4 +415,54 @@ func TestShardedArraysNotComputed(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 5, d.ID)
 	require.True(t, strings.HasPrefix(y.String(), "f32[4,8]"), y.String())
+}
+
+// Element sizes of 1, 2 and 8 bytes shard and gather alike.
+func TestDevicePutDTypes(t *testing.T) {
+	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 8})
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 4))
+	mesh, err := ir.NewMesh([]int{4, 2}, []string{"x", "y"}, 5, 1, 7, 3, 0, 6, 4, 2)
+	require.NoError(t, err)
+	s, err := ir.NewNamedSharding(mesh, ir.P("y", "", "x"))
+	require.NoError(t, err)
+	shape := []int{2 * (1 + rng.IntN(3)), 1 + rng.IntN(3), 4 * (1 + rng.IntN(3))}
+	n := shape[0] * shape[1] * shape[2]
+	u8 := make([]uint8, n)
+	bf := make([]ir.BF16, n)
+	i64 := make([]int64, n)
+	for i := range n {
+		u8[i] = uint8(rng.IntN(256))
+		bf[i] = ir.BF16(rng.Uint32())
+		i64[i] = rng.Int64()
+	}
+	checkDTypeShards(t, s, shape, u8)
+	checkDTypeShards(t, s, shape, bf)
+	checkDTypeShards(t, s, shape, i64)
+}
+
+func checkDTypeShards[T ir.Native](t *testing.T, s *ir.NamedSharding, shape []int, data []T) {
+	t.Helper()
+	l, err := ir.LiteralOf(ir.Shape(shape), data)
+	require.NoError(t, err)
+	x := trace.FromLiteral(l)
+	y, err := rt.DevicePut(x, s)
+	require.NoError(t, err)
+	shards, err := rt.Shards(y)
+	require.NoError(t, err)
+	c := shardCase{shape: []int{4, 2}, axes: []string{"x", "y"}, spec: s.Spec}
+	for flat, sh := range shards {
+		start, limit := expectBounds(c, shape, flat)
+		require.Equal(t, start, sh.Start)
+		sl, err := sh.Array.Literal()
+		require.NoError(t, err)
+		require.Equal(t, blockValues(data, shape, start, limit), ir.View[T](sl), "%v shard %d", l.Type.DType, flat)
+	}
+	g, err := rt.ToDevice(y, rt.Devices()[6])
+	require.NoError(t, err)
+	gl, err := g.Literal()
+	require.NoError(t, err)
+	require.Equal(t, data, ir.View[T](gl))
+	for _, a := range []*trace.Array{x, y, g} {
+		require.NoError(t, a.Delete())
+	}
 }
