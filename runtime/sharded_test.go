@@ -8,6 +8,7 @@ import (
 	goruntime "runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -464,5 +465,66 @@ func checkDTypeShards[T ir.Native](t *testing.T, s *ir.NamedSharding, shape []in
 	require.Equal(t, data, ir.View[T](gl))
 	for _, a := range []*trace.Array{x, y, g} {
 		require.NoError(t, a.Delete())
+	}
+}
+
+// A shard that does not fit its device is an out-of-memory error naming the
+// device, and the shards already placed are freed.
+func TestDevicePutOutOfMemory(t *testing.T) {
+	const capacity = 1 << 14
+	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 8, Capacity: capacity, Allocator: rt.AllocatorPlatform})
+	mesh, err := ir.NewMesh([]int{8}, []string{"x"})
+	require.NoError(t, err)
+	s, err := ir.NewNamedSharding(mesh, ir.P("x"))
+	require.NoError(t, err)
+	// cpu:5 is nearly full.
+	filler, err := rt.FromLiteralOn(ir.NewLiteral(ir.TypeOf(ir.Float32, capacity/4-128)), rt.Devices()[5])
+	require.NoError(t, err)
+	x := rt.FromSlice(make([]float32, 8*256)) // 1 KiB per device
+	before := snapshotPools(t)
+	_, err = rt.DevicePut(x, s)
+	requireErrorAt(t, err, thisLine()-1, "DevicePut", "out of memory in device memory of cpu:5")
+	for k, a := range snapshotPools(t) {
+		require.Equal(t, before[k].BytesInUse, a.BytesInUse, "pool %v", k)
+	}
+	require.NoError(t, filler.Delete())
+	y, err := rt.DevicePut(x, s)
+	require.NoError(t, err)
+	require.Equal(t, make([]float32, 8*256), y.Float32s())
+	require.NoError(t, y.Delete())
+	require.NoError(t, x.Delete())
+}
+
+// A sharded array that becomes garbage frees its shards, like any array.
+func TestDevicePutGarbage(t *testing.T) {
+	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 8})
+	mesh, err := ir.NewMesh([]int{2, 4}, []string{"x", "y"})
+	require.NoError(t, err)
+	s, err := ir.NewNamedSharding(mesh, ir.P("", "y"))
+	require.NoError(t, err)
+	x := trace.FromLiteral(ir.NewLiteral(ir.TypeOf(ir.Float32, 8, 8)))
+	before := snapshotPools(t)
+	func() {
+		y, err := rt.DevicePut(x, s)
+		require.NoError(t, err)
+		require.Len(t, y.Float32s(), 64)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		goruntime.GC()
+		left := 0
+		for k, a := range snapshotPools(t) {
+			if a.BytesInUse != before[k].BytesInUse {
+				left++
+			}
+		}
+		if left == 0 {
+			goruntime.KeepAlive(x)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pools still hold the garbage sharded array's shards", left)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
