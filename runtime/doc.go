@@ -41,6 +41,26 @@
 // MemoryStats(space) describes cpu:0; ResetPeakMemory and LiveArrays cover
 // every device (LiveArray.Device).
 //
+// # Sharded arrays
+//
+// DevicePut spreads an array over the devices of a mesh, as
+// jax.device_put(x, NamedSharding(mesh, spec)) does: each device gets its
+// block (ir.NamedSharding.ShardBounds) in its own pool, replicated blocks a
+// full copy on each replica's device. The result's type is the global type
+// with the sharding; Shards lists the blocks (jax.Array.addressable_shards);
+// Literal and Float32s read the whole array and ToDevice gathers it onto one
+// device.
+//
+//	mesh, _ := ir.NewMesh([]int{2, 4}, []string{"x", "y"})
+//	s, _ := ir.NewNamedSharding(mesh, ir.P("x", "y"))
+//	y, err := rt.DevicePut(x, s) // f32[4,8]: a 2×2 block on each of cpu:0 … cpu:7
+//	shards, _ := rt.Shards(y)    // shards[i].Device, .Start, .Limit, .Array
+//	g, err := rt.ToDevice(y, rt.Devices()[0])
+//
+// Eager ops and jitted calls do not compute on sharded arrays yet: given one
+// they return an error naming the argument, its sharding and the caller's
+// line.
+//
 // # Debugging NaNs
 //
 // FERRY_DEBUG_NANS=1 (or rt.SetDebugNans(true)), like jax_debug_nans, makes an

@@ -634,7 +634,8 @@ func (e *entry) execute(s *callScratch, site string, want int) error {
 		return err
 	}
 	bufs := s.bufs
-	if i := shardedArg(bufs); i >= 0 {
+	if i := shardedArg(bufs[e.lowered.numArgs:]); i >= 0 { // the arguments were checked by prepare or appendBuffers
+		i += e.lowered.numArgs
 		return trace.Errorf("rt.Jit", "%s: %s", e.lowered.Func.Name, shardedArgError(e.lowered.leafName(i), bufs[i].Type()))
 	}
 	dev, commit, move, clash := placeArgs(bufs, want)
