@@ -377,6 +377,12 @@ func TestShardedArraysNotComputed(t *testing.T) {
 	requireErrorAt(t, err, thisLine()-1, "operand 0 "+sharded)
 	err = eager(func() { trace.Sum(y) })
 	requireErrorAt(t, err, thisLine()-1, "operand 0 "+sharded)
+	err = eager(func() { trace.DevicePut(y, ir.PinnedHost) })
+	requireErrorAt(t, err, thisLine()-1, "operand 0 "+sharded)
+	err = eager(func() { trace.Grad(func(a *trace.Array) *trace.Array { return trace.Sum(trace.Mul(a, a)) })(y) })
+	requireErrorAt(t, err, thisLine()-1, sharded)
+	err = eager(func() { trace.Vmap(func(a *trace.Array) *trace.Array { return trace.Exp(a) })(y) })
+	requireErrorAt(t, err, thisLine()-1, sharded)
 
 	f := rt.Jit(func(a, b *trace.Array) (*trace.Array, error) { return trace.Mul(a, b), nil })
 	_, err = f(x, y)
