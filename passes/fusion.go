@@ -261,7 +261,7 @@ func (fu *fuser) classify(op *ir.Op) fuseKind {
 		return fkCheap
 	}
 	switch {
-	case op.Info().Elementwise, op.Code == ir.BroadcastInDim, op.Code == ir.Reshape:
+	case op.Info().Elementwise, op.Code == ir.BroadcastInDim, op.Code == ir.Reshape, op.Code == ir.Transpose:
 		return fkLoop
 	case op.Code == ir.ReduceSum, op.Code == ir.ReduceMax, op.Code == ir.ReduceMin, op.Code == ir.ReduceProd:
 		return fkReduce

@@ -141,6 +141,18 @@ func TestFusionOutsideUse(t *testing.T) {
 	require.Same(t, fop.Results[0], body.Ops[1].Args[0])
 }
 
+// TestFusionTranspose: a transpose between elementwise ops joins their loop
+// group (read through an index map), so the transposed intermediate is never
+// materialised: vmap's OutAxes move and a cast after it cost no buffer.
+func TestFusionTranspose(t *testing.T) {
+	f := traceFunc("transpose", func(a ...*trace.Array) []*trace.Array {
+		return []*trace.Array{trace.Convert(trace.Transpose(trace.Tanh(a[0]), 1, 0, 2), ir.BFloat16)}
+	}, ir.TypeOf(ir.Float32, 3, 4, 5))
+	p := checkSame(t, f, passes.Options{})
+	require.Equal(t, []string{"fusion:loop"}, codes(p.Func.Body), "%s", p.Func)
+	require.Zero(t, p.Analysis.TempBytes, "%s", p.Func)
+}
+
 // TestFusionNoCycle: exp(x) feeds both a matrix product and the product's
 // epilogue; fusing exp with the epilogue would make a cycle, so exp stays
 // out and the product and epilogue form the output group.

@@ -1,6 +1,7 @@
 package passes_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,6 +24,11 @@ func transposesIntoDots(f *ir.Func) int {
 				continue
 			}
 			for _, a := range op.Args {
+				if a.Op != nil && a.Op.Code == ir.Fusion {
+					// A transpose fused into the loop that makes the operand
+					// is still a transposed copy.
+					a = a.Op.Regions[0].Results[slices.Index(a.Op.Results, a)]
+				}
 				if a.Op != nil && a.Op.Code == ir.Reshape {
 					a = a.Op.Args[0]
 				}
