@@ -387,6 +387,28 @@ func run(s sizes, analyses bool) ([]row, error) {
 	}
 	rows = append(rows, withAnalysis(r, m))
 
+	// The same stack initialised in f32 and then cast to bf16 in the same jit:
+	// the compiler moves the cast into the scan (pass scan-sink), so no f32
+	// stack is stored.
+	stackCast := func(key *trace.Array) nn.Stack {
+		st := nn.NewStack(key, ir.Float32, s.Layers, s.DModel, s.Heads, s.Hidden)
+		out, err := trace.MapAs(st, func(a *trace.Array) *trace.Array { return trace.Convert(a, ir.BFloat16) })
+		if err != nil {
+			panic(err)
+		}
+		return out
+	}
+	jc, m, err := jitted(fmt.Sprint("stack f32 cast", s.Layers, s.DModel, s.Heads, s.Hidden), stackCast, key)
+	if err != nil {
+		return nil, err
+	}
+	r, err = measureCase("stack_f32_cast", fmt.Sprintf("nn.NewStack(f32, L=%d, d=%d, hidden=%d) then trace.Convert to bf16 in the same jit: the cast moves into the scan", s.Layers, s.DModel, s.Hidden),
+		func() []*trace.Array { return trace.Leaves(jc(key)) })
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, withAnalysis(r, m))
+
 	// The same stack with trace.Vmap over the layer keys: straight into bf16,
 	// and f32 then cast (the Equinox pattern), jitted.
 	vmapCases := []struct {
