@@ -172,18 +172,7 @@ func (l *Lowered) leafName(i int) string {
 	if i >= l.numArgs {
 		return fmt.Sprintf("captured array %d", i-l.numArgs)
 	}
-	k := 0
-	for a, d := range l.argDefs {
-		n := d.NumLeaves()
-		if i < k+n {
-			if n == 1 {
-				return fmt.Sprintf("argument %d", a)
-			}
-			return fmt.Sprintf("leaf %d of argument %d", i-k, a)
-		}
-		k += n
-	}
-	return fmt.Sprintf("argument leaf %d", i)
+	return argLeafName(l.argDefs, i)
 }
 
 func reflectFuncForPC(pc uintptr) string {
