@@ -31,6 +31,8 @@ Cases (each jitted; the Go file bench/vsjax/rows.go has the Ferry twins):
   mlp          examples/mlp's train step: 784-512-10 ReLU MLP, mean softmax
                cross-entropy, optax.adam(lr) (b1 0.9, b2 0.999, eps 1e-8),
                params and optimizer state donated
+  per_example  per-example gradients of mlp's loss (jax.vmap of jax.grad,
+               parameters not mapped), each example's squared gradient norm
   transformer  examples/transformer's train step: tied token embedding,
                learned positions, pre-norm blocks stacked and run by lax.scan
                (LayerNorm eps 1e-6, causal bias-free attention, 4·d tanh-GELU
@@ -168,6 +170,28 @@ def mlp_case(cfg, arrays):
     return Step(step, opt, params, x, y)
 
 
+def per_example_case(arrays):
+    """Per-example gradients (jax.vmap of jax.grad, parameters not mapped) of
+    mlp_case's loss, reduced to each example's squared gradient norm: the first
+    step of DP-SGD."""
+    *leaves, x, y = arrays
+    params = [{"w": leaves[i], "b": leaves[i + 1]} for i in range(0, len(leaves), 2)]
+
+    def loss(p, xe, ye):
+        h = xe[None]
+        for i, l in enumerate(p):
+            h = h @ l["w"] + l["b"]
+            if i < len(p) - 1:
+                h = jax.nn.relu(h)
+        return optax.softmax_cross_entropy_with_integer_labels(h, ye[None]).mean()
+
+    def norms(p, x, y):
+        g = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(p, x, y)
+        return sum(jnp.sum(jnp.square(v.reshape(v.shape[0], -1)), axis=1) for v in jax.tree.leaves(g))
+
+    return Fn(lambda *a: norms(params, *a), [x, y])
+
+
 # The transformer's leaves in the order the Go side sends them (trace.Leaves of
 # its Model: Tok.Table, Pos, the stacked Block's fields, Norm).
 TF_LEAVES = ["tok", "pos",
@@ -237,6 +261,8 @@ def build(case, cfg, arrays):
         return mlp_case(cfg, arrays)
     if case == "transformer":
         return transformer_case(cfg, arrays)
+    if case == "per_example":
+        return per_example_case(arrays)
     raise ValueError(f"unknown case {case!r}")
 
 

@@ -276,6 +276,50 @@ func MLPCase(sz MLPSize) (c *Case, err error) {
 	return stepCase(c, init, opt, step, rt.FromSlice(xs, sz.Batch, sz.In), rt.FromSlice(ys, sz.Batch)), nil
 }
 
+// PerExampleCase is the first step of DP-SGD on examples/mlp's model:
+// per-example gradients of its loss (trace.Vmap of trace.Grad over the
+// examples, the parameters not mapped), reduced to each example's squared
+// gradient norm, jitted; JAX's twin is jax.vmap(jax.grad(loss), in_axes=(None,
+// 0, 0)).
+func PerExampleCase(sz MLPSize) (c *Case, err error) {
+	defer trace.Recover(&err)
+	sizes := []int{sz.In, sz.Hidden, sz.Classes}
+	params := rt.Jit(func(key *trace.Array) nn.MLP {
+		return nn.NewMLP(key, ir.Float32, sizes, nn.Relu)
+	})(random.NewKey(0))
+	init, err := takeSnapshot(params)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := init.tensors([]string{"w0", "b0", "w1", "b1"})
+	if err != nil {
+		return nil, err
+	}
+	xs, ys := randF32(sz.Batch*sz.In, 8, 0, 1), randI32(sz.Batch, 9, sz.Classes)
+	x, y := rt.FromSlice(xs, sz.Batch, sz.In), rt.FromSlice(ys, sz.Batch)
+	f := rt.Jit(func(p nn.MLP, x, y *trace.Array) *trace.Array {
+		g := trace.Vmap(func(xe, ye *trace.Array) nn.MLP {
+			return trace.Grad(func(p nn.MLP) *trace.Array {
+				return nn.SoftmaxCrossEntropy(p.Apply(trace.ExpandDims(xe, 0)), trace.ExpandDims(ye, 0))
+			})(p)
+		})(x, y)
+		var total *trace.Array
+		for _, l := range trace.Leaves(g) {
+			sq := trace.Sum(trace.Square(trace.Reshape(l, sz.Batch, l.Size()/sz.Batch)), 1)
+			if total == nil {
+				total = sq
+			} else {
+				total = trace.Add(total, sq)
+			}
+		}
+		return total
+	})
+	return fnCase("per_example_grads",
+		fmt.Sprintf("per-example gradient norms (Vmap of Grad), %d-%d-%d ReLU MLP, batch %d", sz.In, sz.Hidden, sz.Classes, sz.Batch),
+		"per_example", append(ts, f32Tensor("x", xs, sz.Batch, sz.In), i32Tensor("y", ys, sz.Batch)),
+		func() *trace.Array { return f(params, x, y) }), nil
+}
+
 // TFSize is the Transformer row's size and optimizer settings
 // (examples/transformer's defaults in DefaultSizes).
 type TFSize struct {
@@ -349,6 +393,8 @@ type Sizes struct {
 	TF      TFSize
 	MatMuls [][3]int // m, n, k
 	Gelu    [2]int   // rows, cols
+	// PerExample is the per-example gradients row's MLP and batch.
+	PerExample MLPSize
 }
 
 // DefaultSizes are the benchmark's: examples/mlp's and examples/transformer's
@@ -359,6 +405,9 @@ var DefaultSizes = Sizes{
 		LR: 3e-3, EndLR: 3e-4, WeightDecay: 0.01, Clip: 1, Warmup: 100, Total: 2000},
 	MatMuls: [][3]int{{16, 128, 32}, {128, 128, 256}, {1536, 1920, 1024}},
 	Gelu:    [2]int{4096, 1024},
+	// DP-SGD's usual shape: small batches, the per-example gradients of
+	// every parameter held at once (32 × 1.6 MB for the first layer).
+	PerExample: MLPSize{Batch: 32, In: 784, Hidden: 512, Classes: 10},
 }
 
 // TinySizes are small enough for a test or a quick check of the JAX side
@@ -367,8 +416,9 @@ var TinySizes = Sizes{
 	MLP: MLPSize{Batch: 8, In: 12, Hidden: 16, Classes: 5},
 	TF: TFSize{Vocab: 11, Batch: 2, Seq: 8, Layers: 2, D: 16, Heads: 2,
 		LR: 3e-3, EndLR: 3e-4, WeightDecay: 0.01, Clip: 1, Warmup: 2, Total: 20},
-	MatMuls: [][3]int{{3, 5, 7}, {16, 8, 4}, {9, 17, 33}},
-	Gelu:    [2]int{4, 6},
+	MatMuls:    [][3]int{{3, 5, 7}, {16, 8, 4}, {9, 17, 33}},
+	Gelu:       [2]int{4, 6},
+	PerExample: MLPSize{Batch: 4, In: 12, Hidden: 16, Classes: 5},
 }
 
 // Row is a benchmark row, built on demand.
@@ -387,6 +437,7 @@ func Rows(sz Sizes) []Row {
 	rows = append(rows,
 		Row{fmt.Sprintf("gelu_%dx%d", sz.Gelu[0], sz.Gelu[1]), func() (*Case, error) { return GeluCase(sz.Gelu[0], sz.Gelu[1]), nil }},
 		Row{"mlp_step", func() (*Case, error) { return MLPCase(sz.MLP) }},
+		Row{"per_example_grads", func() (*Case, error) { return PerExampleCase(sz.PerExample) }},
 		Row{"transformer_step", func() (*Case, error) { return TransformerCase(sz.TF) }},
 	)
 	return rows

@@ -98,6 +98,63 @@ func mlpLoss64(w0, b0, w1, b1, x []float32, y []int32, batch, in, hidden, classe
 	return total / float64(batch)
 }
 
+// perExampleNorms64 is each example's squared gradient norm of mlpLoss64's
+// two-layer ReLU MLP on that example alone, by backpropagation in float64.
+func perExampleNorms64(w0, b0, w1, b1, x []float32, y []int32, batch, in, hidden, classes int) []float64 {
+	out := make([]float64, batch)
+	for r := range batch {
+		xr := x[r*in : (r+1)*in]
+		h := make([]float64, hidden)
+		for j := range hidden {
+			z := float64(b0[j])
+			for k := range in {
+				z += float64(xr[k]) * float64(w0[k*hidden+j])
+			}
+			h[j] = math.Max(0, z)
+		}
+		lg := make([]float64, classes)
+		mx := math.Inf(-1)
+		for c := range classes {
+			lg[c] = float64(b1[c])
+			for j := range hidden {
+				lg[c] += h[j] * float64(w1[j*classes+c])
+			}
+			mx = math.Max(mx, lg[c])
+		}
+		se := 0.0
+		for _, v := range lg {
+			se += math.Exp(v - mx)
+		}
+		dz := make([]float64, classes) // softmax − one-hot
+		for c := range classes {
+			dz[c] = math.Exp(lg[c]-mx) / se
+		}
+		dz[y[r]]--
+		n := 0.0
+		for c := range classes {
+			n += dz[c] * dz[c] // b1
+		}
+		for j := range hidden {
+			dh := 0.0
+			for c := range classes {
+				g := h[j] * dz[c] // w1
+				n += g * g
+				dh += dz[c] * float64(w1[j*classes+c])
+			}
+			if h[j] <= 0 {
+				continue
+			}
+			n += dh * dh // b0
+			for k := range in {
+				g := float64(xr[k]) * dh // w0
+				n += g * g
+			}
+		}
+		out[r] = n
+	}
+	return out
+}
+
 func TestRowsTiny(t *testing.T) {
 	sz := TinySizes
 	rows := Rows(sz)
@@ -158,6 +215,12 @@ func TestRowsTiny(t *testing.T) {
 				if !(res.Losses[2] < res.Losses[0]) {
 					t.Fatalf("Adam on one batch: losses %v do not decrease", res.Losses)
 				}
+			case "per_example":
+				m := sz.PerExample
+				want := perExampleNorms64(f32s(arrayByName(t, c, "w0")), f32s(arrayByName(t, c, "b0")),
+					f32s(arrayByName(t, c, "w1")), f32s(arrayByName(t, c, "b1")),
+					f32s(arrayByName(t, c, "x")), i32s(arrayByName(t, c, "y")), m.Batch, m.In, m.Hidden, m.Classes)
+				closeTo(t, c.Name, res.Out, want, 1e-5)
 			case "transformer":
 				s := sz.TF
 				d, l := s.D, s.Layers
