@@ -307,8 +307,8 @@ func (s *frameStack) lookup(name string) *vmapFrame {
 type batchCall struct {
 	op   *ir.Op
 	args []*Array
-	dims []int // batch dimension of each operand, -1 if not batched
-	size int   // the size of the batch dimension
+	dims []int  // batch dimension of each operand, -1 if not batched
+	size int    // the size of the batch dimension
 	name string // the Vmap's axis name ("" when it has none)
 }
 
