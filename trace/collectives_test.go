@@ -214,3 +214,42 @@ func TestVmapCollectives(t *testing.T) {
 		}
 	}
 }
+
+// TestCollectiveGradients checks the VJP rule of every differentiable
+// collective through Vmap of Grad: example k's gradient is the gradient of
+// the sum of every example's loss with respect to x_k (psum's transpose is
+// psum, as in JAX), which Grad of the Vmap computes on another path (the
+// batching rules turn the collectives into ordinary ops, whose VJPs run).
+// That reference is itself checked against finite differences.
+func TestCollectiveGradients(t *testing.T) {
+	r := otRand(t)
+	covered := map[ir.Code]bool{}
+	cases := ctCases(r)
+	cases = append(cases, ctCase{code: ir.AllReduce, desc: "loss normalised by psum", in: cases[0].in,
+		fn: func(x *trace.Array) *trace.Array {
+			sq := trace.Mul(x, x)
+			return trace.Div(sq, trace.PSum(trace.Add(trace.Sum(sq), trace.Scalar(1.0)), "i"))
+		}, out: cases[0].out})
+	for _, c := range cases {
+		if !c.code.Info().Differentiable {
+			continue
+		}
+		covered[c.code] = true
+		X := c.in.array()
+		W := gtRand(r, -1, 1, append([]int{c.in.n}, c.out...)...)
+		loss := func(x, w *trace.Array) *trace.Array { return trace.Sum(trace.Mul(w, trace.Tanh(c.fn(x)))) }
+		perEx := trace.Vmap(func(x, w *trace.Array) *trace.Array {
+			return trace.Grad(func(x *trace.Array) *trace.Array { return loss(x, w) })(x)
+		}, trace.AxisName("i"))
+		total := func(a []*trace.Array) *trace.Array { return trace.Sum(trace.Vmap(loss, trace.AxisName("i"))(a[0], W)) }
+		gtFDCheck(t, c.desc, total, []*trace.Array{X}, r, 1e-6, 1e-5)
+		g := trace.Grad(func(x *trace.Array) *trace.Array { return total([]*trace.Array{x}) })(X)
+		gtExpectClose(t, c.desc+": Vmap of Grad", perEx(X, W).Float64s(), g.Float64s(), 1e-10)
+		gtExpectClose(t, c.desc+": Vmap of Grad under jit", rt.Jit(perEx)(X, W).Float64s(), g.Float64s(), 1e-10)
+	}
+	for _, code := range ir.AllCodes() {
+		if code.IsCollective() && code.Info().Differentiable && !covered[code] {
+			t.Errorf("differentiable collective %v has no case in TestCollectiveGradients", code)
+		}
+	}
+}
