@@ -41,10 +41,11 @@ func (c Code) IsCollective() bool { return c >= AllReduce && c <= AxisIndex }
 
 // UnboundAxisError returns the error of a collective op whose axis is bound
 // nowhere: no Vmap with that AxisName and no ShardMap over that mesh axis
-// encloses it. It names the op, its location and the axis.
+// encloses it. It names the axis; callers add the op and its location
+// (Op.Describe), as eval's errors do.
 func UnboundAxisError(op *Op) error {
-	return fmt.Errorf("%s: unbound axis name %q: collectives run only inside a Vmap with that AxisName or a ShardMap over that mesh axis",
-		op.Describe(), op.Attrs.String("axis"))
+	return fmt.Errorf("unbound axis name %q: collectives run only inside a Vmap with that AxisName or a ShardMap over that mesh axis",
+		op.Attrs.String("axis"))
 }
 
 func init() {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ferryml/ferry/ir"
@@ -252,4 +253,153 @@ func TestCollectiveGradients(t *testing.T) {
 			t.Errorf("differentiable collective %v has no case in TestCollectiveGradients", code)
 		}
 	}
+}
+
+// TestVmapCollectivesNested calls collectives over the outer axis from inside
+// an inner Vmap (the inner Vmap passes them through with its batch dimension,
+// the outer one computes them) and over the inner axis, against float64
+// loops, eagerly and under rt.Jit.
+func TestVmapCollectivesNested(t *testing.T) {
+	r := otRand(t)
+	n1, n2, blk := 2+r.IntN(3), 1+r.IntN(3), 1+r.IntN(2)
+	a := n1 * blk
+	x := newCtBatch(r, n1, n2, a)
+	at := func(u, v, e int) float64 { return x.at(u, []int{v, e}) }
+	f := func(x *trace.Array) []*trace.Array {
+		var shift [][2]int
+		for s := range n1 {
+			shift = append(shift, [2]int{s, (s + 1) % n1})
+		}
+		idx := trace.Add(trace.AxisIndex("i"), trace.Mul(trace.AxisIndex("j"), trace.ScalarOf(10, ir.Int32)))
+		return []*trace.Array{
+			trace.PSum(x, "i"), trace.PSum(x, "j"), trace.AllGather(x, "i", 1, false),
+			idx, trace.PPermute(x, "i", shift), trace.PSumScatter(x, "i", 0, true), trace.AllToAll(x, "i", 0, 0),
+		}
+	}
+	g := trace.Vmap(trace.Vmap(f, trace.AxisName("j")), trace.AxisName("i"))
+	refs := []struct {
+		shape []int
+		f     func(u, v int, e []int) float64
+	}{
+		{[]int{a}, func(u, v int, e []int) float64 {
+			s := 0.0
+			for m := range n1 {
+				s += at(m, v, e[0])
+			}
+			return s
+		}},
+		{[]int{a}, func(u, v int, e []int) float64 {
+			s := 0.0
+			for m := range n2 {
+				s += at(u, m, e[0])
+			}
+			return s
+		}},
+		{[]int{a, n1}, func(u, v int, e []int) float64 { return at(e[1], v, e[0]) }},
+		{nil, func(u, v int, _ []int) float64 { return float64(u + 10*v) }},
+		{[]int{a}, func(u, v int, e []int) float64 { return at((u+n1-1)%n1, v, e[0]) }},
+		{[]int{blk}, func(u, v int, e []int) float64 {
+			s := 0.0
+			for m := range n1 {
+				s += at(m, v, u*blk+e[0])
+			}
+			return s
+		}},
+		{[]int{a}, func(u, v int, e []int) float64 { return at(e[0]/blk, v, u*blk+e[0]%blk) }},
+	}
+	for _, mode := range []string{"eager", "jit"} {
+		h := g
+		if mode == "jit" {
+			h = rt.Jit(g)
+		}
+		got := h(x.array())
+		for i, ref := range refs {
+			want := ctRef(append([]int{n1, n2}, ref.shape...), func(idx []int) float64 { return ref.f(idx[0], idx[1], idx[2:]) })
+			gtExpectClose(t, fmt.Sprintf("%s output %d (n1=%d n2=%d blk=%d)", mode, i, n1, n2, blk), got[i].Float64s(), want, 1e-12)
+		}
+	}
+}
+
+// TestVmapCollectivesUnbatched gives collectives over the Vmap's axis
+// operands that do not depend on the example (closed over, or a scan that
+// reads none of the mapped inputs): psum scales by the axis size, ppermute
+// and axis_index make them depend on it.
+func TestVmapCollectivesUnbatched(t *testing.T) {
+	r := otRand(t)
+	n := 1 + r.IntN(4)
+	w := gtRand(r, -1, 1, 3)
+	wd := w.Float64s()
+	f := trace.Vmap(func(x *trace.Array) []*trace.Array {
+		counted, _ := trace.Scan(func(c, _ []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			return []*trace.Array{trace.Add(c[0], trace.Convert(trace.AxisIndex("i"), ir.Float64))}, nil
+		}, []*trace.Array{trace.ScalarOf(0, ir.Float64)}, nil, trace.ScanLength(3))
+		return []*trace.Array{trace.PSum(w, "i"), trace.PPermute(w, "i", [][2]int{{0, n - 1}}), counted[0], trace.Add(x, trace.PMax(w, "i"))}
+	}, trace.AxisName("i"))
+	x := gtRand(r, -1, 1, n, 3)
+	for _, mode := range []string{"eager", "jit"} {
+		h := f
+		if mode == "jit" {
+			h = rt.Jit(f)
+		}
+		got := h(x)
+		want := [][]float64{ctRef([]int{n, 3}, func(i []int) float64 { return float64(n) * wd[i[1]] }),
+			ctRef([]int{n, 3}, func(i []int) float64 {
+				if i[0] == n-1 {
+					return wd[i[1]]
+				}
+				return 0
+			}),
+			ctRef([]int{n}, func(i []int) float64 { return 3 * float64(i[0]) }),
+			ctRef([]int{n, 3}, func(i []int) float64 { return x.Float64s()[i[0]*3+i[1]] + wd[i[1]] }),
+		}
+		for i := range want {
+			gtExpectClose(t, fmt.Sprintf("%s output %d (n=%d)", mode, i, n), got[i].Float64s(), want[i], 1e-12)
+		}
+	}
+}
+
+// TestCollectiveErrors: a collective over an axis no Vmap binds is an
+// *Error naming the axis at the caller's line (eagerly, in a Vmap of another
+// name, under rt.Jit), as is a bad dimension or pair list; a collective op
+// applied directly outside any binding is refused the same way.
+func TestCollectiveErrors(t *testing.T) {
+	x := trace.Const([]float64{1, 2, 3, 4, 5, 6}, 2, 3)
+	expect := func(what, want string, f func()) {
+		t.Helper()
+		e := gtCatch(t, f)
+		if e == nil {
+			t.Fatalf("%s: no error", what)
+		}
+		if !strings.Contains(e.Error(), want) || !strings.HasSuffix(e.File, "collectives_test.go") {
+			t.Errorf("%s: error %q (at %s:%d), want one containing %q at this file", what, e.Error(), e.File, e.Line, want)
+		}
+	}
+	unbound := `unbound axis name "i"`
+	expect("eager PSum", unbound, func() { trace.PSum(x, "i") })
+	expect("eager AxisIndex", unbound, func() { trace.AxisIndex("i") })
+	expect("Vmap of another name", unbound, func() {
+		trace.Vmap(func(x *trace.Array) *trace.Array { return trace.AllGather(x, "i", 0, false) }, trace.AxisName("j"))(x)
+	})
+	expect("Vmap without a name", unbound, func() {
+		trace.Vmap(func(x *trace.Array) *trace.Array { return trace.PMean(x, "i") })(x)
+	})
+	expect("rt.Jit", unbound, func() {
+		rt.Jit(func(x *trace.Array) *trace.Array { return trace.PSum(x, "i") })(x)
+	})
+	expect("direct all_reduce op", unbound, func() {
+		trace.Apply(ir.AllReduce, ir.Attrs{"axis": "i", "size": 2, "reduction": "sum"}, nil, x)
+	})
+	in := func(f func(x *trace.Array) *trace.Array) func() {
+		return func() { trace.Vmap(f, trace.AxisName("i"))(x) }
+	}
+	expect("all_to_all split", "not divisible by the axis size 2", in(func(x *trace.Array) *trace.Array { return trace.AllToAll(x, "i", 0, 0) }))
+	expect("psum_scatter size", "is not the axis size 2", in(func(x *trace.Array) *trace.Array { return trace.PSumScatter(x, "i", 0, false) }))
+	expect("all_gather dimension", "dimension 2 is out of range", in(func(x *trace.Array) *trace.Array { return trace.AllGather(x, "i", 2, false) }))
+	expect("ppermute pairs", "repeats a source or a target", in(func(x *trace.Array) *trace.Array {
+		return trace.PPermute(x, "i", [][2]int{{0, 1}, {1, 1}})
+	}))
+	expect("ppermute range", "out of range for axis size 2", in(func(x *trace.Array) *trace.Array {
+		return trace.PPermute(x, "i", [][2]int{{0, 2}})
+	}))
+	expect("pmean of ints", "needs a float dtype", in(func(x *trace.Array) *trace.Array { return trace.PMean(trace.Convert(x, ir.Int32), "i") }))
 }
