@@ -100,7 +100,7 @@ func PMean(x *Array, name string) *Array {
 		panic(Errorf("PMean", "needs a float dtype, got %v", x.DType()))
 	}
 	s := collective("PMean", ir.AllReduce, x, name, ir.Attrs{"reduction": "sum"})
-	return adDiv(s, adFullLike(s, float64(s.val.Op.Attrs.Int("size"))))
+	return adDiv(s, adFullLike(s, float64(axisSize("PMean", name))))
 }
 
 // AllGather returns the values of x of every member of the axis named name,
