@@ -352,7 +352,7 @@ func vmapRegion(r *ir.Region, args []*Array, dims []int, size int, name string) 
 		op := ops[k]
 		m := adMarkOfOp(op)
 		if m != nil && m.group != nil && m.index == 0 {
-			k = batchCustomGroup(ops, k, m.group, get, bind, size) - 1
+			k = batchCustomGroup(ops, k, m.group, get, bind, size, name) - 1
 			continue
 		}
 		args, ds, anyB := get(op.Args)
@@ -413,7 +413,7 @@ func usesAxis(op *ir.Op, name string) bool {
 // batched call as a custom_vjp call whose backward function is the original
 // one mapped over the batch. It returns the index after the markers.
 func batchCustomGroup(ops []*ir.Op, k int, g *adGroup, get func([]*ir.Value) ([]*Array, []int, bool),
-	bind func([]*ir.Value, []*Array, []int), size int) int {
+	bind func([]*ir.Value, []*Array, []int), size int, name string) int {
 	n := len(g.outputs)
 	ins, inDims, _ := get(g.inputs)
 	res, resDims, _ := get(g.residuals)
@@ -437,7 +437,7 @@ func batchCustomGroup(ops []*ir.Op, k int, g *adGroup, get func([]*ir.Value) ([]
 	}
 	bwd := g.bwd
 	if slices.ContainsFunc(append(append(slices.Clone(inDims), resDims...), outDims...), func(d int) bool { return d >= 0 }) {
-		bwd = batchBwd(g.bwd, ins, inDims, resDims, outDims, size)
+		bwd = batchBwd(g.bwd, ins, inDims, resDims, outDims, size, name)
 	}
 	adCustomFinish(t, inVals, resVals, outs, bwd)
 	bind(g.outputs, outs, outDims)
@@ -453,7 +453,11 @@ func batchCustomGroup(ops []*ir.Op, k int, g *adGroup, get func([]*ir.Value) ([]
 // to example 0 and the others get zero, so that, bwd being linear in the
 // cotangents, the sum over the batch counts it once. (Giving it to every
 // example would count it once per example.)
-func batchBwd(bwd func(res, cts []*Array) []*Array, ins []*Array, inDims, resDims, outDims []int, size int) func(res, cts []*Array) []*Array {
+//
+// The backward function is mapped with the Vmap's axis name, so that the
+// collectives over it (those of a Remat's recomputed forward, and their
+// transposes) are bound there too.
+func batchBwd(bwd func(res, cts []*Array) []*Array, ins []*Array, inDims, resDims, outDims []int, size int, name string) func(res, cts []*Array) []*Array {
 	return func(res, cts []*Array) []*Array {
 		nr := len(res)
 		cts = slices.Clone(cts)
@@ -491,7 +495,7 @@ func batchBwd(bwd func(res, cts []*Array) []*Array, ins []*Array, inDims, resDim
 			}
 			return out
 		}
-		cfg := &vmapConfig{inAxes: axes, outAxes: oaxes, size: size, hasSize: true}
+		cfg := &vmapConfig{inAxes: axes, outAxes: oaxes, size: size, hasSize: true, name: name}
 		for i, d := range inDims {
 			oaxes[i] = max(d, 0)
 		}

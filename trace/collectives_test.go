@@ -403,3 +403,41 @@ func TestCollectiveErrors(t *testing.T) {
 	}))
 	expect("pmean of ints", "needs a float dtype", in(func(x *trace.Array) *trace.Array { return trace.PMean(trace.Convert(x, ir.Int32), "i") }))
 }
+
+// TestCollectivesRematScan: collectives inside Remat and inside a Scan body,
+// under Vmap of Grad and Grad of Vmap, agree with the same function written
+// without Remat and Scan.
+func TestCollectivesRematScan(t *testing.T) {
+	r := otRand(t)
+	n := 2 + r.IntN(3)
+	X := gtRand(r, -1, 1, n, 3)
+	step := func(y *trace.Array) *trace.Array {
+		return trace.Tanh(trace.Add(y, trace.PMean(trace.Mul(y, y), "i")))
+	}
+	loss := func(y *trace.Array) *trace.Array {
+		return trace.Sum(trace.Mul(y, trace.PPermute(y, "i", [][2]int{{0, n - 1}, {n - 1, 0}})))
+	}
+	plain := func(x *trace.Array) *trace.Array { return loss(step(step(x))) }
+	remat := func(x *trace.Array) *trace.Array {
+		f := trace.Remat(func(y *trace.Array) *trace.Array { return step(step(y)) }, trace.NothingSaveable)
+		return loss(f(x))
+	}
+	scan := func(x *trace.Array) *trace.Array {
+		c, _ := trace.Scan(func(c, _ []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			return []*trace.Array{step(c[0])}, nil
+		}, []*trace.Array{x}, nil, trace.ScanLength(2))
+		return loss(c[0])
+	}
+	vg := func(f func(*trace.Array) *trace.Array) *trace.Array {
+		return trace.Vmap(trace.Grad(f), trace.AxisName("i"))(X)
+	}
+	gv := func(f func(*trace.Array) *trace.Array) *trace.Array {
+		return trace.Grad(func(x *trace.Array) *trace.Array { return trace.Sum(trace.Vmap(f, trace.AxisName("i"))(x)) })(X)
+	}
+	want := gv(plain).Float64s()
+	gtExpectClose(t, "Vmap of Grad", vg(plain).Float64s(), want, 1e-12)
+	for name, f := range map[string]func(*trace.Array) *trace.Array{"remat": remat, "scan": scan} {
+		gtExpectClose(t, name+": Grad of Vmap", gv(f).Float64s(), want, 1e-12)
+		gtExpectClose(t, name+": Vmap of Grad", vg(f).Float64s(), want, 1e-12)
+	}
+}
