@@ -745,6 +745,41 @@ def vmap_while_value(x, w):
     return jnp.sum(out * out)
 
 
+def collectives_per_example(x):
+    """Every differentiable collective of one example x (f[6, 4]) over the
+    vmap axis 'i' of size 3, each output squashed by tanh and summed."""
+    outs = [
+        lax.psum(jnp.tanh(x), "i"), lax.pmean(x * x, "i"),
+        lax.all_gather(x, "i", axis=1), lax.all_gather(x, "i", axis=0, tiled=True),
+        lax.psum_scatter(x, "i", scatter_dimension=0, tiled=True),
+        lax.psum_scatter(x[:, :3], "i", scatter_dimension=1),
+        lax.all_to_all(x, "i", 0, 1, tiled=True),
+        lax.ppermute(x, "i", [(0, 1), (1, 2), (2, 0)]),
+        lax.axis_index("i").astype(x.dtype) * x,
+    ]
+    return sum(jnp.sum(jnp.tanh(o)) for o in outs)
+
+
+def vmap_collectives_loss(x):
+    """collectives_per_example under jax.vmap with axis_name 'i', summed over
+    the examples: the gradient checks grad of vmap (the batching rules)."""
+    return jnp.sum(jax.vmap(collectives_per_example, axis_name="i")(x))
+
+
+def vmap_grad_collectives_loss(x, proj):
+    """Per-example gradients of collectives_per_example (jax.vmap of jax.grad
+    with axis_name 'i': the collectives' transposes), projected on proj and
+    summed; the gradient is grad of vmap of grad."""
+    return jnp.sum(jax.vmap(jax.grad(collectives_per_example), axis_name="i")(x) * proj)
+
+
+def vmap_minmax_value(x):
+    """pmax and pmin over the vmap axis (forward only: JAX does not
+    differentiate them)."""
+    f = lambda e: jnp.tanh(lax.pmax(e, "i")) * lax.pmin(e, "i")
+    return jnp.sum(jax.vmap(f, axis_name="i")(x))
+
+
 def gen_grad_programs(rows):
     for dt in ("f32", "f64"):
         r = rng("prog/mlp/" + dt)
@@ -810,6 +845,13 @@ def gen_grad_programs(rows):
             ("xs", normal(dt, (n, b, d1), r)), ("w1", normal(dt, (L, d1, d2), r, d1 ** -0.5)),
             ("w2", normal(dt, (L, d2, d1), r, d2 ** -0.5)), ("weights", normal(dt, (b,), r))],
             vmap_scan_loss, [0, 1, 2])
+
+        r = rng("prog/vmap_collectives/" + dt)
+        prog_case(rows, f"vmap_collectives/{dt}", "vmap_collectives", [("x", normal(dt, (3, 6, 4), r))],
+                  vmap_collectives_loss, [0])
+        prog_case(rows, f"vmap_grad_collectives/{dt}", "vmap_grad_collectives", [
+            ("x", normal(dt, (3, 6, 4), r)), ("proj", normal(dt, (3, 6, 4), r))], vmap_grad_collectives_loss, [0])
+        prog_case(rows, f"vmap_minmax/{dt}", "vmap_minmax", [("x", normal(dt, (3, 6, 4), r))], vmap_minmax_value, [])
 
         r = rng("prog/vmap_while/" + dt)
         x = np.abs(normal(dt, (4, 3), r)) * np.array([[0.1], [1], [5], [20]], dtype=NP[dt])

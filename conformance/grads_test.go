@@ -101,6 +101,54 @@ var gradPrograms = map[string][]struct {
 	"vmap_mlp":                    {{"", vmapMLPLoss}},
 	"vmap_scan":                   {{"", vmapScanLoss}},
 	"vmap_while":                  {{"", vmapWhileValue}},
+	"vmap_collectives":            {{"", vmapCollectivesLoss}},
+	"vmap_grad_collectives":       {{"", vmapGradCollectivesLoss}},
+	"vmap_minmax":                 {{"", vmapMinMaxValue}},
+}
+
+// collectivesPerExample is gen.py's collectives_per_example: every
+// differentiable collective of one example x (f[6, 4]) over the Vmap axis
+// "i" of size 3, each output squashed by tanh and summed.
+func collectivesPerExample(x *trace.Array) *trace.Array {
+	outs := []*trace.Array{
+		trace.PSum(trace.Tanh(x), "i"), trace.PMean(trace.Mul(x, x), "i"),
+		trace.AllGather(x, "i", 1, false), trace.AllGather(x, "i", 0, true),
+		trace.PSumScatter(x, "i", 0, true),
+		trace.PSumScatter(trace.Slice(x, []int{0, 0}, []int{6, 3}, nil), "i", 1, false),
+		trace.AllToAll(x, "i", 0, 1),
+		trace.PPermute(x, "i", [][2]int{{0, 1}, {1, 2}, {2, 0}}),
+		trace.Mul(trace.Convert(trace.AxisIndex("i"), x.DType()), x),
+	}
+	var sum *trace.Array
+	for _, o := range outs {
+		s := trace.Sum(trace.Tanh(o))
+		if sum == nil {
+			sum = s
+		} else {
+			sum = trace.Add(sum, s)
+		}
+	}
+	return sum
+}
+
+// vmapCollectivesLoss is gen.py's vmap_collectives_loss: Grad of it goes
+// through the collectives' batching rules.
+func vmapCollectivesLoss(a []*trace.Array) *trace.Array {
+	return trace.Sum(trace.Vmap(collectivesPerExample, trace.AxisName("i"))(a[0]))
+}
+
+// vmapGradCollectivesLoss is gen.py's vmap_grad_collectives_loss: Vmap of
+// Grad goes through the collectives' VJP rules.
+func vmapGradCollectivesLoss(a []*trace.Array) *trace.Array {
+	per := trace.Vmap(trace.Grad(collectivesPerExample), trace.AxisName("i"))
+	return trace.Sum(trace.Mul(per(a[0]), a[1]))
+}
+
+// vmapMinMaxValue is gen.py's vmap_minmax_value (forward only).
+func vmapMinMaxValue(a []*trace.Array) *trace.Array {
+	return trace.Sum(trace.Vmap(func(e *trace.Array) *trace.Array {
+		return trace.Mul(trace.Tanh(trace.PMax(e, "i")), trace.PMin(e, "i"))
+	}, trace.AxisName("i"))(a[0]))
 }
 
 // vmapMLPLoss is gen.py's vmap_mlp_loss: the per-example gradients of
@@ -517,11 +565,19 @@ func gradKnown(name string) int {
 	return -1
 }
 
-// gradRegionPrograms names, for the region ops that are differentiable, the
-// golden programs that differentiate through them.
+// gradRegionPrograms names, for the region ops and collectives that are
+// differentiable, the golden programs that differentiate through them.
 var gradRegionPrograms = map[ir.Code][]string{
 	ir.Scan: {"scan", "remat_scan/dots_saveable", "remat_scan/nothing_saveable", "control"},
 	ir.Cond: {"control"},
+	// Collectives have a meaning only under a Vmap (or ShardMap) binding
+	// their axis, so whole programs check them: grad of vmap (the batching
+	// rules) and vmap of grad (the VJP rules, JAX's transposes).
+	ir.AllReduce:         {"vmap_collectives", "vmap_grad_collectives"},
+	ir.AllGather:         {"vmap_collectives", "vmap_grad_collectives"},
+	ir.ReduceScatter:     {"vmap_collectives", "vmap_grad_collectives"},
+	ir.AllToAll:          {"vmap_collectives", "vmap_grad_collectives"},
+	ir.CollectivePermute: {"vmap_collectives", "vmap_grad_collectives"},
 }
 
 // TestEveryDifferentiableOpHasGradGolden fails when an op the op table marks

@@ -44,6 +44,18 @@ var excluded = map[ir.Code]string{
 	// Fusion groups are made by the compiler (passes) out of the ops checked
 	// here; user programs never contain them, and JAX has no counterpart.
 	ir.Fusion: "compiler-made group of checked ops; no JAX primitive (every rt.Jit run here goes through it)",
+	// Collectives have a meaning only where their axis is bound (a Vmap
+	// with that AxisName now, a ShardMap later): a one-op program of one
+	// has none, so they have no per-op golden. The gradient goldens'
+	// programs vmap_collectives, vmap_grad_collectives and vmap_minmax
+	// check them under jax.vmap with an axis name, and trace's Vmap tests
+	// against loops over the examples.
+	ir.AllReduce:         "collective (lax.psum/pmax/pmin): only under a bound axis; Vmap tests in trace",
+	ir.AllGather:         "collective (lax.all_gather): only under a bound axis; Vmap tests in trace",
+	ir.ReduceScatter:     "collective (lax.psum_scatter): only under a bound axis; Vmap tests in trace",
+	ir.AllToAll:          "collective (lax.all_to_all): only under a bound axis; Vmap tests in trace",
+	ir.CollectivePermute: "collective (lax.ppermute): only under a bound axis; Vmap tests in trace",
+	ir.AxisIndex:         "collective (lax.axis_index): only under a bound axis; Vmap tests in trace",
 }
 
 // ulpBound is the largest distance in ulps from JAX's result allowed for the

@@ -113,6 +113,15 @@ const (
 	// it never get a buffer. attrs: kind ("loop", "input" or "output").
 	Fusion
 
+	// Collectives over a named axis (see IsCollective and collectives.go):
+	// attrs axis (the axis name) and size (the number of members along it).
+	AllReduce         // attrs reduction ("sum", "max", "min")
+	AllGather         // attrs dimension, tiled (optional)
+	ReduceScatter     // attrs dimension, tiled (optional); a sum
+	AllToAll          // attrs split_dimension, concat_dimension
+	CollectivePermute // attrs pairs (source, target, source, target, ...)
+	AxisIndex         // no operands; the member's index along the axis, an i32 scalar
+
 	numCodes
 )
 

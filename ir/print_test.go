@@ -77,7 +77,34 @@ func txtCorpus(t testing.TB) map[string]*Func {
 		"fusion":      txtFusion(t),
 		"remat":       txtRemat(t),
 		"sharded":     txtSharded(t),
+		"collectives": txtCollectives(t),
 	}
+}
+
+// txtCollectives holds every collective op, as a ShardMap's per-device
+// program or a Vmap's traced body would.
+func txtCollectives(t testing.TB) *Func {
+	f := NewFunc("collectives")
+	b := txtBuilder{t, f.Body}
+	x := f.Body.AddParam(TypeOf(Float32, 4, 6))
+	ax := func(more Attrs) Attrs {
+		a := Attrs{"axis": "data parallel", "size": 2}
+		for k, v := range more {
+			a[k] = v
+		}
+		return a
+	}
+	s := b.op(AllReduce, vs(x), ax(Attrs{"reduction": "sum"}))
+	m := b.op(AllReduce, vs(s), ax(Attrs{"reduction": "max"}))
+	g := b.opAt("model.go:7", AllGather, vs(m), ax(Attrs{"dimension": 1}))
+	gt := b.op(AllGather, vs(m), ax(Attrs{"dimension": 0, "tiled": true}))
+	r := b.op(ReduceScatter, vs(g), ax(Attrs{"dimension": 1}))
+	rt := b.op(ReduceScatter, vs(gt), ax(Attrs{"dimension": 0, "tiled": true}))
+	a2a := b.op(AllToAll, vs(rt), ax(Attrs{"split_dimension": 1, "concat_dimension": 0}))
+	p := b.op(CollectivePermute, vs(r), ax(Attrs{"pairs": []int{0, 1, 1, 0}}))
+	i := b.op(AxisIndex, nil, ax(nil))
+	f.Body.Results = vs(p, a2a, i)
+	return f
 }
 
 // txtSharded uses shardings: on parameters, op results (set by hand, as the

@@ -96,6 +96,11 @@ type Options struct {
 	// then compute a whole block before it stores any result's block
 	// (eval.EvalOpInto and cpuexec's fused kernels do). Off by default.
 	FusionInPlace bool
+	// BoundAxes names the axes whose collectives the executor runs (a
+	// ShardMap's mesh axes, for its per-device programs). A collective
+	// over any other axis has no meaning in the program, and Compile
+	// refuses it (ir.UnboundAxisError). Nil for one-device programs.
+	BoundAxes []string
 }
 
 // EnvVerifyIR names the environment variable that, set to any non-empty
@@ -140,6 +145,9 @@ var dumpSeq atomic.Int64
 func Compile(f *ir.Func, opts Options) (*Program, error) {
 	if err := ir.Verify(f); err != nil {
 		return nil, fmt.Errorf("passes: input: %w", err)
+	}
+	if err := checkBoundAxes(f, opts.BoundAxes); err != nil {
+		return nil, fmt.Errorf("passes: %w", err)
 	}
 	if len(opts.Donated) > len(f.Body.Params) {
 		return nil, fmt.Errorf("passes: %d donation flags for %d parameters", len(opts.Donated), len(f.Body.Params))
@@ -252,4 +260,16 @@ func fileName(s string) string {
 		out = out[:64]
 	}
 	return out
+}
+
+// checkBoundAxes returns the error of the first collective of f (regions
+// included) whose axis is not in bound.
+func checkBoundAxes(f *ir.Func, bound []string) error {
+	var err error
+	f.Body.Walk(func(op *ir.Op) {
+		if err == nil && op.Code.IsCollective() && !slices.Contains(bound, op.Attrs.String("axis")) {
+			err = fmt.Errorf("%s: %w", op.Describe(), ir.UnboundAxisError(op))
+		}
+	})
+	return err
 }

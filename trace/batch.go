@@ -68,7 +68,8 @@ func AxisSize(n int) VmapOption {
 }
 
 // AxisName names the mapped axis (jax.vmap's axis_name), so that AxisIndex
-// can refer to it from inside the function.
+// and the collectives (PSum, AllGather, PPermute, ...) can refer to it from
+// inside the function: their members are the examples.
 func AxisName(name string) VmapOption {
 	return func(c *vmapConfig) { c.name = name }
 }
@@ -139,11 +140,12 @@ func vmapAxes(name, what string, axes []int, n int) []int {
 	return slices.Clone(axes)
 }
 
-// vmapFrame is one active Vmap with an axis name, for AxisIndex.
+// vmapFrame is one active Vmap with an axis name, for AxisIndex and the
+// collectives.
 type vmapFrame struct {
-	name  string
-	t     *Tracer
-	index *Array // the tracer's lane-index parameter
+	name string
+	t    *Tracer
+	size int // the size of the mapped axis
 }
 
 func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapConfig) []*Array {
@@ -194,7 +196,6 @@ func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapC
 
 	// Trace fn on one example.
 	t := NewFuncTracer("vmap")
-	var lane *Array
 	func() {
 		defer t.Close()
 		adWith(t, func() {
@@ -208,8 +209,7 @@ func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapC
 				params[i].weak = a.weak && dims[i] < 0
 			}
 			if cfg.name != "" {
-				lane = t.Param(ir.Type{DType: ir.Int32})
-				vmapFrames.push(&vmapFrame{name: cfg.name, t: t, index: lane})
+				vmapFrames.push(&vmapFrame{name: cfg.name, t: t, size: size})
 				defer vmapFrames.pop()
 			}
 			res := fn(params)
@@ -226,16 +226,11 @@ func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapC
 	}()
 
 	// Interpret it on the batch.
-	in := append([]*Array{}, args...)
-	if lane != nil {
-		in = append(in, Apply1(ir.Iota, ir.Attrs{"dtype": ir.Int32, "shape": []int{size}, "dim": 0}))
-		dims = append(dims, 0)
-	}
-	in = append(in, t.Captures()...)
+	in := append(append([]*Array{}, args...), t.Captures()...)
 	for len(dims) < len(in) {
 		dims = append(dims, -1)
 	}
-	outs, odims := vmapRegion(t.region, in, dims, size)
+	outs, odims := vmapRegion(t.region, in, dims, size, cfg.name)
 
 	outAxes := vmapAxes(name, "OutAxes", cfg.outAxes, len(outs))
 	for i, o := range outs {
@@ -306,24 +301,15 @@ func (s *frameStack) lookup(name string) *vmapFrame {
 	return nil
 }
 
-// AxisIndex returns the index of the current example along the Vmap axis
-// named name (jax.lax.axis_index): an i32 scalar that is 0, 1, ... across
-// the mapped axis. It panics with *Error outside a Vmap of that name.
-func AxisIndex(name string) *Array {
-	if f := vmapFrames.lookup(name); f != nil {
-		return f.index
-	}
-	panic(Errorf("AxisIndex", "no Vmap with AxisName(%q) is being traced here", name))
-}
-
 // ---- the interpreter
 
 // batchCall is the input of a batching rule.
 type batchCall struct {
 	op   *ir.Op
 	args []*Array
-	dims []int // batch dimension of each operand, -1 if not batched
-	size int   // the size of the batch dimension
+	dims []int  // batch dimension of each operand, -1 if not batched
+	size int    // the size of the batch dimension
+	name string // the Vmap's axis name ("" when it has none)
 }
 
 // batchRule emits the batched form of an op and returns its results with
@@ -336,7 +322,9 @@ var batchRules = map[ir.Code]batchRule{}
 
 // vmapRegion interprets region r on args batched at dims (-1: not batched),
 // in the current context, and returns its results and their batch dims.
-func vmapRegion(r *ir.Region, args []*Array, dims []int, size int) ([]*Array, []int) {
+// name is the Vmap's axis name: collectives over it always go through their
+// batching rules (they compute over the batch even on unbatched operands).
+func vmapRegion(r *ir.Region, args []*Array, dims []int, size int, name string) ([]*Array, []int) {
 	env := make(map[*ir.Value]*Array, len(r.Params)+len(r.Ops))
 	bd := make(map[*ir.Value]int, len(r.Params)+len(r.Ops))
 	for i, p := range r.Params {
@@ -364,13 +352,14 @@ func vmapRegion(r *ir.Region, args []*Array, dims []int, size int) ([]*Array, []
 		op := ops[k]
 		m := adMarkOfOp(op)
 		if m != nil && m.group != nil && m.index == 0 {
-			k = batchCustomGroup(ops, k, m.group, get, bind, size) - 1
+			k = batchCustomGroup(ops, k, m.group, get, bind, size, name) - 1
 			continue
 		}
 		args, ds, anyB := get(op.Args)
 		var outs []*Array
 		var od []int
-		if !anyB {
+		own := name != "" && usesAxis(op, name)
+		if !anyB && !own {
 			outs = adReplay(op, args)
 			od = make([]int, len(outs))
 			for i := range od {
@@ -386,7 +375,7 @@ func vmapRegion(r *ir.Region, args []*Array, dims []int, size int) ([]*Array, []
 			if t != nil {
 				mark = len(t.region.Ops)
 			}
-			outs, od = rule(&batchCall{op: op, args: args, dims: ds, size: size})
+			outs, od = rule(&batchCall{op: op, args: args, dims: ds, size: size, name: name})
 			if t != nil && op.Loc != "" {
 				// The ops the rule emitted stand for the user's op.
 				for _, e := range t.region.Ops[mark:] {
@@ -403,12 +392,28 @@ func vmapRegion(r *ir.Region, args []*Array, dims []int, size int) ([]*Array, []
 	return out, ds
 }
 
+// usesAxis reports whether op is a collective over the axis name, or a
+// region op holding one.
+func usesAxis(op *ir.Op, name string) bool {
+	if op.Code.IsCollective() && op.Attrs.String("axis") == name {
+		return true
+	}
+	for _, r := range op.Regions {
+		for _, o := range r.Ops {
+			if usesAxis(o, name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // batchCustomGroup interprets the markers of a custom_vjp call starting at
 // ops[k] (its inputs and residuals are already interpreted) and records the
 // batched call as a custom_vjp call whose backward function is the original
 // one mapped over the batch. It returns the index after the markers.
 func batchCustomGroup(ops []*ir.Op, k int, g *adGroup, get func([]*ir.Value) ([]*Array, []int, bool),
-	bind func([]*ir.Value, []*Array, []int), size int) int {
+	bind func([]*ir.Value, []*Array, []int), size int, name string) int {
 	n := len(g.outputs)
 	ins, inDims, _ := get(g.inputs)
 	res, resDims, _ := get(g.residuals)
@@ -432,7 +437,7 @@ func batchCustomGroup(ops []*ir.Op, k int, g *adGroup, get func([]*ir.Value) ([]
 	}
 	bwd := g.bwd
 	if slices.ContainsFunc(append(append(slices.Clone(inDims), resDims...), outDims...), func(d int) bool { return d >= 0 }) {
-		bwd = batchBwd(g.bwd, ins, inDims, resDims, outDims, size)
+		bwd = batchBwd(g.bwd, ins, inDims, resDims, outDims, size, name)
 	}
 	adCustomFinish(t, inVals, resVals, outs, bwd)
 	bind(g.outputs, outs, outDims)
@@ -448,7 +453,11 @@ func batchCustomGroup(ops []*ir.Op, k int, g *adGroup, get func([]*ir.Value) ([]
 // to example 0 and the others get zero, so that, bwd being linear in the
 // cotangents, the sum over the batch counts it once. (Giving it to every
 // example would count it once per example.)
-func batchBwd(bwd func(res, cts []*Array) []*Array, ins []*Array, inDims, resDims, outDims []int, size int) func(res, cts []*Array) []*Array {
+//
+// The backward function is mapped with the Vmap's axis name, so that the
+// collectives over it (those of a Remat's recomputed forward, and their
+// transposes) are bound there too.
+func batchBwd(bwd func(res, cts []*Array) []*Array, ins []*Array, inDims, resDims, outDims []int, size int, name string) func(res, cts []*Array) []*Array {
 	return func(res, cts []*Array) []*Array {
 		nr := len(res)
 		cts = slices.Clone(cts)
@@ -486,7 +495,7 @@ func batchBwd(bwd func(res, cts []*Array) []*Array, ins []*Array, inDims, resDim
 			}
 			return out
 		}
-		cfg := &vmapConfig{inAxes: axes, outAxes: oaxes, size: size, hasSize: true}
+		cfg := &vmapConfig{inAxes: axes, outAxes: oaxes, size: size, hasSize: true, name: name}
 		for i, d := range inDims {
 			oaxes[i] = max(d, 0)
 		}
@@ -529,6 +538,9 @@ func batchDeps(r *ir.Region, params []bool) []bool {
 		for _, v := range op.Args {
 			any = any || b[v]
 		}
+		// A collective over the Vmap's own axis may give a batched result
+		// for unbatched operands (axis_index, ppermute, ...).
+		any = any || op.Code.IsCollective()
 		if dep := batchRegionDeps[op.Code]; dep != nil && any {
 			args := make([]bool, len(op.Args))
 			for i, v := range op.Args {

@@ -150,7 +150,7 @@ func batchScan(c *batchCall) ([]*Array, []int) {
 	carry, ys := adScan("Scan", func(cs, xsl []*Array) ([]*Array, []*Array) {
 		args := append(append(append([]*Array{}, consts...), cs...), xsl...)
 		dims := append(append(append([]int{}, cdims...), kdims...), xdims...)
-		outs, od := vmapRegion(body, args, dims, c.size)
+		outs, od := vmapRegion(body, args, dims, c.size, c.name)
 		next := make([]*Array, nk)
 		for j := range next {
 			next[j] = batchFront(ir.Scan, outs[j], od[j], carryB[j], c.size)
@@ -184,7 +184,7 @@ func batchCond(c *batchCall) ([]*Array, []int) {
 		p := batchMove(pred, pd, 0) // bool[size]
 		var branches [][]*Array
 		for _, r := range regs {
-			rs, rd := vmapRegion(r, ops, odims, c.size)
+			rs, rd := vmapRegion(r, ops, odims, c.size, c.name)
 			for i := range rs {
 				rs[i] = batchFront(ir.Cond, rs[i], rd[i], true, c.size)
 			}
@@ -200,7 +200,7 @@ func batchCond(c *batchCall) ([]*Array, []int) {
 	ob := batchDepsCond(c.op, c.batched())
 	branch := func(r *ir.Region) func([]*Array) []*Array {
 		return func(ps []*Array) []*Array {
-			rs, rd := vmapRegion(r, ps, odims, c.size)
+			rs, rd := vmapRegion(r, ps, odims, c.size, c.name)
 			for i := range rs {
 				rs[i] = batchFront(ir.Cond, rs[i], rd[i], ob[i], c.size)
 			}
@@ -243,7 +243,7 @@ func batchWhile(c *batchCall) ([]*Array, []int) {
 	region := func(r *ir.Region, st []*Array) ([]*Array, []int) {
 		args := append(append([]*Array{}, consts...), st...)
 		dims := append(append([]int{}, cdims...), sdims...)
-		return vmapRegion(r, args, dims, c.size)
+		return vmapRegion(r, args, dims, c.size, c.name)
 	}
 	// lanes returns the predicate of every lane: bool[size].
 	lanes := func(st []*Array) *Array {
@@ -282,7 +282,7 @@ func batchWhile(c *batchCall) ([]*Array, []int) {
 // batchFusion interprets a fused group's region batched, inline: the
 // compiler fuses the batched ops again.
 func batchFusion(c *batchCall) ([]*Array, []int) {
-	return vmapRegion(c.op.Regions[0], c.args, c.dims, c.size)
+	return vmapRegion(c.op.Regions[0], c.args, c.dims, c.size, c.name)
 }
 
 func init() {

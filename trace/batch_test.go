@@ -835,6 +835,13 @@ func TestVmapOps(t *testing.T) {
 		covered[c.code] = true
 	}
 	for _, code := range ir.AllCodes() {
+		if code.IsCollective() {
+			// The loop reference runs the op once per example, where a
+			// collective's axis is unbound: TestVmapCollectives checks
+			// every collective against float64 loops (and fails on one
+			// without a case).
+			continue
+		}
 		if !covered[code] {
 			t.Errorf("op %v has no case in vtCases", code)
 		}

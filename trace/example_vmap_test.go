@@ -36,3 +36,25 @@ func ExampleInAxes() {
 	// Output:
 	// f32[2,3] [[10 20 30] [400 500 600]]
 }
+
+// Collectives under a Vmap with an axis name (jax.vmap(f, axis_name='i')):
+// each example is normalised by the sum over the batch, sees the whole batch
+// with AllGather, and takes its left neighbour's value with PPermute (the
+// first example, which no pair targets, gets zeros).
+func ExamplePSum() {
+	xs := rt.FromSlice([]float32{1, 3, 4}, 3)
+	f := trace.Vmap(func(x *trace.Array) []*trace.Array {
+		return []*trace.Array{
+			trace.Div(x, trace.PSum(x, "batch")),
+			trace.AllGather(x, "batch", 0, false),
+			trace.PPermute(x, "batch", [][2]int{{0, 1}, {1, 2}}),
+		}
+	}, trace.AxisName("batch"))
+	for _, y := range f(xs) {
+		fmt.Println(y)
+	}
+	// Output:
+	// f32[3] [0.125 0.375 0.5]
+	// f32[3,3] [[1 3 4] [1 3 4] [1 3 4]]
+	// f32[3] [0 1 3]
+}

@@ -230,6 +230,7 @@ func apply(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Array, re
 		}
 	}
 	checkHostOperands(code, attrs, args)
+	checkCollective(code, attrs)
 	if target == nil {
 		return applyEager(code, attrs, regions, args, res)
 	}

@@ -430,6 +430,11 @@ func runRegionOp(op *ir.Op, x []*ir.Literal, outTypes []ir.Type, outs []*ir.Lite
 func dispatch(op *ir.Op, x []*ir.Literal, outs []*ir.Literal) error {
 	a := op.Attrs
 	info := op.Code.Info()
+	if op.Code.IsCollective() {
+		// Only a Vmap or a ShardMap gives a collective a meaning; eval
+		// runs one device's program and has no group to talk to.
+		return ir.UnboundAxisError(op)
+	}
 	if isIdentityOp(op.Code) {
 		identityOp(x, outs)
 		return nil

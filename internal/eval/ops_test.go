@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/ferryml/ferry/ir"
@@ -37,7 +38,47 @@ var opTests = map[ir.Code]func(*testing.T){
 	ir.Fusion:              testFusion,
 }
 
+// testCollective checks that eval refuses a collective op with the error
+// naming its axis and location: collectives have no meaning on one device
+// (trace.Vmap rewrites them into ordinary ops; ShardMap's per-device programs
+// will run them through package collective, not through eval).
+func testCollective(t *testing.T, code ir.Code) {
+	f := ir.NewFunc(code.String())
+	x := f.Body.AddParam(ir.TypeOf(ir.Float32, 2, 4))
+	attrs := ir.Attrs{"axis": "batch", "size": 2}
+	args := []*ir.Value{x}
+	switch code {
+	case ir.AllReduce:
+		attrs["reduction"] = "sum"
+	case ir.AllGather, ir.ReduceScatter:
+		attrs["dimension"] = 0
+	case ir.AllToAll:
+		attrs["split_dimension"], attrs["concat_dimension"] = 1, 0
+	case ir.CollectivePermute:
+		attrs["pairs"] = []int{0, 1}
+	case ir.AxisIndex:
+		args = nil
+	}
+	op, err := f.Body.AddOp(code, args, attrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op.Loc = "model.go:3"
+	f.Body.Results = op.Results
+	markTested(t, f)
+	lit := ir.NewLiteral(ir.TypeOf(ir.Float32, 2, 4))
+	_, err = Run(f, []*ir.Literal{lit})
+	if err == nil || !strings.Contains(err.Error(), `unbound axis name "batch"`) || !strings.Contains(err.Error(), "model.go:3") {
+		t.Errorf("%v: got error %v, want one naming the unbound axis and the location", code, err)
+	}
+}
+
 func init() {
+	for _, c := range ir.AllCodes() {
+		if c.IsCollective() {
+			opTests[c] = func(t *testing.T) { testCollective(t, c) }
+		}
+	}
 	for c := range unaryCases {
 		opTests[c] = func(t *testing.T) { testUnary(t, c) }
 	}
