@@ -57,6 +57,7 @@ func init() {
 	def(AllToAll, OpInfo{Name: "all_to_all", NumArgs: 1, Differentiable: true, Attrs: with(AttrSpec{"split_dimension", AttrInt, false}, AttrSpec{"concat_dimension", AttrInt, false}), Infer: inferAllToAll})
 	def(CollectivePermute, OpInfo{Name: "collective_permute", NumArgs: 1, Differentiable: true, Attrs: with(AttrSpec{"pairs", AttrInts, false}), Infer: inferCollectivePermute})
 	def(AxisIndex, OpInfo{Name: "axis_index", NumArgs: 0, Attrs: axis, Infer: inferAxisIndex})
+	installShardRules() // also run by ops.go's init: whichever runs last sees every row
 }
 
 // collectiveArg checks the axis attributes and the operand of a collective.

@@ -196,11 +196,12 @@ type OpInfo struct {
 	// Lower names the op's lowerings on the backends that lower by name.
 	Lower Lowering
 
-	// Shard is the slot of the sharding propagation rule, which the
-	// sharding issue fills and types (with the IR's sharding type); nil
-	// until then, and nothing reads it yet. The vmap batching rule needs
-	// trace's types, so its slot sits beside the VJP rules in trace.
-	Shard any
+	// Shard is the sharding propagation rule (see ShardingRule), read by
+	// passes.PropagateShardings. Every op has one; the ops in
+	// DefaultShardedOps have ShardReplicate on purpose. The vmap batching
+	// rule needs trace's types, so its slot sits beside the VJP rules in
+	// trace.
+	Shard ShardingRule
 }
 
 // Lowering holds the names under which backends lower an op.
@@ -387,6 +388,7 @@ func init() {
 	def(While, OpInfo{Name: "while", Class: ClassRegion, NumArgs: -1, NumRegions: 2, Attrs: []AttrSpec{{"num_consts", AttrInt, false}}, Infer: inferWhile})
 	def(Fusion, OpInfo{Name: "fusion", Class: ClassRegion, NumArgs: -1, NumRegions: 1, Attrs: []AttrSpec{{"kind", AttrString, false}}, Infer: inferFusion})
 	def(Cond, OpInfo{Name: "cond", Class: ClassRegion, NumArgs: -1, MinArgs: 1, NumRegions: 2, Differentiable: true, Infer: inferCond})
+	installShardRules()
 }
 
 // InferTypes checks operands, attributes and regions of an op and returns its

@@ -34,8 +34,8 @@ func TestOpTableComplete(t *testing.T) {
 		if info.Ref1 != nil && info.NumArgs != 1 || info.Ref2 != nil && info.NumArgs != 2 {
 			t.Errorf("%v: reference function of the wrong arity", c)
 		}
-		if info.Shard != nil {
-			t.Errorf("%v: the sharding slot is filled, but no consumer reads it yet", c)
+		if info.Shard == nil {
+			t.Errorf("%v has no sharding rule (Shard); give it one or list it in DefaultShardedOps", c)
 		}
 	}
 }

@@ -1,0 +1,190 @@
+package passes_test
+
+import (
+	"regexp"
+	"testing"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
+	"github.com/stretchr/testify/require"
+)
+
+// shardMesh is the mesh of the propagation tests; @S[spec] in their IR text
+// stands for a sharding on it.
+const shardMesh = "mesh[x=2,y=4]"
+
+var shardMacro = regexp.MustCompile(`@S(\[[^\]]*\])`)
+
+// propagate parses src (expanding @S[spec]), propagates shardings and
+// returns the function and the analysis.
+func propagate(t *testing.T, src string) (*ir.Func, *passes.ShardingAnalysis) {
+	t.Helper()
+	src = shardMacro.ReplaceAllString(src, "{sharding<"+shardMesh+", $1>}")
+	f := parse(t, src)
+	a, err := passes.AnalyzeShardings(f)
+	require.NoError(t, err, "analysing\n%s", f)
+	require.NoError(t, passes.PropagateShardings(f), "propagating\n%s", f)
+	return f, a
+}
+
+// valueByID finds the value %id of f.
+func valueByID(t *testing.T, f *ir.Func, id int) *ir.Value {
+	t.Helper()
+	var found *ir.Value
+	var walk func(r *ir.Region)
+	walk = func(r *ir.Region) {
+		for _, v := range r.Params {
+			if v.ID == id {
+				found = v
+			}
+		}
+		for _, op := range r.Ops {
+			for _, v := range op.Results {
+				if v.ID == id {
+					found = v
+				}
+			}
+			for _, sub := range op.Regions {
+				walk(sub)
+			}
+		}
+	}
+	walk(f.Body)
+	require.NotNil(t, found, "no %%%d in\n%s", id, f)
+	return found
+}
+
+// wantSpecs checks the propagated spec of each value (id → spec text).
+func wantSpecs(t *testing.T, f *ir.Func, want map[int]string) {
+	t.Helper()
+	for id, spec := range want {
+		v := valueByID(t, f, id)
+		s := v.Type.Sharding
+		require.NotNil(t, s, "%%%d has no sharding after propagation:\n%s", id, f)
+		require.Equal(t, shardMesh, s.Mesh.String(), "%%%d's mesh:\n%s", id, f)
+		require.Equal(t, spec, s.Spec.String(), "%%%d's spec after propagation:\n%s", id, f)
+	}
+}
+
+func TestShardPropElementwiseChain(t *testing.T) {
+	f, a := propagate(t, `func @f(%0: f32[8,4]@S[x,{}], %1: f32[8,4]) -> (f16[8,4]) {
+  %2 = add(%0, %1) : f32[8,4]
+  %3 = exp(%2) : f32[8,4]
+  %4 = convert(%3) {dtype=f16} : f16[8,4]
+  return %4
+}`)
+	wantSpecs(t, f, map[int]string{1: "[x,{}]", 2: "[x,{}]", 3: "[x,{}]", 4: "[x,{}]"})
+	require.Empty(t, a.Partial, "\n%s", f)
+}
+
+func TestShardPropBackwardFromResult(t *testing.T) {
+	f, _ := propagate(t, `func @f(%0: f32[8,4], %1: f32[8,4]) -> (f32[8,4]@S[{},y]) {
+  %2 = mul(%0, %1) : f32[8,4]
+  %3 = neg(%2) : f32[8,4]@S[{},y]
+  return %3
+}`)
+	wantSpecs(t, f, map[int]string{0: "[{},y]", 1: "[{},y]", 2: "[{},y]"})
+}
+
+func TestShardPropBiasBroadcast(t *testing.T) {
+	f, _ := propagate(t, `func @f(%0: f32[8,4]@S[x,y], %1: f32[4]) -> (f32[8,4]) {
+  %2 = broadcast_in_dim(%1) {dims=[1], shape=[8,4]} : f32[8,4]
+  %3 = add(%0, %2) : f32[8,4]
+  return %3
+}`)
+	// The bias follows the activations backward through the broadcast: its
+	// one dimension is the result's dimension 1, split over y.
+	wantSpecs(t, f, map[int]string{1: "[y]", 2: "[x,y]", 3: "[x,y]"})
+}
+
+func TestShardPropTranspose(t *testing.T) {
+	f, _ := propagate(t, `func @f(%0: f32[8,4]@S[x,y], %1: f32[4,8]) -> (f32[4,8], f32[8,4]@S[{},x]) {
+  %2 = transpose(%0) {perm=[1,0]} : f32[4,8]
+  %3 = transpose(%1) {perm=[1,0]} : f32[8,4]@S[{},x]
+  return %2, %3
+}`)
+	wantSpecs(t, f, map[int]string{2: "[y,x]", 1: "[x,{}]"})
+}
+
+func TestShardPropReshape(t *testing.T) {
+	f, _ := propagate(t, `func @f(%0: f32[8,4]@S[x,{}], %1: f32[8,4]@S[{},y], %2: f32[8]@S[{x,y}], %3: f32[1,8]@S[{},x], %4: f32[2,16]) -> (f32[2,4,4], f32[32], f32[32], f32[2,4], f32[8], f32[32]@S[x]) {
+  %5 = reshape(%0) {shape=[2,4,4]} : f32[2,4,4]
+  %6 = reshape(%0) {shape=[32]} : f32[32]
+  %7 = reshape(%1) {shape=[32]} : f32[32]
+  %8 = reshape(%2) {shape=[2,4]} : f32[2,4]
+  %9 = reshape(%3) {shape=[8]} : f32[8]
+  %10 = reshape(%4) {shape=[32]} : f32[32]@S[x]
+  return %5, %6, %7, %8, %9, %10
+}`)
+	wantSpecs(t, f, map[int]string{
+		5:  "[x,{},{}]", // split: the major part keeps the axis
+		6:  "[x]",       // merge with the minor dimension whole
+		7:  "[{}]",      // merge of a split minor dimension: not clean
+		8:  "[{},{}]",   // split into parts the 8 devices do not divide
+		9:  "[x]",       // size-1 dimensions do not matter
+		4:  "[x,{}]",    // backward: [32] on x is [2,16] on x
+		10: "[x]",
+	})
+}
+
+// matmulSrc is x[b,k]·w[k,n] with the given shardings of x and w.
+func matmulSrc(xs, ws string) string {
+	return `func @f(%0: f32[8,16]` + xs + `, %1: f32[16,4]` + ws + `) -> (f32[8,4]) {
+  %2 = dot_general(%0, %1) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f32[8,4]
+  return %2
+}`
+}
+
+func TestShardPropMatmul(t *testing.T) {
+	f, a := propagate(t, matmulSrc("@S[x,{}]", ""))
+	wantSpecs(t, f, map[int]string{2: "[x,{}]", 1: "[{},{}]"})
+	require.Empty(t, a.Partial, "\n%s", f)
+
+	f, a = propagate(t, matmulSrc("", "@S[{},y]"))
+	wantSpecs(t, f, map[int]string{2: "[{},y]", 0: "[{},{}]"})
+	require.Empty(t, a.Partial, "\n%s", f)
+
+	// k split over x on both sides: each device sums its part of k.
+	f, a = propagate(t, matmulSrc("@S[{},x]", "@S[x,y]"))
+	wantSpecs(t, f, map[int]string{2: "[{},y]"})
+	require.Len(t, a.Partial, 1, "\n%s", f)
+	require.Equal(t, ir.PartialReduction{Axes: []string{"x"}, Reduction: "sum"}, a.Partial[valueByID(t, f, 2)], "\n%s", f)
+
+	// k split on one side only: the other side is proposed the same split.
+	f, a = propagate(t, matmulSrc("@S[y,x]", ""))
+	wantSpecs(t, f, map[int]string{1: "[x,{}]", 2: "[y,{}]"})
+	require.Equal(t, []string{"x"}, a.Partial[valueByID(t, f, 2)].Axes, "\n%s", f)
+}
+
+func TestShardPropBatchedDot(t *testing.T) {
+	f, a := propagate(t, `func @f(%0: f32[2,8,16]@S[x,{},{}], %1: f32[2,16,4]) -> (f32[2,8,4]) {
+  %2 = dot_general(%0, %1) {lhs_batch=[0], lhs_contract=[2], rhs_batch=[0], rhs_contract=[1]} : f32[2,8,4]
+  return %2
+}`)
+	wantSpecs(t, f, map[int]string{1: "[x,{},{}]", 2: "[x,{},{}]"})
+	require.Empty(t, a.Partial, "\n%s", f)
+}
+
+func TestShardPropReduction(t *testing.T) {
+	f, a := propagate(t, `func @f(%0: f32[8,4]@S[x,y]) -> (f32[4], f32[8]) {
+  %1 = reduce_sum(%0) {axes=[0]} : f32[4]
+  %2 = reduce_max(%0) {axes=[1]} : f32[8]
+  return %1, %2
+}`)
+	wantSpecs(t, f, map[int]string{1: "[y]", 2: "[x]"})
+	require.Equal(t, ir.PartialReduction{Axes: []string{"x"}, Reduction: "sum"}, a.Partial[valueByID(t, f, 1)], "\n%s", f)
+	require.Equal(t, ir.PartialReduction{Axes: []string{"y"}, Reduction: "max"}, a.Partial[valueByID(t, f, 2)], "\n%s", f)
+}
+
+func TestShardPropConflict(t *testing.T) {
+	// Two operands disagree: the result takes the first operand's sharding
+	// (a tie; %1 is the partitioner's to reshard). With three, the one two
+	// operands share wins.
+	f, _ := propagate(t, `func @f(%0: f32[8,4]@S[x,{}], %1: f32[8,4]@S[{},x], %2: bool[8,4], %3: f32[8,4]@S[{},x]) -> (f32[8,4], f32[8,4], f32[8,4]) {
+  %4 = add(%0, %1) : f32[8,4]
+  %5 = select(%2, %0, %3) : f32[8,4]
+  %6 = select(%2, %1, %3) : f32[8,4]
+  return %4, %5, %6
+}`)
+	wantSpecs(t, f, map[int]string{0: "[x,{}]", 1: "[{},x]", 4: "[x,{}]", 2: "[x,{}]", 5: "[x,{}]", 6: "[{},x]"})
+}
