@@ -1,7 +1,9 @@
 package passes_test
 
 import (
+	"fmt"
 	"regexp"
+	"slices"
 	"testing"
 
 	"github.com/ferryml/ferry/ir"
@@ -24,6 +26,7 @@ func propagate(t *testing.T, src string) (*ir.Func, *passes.ShardingAnalysis) {
 	a, err := passes.AnalyzeShardings(f)
 	require.NoError(t, err, "analysing\n%s", f)
 	require.NoError(t, passes.PropagateShardings(f), "propagating\n%s", f)
+	require.NoError(t, ir.Verify(f), "verifying after propagation\n%s", f)
 	return f, a
 }
 
@@ -187,4 +190,124 @@ func TestShardPropConflict(t *testing.T) {
   return %4, %5, %6
 }`)
 	wantSpecs(t, f, map[int]string{0: "[x,{}]", 1: "[{},x]", 4: "[x,{}]", 2: "[x,{}]", 5: "[x,{}]", 6: "[{},x]"})
+
+	// Two users propose different shardings for an unannotated value: the
+	// earliest user's wins.
+	f, _ = propagate(t, `func @f(%0: f32[8,4]@S[x,{}], %1: f32[8,4]@S[{},x], %2: f32[8,4]) -> (f32[8,4], f32[8,4]) {
+  %3 = add(%2, %0) : f32[8,4]
+  %4 = add(%1, %2) : f32[8,4]
+  return %3, %4
+}`)
+	wantSpecs(t, f, map[int]string{2: "[x,{}]", 3: "[x,{}]", 4: "[{},x]"})
+}
+
+func TestShardPropSlicePadConcat(t *testing.T) {
+	f, _ := propagate(t, `func @f(%0: f32[8,4]@S[x,y], %1: f32[8,4]@S[x,y]) -> (f32[8,2], f32[8,6], f32[8,8], f32[16,4]) {
+  %2 = slice(%0) {limit=[8,3], start=[0,1], strides=[1,1]} : f32[8,2]
+  %3 = constant() {value=dense<f32[], 0>} : f32[]
+  %4 = pad(%0, %3) {high=[0,1], interior=[0,0], low=[0,1]} : f32[8,6]
+  %5 = concatenate(%0, %1) {axis=1} : f32[8,8]
+  %6 = concatenate(%0, %1) {axis=0} : f32[16,4]
+  return %2, %4, %5, %6
+}`)
+	// Only the dimensions the op leaves whole keep their axes.
+	wantSpecs(t, f, map[int]string{2: "[x,{}]", 3: "[]", 4: "[x,{}]", 5: "[x,{}]", 6: "[{},y]"})
+}
+
+func TestShardPropIotaTakesUsers(t *testing.T) {
+	f, _ := propagate(t, `func @f(%0: f32[8,4]@S[{},y]) -> (f32[8,4]) {
+  %1 = iota() {dim=1, dtype=f32, shape=[8,4]} : f32[8,4]
+  %2 = constant() {value=dense<f32[], 2>} : f32[]
+  %3 = broadcast_in_dim(%2) {dims=[], shape=[8,4]} : f32[8,4]
+  %4 = mul(%1, %3) : f32[8,4]
+  %5 = add(%0, %4) : f32[8,4]
+  return %5
+}`)
+	wantSpecs(t, f, map[int]string{1: "[{},y]", 2: "[]", 3: "[{},y]", 4: "[{},y]", 5: "[{},y]"})
+}
+
+func TestShardPropScan(t *testing.T) {
+	// The carry [x,{}] and the xs [{},x,{}] (leading axis dropped) flow into
+	// the body; the stacked ys get a whole leading dimension.
+	f, _ := propagate(t, `func @f(%0: f32[8,4]@S[x,{}], %1: f32[3,8,4]@S[{},x,{}]) -> (f32[8,4], f32[3,8,4]) {
+  %2, %3 = scan(%0, %1) {length=3, num_carry=1, num_consts=0} (
+    ^(%4: f32[8,4], %5: f32[8,4]) {
+      %6 = add(%4, %5) : f32[8,4]
+      %7 = tanh(%6) : f32[8,4]
+      return %7, %6
+    }) : f32[8,4], f32[3,8,4]
+  return %2, %3
+}`)
+	wantSpecs(t, f, map[int]string{2: "[x,{}]", 3: "[{},x,{}]", 4: "[x,{}]", 5: "[x,{}]", 6: "[x,{}]", 7: "[x,{}]"})
+}
+
+// TestShardPropUnshardedUnchanged: a function without shardings comes out of
+// PropagateShardings exactly as it went in.
+func TestShardPropUnshardedUnchanged(t *testing.T) {
+	src := `func @f(%0: f32[8,4], %1: f32[4]) -> (f32[8]) {
+  %2 = broadcast_in_dim(%1) {dims=[1], shape=[8,4]} : f32[8,4]
+  %3 = add(%0, %2) : f32[8,4]
+  %4 = reduce_sum(%3) {axes=[1]} : f32[8]
+  return %4
+}`
+	f := parse(t, src)
+	before := f.String()
+	a, err := passes.AnalyzeShardings(f)
+	require.NoError(t, err)
+	require.Nil(t, a.Mesh)
+	require.Empty(t, a.Shardings)
+	require.NoError(t, passes.PropagateShardings(f))
+	require.Equal(t, before, f.String())
+}
+
+func TestShardPropTwoMeshes(t *testing.T) {
+	f := parse(t, `func @f(%0: f32[8,4]{sharding<mesh[x=2], [x,{}]>}, %1: f32[8,4]{sharding<mesh[y=4], [{},y]>}) -> (f32[8,4]) {
+  %2 = add(%0, %1) : f32[8,4]
+  return %2
+}`)
+	err := passes.PropagateShardings(f)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "%0 is on mesh[x=2] but %1 is on mesh[y=4]")
+}
+
+// TestShardRuleTable is the meta-test of the op table: every op has a
+// sharding rule, and the ops that replicate by default are exactly the ones
+// listed here on purpose.
+func TestShardRuleTable(t *testing.T) {
+	byDefault := []ir.Code{ir.Gather, ir.ScatterAdd, ir.DynamicSlice, ir.DynamicUpdateSlice, ir.While, ir.Cond, ir.Fusion,
+		ir.AllReduce, ir.AllGather, ir.ReduceScatter, ir.AllToAll, ir.CollectivePermute, ir.AxisIndex}
+	require.ElementsMatch(t, byDefault, ir.DefaultShardedOps, "update this list when an op gets a rule of its own (or loses it)")
+	for _, c := range ir.AllCodes() {
+		if c.Info().Shard == nil {
+			t.Errorf("%v has no sharding rule; give it one or list it in ir.DefaultShardedOps", c)
+		}
+	}
+	// The default rule proposes a replicated result, whatever the operand.
+	f := parse(t, shardMacro.ReplaceAllString(`func @f(%0: f32[8,4]@S[x,y], %1: i32[2]) -> (f32[2,4]) {
+  %2 = gather(%0, %1) {axis=0} : f32[2,4]
+  return %2
+}`, "{sharding<"+shardMesh+", $1>}"))
+	require.NoError(t, passes.PropagateShardings(f))
+	wantSpecs(t, f, map[int]string{1: "[{}]", 2: "[{},{}]"})
+	// Every elementwise op shares its sharding between operands and result.
+	for _, c := range ir.AllCodes() {
+		info := c.Info()
+		if !info.Elementwise || slices.Contains(byDefault, c) {
+			continue
+		}
+		m, _ := ir.NewMesh([]int{2, 4}, []string{"x", "y"})
+		s, _ := ir.NewNamedSharding(m, ir.P("x", "y"))
+		args := make([]*ir.NamedSharding, max(info.NumArgs, 1))
+		args[len(args)-1] = s
+		op := &ir.Op{Code: c, Results: []*ir.Value{{Type: ir.TypeOf(ir.Float32, 8, 4)}}}
+		for range args {
+			op.Args = append(op.Args, &ir.Value{Type: ir.TypeOf(ir.Float32, 8, 4)})
+		}
+		p := info.Shard(op, args, []*ir.NamedSharding{nil})
+		require.Len(t, p.Results, 1, "%v", c)
+		require.True(t, p.Results[0].Equal(s), fmt.Sprintf("%v proposes %v", c, p.Results[0]))
+		for i := range args {
+			require.True(t, p.Args[i].Equal(s), "%v operand %d: %v", c, i, p.Args[i])
+		}
+	}
 }
