@@ -42,19 +42,20 @@ func PropagateShardings(f *ir.Func) error {
 // AnalyzeShardings computes the shardings PropagateShardings writes, without
 // changing f.
 //
-// It starts from the shardings already on value types (the function's
-// parameters and results, and any annotated value), which must all use one
-// mesh (else an error names two values on different meshes) and fit their
-// shapes. It then sweeps the body forward (in op order) and backward (in
-// reverse order), asking every op's rule (ir.OpInfo.Shard) for proposals
-// given the shardings known so far, until a sweep in each direction adds
-// nothing. A value keeps the first sharding it gets; that fixes the
-// priorities: annotations first, then what an op's operands imply for its
-// results (the forward sweep comes first), then, for a value several users
-// propose different shardings for, the earliest user's. Within one op the
-// rule settles conflicting operands (the elementwise rule takes the sharding
-// most operands share, ties going to the first operand); the operands that
-// then disagree with the op are the partitioner's to reshard. The axes of a
+// f must verify (ir.Verify). Propagation starts from the shardings already
+// on value types (the function's parameters and results, and any annotated
+// value), which must all use one mesh (else the error names two values on
+// different meshes) and fit their shapes. It then sweeps the body in op
+// order and in reverse op order, asking every op's rule (ir.OpInfo.Shard)
+// for proposals for its operands and results given the shardings known so
+// far, until a pair of sweeps adds nothing. A value keeps the first sharding
+// it gets, which fixes the priorities: annotations first; then, in op order,
+// what the first op able to say anything proposes — for an op's result its
+// operands' layout (the defining op comes before the users), for a value
+// several users disagree on the earliest user's. Within one op the rule
+// settles conflicting operands (the elementwise rule takes the sharding most
+// operands share, ties going to the first operand); the operands that then
+// disagree with the op are the partitioner's to reshard. The axes of a
 // proposed dimension that they do not divide are dropped.
 //
 // Scan bodies: before the scan's rule runs in a forward sweep, the body's
@@ -68,6 +69,9 @@ func PropagateShardings(f *ir.Func) error {
 //
 // Values that nothing reaches become replicated on the mesh.
 func AnalyzeShardings(f *ir.Func) (*ShardingAnalysis, error) {
+	if err := ir.Verify(f); err != nil { // the rules read attributes the verifier checks
+		return nil, fmt.Errorf("sharding propagation: %w", err)
+	}
 	a := &ShardingAnalysis{Shardings: map[*ir.Value]*ir.NamedSharding{}, Partial: map[*ir.Value]ir.PartialReduction{}}
 	var first *ir.Value
 	var err error

@@ -311,3 +311,21 @@ func TestShardRuleTable(t *testing.T) {
 		}
 	}
 }
+
+// TestShardPropBadSharding: a sharding that does not fit its shape is an
+// error naming the value, not a crash.
+func TestShardPropBadSharding(t *testing.T) {
+	m, err := ir.NewMesh([]int{2, 4}, []string{"x", "y"})
+	require.NoError(t, err)
+	s, err := ir.NewNamedSharding(m, ir.P("y"))
+	require.NoError(t, err)
+	f := ir.NewFunc("f")
+	p := f.Body.AddParam(ir.TypeOf(ir.Float32, 6).WithSharding(s))
+	op, err := f.Body.AddOp(ir.Neg, []*ir.Value{p}, nil)
+	require.NoError(t, err)
+	f.Body.Results = op.Results
+	err = passes.PropagateShardings(f)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "%0")
+	require.Contains(t, err.Error(), "does not divide")
+}
