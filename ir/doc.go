@@ -26,12 +26,15 @@
 //     function the CUDA code generator calls, and Lower.VMath, the
 //     internal/vmath kernel whose opcode and function internal/eval and the
 //     CPU fused executor (internal/cpuexec) use for float32;
-//   - Shard, the slot of the sharding rule (empty until the sharding work
-//     lands); the slot of the vmap batching rule sits beside the VJP rules
-//     in trace, because it needs trace's types.
+//   - Shard, the sharding propagation rule (ShardingRule), which
+//     passes.PropagateShardings runs forward and backward; the ops listed in
+//     DefaultShardedOps have the replicating ShardReplicate on purpose. The
+//     slot of the vmap batching rule sits beside the VJP rules in trace,
+//     because it needs trace's types.
 //
 // Meta-tests fail when a row lacks a piece: TestOpTableComplete (here: name,
-// shape rule, dtype rule), internal/eval's TestOpTableReference and
+// shape rule, dtype rule, sharding rule), passes' TestShardRuleTable (the
+// replicate-by-default list), internal/eval's TestOpTableReference and
 // TestOpTableLowerings (a reference function for every float elementwise op,
 // and the CPU kernels agree with it; every vmath name exists, with the op's
 // arity), cuda's TestOpTableGenerates (every op of the table, its cases

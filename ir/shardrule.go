@@ -42,7 +42,7 @@ type PartialReduction struct {
 // DefaultShardedOps lists the ops whose Shard rule is ShardReplicate on
 // purpose: their results are proposed fully replicated, so the partitioner
 // gathers their operands. Every other op has a rule of its own.
-var DefaultShardedOps = []Code{Gather, ScatterAdd, DynamicSlice, DynamicUpdateSlice, While, Cond, Fusion,
+var DefaultShardedOps = []Code{While, Cond, Fusion,
 	AllReduce, AllGather, ReduceScatter, AllToAll, CollectivePermute, AxisIndex}
 
 // ShardReplicate is the default rule: every result is proposed fully
@@ -499,6 +499,148 @@ func shardScan(op *Op, args, results []*NamedSharding) ShardingProposal {
 	return p
 }
 
+// dimRef names dimension Dim of operand Arg (Arg >= 0) or of result -Arg-1.
+type dimRef struct{ Arg, Dim int }
+
+// shardLinked is the rule of ops whose dimensions fall into groups that must
+// be split alike (an operand dimension and the result dimension it becomes):
+// groups have two members or more, and a group takes the axes of its first member with a known sharding (operands
+// in order, then results); dimensions in no group are whole. A value is
+// proposed a sharding when one of its groups has a known member; the
+// operands listed in scalars (start indices) are proposed replicated.
+func shardLinked(op *Op, args, results []*NamedSharding, groups [][]dimRef, scalars ...int) ShardingProposal {
+	m := meshOf(args, results)
+	if m == nil {
+		return ShardingProposal{}
+	}
+	known := func(r dimRef) *NamedSharding {
+		if r.Arg >= 0 {
+			return args[r.Arg]
+		}
+		return results[-r.Arg-1]
+	}
+	p := ShardingProposal{Args: make([]*NamedSharding, len(args)), Results: make([]*NamedSharding, len(results))}
+	argDims, resDims := make([][][]string, len(args)), make([][][]string, len(results))
+	argSeen, resSeen := make([]bool, len(args)), make([]bool, len(results))
+	for i, a := range op.Args {
+		argDims[i] = make([][]string, a.Type.Rank())
+	}
+	for i, r := range op.Results {
+		resDims[i] = make([][]string, r.Type.Rank())
+	}
+	for _, g := range groups {
+		var axes []string
+		found := false
+		for _, r := range g {
+			if s := known(r); s != nil && !found {
+				axes, found = dimAxes(s, r.Dim), true
+			}
+		}
+		if !found {
+			continue
+		}
+		for _, r := range g {
+			if r.Arg >= 0 {
+				argDims[r.Arg][r.Dim], argSeen[r.Arg] = axes, true
+			} else {
+				resDims[-r.Arg-1][r.Dim], resSeen[-r.Arg-1] = axes, true
+			}
+		}
+	}
+	for i := range args {
+		if argSeen[i] {
+			p.Args[i] = build(m, argDims[i])
+		}
+	}
+	for i := range results {
+		if resSeen[i] {
+			p.Results[i] = build(m, resDims[i])
+		}
+	}
+	for _, i := range scalars {
+		p.Args[i] = Replicated(m, op.Args[i].Type.Rank())
+	}
+	return p
+}
+
+// upTo returns from, from+1, ..., n-1.
+func upTo(from, n int) []int {
+	out := make([]int, 0, n-from)
+	for i := from; i < n; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// gatherGroups links the dimensions of a gather's operand (argument 0),
+// indices (argument 1) and result res (a dimRef Arg) — or a scatter's
+// operand, indices and updates: the operand's dimensions but axis go to the
+// same positions around the indices' dimensions; the operand's axis is whole.
+func gatherGroups(op *Op, res int) [][]dimRef {
+	axis := op.Attrs.Int("axis")
+	rank, nIdx := op.Args[0].Type.Rank(), op.Args[1].Type.Rank()
+	var g [][]dimRef
+	for d := range rank {
+		switch {
+		case d < axis:
+			g = append(g, []dimRef{{0, d}, {res, d}})
+		case d > axis:
+			g = append(g, []dimRef{{0, d}, {res, d - 1 + nIdx}})
+		}
+	}
+	for k := range nIdx {
+		g = append(g, []dimRef{{1, k}, {res, axis + k}})
+	}
+	return g
+}
+
+// shardGather: the result is split like the operand outside the gathered
+// axis and like the indices inside it; the gathered axis is whole.
+func shardGather(op *Op, args, results []*NamedSharding) ShardingProposal {
+	return shardLinked(op, args, results, gatherGroups(op, -1))
+}
+
+// shardScatterAdd: the result is split like the operand, the gathered axis
+// whole, and the updates like a gather of the result would be.
+func shardScatterAdd(op *Op, args, results []*NamedSharding) ShardingProposal {
+	g := gatherGroups(op, 2)
+	for i, grp := range g {
+		if grp[0].Arg == 0 {
+			g[i] = append(grp, dimRef{-1, grp[0].Dim})
+		}
+	}
+	return shardLinked(op, args, results, g)
+}
+
+// shardDynamicSlice: dimensions taken whole keep their axes; the start
+// indices are replicated.
+func shardDynamicSlice(op *Op, args, results []*NamedSharding) ShardingProposal {
+	in, sizes := op.Args[0].Type.Shape, op.Attrs.Ints("sizes")
+	var g [][]dimRef
+	for d := range in {
+		if sizes[d] == in[d] {
+			g = append(g, []dimRef{{0, d}, {-1, d}})
+		}
+	}
+	return shardLinked(op, args, results, g, upTo(1, len(op.Args))...)
+}
+
+// shardDynamicUpdateSlice: the result is split like the operand; the update
+// shares the axes of the dimensions it covers whole; the start indices are
+// replicated.
+func shardDynamicUpdateSlice(op *Op, args, results []*NamedSharding) ShardingProposal {
+	in, up := op.Args[0].Type.Shape, op.Args[1].Type.Shape
+	var g [][]dimRef
+	for d := range in {
+		grp := []dimRef{{0, d}, {-1, d}}
+		if up[d] == in[d] {
+			grp = append(grp, dimRef{1, d})
+		}
+		g = append(g, grp)
+	}
+	return shardLinked(op, args, results, g, upTo(2, len(op.Args))...)
+}
+
 // installShardRules fills the Shard slot of every op.
 func installShardRules() {
 	for c := Code(1); c < numCodes; c++ {
@@ -528,5 +670,9 @@ func installShardRules() {
 	set(shardReduce(""), ArgMax, ArgMin) // the arg axis is proposed whole
 	set(shardDot, DotGeneral)
 	set(shardScan, Scan)
+	set(shardGather, Gather)
+	set(shardScatterAdd, ScatterAdd)
+	set(shardDynamicSlice, DynamicSlice)
+	set(shardDynamicUpdateSlice, DynamicUpdateSlice)
 	set(ShardReplicate, DefaultShardedOps...)
 }

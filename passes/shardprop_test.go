@@ -214,6 +214,25 @@ func TestShardPropSlicePadConcat(t *testing.T) {
 	wantSpecs(t, f, map[int]string{2: "[x,{}]", 3: "[]", 4: "[x,{}]", 5: "[x,{}]", 6: "[{},y]"})
 }
 
+func TestShardPropGatherScatterDynamicSlice(t *testing.T) {
+	f, _ := propagate(t, `func @f(%0: f32[16,4]@S[{},y], %1: i32[8]@S[x], %2: f32[16,4], %3: f32[8,4]@S[x,y], %4: i32[], %5: f32[8,2]) -> (f32[8,4], f32[16,4], f32[2,4], f32[16,4]) {
+  %6 = gather(%0, %1) {axis=0} : f32[8,4]
+  %7 = scatter_add(%2, %1, %3) {axis=0} : f32[16,4]
+  %8 = dynamic_slice(%0, %4, %4) {sizes=[2,4]} : f32[2,4]
+  %9 = dynamic_update_slice(%7, %5, %4, %4) : f32[16,4]
+  return %6, %7, %8, %9
+}`)
+	wantSpecs(t, f, map[int]string{
+		6: "[x,y]",   // rows like the indices, columns like the table
+		2: "[{},y]",  // the scattered-into operand: its axis whole, columns like the updates
+		7: "[{},y]",  // the result like the operand
+		8: "[{},y]",  // the sliced dimension whole
+		4: "[]",      // start indices replicated
+		9: "[{},y]",  // like the operand
+		5: "[{},{}]", // the update covers no dimension whole
+	})
+}
+
 func TestShardPropIotaTakesUsers(t *testing.T) {
 	f, _ := propagate(t, `func @f(%0: f32[8,4]@S[{},y]) -> (f32[8,4]) {
   %1 = iota() {dim=1, dtype=f32, shape=[8,4]} : f32[8,4]
@@ -274,7 +293,7 @@ func TestShardPropTwoMeshes(t *testing.T) {
 // sharding rule, and the ops that replicate by default are exactly the ones
 // listed here on purpose.
 func TestShardRuleTable(t *testing.T) {
-	byDefault := []ir.Code{ir.Gather, ir.ScatterAdd, ir.DynamicSlice, ir.DynamicUpdateSlice, ir.While, ir.Cond, ir.Fusion,
+	byDefault := []ir.Code{ir.While, ir.Cond, ir.Fusion,
 		ir.AllReduce, ir.AllGather, ir.ReduceScatter, ir.AllToAll, ir.CollectivePermute, ir.AxisIndex}
 	require.ElementsMatch(t, byDefault, ir.DefaultShardedOps, "update this list when an op gets a rule of its own (or loses it)")
 	for _, c := range ir.AllCodes() {
@@ -283,12 +302,11 @@ func TestShardRuleTable(t *testing.T) {
 		}
 	}
 	// The default rule proposes a replicated result, whatever the operand.
-	f := parse(t, shardMacro.ReplaceAllString(`func @f(%0: f32[8,4]@S[x,y], %1: i32[2]) -> (f32[2,4]) {
-  %2 = gather(%0, %1) {axis=0} : f32[2,4]
-  return %2
-}`, "{sharding<"+shardMesh+", $1>}"))
-	require.NoError(t, passes.PropagateShardings(f))
-	wantSpecs(t, f, map[int]string{1: "[{}]", 2: "[{},{}]"})
+	f, _ := propagate(t, `func @f(%0: f32[8,4]@S[x,y]) -> (f32[8,4]) {
+  %1 = all_reduce(%0) {axis="i", reduction="sum", size=2} : f32[8,4]
+  return %1
+}`)
+	wantSpecs(t, f, map[int]string{1: "[{},{}]"})
 	// Every elementwise op shares its sharding between operands and result.
 	for _, c := range ir.AllCodes() {
 		info := c.Info()
