@@ -2,10 +2,12 @@ package passes_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"slices"
 	"testing"
 
+	"github.com/ferryml/ferry/internal/randprog"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/stretchr/testify/require"
@@ -346,4 +348,68 @@ func TestShardPropBadSharding(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "%0")
 	require.Contains(t, err.Error(), "does not divide")
+}
+
+// TestShardPropRandom runs propagation on random programs (every op kind,
+// scans included) whose parameters are split at random over a 2×3 mesh: it
+// must not fail, every value must end up with a sharding on that mesh that
+// fits its shape (ir.Verify), the parameters keep theirs, and a second run
+// changes nothing.
+func TestShardPropRandom(t *testing.T) {
+	m, err := ir.NewMesh([]int{2, 3}, []string{"x", "y"})
+	require.NoError(t, err)
+	split := 0
+	for i := range 300 {
+		seed := uint64(i)*7919 + 13
+		f := randprog.New(seed, randprog.All())
+		rng := rand.New(rand.NewPCG(seed, 1))
+		var given []*ir.NamedSharding
+		for _, p := range f.Body.Params {
+			spec := make(ir.PartitionSpec, p.Type.Rank())
+			free := []string{"x", "y"}
+			for d, n := range p.Type.Shape {
+				k := rng.IntN(2)
+				if k < len(free) && n%m.AxisSize(free[k]) == 0 && rng.IntN(3) > 0 {
+					spec[d] = []string{free[k]}
+					free = append(free[:k:k], free[k+1:]...)
+				}
+			}
+			s, err := ir.NewNamedSharding(m, spec)
+			require.NoError(t, err)
+			p.Type = p.Type.WithSharding(s)
+			given = append(given, s)
+		}
+		require.NoError(t, passes.PropagateShardings(f), "seed %d\n%s", seed, f)
+		require.NoError(t, ir.Verify(f), "seed %d\n%s", seed, f)
+		for j, p := range f.Body.Params {
+			require.True(t, p.Type.Sharding.Equal(given[j]), "seed %d: parameter %v changed\n%s", seed, p, f)
+		}
+		forEach(f.Body, func(v *ir.Value) {
+			require.NotNil(t, v.Type.Sharding, "seed %d: %v has no sharding\n%s", seed, v, f)
+			require.True(t, v.Type.Sharding.Mesh.Equal(m), "seed %d: %v", seed, v)
+			if !v.Type.Sharding.IsFullyReplicated() {
+				split++
+			}
+		})
+		once := f.String()
+		require.NoError(t, passes.PropagateShardings(f))
+		require.Equal(t, once, f.String(), "seed %d: a second run changed the shardings", seed)
+	}
+	require.Greater(t, split, 300, "too few values were split; the test checks little")
+	t.Logf("%d split values", split)
+}
+
+// forEach calls fn on every value of r and its nested regions.
+func forEach(r *ir.Region, fn func(*ir.Value)) {
+	for _, v := range r.Params {
+		fn(v)
+	}
+	for _, op := range r.Ops {
+		for _, v := range op.Results {
+			fn(v)
+		}
+		for _, sub := range op.Regions {
+			forEach(sub, fn)
+		}
+	}
 }
