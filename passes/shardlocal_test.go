@@ -1,0 +1,161 @@
+package passes_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/ir"
+	"github.com/stretchr/testify/require"
+)
+
+// block copies the block [start, limit) of l.
+func block(l *ir.Literal, start, limit []int) *ir.Literal {
+	shape := make(ir.Shape, len(start))
+	for d := range shape {
+		shape[d] = limit[d] - start[d]
+	}
+	out := ir.NewLiteral(ir.Type{DType: l.Type.DType, Shape: shape})
+	src := l.Type.Shape.Strides()
+	idx := make([]int, len(shape))
+	for i := range shape.Size() {
+		rem, at := i, 0
+		for d := len(shape) - 1; d >= 0; d-- {
+			idx[d] = rem % shape[d]
+			rem /= shape[d]
+		}
+		for d := range idx {
+			at += (start[d] + idx[d]) * src[d]
+		}
+		out.SetFloat64At(i, l.Float64At(at))
+	}
+	return out
+}
+
+// TestShardRulesComputeLocally checks what the propagated shardings claim:
+// every device computes its block of the result from its blocks of the
+// operands alone, with the op itself on the local shapes, and where the
+// analysis marks the result partial, summing the devices' results over the
+// partial axes gives the block. The reference is the op evaluated on the
+// whole arrays.
+func TestShardRulesComputeLocally(t *testing.T) {
+	cases := []string{
+		`func @f(%0: f64[8,4]@S[x,y], %1: f64[8,4]) -> (f64[8,4]) {
+  %2 = mul(%0, %1) : f64[8,4]
+  return %2
+}`,
+		`func @f(%0: f64[8,4]@S[x,y]) -> (f64[4,8]) {
+  %1 = transpose(%0) {perm=[1,0]} : f64[4,8]
+  return %1
+}`,
+		`func @f(%0: f64[8,4]@S[x,y]) -> (f64[4]) {
+  %1 = reduce_sum(%0) {axes=[0]} : f64[4]
+  return %1
+}`,
+		`func @f(%0: f64[8,4,8]@S[{},x,y]) -> (f64[8]) {
+  %1 = reduce_sum(%0) {axes=[1,2]} : f64[8]
+  return %1
+}`,
+		`func @f(%0: f64[8,16]@S[{},x], %1: f64[16,4]@S[x,y]) -> (f64[8,4]) {
+  %2 = dot_general(%0, %1) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f64[8,4]
+  return %2
+}`,
+		`func @f(%0: f64[8,16]@S[x,{}], %1: f64[16,4]@S[{},y]) -> (f64[8,4]) {
+  %2 = dot_general(%0, %1) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f64[8,4]
+  return %2
+}`,
+		`func @f(%0: f64[2,8,8]@S[x,{},y], %1: f64[2,8,4]) -> (f64[2,8,4]) {
+  %2 = dot_general(%0, %1) {lhs_batch=[0], lhs_contract=[2], rhs_batch=[0], rhs_contract=[1]} : f64[2,8,4]
+  return %2
+}`,
+		`func @f(%0: f64[8,4]@S[x,{}]) -> (f64[2,4,4]) {
+  %1 = reshape(%0) {shape=[2,4,4]} : f64[2,4,4]
+  return %1
+}`,
+		`func @f(%0: f64[4,2,4]@S[y,{},x]) -> (f64[8,4]) {
+  %1 = reshape(%0) {shape=[8,4]} : f64[8,4]
+  return %1
+}`,
+		`func @f(%0: f64[8,4]@S[{},y]) -> (f64[32]) {
+  %1 = reshape(%0) {shape=[32]} : f64[32]
+  return %1
+}`,
+		`func @f(%0: f64[4], %1: f64[8,4]@S[x,y]) -> (f64[8,4]) {
+  %2 = broadcast_in_dim(%0) {dims=[1], shape=[8,4]} : f64[8,4]
+  %3 = add(%2, %1) : f64[8,4]
+  return %3
+}`,
+	}
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 2))
+	for _, src := range cases {
+		f, a := propagate(t, src)
+		for _, op := range f.Body.Ops {
+			// Whole operands at random, and the whole result.
+			args := make([]*ir.Literal, len(op.Args))
+			for i, v := range op.Args {
+				args[i] = ir.NewLiteral(v.Type.WithSharding(nil))
+				for j := range v.Type.Size() {
+					args[i].SetFloat64At(j, rng.NormFloat64())
+				}
+			}
+			whole := ir.NewFunc("whole")
+			var wargs []*ir.Value
+			for _, l := range args {
+				wargs = append(wargs, whole.Body.AddParam(l.Type))
+			}
+			wop, err := whole.Body.AddOp(op.Code, wargs, op.Attrs)
+			require.NoError(t, err)
+			want, err := eval.EvalOp(wop, args)
+			require.NoError(t, err)
+			res := op.Results[0]
+			rs := res.Type.Sharding
+			sum := map[int]*ir.Literal{} // device → its local result
+			for _, dev := range a.Mesh.Devices() {
+				local := ir.NewFunc("local")
+				var largs []*ir.Value
+				var lits []*ir.Literal
+				for i, v := range op.Args {
+					start, limit, err := v.Type.ShardBounds(dev)
+					require.NoError(t, err)
+					lits = append(lits, block(args[i], start, limit))
+					largs = append(largs, local.Body.AddParam(lits[i].Type))
+				}
+				attrs := ir.Attrs{}
+				for k, x := range op.Attrs {
+					attrs[k] = x
+				}
+				if _, ok := attrs["shape"]; ok {
+					shape, err := res.Type.ShardShape()
+					require.NoError(t, err)
+					attrs["shape"] = []int(shape)
+				}
+				lop, err := local.Body.AddOp(op.Code, largs, attrs)
+				require.NoError(t, err, "the local op of %v on device %d\n%s", op.Code, dev, f)
+				got, err := eval.EvalOp(lop, lits)
+				require.NoError(t, err)
+				sum[dev] = got[0]
+			}
+			groups, err := a.Mesh.AxisGroups(a.Partial[res].Axes...)
+			require.NoError(t, err)
+			for _, g := range groups {
+				total := sum[g[0]].Clone()
+				for _, dev := range g[1:] {
+					for j := range total.Type.Size() {
+						total.SetFloat64At(j, total.Float64At(j)+sum[dev].Float64At(j))
+					}
+				}
+				for _, dev := range g {
+					start, limit, err := rs.ShardBounds(res.Type.Shape, dev)
+					require.NoError(t, err)
+					wb := block(want[0], start, limit)
+					require.Equal(t, wb.Type.Shape, total.Type.Shape, "device %d's block of %v\n%s", dev, res, f)
+					for j := range wb.Type.Size() {
+						w, g := wb.Float64At(j), total.Float64At(j)
+						require.LessOrEqual(t, math.Abs(w-g), 1e-9*(1+math.Abs(w)), "device %d, element %d of %v: %v, want %v\n%s", dev, j, res, g, w, f)
+					}
+				}
+			}
+		}
+	}
+}
