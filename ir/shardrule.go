@@ -277,37 +277,79 @@ func shardSort(op *Op, args, results []*NamedSharding) ShardingProposal {
 	return shardAlong(op.Attrs.Int("dimension"))(op, args, results)
 }
 
-// shardReduce: the result keeps the axes of the kept dimensions; the axes of
-// the reduced dimensions make it a partial reduction (Partial). Backward, the
-// reduced dimensions of the operand are proposed whole.
+// shardReduce: the result keeps the axes of the kept dimensions. A known
+// operand stays as it is along the reduced dimensions: their axes make the
+// result a partial reduction over them (Partial), and the result's spec does
+// not use them. Backward, an unknown operand is proposed whole along the
+// reduced dimensions. argmax and argmin (no reduction) want their axis whole.
 func shardReduce(reduction string) ShardingRule {
 	return func(op *Op, args, results []*NamedSharding) ShardingProposal {
 		axes := op.Attrs.Ints("axes")
 		if op.Code == ArgMax || op.Code == ArgMin {
 			axes = []int{op.Attrs.Int("axis")}
 		}
+		rank := op.Args[0].Type.Rank()
 		reduced := map[int]bool{}
 		for _, a := range axes {
 			reduced[a] = true
 		}
 		var src []int
-		for d := range op.Args[0].Type.Rank() {
+		for d := range rank {
 			if !reduced[d] {
 				src = append(src, d)
 			}
 		}
 		p := mapDims(op, args, results, src)
-		if a := args[0]; a != nil && reduction != "" {
-			var partial []string
-			for d := range axes {
-				partial = append(partial, dimAxes(a, axes[d])...)
-			}
-			if len(partial) > 0 {
-				p.Partial = []PartialReduction{{Axes: partial, Reduction: reduction}}
+		a := args[0]
+		if a == nil || reduction == "" {
+			return p
+		}
+		var partial []string
+		for d := range rank {
+			if reduced[d] {
+				partial = append(partial, dimAxes(a, d)...)
 			}
 		}
+		if len(partial) == 0 {
+			return p
+		}
+		// The wanted operand: its own axes on the reduced dimensions, the
+		// result's (or its own) elsewhere; the result without the partial axes.
+		want := p.Args[0]
+		if want == nil {
+			want = a
+		}
+		dims := make([][]string, rank)
+		resDims := make([][]string, len(src))
+		for d := range rank {
+			if reduced[d] {
+				dims[d] = dimAxes(a, d)
+			}
+		}
+		for j, d := range src {
+			dims[d] = without(dimAxes(want, d), partial)
+			resDims[j] = dims[d]
+		}
+		p.Args[0] = build(a.Mesh, dims)
+		p.Results[0] = build(a.Mesh, resDims)
+		p.Partial = []PartialReduction{{Axes: partial, Reduction: reduction}}
 		return p
 	}
+}
+
+// without returns the axes of xs not in drop.
+func without(xs, drop []string) []string {
+	var out []string
+	for _, x := range xs {
+		keep := true
+		for _, d := range drop {
+			keep = keep && x != d
+		}
+		if keep {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // shardReshape carries a dimension's axes through a reshape where dimensions

@@ -35,7 +35,7 @@ func block(l *ir.Literal, start, limit []int) *ir.Literal {
 
 // TestShardRulesComputeLocally checks what the propagated shardings claim:
 // every device computes its block of the result from its blocks of the
-// operands alone, with the op itself on the local shapes, and where the
+// operands (in the layouts the op wants, ShardingAnalysis.Operands) alone, with the op itself on the local shapes, and where the
 // analysis marks the result partial, summing the devices' results over the
 // partial axes gives the block. The reference is the op evaluated on the
 // whole arrays.
@@ -116,7 +116,7 @@ func TestShardRulesComputeLocally(t *testing.T) {
 				var largs []*ir.Value
 				var lits []*ir.Literal
 				for i, v := range op.Args {
-					start, limit, err := v.Type.ShardBounds(dev)
+					start, limit, err := a.Operands[op][i].ShardBounds(v.Type.Shape, dev)
 					require.NoError(t, err)
 					lits = append(lits, block(args[i], start, limit))
 					largs = append(largs, local.Body.AddParam(lits[i].Type))

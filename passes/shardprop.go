@@ -22,6 +22,13 @@ type ShardingAnalysis struct {
 	// (a reduce-scatter where the value's sharding splits a dimension over
 	// those axes); its sharding in Shardings is the layout after that.
 	Partial map[*ir.Value]ir.PartialReduction
+	// Operands holds, for every op, the layouts its rule wants its operands
+	// in, given the final shardings (an entry per operand; the operand's own
+	// sharding where the rule proposes none). Where an entry differs from the
+	// operand's sharding, the partitioner reshards the operand for this op;
+	// each device then computes its block of the result (of the partial
+	// result, for a Partial one) from its blocks of the operands alone.
+	Operands map[*ir.Op][]*ir.NamedSharding
 }
 
 // PropagateShardings gives every value of f a sharding, written into its
@@ -72,7 +79,8 @@ func AnalyzeShardings(f *ir.Func) (*ShardingAnalysis, error) {
 	if err := ir.Verify(f); err != nil { // the rules read attributes the verifier checks
 		return nil, fmt.Errorf("sharding propagation: %w", err)
 	}
-	a := &ShardingAnalysis{Shardings: map[*ir.Value]*ir.NamedSharding{}, Partial: map[*ir.Value]ir.PartialReduction{}}
+	a := &ShardingAnalysis{Shardings: map[*ir.Value]*ir.NamedSharding{}, Partial: map[*ir.Value]ir.PartialReduction{},
+		Operands: map[*ir.Op][]*ir.NamedSharding{}}
 	var first *ir.Value
 	var err error
 	forEachValue(f.Body, func(v *ir.Value) {
@@ -97,6 +105,11 @@ func AnalyzeShardings(f *ir.Func) (*ShardingAnalysis, error) {
 	}
 	p := &propagator{a: a}
 	p.solve(f.Body)
+	forEachValue(f.Body, func(v *ir.Value) {
+		if a.Shardings[v] == nil {
+			a.Shardings[v] = ir.Replicated(a.Mesh, v.Type.Rank())
+		}
+	})
 	forEachOp(f.Body, func(op *ir.Op) {
 		prop := op.Info().Shard(op, p.get(op.Args), p.get(op.Results))
 		for i, pr := range prop.Partial {
@@ -104,11 +117,13 @@ func AnalyzeShardings(f *ir.Func) (*ShardingAnalysis, error) {
 				a.Partial[op.Results[i]] = pr
 			}
 		}
-	})
-	forEachValue(f.Body, func(v *ir.Value) {
-		if a.Shardings[v] == nil {
-			a.Shardings[v] = ir.Replicated(a.Mesh, v.Type.Rank())
+		want := p.get(op.Args)
+		for i, s := range prop.Args {
+			if i < len(want) && s != nil && s.Mesh.Equal(a.Mesh) {
+				want[i] = fit(s, op.Args[i].Type.Shape)
+			}
 		}
+		a.Operands[op] = want
 	})
 	return a, nil
 }
