@@ -548,7 +548,8 @@ type dimRef struct{ Arg, Dim int }
 // be split alike (an operand dimension and the result dimension it becomes):
 // groups have two members or more, and a group takes the axes of its first member with a known sharding (operands
 // in order, then results); dimensions in no group are whole. A value is
-// proposed a sharding when one of its groups has a known member; the
+// proposed a sharding when it is known or one of its groups has a known
+// member; the
 // operands listed in scalars (start indices) are proposed replicated.
 func shardLinked(op *Op, args, results []*NamedSharding, groups [][]dimRef, scalars ...int) ShardingProposal {
 	m := meshOf(args, results)
@@ -590,12 +591,12 @@ func shardLinked(op *Op, args, results []*NamedSharding, groups [][]dimRef, scal
 		}
 	}
 	for i := range args {
-		if argSeen[i] {
+		if argSeen[i] || args[i] != nil {
 			p.Args[i] = build(m, argDims[i])
 		}
 	}
 	for i := range results {
-		if resSeen[i] {
+		if resSeen[i] || results[i] != nil {
 			p.Results[i] = build(m, resDims[i])
 		}
 	}
@@ -667,18 +668,16 @@ func shardDynamicSlice(op *Op, args, results []*NamedSharding) ShardingProposal 
 	return shardLinked(op, args, results, g, upTo(1, len(op.Args))...)
 }
 
-// shardDynamicUpdateSlice: the result is split like the operand; the update
-// shares the axes of the dimensions it covers whole; the start indices are
-// replicated.
+// shardDynamicUpdateSlice: the dimensions the update covers whole are split
+// alike in operand, update and result; the others are whole (the window
+// may land anywhere along them); the start indices are replicated.
 func shardDynamicUpdateSlice(op *Op, args, results []*NamedSharding) ShardingProposal {
 	in, up := op.Args[0].Type.Shape, op.Args[1].Type.Shape
 	var g [][]dimRef
 	for d := range in {
-		grp := []dimRef{{0, d}, {-1, d}}
 		if up[d] == in[d] {
-			grp = append(grp, dimRef{1, d})
+			g = append(g, []dimRef{{0, d}, {-1, d}, {1, d}})
 		}
-		g = append(g, grp)
 	}
 	return shardLinked(op, args, results, g, upTo(2, len(op.Args))...)
 }

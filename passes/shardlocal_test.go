@@ -81,6 +81,33 @@ func TestShardRulesComputeLocally(t *testing.T) {
   %1 = reshape(%0) {shape=[32]} : f64[32]
   return %1
 }`,
+		`func @f(%0: f64[8,16]@S[y,x], %1: f64[16,4]) -> (f64[8,4]) {
+  %2 = dot_general(%0, %1) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f64[8,4]
+  return %2
+}`,
+		`func @f(%0: f64[8,4]@S[x,{}], %1: f64[8,4]@S[{},x], %2: bool[8,4]) -> (f64[8,4], f64[8,4]) {
+  %3 = add(%0, %1) : f64[8,4]
+  %4 = select(%2, %1, %0) : f64[8,4]
+  return %3, %4
+}`,
+		`func @f(%0: f64[16,4]@S[{},y], %1: i32[8]@S[x]) -> (f64[8,4]) {
+  %2 = gather(%0, %1) {axis=0} : f64[8,4]
+  return %2
+}`,
+		`func @f(%0: f64[8,4]@S[x,y], %1: f64[8,2], %2: i32[]) -> (f64[8,6], f64[8,4]) {
+  %3 = concatenate(%0, %1) {axis=1} : f64[8,6]
+  %4 = dynamic_update_slice(%0, %1, %2, %2) : f64[8,4]
+  return %3, %4
+}`,
+		`func @f(%0: f64[16,4]@S[{},y], %1: f64[8,2], %2: i32[]) -> (f64[16,4], f64[2,4]) {
+  %3 = dynamic_update_slice(%0, %1, %2, %2) : f64[16,4]
+  %4 = dynamic_slice(%0, %2, %2) {sizes=[2,4]} : f64[2,4]
+  return %3, %4
+}`,
+		`func @f(%0: f64[2,8,4]@S[{},x,y]) -> (f64[4,2,8]) {
+  %1 = transpose(%0) {perm=[2,0,1]} : f64[4,2,8]
+  return %1
+}`,
 		`func @f(%0: f64[4], %1: f64[8,4]@S[x,y]) -> (f64[8,4]) {
   %2 = broadcast_in_dim(%0) {dims=[1], shape=[8,4]} : f64[8,4]
   %3 = add(%2, %1) : f64[8,4]
@@ -125,10 +152,12 @@ func TestShardRulesComputeLocally(t *testing.T) {
 				for k, x := range op.Attrs {
 					attrs[k] = x
 				}
-				if _, ok := attrs["shape"]; ok {
-					shape, err := res.Type.ShardShape()
-					require.NoError(t, err)
-					attrs["shape"] = []int(shape)
+				for _, k := range []string{"shape", "sizes"} { // the local result's shape
+					if _, ok := attrs[k]; ok {
+						shape, err := res.Type.ShardShape()
+						require.NoError(t, err)
+						attrs[k] = []int(shape)
+					}
 				}
 				lop, err := local.Body.AddOp(op.Code, largs, attrs)
 				require.NoError(t, err, "the local op of %v on device %d\n%s", op.Code, dev, f)
