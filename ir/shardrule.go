@@ -643,13 +643,16 @@ func shardGather(op *Op, args, results []*NamedSharding) ShardingProposal {
 	return shardLinked(op, args, results, gatherGroups(op, -1))
 }
 
-// shardScatterAdd: the result is split like the operand, the gathered axis
-// whole, and the updates like a gather of the result would be.
+// shardScatterAdd: the result is split like the operand, and the updates'
+// dimensions that come from the operand alike; the scattered axis, the
+// indices and the updates' index dimensions are whole (a device holding only
+// some of the updates would make the result a partial sum that also counts
+// the operand once per device).
 func shardScatterAdd(op *Op, args, results []*NamedSharding) ShardingProposal {
-	g := gatherGroups(op, 2)
-	for i, grp := range g {
+	var g [][]dimRef
+	for _, grp := range gatherGroups(op, 2) {
 		if grp[0].Arg == 0 {
-			g[i] = append(grp, dimRef{-1, grp[0].Dim})
+			g = append(g, append(grp, dimRef{-1, grp[0].Dim}))
 		}
 	}
 	return shardLinked(op, args, results, g)

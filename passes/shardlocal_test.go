@@ -94,6 +94,10 @@ func TestShardRulesComputeLocally(t *testing.T) {
   %2 = gather(%0, %1) {axis=0} : f64[8,4]
   return %2
 }`,
+		`func @f(%0: f64[16,4], %1: i32[8]@S[x], %2: f64[8,4]@S[x,y]) -> (f64[16,4]) {
+  %3 = scatter_add(%0, %1, %2) {axis=0} : f64[16,4]
+  return %3
+}`,
 		`func @f(%0: f64[8,4]@S[x,y], %1: f64[8,2], %2: i32[]) -> (f64[8,6], f64[8,4]) {
   %3 = concatenate(%0, %1) {axis=1} : f64[8,6]
   %4 = dynamic_update_slice(%0, %1, %2, %2) : f64[8,4]
