@@ -36,8 +36,8 @@ func block(l *ir.Literal, start, limit []int) *ir.Literal {
 // TestShardRulesComputeLocally checks what the propagated shardings claim:
 // every device computes its block of the result from its blocks of the
 // operands (in the layouts the op wants, ShardingAnalysis.Operands) alone, with the op itself on the local shapes, and where the
-// analysis marks the result partial, summing the devices' results over the
-// partial axes gives the block. The reference is the op evaluated on the
+// analysis marks the result partial, combining the devices' results over
+// the partial axes (by its Reduction) gives the block. The reference is the op evaluated on the
 // whole arrays.
 func TestShardRulesComputeLocally(t *testing.T) {
 	cases := []string{
@@ -108,6 +108,15 @@ func TestShardRulesComputeLocally(t *testing.T) {
   %4 = dynamic_slice(%0, %2, %2) {sizes=[2,4]} : f64[2,4]
   return %3, %4
 }`,
+		`func @f(%0: f64[8,4]@S[x,y], %1: f64[]) -> (f64[8,4], f64[8,7], f64[8], f32[8,4], f64[4], f64[]) {
+  %2 = sort(%0) {dimension=1, num_keys=1} : f64[8,4]
+  %3 = pad(%0, %1) {high=[0,2], interior=[0,0], low=[0,1]} : f64[8,7]
+  %4 = reduce_max(%0) {axes=[1]} : f64[8]
+  %5 = convert(%0) {dtype=f32} : f32[8,4]
+  %6 = reduce_prod(%0) {axes=[0]} : f64[4]
+  %7 = reduce_min(%0) {axes=[0,1]} : f64[]
+  return %2, %3, %4, %5, %6, %7
+}`,
 		`func @f(%0: f64[2,8,4]@S[{},x,y]) -> (f64[4,2,8]) {
   %1 = transpose(%0) {perm=[2,0,1]} : f64[4,2,8]
   return %1
@@ -175,7 +184,18 @@ func TestShardRulesComputeLocally(t *testing.T) {
 				total := sum[g[0]].Clone()
 				for _, dev := range g[1:] {
 					for j := range total.Type.Size() {
-						total.SetFloat64At(j, total.Float64At(j)+sum[dev].Float64At(j))
+						x, y := total.Float64At(j), sum[dev].Float64At(j)
+						switch a.Partial[res].Reduction {
+						case "max":
+							x = math.Max(x, y)
+						case "min":
+							x = math.Min(x, y)
+						case "prod":
+							x *= y
+						default:
+							x += y
+						}
+						total.SetFloat64At(j, x)
 					}
 				}
 				for _, dev := range g {
