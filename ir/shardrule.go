@@ -426,8 +426,9 @@ func reshapeSpec(s *NamedSharding, from, to Shape) PartitionSpec {
 }
 
 // shardDot is dot_general's rule. Result dimensions are the batch dimensions,
-// then lhs's free ones, then rhs's. A batch dimension takes its axes from
-// lhs, else rhs, else the result; free dimensions go to and from the result;
+// then lhs's free ones, then rhs's. A known result's layout holds and the
+// operands follow it; else a batch dimension takes its axes from lhs, else
+// rhs, and free dimensions come from their operand;
 // a contracting dimension takes the axes of its partner on the other side.
 // When both operands split a contracting pair over the same axes, the result
 // is a partial sum over them (Partial), and those axes are not used by the
@@ -482,14 +483,19 @@ func shardDot(op *Op, args, results []*NamedSharding) ShardingProposal {
 		partial = append(partial, contract[k]...)
 	}
 	resDims := make([][]string, 0, len(lb)+len(lf)+len(rf))
-	for k := range lb {
+	if res != nil { // a known result: the operands follow it
+		for d := range len(lb) + len(lf) + len(rf) {
+			resDims = append(resDims, dimAxes(res, d))
+		}
+	}
+	for k := 0; res == nil && k < len(lb); k++ {
 		resDims = append(resDims, first(dimAxes(l, lb[k]), dimAxes(r, rb[k]), dimAxes(res, k)))
 	}
-	for k, d := range lf {
-		resDims = append(resDims, first(dimAxes(l, d), dimAxes(res, len(lb)+k)))
+	for k := 0; res == nil && k < len(lf); k++ {
+		resDims = append(resDims, dimAxes(l, lf[k]))
 	}
-	for k, d := range rf {
-		resDims = append(resDims, first(dimAxes(r, d), dimAxes(res, len(lb)+len(lf)+k)))
+	for k := 0; res == nil && k < len(rf); k++ {
+		resDims = append(resDims, dimAxes(r, rf[k]))
 	}
 	p := ShardingProposal{Args: make([]*NamedSharding, 2), Results: []*NamedSharding{build(m, resDims, partial...)}}
 	resS := p.Results[0]
@@ -546,11 +552,11 @@ type dimRef struct{ Arg, Dim int }
 
 // shardLinked is the rule of ops whose dimensions fall into groups that must
 // be split alike (an operand dimension and the result dimension it becomes):
-// groups have two members or more, and a group takes the axes of its first member with a known sharding (operands
-// in order, then results); dimensions in no group are whole. A value is
-// proposed a sharding when it is known or one of its groups has a known
-// member; the
-// operands listed in scalars (start indices) are proposed replicated.
+// groups have two members or more, and a group takes the axes of a known
+// result in it, else of its first operand with a known sharding; dimensions
+// in no group are whole. A value is proposed a sharding when it is known or
+// one of its groups has a known member; the operands listed in scalars
+// (start indices) are proposed replicated.
 func shardLinked(op *Op, args, results []*NamedSharding, groups [][]dimRef, scalars ...int) ShardingProposal {
 	m := meshOf(args, results)
 	if m == nil {
@@ -574,9 +580,11 @@ func shardLinked(op *Op, args, results []*NamedSharding, groups [][]dimRef, scal
 	for _, g := range groups {
 		var axes []string
 		found := false
-		for _, r := range g {
-			if s := known(r); s != nil && !found {
-				axes, found = dimAxes(s, r.Dim), true
+		for _, results := range []bool{true, false} { // a known result first
+			for _, r := range g {
+				if s := known(r); s != nil && !found && (r.Arg < 0) == results {
+					axes, found = dimAxes(s, r.Dim), true
+				}
 			}
 		}
 		if !found {

@@ -363,22 +363,7 @@ func TestShardPropRandom(t *testing.T) {
 		seed := uint64(i)*7919 + 13
 		f := randprog.New(seed, randprog.All())
 		rng := rand.New(rand.NewPCG(seed, 1))
-		var given []*ir.NamedSharding
-		for _, p := range f.Body.Params {
-			spec := make(ir.PartitionSpec, p.Type.Rank())
-			free := []string{"x", "y"}
-			for d, n := range p.Type.Shape {
-				k := rng.IntN(2)
-				if k < len(free) && n%m.AxisSize(free[k]) == 0 && rng.IntN(3) > 0 {
-					spec[d] = []string{free[k]}
-					free = append(free[:k:k], free[k+1:]...)
-				}
-			}
-			s, err := ir.NewNamedSharding(m, spec)
-			require.NoError(t, err)
-			p.Type = p.Type.WithSharding(s)
-			given = append(given, s)
-		}
+		given := shardParams(t, f, m, rng)
 		require.NoError(t, passes.PropagateShardings(f), "seed %d\n%s", seed, f)
 		require.NoError(t, ir.Verify(f), "seed %d\n%s", seed, f)
 		for j, p := range f.Body.Params {
@@ -412,4 +397,26 @@ func forEach(r *ir.Region, fn func(*ir.Value)) {
 			forEach(sub, fn)
 		}
 	}
+}
+
+// shardParams splits the parameters of f at random over the x and y axes of
+// m (where they divide) and returns their shardings.
+func shardParams(t *testing.T, f *ir.Func, m *ir.Mesh, rng *rand.Rand) []*ir.NamedSharding {
+	var given []*ir.NamedSharding
+	for _, p := range f.Body.Params {
+		spec := make(ir.PartitionSpec, p.Type.Rank())
+		free := []string{"x", "y"}
+		for d, n := range p.Type.Shape {
+			k := rng.IntN(2)
+			if k < len(free) && n%m.AxisSize(free[k]) == 0 && rng.IntN(3) > 0 {
+				spec[d] = []string{free[k]}
+				free = append(free[:k:k], free[k+1:]...)
+			}
+		}
+		s, err := ir.NewNamedSharding(m, spec)
+		require.NoError(t, err)
+		p.Type = p.Type.WithSharding(s)
+		given = append(given, s)
+	}
+	return given
 }
