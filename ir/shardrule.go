@@ -143,13 +143,14 @@ func shardElementwise(op *Op, args, results []*NamedSharding) ShardingProposal {
 	return p
 }
 
-// shardIdentity: operand i and result i share a sharding (the operand's first).
+// shardIdentity: operand i and result i share a sharding (the result's when
+// known, as in the elementwise rule).
 func shardIdentity(op *Op, args, results []*NamedSharding) ShardingProposal {
 	p := ShardingProposal{Args: make([]*NamedSharding, len(args)), Results: make([]*NamedSharding, len(results))}
 	for i := range args {
-		s := args[i]
+		s := results[i]
 		if s == nil {
-			s = results[i]
+			s = args[i]
 		}
 		p.Args[i], p.Results[i] = s, s
 	}

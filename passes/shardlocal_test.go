@@ -119,6 +119,14 @@ func TestShardRulesComputeLocally(t *testing.T) {
   %7 = reduce_min(%0) {axes=[0,1]} : f64[]
   return %2, %3, %4, %5, %6, %7
 }`,
+		// Annotated results that differ from what the operands imply: the
+		// operands are wanted in the layouts that give the results.
+		`func @f(%0: f64[8,4]@S[x,{}], %1: f64[4,8]@S[{},x]) -> (f64[8,4]@S[{},y], f64[8,8]@S[{},x], f64[4,8]@S[y,{}]) {
+  %2 = optimization_barrier(%0) : f64[8,4]@S[{},y]
+  %3 = dot_general(%0, %1) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f64[8,8]@S[{},x]
+  %4 = transpose(%0) {perm=[1,0]} : f64[4,8]@S[y,{}]
+  return %2, %3, %4
+}`,
 		`func @f(%0: f64[2,8,4]@S[{},x,y]) -> (f64[4,2,8]) {
   %1 = transpose(%0) {perm=[2,0,1]} : f64[4,2,8]
   return %1
