@@ -5,18 +5,6 @@ import (
 	"github.com/ferryml/ferry/ir"
 )
 
-// otherMemories returns the registered backends other than the CPU one (whose
-// memory is the pools) that report their memory.
-func otherMemories() []backend.Memory {
-	var out []backend.Memory
-	for _, b := range backend.All() {
-		if m, ok := b.(backend.Memory); ok && b.Name() != "cpu" {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // MemoryStats reports the pool of space of device dev (backend.Memory).
 func (cpuBackend) MemoryStats(dev int, space ir.MemorySpace) (backend.SpaceStats, bool) {
 	p, err := memPools.set().pool(dev, space)

@@ -79,8 +79,11 @@ func LiveArrays() []LiveArray {
 	return out
 }
 
-// SaveDeviceMemoryProfile writes a profile of the live buffers of every memory
-// pool, and of every registered backend that reports its memory (cuda), in
-// pprof format (gzip-compressed protobuf), like
-// jax.profiler.save_device_memory_profile (cpu.SaveDeviceMemoryProfile).
-func SaveDeviceMemoryProfile(w io.Writer) error { return cpu.SaveDeviceMemoryProfile(w) }
+// SaveDeviceMemoryProfile writes a profile of the live buffers of every
+// registered backend that reports its memory (the CPU pools, cuda), in pprof
+// format (gzip-compressed protobuf), like
+// jax.profiler.save_device_memory_profile; backend.WriteMemoryProfile says
+// what the samples hold.
+func SaveDeviceMemoryProfile(w io.Writer) error {
+	return backend.WriteMemoryProfile(w, backend.AllLiveAllocations())
+}

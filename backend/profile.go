@@ -1,4 +1,4 @@
-package cpu
+package backend
 
 import (
 	"io"
@@ -7,52 +7,35 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
-
-	"github.com/ferryml/ferry/backend"
 )
 
-// SaveDeviceMemoryProfile writes a profile of the live buffers of every memory
-// pool, and of every registered backend that reports its memory (cuda), in
-// pprof format (gzip-compressed protobuf), like
-// jax.profiler.save_device_memory_profile. Read it with `go tool pprof`. It has
-// one sample per live buffer with two values, allocations (count) and space
-// (bytes, the default), the Go call stack that allocated the buffer as its
-// locations, and labels: device (cpu:0, ...), space (device or pinned_host), kind (array or
-// scratch), what, site (the user's file:line), for arrays dtype and shape,
-// and platform for memory of a backend other than the CPU one ("cuda");
-// the numeric label bytes is the size.
-func SaveDeviceMemoryProfile(w io.Writer) error {
-	return memPools.memoryProfile().Write(w)
+// WriteMemoryProfile writes allocs (the live allocations of one or more
+// backends, as Memory.LiveAllocations lists them) as a pprof profile
+// (gzip-compressed protobuf), like jax.profiler.save_device_memory_profile;
+// read it with `go tool pprof`. It has one sample per allocation with two
+// values, allocations (count) and space (bytes, the default), the Go call
+// stack that allocated it as its locations, and labels: device (cpu:0,
+// ...), space (device or pinned_host), kind (array or scratch), what, site
+// (the user's file:line), for arrays dtype and shape, and platform for
+// memory of a backend other than the CPU one ("cuda"); the numeric label
+// bytes is the size.
+func WriteMemoryProfile(w io.Writer, allocs []Allocation) error {
+	return memoryProfile(allocs, time.Now()).Write(w)
 }
 
-// profileEntry is a copy of a record taken under its pool's lock.
-type profileEntry struct {
-	live backend.LiveArray
-	pcs  []uintptr
-	born time.Time
+// AllLiveAllocations lists the live allocations of every registered backend
+// that reports its memory, backend by backend in name order.
+func AllLiveAllocations() []Allocation {
+	var out []Allocation
+	for _, b := range All() {
+		if m, ok := b.(Memory); ok {
+			out = append(out, m.LiveAllocations()...)
+		}
+	}
+	return out
 }
 
-func (ps *Pools) memoryProfile() *profile.Profile {
-	var entries []profileEntry
-	now := time.Now()
-	for _, p := range ps.set().all {
-		p.mu.Lock()
-		recs := make([]*allocRecord, 0, p.nlive)
-		for r := p.live; r != nil; r = r.next {
-			recs = append(recs, r)
-		}
-		sortRecords(recs)
-		for _, r := range recs {
-			entries = append(entries, profileEntry{live: r.liveArrayLocked(now), pcs: append([]uintptr(nil), r.pcs()...), born: r.bornTime()})
-		}
-		p.mu.Unlock()
-	}
-	for _, m := range otherMemories() {
-		for _, a := range m.LiveAllocations() {
-			entries = append(entries, profileEntry{live: backend.LiveArrayOf(a, now), pcs: a.PCs, born: a.Born})
-		}
-	}
-
+func memoryProfile(allocs []Allocation, now time.Time) *profile.Profile {
 	exe, _ := os.Executable()
 	mapping := &profile.Mapping{ID: 1, Start: 0, Limit: ^uint64(0), File: exe,
 		HasFunctions: true, HasFilenames: true, HasLineNumbers: true, HasInlineFrames: true}
@@ -98,11 +81,15 @@ func (ps *Pools) memoryProfile() *profile.Profile {
 		prof.Location = append(prof.Location, l)
 		return l
 	}
-	for _, e := range entries {
+	for _, a := range allocs {
+		e := struct {
+			live LiveArray
+			pcs  []uintptr
+		}{LiveArrayOf(a, now), a.PCs}
 		s := &profile.Sample{
 			Value: []int64{1, e.live.Bytes},
 			Label: map[string][]string{"space": {e.live.Space.String()}, "what": {e.live.What}, "site": {e.live.Site},
-				"device": {backend.DeviceName(e.live.Platform, e.live.Device)}},
+				"device": {DeviceName(e.live.Platform, e.live.Device)}},
 			NumLabel: map[string][]int64{"bytes": {e.live.Bytes}},
 			NumUnit:  map[string][]string{"bytes": {"bytes"}},
 		}
