@@ -239,26 +239,34 @@ func stepCase[P, S any](c *Case, init *snapshot, opt optim.Optimizer[P, S],
 // MLPSize is the MLP row's size.
 type MLPSize struct{ Batch, In, Hidden, Classes int }
 
-// MLPCase is examples/mlp's training step: an nn.MLP In → Hidden → Classes
-// with ReLU, mean softmax cross-entropy, Adam (lr 1e-3, 0.9, 0.999, 1e-8),
-// params and optimizer state donated; x uniform in [0, 1) (pixels), labels
-// uniform over the classes.
-func MLPCase(sz MLPSize) (c *Case, err error) {
-	defer trace.Recover(&err)
+// mlpParams initialises examples/mlp's model In → Hidden → Classes (key 0)
+// and returns it, its host snapshot, and its leaves as the JAX side names
+// them (w0, b0, w1, b1).
+func mlpParams(sz MLPSize) (nn.MLP, *snapshot, []Tensor, error) {
 	sizes := []int{sz.In, sz.Hidden, sz.Classes}
 	params := rt.Jit(func(key *trace.Array) nn.MLP {
 		return nn.NewMLP(key, ir.Float32, sizes, nn.Relu)
 	})(random.NewKey(0))
 	init, err := takeSnapshot(params)
 	if err != nil {
+		return nn.MLP{}, nil, nil, err
+	}
+	ts, err := init.tensors([]string{"w0", "b0", "w1", "b1"})
+	return params, init, ts, err
+}
+
+// MLPCase is examples/mlp's training step: an nn.MLP In → Hidden → Classes
+// with ReLU, mean softmax cross-entropy, Adam (lr 1e-3, 0.9, 0.999, 1e-8),
+// params and optimizer state donated; x uniform in [0, 1) (pixels), labels
+// uniform over the classes.
+func MLPCase(sz MLPSize) (c *Case, err error) {
+	defer trace.Recover(&err)
+	_, init, ts, err := mlpParams(sz)
+	if err != nil {
 		return nil, err
 	}
 	const lr = 1e-3
 	xs, ys := randF32(sz.Batch*sz.In, 6, 0, 1), randI32(sz.Batch, 7, sz.Classes)
-	ts, err := init.tensors([]string{"w0", "b0", "w1", "b1"})
-	if err != nil {
-		return nil, err
-	}
 	c = &Case{
 		Name:    "mlp_step",
 		What:    fmt.Sprintf("examples/mlp train step: %d-%d-%d ReLU, Adam, batch %d", sz.In, sz.Hidden, sz.Classes, sz.Batch),
@@ -283,15 +291,7 @@ func MLPCase(sz MLPSize) (c *Case, err error) {
 // 0, 0)).
 func PerExampleCase(sz MLPSize) (c *Case, err error) {
 	defer trace.Recover(&err)
-	sizes := []int{sz.In, sz.Hidden, sz.Classes}
-	params := rt.Jit(func(key *trace.Array) nn.MLP {
-		return nn.NewMLP(key, ir.Float32, sizes, nn.Relu)
-	})(random.NewKey(0))
-	init, err := takeSnapshot(params)
-	if err != nil {
-		return nil, err
-	}
-	ts, err := init.tensors([]string{"w0", "b0", "w1", "b1"})
+	params, _, ts, err := mlpParams(sz)
 	if err != nil {
 		return nil, err
 	}
