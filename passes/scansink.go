@@ -49,20 +49,12 @@ func sinkOne(f *ir.Func, r *ir.Region) bool {
 		body.Results[j] = in.Result()
 		// The scan's output becomes the op's result: its type, the same value.
 		a.Type = ir.Type{DType: in.Result().Type.DType, Space: a.Type.Space, Shape: a.Type.Shape}
-		old := op.Result()
+		sub := subst{op.Result(): a}
 		r.Ops = slices.Delete(r.Ops, k, k+1)
 		for _, u := range r.Ops {
-			for i, x := range u.Args {
-				if x == old {
-					u.Args[i] = a
-				}
-			}
+			sub.apply(u)
 		}
-		for i, v := range r.Results {
-			if v == old {
-				r.Results[i] = a
-			}
-		}
+		sub.applyResults(r)
 		return true
 	}
 	return false
