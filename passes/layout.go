@@ -72,6 +72,15 @@ type dotSide struct {
 	batch, contract []int
 }
 
+// newDot makes the dot_general of the two sides, with attrs a (the original
+// product's) and the sides' batch and contracting axes.
+func newDot(f *ir.Func, a ir.Attrs, sides [2]dotSide) (*ir.Op, error) {
+	attrs := ir.CloneAttrs(a)
+	attrs["lhs_batch"], attrs["lhs_contract"] = sides[0].batch, sides[0].contract
+	attrs["rhs_batch"], attrs["rhs_contract"] = sides[1].batch, sides[1].contract
+	return f.NewOp(ir.DotGeneral, []*ir.Value{sides[0].v, sides[1].v}, attrs)
+}
+
 // free returns the side's free axes in increasing order.
 func (d *dotSide) free() []int {
 	var out []int
@@ -115,13 +124,7 @@ func foldDotLayout(f *ir.Func, op *ir.Op) (*ir.Op, []*ir.Op) {
 	if !changed {
 		return nil, nil
 	}
-	attrs := ir.Attrs{}
-	for k, v := range a {
-		attrs[k] = v
-	}
-	attrs["lhs_batch"], attrs["lhs_contract"] = sides[0].batch, sides[0].contract
-	attrs["rhs_batch"], attrs["rhs_contract"] = sides[1].batch, sides[1].contract
-	nop, err := f.NewOp(ir.DotGeneral, []*ir.Value{sides[0].v, sides[1].v}, attrs)
+	nop, err := newDot(f, a, sides)
 	if err != nil {
 		return nil, nil
 	}
@@ -332,13 +335,7 @@ func splitDotResult(f *ir.Func, d, rs *ir.Op) (*ir.Op, []*ir.Op) {
 		}
 		sides[s].v = op.Result()
 	}
-	attrs := ir.Attrs{}
-	for k, v := range a {
-		attrs[k] = v
-	}
-	attrs["lhs_batch"], attrs["lhs_contract"] = sides[0].batch, sides[0].contract
-	attrs["rhs_batch"], attrs["rhs_contract"] = sides[1].batch, sides[1].contract
-	nop, err := f.NewOp(ir.DotGeneral, []*ir.Value{sides[0].v, sides[1].v}, attrs)
+	nop, err := newDot(f, a, sides)
 	if err != nil || !nop.Result().Type.Equal(rs.Result().Type) {
 		return nil, nil
 	}
