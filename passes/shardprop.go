@@ -110,7 +110,7 @@ func AnalyzeShardings(f *ir.Func) (*ShardingAnalysis, error) {
 			a.Shardings[v] = ir.Replicated(a.Mesh, v.Type.Rank())
 		}
 	})
-	forEachOp(f.Body, func(op *ir.Op) {
+	f.Body.Walk(func(op *ir.Op) {
 		prop := op.Info().Shard(op, p.get(op.Args), p.get(op.Results))
 		for i, pr := range prop.Partial {
 			if i < len(op.Results) && len(pr.Axes) > 0 {
@@ -247,16 +247,6 @@ func forEachValue(r *ir.Region, fn func(*ir.Value)) {
 		}
 		for _, sub := range op.Regions {
 			forEachValue(sub, fn)
-		}
-	}
-}
-
-// forEachOp calls fn on every op of r and its nested regions.
-func forEachOp(r *ir.Region, fn func(*ir.Op)) {
-	for _, op := range r.Ops {
-		fn(op)
-		for _, sub := range op.Regions {
-			forEachOp(sub, fn)
 		}
 	}
 }
