@@ -10,11 +10,13 @@
 package backend
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sort"
 	"sync"
 
+	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"
@@ -37,6 +39,10 @@ type CompileOptions struct {
 	// Donated[i] says parameter i's buffer is donated: the executable may reuse
 	// it for a result, and it is unusable after the call.
 	Donated []bool
+	// BoundAxes lists the collective axis strings the executor binds (a
+	// partitioned program's, passes.Partitioned.Axes); nil for one-device
+	// programs, where a collective is an error.
+	BoundAxes []string
 }
 
 // ExecOptions configure one execution.
@@ -56,6 +62,13 @@ type ExecOptions struct {
 	// Commit makes the results committed to Device (DeviceBuffer): the
 	// runtime sets it when an argument was committed.
 	Commit bool
+	// Comms holds the communicator of each collective axis string of the
+	// program (CompileOptions.BoundAxes), for this device; nil for programs
+	// without collectives.
+	Comms map[string]collective.Communicator
+	// Context bounds the waits on other devices in collectives (nil:
+	// context.Background()).
+	Context context.Context
 }
 
 // Executable is a compiled function a backend can run.

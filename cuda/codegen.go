@@ -501,7 +501,7 @@ func (g *gen) op(v *ir.Value, at string) (string, error) {
 			e = strings.Join(terms, " + ")
 		}
 		return g.value(op.Args[0], g.index(e))
-	case ir.Reshape, ir.BitcastConvert, ir.CheckpointName, ir.OptimizationBarrier:
+	case ir.Reshape, ir.BitcastConvert, ir.CheckpointName, ir.OptimizationBarrier, ir.ShardingConstraint:
 		src := op.Args[0]
 		if op.Code == ir.OptimizationBarrier {
 			src = op.Args[slices.Index(op.Results, v)]

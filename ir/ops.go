@@ -103,6 +103,9 @@ const (
 	CheckpointName      // attrs: name — identity that tags a value for checkpoint policies
 	OptimizationBarrier // (operands...) → the operands unchanged; opaque to CSE
 
+	// Sharding.
+	ShardingConstraint // attrs: sharding (NamedSharding text) — identity whose result has that sharding
+
 	// Control flow (regions).
 	Scan  // args: consts..., carry..., xs...; attrs num_consts, num_carry, length, reverse
 	While // args: consts..., state...; regions cond, body; attrs num_consts
@@ -382,6 +385,7 @@ func init() {
 
 	def(CheckpointName, OpInfo{Name: "checkpoint_name", NumArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"name", AttrString, false}}, Infer: inferIdentity})
 	def(OptimizationBarrier, OpInfo{Name: "optimization_barrier", NumArgs: -1, MinArgs: 1, Differentiable: true, Infer: inferIdentity})
+	def(ShardingConstraint, OpInfo{Name: "sharding_constraint", NumArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"sharding", AttrString, false}}, Infer: inferShardingConstraint})
 
 	def(Scan, OpInfo{Name: "scan", Class: ClassRegion, NumArgs: -1, NumRegions: 1, Differentiable: true, Attrs: []AttrSpec{
 		{"num_consts", AttrInt, false}, {"num_carry", AttrInt, false}, {"length", AttrInt, false}, {"reverse", AttrBool, true}}, Infer: inferScan})

@@ -128,6 +128,8 @@ func txtSharded(t testing.TB) *Func {
 	mm := shard(b.op(DotGeneral, vs(x, w), Attrs{"lhs_batch": []int{}, "rhs_batch": []int{}, "lhs_contract": []int{1}, "rhs_contract": []int{0}}), m, P("x", ""))
 	r := shard(b.op(ReduceSum, vs(mm), Attrs{"axes": []int{1}}), m, P())
 	hd := shard(b.op(DevicePut, vs(h), Attrs{"space": Device}), rev, PartitionSpec{{"data"}, {}})
+	ys := mustSharding(t, m, P("y"))
+	c := shard(b.op(ShardingConstraint, vs(r), Attrs{"sharding": ys.String()}), m, P("y"))
 
 	body := f.NewRegion()
 	carry := shard(body.AddParam(TypeOf(Float32, 4)), m, P("y"))
@@ -137,7 +139,7 @@ func txtSharded(t testing.TB) *Func {
 	init := b.op(Constant, nil, Attrs{"value": txtLiteral(t, Shape{4}, float32(0), 1, 2, 3)})
 	sc := b.ops(Scan, vs(init, x), Attrs{"length": 8, "num_carry": 1, "num_consts": 0}, body)
 	shard(sc[1], m, P("x"))
-	f.Body.Results = vs(r, hd, sc[0], sc[1], k)
+	f.Body.Results = vs(r, hd, sc[0], sc[1], k, c)
 	return f
 }
 

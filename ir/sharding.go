@@ -643,3 +643,25 @@ func (s *NamedSharding) appendText(b []byte) []byte {
 func ParseSharding(text string) (*NamedSharding, error) {
 	return parseAll(text, (*parser).parseSharding)
 }
+
+// inferShardingConstraint checks the constraint's sharding against the
+// operand's shape; the result has the operand's (unsharded) type, as every
+// shape rule gives, and the tracer sets the sharding on it.
+func inferShardingConstraint(args []Type, a Attrs, _ []*Region) ([]Type, error) {
+	s, err := ParseSharding(a.String("sharding"))
+	if err != nil {
+		return nil, fmt.Errorf("sharding_constraint: %w", err)
+	}
+	if err := s.Validate(args[0].Shape); err != nil {
+		return nil, fmt.Errorf("sharding_constraint: %w", err)
+	}
+	return one(args[0].WithSharding(nil)), nil
+}
+
+// ConstraintSharding returns the sharding a sharding_constraint op names.
+func ConstraintSharding(op *Op) (*NamedSharding, error) {
+	if op.Code != ShardingConstraint {
+		return nil, fmt.Errorf("%s is not a sharding_constraint", op.Code.Info().Name)
+	}
+	return ParseSharding(op.Attrs.String("sharding"))
+}

@@ -709,6 +709,7 @@ func installShardRules() {
 	}
 	set(shardNothing, Constant, Iota)
 	set(shardIdentity, DevicePut, CheckpointName, OptimizationBarrier)
+	set(shardConstraint, ShardingConstraint)
 	set(shardBroadcast, BroadcastInDim)
 	set(shardReshape, Reshape)
 	set(shardTranspose, Transpose)
@@ -728,4 +729,15 @@ func installShardRules() {
 	set(shardDynamicSlice, DynamicSlice)
 	set(shardDynamicUpdateSlice, DynamicUpdateSlice)
 	set(ShardReplicate, DefaultShardedOps...)
+}
+
+// shardConstraint: the result and the operand take the sharding the
+// constraint names, whatever else is known (a layout other than that is the
+// partitioner's to reshard into it).
+func shardConstraint(op *Op, args, results []*NamedSharding) ShardingProposal {
+	s, err := ParseSharding(op.Attrs.String("sharding"))
+	if err != nil { // the verifier has checked it
+		return ShardingProposal{}
+	}
+	return ShardingProposal{Args: []*NamedSharding{s}, Results: []*NamedSharding{s}}
 }

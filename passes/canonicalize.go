@@ -86,7 +86,7 @@ func simplify(f *ir.Func, op *ir.Op) (*ir.Value, []*ir.Op) {
 		if a[1] == a[2] {
 			return same(a[1]), nil
 		}
-	case ir.Convert, ir.BitcastConvert, ir.DevicePut, ir.CheckpointName:
+	case ir.Convert, ir.BitcastConvert, ir.DevicePut, ir.CheckpointName, ir.ShardingConstraint:
 		return same(a[0]), nil
 	case ir.Reshape:
 		if v := same(a[0]); v != nil {

@@ -45,7 +45,7 @@ func warn(msg string) {
 // compile compiles the traced function with the default backend and warns
 // about donated arguments the executable does not reuse.
 func (l *Lowered) compile() (Executable, error) {
-	exe, err := DefaultBackend().Compile(l.Func, CompileOptions{Donated: l.donated})
+	exe, err := compileFunc(DefaultBackend(), l.Func, CompileOptions{Donated: l.donated})
 	if err != nil {
 		return nil, err
 	}

@@ -34,8 +34,8 @@ func (e eagerExecutor) ExecuteOp(op *trace.EagerOp, args []trace.Buffer, results
 }
 
 func (eagerExecutor) execute(key []byte, build func() *ir.Func, args []trace.Buffer, results []trace.Buffer) ([]trace.Buffer, error) {
-	if i := shardedArg(args); i >= 0 {
-		return nil, fmt.Errorf("%s", shardedArgError(operandName(i), args[i].Type()))
+	if shardedArg(args) >= 0 {
+		return executeSharded(key, build, args)
 	}
 	ex, err := eagerCompile(key, build)
 	if err != nil {
@@ -80,7 +80,7 @@ type eagerEntry struct {
 func eagerCompile(key []byte, build func() *ir.Func) (Executable, error) {
 	if len(key) == 0 {
 		eagerMisses.Add(1)
-		return DefaultBackend().Compile(build(), CompileOptions{})
+		return compileFunc(DefaultBackend(), build(), CompileOptions{})
 	}
 	eagerMu.RLock()
 	e := eagerCache[string(key)]
@@ -106,7 +106,7 @@ func compileEntry(key string, e *eagerEntry, build func() *ir.Func) (Executable,
 	func() {
 		defer close(e.ready)
 		defer trace.Recover(&e.err)
-		e.ex, e.err = DefaultBackend().Compile(build(), CompileOptions{})
+		e.ex, e.err = compileFunc(DefaultBackend(), build(), CompileOptions{})
 	}()
 	if e.err != nil {
 		eagerMu.Lock()

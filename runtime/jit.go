@@ -16,9 +16,41 @@ import (
 type Option func(*jitOptions)
 
 type jitOptions struct {
-	name      string
-	donate    []int
-	outSpaces map[int]ir.MemorySpace
+	name         string
+	donate       []int
+	outSpaces    map[int]ir.MemorySpace
+	inShardings  []*ir.NamedSharding
+	outShardings []*ir.NamedSharding
+}
+
+// InShardings lays the arguments out over a device mesh, like jax.jit's
+// in_shardings: shardings[i] is the layout of argument leaf i (the array
+// leaves of all arguments in order; nil leaves an argument as it comes).
+// The function runs partitioned over the mesh (see OutShardings): an
+// argument laid out otherwise is copied into the layout for each call, so
+// put arrays there once with DevicePut.
+//
+// A sharding that does not fit its argument (a mesh axis that does not
+// divide the dimension it splits) is an error naming the caller's line;
+// so is a mesh with more devices than the backend has.
+func InShardings(shardings ...*ir.NamedSharding) Option {
+	return func(o *jitOptions) { o.inShardings = shardings }
+}
+
+// OutShardings lays the results out over a device mesh, like jax.jit's
+// out_shardings: shardings[i] is the layout of result leaf i (the array
+// leaves of all results in order; nil lets the compiler choose).
+//
+// A function whose arguments are sharded arrays (DevicePut), or that has
+// InShardings, OutShardings or a trace.WithShardingConstraint, runs
+// partitioned: the compiler propagates the shardings to every value
+// (passes.AnalyzeShardings), splits the function into one program per
+// device with the collectives it needs (passes.Partition), and runs it on
+// every device of the mesh at once; its results are sharded arrays (Shards
+// lists their blocks, ToDevice gathers one). Compiled.MemoryAnalysis is
+// then the memory of each device.
+func OutShardings(shardings ...*ir.NamedSharding) Option {
+	return func(o *jitOptions) { o.outShardings = shardings }
 }
 
 // OutSpaces places results in memory spaces, like jax.jit's out_shardings with a
@@ -307,9 +339,6 @@ func (j *Jitted[F]) prepare(s *callScratch, args []any) (*entry, error) {
 	if trace.Current() != nil || anyTraced(s.leaves) {
 		return nil, nil
 	}
-	if err := checkUnshardedLeaves(j.opts.name, s.leaves, s.defs); err != nil {
-		return nil, err
-	}
 	if e := j.last.Load(); e != nil && e.matches(s.defs, s.leaves) {
 		// The same signature as the last call: no key, no lock.
 		j.hits.Add(1)
@@ -514,16 +543,23 @@ func (j *Jitted[F]) lower(args []any) (*Lowered, []*trace.TreeDef, error) {
 	if err != nil {
 		return nil, nil, trace.Errorf("rt.Jit", "%s: %v", j.opts.name, err)
 	}
-	if err := checkUnshardedLeaves(j.opts.name, leaves, defs); err != nil {
-		return nil, nil, err
-	}
 	tr := trace.NewFuncTracer(j.opts.name)
 	params := make([]*trace.Array, len(leaves))
+	if len(j.opts.inShardings) > len(leaves) {
+		tr.Close()
+		return nil, nil, trace.Errorf("rt.Jit", "%s: %d InShardings for %d argument leaves", j.opts.name, len(j.opts.inShardings), len(leaves))
+	}
 	for i, l := range leaves {
 		if l == nil {
 			continue
 		}
 		params[i] = tr.ParamLike(l)
+		if i < len(j.opts.inShardings) && j.opts.inShardings[i] != nil {
+			if err = constrainIn(tr, params, i, j.opts.inShardings[i]); err != nil {
+				tr.Close()
+				return nil, nil, err
+			}
+		}
 	}
 	in := make([]reflect.Value, len(args))
 	donated := make([]bool, len(leaves))
@@ -568,6 +604,18 @@ func (j *Jitted[F]) lower(args []any) (*Lowered, []*trace.TreeDef, error) {
 				}
 			}
 			outDefs[i], outLeaves[i] = d, ls
+		}
+		k := 0
+		for _, ls := range outLeaves {
+			for q, l := range ls {
+				if k < len(j.opts.outShardings) && j.opts.outShardings[k] != nil && l != nil {
+					ls[q] = trace.WithShardingConstraint(l, j.opts.outShardings[k])
+				}
+				k++
+			}
+		}
+		if len(j.opts.outShardings) > k {
+			err = trace.Errorf("rt.Jit", "%s: %d OutShardings for %d result leaves", j.opts.name, len(j.opts.outShardings), k)
 		}
 	}()
 	if err != nil {
@@ -634,8 +682,10 @@ func (e *entry) execute(s *callScratch, site string, want int) error {
 		return err
 	}
 	bufs := s.bufs
-	if i := shardedArg(bufs[e.lowered.numArgs:]); i >= 0 { // the arguments were checked by prepare or appendBuffers
-		i += e.lowered.numArgs
+	if se, ok := e.exe.(*shardedExecutable); ok {
+		return e.executeSharded(s, se, want)
+	}
+	if i := shardedArg(bufs); i >= 0 {
 		return trace.Errorf("rt.Jit", "%s: %s", e.lowered.Func.Name, shardedArgError(e.lowered.leafName(i), bufs[i].Type()))
 	}
 	dev, commit, move, clash := placeArgs(bufs, want)

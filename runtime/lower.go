@@ -149,9 +149,6 @@ func (l *Lowered) appendBuffers(bufs []trace.Buffer, leaves []*trace.Array) ([]t
 		if a.IsAbstract() {
 			return nil, trace.Errorf("rt.Jit", "%s: argument leaf %d (%v) is abstract (trace.Abstract): lower and compile it, but call with concrete arrays", l.Func.Name, i, a.Type())
 		}
-		if _, ok := a.Buffer().(*shardedBuffer); ok {
-			return nil, trace.Errorf("rt.Jit", "%s: %s", l.Func.Name, shardedArgError(l.leafName(i), a.Type()))
-		}
 		if want := params[i].Type; !a.HasType(want) {
 			return nil, trace.Errorf("rt.Jit", "%s: argument leaf %d is %v, compiled for %v", l.Func.Name, i, a.Type(), want)
 		}

@@ -326,3 +326,10 @@ func argLeafName(defs []*trace.TreeDef, i int) string {
 	}
 	return fmt.Sprintf("argument leaf %d", i)
 }
+
+// PutSharded lays a concrete array out over a mesh for
+// trace.WithShardingConstraint outside a trace (trace.ShardingPlacer): it is
+// DevicePut.
+func (eagerExecutor) PutSharded(x *trace.Array, s *ir.NamedSharding) (*trace.Array, error) {
+	return DevicePut(x, s)
+}

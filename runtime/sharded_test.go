@@ -352,10 +352,11 @@ func TestDevicePutErrors(t *testing.T) {
 	}
 }
 
-// Computations do not take sharded arrays yet: eager ops and jitted calls
-// (arguments, leaves of trees, captured arrays, compiled calls, lowering)
-// are errors naming the argument, the sharding and the caller's line.
-func TestShardedArraysNotComputed(t *testing.T) {
+// Computations take sharded arrays: eager ops, Grad, Vmap and jitted calls
+// (arguments, leaves of trees, captured arrays, lowering) run partitioned
+// over the mesh and give the values of the unsharded computation; results
+// are sharded arrays.
+func TestShardedArraysComputed(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 8})
 	mesh, err := ir.NewMesh([]int{2, 4}, []string{"x", "y"})
 	require.NoError(t, err)
@@ -364,59 +365,62 @@ func TestShardedArraysNotComputed(t *testing.T) {
 	x := trace.Reshape(rt.FromSlice(randFloats(rand.New(rand.NewPCG(rand.Uint64(), 2)), 32)), 4, 8)
 	y, err := rt.DevicePut(x, s)
 	require.NoError(t, err)
-	const sharded = "is sharded (f32[4,8]{sharding<mesh[x=2,y=4], [x,y]>}): sharded arrays cannot be computed on yet: gather it with rt.ToDevice(x, dev)"
-
-	eager := func(f func()) (err error) {
-		defer trace.Recover(&err)
-		f()
-		return nil
+	xv := x.Float32s()
+	check := func(got *trace.Array, f func(v float32) float32) {
+		t.Helper()
+		require.NotNil(t, got.Type().Sharding, "%v is not sharded", got.Type())
+		for i, v := range got.Float32s() {
+			require.InDelta(t, f(xv[i]), v, 1e-5, "element %d", i)
+		}
 	}
-	err = eager(func() { trace.Add(x, y) })
-	requireErrorAt(t, err, thisLine()-1, "add: operand 1 "+sharded)
-	err = eager(func() { trace.Exp(y) })
-	requireErrorAt(t, err, thisLine()-1, "operand 0 "+sharded)
-	err = eager(func() { trace.Sum(y) })
-	requireErrorAt(t, err, thisLine()-1, "operand 0 "+sharded)
-	err = eager(func() { trace.DevicePut(y, ir.PinnedHost) })
-	requireErrorAt(t, err, thisLine()-1, "operand 0 "+sharded)
-	err = eager(func() { trace.Grad(func(a *trace.Array) *trace.Array { return trace.Sum(trace.Mul(a, a)) })(y) })
-	requireErrorAt(t, err, thisLine()-1, sharded)
-	err = eager(func() { trace.Vmap(func(a *trace.Array) *trace.Array { return trace.Exp(a) })(y) })
-	requireErrorAt(t, err, thisLine()-1, sharded)
+	check(trace.Add(x, y), func(v float32) float32 { return 2 * v })
+	check(trace.Exp(y), func(v float32) float32 { return float32(math.Exp(float64(v))) })
+	var sum float64
+	for _, v := range xv {
+		sum += float64(v)
+	}
+	require.InDelta(t, sum, trace.Sum(y).Float64s()[0], 1e-4)
+	check(trace.Grad(func(a *trace.Array) *trace.Array { return trace.Sum(trace.Mul(a, a)) })(y), func(v float32) float32 { return 2 * v })
+	check(trace.Vmap(func(a *trace.Array) *trace.Array { return trace.Exp(a) })(y), func(v float32) float32 { return float32(math.Exp(float64(v))) })
 
 	f := rt.Jit(func(a, b *trace.Array) (*trace.Array, error) { return trace.Mul(a, b), nil })
-	_, err = f(x, y)
-	requireErrorAt(t, err, thisLine()-1, "rt.Jit", "argument 1 "+sharded)
-	g := rt.Jit(func(a, b *trace.Array) *trace.Array { return trace.Mul(a, b) })
-	err = eager(func() { g(y, x) })
-	requireErrorAt(t, err, thisLine()-1, "rt.Jit", "argument 0 "+sharded)
+	got, err := f(x, y)
+	require.NoError(t, err)
+	check(got, func(v float32) float32 { return v * v })
 	type pair struct{ A, B *trace.Array }
 	h := rt.Jit(func(p pair) (*trace.Array, error) { return trace.Add(p.A, p.B), nil })
-	_, err = h(pair{x, y})
-	requireErrorAt(t, err, thisLine()-1, "leaf 1 of argument 0 "+sharded)
+	got, err = h(pair{x, y})
+	require.NoError(t, err)
+	check(got, func(v float32) float32 { return 2 * v })
 	captured := rt.Jit(func(a *trace.Array) (*trace.Array, error) { return trace.Add(a, y), nil })
-	_, err = captured(x)
-	requireErrorAt(t, err, thisLine()-1, "captured array 0 "+sharded)
+	got, err = captured(x)
+	require.NoError(t, err)
+	check(got, func(v float32) float32 { return 2 * v })
 
+	// A program compiled for an unsharded argument does not take a sharded one.
 	c, err := rt.Lower(func(a *trace.Array) *trace.Array { return trace.Neg(a) }, x)
 	require.NoError(t, err)
 	cc, err := c.Compile()
 	require.NoError(t, err)
 	_, err = cc.Call(y)
-	requireErrorAt(t, err, thisLine()-1, "argument 0 "+sharded)
-	_, err = cc.CallOn(rt.Devices()[3], y)
-	requireErrorAt(t, err, thisLine()-1, "argument 0 "+sharded)
-	_, err = rt.Lower(func(a *trace.Array) *trace.Array { return trace.Neg(a) }, y)
-	requireErrorAt(t, err, thisLine()-1, "argument 0 "+sharded)
+	requireErrorAt(t, err, thisLine()-1, "argument leaf 0 is f32[4,8]{sharding<mesh[x=2,y=4], [x,y]>}, compiled for f32[4,8]")
+	l, err := rt.Lower(func(a *trace.Array) *trace.Array { return trace.Neg(a) }, y)
+	require.NoError(t, err)
+	cs, err := l.Compile()
+	require.NoError(t, err)
+	_, err = cs.CallOn(rt.Devices()[3], y)
+	requireErrorAt(t, err, thisLine()-1, "partitioned over mesh[x=2,y=4]")
+	outs, err := cs.Call(y)
+	require.NoError(t, err)
+	check(outs[0].(*trace.Array), func(v float32) float32 { return -v })
 
-	// Gathered, it computes as usual.
+	// Gathered, it computes on one device as usual.
 	gy, err := rt.ToDevice(y, rt.Devices()[5])
 	require.NoError(t, err)
-	want := x.Float32s()
-	got, err := f(gy, gy)
+	got, err = f(gy, gy)
 	require.NoError(t, err)
 	for i, v := range got.Float32s() {
-		require.Equal(t, want[i]*want[i], v)
+		require.Equal(t, xv[i]*xv[i], v)
 	}
 	d, err := rt.DeviceOf(got)
 	require.NoError(t, err)

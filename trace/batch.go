@@ -727,6 +727,7 @@ func init() {
 	batchRules[ir.DevicePut] = batchElementwise
 	batchRules[ir.CheckpointName] = batchElementwise
 	batchRules[ir.OptimizationBarrier] = batchEach
+	batchRules[ir.ShardingConstraint] = batchShardingConstraint
 	// Nullary ops have no operand to be batched: the same for every example.
 	batchRules[ir.Constant] = batchReplay
 	batchRules[ir.Iota] = batchReplay

@@ -480,6 +480,23 @@ func vtCases() []vtCase {
 			return vtInst{desc: fmt.Sprint(dt), ops: vtOps(vtT(dt, s...)),
 				fn: func(a []*trace.Array) []*trace.Array { return vtOne(trace.CheckpointName(a[0], "x")) }}
 		}},
+		vtCase{ir.ShardingConstraint, "sharding_constraint", func(r *rand.Rand) vtInst {
+			dt, s := anyDT(r), vtPick(r, vtShapes...)
+			mesh, err := ir.NewMesh([]int{1}, []string{"x"})
+			if err != nil {
+				panic(err)
+			}
+			spec := ir.P()
+			if len(s) > 0 {
+				spec = ir.P("x")
+			}
+			sh, err := ir.NewNamedSharding(mesh, spec)
+			if err != nil {
+				panic(err)
+			}
+			return vtInst{desc: fmt.Sprint(dt, sh), ops: vtOps(vtT(dt, s...)),
+				fn: func(a []*trace.Array) []*trace.Array { return vtOne(trace.WithShardingConstraint(a[0], sh)) }}
+		}},
 		vtCase{ir.OptimizationBarrier, "optimization_barrier", func(r *rand.Rand) vtInst {
 			ops := vtOps(vtT(anyDT(r), vtPick(r, vtShapes...)...), vtT(anyDT(r), vtPick(r, vtShapes...)...))
 			return vtInst{desc: fmt.Sprint(ops[0].typ, ops[1].typ), ops: ops,

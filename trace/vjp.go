@@ -99,6 +99,7 @@ func init() {
 
 		ir.CheckpointName:      func(c *vjpCall) []*Array { return []*Array{c.ct} },
 		ir.OptimizationBarrier: func(c *vjpCall) []*Array { return append([]*Array(nil), c.cts...) },
+		ir.ShardingConstraint:  vjpShardingConstraint,
 	}
 }
 

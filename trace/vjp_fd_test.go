@@ -418,6 +418,19 @@ func gtCases() []gtCase {
 			fn: func(a []*trace.Array) *trace.Array {
 				return gtOp(ir.Mul, nil, gtOp(ir.CheckpointName, ir.Attrs{"name": "x"}, a[0]), gtOp(ir.Sin, nil, a[0]))
 			}},
+		{name: "sharding_constraint", codes: []ir.Code{ir.ShardingConstraint},
+			make: func(r *rand.Rand) []*trace.Array { return []*trace.Array{gtRand(r, -1, 1, 2, 3)} },
+			fn: func(a []*trace.Array) *trace.Array {
+				mesh, err := ir.NewMesh([]int{1}, []string{"x"})
+				if err != nil {
+					panic(err)
+				}
+				s, err := ir.NewNamedSharding(mesh, ir.P("", "x"))
+				if err != nil {
+					panic(err)
+				}
+				return gtOp(ir.Mul, nil, trace.WithShardingConstraint(a[0], s), gtOp(ir.Sin, nil, a[0]))
+			}},
 		{name: "optimization_barrier", codes: []ir.Code{ir.OptimizationBarrier},
 			make: func(r *rand.Rand) []*trace.Array {
 				return []*trace.Array{gtRand(r, -1, 1, 2, 3), gtRand(r, -1, 1, 2, 3)}

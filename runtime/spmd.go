@@ -1,0 +1,314 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/ferryml/ferry/backend"
+	"github.com/ferryml/ferry/collective"
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
+	"github.com/ferryml/ferry/trace"
+)
+
+// hasSharding reports whether a value of f (nested regions included) has a
+// sharding: then f runs partitioned over the sharding's mesh.
+func hasSharding(f *ir.Func) bool {
+	found := false
+	var walk func(r *ir.Region)
+	walk = func(r *ir.Region) {
+		for _, v := range r.Params {
+			found = found || v.Type.Sharding != nil
+		}
+		for _, op := range r.Ops {
+			for _, v := range op.Results {
+				found = found || v.Type.Sharding != nil
+			}
+			for _, sub := range op.Regions {
+				walk(sub)
+			}
+		}
+	}
+	walk(f.Body)
+	return found
+}
+
+// compileFunc compiles f on be; a function with a sharded value is
+// partitioned over its mesh first (compileSharded).
+func compileFunc(be Backend, f *ir.Func, opts CompileOptions) (Executable, error) {
+	if !hasSharding(f) {
+		return be.Compile(f, opts)
+	}
+	return compileSharded(be, f)
+}
+
+// shardedExecutable runs a partitioned function: the per-device program on
+// every device of the mesh at once, one goroutine per device, with
+// communicators between them (package collective's in-process engine).
+// Its arguments and results are sharded arrays.
+type shardedExecutable struct {
+	be     Backend
+	part   *passes.Partitioned
+	exe    Executable // the per-device program
+	params []ir.Type  // the global parameter types, unsharded
+	global []ir.Type  // the global result types, with their shardings
+
+	mu   sync.Mutex
+	free [][]map[string]collective.Communicator // idle communicator sets
+}
+
+// compileSharded partitions f (passes.Partition) and compiles the
+// per-device program once for all devices of the mesh.
+func compileSharded(be Backend, f *ir.Func) (Executable, error) {
+	part, err := passes.Partition(f)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMeshDevices(be, part.Mesh); err != nil {
+		return nil, err
+	}
+	if _, ok := be.(backend.Placer); !ok && part.Mesh.NumDevices() > 1 {
+		return nil, fmt.Errorf("the %s backend cannot run a program on several devices", be.Name())
+	}
+	exe, err := be.Compile(part.Func, CompileOptions{BoundAxes: part.Axes})
+	if err != nil {
+		return nil, err
+	}
+	e := &shardedExecutable{be: be, part: part, exe: exe}
+	for _, v := range f.Body.Params {
+		e.params = append(e.params, v.Type.WithSharding(nil))
+	}
+	for i, v := range f.Body.Results {
+		e.global = append(e.global, v.Type.WithSharding(part.Results[i]))
+	}
+	return e, nil
+}
+
+// Program returns the per-device program: its memory analysis is what
+// each device needs.
+func (e *shardedExecutable) Program() *passes.Program { return e.exe.Program() }
+
+// Partitioned returns the partitioned function.
+func (e *shardedExecutable) Partitioned() *passes.Partitioned { return e.part }
+
+// Execute runs the per-device program on every device of the mesh.
+// Arguments laid out as the program wants are used in place; any other
+// argument (unsharded, or sharded otherwise) is copied into that layout
+// for the call. The results are sharded arrays committed to the mesh's
+// devices.
+func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []trace.Buffer, err error) {
+	m := e.part.Mesh
+	devs := m.Devices()
+	n := len(devs)
+	if len(args) != len(e.params) {
+		return nil, fmt.Errorf("takes %d arguments, got %d", len(e.params), len(args))
+	}
+	local := make([][]trace.Buffer, n)
+	var temps []*shardedBuffer
+	defer func() {
+		for _, t := range temps {
+			_ = t.Delete()
+		}
+	}()
+	placer, _ := e.be.(backend.Placer)
+	for i, b := range args {
+		want := e.part.Params[i]
+		sb, ok := b.(*shardedBuffer)
+		if !ok || sb.isDeleted() || !sb.typ.Sharding.EquivalentTo(want, len(e.params[i].Shape)) {
+			if ok && sb.isDeleted() {
+				return nil, fmt.Errorf("argument %d: sharded array %v was deleted", i, sb.typ)
+			}
+			l, err := b.Literal()
+			if err != nil {
+				return nil, fmt.Errorf("argument %d: %w", i, err)
+			}
+			arr, err := putShards(e.be, placer, l, e.params[i].WithSharding(want))
+			if err != nil {
+				return nil, fmt.Errorf("argument %d: laying it out as %v: %w", i, want, err)
+			}
+			sb = arr.Buffer().(*shardedBuffer)
+			temps = append(temps, sb)
+		}
+		for r := range n {
+			local[r] = append(local[r], sb.shards[r].Array.Buffer())
+		}
+	}
+	ctx := opts.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	comms, err := e.comms(ctx)
+	if err != nil {
+		return nil, err
+	}
+	outs := make([][]trace.Buffer, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[r], errs[r] = e.exe.Execute(local[r], ExecOptions{Device: devs[r], Commit: true, Comms: comms[r], Context: ctx})
+			if errs[r] != nil {
+				for _, c := range comms[r] {
+					c.Abort(errs[r])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := firstError(errs, devs); err != nil {
+		for _, o := range outs {
+			for _, b := range o {
+				_ = trace.FromBuffer(b).Delete()
+			}
+		}
+		for _, set := range comms {
+			for _, c := range set {
+				_ = c.Close()
+			}
+		}
+		return nil, err
+	}
+	e.mu.Lock()
+	e.free = append(e.free, comms)
+	e.mu.Unlock()
+	hw := e.be.Devices()
+	res := make([]trace.Buffer, len(e.global))
+	for i, t := range e.global {
+		sb := &shardedBuffer{typ: t.Clone()}
+		for r, id := range devs {
+			start, limit, err := t.Sharding.ShardBounds(t.Shape, id)
+			if err != nil {
+				return nil, err
+			}
+			sb.shards = append(sb.shards, Shard{Device: hw[id], Start: start, Limit: limit, Array: trace.FromBuffer(outs[r][i])})
+		}
+		res[i] = sb
+	}
+	return res, nil
+}
+
+// firstError returns the error of the first device that failed on its own
+// (not because another device aborted the collectives), naming the device.
+func firstError(errs []error, devs []int) error {
+	var aborted error
+	for r, err := range errs {
+		if err == nil {
+			continue
+		}
+		err = fmt.Errorf("device %d: %w", devs[r], err)
+		if !errors.Is(err, collective.ErrAborted) {
+			return err
+		}
+		if aborted == nil {
+			aborted = err
+		}
+	}
+	return aborted
+}
+
+// comms returns a set of communicators, one map per device (in mesh
+// order) from each axis string of the program to the device's
+// communicator of that group: an idle set of an earlier call, or a new one.
+func (e *shardedExecutable) comms(ctx context.Context) ([]map[string]collective.Communicator, error) {
+	n := e.part.Mesh.NumDevices()
+	if len(e.part.Axes) == 0 {
+		return make([]map[string]collective.Communicator, n), nil
+	}
+	e.mu.Lock()
+	if k := len(e.free); k > 0 {
+		set := e.free[k-1]
+		e.free = e.free[:k-1]
+		e.mu.Unlock()
+		return set, nil
+	}
+	e.mu.Unlock()
+	world, err := collective.NewLocal(n)
+	if err != nil {
+		return nil, err
+	}
+	m := e.part.Mesh
+	set := make([]map[string]collective.Communicator, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			set[r] = map[string]collective.Communicator{}
+			for _, ax := range e.part.Axes {
+				var idx []int
+				for _, name := range strings.Split(ax, ",") {
+					idx = append(idx, m.AxisIndex(name))
+				}
+				c, err := collective.MeshAxes(ctx, world[r], m.Shape(), idx...)
+				if err != nil {
+					errs[r] = fmt.Errorf("communicator over %s: %w", ax, err)
+					world[r].Abort(errs[r])
+					return
+				}
+				set[r][ax] = c
+			}
+		}()
+	}
+	wg.Wait()
+	return set, errors.Join(errs...)
+}
+
+// executeSharded runs a partitioned executable for execute; want (a device
+// for CallOn) must be unset: the mesh says where the program runs.
+func (e *entry) executeSharded(s *callScratch, se *shardedExecutable, want int) error {
+	if want >= 0 {
+		return trace.Errorf("rt.Jit", "%s: the program is partitioned over %v: it runs on the mesh's devices, not on one chosen device", e.lowered.Func.Name, se.part.Mesh)
+	}
+	outBufs, err := se.Execute(s.bufs, ExecOptions{})
+	if err != nil {
+		return trace.WrapError("rt.Jit", fmt.Errorf("%s: %w", e.lowered.Func.Name, err))
+	}
+	s.outs = outBufs
+	s.arrays = s.arrays[:0]
+	for _, b := range outBufs {
+		s.arrays = append(s.arrays, trace.FromBuffer(b))
+	}
+	return nil
+}
+
+// executeSharded runs an eager op on arguments of which one at least is
+// sharded: the op's one-op function, with the operands' shardings, is
+// partitioned like a jitted function's (and cached by its key and the
+// shardings).
+func executeSharded(key []byte, build func() *ir.Func, args []trace.Buffer) ([]trace.Buffer, error) {
+	if len(key) > 0 {
+		k := append([]byte(nil), key...)
+		for _, a := range args {
+			k = append(k, '|')
+			if s := a.Type().Sharding; s != nil {
+				k = append(k, s.String()...)
+			}
+		}
+		key = k
+	}
+	ex, err := eagerCompile(key, build)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ex.(*shardedExecutable); !ok {
+		return nil, fmt.Errorf("internal error: the op on sharded operands did not compile to a partitioned program")
+	}
+	return ex.Execute(args, ExecOptions{})
+}
+
+// constrainIn makes parameter i of the trace tr take sharding s
+// (InShardings): a sharding constraint on it, from which propagation gives
+// the parameter its layout.
+func constrainIn(tr *trace.Tracer, params []*trace.Array, i int, s *ir.NamedSharding) (err error) {
+	defer trace.Recover(&err)
+	tr.Push()
+	defer tr.Pop()
+	params[i] = trace.WithShardingConstraint(params[i], s)
+	return nil
+}
