@@ -8,8 +8,9 @@ import "github.com/ferryml/ferry/ir"
 // AxisName(name) the members are the examples of the mapped axis, and each
 // collective is turned by its batching rule into ordinary ops over the batch
 // (PSum under Vmap sums over the examples and gives every example the sum,
-// as jax.vmap(f, axis_name=...) does). Later a ShardMap binds the axes of a
-// device mesh, whose members are devices. A collective is an error (a panic
+// as jax.vmap(f, axis_name=...) does). A ShardMap binds the axes of a device
+// mesh, whose members are devices (as a nest of named Vmaps, one per mesh
+// axis). A collective is an error (a panic
 // with *Error naming the axis and the caller's line, JAX's "unbound axis
 // name") where no enclosing Vmap or ShardMap binds its axis: eagerly outside
 // any Vmap, or in an rt.Jit function that does not map it.
