@@ -25,7 +25,7 @@ func axisSize(op, name string) int {
 	if f := vmapFrames.lookup(name); f != nil {
 		return f.size
 	}
-	panic(Errorf(op, "unbound axis name %q: no Vmap with AxisName(%q) encloses this call (collectives need their axis bound)", name, name))
+	panic(Errorf(op, "unbound axis name %q: no Vmap with AxisName(%q) nor ShardMap over a mesh with that axis encloses this call (collectives need their axis bound)", name, name))
 }
 
 // checkCollective panics when a collective op is emitted where its axis is
@@ -40,7 +40,7 @@ func checkCollective(code ir.Code, attrs ir.Attrs) {
 		if f != nil {
 			panic(Errorf(code.String(), "axis %q has size %d here, but the op says %d", name, f.size, attrs.Int("size")))
 		}
-		panic(Errorf(code.String(), "unbound axis name %q: no Vmap with AxisName(%q) encloses this call (collectives need their axis bound)", name, name))
+		panic(Errorf(code.String(), "unbound axis name %q: no Vmap with AxisName(%q) nor ShardMap over a mesh with that axis encloses this call (collectives need their axis bound)", name, name))
 	}
 }
 

@@ -596,7 +596,7 @@ func TestShardMapErrors(t *testing.T) {
 	err, line = otCatchLine(func() {
 		trace.ShardMap(func(a *trace.Array) *trace.Array { return trace.PSum(a, "z") }, m, rep, rep)(x)
 	})
-	smCheckError(t, err, line+1, "PSum", `unbound axis name "z"`)
+	smCheckError(t, err, line+1, "PSum", `unbound axis name "z"`, "ShardMap over a mesh with that axis")
 	// The block shape is what fn sees: an error inside it names the block.
 	err, line = otCatchLine(func() {
 		trace.ShardMap(func(a *trace.Array) *trace.Array { return trace.Reshape(a, 24) }, m, ps(ir.P("x", "")), rep)(x)
