@@ -113,12 +113,11 @@ func shardMapAxes(mesh *ir.Mesh, spec ir.PartitionSpec) []int {
 }
 
 // shardMapSplit returns the shape in which every dimension d of a leaf of
-// the given shape (or block shape, when block) is split over the axes of
-// spec[d], [n1, ..., nk, block size], with each position's mesh axis index
-// (-1 for the block's own dimension d, which is local[d]).
-func shardMapSplit(mesh *ir.Mesh, spec ir.PartitionSpec, shape ir.Shape, block bool) (split ir.Shape, tags []int, local ir.Shape) {
+// the given shape is split over the axes of spec[d]: [n1, ..., nk, b], b
+// the block's size (shape[d] divided by n1⋯nk, or shape[d] itself when
+// shape is a block shape), with each position's mesh axis index (-1 for b).
+func shardMapSplit(mesh *ir.Mesh, spec ir.PartitionSpec, shape ir.Shape, block bool) (split ir.Shape, tags []int) {
 	sizes := mesh.Shape()
-	local = shape.Clone()
 	for d, n := range shape {
 		ways := 1
 		if d < len(spec) {
@@ -129,11 +128,11 @@ func shardMapSplit(mesh *ir.Mesh, spec ir.PartitionSpec, shape ir.Shape, block b
 			}
 		}
 		if !block {
-			local[d] = n / ways
+			n /= ways
 		}
-		split, tags = append(split, local[d]), append(tags, -1)
+		split, tags = append(split, n), append(tags, -1)
 	}
-	return split, tags, local
+	return split, tags
 }
 
 // shardMapPlace is applied to every argument and result leaf of a ShardMap
@@ -160,7 +159,7 @@ func shardMapNames(mesh *ir.Mesh, ks []int) []string {
 
 // shardMapBlocks returns x in its mesh-major layout for spec (checked).
 func shardMapBlocks(x *Array, mesh *ir.Mesh, spec ir.PartitionSpec) *Array {
-	split, tags, _ := shardMapSplit(mesh, spec, x.typ.Shape, false)
+	split, tags := shardMapSplit(mesh, spec, x.typ.Shape, false)
 	var perm []int
 	for k := range mesh.NumAxes() {
 		if p := slices.Index(tags, k); p >= 0 {
@@ -178,7 +177,7 @@ func shardMapBlocks(x *Array, mesh *ir.Mesh, spec ir.PartitionSpec) *Array {
 // shardMapUnblocks is the inverse of shardMapBlocks: it returns the global
 // array whose mesh-major layout for spec is y, of the given block shape.
 func shardMapUnblocks(y *Array, mesh *ir.Mesh, spec ir.PartitionSpec, block ir.Shape) *Array {
-	split, tags, _ := shardMapSplit(mesh, spec, block, true)
+	split, tags := shardMapSplit(mesh, spec, block, true)
 	front := shardMapAxes(mesh, spec) // y's leading dimensions
 	perm := make([]int, len(tags))
 	d := 0
