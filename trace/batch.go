@@ -42,6 +42,12 @@ type vmapConfig struct {
 	size            int
 	hasSize         bool
 	name            string
+	// outFirst marks the output leaves that give example 0's value (the
+	// results of a ShardMap replicated along this axis): batched ones lose
+	// their batch dimension, unbatched ones stay as they are. It is set
+	// while fn is traced (ShardMap learns its results' specs then); OutAxes
+	// does not apply to the leaves it marks.
+	outFirst []bool
 }
 
 // InAxes gives the mapped axis of each input leaf, in the order of the
@@ -234,6 +240,12 @@ func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapC
 
 	outAxes := vmapAxes(name, "OutAxes", cfg.outAxes, len(outs))
 	for i, o := range outs {
+		if cfg.outFirst != nil && cfg.outFirst[i] {
+			if odims[i] >= 0 {
+				outs[i] = batchFirst(o, odims[i])
+			}
+			continue
+		}
 		ax := outAxes[i]
 		if ax == NotMapped {
 			if odims[i] >= 0 {
@@ -600,6 +612,18 @@ func batchMove(x *Array, from, to int) *Array {
 	}
 	perm = slices.Insert(perm, to, from)
 	return adTranspose(x, perm)
+}
+
+// batchFirst returns example 0 of x, batched at axis d (which is not
+// empty).
+func batchFirst(x *Array, d int) *Array {
+	if x.typ.Space != ir.Device {
+		return batchOnDevice(x, func(x *Array) *Array { return batchFirst(x, d) })
+	}
+	limit := slices.Clone([]int(x.typ.Shape))
+	limit[d] = 1
+	one := adSlice(x, make([]int, len(limit)), limit, dimsAll(len(limit), 1))
+	return adReshape(one, slices.Delete(x.typ.Shape.Clone(), d, d+1))
 }
 
 // batchMaterialize returns x batched: itself when it is (d >= 0), else x

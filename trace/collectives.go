@@ -8,8 +8,9 @@ import "github.com/ferryml/ferry/ir"
 // AxisName(name) the members are the examples of the mapped axis, and each
 // collective is turned by its batching rule into ordinary ops over the batch
 // (PSum under Vmap sums over the examples and gives every example the sum,
-// as jax.vmap(f, axis_name=...) does). Later a ShardMap binds the axes of a
-// device mesh, whose members are devices. A collective is an error (a panic
+// as jax.vmap(f, axis_name=...) does). A ShardMap binds the axes of a device
+// mesh, whose members are devices (as a nest of named Vmaps, one per mesh
+// axis). A collective is an error (a panic
 // with *Error naming the axis and the caller's line, JAX's "unbound axis
 // name") where no enclosing Vmap or ShardMap binds its axis: eagerly outside
 // any Vmap, or in an rt.Jit function that does not map it.
@@ -24,7 +25,7 @@ func axisSize(op, name string) int {
 	if f := vmapFrames.lookup(name); f != nil {
 		return f.size
 	}
-	panic(Errorf(op, "unbound axis name %q: no Vmap with AxisName(%q) encloses this call (collectives need their axis bound)", name, name))
+	panic(Errorf(op, "unbound axis name %q: no Vmap with AxisName(%q) nor ShardMap over a mesh with that axis encloses this call (collectives need their axis bound)", name, name))
 }
 
 // checkCollective panics when a collective op is emitted where its axis is
@@ -39,7 +40,7 @@ func checkCollective(code ir.Code, attrs ir.Attrs) {
 		if f != nil {
 			panic(Errorf(code.String(), "axis %q has size %d here, but the op says %d", name, f.size, attrs.Int("size")))
 		}
-		panic(Errorf(code.String(), "unbound axis name %q: no Vmap with AxisName(%q) encloses this call (collectives need their axis bound)", name, name))
+		panic(Errorf(code.String(), "unbound axis name %q: no Vmap with AxisName(%q) nor ShardMap over a mesh with that axis encloses this call (collectives need their axis bound)", name, name))
 	}
 }
 
