@@ -140,11 +140,19 @@ func shardMapSplit(mesh *ir.Mesh, spec ir.PartitionSpec, shape ir.Shape, block b
 // axes[i] (the axes, in mesh order, that the leaf's spec names) and whose
 // other dimensions are one device's block: it is where the sharding
 // constraint that places block i on the devices at position i along those
-// axes goes (over mesh, spec P(axes...)), so that the partitioner runs each
-// device's part of the program on that device. Without it the program is
-// the same, computed whole.
+// axes (over mesh, spec P(axes...)), so that the partitioner runs each
+// device's part of the program on that device. On concrete arrays (an
+// eager ShardMap) it leaves x alone: the program is the same, computed
+// whole on x's device.
 func shardMapPlace(x *Array, mesh *ir.Mesh, axes []string) *Array {
-	return x
+	if !x.IsTraced() || len(axes) == 0 {
+		return x
+	}
+	s, err := ir.NewNamedSharding(mesh, ir.P(axes...))
+	if err != nil {
+		panic(Errorf("ShardMap", "%v", err))
+	}
+	return constrain(x, s)
 }
 
 // shardMapNames returns the names of mesh axes ks.
