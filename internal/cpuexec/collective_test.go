@@ -2,6 +2,7 @@ package cpuexec
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -104,6 +105,9 @@ type devRun struct {
 	comms func(d int, c map[string]collective.Communicator)
 	// alloc, if set, is device d's allocator.
 	alloc func(d int) Allocator
+	// skip, if set, says which devices do not run the program (after
+	// making their communicators).
+	skip func(d int) bool
 }
 
 // runMesh runs e on every device of m at once, one goroutine each, with
@@ -139,6 +143,9 @@ func runMesh(t testing.TB, e *Executable, m mesh, bound []string, args func(d in
 			}
 			if o.comms != nil {
 				o.comms(d, comms)
+			}
+			if o.skip != nil && o.skip(d) {
+				return
 			}
 			var a Allocator = &countAlloc{}
 			if o.alloc != nil {
@@ -369,5 +376,268 @@ func TestCollectiveOps(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// codesIn lists the codes of r's ops, and of the ops of nested regions
+// (fusion regions included) as "outer>inner".
+func codesIn(r *ir.Region, prefix string) []string {
+	var out []string
+	for _, op := range r.Ops {
+		out = append(out, prefix+op.Code.String())
+		for _, sub := range op.Regions {
+			out = append(out, codesIn(sub, prefix+op.Code.String()+">")...)
+		}
+	}
+	return out
+}
+
+// TestCollectiveInScan: the FSDP pattern. Each device holds a shard (rows
+// split over "y") of every layer's weight; a scan over the layers gathers
+// one layer's full weight per iteration (all_gather over "y" in the body),
+// multiplies, and sums the products over "x" (all_reduce) before the
+// nonlinearity. Every device's carry and stacked ys match a float64
+// simulation of the whole 2×4 mesh.
+func TestCollectiveInScan(t *testing.T) {
+	const src = `func @fsdp(%0: f32[2,8], %1: f32[3,2,8]) -> (f32[2,8], f32[3,2,8]) {
+  %9, %10 = scan(%0, %1) {length=3, num_carry=1, num_consts=0, reverse=false} (
+    ^(%2: f32[2,8], %3: f32[2,8]) {
+      %4 = all_gather(%3) {axis="y", dimension=0, size=4, tiled=true} : f32[8,8]
+      %5 = dot_general(%2, %4) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f32[2,8]
+      %6 = all_reduce(%5) {axis="x", reduction="sum", size=2} : f32[2,8]
+      %7 = tanh(%6) : f32[2,8]
+      return %7, %7
+    }) : f32[2,8], f32[3,2,8]
+  return %9, %10
+}`
+	const L, B, K, rows = 3, 2, 8, 2
+	m := mesh{[]int{2, 4}, []string{"x", "y"}}
+	bound := []string{"x", "y"}
+	e := compileColl(t, src, bound...)
+	codes := codesIn(e.prog.Func.Body, "")
+	require.Contains(t, codes, "scan>all_gather", "the gather stays in the body: %s", e.prog.Func)
+	require.Contains(t, codes, "scan>all_reduce", "%s", e.prog.Func)
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 6))
+	n := m.size()
+	args := make([][]*ir.Literal, n)
+	for d := range args {
+		args[d] = []*ir.Literal{randLit(rng, e.params[0]), randLit(rng, e.params[1])}
+	}
+	for range 2 { // a second run reuses the frames
+		outs, errs := runMesh(t, e, m, bound, func(d int) []*ir.Literal { return cloneAll(args[d]) }, devRun{})
+
+		// The reference: h[d] per device, layer by layer.
+		h := make([][]float64, n)
+		for d := range h {
+			h[d] = args[d][0].Float64s()
+		}
+		ys := make([][]float64, n)
+		for l := range L {
+			// prod[d] = h[d] @ W(d, l), W gathered over d's y group.
+			prod := make([][]float64, n)
+			for d := range n {
+				members, _ := m.group(t, "y", d)
+				w := make([]float64, K*K)
+				for i, mb := range members {
+					shard := args[mb][1].Float64s()[l*rows*K : (l+1)*rows*K]
+					copy(w[i*rows*K:], shard)
+				}
+				prod[d] = make([]float64, B*K)
+				for b := range B {
+					for j := range K {
+						for k := range K {
+							prod[d][b*K+j] += h[d][b*K+k] * w[k*K+j]
+						}
+					}
+				}
+			}
+			next := make([][]float64, n)
+			for d := range n {
+				members, _ := m.group(t, "x", d)
+				next[d] = make([]float64, B*K)
+				for i := range next[d] {
+					for _, mb := range members {
+						next[d][i] += prod[mb][i]
+					}
+					next[d][i] = math.Tanh(next[d][i])
+				}
+				ys[d] = append(ys[d], next[d]...)
+			}
+			h = next
+		}
+		for d := range n {
+			require.NoError(t, errs[d], "device %d", d)
+			for r, want := range [][]float64{h[d], ys[d]} {
+				got := outs[d][r].Float64s()
+				require.Len(t, got, len(want))
+				for i := range want {
+					require.InDelta(t, want[i], got[i], 1e-4, "device %d result %d element %d", d, r, i)
+				}
+			}
+		}
+	}
+}
+
+// TestCollectiveWithFusion: elementwise chains before and after collectives
+// are fused (the collectives stay plain top-level ops between the fusions)
+// and every device's results match a float64 reference.
+func TestCollectiveWithFusion(t *testing.T) {
+	const src = `func @mix(%0: f32[16], %1: f32[16]) -> (f32[16], f32[4]) {
+  %2 = exp(%0) : f32[16]
+  %3 = mul(%2, %1) : f32[16]
+  %4 = all_reduce(%3) {axis="x,y", reduction="sum", size=8} : f32[16]
+  %5 = tanh(%4) : f32[16]
+  %6 = add(%5, %0) : f32[16]
+  %7 = reduce_scatter(%6) {axis="y", dimension=0, size=4, tiled=true} : f32[4]
+  %8 = mul(%7, %7) : f32[4]
+  %9 = neg(%8) : f32[4]
+  return %6, %9
+}`
+	m := mesh{[]int{2, 4}, []string{"x", "y"}}
+	bound := []string{"x,y", "y"}
+	e := compileColl(t, src, bound...)
+	codes := codesIn(e.prog.Func.Body, "")
+	require.Contains(t, codes, "fusion", "%s", e.prog.Func)
+	var colls []string
+	for _, c := range codes {
+		if strings.Contains(c, "all_reduce") || strings.Contains(c, "reduce_scatter") {
+			colls = append(colls, c)
+		}
+	}
+	require.Equal(t, []string{"all_reduce", "reduce_scatter"}, colls, "one of each, at top level: %s", e.prog.Func)
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 7))
+	n := m.size()
+	args := make([][]*ir.Literal, n)
+	for d := range args {
+		args[d] = []*ir.Literal{randLit(rng, e.params[0]), randLit(rng, e.params[1])}
+	}
+	outs, errs := runMesh(t, e, m, bound, func(d int) []*ir.Literal { return cloneAll(args[d]) }, devRun{})
+	six := make([][]float64, n)
+	for d := range n {
+		x := args[d][0].Float64s()
+		members, _ := m.group(t, "x,y", d)
+		six[d] = make([]float64, 16)
+		for i := range 16 {
+			var s float64
+			for _, mb := range members {
+				s += math.Exp(args[mb][0].Float64s()[i]) * args[mb][1].Float64s()[i]
+			}
+			six[d][i] = math.Tanh(s) + x[i]
+		}
+	}
+	for d := range n {
+		require.NoError(t, errs[d], "device %d", d)
+		members, me := m.group(t, "y", d)
+		for i := range 16 {
+			require.InDelta(t, six[d][i], outs[d][0].Float64At(i), 1e-4, "device %d result 0 element %d", d, i)
+		}
+		for i := range 4 {
+			var s float64
+			for _, mb := range members {
+				s += six[mb][me*4+i]
+			}
+			require.InDelta(t, -s*s, outs[d][1].Float64At(i), 1e-3*(1+s*s), "device %d result 1 element %d", d, i)
+		}
+	}
+}
+
+// twoAxes is a program with a collective over "x" and then one over "y".
+const twoAxes = `func @two(%0: f32[6]) -> (f32[6]) {
+  %1 = all_reduce(%0) {axis="x", reduction="sum", size=2} : f32[6] loc("step.go:3")
+  %2 = exp(%1) : f32[6]
+  %3 = all_reduce(%2) {axis="y", reduction="max", size=4} : f32[6] loc("step.go:5")
+  return %3
+}`
+
+// TestCollectiveMissingAxis: a device without a communicator for an axis
+// fails at that collective with an unbound axis error naming the axis and
+// the op; the others of its group, waiting for it there, return an abort
+// error instead of hanging (and so do the other groups unless they are
+// done first: the abort is the whole world's). Without any Comms, the first collective fails.
+func TestCollectiveMissingAxis(t *testing.T) {
+	m := mesh{[]int{2, 4}, []string{"x", "y"}}
+	bound := []string{"x", "y"}
+	e := compileColl(t, twoAxes, bound...)
+	require.True(t, e.HasCollectives())
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 8))
+	const bad = 5
+	_, errs := runMesh(t, e, m, bound, func(int) []*ir.Literal { return []*ir.Literal{randLit(rng, e.params[0])} },
+		devRun{comms: func(d int, c map[string]collective.Communicator) {
+			if d == bad {
+				delete(c, "y")
+			}
+		}})
+	peers, _ := m.group(t, "y", bad)
+	for d, err := range errs {
+		if d == bad {
+			require.ErrorContains(t, err, `unbound axis name "y"`)
+			require.ErrorContains(t, err, "step.go:5")
+			continue
+		}
+		if err == nil && !slices.Contains(peers, d) {
+			continue // another "y" group may be done before the abort
+		}
+		require.ErrorIs(t, err, collective.ErrAborted, "device %d", d)
+		require.ErrorContains(t, err, `unbound axis name "y"`, "device %d: the abort says why", d)
+	}
+
+	// No communicators at all.
+	_, _, err := e.ExecuteWith([]*ir.Literal{randLit(rng, e.params[0])}, &countAlloc{}, Options{})
+	require.ErrorContains(t, err, `unbound axis name "x"`)
+	require.ErrorContains(t, err, "step.go:3")
+}
+
+// TestCollectiveSizeMismatch: a collective whose "size" is not its
+// communicator's Size() fails on every device, naming the op, the axis and
+// both sizes.
+func TestCollectiveSizeMismatch(t *testing.T) {
+	m := mesh{[]int{4, 2}, []string{"x", "y"}} // "y" has 2 members, the program says 4
+	bound := []string{"x", "y"}
+	e := compileColl(t, twoAxes, bound...)
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 9))
+	_, errs := runMesh(t, e, m, bound, func(int) []*ir.Literal { return []*ir.Literal{randLit(rng, e.params[0])} }, devRun{})
+	for d, err := range errs {
+		require.Error(t, err, "device %d", d)
+		require.ErrorContains(t, err, "step.go:3", "device %d", d) // "x" has 4 members, the program says 2
+		require.ErrorContains(t, err, `axis "x" has size 2 in the program, but its communicator has 4 ranks`, "device %d", d)
+	}
+}
+
+// TestCollectiveAbortOnError: a device whose execution fails before its
+// first collective (its allocator fails) aborts the communicators, so that
+// the other devices' executions return errors saying why instead of
+// hanging; the communicators stay aborted. A device that never runs makes
+// the others give up when their context ends.
+func TestCollectiveAbortOnError(t *testing.T) {
+	m := mesh{[]int{4}, []string{"x"}}
+	e := compileColl(t, `func @f(%0: f32[6]) -> (f32[6]) {
+  %1 = all_reduce(%0) {axis="x", reduction="sum", size=4} : f32[6]
+  %2 = tanh(%1) : f32[6]
+  return %2
+}`, "x")
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 10))
+	args := func(int) []*ir.Literal { return []*ir.Literal{randLit(rng, e.params[0])} }
+	const bad = 2
+	_, errs := runMesh(t, e, m, []string{"x"}, args, devRun{alloc: func(d int) Allocator {
+		if d == bad {
+			return &countAlloc{failAt: 1}
+		}
+		return &countAlloc{}
+	}})
+	for d, err := range errs {
+		require.Error(t, err, "device %d", d)
+		require.ErrorContains(t, err, "out of memory (test)", "device %d", d)
+		if d != bad {
+			require.ErrorIs(t, err, collective.ErrAborted, "device %d", d)
+		}
+	}
+
+	_, errs = runMesh(t, e, m, []string{"x"}, args, devRun{ctx: 200 * time.Millisecond, skip: func(d int) bool { return d == bad }})
+	for d, err := range errs {
+		if d == bad {
+			continue
+		}
+		require.ErrorIs(t, err, collective.ErrAborted, "device %d", d)
+		require.True(t, errors.Is(err, context.DeadlineExceeded), "device %d: %v", d, err)
 	}
 }
