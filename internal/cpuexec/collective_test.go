@@ -318,6 +318,8 @@ func TestCollectiveOps(t *testing.T) {
 		{"reduce_scatter stacked", "f32", func(n int) []int { return []int{4, n} }, `reduce_scatter {dimension=1}`, sh(4), scatterRef(1, false), 1e-5},
 		{"reduce_scatter tiled", "f32", func(n int) []int { return []int{2 * n, 3} }, `reduce_scatter {dimension=0, tiled=true}`, sh(2, 3), scatterRef(0, true), 1e-5},
 		{"all_to_all", "f32", func(n int) []int { return []int{2 * n, 3} }, `all_to_all {split_dimension=0, concat_dimension=1}`, func(n int) []int { return []int{2, 3 * n} }, allToAllRef(0, 1), 0},
+		{"all_reduce empty", "f32", sh(0, 3), `all_reduce {reduction="sum"}`, sh(0, 3), reduceRef("sum"), 0},
+		{"all_gather scalars", "f32", sh(), `all_gather {dimension=0}`, func(n int) []int { return []int{n} }, gatherRef(0, false), 0},
 		{"all_to_all same dim", "f32", func(n int) []int { return []int{3, 2 * n} }, `all_to_all {split_dimension=1, concat_dimension=1}`, func(n int) []int { return []int{3, 2 * n} }, allToAllRef(1, 1), 0},
 	}
 	meshes := []struct {
@@ -639,5 +641,72 @@ func TestCollectiveAbortOnError(t *testing.T) {
 		}
 		require.ErrorIs(t, err, collective.ErrAborted, "device %d", d)
 		require.True(t, errors.Is(err, context.DeadlineExceeded), "device %d: %v", d, err)
+	}
+}
+
+// TestCollectiveInControlFlow: collectives of a constant operand, an
+// axis_index, collectives in cond branches (every device takes the same
+// branch) and in both regions of a while loop whose trip count is decided
+// by an all_reduce, on four devices.
+func TestCollectiveInControlFlow(t *testing.T) {
+	const src = `func @ctl(%0: f32[4], %1: bool[]) -> (f32[4], i32[], f32[4], i32[], f32[4]) {
+  %2 = constant() {value=dense<f32[4], [1, 2, 3, 4]>} : f32[4]
+  %3 = all_reduce(%2) {axis="x", reduction="sum", size=4} : f32[4]
+  %4 = axis_index() {axis="x", size=4} : i32[]
+  %5 = cond(%1, %0) (
+    ^(%6: f32[4]) {
+      %7 = all_reduce(%6) {axis="x", reduction="max", size=4} : f32[4]
+      return %7
+    },
+    ^(%8: f32[4]) {
+      %9 = all_reduce(%8) {axis="x", reduction="min", size=4} : f32[4]
+      return %9
+    }) : f32[4]
+  %10 = constant() {value=dense<i32[], 0>} : i32[]
+  %20, %21 = while(%10, %0) {num_consts=0} (
+    ^(%11: i32[], %12: f32[4]) {
+      %13 = all_reduce(%11) {axis="x", reduction="sum", size=4} : i32[]
+      %14 = constant() {value=dense<i32[], 12>} : i32[]
+      %15 = lt(%13, %14) : bool[]
+      return %15
+    },
+    ^(%16: i32[], %17: f32[4]) {
+      %18 = constant() {value=dense<i32[], 1>} : i32[]
+      %19 = add(%16, %18) : i32[]
+      %22 = collective_permute(%17) {axis="x", pairs=[0, 1, 1, 2, 2, 3, 3, 0], size=4} : f32[4]
+      return %19, %22
+    }) : i32[], f32[4]
+  return %3, %4, %5, %20, %21
+}`
+	m := mesh{[]int{4}, []string{"x"}}
+	e := compileColl(t, src, "x")
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 13))
+	xs := make([]*ir.Literal, 4)
+	for d := range xs {
+		xs[d] = randLit(rng, e.params[0])
+	}
+	for _, pred := range []bool{true, false} {
+		outs, errs := runMesh(t, e, m, []string{"x"}, func(d int) []*ir.Literal {
+			return []*ir.Literal{xs[d].Clone(), ir.Scalar(pred)}
+		}, devRun{})
+		for d := range 4 {
+			require.NoError(t, errs[d], "device %d", d)
+			o := outs[d]
+			require.Equal(t, []float32{4, 8, 12, 16}, ir.View[float32](o[0]), "device %d", d)
+			require.Equal(t, int32(d), ir.View[int32](o[1])[0], "device %d: axis_index", d)
+			for i := range 4 {
+				want := xs[0].Float64At(i)
+				for _, x := range xs[1:] {
+					if pred {
+						want = math.Max(want, x.Float64At(i))
+					} else {
+						want = math.Min(want, x.Float64At(i))
+					}
+				}
+				require.Equal(t, want, o[2].Float64At(i), "device %d: cond element %d", d, i)
+			}
+			require.Equal(t, int32(3), ir.View[int32](o[3])[0], "device %d: while iterations", d)
+			require.Equal(t, xs[(d+1)%4].Data, o[4].Data, "device %d: three ring shifts", d)
+		}
 	}
 }
