@@ -710,3 +710,34 @@ func TestCollectiveInControlFlow(t *testing.T) {
 		}
 	}
 }
+
+// TestCollectiveOverlappingPlan: the executor stays correct under a plan
+// (not one passes makes) that puts a collective's result over part of its
+// operand, which the communicators refuse: it sends a copy of the operand.
+func TestCollectiveOverlappingPlan(t *testing.T) {
+	f, err := ir.Parse(`func @f(%0: f32[8]) -> (f32[8]) {
+  %1 = exp(%0) : f32[8]
+  %2 = all_reduce(%1) {axis="x", reduction="sum", size=2} : f32[8]
+  %3 = neg(%2) : f32[8]
+  return %3
+}`)
+	require.NoError(t, err)
+	p := naivePlan(f, planOpts{})
+	ops := f.Body.Ops
+	b1, b2 := p.Plan.Values[ops[1].Args[0]], p.Plan.Values[ops[1].Result()]
+	require.Equal(t, passes.BufTemp, b1.Kind)
+	b2.Offset = b1.Offset + 16 // the result's first half is the operand's second half
+	p.Plan.Values[ops[1].Result()] = b2
+	e, err := New(p)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 14))
+	xs := []*ir.Literal{randLit(rng, e.params[0]), randLit(rng, e.params[0])}
+	outs, errs := runMesh(t, e, mesh{[]int{2}, []string{"x"}}, []string{"x"}, func(d int) []*ir.Literal { return []*ir.Literal{xs[d].Clone()} }, devRun{})
+	for d := range 2 {
+		require.NoError(t, errs[d], "device %d", d)
+		for i := range 8 {
+			want := -(math.Exp(xs[0].Float64At(i)) + math.Exp(xs[1].Float64At(i)))
+			require.InDelta(t, want, outs[d][0].Float64At(i), 1e-5*(1+math.Abs(want)), "device %d element %d", d, i)
+		}
+	}
+}
