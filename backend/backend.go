@@ -39,9 +39,11 @@ type CompileOptions struct {
 	// Donated[i] says parameter i's buffer is donated: the executable may reuse
 	// it for a result, and it is unusable after the call.
 	Donated []bool
-	// BoundAxes lists the collective axis strings the executor binds (a
-	// partitioned program's, passes.Partitioned.Axes); nil for one-device
-	// programs, where a collective is an error.
+	// BoundAxes names the collective axes the program may use: the
+	// "axis" strings of its collective ops (a mesh axis name, or several
+	// joined by commas, "x,y"), for a per-device program of a sharded
+	// computation (passes.Options.BoundAxes). A collective over any other
+	// axis makes Compile fail. Nil for programs without collectives.
 	BoundAxes []string
 }
 
@@ -62,12 +64,20 @@ type ExecOptions struct {
 	// Commit makes the results committed to Device (DeviceBuffer): the
 	// runtime sets it when an argument was committed.
 	Commit bool
-	// Comms holds the communicator of each collective axis string of the
-	// program (CompileOptions.BoundAxes), for this device; nil for programs
-	// without collectives.
+	// Comms holds this device's communicator for each collective axis
+	// string of the program (the "axis" attribute of its collective ops,
+	// as listed in CompileOptions.BoundAxes): the device's rank in the
+	// group along those mesh axes. Every device of the group runs the
+	// same program at the same time, each with its own communicators. Nil
+	// for programs without collectives. An execution that fails aborts
+	// these communicators (collective.Communicator.Abort), so that the
+	// other devices' collectives return an error instead of waiting
+	// forever; they are then unusable.
 	Comms map[string]collective.Communicator
-	// Context bounds the waits on other devices in collectives (nil:
-	// context.Background()).
+	// Context bounds the execution's waits for other devices in
+	// collectives (nil: context.Background()): when it is done, the
+	// waiting collective aborts the communicators and the execution
+	// returns an error.
 	Context context.Context
 }
 

@@ -204,8 +204,23 @@ func (a *execAlloc) releaseAll() {
 }
 
 // Execute runs the program on device opts.Device, where every argument must
-// be; the results are allocated there, committed to it if opts.Commit.
-func (e *cpuExecutable) Execute(args []trace.Buffer, opts backend.ExecOptions) ([]trace.Buffer, error) {
+// be; the results are allocated there, committed to it if opts.Commit. The
+// collectives of a per-device program use opts.Comms and opts.Context; when
+// such an execution fails, it aborts opts.Comms (backend.ExecOptions).
+func (e *cpuExecutable) Execute(args []trace.Buffer, opts backend.ExecOptions) (res []trace.Buffer, err error) {
+	if e.exe.HasCollectives() {
+		defer func() {
+			if err != nil {
+				// The executor aborts on its own errors; these are the
+				// ones before it runs (a second Abort changes nothing).
+				for _, c := range opts.Comms {
+					if c != nil {
+						c.Abort(err)
+					}
+				}
+			}
+		}()
+	}
 	dev := opts.Device
 	if n := memPools.NumDevices(); dev < 0 || dev >= n {
 		return nil, deviceError(dev, n)
@@ -237,13 +252,13 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts backend.ExecOptions) (
 		a.bufs[i] = &cpuBuffer{dev: uint16(dev), committed: opts.Commit}
 		a.outs[i] = &a.bufs[i].lit
 	}
-	err := e.exe.ExecuteInto(a.lits, a, a.outs, a.rels)
+	err = e.exe.ExecuteIntoWith(a.lits, a, a.outs, a.rels, cpuexec.Options{Comms: opts.Comms, Context: opts.Context})
 	goruntime.KeepAlive(a.lits)
 	if err != nil {
 		return nil, err
 	}
 	outs := a.outs
-	res := opts.Results[:0]
+	res = opts.Results[:0]
 	if cap(res) < len(outs) {
 		res = make([]trace.Buffer, len(outs))
 	}

@@ -12,6 +12,16 @@
 // ExecOptions.Device names, where its arguments must be and its results,
 // temporaries and host copies are allocated.
 //
+// A per-device program of a sharded computation holds collective ops
+// (all_reduce, all_gather, ...) over named axes: compiled with
+// CompileOptions.BoundAxes listing them, one executable is run by every
+// device of the mesh at the same time, each call on its own goroutine with
+// ExecOptions.Comms mapping each axis string to that device's
+// communicator (package collective; collective.NewLocal and
+// collective.MeshAxes for virtual devices). An execution that fails aborts
+// its communicators, so that the other devices' calls fail too instead of
+// waiting forever; ExecOptions.Context bounds the waits.
+//
 // The package registers its backend under the name "cpu" when it is
 // initialised; package runtime imports it, so the CPU backend is always
 // available, and forwards its memory functions (ConfigureMemory,

@@ -411,8 +411,13 @@ func (b *Backend) module(k *Kernel) ([]uintptr, error) {
 }
 
 // Compile compiles f with the pass pipeline and prepares a kernel (or a host
-// fallback) for every step.
+// fallback) for every step. It refuses programs with collective ops: with
+// opts.BoundAxes naming their axis, because this backend does not run
+// collectives yet; without, as passes.Compile does (an unbound axis).
 func (b *Backend) Compile(f *ir.Func, opts backend.CompileOptions) (backend.Executable, error) {
+	if err := refuseCollectives(f, opts.BoundAxes); err != nil {
+		return nil, err
+	}
 	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, Verify: passes.VerifyFromEnv(), FusionInPlace: false})
 	if err != nil {
 		return nil, err
@@ -805,4 +810,17 @@ func (b *Backend) prepareMatmul(e *executable, plan *passes.RegionPlan, s *step)
 	}
 	s.kind, s.mm, s.lhs, s.rhs, s.fused = stepMatmul, mm, lhs, rhs, fused
 	return true
+}
+
+// refuseCollectives returns the error of the first collective of f (nested
+// regions included) whose axis is bound: the CUDA backend has no collective
+// engine yet. Unbound ones are left to passes.Compile's error.
+func refuseCollectives(f *ir.Func, bound []string) error {
+	var err error
+	f.Body.Walk(func(op *ir.Op) {
+		if err == nil && op.Code.IsCollective() && slices.Contains(bound, op.Attrs.String("axis")) {
+			err = fmt.Errorf("cuda: %s: the CUDA backend does not run collectives (axis %q); run per-device programs with collectives on the CPU backend", op.Describe(), op.Attrs.String("axis"))
+		}
+	})
+	return err
 }

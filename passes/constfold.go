@@ -13,15 +13,16 @@ const maxFoldElements = 1024
 // most maxFoldElements elements. An elementwise op whose operands are all
 // splats (a constant of equal elements, possibly broadcast or reshaped) is
 // computed once on the scalars and becomes a broadcast scalar constant, so no
-// large literal is ever made. Region ops, device_put, iota and broadcasts of
-// scalars are left alone; an op the executor rejects stays as it is.
+// large literal is ever made. Region ops, device_put, iota, broadcasts of
+// scalars and collectives (whose values come from the other devices) are
+// left alone; an op the executor rejects stays as it is.
 func constantFold(st *State) error {
 	return rewriteOps(st.Func, fold)
 }
 
 // fold returns replacements for op's results and the ops that define them.
 func fold(f *ir.Func, op *ir.Op) ([]*ir.Value, []*ir.Op) {
-	if isRegionOp(op) || len(op.Args) == 0 || len(op.Results) == 0 {
+	if isRegionOp(op) || len(op.Args) == 0 || len(op.Results) == 0 || op.Code.IsCollective() {
 		return nil, nil
 	}
 	switch op.Code {

@@ -37,12 +37,18 @@
 //     plan reserves their buffer (copy.go; FERRY_ASYNC_COPY=0 copies
 //     synchronously).
 //
+//   - collectives (all_reduce, all_gather, ...; a per-device program of a
+//     sharded computation, compiled with passes.Options.BoundAxes), which
+//     call the execution's communicator of their axis (Options.Comms) on
+//     the calling goroutine; see collective.go.
+//
 // Numerics are exactly eval's: element values are computed by eval's own
 // kernels (eval.Elementwise over blocks) and reductions accumulate in the same
 // order and precision.
 package cpuexec
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -70,6 +76,7 @@ type Executable struct {
 	params  []ir.Type
 	results []resultPlan
 	copies  bool      // some region copies between memory spaces
+	colls   bool      // some region has a collective step
 	frames  sync.Pool // *frame of body, kept between executions for reuse
 }
 
@@ -98,7 +105,7 @@ func New(p *passes.Program) (*Executable, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cpuexec %s: %w", f.Name, err)
 	}
-	e := &Executable{prog: p, body: body, params: f.Body.ParamTypes(), copies: hasCopies(body)}
+	e := &Executable{prog: p, body: body, params: f.Body.ParamTypes(), copies: hasCopies(body), colls: hasCollectives(body)}
 	for i, v := range f.Body.Results {
 		s, ok := body.slotOf[v]
 		if !ok {
@@ -130,6 +137,10 @@ func New(p *passes.Program) (*Executable, error) {
 // Program returns the program e executes.
 func (e *Executable) Program() *passes.Program { return e.prog }
 
+// HasCollectives reports whether the program holds collective ops, whose
+// executions need Options.Comms.
+func (e *Executable) HasCollectives() bool { return e.colls }
+
 // Execute runs the program: args are one literal per body parameter (types
 // must match, memory space included; donated parameters may be overwritten
 // when the plan aliases them). It allocates each result with
@@ -140,8 +151,14 @@ func (e *Executable) Program() *passes.Program { return e.prog }
 // arenas, and returns the results and their release funcs. On error
 // everything allocated so far is released.
 func (e *Executable) Execute(args []*ir.Literal, a Allocator) (outs []*ir.Literal, release []func(), err error) {
+	return e.ExecuteWith(args, a, Options{})
+}
+
+// ExecuteWith is Execute with options: the communicators and context of a
+// program with collectives.
+func (e *Executable) ExecuteWith(args []*ir.Literal, a Allocator, opts Options) (outs []*ir.Literal, release []func(), err error) {
 	outs, release = make([]*ir.Literal, len(e.results)), make([]func(), len(e.results))
-	if err := e.ExecuteInto(args, a, outs, release); err != nil {
+	if err := e.ExecuteIntoWith(args, a, outs, release, opts); err != nil {
 		return nil, nil, err
 	}
 	return outs, release, nil
@@ -165,7 +182,15 @@ func (e *Executable) NumResults() int { return len(e.results) }
 // outs is not nil is written into that literal (its Type and Data are
 // overwritten) instead of a new one, so that a caller can provide the
 // literals' storage.
-func (e *Executable) ExecuteInto(args []*ir.Literal, a Allocator, outs []*ir.Literal, release []func()) (err error) {
+func (e *Executable) ExecuteInto(args []*ir.Literal, a Allocator, outs []*ir.Literal, release []func()) error {
+	return e.ExecuteIntoWith(args, a, outs, release, Options{})
+}
+
+// ExecuteIntoWith is ExecuteInto with options: the communicators and
+// context of a program with collectives. When the program has collectives
+// and the execution fails, it aborts every communicator of opts.Comms
+// first (see Options.Comms).
+func (e *Executable) ExecuteIntoWith(args []*ir.Literal, a Allocator, outs []*ir.Literal, release []func(), opts Options) (err error) {
 	var relBuf [8]func()
 	rels := relBuf[:0] // what to release on error, in allocation order
 	defer func() {
@@ -178,6 +203,9 @@ func (e *Executable) ExecuteInto(args []*ir.Literal, a Allocator, outs []*ir.Lit
 			}
 			clear(outs)
 			clear(release)
+			if e.colls {
+				abortComms(opts.Comms, err)
+			}
 		}
 	}()
 	if a == nil {
@@ -236,7 +264,14 @@ func (e *Executable) ExecuteInto(args []*ir.Literal, a Allocator, outs []*ir.Lit
 			return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
 		}
 	}
-	fr := e.getFrame(arena, cfg)
+	var env *collEnv
+	if e.colls {
+		env = &collEnv{comms: opts.Comms, ctx: opts.Context}
+		if env.ctx == nil {
+			env.ctx = context.Background()
+		}
+	}
+	fr := e.getFrame(arena, cfg, env)
 	for i, l := range args {
 		fr.setParam(i, l.Data)
 	}
@@ -266,12 +301,12 @@ func (e *Executable) ExecuteInto(args []*ir.Literal, a Allocator, outs []*ir.Lit
 
 // getFrame returns a frame of the body over arena: one a finished execution
 // left for reuse, or a new one. A frame is used by one execution at a time.
-func (e *Executable) getFrame(arena [2][]byte, cfg *copyConfig) *frame {
+func (e *Executable) getFrame(arena [2][]byte, cfg *copyConfig, env *collEnv) *frame {
 	if f, ok := e.frames.Get().(*frame); ok {
-		f.bind(arena, cfg)
+		f.bind(arena, cfg, env)
 		return f
 	}
-	return newFrame(e.body, arena, cfg)
+	return newFrame(e.body, arena, cfg, env)
 }
 
 // putFrame keeps a frame whose execution succeeded for the next one (a

@@ -25,7 +25,8 @@ const (
 	stepScan
 	stepWhile
 	stepCond
-	stepCopy // a device_put between memory spaces (copy.go)
+	stepCopy       // a device_put between memory spaces (copy.go)
+	stepCollective // a collective op over the execution's communicators (collective.go)
 )
 
 // step is one op of a region.
@@ -36,6 +37,7 @@ type step struct {
 	outs   []int        // slots of the results
 	kernel *eval.Kernel // stepOp
 	fused  *fusedKernel
+	coll   *collStep // stepCollective
 	subs   []*region // nested regions (scan: body; while: cond, body; cond: true, false)
 	subOff [2]int64  // where the nested arenas start in this region's arena
 	// stepCopy: the direction; whether a scan iteration may find its copy
@@ -177,15 +179,22 @@ func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, ysFrom int, 
 			g.steps = append(g.steps, st)
 			continue
 		}
-		switch op.Code {
-		case ir.Fusion:
+		switch {
+		case op.Code.IsCollective():
+			st.kind = stepCollective
+			c, err := prepareCollective(op)
+			if err != nil {
+				return nil, err
+			}
+			st.coll = c
+		case op.Code == ir.Fusion:
 			st.kind = stepFusion
 			k, err := compileFusion(op)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", op.Describe(), err)
 			}
 			st.fused = k
-		case ir.Scan, ir.While, ir.Cond:
+		case op.Code == ir.Scan, op.Code == ir.While, op.Code == ir.Cond:
 			st.kind = map[ir.Code]stepKind{ir.Scan: stepScan, ir.While: stepWhile, ir.Cond: stepCond}[op.Code]
 			subs := plan.Sub[op]
 			if len(subs) != len(op.Regions) {
@@ -275,6 +284,7 @@ func checkRegionOp(op *ir.Op, subs []*region) error {
 type frame struct {
 	g     *region
 	cfg   *copyConfig
+	env   *collEnv // the execution's communicators (nil without collectives)
 	arena [2][]byte
 	lits  []ir.Literal
 	args  [][]*ir.Literal
@@ -288,7 +298,7 @@ type frame struct {
 
 // newFrame makes the views of g's temporaries in arena (the region's own
 // arena per space); parameters, outputs and aliases are set by the caller.
-func newFrame(g *region, arena [2][]byte, cfg *copyConfig) *frame {
+func newFrame(g *region, arena [2][]byte, cfg *copyConfig, env *collEnv) *frame {
 	// The per-step slices share backing arrays (full slice expressions keep
 	// them apart): a frame is made per execution unless one is reused
 	// (Executable.getFrame), so allocations count.
@@ -322,15 +332,15 @@ func newFrame(g *region, arena [2][]byte, cfg *copyConfig) *frame {
 			f.outs[i][j] = &f.lits[s]
 		}
 	}
-	f.bind(arena, cfg)
+	f.bind(arena, cfg, env)
 	return f
 }
 
 // bind points f (and the nested frames made so far) at new arenas: the
 // temporaries become views into arena, every other slot is unset until the
 // caller sets parameters, outputs and aliases.
-func (f *frame) bind(arena [2][]byte, cfg *copyConfig) {
-	f.arena, f.cfg = arena, cfg
+func (f *frame) bind(arena [2][]byte, cfg *copyConfig, env *collEnv) {
+	f.arena, f.cfg, f.env = arena, cfg, env
 	for s, sl := range f.g.slots {
 		f.lits[s].Data = nil
 		if sl.buf.Kind == passes.BufTemp {
@@ -341,7 +351,7 @@ func (f *frame) bind(arena [2][]byte, cfg *copyConfig) {
 	for i, subs := range f.subs {
 		for k, sub := range subs {
 			if sub != nil {
-				sub.bind(f.subArena(i, k), cfg)
+				sub.bind(f.subArena(i, k), cfg, env)
 			}
 		}
 	}
@@ -350,7 +360,7 @@ func (f *frame) bind(arena [2][]byte, cfg *copyConfig) {
 // unbind drops f's views (recursively), so that a frame kept for reuse
 // holds no memory of the arrays of the execution that used it.
 func (f *frame) unbind() {
-	f.arena, f.cfg = [2][]byte{}, nil
+	f.arena, f.cfg, f.env = [2][]byte{}, nil, nil
 	for s := range f.lits {
 		f.lits[s].Data = nil
 	}
@@ -388,7 +398,7 @@ func (f *frame) sub(i, k int) *frame {
 		f.subs[i] = make([]*frame, len(f.g.steps[i].subs))
 	}
 	if f.subs[i][k] == nil {
-		f.subs[i][k] = newFrame(f.g.steps[i].subs[k], f.subArena(i, k), f.cfg)
+		f.subs[i][k] = newFrame(f.g.steps[i].subs[k], f.subArena(i, k), f.cfg, f.env)
 	}
 	return f.subs[i][k]
 }
@@ -415,6 +425,8 @@ func (f *frame) run() error {
 		switch st.kind {
 		case stepCopy:
 			f.runCopy(i)
+		case stepCollective:
+			err = f.runCollective(i)
 		case stepOp:
 			err = st.kernel.Into(f.args[i], f.outs[i])
 		case stepFusion:

@@ -1,0 +1,182 @@
+package cpuexec
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/ferryml/ferry/collective"
+	"github.com/ferryml/ferry/ir"
+)
+
+// Collectives.
+//
+// A program compiled with passes.Options.BoundAxes may hold collective ops
+// (all_reduce, all_gather, reduce_scatter, all_to_all, collective_permute,
+// axis_index): it is one device's program of a sharded computation, run by
+// every device of the mesh at the same time, each with its own arguments
+// and communicators (Options.Comms). A collective step calls the
+// communicator of its "axis" attribute on the calling goroutine, between
+// the steps before and after it, never inside a parallel section, so that
+// a device waiting for its peers holds no worker another device needs.
+//
+// The executor reads an operand's memory and writes the result's, which the
+// buffer plan keeps apart (collectives are never in place); a result that
+// overlaps its operand all the same is computed from a copy of the operand.
+
+// Options configure one execution (ExecuteWith, ExecuteIntoWith).
+type Options struct {
+	// Comms holds the communicator of each collective axis of the program
+	// (the op's "axis" attribute: a mesh axis name, or names joined by
+	// commas for the group along several axes) for the device that runs
+	// the execution. A collective op whose axis is missing fails with an
+	// unbound axis error; one whose "size" is not its communicator's
+	// Size() fails naming both. Nil for programs without collectives.
+	//
+	// An execution of a program with collectives that fails (in any step,
+	// or before the first) calls Abort on every communicator of Comms, so
+	// that the other devices' collectives return an error wrapping
+	// collective.ErrAborted instead of waiting forever for this device.
+	Comms map[string]collective.Communicator
+	// Context bounds the waits for other devices in collectives; nil means
+	// context.Background(). A collective whose context is done aborts its
+	// communicator (see collective.Communicator).
+	Context context.Context
+}
+
+// collEnv is what the collective steps of one execution use.
+type collEnv struct {
+	comms map[string]collective.Communicator
+	ctx   context.Context
+}
+
+// collStep is a collective op prepared at New: its axis and how it maps
+// onto the Communicator's calls.
+type collStep struct {
+	axis  string
+	size  int
+	red   collective.Op // all_reduce; Sum for reduce_scatter
+	shape []int         // send's shape as the communicator sees it
+	dim   int           // gather, scatter and split dimension
+	dim2  int           // all_to_all's concat dimension
+	pairs []collective.Pair
+}
+
+var reductions = map[string]collective.Op{"sum": collective.Sum, "max": collective.Max, "min": collective.Min}
+
+// prepareCollective checks a collective op and maps its attributes onto
+// the Communicator's arguments.
+func prepareCollective(op *ir.Op) (*collStep, error) {
+	a := op.Attrs
+	c := &collStep{axis: a.String("axis"), size: a.Int("size"), dim: -1, dim2: -1}
+	if c.axis == "" || c.size < 1 {
+		return nil, fmt.Errorf("%s: collective with axis %q of size %d", op.Describe(), c.axis, c.size)
+	}
+	if op.Code == ir.AxisIndex {
+		return c, nil
+	}
+	if len(op.Args) != 1 || len(op.Results) != 1 {
+		return nil, fmt.Errorf("%s: a collective takes one operand and has one result", op.Describe())
+	}
+	x := op.Args[0].Type
+	c.shape = append([]int{}, x.Shape...)
+	switch op.Code {
+	case ir.AllReduce:
+		r, ok := reductions[a.String("reduction")]
+		if !ok {
+			return nil, fmt.Errorf("%s: unknown reduction %q", op.Describe(), a.String("reduction"))
+		}
+		c.red = r
+	case ir.AllGather:
+		c.dim = a.Int("dimension")
+		if !a.Bool("tiled") {
+			// Stacked: each member's operand is one slice of the new
+			// dimension, gathered like a 1 there.
+			c.shape = append(c.shape[:c.dim:c.dim], append([]int{1}, c.shape[c.dim:]...)...)
+		}
+	case ir.ReduceScatter:
+		// Stacked or tiled, the operand is divided along dimension into
+		// size blocks; stacked, each block has size 1 there, which the
+		// result's type drops.
+		c.red, c.dim = collective.Sum, a.Int("dimension")
+	case ir.AllToAll:
+		c.dim, c.dim2 = a.Int("split_dimension"), a.Int("concat_dimension")
+	case ir.CollectivePermute:
+		p := a.Ints("pairs")
+		for i := 0; i+1 < len(p); i += 2 {
+			c.pairs = append(c.pairs, collective.Pair{Source: p[i], Target: p[i+1]})
+		}
+	default:
+		return nil, fmt.Errorf("%s: no executor for collective", op.Describe())
+	}
+	return c, nil
+}
+
+// runCollective runs collective step i with the execution's communicator of
+// its axis.
+func (f *frame) runCollective(i int) error {
+	st := &f.g.steps[i]
+	c, op := st.coll, st.op
+	var comm collective.Communicator
+	if f.env != nil {
+		comm = f.env.comms[c.axis]
+	}
+	if comm == nil {
+		return fmt.Errorf("%s: %w (the execution has no communicator for axis %q)", op.Describe(), ir.UnboundAxisError(op), c.axis)
+	}
+	if n := comm.Size(); n != c.size {
+		return fmt.Errorf("%s: axis %q has size %d in the program, but its communicator has %d ranks", op.Describe(), c.axis, c.size, n)
+	}
+	out := f.outs[i][0].Data
+	if op.Code == ir.AxisIndex {
+		binary.LittleEndian.PutUint32(out, uint32(int32(comm.Rank())))
+		return nil
+	}
+	ctx, dt := f.env.ctx, op.Args[0].Type.DType
+	in := f.args[i][0].Data
+	if overlaps(in, out) && !(op.Code == ir.AllReduce && len(in) == len(out) && &in[0] == &out[0]) {
+		in = append([]byte(nil), in...) // never planned so: stay correct anyway
+	}
+	var err error
+	switch op.Code {
+	case ir.AllReduce:
+		err = comm.AllReduce(ctx, c.red, dt, in, out)
+	case ir.AllGather:
+		err = comm.AllGather(ctx, dt, c.shape, c.dim, in, out)
+	case ir.ReduceScatter:
+		err = comm.ReduceScatter(ctx, c.red, dt, c.shape, c.dim, in, out)
+	case ir.AllToAll:
+		err = comm.AllToAll(ctx, dt, c.shape, c.dim, c.dim2, in, out)
+	case ir.CollectivePermute:
+		err = comm.CollectivePermute(ctx, dt, c.pairs, in, out)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", op.Describe(), err)
+	}
+	return nil
+}
+
+// hasCollectives reports whether g or a region nested in it has a
+// collective step.
+func hasCollectives(g *region) bool {
+	for i := range g.steps {
+		if g.steps[i].kind == stepCollective {
+			return true
+		}
+		for _, sub := range g.steps[i].subs {
+			if hasCollectives(sub) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// abortComms aborts every communicator of opts with err (see Options.Comms).
+func abortComms(comms map[string]collective.Communicator, err error) {
+	for _, c := range comms {
+		if c != nil {
+			c.Abort(err)
+		}
+	}
+}
