@@ -162,8 +162,10 @@ func (p *partitioner) op(dst *ir.Region, op *ir.Op) error {
 	}
 	var outs []*ir.Value
 	produced := make([]*ir.NamedSharding, len(op.Results))
+	partial := make([]ir.PartialReduction, len(op.Results))
 	for i, r := range op.Results {
 		produced[i] = p.a.Shardings[r]
+		partial[i] = p.a.Partial[r]
 	}
 	switch op.Code {
 	case ir.ShardingConstraint:
@@ -194,7 +196,8 @@ func (p *partitioner) op(dst *ir.Region, op *ir.Op) error {
 			produced[i] = ir.Replicated(p.a.Mesh, r.Type.Rank())
 		}
 	default:
-		attrs, err := p.localAttrs(op)
+		partial = p.forward(op, wantArgs, produced)
+		attrs, err := localAttrs(op, produced[0])
 		if err != nil {
 			return err
 		}
@@ -213,7 +216,7 @@ func (p *partitioner) op(dst *ir.Region, op *ir.Op) error {
 		if !x.Type.EqualUnsharded(want) {
 			return fmt.Errorf("%s: result %d: the device's block is %v, want %v (sharding %v)", op.Describe(), i, x.Type, want, produced[i])
 		}
-		if pr, ok := p.a.Partial[r]; ok {
+		if pr := partial[i]; len(pr.Axes) > 0 {
 			if x, err = b.combine(x, pr); err != nil {
 				return fmt.Errorf("%s: %w", op.Describe(), err)
 			}
@@ -226,13 +229,40 @@ func (p *partitioner) op(dst *ir.Region, op *ir.Op) error {
 	return nil
 }
 
+// forward sets produced to the layouts op gives its results when its
+// operands are laid out as wantArgs (its rule asked forward, the results
+// unknown), where the rule says, and returns the partial reductions it
+// leaves. That is the results' sharding, except where the sharding came
+// from elsewhere (an annotation after a reshape that does not keep the
+// split, say): the result is then resharded from what the op gives.
+func (p *partitioner) forward(op *ir.Op, wantArgs, produced []*ir.NamedSharding) []ir.PartialReduction {
+	partial := make([]ir.PartialReduction, len(op.Results))
+	for i, r := range op.Results {
+		partial[i] = p.a.Partial[r]
+	}
+	fw := op.Info().Shard(op, wantArgs, make([]*ir.NamedSharding, len(op.Results)))
+	for i, r := range op.Results {
+		if i >= len(fw.Results) || fw.Results[i] == nil || !fw.Results[i].Mesh.Equal(p.a.Mesh) {
+			continue
+		}
+		produced[i] = fit(fw.Results[i], r.Type.Shape)
+		partial[i] = ir.PartialReduction{}
+		if i < len(fw.Partial) {
+			partial[i] = fw.Partial[i]
+		}
+	}
+	return partial
+}
+
 // localAttrs returns op's attributes for the devices' blocks: shape
 // attributes become the block's shape; a slice takes a split dimension whole
 // (its rule splits only dimensions the slice keeps whole).
-func (p *partitioner) localAttrs(op *ir.Op) (ir.Attrs, error) {
+func localAttrs(op *ir.Op, s *ir.NamedSharding) (ir.Attrs, error) {
 	attrs := ir.CloneAttrs(op.Attrs)
+	if len(op.Results) == 0 {
+		return attrs, nil
+	}
 	r := op.Results[0]
-	s := p.a.Shardings[r]
 	local, err := localType(r.Type, s)
 	if err != nil {
 		return nil, err

@@ -50,9 +50,15 @@ func ExampleDevicePut() {
 		fmt.Printf("cpu:%d %v:%v %v (%d bytes in use)\n", sh.Device.ID, sh.Start, sh.Limit, sh.Array.Float32s(), st.BytesInUse)
 	}
 
-	// Computations do not take sharded arrays yet: gather it first.
-	_, err = rt.Jit(func(a *trace.Array) (*trace.Array, error) { return trace.Neg(a), nil })(y)
-	fmt.Println(err != nil)
+	// A jitted function of a sharded array runs partitioned: each device
+	// negates its block, and the result has y's layout.
+	n, err := rt.Jit(func(a *trace.Array) (*trace.Array, error) { return trace.Neg(a), nil })(y)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(n.Type(), n.Float32s()[8:12])
+	n.Delete()
+	// ToDevice gathers it on one device.
 	g, err := rt.ToDevice(y, rt.Devices()[0])
 	if err != nil {
 		panic(err)
@@ -70,6 +76,6 @@ func ExampleDevicePut() {
 	// cpu:5 [2 2]:[4 4] [18 19 26 27] (64 bytes in use)
 	// cpu:6 [2 4]:[4 6] [20 21 28 29] (64 bytes in use)
 	// cpu:7 [2 6]:[4 8] [22 23 30 31] (64 bytes in use)
-	// true
+	// f32[4,8]{sharding<mesh[x=2,y=4], [x,y]>} [-8 -9 -10 -11]
 	// f32[4,8] [8 9 10 11 12 13 14 15]
 }
