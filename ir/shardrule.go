@@ -105,7 +105,9 @@ func build(m *Mesh, dims [][]string, taken ...string) *NamedSharding {
 }
 
 // pickShared chooses, from the known shardings, the one most of them have
-// (ties: the earliest): the choice that needs the fewest reshards.
+// (ties: the one splitting into more blocks, then the earliest): the choice
+// that needs the fewest reshards, and GSPMD's preference for the more
+// specific sharding.
 func pickShared(ss []*NamedSharding) *NamedSharding {
 	var best *NamedSharding
 	bestN := 0
@@ -119,7 +121,7 @@ func pickShared(ss []*NamedSharding) *NamedSharding {
 				n++
 			}
 		}
-		if n > bestN {
+		if n > bestN || n == bestN && s.NumShards() > best.NumShards() {
 			best, bestN = s, n
 		}
 	}
@@ -127,7 +129,7 @@ func pickShared(ss []*NamedSharding) *NamedSharding {
 }
 
 // shardElementwise: the result and every operand share one sharding — the
-// result's when known, else the one most operands have (ties: the first).
+// result's when known, else the one most operands have (see pickShared).
 func shardElementwise(op *Op, args, results []*NamedSharding) ShardingProposal {
 	s := results[0]
 	if s == nil {
@@ -200,7 +202,27 @@ func shardBroadcast(op *Op, args, results []*NamedSharding) ShardingProposal {
 			src[j] = i
 		}
 	}
-	return mapDims(op, args, results, src)
+	p := mapDims(op, args, results, src)
+	// Values repeat along the other dimensions: a device makes any block of
+	// them, so a known result keeps its split there.
+	if r := results[0]; r != nil && p.Results[0] != nil {
+		dims := make([][]string, len(out))
+		for j := range out {
+			dims[j] = dimAxes(p.Results[0], j)
+		}
+		var taken []string
+		for j := range out {
+			taken = append(taken, dims[j]...)
+		}
+		for j := range out {
+			if src[j] < 0 && len(dims[j]) == 0 {
+				dims[j] = without(dimAxes(r, j), taken)
+				taken = append(taken, dims[j]...)
+			}
+		}
+		p.Results[0] = build(r.Mesh, dims)
+	}
+	return p
 }
 
 func shardTranspose(op *Op, args, results []*NamedSharding) ShardingProposal {

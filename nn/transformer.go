@@ -136,6 +136,7 @@ type StackOption func(*stackConfig)
 type stackConfig struct {
 	policy  trace.CheckpointPolicy
 	offload bool
+	params  func(Block) Block
 }
 
 // WithRemat applies policy to each layer: the block's apply is wrapped in
@@ -153,6 +154,18 @@ func WithParamOffload() StackOption {
 	return func(c *stackConfig) { c.offload = true }
 }
 
+// WithLayerParams applies f to each layer's parameters inside its scan
+// step, before the block runs (after WithParamOffload's copy). For FSDP, f
+// constrains every leaf to its sharded layout (trace.WithShardingConstraint,
+// the stacked leaf's spec without the layer dimension): the partitioner
+// then gathers one layer's parameters per step, where the block needs them
+// whole, and the layer's gradient, constrained alike (the constraint's
+// transpose), is reduced back to that layout, so no device holds more than
+// its share of the stack and one layer.
+func WithLayerParams(f func(Block) Block) StackOption {
+	return func(c *stackConfig) { c.params = f }
+}
+
 // Apply runs the L blocks in order on x [batch, t, d] with trace.ScanTree over
 // the layer axis.
 func (s Stack) Apply(x *trace.Array, opts ...StackOption) *trace.Array {
@@ -167,6 +180,9 @@ func (s Stack) Apply(x *trace.Array, opts ...StackOption) *trace.Array {
 			if err != nil {
 				panic(trace.WrapError("nn.Stack.Apply", err))
 			}
+		}
+		if cfg.params != nil {
+			b = cfg.params(b)
 		}
 		return b.Apply(trace.CheckpointName(x, BlockInput))
 	}

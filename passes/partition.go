@@ -230,9 +230,9 @@ func (p *partitioner) op(dst *ir.Region, op *ir.Op) error {
 }
 
 // forward sets produced to the layouts op gives its results when its
-// operands are laid out as wantArgs (its rule asked forward, the results
-// unknown), where the rule says, and returns the partial reductions it
-// leaves. That is the results' sharding, except where the sharding came
+// operands are laid out as wantArgs (its rule asked again with those
+// operands and the results' shardings), where the rule says, and returns
+// the partial reductions it leaves. That is the results' sharding, except where the sharding came
 // from elsewhere (an annotation after a reshape that does not keep the
 // split, say): the result is then resharded from what the op gives.
 func (p *partitioner) forward(op *ir.Op, wantArgs, produced []*ir.NamedSharding) []ir.PartialReduction {
@@ -240,7 +240,7 @@ func (p *partitioner) forward(op *ir.Op, wantArgs, produced []*ir.NamedSharding)
 	for i, r := range op.Results {
 		partial[i] = p.a.Partial[r]
 	}
-	fw := op.Info().Shard(op, wantArgs, make([]*ir.NamedSharding, len(op.Results)))
+	fw := op.Info().Shard(op, wantArgs, p.results(op))
 	for i, r := range op.Results {
 		if i >= len(fw.Results) || fw.Results[i] == nil || !fw.Results[i].Mesh.Equal(p.a.Mesh) {
 			continue
@@ -252,6 +252,15 @@ func (p *partitioner) forward(op *ir.Op, wantArgs, produced []*ir.NamedSharding)
 		}
 	}
 	return partial
+}
+
+// results returns the shardings of op's results.
+func (p *partitioner) results(op *ir.Op) []*ir.NamedSharding {
+	out := make([]*ir.NamedSharding, len(op.Results))
+	for i, r := range op.Results {
+		out[i] = p.a.Shardings[r]
+	}
+	return out
 }
 
 // localAttrs returns op's attributes for the devices' blocks: shape

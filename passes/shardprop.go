@@ -59,11 +59,18 @@ func PropagateShardings(f *ir.Func) error {
 // it gets, which fixes the priorities: annotations first; then, in op order,
 // what the first op able to say anything proposes — for an op's result its
 // operands' layout (the defining op comes before the users), for a value
-// several users disagree on the earliest user's. Within one op the rule
-// settles conflicting operands (the elementwise rule takes the sharding most
-// operands share, ties going to the first operand); the operands that then
-// disagree with the op are the partitioner's to reshard. The axes of a
-// proposed dimension that they do not divide are dropped.
+// several users disagree on the earliest user's. The one exception is
+// GSPMD's preference for the more specific sharding: a later proposal that
+// splits an unannotated value further while keeping its splits (refines)
+// replaces its sharding, provided the value's defining op, asked again,
+// gives that layout (a broadcast of a replicated scalar first proposed
+// whole takes the split its users want; a sort result is not split along
+// its sorted dimension). Within one op the rule settles conflicting
+// operands (the elementwise rule takes the sharding most operands share,
+// ties going to the one splitting into more blocks, then to the first
+// operand); the operands that then disagree with the op are the
+// partitioner's to reshard. The axes of a proposed dimension that they do
+// not divide are dropped.
 //
 // Scan bodies: before the scan's rule runs in a forward sweep, the body's
 // parameters take the shardings of the scan's operands (consts and carry
@@ -103,7 +110,16 @@ func AnalyzeShardings(f *ir.Func) (*ShardingAnalysis, error) {
 	if err != nil || a.Mesh == nil {
 		return a, err
 	}
-	p := &propagator{a: a}
+	p := &propagator{a: a, fixed: map[*ir.Value]bool{}}
+	for v := range a.Shardings {
+		p.fixed[v] = true
+	}
+	// Broadcasts propose their results from their operands only once
+	// nothing else says how to split them: a broadcast's users know best
+	// (its operand, smaller, is then the one resharded).
+	p.defer_ = true
+	p.solve(f.Body)
+	p.defer_ = false
 	p.solve(f.Body)
 	forEachValue(f.Body, func(v *ir.Value) {
 		if a.Shardings[v] == nil {
@@ -128,7 +144,11 @@ func AnalyzeShardings(f *ir.Func) (*ShardingAnalysis, error) {
 	return a, nil
 }
 
-type propagator struct{ a *ShardingAnalysis }
+type propagator struct {
+	a      *ShardingAnalysis
+	fixed  map[*ir.Value]bool // annotated values
+	defer_ bool               // broadcasts do not propose their results yet
+}
 
 func (p *propagator) get(vs []*ir.Value) []*ir.NamedSharding {
 	out := make([]*ir.NamedSharding, len(vs))
@@ -138,13 +158,61 @@ func (p *propagator) get(vs []*ir.Value) []*ir.NamedSharding {
 	return out
 }
 
-// set gives v the sharding s (fitted to v's shape) unless v has one; it
-// reports whether v changed.
+// set gives v the sharding s (fitted to v's shape) unless v has one, or
+// refines v's sharding to s where s splits further (refines); it reports
+// whether v changed. Annotated values never change.
 func (p *propagator) set(v *ir.Value, s *ir.NamedSharding) bool {
-	if s == nil || p.a.Shardings[v] != nil || !s.Mesh.Equal(p.a.Mesh) {
+	if s == nil || !s.Mesh.Equal(p.a.Mesh) || p.fixed[v] {
 		return false
 	}
-	p.a.Shardings[v] = fit(s, v.Type.Shape)
+	s = fit(s, v.Type.Shape)
+	if cur := p.a.Shardings[v]; cur != nil && (!refines(s, cur) || !p.produces(v, s)) {
+		return false
+	}
+	p.a.Shardings[v] = s
+	return true
+}
+
+// produces reports whether v's defining op, asked with v laid out as s,
+// gives v that layout (its rule proposes s for it): only then is a refined
+// sharding of an op result one the op computes locally. Region parameters
+// take any layout (their operands are resharded to it).
+func (p *propagator) produces(v *ir.Value, s *ir.NamedSharding) bool {
+	op := v.Op
+	if op == nil {
+		return true
+	}
+	res := p.get(op.Results)
+	res[v.Index] = s
+	prop := op.Info().Shard(op, p.get(op.Args), res)
+	if v.Index >= len(prop.Results) || prop.Results[v.Index] == nil {
+		return false
+	}
+	return fit(prop.Results[v.Index], v.Type.Shape).EquivalentTo(s, v.Type.Rank())
+}
+
+// refines reports whether s splits an array into more blocks than cur and
+// keeps every split of cur: each dimension's axes in cur are a prefix of
+// its axes in s. Propagation refines a value's sharding so, as GSPMD
+// prefers the more specific of two proposals: a broadcast of a replicated
+// scalar, say, first proposed whole, takes the split its users need.
+func refines(s, cur *ir.NamedSharding) bool {
+	if s.NumShards() <= cur.NumShards() {
+		return false
+	}
+	for d, axes := range cur.Spec {
+		if len(axes) == 0 {
+			continue
+		}
+		if d >= len(s.Spec) || len(s.Spec[d]) < len(axes) {
+			return false
+		}
+		for i, a := range axes {
+			if s.Spec[d][i] != a {
+				return false
+			}
+		}
+	}
 	return true
 }
 
@@ -193,7 +261,7 @@ func (p *propagator) visit(op *ir.Op, forward bool) bool {
 	}
 	prop := op.Info().Shard(op, p.get(op.Args), p.get(op.Results))
 	for i, s := range prop.Results {
-		if i < len(op.Results) {
+		if i < len(op.Results) && !(p.defer_ && op.Code == ir.BroadcastInDim) {
 			changed = p.set(op.Results[i], s) || changed
 		}
 	}
