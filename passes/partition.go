@@ -2,6 +2,8 @@ package passes
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -62,7 +64,8 @@ func Partition(f *ir.Func) (*Partitioned, error) {
 	if a.Mesh == nil {
 		return nil, fmt.Errorf("partition: no value of %s is sharded", f.Name)
 	}
-	p := &partitioner{a: a, out: ir.NewFunc(f.Name), env: map[*ir.Value]*ir.Value{}, axes: map[string]bool{}}
+	p := &partitioner{a: a, out: ir.NewFunc(f.Name), env: map[*ir.Value]*ir.Value{}, axes: map[string]bool{},
+		layout: map[*ir.Value]*ir.NamedSharding{}, wants: map[*ir.Value][]*ir.NamedSharding{}}
 	res := &Partitioned{Mesh: a.Mesh, Func: p.out}
 	for _, v := range f.Body.Params {
 		s := a.Shardings[v]
@@ -88,7 +91,39 @@ func Partition(f *ir.Func) (*Partitioned, error) {
 	if err := ir.Verify(p.out); err != nil {
 		return nil, fmt.Errorf("partition: the per-device program does not verify: %w\n%s", err, p.out)
 	}
+	if err := dumpPartition(f, res); err != nil {
+		return nil, err
+	}
 	return res, nil
+}
+
+// dumpPartition writes, when $FERRY_DUMP_IR names a directory, f with the
+// shardings propagation gave every value (NNN-<func>-propagated.ir) and
+// the per-device program (NNN-<func>-partitioned.ir), as Compile writes
+// each pass's IR; compiling the per-device program then dumps its passes.
+func dumpPartition(f *ir.Func, part *Partitioned) error {
+	dir := os.Getenv("FERRY_DUMP_IR")
+	if dir == "" {
+		return nil
+	}
+	g := ir.Clone(f)
+	if err := PropagateShardings(g); err != nil {
+		return err
+	}
+	d := &dumper{dir: dir, seq: dumpSeq.Add(1) - 1, name: fileName(f.Name)}
+	for _, w := range []struct {
+		name string
+		fn   *ir.Func
+	}{{"propagated", g}, {"partitioned", part.Func}} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("passes: dump: %w", err)
+		}
+		name := fmt.Sprintf("%03d-%s-%s.ir", d.seq, d.name, w.name)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(w.fn.String()), 0o644); err != nil {
+			return fmt.Errorf("passes: dump: %w", err)
+		}
+	}
+	return nil
 }
 
 // collectOps returns the ops of r and its nested regions.
@@ -117,6 +152,20 @@ type partitioner struct {
 	out  *ir.Func
 	env  map[*ir.Value]*ir.Value // global value → its local value
 	axes map[string]bool
+	// layout holds the layout of a value's local value where it is not
+	// its sharding (a partial sum reduce-scattered into the split its
+	// users want); wants the layouts a value's users want it in (a nil
+	// entry: a user the partitioner does not look into).
+	layout map[*ir.Value]*ir.NamedSharding
+	wants  map[*ir.Value][]*ir.NamedSharding
+}
+
+// from is the layout of v's local value.
+func (p *partitioner) from(v *ir.Value) *ir.NamedSharding {
+	if l := p.layout[v]; l != nil {
+		return l
+	}
+	return p.a.Shardings[v]
 }
 
 // region partitions the ops of src into dst (whose parameters the caller
@@ -124,13 +173,25 @@ type partitioner struct {
 // want.
 func (p *partitioner) region(src, dst *ir.Region, want []*ir.NamedSharding) error {
 	for _, op := range src.Ops {
+		for k, v := range op.Args {
+			var w *ir.NamedSharding
+			if op.Code != ir.Scan && op.Code != ir.While && op.Code != ir.Cond {
+				w = p.a.Operands[op][k]
+			}
+			p.wants[v] = append(p.wants[v], w)
+		}
+	}
+	for i, v := range src.Results {
+		p.wants[v] = append(p.wants[v], want[i])
+	}
+	for _, op := range src.Ops {
 		if err := p.op(dst, op); err != nil {
 			return err
 		}
 	}
 	b := builder{p, dst, ""}
 	for i, v := range src.Results {
-		x, err := b.reshard(p.env[v], v.Type.Shape, p.a.Shardings[v], want[i])
+		x, err := b.reshard(p.env[v], v.Type.Shape, p.from(v), want[i])
 		if err != nil {
 			return err
 		}
@@ -154,7 +215,7 @@ func (p *partitioner) op(dst *ir.Region, op *ir.Op) error {
 	}
 	args := make([]*ir.Value, len(op.Args))
 	for i, v := range op.Args {
-		x, err := b.reshard(p.env[v], v.Type.Shape, p.a.Shardings[v], wantArgs[i])
+		x, err := b.reshard(p.env[v], v.Type.Shape, p.from(v), wantArgs[i])
 		if err != nil {
 			return fmt.Errorf("%s: operand %d: %w", op.Describe(), i, err)
 		}
@@ -217,6 +278,10 @@ func (p *partitioner) op(dst *ir.Region, op *ir.Op) error {
 			return fmt.Errorf("%s: result %d: the device's block is %v, want %v (sharding %v)", op.Describe(), i, x.Type, want, produced[i])
 		}
 		if pr := partial[i]; len(pr.Axes) > 0 {
+			if y, l := b.scatter(x, r, produced[i], pr); y != nil {
+				p.env[r], p.layout[r] = y, l
+				continue
+			}
 			if x, err = b.combine(x, pr); err != nil {
 				return fmt.Errorf("%s: %w", op.Describe(), err)
 			}
@@ -314,7 +379,7 @@ func (p *partitioner) scan(b builder, op *ir.Op) error {
 		if i >= nc+nk {
 			want = stacked(ps)
 		}
-		x, err := b.reshard(p.env[v], v.Type.Shape, sh[v], want)
+		x, err := b.reshard(p.env[v], v.Type.Shape, p.from(v), want)
 		if err != nil {
 			return fmt.Errorf("%s: operand %d: %w", op.Describe(), i, err)
 		}
@@ -527,6 +592,52 @@ func (b builder) reshard(x *ir.Value, shape ir.Shape, from, to *ir.NamedSharding
 		}
 	}
 	return b.add(ir.DynamicSlice, append([]*ir.Value{x}, starts...), ir.Attrs{"sizes": sizes})
+}
+
+// scatter reduce-scatters x, the partial sum r laid out as produced, when
+// every user of r wants it split along one dimension by the partial axes
+// (after that dimension's own axes): each device then keeps only its
+// block of the sum. It returns the local value and its layout, or nil.
+func (b builder) scatter(x *ir.Value, r *ir.Value, produced *ir.NamedSharding, pr ir.PartialReduction) (*ir.Value, *ir.NamedSharding) {
+	var axes []string
+	for _, a := range pr.Axes {
+		if b.p.a.Mesh.AxisSize(a) > 1 {
+			axes = append(axes, a)
+		}
+	}
+	wants := b.p.wants[r]
+	if pr.Reduction != "sum" || len(axes) == 0 || len(wants) == 0 || x.Type.Space != ir.Device {
+		return nil, nil
+	}
+	dim := -1
+	for _, w := range wants {
+		if w == nil {
+			return nil, nil
+		}
+		found := -1
+		for d := range r.Type.Rank() {
+			t, c := effective(w, d), effective(produced, d)
+			if len(t) >= len(c)+len(axes) && slices.Equal(t[:len(c)], c) && slices.Equal(t[len(c):len(c)+len(axes)], axes) {
+				found = d
+				break
+			}
+		}
+		if found < 0 || dim >= 0 && found != dim {
+			return nil, nil
+		}
+		dim = found
+	}
+	name, n := b.group(axes)
+	y, err := b.add(ir.ReduceScatter, []*ir.Value{x}, ir.Attrs{"axis": name, "size": n, "dimension": dim, "tiled": true})
+	if err != nil {
+		return nil, nil
+	}
+	spec := make(ir.PartitionSpec, r.Type.Rank())
+	for d := range spec {
+		spec[d] = effective(produced, d)
+	}
+	spec[dim] = append(slices.Clone(spec[dim]), axes...)
+	return y, &ir.NamedSharding{Mesh: b.p.a.Mesh, Spec: spec}
 }
 
 // combine reduces x, a partial reduction, over the partial axes: an

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -230,6 +232,12 @@ func (s *spmd) collective(op *ir.Op, in []*ir.Literal) ([]*ir.Literal, error) {
 			shape = slices.Insert(slices.Clone(shape), d, 1)
 		}
 		err = c.AllGather(s.ctx, out.Type.DType, shape, d, in[0].Data, out.Data)
+	case ir.ReduceScatter:
+		shape, d := []int(in[0].Type.Shape), op.Attrs.Int("dimension")
+		if !op.Attrs.Bool("tiled") {
+			return nil, fmt.Errorf("the test interpreter has no stacked reduce_scatter")
+		}
+		err = c.ReduceScatter(s.ctx, collective.Sum, out.Type.DType, shape, d, in[0].Data, out.Data)
 	default:
 		return nil, fmt.Errorf("the test interpreter has no %v", op.Code)
 	}
@@ -312,6 +320,16 @@ func TestPartitionCases(t *testing.T) {
   %5 = iota() {dim=0, dtype=i32, shape=[8,16]} : i32[8,16]@S[{x,y},{}]
   return %1, %3, %4, %5
 }`,
+		// A partial sum its user wants split: reduce-scattered (not the
+		// second, split first over another axis).
+		`func @f(%0: f32[8,16]@S[{},x], %1: f32[16,4]@S[x,{}]) -> (f32[8,4]@S[x,{}], f32[8,4]@S[{y,x},{}]) { // reduce-scattered
+  %2 = dot_general(%0, %1) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f32[8,4]
+  %3 = sharding_constraint(%2) {sharding="sharding<mesh[x=2,y=4], [x,{}]>"} : f32[8,4]@S[x,{}]
+  %4 = exp(%0) : f32[8,16]
+  %5 = dot_general(%4, %1) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f32[8,4]
+  %6 = sharding_constraint(%5) {sharding="sharding<mesh[x=2,y=4], [{y,x},{}]>"} : f32[8,4]@S[{y,x},{}]
+  return %3, %6
+}`,
 		// A scan over stacked layers split on their rows (FSDP-like): the
 		// body gets one layer's block and gathers it.
 		`func @f(%0: f32[3,16,16]@S[{},x,{}], %1: f32[8,16]@S[y,{}]) -> (f32[8,16], f32[3,8]) {
@@ -330,7 +348,10 @@ func TestPartitionCases(t *testing.T) {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			src = strings.ReplaceAll(src, "@S[]", "{sharding<"+shardMesh+", []>}")
 			src = shardMacro.ReplaceAllString(src, "{sharding<"+shardMesh+", $1>}")
-			checkPartition(t, parse(t, src), rng)
+			part := checkPartition(t, parse(t, src), rng)
+			if strings.Contains(src, "reduce-scattered") {
+				require.Equal(t, 1, strings.Count(part.Func.String(), "reduce_scatter("), "%s", part.Func)
+			}
 		})
 	}
 }
@@ -350,4 +371,30 @@ func TestPartitionRandom(t *testing.T) {
 		shardParams(t, f, m, rng)
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { checkPartition(t, f, rng) })
 	}
+}
+
+// TestPartitionDump: FERRY_DUMP_IR gets the function with its propagated
+// shardings and the per-device program.
+func TestPartitionDump(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("FERRY_DUMP_IR", dir)
+	src := strings.ReplaceAll(`func @dumped(%0: f32[8,4]@S[x,{}]) -> (f32[8,4]) {
+  %1 = exp(%0) : f32[8,4]
+  return %1
+}`, "@S[x,{}]", "{sharding<"+shardMesh+", [x,{}]>}")
+	_, err := passes.Partition(parse(t, src))
+	require.NoError(t, err)
+	files, err := filepath.Glob(filepath.Join(dir, "*-dumped-*.ir"))
+	require.NoError(t, err)
+	require.Len(t, files, 2)
+	var texts []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		texts = append(texts, string(b))
+	}
+	require.Contains(t, files[0], "-dumped-partitioned.ir") // sorted by name
+	require.Contains(t, texts[0], "%1 = exp(%0) : f32[4,4]")
+	require.Contains(t, files[1], "-dumped-propagated.ir")
+	require.Contains(t, texts[1], "%1 = exp(%0) : f32[8,4]{sharding<mesh[x=2,y=4], [x,{}]>}")
 }

@@ -683,7 +683,7 @@ func (e *entry) execute(s *callScratch, site string, want int) error {
 	}
 	bufs := s.bufs
 	if se, ok := e.exe.(*shardedExecutable); ok {
-		return e.executeSharded(s, se, want)
+		return e.executeSharded(s, se, site, want)
 	}
 	if i := shardedArg(bufs); i >= 0 {
 		return trace.Errorf("rt.Jit", "%s: %s", e.lowered.Func.Name, shardedArgError(e.lowered.leafName(i), bufs[i].Type()))

@@ -538,3 +538,46 @@ func TestDevicePutGarbage(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Bad shardings given to a jitted function are errors naming the problem
+// and the caller's line: an axis that does not divide the dimension it
+// splits (InShardings, OutShardings, a constraint inside the function), a
+// mesh with more devices than the backend has, more shardings than leaves.
+func TestShardedJitErrors(t *testing.T) {
+	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 4})
+	x := trace.Reshape(rt.FromSlice(make([]float32, 24)), 6, 4)
+	m4, err := ir.NewMesh([]int{4}, []string{"x"})
+	require.NoError(t, err)
+	m8, err := ir.NewMesh([]int{2, 4}, []string{"x", "y"})
+	require.NoError(t, err)
+	rows, err := ir.NewNamedSharding(m4, ir.P("x", ""))
+	require.NoError(t, err)
+	cols, err := ir.NewNamedSharding(m4, ir.P("", "x"))
+	require.NoError(t, err)
+	both, err := ir.NewNamedSharding(m8, ir.P("", "y"))
+	require.NoError(t, err)
+	neg := func(a *trace.Array) (*trace.Array, error) { return trace.Neg(a), nil }
+
+	_, err = rt.Jit(neg, rt.InShardings(rows))(x)
+	requireErrorAt(t, err, thisLine()-1, "WithShardingConstraint", "cannot shard f32[6,4]", "dimension 0 of shape [6,4] has size 6")
+	_, err = rt.Jit(func(a *trace.Array) (*trace.Array, error) { return trace.Reshape(a, 4, 6), nil }, rt.OutShardings(cols))(x)
+	requireErrorAt(t, err, thisLine()-1, "cannot shard f32[4,6]", "dimension 1 of shape [4,6] has size 6")
+	_, err = rt.Jit(func(a *trace.Array) (*trace.Array, error) {
+		return trace.WithShardingConstraint(trace.Neg(a), rows), nil // line -1 of the check
+	})(x)
+	requireErrorAt(t, err, thisLine()-2, "cannot shard f32[6,4]")
+	_, err = rt.Jit(neg, rt.InShardings(both))(x)
+	requireErrorAt(t, err, thisLine()-1, "mesh[x=2,y=4] needs 8 devices, the cpu backend has 4")
+	_, err = rt.Jit(neg, rt.InShardings(cols, cols))(x)
+	requireErrorAt(t, err, thisLine()-1, "2 InShardings for 1 argument leaves")
+	_, err = rt.Jit(neg, rt.OutShardings(cols, cols))(x)
+	requireErrorAt(t, err, thisLine()-1, "2 OutShardings for 1 result leaves")
+
+	// Laid out as asked, it runs on the mesh.
+	y, err := rt.Jit(neg, rt.InShardings(cols))(x)
+	require.NoError(t, err)
+	require.True(t, y.Type().Sharding.EquivalentTo(cols, 2), "%v", y.Type())
+	for _, v := range y.Float32s() {
+		require.Equal(t, float32(0), v)
+	}
+}

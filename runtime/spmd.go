@@ -42,7 +42,7 @@ func compileFunc(be Backend, f *ir.Func, opts CompileOptions) (Executable, error
 	if !hasSharding(f) {
 		return be.Compile(f, opts)
 	}
-	return compileSharded(be, f)
+	return compileSharded(be, f, opts)
 }
 
 // shardedExecutable runs a partitioned function: the per-device program on
@@ -50,19 +50,22 @@ func compileFunc(be Backend, f *ir.Func, opts CompileOptions) (Executable, error
 // communicators between them (package collective's in-process engine).
 // Its arguments and results are sharded arrays.
 type shardedExecutable struct {
-	be     Backend
-	part   *passes.Partitioned
-	exe    Executable // the per-device program
-	params []ir.Type  // the global parameter types, unsharded
-	global []ir.Type  // the global result types, with their shardings
+	be      Backend
+	part    *passes.Partitioned
+	exe     Executable // the per-device program
+	params  []ir.Type  // the global parameter types, unsharded
+	global  []ir.Type  // the global result types, with their shardings
+	donated []bool     // parameters whose blocks the program may reuse
 
 	mu   sync.Mutex
 	free [][]map[string]collective.Communicator // idle communicator sets
 }
 
 // compileSharded partitions f (passes.Partition) and compiles the
-// per-device program once for all devices of the mesh.
-func compileSharded(be Backend, f *ir.Func) (Executable, error) {
+// per-device program once for all devices of the mesh. A donated parameter
+// donates its blocks: the per-device program may write a result's block
+// over them.
+func compileSharded(be Backend, f *ir.Func, opts CompileOptions) (Executable, error) {
 	part, err := passes.Partition(f)
 	if err != nil {
 		return nil, err
@@ -73,11 +76,11 @@ func compileSharded(be Backend, f *ir.Func) (Executable, error) {
 	if _, ok := be.(backend.Placer); !ok && part.Mesh.NumDevices() > 1 {
 		return nil, fmt.Errorf("the %s backend cannot run a program on several devices", be.Name())
 	}
-	exe, err := be.Compile(part.Func, CompileOptions{BoundAxes: part.Axes})
+	exe, err := be.Compile(part.Func, CompileOptions{Donated: opts.Donated, BoundAxes: part.Axes})
 	if err != nil {
 		return nil, err
 	}
-	e := &shardedExecutable{be: be, part: part, exe: exe}
+	e := &shardedExecutable{be: be, part: part, exe: exe, donated: opts.Donated}
 	for _, v := range f.Body.Params {
 		e.params = append(e.params, v.Type.WithSharding(nil))
 	}
@@ -98,7 +101,8 @@ func (e *shardedExecutable) Partitioned() *passes.Partitioned { return e.part }
 // Arguments laid out as the program wants are used in place; any other
 // argument (unsharded, or sharded otherwise) is copied into that layout
 // for the call. The results are sharded arrays committed to the mesh's
-// devices.
+// devices. A donated sharded argument used in place is deleted by the call
+// (its blocks are the results' now, or freed).
 func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []trace.Buffer, err error) {
 	m := e.part.Mesh
 	devs := m.Devices()
@@ -114,6 +118,7 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 		}
 	}()
 	placer, _ := e.be.(backend.Placer)
+	var given []*shardedBuffer // donated arguments used in place
 	for i, b := range args {
 		want := e.part.Params[i]
 		sb, ok := b.(*shardedBuffer)
@@ -131,6 +136,8 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 			}
 			sb = arr.Buffer().(*shardedBuffer)
 			temps = append(temps, sb)
+		} else if i < len(e.donated) && e.donated[i] {
+			given = append(given, sb)
 		}
 		for r := range n {
 			local[r] = append(local[r], sb.shards[r].Array.Buffer())
@@ -151,7 +158,7 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			outs[r], errs[r] = e.exe.Execute(local[r], ExecOptions{Device: devs[r], Commit: true, Comms: comms[r], Context: ctx})
+			outs[r], errs[r] = e.exe.Execute(local[r], ExecOptions{Device: devs[r], Commit: true, Comms: comms[r], Context: ctx, DonationSite: opts.DonationSite})
 			if errs[r] != nil {
 				for _, c := range comms[r] {
 					c.Abort(errs[r])
@@ -176,6 +183,11 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 	e.mu.Lock()
 	e.free = append(e.free, comms)
 	e.mu.Unlock()
+	for _, sb := range given {
+		sb.mu.Lock()
+		sb.deleted = true // its blocks were handed to the results
+		sb.mu.Unlock()
+	}
 	hw := e.be.Devices()
 	res := make([]trace.Buffer, len(e.global))
 	for i, t := range e.global {
@@ -261,11 +273,11 @@ func (e *shardedExecutable) comms(ctx context.Context) ([]map[string]collective.
 
 // executeSharded runs a partitioned executable for execute; want (a device
 // for CallOn) must be unset: the mesh says where the program runs.
-func (e *entry) executeSharded(s *callScratch, se *shardedExecutable, want int) error {
+func (e *entry) executeSharded(s *callScratch, se *shardedExecutable, site string, want int) error {
 	if want >= 0 {
 		return trace.Errorf("rt.Jit", "%s: the program is partitioned over %v: it runs on the mesh's devices, not on one chosen device", e.lowered.Func.Name, se.part.Mesh)
 	}
-	outBufs, err := se.Execute(s.bufs, ExecOptions{})
+	outBufs, err := se.Execute(s.bufs, ExecOptions{DonationSite: site})
 	if err != nil {
 		return trace.WrapError("rt.Jit", fmt.Errorf("%s: %w", e.lowered.Func.Name, err))
 	}

@@ -76,6 +76,15 @@ type Row struct {
 	// from the one-device run, MaxAbsParam the largest parameter.
 	MaxAbsDiff  float64 `json:"max_abs_diff"`
 	MaxAbsParam float64 `json:"max_abs_param"`
+	// AnalysisOnly rows are lowered and compiled, never run.
+	AnalysisOnly bool `json:"analysis_only,omitempty"`
+	// ForwardCollectives counts the collectives of the forward pass alone
+	// (tp: one all-reduce per column- then row-parallel pair).
+	ForwardCollectives map[string]int `json:"forward_collectives,omitempty"`
+	// ExpectedPerDevice (fsdp) is (parameters + state)/devices + one
+	// layer, the bytes FSDP is meant to need per device besides
+	// activations.
+	ExpectedPerDevice int64 `json:"expected_per_device,omitempty"`
 }
 
 // Memory is a step's memory analysis in bytes.
@@ -93,7 +102,7 @@ func memoryOf(a passes.MemoryAnalysis) Memory {
 
 func main() {
 	devices := flag.Int("devices", 8, "virtual CPU devices of the mesh")
-	mode := flag.String("mode", "all", "dp, tp, fsdp or all")
+	mode := flag.String("mode", "all", "dp, tp, fsdp, fsdp_analysis or all")
 	steps := flag.Int("steps", 5, "training steps")
 	asJSON := flag.Bool("json", false, "print one JSON object per mode")
 	flag.Parse()
@@ -101,12 +110,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	modes := []string{"dp", "tp", "fsdp"}
+	modes := []string{"dp", "tp", "fsdp", "fsdp_analysis"}
 	if *mode != "all" {
 		modes = []string{*mode}
 	}
 	for _, m := range modes {
-		r, err := Run(m, *devices, *steps, Small)
+		sizes := Small
+		if m == "fsdp_analysis" {
+			sizes = Large
+		}
+		r, err := Run(m, *devices, *steps, sizes)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", m, err)
 			os.Exit(1)
@@ -152,6 +165,15 @@ func print(r Row) {
 		cs = append(cs, fmt.Sprintf("%d %s", r.Collectives[k], k))
 	}
 	fmt.Printf("  collectives in the per-device program: %s\n", strings.Join(cs, ", "))
+	if r.ForwardCollectives != nil {
+		fmt.Printf("  collectives of the forward pass alone: %v\n", r.ForwardCollectives)
+	}
+	if r.ExpectedPerDevice > 0 {
+		fmt.Printf("  (parameters + state)/%d + one layer = %s; per-device total / that = %.2f\n", r.Devices, mib(r.ExpectedPerDevice), float64(r.PerDevice.Total)/float64(r.ExpectedPerDevice))
+	}
+	if r.AnalysisOnly {
+		return
+	}
 	fmt.Printf("  step %.2f ms (one device %.2f ms); loss %.6f (one device %.6f); max |Δparam| %.3g of max |param| %.3g\n",
 		r.StepMillis, r.SingleStepMillis, r.Loss, r.SingleLoss, r.MaxAbsDiff, r.MaxAbsParam)
 }
@@ -166,6 +188,11 @@ type Sizes struct {
 // Small are the sizes the example runs at.
 var Small = Sizes{Batch: 64, In: 64, Hidden: 256, Classes: 16, T: 16, D: 64, Heads: 8, FF: 256, Vocab: 128, Layers: 4}
 
+// Large are the sizes of the fsdp_analysis row: a language model whose
+// parameters and Adam state (300 MiB) dwarf its activations, lowered and
+// compiled only.
+var Large = Sizes{Batch: 32, T: 16, D: 512, Heads: 8, FF: 2048, Vocab: 1024, Layers: 8}
+
 // Run trains mode on a mesh of n devices for steps steps at sizes s, and on
 // one device, and reports both.
 func Run(mode string, n, steps int, s Sizes) (Row, error) {
@@ -175,9 +202,11 @@ func Run(mode string, n, steps int, s Sizes) (Row, error) {
 	case "tp":
 		return runTP(n, steps, s)
 	case "fsdp":
-		return runFSDP(n, steps, s)
+		return runFSDP(n, steps, s, false)
+	case "fsdp_analysis":
+		return runFSDP(n, 1, s, true)
 	}
-	return Row{}, fmt.Errorf("unknown mode %q (want dp, tp, fsdp or all)", mode)
+	return Row{}, fmt.Errorf("unknown mode %q (want dp, tp, fsdp, fsdp_analysis or all)", mode)
 }
 
 // mesh1 is a one-axis mesh of n devices.
@@ -216,6 +245,7 @@ type trainer[P, S any] struct {
 	state   S
 	step    func(P, S, *trace.Array, *trace.Array) (P, S, *trace.Array)
 	batches [][2]*trace.Array
+	analyse bool // lower and compile only
 }
 
 // result is a training run.
@@ -230,10 +260,13 @@ type result[P any] struct {
 
 // train runs the steps with jit options opts and returns the final
 // parameters, the last loss, the median step time, the step's memory
-// analysis and per-device program, and each device's measured peak.
+// analysis and per-device program, and each device's measured peak. With
+// tr.analyse it only lowers and compiles the step.
 func train[P, S any](tr trainer[P, S], devs int, opts ...rt.Option) (res result[P], err error) {
 	defer trace.Recover(&err)
-	j := rt.NewJitted(tr.step, opts...)
+	// The parameters and state are donated: each step writes the new ones
+	// over the old (on every device, its blocks).
+	j := rt.NewJitted(tr.step, append(opts, rt.Donate(0, 1))...)
 	b0 := tr.batches[0]
 	l, err := j.Lower(tr.params, tr.state, b0[0], b0[1])
 	if err != nil {
@@ -244,9 +277,8 @@ func train[P, S any](tr trainer[P, S], devs int, opts ...rt.Option) (res result[
 		return res, err
 	}
 	res.analysis, res.program = c.MemoryAnalysis(), c.OptimizedIR()
-	if os.Getenv("SHARDED_PLAN") != "" {
-		fmt.Fprintln(os.Stderr, c.OptimizedIR())
-		fmt.Fprintln(os.Stderr, c.Program().PlanString())
+	if tr.analyse {
+		return res, nil
 	}
 	step := j.Fn()
 	p, s := tr.params, tr.state
@@ -289,11 +321,9 @@ func compare[P any](r *Row, sharded, single result[P]) {
 	r.PeakDeviceBytes = sharded.peaks
 	r.StepMillis, r.SingleStepMillis = sharded.ms, single.ms
 	r.Loss, r.SingleLoss = sharded.loss, single.loss
-	r.Collectives = map[string]int{}
-	for _, c := range []string{"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"} {
-		if k := strings.Count(sharded.program, " "+c+"("); k > 0 {
-			r.Collectives[c] = k
-		}
+	r.Collectives = countCollectives(sharded.program)
+	if r.AnalysisOnly {
+		return
 	}
 	a, b := trace.Leaves(sharded.params), trace.Leaves(single.params)
 	for i := range a {
@@ -303,6 +333,17 @@ func compare[P any](r *Row, sharded, single result[P]) {
 			r.MaxAbsParam = math.Max(r.MaxAbsParam, math.Abs(y[k]))
 		}
 	}
+}
+
+// countCollectives counts the collective ops of a program's text by name.
+func countCollectives(program string) map[string]int {
+	out := map[string]int{}
+	for _, c := range []string{"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"} {
+		if k := strings.Count(program, " "+c+"("); k > 0 {
+			out[c] = k
+		}
+	}
+	return out
 }
 
 // inputs returns steps batches of random features [batch, in] and int32
@@ -427,6 +468,22 @@ func runTP(n, steps int, s Sizes) (Row, error) {
 		return Row{}, err
 	}
 	r := Row{Mode: "tp", Devices: n, Mesh: mesh.String(), Steps: steps, ParamBytes: bytesOf(params), StateBytes: bytesOf(state)}
+	// The forward pass alone: one all-reduce after attention's Wo and one
+	// after the MLP's second layer.
+	xShard, err := shardings(mesh, batches[0][0], replicated)
+	if err != nil {
+		return r, err
+	}
+	fwd, err := rt.NewJitted(func(p nn.Block, x *trace.Array) *trace.Array { return p.Apply(x) },
+		rt.InShardings(append(ps, xShard...)...)).Lower(params, batches[0][0])
+	if err != nil {
+		return r, err
+	}
+	fc, err := fwd.Compile()
+	if err != nil {
+		return r, err
+	}
+	r.ForwardCollectives = countCollectives(fc.OptimizedIR())
 	sharded, err := train(tr, n, rt.InShardings(append(ps, rest...)...), rt.OutShardings(ps...))
 	if err != nil {
 		return r, err
@@ -452,8 +509,9 @@ func fsdpSpec(a *trace.Array, skip, n int) ir.PartitionSpec {
 	return spec
 }
 
-// runFSDP trains the stacked-layer language model FSDP-style.
-func runFSDP(n, steps int, s Sizes) (Row, error) {
+// runFSDP trains the stacked-layer language model FSDP-style (with
+// analyse, only lowers and compiles its step).
+func runFSDP(n, steps int, s Sizes, analyse bool) (Row, error) {
 	mesh, err := mesh1(n, "fsdp")
 	if err != nil {
 		return Row{}, err
@@ -531,9 +589,13 @@ func runFSDP(n, steps int, s Sizes) (Row, error) {
 		return Row{}, err
 	}
 	r := Row{Mode: "fsdp", Devices: n, Mesh: mesh.String(), Steps: steps, ParamBytes: bytesOf(params), StateBytes: bytesOf(state),
-		LayerBytes: bytesOf(params.Blocks) / int64(s.Layers)}
+		LayerBytes: bytesOf(params.Blocks) / int64(s.Layers), AnalysisOnly: analyse}
+	r.ExpectedPerDevice = (r.ParamBytes+r.StateBytes)/int64(n) + r.LayerBytes
+	if analyse {
+		r.Mode, r.Steps = "fsdp_analysis", 0
+	}
 	tr := trainer[nn.TransformerLM, optim.AdamState[nn.TransformerLM]]{params: params, state: state, batches: batches,
-		step: mk(nn.WithLayerParams(layerShard))}
+		step: mk(nn.WithLayerParams(layerShard)), analyse: analyse}
 	in := append(append(append([]*ir.NamedSharding{}, pShard...), sShard...), bShard...)
 	sharded, err := train(tr, n, rt.InShardings(in...), rt.OutShardings(append(append([]*ir.NamedSharding{}, pShard...), sShard...)...))
 	if err != nil {

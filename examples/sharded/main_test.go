@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	rt "github.com/ferryml/ferry/runtime"
+)
+
+func TestMain(m *testing.M) {
+	if err := rt.SetCPUDeviceCount(8); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	os.Exit(m.Run())
+}
+
+// testSizes are smaller than Small, for go test.
+var testSizes = Sizes{Batch: 32, In: 16, Hidden: 32, Classes: 8, T: 8, D: 32, Heads: 8, FF: 64, Vocab: 32, Layers: 2}
+
+// TestModesMatchOneDevice trains every mode on 2, 4 and 8 devices and
+// checks the parameters against the one-device run, and what each mode is
+// about: data parallel all-reduces and gathers nothing; the tensor-parallel
+// forward pass has one all-reduce per column- then row-parallel pair; FSDP
+// holds 1/N of the parameters and optimizer state per device and
+// reduce-scatters the gradients.
+func TestModesMatchOneDevice(t *testing.T) {
+	for _, n := range []int{2, 4, 8} {
+		for _, mode := range []string{"dp", "tp", "fsdp"} {
+			t.Run(fmt.Sprint(mode, n), func(t *testing.T) {
+				r, err := Run(mode, n, 2, testSizes)
+				require.NoError(t, err)
+				require.Equal(t, n, r.Devices)
+				require.Greater(t, r.MaxAbsParam, 0.0)
+				require.LessOrEqual(t, r.MaxAbsDiff, 1e-5*(1+r.MaxAbsParam), "%+v", r)
+				require.InDelta(t, r.SingleLoss, r.Loss, 1e-5*(1+r.SingleLoss))
+				require.Len(t, r.PeakDeviceBytes, n)
+				switch mode {
+				case "dp":
+					require.Positive(t, r.Collectives["all_reduce"], "%v", r.Collectives)
+					require.Zero(t, r.Collectives["all_gather"], "%v", r.Collectives)
+				case "tp":
+					require.Equal(t, map[string]int{"all_reduce": 2}, r.ForwardCollectives)
+					require.Less(t, r.PerDevice.Argument, r.Single.Argument)
+				case "fsdp":
+					// The arguments are 1/n of the parameters and state, plus
+					// 1/n of the batch and Adam's count.
+					require.LessOrEqual(t, r.PerDevice.Argument, (r.ParamBytes+r.StateBytes)/int64(n)+512, "%+v", r)
+					require.Positive(t, r.Collectives["reduce_scatter"], "%v", r.Collectives)
+					require.Positive(t, r.Collectives["all_gather"], "%v", r.Collectives)
+					require.Less(t, r.PerDevice.Total, r.Single.Total)
+				}
+			})
+		}
+	}
+}
