@@ -9,6 +9,12 @@
 // after every pass when asked to (always inside test binaries), and writes the
 // IR after every pass to Options.DumpDir or $FERRY_DUMP_IR.
 //
+// Sharded functions (values whose types carry an ir.NamedSharding) are first
+// split for their mesh: AnalyzeShardings propagates the shardings to every
+// value and Partition writes the one program every device runs, with the
+// collectives between them; that program then goes through the Pipeline
+// like any other (Options.BoundAxes lists its collective axes).
+//
 // # Buffer plan contract
 //
 // Program.Plan assigns a Buffer to every value the executor sees (see

@@ -57,9 +57,16 @@
 //	shards, _ := rt.Shards(y)    // shards[i].Device, .Start, .Limit, .Array
 //	g, err := rt.ToDevice(y, rt.Devices()[0])
 //
-// Eager ops and jitted calls do not compute on sharded arrays yet: given one
-// they return an error naming the argument, its sharding and the caller's
-// line.
+// Computations on sharded arrays run partitioned over their mesh: a jitted
+// function whose arguments are sharded, or that has InShardings,
+// OutShardings or a trace.WithShardingConstraint, is split by
+// passes.Partition into one program per device (with the collectives it
+// needs), compiled once and run on every device of the mesh at once; eager
+// ops on sharded arrays too. Results are sharded arrays, and
+// Compiled.MemoryAnalysis is per device.
+//
+//	step := rt.Jit(trainStep, rt.InShardings(in...), rt.OutShardings(out...), rt.Donate(0, 1))
+//	p, s, loss := step(params, state, x, y) // every device computes its blocks
 //
 // # Debugging NaNs
 //
