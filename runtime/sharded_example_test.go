@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
@@ -78,4 +79,44 @@ func ExampleDevicePut() {
 	// cpu:7 [2 6]:[4 8] [22 23 30 31] (64 bytes in use)
 	// f32[4,8]{sharding<mesh[x=2,y=4], [x,y]>} [-8 -9 -10 -11]
 	// f32[4,8] [8 9 10 11 12 13 14 15]
+}
+
+// A data-parallel mean over a batch split across 4 devices: each device
+// sums its rows, one all-reduce adds the four sums, and the memory analysis
+// is each device's.
+func ExampleInShardings() {
+	if err := rt.SetCPUDeviceCount(4); err != nil {
+		panic(err)
+	}
+	defer rt.ConfigureMemory(rt.MemoryConfig{})
+	mesh, err := ir.NewMesh([]int{4}, []string{"data"})
+	if err != nil {
+		panic(err)
+	}
+	batch, err := ir.NewNamedSharding(mesh, ir.P("data", ""))
+	if err != nil {
+		panic(err)
+	}
+	mean := rt.NewJitted(func(x *trace.Array) *trace.Array { return trace.Mean(trace.Mul(x, x)) }, rt.InShardings(batch))
+	data := make([]float32, 8*1024)
+	for i := range data {
+		data[i] = 2
+	}
+	x := trace.Reshape(rt.FromSlice(data), 8, 1024) // 32 KiB, on cpu:0
+	fmt.Println(mean.Fn()(x))
+
+	l, err := mean.Lower(x)
+	if err != nil {
+		panic(err)
+	}
+	c, err := l.Compile()
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("argument bytes per device:", c.MemoryAnalysis().ArgumentBytes)
+	fmt.Println("all-reduces:", strings.Count(c.OptimizedIR(), "all_reduce("))
+	// Output:
+	// f32[]{sharding<mesh[data=4], []>} 4
+	// argument bytes per device: 8192
+	// all-reduces: 1
 }
