@@ -165,18 +165,6 @@ func (p *partitioner) op(dst *ir.Region, op *ir.Op) error {
 	for i, r := range op.Results {
 		produced[i] = p.a.Shardings[r]
 	}
-	if op.Code == ir.Reshape {
-		// A reshape of the operand's blocks gives the blocks of the layout
-		// its rule carries forward from the operand's, which is not the
-		// result's where no layout of the operand has the result's blocks
-		// as runs of the same elements (a flat array reshaped to a matrix
-		// split on its columns): the reshape is then computed in that
-		// layout (whole, at worst) and its result resharded.
-		produced[0] = ir.Replicated(p.a.Mesh, op.Results[0].Type.Rank())
-		if fwd := op.Info().Shard(op, wantArgs, make([]*ir.NamedSharding, 1)).Results[0]; fwd != nil {
-			produced[0] = fit(fwd, op.Results[0].Type.Shape)
-		}
-	}
 	switch op.Code {
 	case ir.ShardingConstraint:
 		outs = args
@@ -206,7 +194,7 @@ func (p *partitioner) op(dst *ir.Region, op *ir.Op) error {
 			produced[i] = ir.Replicated(p.a.Mesh, r.Type.Rank())
 		}
 	default:
-		attrs, err := p.localAttrs(op, produced[0])
+		attrs, err := p.localAttrs(op)
 		if err != nil {
 			return err
 		}
@@ -238,13 +226,13 @@ func (p *partitioner) op(dst *ir.Region, op *ir.Op) error {
 	return nil
 }
 
-// localAttrs returns op's attributes for the devices' blocks of its first
-// result laid out as s: shape attributes become the block's shape; a slice
-// takes a split dimension whole (its rule splits only dimensions the slice
-// keeps whole).
-func (p *partitioner) localAttrs(op *ir.Op, s *ir.NamedSharding) (ir.Attrs, error) {
+// localAttrs returns op's attributes for the devices' blocks: shape
+// attributes become the block's shape; a slice takes a split dimension whole
+// (its rule splits only dimensions the slice keeps whole).
+func (p *partitioner) localAttrs(op *ir.Op) (ir.Attrs, error) {
 	attrs := ir.CloneAttrs(op.Attrs)
 	r := op.Results[0]
+	s := p.a.Shardings[r]
 	local, err := localType(r.Type, s)
 	if err != nil {
 		return nil, err
