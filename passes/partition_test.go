@@ -342,6 +342,18 @@ func TestPartitionCases(t *testing.T) {
     }) : f32[8,16], f32[3,8]
   return %2, %3
 }`,
+		// Reshapes whose result layout no layout of the operand gives
+		// block for block (the original Threefry layout: bits of a flat
+		// iota reshaped to a matrix split on its columns or on both
+		// dimensions): the operand is reshaped whole, then sliced.
+		`func @f(%0: f32[128]) -> (f32[8,16]@S[x,y], f32[8,16]@S[{},y], f32[8,16]@S[y,x]) {
+  %1 = iota() {dim=0, dtype=f32, shape=[128]} : f32[128]
+  %2 = mul(%0, %1) : f32[128]
+  %3 = reshape(%2) {shape=[8,16]} : f32[8,16]@S[x,y]
+  %4 = reshape(%2) {shape=[8,16]} : f32[8,16]@S[{},y]
+  %5 = reshape(%2) {shape=[8,16]} : f32[8,16]@S[y,x]
+  return %3, %4, %5
+}`,
 	}
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 5))
 	for i, src := range cases {

@@ -6,7 +6,14 @@
 // scan step (nn.NewStack), trace.Vmap of nn.NewBlock over the 32 layer keys,
 // and the same Vmap written as Equinox users write it (f32 weights, cast to
 // bf16 afterwards), each measured at a size that fits and analysed at the
-// size of a 7B model (32 layers, d=4096, MLP hidden 14336).
+// size of a 7B model (32 layers, d=4096, MLP hidden 14336). The sharded
+// cases (issue 21's seed scenario) generate nn.LecunNormal and nn.Zeros
+// matrices with the output sharded over 8 devices (rt.OutShardings, meshes
+// (8) and (2, 4)): run at the size of random_matrix on 8 virtual CPU devices
+// (main sets FERRY_CPU_DEVICES's count to 8 when it is lower) with each
+// device's peak measured and the values compared, bit for bit, with the
+// unsharded init; and analysed per device at f32[32768, 262144], 4 GiB a
+// device.
 //
 //	go run ./examples/init [-json]
 //
@@ -16,10 +23,12 @@
 // or collected, and the program waits until the pool is back where it was, so
 // no case's peak is lowered by an earlier case's memory being freed while it
 // runs (see measure). The goal for jitted initialisers is a peak of at most
-// 1.05 × the bytes they return.
+// 1.05 × the bytes they return; for sharded ones, on every device, 1.05 ×
+// the block it holds (rt.DeviceMemoryStats of each device, measureDevices).
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -61,15 +70,30 @@ var programSizes = sizes{
 	BigLayers: 32, BigDModel: 4096, BigHeads: 32, BigHidden: 14336,
 }
 
-// row is one case of the report.
+// row is one case of the report. OutputBytes is always the bytes of the
+// whole (global) output. A sharded case also has Sharding, the layout of its
+// output, and ShardBytes, the bytes of the block each device holds; its
+// PeakDeviceBytes, TempBytes and AnalysedTotalBytes are per device (the
+// largest over the mesh's devices where measured), and its Ratio is the
+// largest per-device peak (or the analysed per-device total) over
+// ShardBytes.
 type row struct {
 	Case               string  `json:"case"`
+	Sharding           string  `json:"sharding,omitempty"`
 	OutputBytes        int64   `json:"output_bytes"`
+	ShardBytes         int64   `json:"shard_bytes,omitempty"`
 	PeakDeviceBytes    int64   `json:"peak_device_bytes"`
 	TempBytes          int64   `json:"temp_bytes"`
 	AnalysedTotalBytes int64   `json:"analysed_total_bytes"`
 	Ratio              float64 `json:"ratio"`
-	Note               string  `json:"note"`
+	// PeakPerDevice is the measured peak of every device of a sharded
+	// case's mesh, in mesh order.
+	PeakPerDevice []int64 `json:"peak_device_bytes_per_device,omitempty"`
+	// BitIdentical, for a measured sharded case, says whether the sharded
+	// output gathered equals, bit for bit, the output of the same
+	// initialiser jitted without a sharding.
+	BitIdentical *bool  `json:"bit_identical,omitempty"`
+	Note         string `json:"note"`
 
 	analysis passes.MemoryAnalysis // of a jitted case, for the tests
 }
@@ -144,56 +168,113 @@ func vmapID(dt ir.DType, L, d, heads, hidden int) string {
 // settleTimeout bounds how long measure waits for garbage to be freed.
 const settleTimeout = 10 * time.Second
 
-// measure runs f, which returns its outputs, and returns the device peak
-// while it ran above what was in use before it, and the device bytes of its
-// outputs, which it then deletes.
+// measure runs f, which returns its outputs, and returns the peak of
+// device 0 while it ran above what was in use before it, and the device bytes
+// of its outputs on device 0, which it then deletes (measureDevices).
+func measure(f func() []*trace.Array) (peak, output int64, err error) {
+	peaks, outputs, err := measureDevices(f)
+	if err != nil {
+		return 0, 0, err
+	}
+	return peaks[0], outputs[0], nil
+}
+
+// measureDevices runs f, which returns its outputs, and returns, for every
+// device (indexed by its ID), the device pool's peak while f ran above what
+// was in use before it, and the device bytes of f's outputs on that device
+// (the blocks of a sharded output on theirs, rt.Shards); it then deletes the
+// outputs.
 //
 // That difference is the case's peak only if nothing in use before f is freed
 // while it runs: memory freed then lowers the level that f's allocations
 // climb from, so a 64 MiB output once read as a 0.4 MB peak. Eager
 // intermediates that f drops are freed by garbage-collector cleanups, which
-// run some time after a collection, so measure
+// run some time after a collection, so measureDevices
 //   - before f, collects garbage and waits until nothing more is freed;
-//   - after f, deletes the outputs and waits until the pool is back to the
-//     bytes in use before f, so that f's garbage is gone before the next case
-//     (an error after settleTimeout, naming what is still alive);
-//   - checks that the bytes in use after f are at least those before f plus
-//     the outputs, which fails if memory held before f was freed during it
-//     (an error: the peak would be too small).
-func measure(f func() []*trace.Array) (peak, output int64, err error) {
+//   - after f, deletes the outputs and waits until every device's pool is
+//     back to the bytes in use before f, so that f's garbage is gone before
+//     the next case (an error after settleTimeout, naming what is still
+//     alive);
+//   - checks that the bytes in use on each device after f are at least those
+//     before f plus the outputs there, which fails if memory held before f
+//     was freed during it (an error: the peak would be too small).
+func measureDevices(f func() []*trace.Array) (peaks, outputs []int64, err error) {
 	quiesce()
-	base := rt.MemoryStats(ir.Device).BytesInUse
+	base := inUse()
 	rt.ResetPeakMemory()
 	outs := f()
-	st := rt.MemoryStats(ir.Device)
+	after, peak := inUse(), peakInUse()
+	outputs = make([]int64, len(base))
 	for _, a := range outs {
-		if a.Space() == ir.Device {
-			output += bytesOf(a)
+		if a.Space() != ir.Device {
+			continue
+		}
+		shards, err := rt.Shards(a)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, s := range shards {
+			outputs[s.Device.ID] += bytesOf(s.Array)
 		}
 	}
 	for _, a := range outs {
 		if err := a.Delete(); err != nil {
-			return 0, 0, err
+			return nil, nil, err
 		}
 	}
-	if st.BytesInUse-base < output {
-		return 0, 0, fmt.Errorf("%d bytes in use before the case were freed while it ran, so its peak (%d bytes above the %d before) "+
-			"would not hold its %d-byte output: delete earlier arrays before measuring", base+output-st.BytesInUse, st.PeakBytesInUse-base, base, output)
+	for d := range base {
+		if after[d]-base[d] < outputs[d] {
+			return nil, nil, fmt.Errorf("%d bytes in use on device %d before the case were freed while it ran, so its peak there (%d bytes above the %d before) "+
+				"would not hold its %d-byte output: delete earlier arrays before measuring", base[d]+outputs[d]-after[d], d, peak[d]-base[d], base[d], outputs[d])
+		}
 	}
 	if err := settle(base); err != nil {
-		return 0, 0, err
+		return nil, nil, err
 	}
-	return st.PeakBytesInUse - base, output, nil
+	peaks = make([]int64, len(base))
+	for d := range base {
+		peaks[d] = peak[d] - base[d]
+	}
+	return peaks, outputs, nil
 }
 
-// quiesce collects garbage until the device pool's bytes in use stop falling:
-// the cleanups of unreachable arrays have run.
+// inUse returns the bytes in use of every device's pool, by device ID.
+func inUse() []int64 {
+	return deviceStats(func(s rt.MemStats) int64 { return s.BytesInUse })
+}
+
+// peakInUse returns the peak bytes in use of every device's pool, by device
+// ID.
+func peakInUse() []int64 {
+	return deviceStats(func(s rt.MemStats) int64 { return s.PeakBytesInUse })
+}
+
+// deviceStats returns field of the device pool statistics of every device,
+// by device ID.
+func deviceStats(field func(rt.MemStats) int64) []int64 {
+	devs := rt.Devices()
+	out := make([]int64, len(devs))
+	for _, d := range devs {
+		st, err := rt.DeviceMemoryStats(d, ir.Device)
+		if err != nil {
+			panic(err) // every device of the default backend has a device pool
+		}
+		out[d.ID] = field(st)
+	}
+	return out
+}
+
+// quiesce collects garbage until the device pools' bytes in use stop
+// falling: the cleanups of unreachable arrays have run.
 func quiesce() {
 	last := int64(-1)
 	for range 100 {
 		goruntime.GC()
 		time.Sleep(time.Millisecond)
-		n := rt.MemoryStats(ir.Device).BytesInUse
+		var n int64
+		for _, b := range inUse() {
+			n += b
+		}
 		if n == last {
 			return
 		}
@@ -201,20 +282,27 @@ func quiesce() {
 	}
 }
 
-// settle collects garbage until the device pool's bytes in use are at most
-// want, or returns an error naming the largest live arrays after
-// settleTimeout.
-func settle(want int64) error {
+// settle collects garbage until every device pool's bytes in use are at most
+// want (by device ID), or returns an error naming the largest live arrays
+// after settleTimeout.
+func settle(want []int64) error {
 	deadline := time.Now().Add(settleTimeout)
 	for {
-		n := rt.MemoryStats(ir.Device).BytesInUse
-		if n <= want {
+		n := inUse()
+		over := -1
+		for d := range want {
+			if n[d] > want[d] {
+				over = d
+				break
+			}
+		}
+		if over < 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
 			live := rt.LiveArrays()
-			return fmt.Errorf("%d device bytes still in use %v after the case, %d more than before it; largest live: %v",
-				n, settleTimeout, n-want, live[:min(len(live), 3)])
+			return fmt.Errorf("%d bytes still in use on device %d %v after the case, %d more than before it; largest live: %v",
+				n[over], over, settleTimeout, n[over]-want[over], live[:min(len(live), 3)])
 		}
 		goruntime.GC()
 		time.Sleep(time.Millisecond)
@@ -256,14 +344,15 @@ var programs sync.Map // string → *rt.Compiled
 // jitted lowers and compiles fn for key (or finds the program compiled for
 // the case named by id before) and returns a function that runs the compiled
 // program (the measured call neither traces nor compiles), and its memory
-// analysis. id must name the function and every size it depends on. The
-// function panics with a callError if the call fails (measureCase reports it).
-func jitted[T any](id string, fn func(*trace.Array) T, key *trace.Array) (func(*trace.Array) T, passes.MemoryAnalysis, error) {
+// analysis. id must name the function, every size it depends on and the
+// options (rt.OutShardings) it is jitted with. The function panics with a
+// callError if the call fails (measureCase reports it).
+func jitted[T any](id string, fn func(*trace.Array) T, key *trace.Array, opts ...rt.Option) (func(*trace.Array) T, passes.MemoryAnalysis, error) {
 	var cc *rt.Compiled
 	if p, ok := programs.Load(id); ok {
 		cc = p.(*rt.Compiled)
 	} else {
-		c, err := rt.NewJitted(fn).Lower(key)
+		c, err := rt.NewJitted(fn, opts...).Lower(key)
 		if err != nil {
 			return nil, passes.MemoryAnalysis{}, err
 		}
@@ -372,6 +461,13 @@ func run(s sizes, analyses bool) ([]row, error) {
 		rows = append(rows, analysed("random_matrix_full", fmt.Sprintf("f32[%d, %d] lowered and compiled, never run; ratio = analysed total / output (JAX: 112 GiB for 32 GiB)", s.FullRows, s.FullCols), m))
 	}
 
+	// Sharded initialisers over 8 devices (issue 21's seed scenario).
+	sr, err := shardedRows(s, key, analyses)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, sr...)
+
 	// Stacked Transformer blocks straight into bf16.
 	stack := func(key *trace.Array) nn.Stack {
 		return nn.NewStack(key, ir.BFloat16, s.Layers, s.DModel, s.Heads, s.Hidden)
@@ -462,6 +558,13 @@ func main() {
 	asJSON := flag.Bool("json", false, "print one JSON array of rows")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	flag.Parse()
+	// The sharded cases need a mesh of meshDevices devices: give the CPU
+	// backend that many before any array is made.
+	if len(rt.Devices()) < meshDevices {
+		if err := rt.SetCPUDeviceCount(meshDevices); err != nil {
+			log.Fatal(err)
+		}
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil {
@@ -484,8 +587,184 @@ func main() {
 		}
 		return
 	}
-	fmt.Printf("%-26s %14s %14s %12s %8s  %s\n", "case", "output", "peak", "temp", "ratio", "note")
+	fmt.Printf("%-26s %14s %12s %14s %12s %8s  %s\n", "case", "output", "shard", "peak", "temp", "ratio", "note")
 	for _, r := range rows {
-		fmt.Printf("%-26s %14d %14d %12d %8.4f  %s\n", r.Case, r.OutputBytes, r.PeakDeviceBytes, r.TempBytes, r.Ratio, r.Note)
+		shard := "-"
+		if r.ShardBytes > 0 {
+			shard = fmt.Sprint(r.ShardBytes)
+		}
+		fmt.Printf("%-26s %14d %12s %14d %12d %8.4f  %s\n", r.Case, r.OutputBytes, shard, r.PeakDeviceBytes, r.TempBytes, r.Ratio, r.Note)
 	}
+}
+
+// meshDevices is the number of devices of the sharded cases' meshes: main
+// gives the CPU backend that many virtual devices when it has fewer.
+const meshDevices = 8
+
+// shardLayout is a mesh and the partition spec of a sharded case's output.
+type shardLayout struct {
+	name  string // the case's suffix
+	shape []int
+	axes  []string
+	spec  ir.PartitionSpec
+}
+
+// shardLayouts are the layouts of the sharded cases (issue 21): rows split
+// over a mesh of 8, and rows over x and columns over y of a 2×4 mesh.
+var shardLayouts = []shardLayout{
+	{"8", []int{8}, []string{"x"}, ir.P("x", "")},
+	{"2x4", []int{2, 4}, []string{"x", "y"}, ir.P("x", "y")},
+}
+
+// sharding returns the layout's NamedSharding.
+func (l shardLayout) sharding() (*ir.NamedSharding, error) {
+	m, err := ir.NewMesh(l.shape, l.axes)
+	if err != nil {
+		return nil, err
+	}
+	return ir.NewNamedSharding(m, l.spec)
+}
+
+// shardInits are the initialisers of the sharded cases.
+var shardInits = []struct {
+	name string
+	init nn.Initializer
+}{
+	{"lecun", nn.LecunNormal},
+	{"zeros", nn.Zeros},
+}
+
+// initMatrix returns the initialiser of an f32[rows, cols] matrix by init.
+func initMatrix(init nn.Initializer, rows, cols int) func(key *trace.Array) *trace.Array {
+	return func(key *trace.Array) *trace.Array { return init(key, ir.Float32, ir.Shape{rows, cols}) }
+}
+
+// shardBytes returns the bytes of the block of an f32[rows, cols] array
+// that each device holds under sh.
+func shardBytes(sh *ir.NamedSharding, rows, cols int) (int64, error) {
+	shape, err := sh.ShardShape(ir.Shape{rows, cols})
+	if err != nil {
+		return 0, err
+	}
+	return int64(shape.Size()) * int64(ir.Float32.Size()), nil
+}
+
+// shardedRows returns the sharded initialiser cases (issue 21): each of
+// shardInits generates an f32[MatRows, MatCols] matrix straight into its
+// blocks on the devices of each of shardLayouts, jitted with rt.OutShardings
+// (the partitioned program computes the random bits of its device's block
+// only). Each case's per-device peaks are measured and its values compared,
+// bit for bit, with the same initialiser jitted unsharded. With analyses,
+// the same cases at f32[FullRows, FullCols] are lowered and compiled, never
+// run (rows named with the suffix _full).
+func shardedRows(s sizes, key *trace.Array, analyses bool) ([]row, error) {
+	var rows, full []row
+	for _, in := range shardInits {
+		for _, l := range shardLayouts {
+			sh, err := l.sharding()
+			if err != nil {
+				return nil, err
+			}
+			name := in.name + "_sharded_" + l.name
+			r, err := measureSharded(name, in.init, sh, s.MatRows, s.MatCols, key)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r)
+			if !analyses {
+				continue
+			}
+			_, m, err := jitted(fmt.Sprint(name, " ", sh, " ", s.FullRows, s.FullCols), initMatrix(in.init, s.FullRows, s.FullCols), key, rt.OutShardings(sh))
+			if err != nil {
+				return nil, fmt.Errorf("%s_full: %w", name, err)
+			}
+			shard, err := shardBytes(sh, s.FullRows, s.FullCols)
+			if err != nil {
+				return nil, err
+			}
+			full = append(full, row{
+				Case: name + "_full", Sharding: sh.String(),
+				OutputBytes: int64(s.FullRows) * int64(s.FullCols) * 4, ShardBytes: shard,
+				TempBytes: m.TempBytes, AnalysedTotalBytes: m.TotalBytes(), Ratio: float64(m.TotalBytes()) / float64(shard),
+				Note: fmt.Sprintf("f32[%d, %d] over %v, lowered and compiled, never run; temp and analysed total per device; ratio = analysed per-device total / shard_bytes",
+					s.FullRows, s.FullCols, sh.Mesh),
+				analysis: m,
+			})
+		}
+	}
+	return append(rows, full...), nil
+}
+
+// measureSharded measures the case name: init's f32[rows, cols] jitted with
+// its output laid out as sh, run on sh's mesh. The row's PeakPerDevice
+// holds each mesh device's peak above what it held before, PeakDeviceBytes
+// the largest, and Ratio the largest peak over the device's block; every
+// device must hold its block of the output (an error if not). BitIdentical
+// compares the gathered output with the unsharded jit's.
+func measureSharded(name string, init nn.Initializer, sh *ir.NamedSharding, rows, cols int, key *trace.Array) (r row, err error) {
+	defer func() {
+		if e := recover(); e != nil {
+			re, ok := e.(callError)
+			if !ok {
+				panic(e)
+			}
+			r, err = row{}, fmt.Errorf("%s: %w", name, re.err)
+		}
+	}()
+	fn := initMatrix(init, rows, cols)
+	js, m, err := jitted(fmt.Sprint(name, " ", sh, " ", rows, cols), fn, key, rt.OutShardings(sh))
+	if err != nil {
+		return row{}, fmt.Errorf("%s: %w", name, err)
+	}
+	shard, err := shardBytes(sh, rows, cols)
+	if err != nil {
+		return row{}, err
+	}
+	peaks, outputs, err := measureDevices(func() []*trace.Array { return []*trace.Array{js(key)} })
+	if err != nil {
+		return row{}, fmt.Errorf("%s: %w", name, err)
+	}
+	r = row{Case: name, Sharding: sh.String(), OutputBytes: int64(rows) * int64(cols) * 4, ShardBytes: shard,
+		Note: fmt.Sprintf("f32[%d, %d] over %v, run on its %d devices; peak, temp, analysed total per device; ratio = largest per-device peak / shard_bytes",
+			rows, cols, sh.Mesh, sh.Mesh.NumDevices())}
+	for _, d := range sh.Mesh.Devices() {
+		if outputs[d] != shard {
+			return row{}, fmt.Errorf("%s: device %d holds %d bytes of the output, want its %d-byte block", name, d, outputs[d], shard)
+		}
+		r.PeakPerDevice = append(r.PeakPerDevice, peaks[d])
+		r.PeakDeviceBytes = max(r.PeakDeviceBytes, peaks[d])
+		r.Ratio = max(r.Ratio, float64(peaks[d])/float64(shard))
+	}
+	r = withAnalysis(r, m)
+	same, err := sameBits(js, fn, name, rows, cols, key)
+	if err != nil {
+		return row{}, fmt.Errorf("%s: %w", name, err)
+	}
+	r.BitIdentical = &same
+	return r, nil
+}
+
+// sameBits reports whether the sharded initialiser js (fn jitted with an
+// output sharding) gives, gathered, the bits of fn jitted unsharded for key.
+func sameBits(js, fn func(*trace.Array) *trace.Array, name string, rows, cols int, key *trace.Array) (bool, error) {
+	ju, _, err := jitted(fmt.Sprint(name, " unsharded ", rows, cols), fn, key)
+	if err != nil {
+		return false, err
+	}
+	// A literal of a device array is its pool memory: compare before
+	// deleting.
+	a, b := js(key), ju(key)
+	la, err := a.Literal()
+	if err != nil {
+		return false, err
+	}
+	lb, err := b.Literal()
+	if err != nil {
+		return false, err
+	}
+	same := la.Type.EqualUnsharded(lb.Type) && bytes.Equal(la.Data, lb.Data)
+	if err := a.Delete(); err != nil {
+		return false, err
+	}
+	return same, b.Delete()
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +15,16 @@ import (
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
 )
+
+// TestMain gives the CPU backend the 8 virtual devices of the sharded
+// cases' meshes, as main does.
+func TestMain(m *testing.M) {
+	if err := rt.SetCPUDeviceCount(meshDevices); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	os.Exit(m.Run())
+}
 
 // testSizes are small versions of every measured case (a 256 KiB pairwise
 // tensor, a 512 KiB matrix, 0.25 MiB stacks), a 128 MiB matrix analysed, and
@@ -63,6 +75,15 @@ func TestPeaksHoldTheirOutputs(t *testing.T) {
 		"stack_bf16":         stack, "stack_f32_cast": stack, "stack_vmap_bf16": stack, "stack_vmap_f32_cast": stack,
 		"stack_bf16_7b": big, "stack_vmap_bf16_7b": big, "stack_vmap_f32_cast_7b": big,
 	}
+	analysisRows := 4
+	for _, in := range shardInits {
+		for _, l := range shardLayouts {
+			name := in.name + "_sharded_" + l.name
+			want[name] = int64(s.MatRows * s.MatCols * 4)
+			want[name+"_full"] = int64(s.FullRows * s.FullCols * 4)
+			analysisRows++
+		}
+	}
 	for round := range 2 {
 		analyses := round == 0
 		rows, err := run(s, analyses)
@@ -71,7 +92,7 @@ func TestPeaksHoldTheirOutputs(t *testing.T) {
 		}
 		n := len(want)
 		if !analyses {
-			n -= 4
+			n -= analysisRows
 		}
 		if len(rows) != n {
 			t.Fatalf("round %d: %d rows, want %d", round, len(rows), n)
@@ -80,14 +101,20 @@ func TestPeaksHoldTheirOutputs(t *testing.T) {
 			if w, ok := want[r.Case]; !ok || r.OutputBytes != w {
 				t.Errorf("round %d: %s: output %d bytes, want %d", round, r.Case, r.OutputBytes, w)
 			}
+			// A sharded case's peaks and analysis are per device, of its
+			// block; the others' of the whole output.
+			perDevice := r.OutputBytes
+			if r.Sharding != "" {
+				perDevice = r.ShardBytes
+			}
 			if r.PeakDeviceBytes == 0 { // analysed, not run
-				if !strings.HasSuffix(r.Case, "_full") && !strings.HasSuffix(r.Case, "_7b") || r.AnalysedTotalBytes < r.OutputBytes {
+				if !strings.HasSuffix(r.Case, "_full") && !strings.HasSuffix(r.Case, "_7b") || r.AnalysedTotalBytes < perDevice {
 					t.Errorf("round %d: %+v", round, r)
 				}
 				continue
 			}
-			if r.OutputBytes <= 0 || r.PeakDeviceBytes < r.OutputBytes {
-				t.Errorf("round %d: %s: peak %d bytes < output %d bytes (ratio %.4f)", round, r.Case, r.PeakDeviceBytes, r.OutputBytes, r.Ratio)
+			if perDevice <= 0 || r.PeakDeviceBytes < perDevice {
+				t.Errorf("round %d: %s: peak %d bytes < output %d bytes (ratio %.4f)", round, r.Case, r.PeakDeviceBytes, perDevice, r.Ratio)
 			}
 		}
 		// The kept case holds 3 pairwise tensors besides its output.
@@ -95,6 +122,7 @@ func TestPeaksHoldTheirOutputs(t *testing.T) {
 			t.Errorf("round %d: attention_eager_kept: peak %d < 4 × %d", round, r.PeakDeviceBytes, pairwise)
 		}
 		checkStacks(t, rows)
+		checkSharded(t, rows, analyses)
 	}
 }
 
@@ -242,4 +270,199 @@ func TestVmapStackIsPerLayerInitProgramSize(t *testing.T) {
 	checkVmapStack(t, s.Layers, s.DModel, s.Heads, s.Hidden, rt.Jit(func(k *trace.Array) nn.Block {
 		return nn.NewBlock(k, ir.BFloat16, s.DModel, s.Heads, s.Hidden)
 	}))
+}
+
+// checkSharded checks the rows of the sharded initialisers: one per
+// initialiser and layout (and its _full analysis when analyses is set), each
+// device's block of the output 1/8 of it, every measured per-device peak
+// between the block and maxRatio × the block, the per-device analysis the
+// block plus at most (maxRatio − 1) × the block, and the sharded values
+// bit-identical to the unsharded init's.
+func checkSharded(t *testing.T, rows []row, analyses bool) {
+	t.Helper()
+	byCase := map[string]row{}
+	for _, r := range rows {
+		byCase[r.Case] = r
+	}
+	for _, in := range shardInits {
+		for _, l := range shardLayouts {
+			name := in.name + "_sharded_" + l.name
+			names := []string{name}
+			if analyses {
+				names = append(names, name+"_full")
+			}
+			for _, n := range names {
+				r, ok := byCase[n]
+				if !ok {
+					t.Errorf("no row %s", n)
+					continue
+				}
+				checkShardedRow(t, r)
+			}
+		}
+	}
+}
+
+// checkShardedRow checks one row of checkSharded.
+func checkShardedRow(t *testing.T, r row) {
+	t.Helper()
+	if r.Sharding == "" || r.ShardBytes*meshDevices != r.OutputBytes {
+		t.Errorf("%s: sharding %q, block %d bytes of %d: want 1/%d", r.Case, r.Sharding, r.ShardBytes, r.OutputBytes, meshDevices)
+		return
+	}
+	bound := maxRatio * float64(r.ShardBytes)
+	m := r.analysis
+	if m.OutputBytes != r.ShardBytes || float64(m.TotalBytes()) > bound || m.HostTotalBytes() != 0 {
+		t.Errorf("%s: per-device analysis %v, want output %d bytes, total at most %.0f", r.Case, m, r.ShardBytes, bound)
+	}
+	if r.PeakDeviceBytes == 0 { // analysed, not run
+		if r.Ratio > maxRatio || r.PeakPerDevice != nil || r.BitIdentical != nil {
+			t.Errorf("%s: %+v", r.Case, r)
+		}
+		return
+	}
+	if len(r.PeakPerDevice) != meshDevices {
+		t.Fatalf("%s: peaks of %d devices, want %d", r.Case, len(r.PeakPerDevice), meshDevices)
+	}
+	var most int64
+	for d, p := range r.PeakPerDevice {
+		if p < r.ShardBytes || float64(p) > bound {
+			t.Errorf("%s: device %d peak %d bytes, want between its block %d and %.0f", r.Case, d, p, r.ShardBytes, bound)
+		}
+		most = max(most, p)
+	}
+	if r.PeakDeviceBytes != most || r.Ratio > maxRatio || r.Ratio != float64(most)/float64(r.ShardBytes) {
+		t.Errorf("%s: peak %d bytes, ratio %.4f; the largest device peak is %d bytes", r.Case, r.PeakDeviceBytes, r.Ratio, most)
+	}
+	if r.BitIdentical == nil || !*r.BitIdentical {
+		t.Errorf("%s: sharded values differ from the unsharded init's", r.Case)
+	}
+}
+
+// TestShardedAnalysisFullSize: at the program's size, f32[32768, 262144]
+// over 8 devices, each device's analysis is its 4 GiB block and at most
+// (maxRatio − 1) × 4 GiB more, for every sharded initialiser and layout
+// (compiling them costs what compiling a small one does).
+func TestShardedAnalysisFullSize(t *testing.T) {
+	s := programSizes
+	key := random.NewKey(rand.Uint64())
+	for _, in := range shardInits {
+		for _, l := range shardLayouts {
+			sh, err := l.sharding()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, m, err := jitted(fmt.Sprint("full ", in.name, " ", sh, " ", s.FullRows, s.FullCols), initMatrix(in.init, s.FullRows, s.FullCols), key, rt.OutShardings(sh))
+			if err != nil {
+				t.Fatal(err)
+			}
+			const block = 4 << 30
+			if m.OutputBytes != block || float64(m.TotalBytes()) > maxRatio*block {
+				t.Errorf("%s over %v: per-device analysis %v, want a 4 GiB output and at most %.2f × it in all", in.name, sh, m, maxRatio)
+			}
+		}
+	}
+}
+
+// shardingCases are the layouts the bit-identity tests try: each mesh with
+// each spec that names only its axes.
+func shardingCases(t *testing.T) []*ir.NamedSharding {
+	t.Helper()
+	meshes := []struct {
+		shape []int
+		axes  []string
+	}{{[]int{8}, []string{"x"}}, {[]int{2, 4}, []string{"x", "y"}}, {[]int{4, 2}, []string{"x", "y"}}}
+	specs := []ir.PartitionSpec{ir.P("x", ""), ir.P("", "x"), ir.P("x", "y"), ir.P("y", "x"), {{"x", "y"}, {}}}
+	var out []*ir.NamedSharding
+	for _, ms := range meshes {
+		mesh, err := ir.NewMesh(ms.shape, ms.axes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, spec := range specs {
+			if len(ms.axes) == 1 && (strings.Contains(spec.String(), "y")) {
+				continue
+			}
+			sh, err := ir.NewNamedSharding(mesh, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, sh)
+		}
+	}
+	return out
+}
+
+// TestShardedInitBitIdentical: every initialiser jitted with its output
+// sharded over 8 devices, for every mesh and spec of shardingCases, puts on
+// each device exactly its block, and the block holds the bits of that block
+// of the same initialiser jitted unsharded, from a fresh key.
+func TestShardedInitBitIdentical(t *testing.T) {
+	const rows, cols = 32, 64
+	inits := []struct {
+		name string
+		fn   func(key *trace.Array) *trace.Array
+	}{
+		{"LecunNormal", initMatrix(nn.LecunNormal, rows, cols)},
+		{"GlorotUniform", initMatrix(nn.GlorotUniform, rows, cols)},
+		{"NormalInit(0.02)", initMatrix(nn.NormalInit(0.02), rows, cols)},
+		{"LecunNormal bf16", func(k *trace.Array) *trace.Array { return nn.LecunNormal(k, ir.BFloat16, ir.Shape{rows, cols}) }},
+		{"Zeros", initMatrix(nn.Zeros, rows, cols)},
+		{"random.Uniform", func(k *trace.Array) *trace.Array { return random.Uniform(k, ir.Float32, ir.Shape{rows, cols}, -1, 2) }},
+		{"random.Bits", func(k *trace.Array) *trace.Array { return random.Bits(k, rows, cols) }},
+	}
+	seed := rand.Uint64()
+	key := random.NewKey(seed)
+	for _, in := range inits {
+		want, err := rt.Jit(in.fn)(key).Literal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sh := range shardingCases(t) {
+			x := rt.Jit(in.fn, rt.OutShardings(sh))(key)
+			checkBlocks(t, fmt.Sprintf("%s over %v, seed %d", in.name, sh, seed), x, want, sh)
+			if err := x.Delete(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// checkBlocks checks that x, sharded as sh, has one block on each device
+// of sh's mesh, of the shape sh gives, holding the bits of that block of
+// want (a matrix).
+func checkBlocks(t *testing.T, what string, x *trace.Array, want *ir.Literal, sh *ir.NamedSharding) {
+	t.Helper()
+	shards, err := rt.Shards(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(shards) != meshDevices {
+		t.Fatalf("%s: %d blocks, want %d", what, len(shards), meshDevices)
+	}
+	blockShape, err := sh.ShardShape(want.Type.Shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, es := want.Type.Shape[1], want.Type.DType.Size()
+	for _, s := range shards {
+		got, err := s.Array.Literal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		start, limit, err := sh.ShardBounds(want.Type.Shape, s.Device.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Type.Shape.Equal(blockShape) || !slices.Equal(s.Start, start) || !slices.Equal(s.Limit, limit) {
+			t.Fatalf("%s: device %d holds %v at [%v, %v), want %v at [%v, %v)", what, s.Device.ID, got.Type.Shape, s.Start, s.Limit, blockShape, start, limit)
+		}
+		var ref []byte
+		for i := start[0]; i < limit[0]; i++ {
+			ref = append(ref, want.Data[(i*cols+start[1])*es:(i*cols+limit[1])*es]...)
+		}
+		if !bytes.Equal(got.Data, ref) {
+			t.Errorf("%s: device %d's block [%v, %v) differs from the unsharded init's", what, s.Device.ID, start, limit)
+		}
+	}
 }
