@@ -86,3 +86,33 @@ func ExamplePropagateShardings() {
 	// }
 	// partial sums: 0
 }
+
+// Megatron's MLP over 4 devices: w1 split by columns and w2 by rows, the
+// activations replicated. Partition gives each device the program over its
+// blocks: two local matrix products and one all-reduce of the partial sums.
+func ExamplePartition() {
+	f, err := ir.Parse(`func @mlp(%0: f32[2,8], %1: f32[8,16]{sharding<mesh[x=4], [{},x]>}, %2: f32[16,8]{sharding<mesh[x=4], [x,{}]>}) -> (f32[2,8]{sharding<mesh[x=4], []>}) {
+  %3 = dot_general(%0, %1) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f32[2,16]
+  %4 = tanh(%3) : f32[2,16]
+  %5 = dot_general(%4, %2) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f32[2,8]{sharding<mesh[x=4], []>}
+  return %5
+}`)
+	if err != nil {
+		panic(err)
+	}
+	part, err := passes.Partition(f)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(part.Mesh, part.Axes)
+	fmt.Print(part.Func)
+	// Output:
+	// mesh[x=4] [x]
+	// func @mlp(%0: f32[2,8], %1: f32[8,4], %2: f32[4,8]) -> (f32[2,8]) {
+	//   %3 = dot_general(%0, %1) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f32[2,4]
+	//   %4 = tanh(%3) : f32[2,4]
+	//   %5 = dot_general(%4, %2) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f32[2,8]
+	//   %6 = all_reduce(%5) {axis="x", reduction="sum", size=4} : f32[2,8]
+	//   return %6
+	// }
+}
