@@ -152,21 +152,15 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 		return nil, err
 	}
 	outs := make([][]trace.Buffer, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outs[r], errs[r] = e.exe.Execute(local[r], ExecOptions{Device: devs[r], Commit: true, Comms: comms[r], Context: ctx, DonationSite: opts.DonationSite})
-			if errs[r] != nil {
-				for _, c := range comms[r] {
-					c.Abort(errs[r])
-				}
+	errs := onEachDevice(n, func(r int) (err error) {
+		outs[r], err = e.exe.Execute(local[r], ExecOptions{Device: devs[r], Commit: true, Comms: comms[r], Context: ctx, DonationSite: opts.DonationSite})
+		if err != nil {
+			for _, c := range comms[r] {
+				c.Abort(err)
 			}
-		}()
-	}
-	wg.Wait()
+		}
+		return err
+	})
 	if err := firstError(errs, devs); err != nil {
 		for _, o := range outs {
 			for _, b := range o {
@@ -245,30 +239,40 @@ func (e *shardedExecutable) comms(ctx context.Context) ([]map[string]collective.
 	}
 	m := e.part.Mesh
 	set := make([]map[string]collective.Communicator, n)
+	errs := onEachDevice(n, func(r int) error {
+		set[r] = map[string]collective.Communicator{}
+		for _, ax := range e.part.Axes {
+			var idx []int
+			for _, name := range strings.Split(ax, ",") {
+				idx = append(idx, m.AxisIndex(name))
+			}
+			c, err := collective.MeshAxes(ctx, world[r], m.Shape(), idx...)
+			if err != nil {
+				err = fmt.Errorf("communicator over %s: %w", ax, err)
+				world[r].Abort(err)
+				return err
+			}
+			set[r][ax] = c
+		}
+		return nil
+	})
+	return set, errors.Join(errs...)
+}
+
+// onEachDevice runs fn(r) for r in [0, n) at once, one goroutine each, and
+// returns their errors.
+func onEachDevice(n int, fn func(r int) error) []error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			set[r] = map[string]collective.Communicator{}
-			for _, ax := range e.part.Axes {
-				var idx []int
-				for _, name := range strings.Split(ax, ",") {
-					idx = append(idx, m.AxisIndex(name))
-				}
-				c, err := collective.MeshAxes(ctx, world[r], m.Shape(), idx...)
-				if err != nil {
-					errs[r] = fmt.Errorf("communicator over %s: %w", ax, err)
-					world[r].Abort(errs[r])
-					return
-				}
-				set[r][ax] = c
-			}
+			errs[r] = fn(r)
 		}()
 	}
 	wg.Wait()
-	return set, errors.Join(errs...)
+	return errs
 }
 
 // executeSharded runs a partitioned executable for execute; want (a device

@@ -314,15 +314,7 @@ func bytesOf(a *trace.Array) int64 { return a.Type().Bytes() }
 // measureCase measures one case into a row: name, peak, output and ratio. A
 // compiled call that fails (see jitted) is reported as the case's error.
 func measureCase(name, note string, f func() []*trace.Array) (r row, err error) {
-	defer func() {
-		if e := recover(); e != nil {
-			re, ok := e.(callError)
-			if !ok {
-				panic(e)
-			}
-			r, err = row{}, fmt.Errorf("%s: %w", name, re.err)
-		}
-	}()
+	defer recoverCall(name, &r, &err)
 	peak, out, err := measure(f)
 	if err != nil {
 		return row{}, fmt.Errorf("%s: %w", name, err)
@@ -336,6 +328,18 @@ func measureCase(name, note string, f func() []*trace.Array) (r row, err error) 
 
 // callError is the panic of a function returned by jitted whose call failed.
 type callError struct{ err error }
+
+// recoverCall, deferred by a case, turns a callError panic (a compiled call
+// that failed) into the case's error; other panics go on.
+func recoverCall(name string, r *row, err *error) {
+	if e := recover(); e != nil {
+		re, ok := e.(callError)
+		if !ok {
+			panic(e)
+		}
+		*r, *err = row{}, fmt.Errorf("%s: %w", name, re.err)
+	}
+}
 
 // programs holds the programs jitted compiled, by case: running the cases
 // again in one process (the tests do) does not trace and compile them again.
@@ -702,15 +706,7 @@ func shardedRows(s sizes, key *trace.Array, analyses bool) ([]row, error) {
 // device must hold its block of the output (an error if not). BitIdentical
 // compares the gathered output with the unsharded jit's.
 func measureSharded(name string, init nn.Initializer, sh *ir.NamedSharding, rows, cols int, key *trace.Array) (r row, err error) {
-	defer func() {
-		if e := recover(); e != nil {
-			re, ok := e.(callError)
-			if !ok {
-				panic(e)
-			}
-			r, err = row{}, fmt.Errorf("%s: %w", name, re.err)
-		}
-	}()
+	defer recoverCall(name, &r, &err)
 	fn := initMatrix(init, rows, cols)
 	js, m, err := jitted(fmt.Sprint(name, " ", sh, " ", rows, cols), fn, key, rt.OutShardings(sh))
 	if err != nil {

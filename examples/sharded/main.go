@@ -315,6 +315,21 @@ func train[P, S any](tr trainer[P, S], devs int, opts ...rt.Option) (res result[
 	return res, nil
 }
 
+// trainBoth trains sharded with opts on n devices, then single on one
+// device, and fills r from both.
+func trainBoth[P, S any](r *Row, sharded, single trainer[P, S], n int, opts ...rt.Option) error {
+	a, err := train(sharded, n, opts...)
+	if err != nil {
+		return err
+	}
+	b, err := train(single, n)
+	if err != nil {
+		return err
+	}
+	compare(r, a, b)
+	return nil
+}
+
 // compare fills the row from the sharded and one-device runs.
 func compare[P any](r *Row, sharded, single result[P]) {
 	r.PerDevice, r.Single = memoryOf(sharded.analysis), memoryOf(single.analysis)
@@ -401,16 +416,7 @@ func runDP(n, steps int, s Sizes) (Row, error) {
 		return Row{}, err
 	}
 	r := Row{Mode: "dp", Devices: n, Mesh: mesh.String(), Steps: steps, ParamBytes: bytesOf(params), StateBytes: bytesOf(state)}
-	sharded, err := train(tr, n, rt.InShardings(append(in, batch...)...), rt.OutShardings(out...))
-	if err != nil {
-		return r, err
-	}
-	single, err := train(tr, n)
-	if err != nil {
-		return r, err
-	}
-	compare(&r, sharded, single)
-	return r, nil
+	return r, trainBoth(&r, tr, tr, n, rt.InShardings(append(in, batch...)...), rt.OutShardings(out...))
 }
 
 // tpSpec is the Megatron layout of a Block's leaf on the mesh axis
@@ -484,16 +490,7 @@ func runTP(n, steps int, s Sizes) (Row, error) {
 		return r, err
 	}
 	r.ForwardCollectives = countCollectives(fc.OptimizedIR())
-	sharded, err := train(tr, n, rt.InShardings(append(ps, rest...)...), rt.OutShardings(ps...))
-	if err != nil {
-		return r, err
-	}
-	single, err := train(tr, n)
-	if err != nil {
-		return r, err
-	}
-	compare(&r, sharded, single)
-	return r, nil
+	return r, trainBoth(&r, tr, tr, n, rt.InShardings(append(ps, rest...)...), rt.OutShardings(ps...))
 }
 
 // fsdpSpec splits a leaf over "fsdp" along its first dimension after skip
@@ -597,15 +594,7 @@ func runFSDP(n, steps int, s Sizes, analyse bool) (Row, error) {
 	tr := trainer[nn.TransformerLM, optim.AdamState[nn.TransformerLM]]{params: params, state: state, batches: batches,
 		step: mk(nn.WithLayerParams(layerShard)), analyse: analyse}
 	in := append(append(append([]*ir.NamedSharding{}, pShard...), sShard...), bShard...)
-	sharded, err := train(tr, n, rt.InShardings(in...), rt.OutShardings(append(append([]*ir.NamedSharding{}, pShard...), sShard...)...))
-	if err != nil {
-		return r, err
-	}
-	tr.step = mk()
-	single, err := train(tr, n)
-	if err != nil {
-		return r, err
-	}
-	compare(&r, sharded, single)
-	return r, nil
+	single := tr
+	single.step = mk() // no layer constraints on one device
+	return r, trainBoth(&r, tr, single, n, rt.InShardings(in...), rt.OutShardings(append(append([]*ir.NamedSharding{}, pShard...), sShard...)...))
 }
