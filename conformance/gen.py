@@ -278,6 +278,30 @@ def reduce(kind, x, axes):
     return lax.reduce(x, np.array(init, dtype=dt), f, tuple(axes))
 
 
+# Partition specs of the sharding_constraint cases, over the mesh x=1, y=1 of
+# the one CPU device (the Go test runs them on one device too): a name tag
+# and the jax.sharding.PartitionSpec arguments for a [2, 3, 4] array.
+SHARDING_SPECS = [("", ("x", None, "y")), ("/xy", (None, ("x", "y")))]
+
+
+def constrained(spec):
+    """jax.lax.with_sharding_constraint to spec over a 1x1 mesh of the CPU
+    device, under jax.jit (where it is the identity on one device), and the
+    sharding's text in Ferry's form, sharding<mesh[x=1,y=1], [x,{},y]>."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("x", "y"))
+    s = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+    dims = []
+    for d in spec:
+        if d is None:
+            dims.append("{}")
+        elif isinstance(d, str):
+            dims.append(d)
+        else:
+            dims.append("{" + ",".join(d) + "}")
+    axes = ",".join(f"{n}={mesh.shape[n]}" for n in mesh.axis_names)
+    return jax.jit(lambda v: lax.with_sharding_constraint(v, s)), f"sharding<mesh[{axes}], [{','.join(dims)}]>"
+
+
 def gen_structural(c):
     for dt in ALL:
         r = rng("shape/" + dt)
@@ -345,6 +369,10 @@ def gen_structural(c):
               jaxfn="checkpoint_name")
         c.add(f"optimization_barrier/{dt}", "optimization_barrier", [x, y],
               lambda a, b: lax.optimization_barrier((a, b)), jaxfn="optimization_barrier")
+        for tag, spec in SHARDING_SPECS if dt == "f32" else SHARDING_SPECS[:1]:
+            fn, text = constrained(spec)
+            c.add(f"sharding_constraint/{dt}{tag}", "sharding_constraint", [x], fn, attrs={"sharding": text},
+                  jaxfn="with_sharding_constraint")
 
 
 def gen_reduce_sort_dot(c):
@@ -635,6 +663,10 @@ def gen_grad_ops(rows):
                   attrs={"name": "x"})
         grad_case(rows, f"optimization_barrier/{dt}", "optimization_barrier", [x, away(dt, (2, 2), r)],
                   lambda a, b: lax.optimization_barrier((a, b)), [0, 1])
+        for tag, spec in SHARDING_SPECS:
+            fn, text = constrained(spec)
+            grad_case(rows, f"sharding_constraint/{dt}{tag}", "sharding_constraint", [x], fn, [0],
+                      attrs={"sharding": text})
 
 
 def normal(dt, shape, r, scale=1.0):

@@ -303,7 +303,8 @@ func gradFn(c *gradCase, variant int) (fn func(a []*trace.Array) []*trace.Array,
 	if cts, err = literals(c.Cts); err != nil {
 		return nil, nil, err
 	}
-	return func(a []*trace.Array) []*trace.Array { return trace.Apply(code, cloneAttrs(attrs), nil, a...) }, cts, nil
+	fn, err = opFunc(code, attrs)
+	return fn, cts, err
 }
 
 func mustDType(s string) ir.DType {

@@ -232,7 +232,8 @@ func cloneAttrs(a ir.Attrs) ir.Attrs {
 	return out
 }
 
-// runEval runs the one-op function through the reference executor.
+// runEval runs the one-op function through the reference executor. A
+// sharding_constraint's result carries its sharding, as the tracer gives it.
 func runEval(code ir.Code, attrs ir.Attrs, args []*ir.Literal) ([]*ir.Literal, error) {
 	f := ir.NewFunc(code.String())
 	var ps []*ir.Value
@@ -244,8 +245,33 @@ func runEval(code ir.Code, attrs ir.Attrs, args []*ir.Literal) ([]*ir.Literal, e
 		return nil, err
 	}
 	op.Loc = "conformance"
+	if code == ir.ShardingConstraint {
+		s, err := ir.ConstraintSharding(op)
+		if err != nil {
+			return nil, err
+		}
+		op.Results[0].Type = op.Results[0].Type.WithSharding(s)
+	}
 	f.Body.Results = op.Results
 	return eval.Run(f, args)
+}
+
+// opFunc returns the function that applies code to its operands the way a
+// user reaches it: sharding_constraint through trace.WithShardingConstraint
+// (its result carries the sharding, so that rt.Jit partitions the function
+// over the sharding's mesh — here of one device — and eagerly it is a
+// rt.DevicePut onto that mesh), every other op through trace.Apply.
+func opFunc(code ir.Code, attrs ir.Attrs) (func(xs []*trace.Array) []*trace.Array, error) {
+	if code == ir.ShardingConstraint {
+		s, err := ir.ParseSharding(attrs.String("sharding"))
+		if err != nil {
+			return nil, err
+		}
+		return func(xs []*trace.Array) []*trace.Array {
+			return []*trace.Array{trace.WithShardingConstraint(xs[0], s)}
+		}, nil
+	}
+	return func(xs []*trace.Array) []*trace.Array { return trace.Apply(code, cloneAttrs(attrs), nil, xs...) }, nil
 }
 
 // runJit runs the op through rt.Jit on the default (CPU) backend: traced,
@@ -258,9 +284,11 @@ func runJit(code ir.Code, attrs ir.Attrs, args []*ir.Literal) (out []*ir.Literal
 			return nil, err
 		}
 	}
-	j := rt.NewJitted(func(xs []*trace.Array) []*trace.Array {
-		return trace.Apply(code, cloneAttrs(attrs), nil, xs...)
-	}, rt.WithName(code.String()))
+	fn, err := opFunc(code, attrs)
+	if err != nil {
+		return nil, err
+	}
+	j := rt.NewJitted(fn, rt.WithName(code.String()))
 	res, err := j.Call(xs)
 	if err != nil {
 		return nil, err

@@ -127,6 +127,7 @@ func TestOpTableGenerates(t *testing.T) {
 		ir.Constant: "literals are emitted inline", ir.Sort: "run as its own step",
 		ir.DevicePut: "a copy step", ir.CheckpointName: "removed before code generation",
 		ir.OptimizationBarrier: "removed before code generation",
+		ir.ShardingConstraint:  "removed before code generation (the partitioner drops it)",
 		ir.Scan:                "a region step", ir.While: "a region step", ir.Cond: "a region step", ir.Fusion: "a kernel of its own ops",
 	}
 	for _, c := range ir.AllCodes() {

@@ -141,9 +141,51 @@ func TestShardRulesComputeLocally(t *testing.T) {
 	for _, src := range cases {
 		f, a := propagate(t, src)
 		for _, op := range f.Body.Ops {
+			// Here the operands are wanted in layouts that give the results.
+			r := op.Results[0]
+			rs, _ := produced(a, op)
+			require.True(t, rs.EquivalentTo(r.Type.Sharding, r.Type.Rank()), "%v gives %v, not %v", op.Describe(), rs, r.Type)
 			checkLocal(t, f, a, op, rng)
 		}
 	}
+}
+
+// produced returns the layout of op's first result that each device computes
+// from its blocks of the operands laid out as a wants them, and the partial
+// reduction it leaves: what op's rule proposes for the result when asked
+// again with those operands and the results' shardings (as the partitioner
+// asks it; splits that do not divide the shape dropped), or else the
+// result's sharding and partial reduction in a. They differ where the
+// result's sharding came from elsewhere — a sharding_constraint after a pad
+// that cannot split the padded dimension, say — and the partitioner then
+// reshards the result from what the op gives.
+func produced(a *passes.ShardingAnalysis, op *ir.Op) (*ir.NamedSharding, ir.PartialReduction) {
+	res := op.Results[0]
+	results := make([]*ir.NamedSharding, len(op.Results))
+	for i, r := range op.Results {
+		results[i] = a.Shardings[r]
+	}
+	fw := op.Info().Shard(op, a.Operands[op], results)
+	if len(fw.Results) == 0 || fw.Results[0] == nil || !fw.Results[0].Mesh.Equal(a.Mesh) {
+		return a.Shardings[res], a.Partial[res]
+	}
+	spec := make(ir.PartitionSpec, res.Type.Rank())
+	for d := range spec {
+		if d < len(fw.Results[0].Spec) {
+			n := 1
+			for _, ax := range fw.Results[0].Spec[d] {
+				n *= a.Mesh.AxisSize(ax)
+			}
+			if res.Type.Shape[d]%n == 0 {
+				spec[d] = fw.Results[0].Spec[d]
+			}
+		}
+	}
+	var pr ir.PartialReduction
+	if len(fw.Partial) > 0 {
+		pr = fw.Partial[0]
+	}
+	return &ir.NamedSharding{Mesh: a.Mesh, Spec: spec}, pr
 }
 
 // checkLocal checks op of f as TestShardRulesComputeLocally says, on random
@@ -168,7 +210,7 @@ func checkLocal(t *testing.T, f *ir.Func, a *passes.ShardingAnalysis, op *ir.Op,
 	want, err := eval.EvalOp(wop, args)
 	require.NoError(t, err)
 	res := op.Results[0]
-	rs := res.Type.Sharding
+	rs, pr := produced(a, op)
 	sum := map[int]*ir.Literal{} // device → its local result
 	for _, dev := range a.Mesh.Devices() {
 		local := ir.NewFunc("local")
@@ -186,7 +228,7 @@ func checkLocal(t *testing.T, f *ir.Func, a *passes.ShardingAnalysis, op *ir.Op,
 		}
 		for _, k := range []string{"shape", "sizes"} { // the local result's shape
 			if _, ok := attrs[k]; ok {
-				shape, err := res.Type.ShardShape()
+				shape, err := rs.ShardShape(res.Type.Shape)
 				require.NoError(t, err)
 				attrs[k] = []int(shape)
 			}
@@ -197,14 +239,14 @@ func checkLocal(t *testing.T, f *ir.Func, a *passes.ShardingAnalysis, op *ir.Op,
 		require.NoError(t, err)
 		sum[dev] = got[0]
 	}
-	groups, err := a.Mesh.AxisGroups(a.Partial[res].Axes...)
+	groups, err := a.Mesh.AxisGroups(pr.Axes...)
 	require.NoError(t, err)
 	for _, g := range groups {
 		total := sum[g[0]].Clone()
 		for _, dev := range g[1:] {
 			for j := range total.Type.Size() {
 				x, y := total.Float64At(j), sum[dev].Float64At(j)
-				switch a.Partial[res].Reduction {
+				switch pr.Reduction {
 				case "max":
 					x = math.Max(x, y)
 				case "min":
@@ -228,7 +270,7 @@ func checkLocal(t *testing.T, f *ir.Func, a *passes.ShardingAnalysis, op *ir.Op,
 					continue
 				}
 				tol := 1e-9 // f64, or the same sums in the same order
-				if _, partial := a.Partial[res]; partial && res.Type.DType != ir.Float64 {
+				if len(pr.Axes) > 0 && res.Type.DType != ir.Float64 {
 					tol = 1e-2 // partial sums of rounded values, combined here in float64
 				}
 				require.LessOrEqual(t, math.Abs(w-g), tol*(1+math.Abs(w)), "device %d, element %d of %v: %v, want %v\n%s", dev, j, res, g, w, f)
@@ -245,7 +287,7 @@ func TestShardRulesComputeLocallyRandom(t *testing.T) {
 	m, err := ir.NewMesh([]int{2, 3}, []string{"x", "y"})
 	require.NoError(t, err)
 	skip := map[ir.Code]bool{ir.Iota: true, ir.Constant: true, ir.Slice: true, ir.Scan: true, ir.While: true, ir.Cond: true, ir.Fusion: true}
-	checked := 0
+	checked, constraints := 0, 0
 	for i := range 100 {
 		seed := uint64(i)*104729 + 7
 		f := randprog.New(seed, randprog.All())
@@ -258,9 +300,19 @@ func TestShardRulesComputeLocallyRandom(t *testing.T) {
 			if skip[op.Code] || op.Code.IsCollective() || op.Code.Info().Class == ir.ClassRegion {
 				continue
 			}
+			if op.Code == ir.ShardingConstraint {
+				// Its local form is its operand, laid out as it names.
+				s, err := ir.ConstraintSharding(op)
+				require.NoError(t, err)
+				require.True(t, a.Operands[op][0].EquivalentTo(s, op.Args[0].Type.Rank()), "seed %d: %v wants its operand as %v\n%s", seed, op.Describe(), a.Operands[op][0], f)
+				require.True(t, op.Results[0].Type.Sharding.EquivalentTo(s, op.Args[0].Type.Rank()), "seed %d: %v gives %v\n%s", seed, op.Describe(), op.Results[0].Type, f)
+				constraints++
+				continue
+			}
 			checkLocal(t, f, a, op, rng)
 			checked++
 		}
 	}
-	t.Logf("%d ops checked", checked)
+	require.Positive(t, constraints)
+	t.Logf("%d ops checked, %d sharding constraints", checked, constraints)
 }

@@ -400,8 +400,26 @@ func forEach(r *ir.Region, fn func(*ir.Value)) {
 }
 
 // shardParams splits the parameters of f at random over the x and y axes of
-// m (where they divide) and returns their shardings.
+// m (where they divide) and returns their shardings. The sharding
+// constraints of f (random programs put theirs on one-device meshes) move to
+// m, each with a random spec that fits its value, and the region parameters
+// that took a constrained value's sharding lose it (propagation gives them
+// one): a function uses one mesh.
 func shardParams(t *testing.T, f *ir.Func, m *ir.Mesh, rng *rand.Rand) []*ir.NamedSharding {
+	f.Body.Walk(func(op *ir.Op) {
+		if op.Code == ir.ShardingConstraint {
+			s := randFitting(t, m, op.Args[0].Type.Shape, rng)
+			op.Attrs["sharding"] = s.String()
+			op.Results[0].Type = op.Results[0].Type.WithSharding(s)
+		}
+		for _, r := range op.Regions {
+			for _, p := range r.Params {
+				if p.Type.Sharding != nil && !p.Type.Sharding.Mesh.Equal(m) {
+					p.Type = p.Type.WithSharding(nil)
+				}
+			}
+		}
+	})
 	var given []*ir.NamedSharding
 	for _, p := range f.Body.Params {
 		spec := make(ir.PartitionSpec, p.Type.Rank())
@@ -419,4 +437,25 @@ func shardParams(t *testing.T, f *ir.Func, m *ir.Mesh, rng *rand.Rand) []*ir.Nam
 		given = append(given, s)
 	}
 	return given
+}
+
+// randFitting returns a random sharding over m that fits shape: each
+// dimension split over some of the axes not used yet (x, y, both or
+// neither) whose sizes multiply to a divisor of it.
+func randFitting(t *testing.T, m *ir.Mesh, shape ir.Shape, rng *rand.Rand) *ir.NamedSharding {
+	spec := make(ir.PartitionSpec, rng.IntN(len(shape)+1))
+	used := map[string]bool{}
+	for d := range spec {
+		ways := 1
+		for _, a := range rng.Perm(m.NumAxes()) {
+			name := m.AxisNames()[a]
+			if n := ways * m.AxisSize(name); !used[name] && shape[d]%n == 0 && rng.IntN(2) == 0 {
+				spec[d] = append(spec[d], name)
+				used[name], ways = true, n
+			}
+		}
+	}
+	s, err := ir.NewNamedSharding(m, spec)
+	require.NoError(t, err)
+	return s
 }

@@ -57,7 +57,9 @@ import (
 
 // Run executes f's body on args, one per body parameter with exactly the
 // parameter's type (memory space included), and returns new literals for the
-// results.
+// results. Shardings are ignored: eval holds every array whole, so a
+// literal matches a type whatever the type's sharding, results carry none,
+// and sharding_constraint is the identity.
 func Run(f *ir.Func, args []*ir.Literal) ([]*ir.Literal, error) {
 	if f == nil || f.Body == nil {
 		return nil, fmt.Errorf("eval: nil function")
@@ -148,13 +150,13 @@ func RunRegion(r *ir.Region, args []*ir.Literal) (res []*ir.Literal, err error) 
 	return res, nil
 }
 
-// checkArg validates a literal against the type t and returns it, or an
-// aligned copy when its memory is not 8-byte aligned.
+// checkArg validates a literal against the type t (its sharding aside) and
+// returns it, or an aligned copy when its memory is not 8-byte aligned.
 func checkArg(l *ir.Literal, t ir.Type) (*ir.Literal, error) {
 	if l == nil {
 		return nil, fmt.Errorf("nil literal, want %v", t)
 	}
-	if !l.Type.Equal(t) {
+	if !l.Type.EqualUnsharded(t) {
 		return nil, fmt.Errorf("literal is %v, want %v", l.Type, t)
 	}
 	if int64(len(l.Data)) != l.Type.Bytes() {
@@ -256,7 +258,7 @@ func evalOp(op *ir.Op, args []*ir.Literal, outs []*ir.Literal) ([]*ir.Literal, e
 			return nil, fmt.Errorf("op has %d results, its shape rule gives %d", len(op.Results), len(outTypes))
 		}
 		for i, v := range op.Results {
-			if v != nil && !v.Type.Equal(outTypes[i]) {
+			if v != nil && !v.Type.EqualUnsharded(outTypes[i]) {
 				return nil, fmt.Errorf("result %d is declared %v, its shape rule gives %v", i, v.Type, outTypes[i])
 			}
 		}
@@ -350,7 +352,7 @@ func checkOuts(op *ir.Op, args, ins, outs []*ir.Literal, outTypes []ir.Type) err
 		if o == nil {
 			return fmt.Errorf("destination %d is nil", i)
 		}
-		if !o.Type.Equal(outTypes[i]) {
+		if !o.Type.EqualUnsharded(outTypes[i]) {
 			return fmt.Errorf("destination %d is %v, want %v", i, o.Type, outTypes[i])
 		}
 		if int64(len(o.Data)) != outTypes[i].Bytes() {
@@ -526,7 +528,7 @@ func Prepare(op *ir.Op) (k *Kernel, err error) {
 		return nil, fmt.Errorf("%s: op has %d results, its shape rule gives %d", op.Describe(), len(op.Results), len(outTypes))
 	}
 	for i, v := range op.Results {
-		if v == nil || !v.Type.Equal(outTypes[i]) {
+		if v == nil || !v.Type.EqualUnsharded(outTypes[i]) {
 			return nil, fmt.Errorf("%s: result %d is not declared %v", op.Describe(), i, outTypes[i])
 		}
 	}

@@ -32,6 +32,7 @@ var opTests = map[ir.Code]func(*testing.T){
 	ir.DevicePut:           testDevicePut,
 	ir.CheckpointName:      testCheckpointName,
 	ir.OptimizationBarrier: testOptimizationBarrier,
+	ir.ShardingConstraint:  testShardingConstraint,
 	ir.Scan:                testScan,
 	ir.While:               testWhile,
 	ir.Cond:                testCond,

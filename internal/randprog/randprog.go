@@ -9,9 +9,10 @@
 // canonicaliser and the folder), broadcasts, reshapes, transposes, slices,
 // concatenations, pads, gathers, scatter-adds, dynamic slices and updates,
 // reductions, argmax/argmin, sorts, dot_general (plain and batched), converts
-// and bitcasts, checkpoint names and optimization barriers, device_put
-// between memory spaces, and scans (with consts, carries and xs), whiles and
-// conds, nested up to two deep. Remat traces a small model through package
+// and bitcasts, checkpoint names, optimization barriers and sharding
+// constraints (over meshes whose axes have size 1, so that every program
+// still runs on one device), device_put between memory spaces, and scans
+// (with consts, carries and xs), whiles and conds, nested up to two deep. Remat traces a small model through package
 // trace — layers under trace.Checkpoint with a random policy, unrolled or
 // inside a Scan, differentiated with ValueAndGrad — so that remat and offload
 // are exercised the way users reach them.
@@ -53,8 +54,8 @@ type Features struct {
 	// Extended adds the ops beyond the elementwise/shape/reduce/dot core:
 	// concatenate, pad, gather, scatter_add, dynamic_slice,
 	// dynamic_update_slice, sort, argmax/argmin, bitcast_convert, shifts,
-	// checkpoint_name, optimization_barrier, and the dtypes f64, f16, bf16,
-	// i64, u8, u32.
+	// checkpoint_name, optimization_barrier, sharding_constraint, and the
+	// dtypes f64, f16, bf16, i64, u8, u32.
 	Extended bool
 }
 
@@ -286,8 +287,8 @@ func (s *scope) splat(t ir.Type) *ir.Value {
 // like returns a value of type t (on the device): an existing one, a
 // constant, or a broadcast of a lower-rank value.
 func (s *scope) like(t ir.Type) *ir.Value {
-	t = t.WithSpace(ir.Device)
-	if v := s.pickWhere(func(v *ir.Value) bool { return v.Type.Equal(t) }); v != nil && s.g.rng.IntN(3) > 0 {
+	t = t.WithSpace(ir.Device).WithSharding(nil) // literals have no sharding
+	if v := s.pickWhere(func(v *ir.Value) bool { return v.Type.EqualUnsharded(t) }); v != nil && s.g.rng.IntN(3) > 0 {
 		return v
 	}
 	if s.g.rng.IntN(2) == 0 {
@@ -569,7 +570,7 @@ func (s *scope) extended(x *ir.Value) {
 	rng := s.g.rng
 	dt := x.Type.DType
 	r := x.Type.Rank()
-	switch rng.IntN(10) {
+	switch rng.IntN(11) {
 	case 0: // concatenate along a random axis
 		if r == 0 {
 			return
@@ -676,6 +677,8 @@ func (s *scope) extended(x *ir.Value) {
 		}
 	case 8: // checkpoint_name
 		s.add1(ir.CheckpointName, []*ir.Value{x}, ir.Attrs{"name": fmt.Sprintf("n%d", rng.IntN(3))})
+	case 9: // sharding_constraint over a one-device mesh
+		s.constrain(x)
 	default: // optimization_barrier of one or two values
 		args := []*ir.Value{x}
 		if y := s.pickWhere(onDevice); y != nil && rng.IntN(2) == 0 {
@@ -685,6 +688,40 @@ func (s *scope) extended(x *ir.Value) {
 		if len(res) > 0 && dt.IsFloat() {
 			s.add1(ir.Mul, []*ir.Value{res[0], res[0]}, nil)
 		}
+	}
+}
+
+// constrain adds a sharding_constraint of x to a random sharding over a
+// mesh whose axes all have size 1 (mesh[x=1] or mesh[x=1,y=1]): every
+// dimension is split over x, y, both or neither, so the program still runs
+// on one device. The result's type carries the sharding, as the tracer's
+// does (trace.WithShardingConstraint).
+func (s *scope) constrain(x *ir.Value) {
+	rng := s.g.rng
+	shape, names := []int{1}, []string{"x"}
+	if rng.IntN(2) == 0 {
+		shape, names = []int{1, 1}, []string{"x", "y"}
+	}
+	mesh, err := ir.NewMesh(shape, names)
+	if err != nil {
+		panic(err)
+	}
+	spec := make(ir.PartitionSpec, rng.IntN(x.Type.Rank()+1))
+	free := slices.Clone(names)
+	for d := range spec {
+		for _, a := range rng.Perm(len(free)) {
+			if rng.IntN(2) == 0 {
+				spec[d] = append(spec[d], free[a])
+			}
+		}
+		free = slices.DeleteFunc(free, func(a string) bool { return slices.Contains(spec[d], a) })
+	}
+	sh, err := ir.NewNamedSharding(mesh, spec)
+	if err != nil {
+		panic(err)
+	}
+	if v := s.add1(ir.ShardingConstraint, []*ir.Value{x}, ir.Attrs{"sharding": sh.String()}); v != nil {
+		v.Type = v.Type.WithSharding(sh)
 	}
 }
 
