@@ -125,6 +125,11 @@ type part struct {
 // device d's has rank p·k+d of the world of P·k ranks. procs is owned by the
 // caller, who must not use it while the Hybrid ranks are in use; aborting a
 // Hybrid rank aborts procs.
+//
+// Each group of ranks gets its own communicator split from procs, used by
+// the group's first member in each process, so the devices of a process
+// drive several such communicators at once from different goroutines (with
+// Open MPI: MPI_THREAD_MULTIPLE).
 func NewHybrid(ctx context.Context, procs Communicator, local int) ([]*Hybrid, error) {
 	if procs == nil {
 		return nil, fmt.Errorf("%w: NewHybrid: nil processes communicator", ErrInvalid)
@@ -512,13 +517,15 @@ func (c *Hybrid) makeGroups(ctx context.Context, slots []slot) (map[int]*hgroup,
 	me := g.procs.Rank()
 	subs := map[int]*hgroup{}
 	for _, round := range rounds {
-		mine := Undefined
+		// The processes' color is the color's index in colors: a small
+		// number whatever the ranks' colors (MPI's are C ints).
+		mine, pcolor := Undefined, Undefined
 		for _, col := range round {
 			if slices.Contains(procsOf[col], me) {
-				mine = col
+				mine, pcolor = col, slices.Index(colors, col)
 			}
 		}
-		pc, err := g.procs.Split(ctx, mine, me)
+		pc, err := g.procs.Split(ctx, pcolor, me)
 		if err != nil {
 			return nil, c.procsFailed(ctx, kSplit, err)
 		}

@@ -5,9 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -443,5 +447,73 @@ func TestHybridClose(t *testing.T) {
 	}
 	if !procs.closed {
 		t.Fatal("process 0's communicator of the group is still open after ranks 0 and 1 closed")
+	}
+}
+
+func TestHybridConcurrentUseOfOneRank(t *testing.T) {
+	world, _ := hybridWorld(t, 1, 2)
+	done := make(chan error)
+	go func() { done <- world[0].Barrier(context.Background()) }()
+	for !world[0].busy.Load() {
+		runtime.Gosched()
+	}
+	if err := world[0].Barrier(context.Background()); err == nil || !strings.Contains(err.Error(), "already in a call") {
+		t.Fatalf("second call on a busy rank: %v", err)
+	}
+	if err := world[1].Barrier(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cIntColors is a processes communicator that records Split colors that do
+// not fit a C int (MPI_Comm_split's), and otherwise is Local's.
+type cIntColors struct {
+	Communicator
+	bad *atomic.Int64
+}
+
+func (c cIntColors) Split(ctx context.Context, color, key int) (Communicator, error) {
+	if color > math.MaxInt32 || key > math.MaxInt32 {
+		c.bad.Store(int64(color))
+	}
+	sub, err := c.Communicator.Split(ctx, color, key)
+	if sub == nil {
+		return nil, err
+	}
+	return cIntColors{sub, c.bad}, err
+}
+
+// TestHybridLargeColors: Split colors are the user's ints; the processes
+// communicator gets small ones.
+func TestHybridLargeColors(t *testing.T) {
+	procs, err := NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad atomic.Int64
+	world := make([]Communicator, 4)
+	noErrors(t, runOn(procs, func(ctx context.Context, c *Local) error {
+		hs, err := NewHybrid(ctx, cIntColors{c, &bad}, 2)
+		for d, h := range hs {
+			world[2*c.Rank()+d] = h
+		}
+		return err
+	}))
+	noErrors(t, runOn(world, func(ctx context.Context, c Communicator) error {
+		sub, err := c.Split(ctx, (c.Rank()%2)<<40, -c.Rank())
+		if err != nil {
+			return err
+		}
+		got, err := members(ctx, sub, int32(c.Rank()))
+		if want := []int32{int32(2 + c.Rank()%2), int32(c.Rank() % 2)}; err == nil && !slices.Equal(got, want) {
+			return fmt.Errorf("group %v, want %v", got, want)
+		}
+		return err
+	}))
+	if b := bad.Load(); b != 0 {
+		t.Fatalf("the processes communicator was split with color %d", b)
 	}
 }
