@@ -104,9 +104,10 @@ type hgroup struct {
 	nclosed  atomic.Int32
 
 	// The rendezvous, written between barrier phases.
-	parts    []part // the local members' blocks
-	out      []byte // the gathered buffer
-	err      error  // the leader's error
+	parts    []part       // the local members' blocks
+	out      []byte       // the gathered buffer
+	readers  atomic.Int32 // the local members yet to read out
+	err      error        // the leader's error
 	subs     map[int]*hgroup
 	splitErr error
 }
@@ -372,11 +373,16 @@ func (c *Hybrid) exchange(ctx context.Context, k kind, size int, b part) ([]byte
 	}
 	if c.li == 0 {
 		g.out, g.err = c.gather(ctx, k, size)
+		g.readers.Store(int32(len(g.local)))
 	}
 	if err := c.wait(ctx, k); err != nil {
 		return nil, err
 	}
-	return g.out, g.err
+	out, err := g.out, g.err
+	if g.readers.Add(-1) == 0 {
+		g.out = nil // the last reader: the buffer lives only as long as the calls use it
+	}
+	return out, err
 }
 
 // gather is the leader's part of exchange: pack the local members' blocks and

@@ -517,3 +517,17 @@ func TestHybridLargeColors(t *testing.T) {
 		t.Fatalf("the processes communicator was split with color %d", b)
 	}
 }
+
+// TestHybridKeepsNoBuffer: once every local member has its result, the
+// process's gathered buffer is no longer referenced by the group.
+func TestHybridKeepsNoBuffer(t *testing.T) {
+	world, _ := hybridWorld(t, 2, 2)
+	noErrors(t, runOn(world, func(ctx context.Context, c *Hybrid) error {
+		return c.AllReduce(ctx, Sum, ir.Float32, alloc(1<<16), alloc(1<<16))
+	}))
+	for _, c := range world {
+		if c.g.out != nil {
+			t.Fatalf("rank %d's group still holds a gathered buffer of %d bytes", c.Rank(), len(c.g.out))
+		}
+	}
+}
