@@ -531,3 +531,68 @@ func TestHybridKeepsNoBuffer(t *testing.T) {
 		}
 	}
 }
+
+// TestHybridRandomSplits splits hybrid worlds with random colors (Undefined
+// included) and keys, so that groups hold different numbers of devices in
+// different processes in interleaved order, splits the groups again, and
+// wants Local's members and all-reduce bits on every group.
+func TestHybridRandomSplits(t *testing.T) {
+	r := newRand(t)
+	for _, lay := range [][2]int{{2, 4}, {4, 2}, {3, 3}} {
+		n := lay[0] * lay[1]
+		hyb, _ := hybridWorld(t, lay[0], lay[1])
+		loc, err := NewLocal(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for trial := range 4 {
+			colors, keys, colors2 := make([]int, n), make([]int, n), make([]int, n)
+			for i := range n {
+				colors[i], keys[i], colors2[i] = r.IntN(4)-1, r.IntN(5)-2, r.IntN(2)
+			}
+			count := 1 + r.IntN(300)
+			in := make([][]byte, n)
+			for i := range in {
+				in[i] = alloc(4 * count)
+				fill(r, ir.Float32, in[i])
+			}
+			// Each rank's results: its group's members, its subgroup's
+			// members, and the sum over its group.
+			results := func(cs []Communicator) [][]byte {
+				out := make([][]byte, n)
+				noErrors(t, runOn(cs, func(ctx context.Context, c Communicator) error {
+					me := c.Rank()
+					sub, err := c.Split(ctx, colors[me], keys[me])
+					if err != nil || sub == nil {
+						return err
+					}
+					ms, err := members(ctx, sub, int32(me))
+					if err != nil {
+						return err
+					}
+					sub2, err := sub.Split(ctx, colors2[me], -sub.Rank())
+					if err != nil {
+						return err
+					}
+					ms2, err := members(ctx, sub2, int32(me))
+					if err != nil {
+						return err
+					}
+					sum := alloc(4 * count)
+					if err := sub.AllReduce(ctx, Sum, ir.Float32, in[me], sum); err != nil {
+						return err
+					}
+					out[me] = append(append(int32s(ms...), int32s(ms2...)...), sum...)
+					return nil
+				}))
+				return out
+			}
+			want, got := results(asComms(loc)), results(asComms(hyb))
+			for i := range n {
+				if !bytes.Equal(got[i], want[i]) {
+					t.Fatalf("%v trial %d (colors %v keys %v, then %v): rank %d's groups or sum differ from Local's", lay, trial, colors, keys, colors2, i)
+				}
+			}
+		}
+	}
+}
