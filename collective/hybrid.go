@@ -47,9 +47,9 @@ import (
 // source's buffer (zeros if none), Broadcast the root's, Barrier nothing.
 // Split gathers every rank's color and key the same way, then the leaders
 // split the processes communicator (every process takes part in each
-// procs.Split: colors in increasing order, packed into as few calls as
-// possible with each process in at most one color per call) and make an
-// in-process rendezvous for each color's local members.
+// procs.Split: colors in increasing order, packed first-fit into calls in
+// which each process joins at most one color) and make an in-process
+// rendezvous for each color's local members.
 //
 // Cost: every process receives every rank's whole send buffer (n·L bytes for
 // buffers of L bytes on n ranks, plus one copy in and out of the leader) and
@@ -62,8 +62,8 @@ import (
 // done while a rank waits) fails every pending and later call of every
 // communicator of the world in this process with [ErrAborted], and aborts the
 // processes communicator given to NewHybrid so that the other processes'
-// calls fail too (each process's leader sees the processes communicator
-// fail, and aborts its own process's ranks).
+// calls fail too: a process learns of it when its leader of a group waits on
+// (or next calls) the processes communicator, and then aborts its own ranks.
 type Hybrid struct {
 	g      *hgroup
 	rank   int
