@@ -172,3 +172,50 @@ func BenchmarkOthers(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHybridAllReduce measures the f32 sum all-reduce of 8 ranks as 2
+// processes of 4 devices and 4 of 2 (the processes goroutines joined by a
+// Local communicator, so what it measures is the all-gather design's own
+// cost, without a network), next to Local on 8 ranks. algGB/s is bytes per
+// rank / time, as in BenchmarkAllReduce.
+func BenchmarkHybridAllReduce(b *testing.B) {
+	for _, lay := range [][2]int{{1, 8}, {2, 4}, {4, 2}} {
+		for _, kib := range []int{4, 1024} {
+			name := fmt.Sprintf("f32/procs=%d/devices=%d/KiB=%d", lay[0], lay[1], kib)
+			if lay[0] == 1 {
+				name = fmt.Sprintf("f32/local/ranks=8/KiB=%d", kib)
+			}
+			b.Run(name, func(b *testing.B) {
+				var cs []Communicator
+				if lay[0] == 1 {
+					ls, err := NewLocal(8)
+					if err != nil {
+						b.Fatal(err)
+					}
+					cs = asComms(ls)
+				} else {
+					hs, _ := hybridWorld(b, lay[0], lay[1])
+					cs = asComms(hs)
+				}
+				size := kib << 10
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				errs := runOn(cs, func(ctx context.Context, c Communicator) error {
+					send, recv := alloc(size), alloc(size)
+					for range b.N {
+						if err := c.AllReduce(ctx, Sum, ir.Float32, send, recv); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				elapsed := time.Since(start)
+				b.StopTimer()
+				noErrors(b, errs)
+				b.ReportMetric(float64(size)*float64(b.N)/elapsed.Seconds()/1e9, "algGB/s")
+			})
+		}
+	}
+}

@@ -79,3 +79,56 @@ func ExampleMeshAxes() {
 	// row sums: [6 6 6 6 22 22 22 22]
 	// column sums: [4 6 8 10 4 6 8 10]
 }
+
+// Two processes of two devices each: here the processes are goroutines
+// joined by a Local communicator; under mpirun each process would pass its
+// Open MPI communicator instead. Every process calls NewHybrid once and runs
+// one goroutine per local device; device d of process p is rank 2p+d of a
+// 4-rank world, and a mesh axis can span the processes.
+func ExampleNewHybrid() {
+	procs, err := collective.NewLocal(2)
+	if err != nil {
+		panic(err)
+	}
+	sums := make([]float32, 4)
+	cols := make([][]int32, 4)
+	var wg sync.WaitGroup
+	for _, pc := range procs { // one per process
+		wg.Go(func() {
+			ctx := context.Background()
+			devs, err := collective.NewHybrid(ctx, pc, 2)
+			if err != nil {
+				panic(err)
+			}
+			var dw sync.WaitGroup
+			for _, c := range devs { // one per local device
+				dw.Go(func() {
+					r := c.Rank()
+					sum := make([]byte, 4)
+					if err := c.AllReduce(ctx, collective.Sum, ir.Float32, ir.Scalar(float32(r+1)).Data, sum); err != nil {
+						panic(err)
+					}
+					sums[r] = ir.ViewBytes[float32](sum)[0]
+					// The columns of a 2×2 mesh: ranks {0, 2} and {1, 3}, one
+					// device in each process.
+					col, err := collective.MeshAxes(ctx, c, []int{2, 2}, 0)
+					if err != nil {
+						panic(err)
+					}
+					got := make([]byte, 8)
+					if err := col.AllGather(ctx, ir.Int32, nil, 0, ir.Scalar(int32(r)).Data, got); err != nil {
+						panic(err)
+					}
+					cols[r] = ir.ViewBytes[int32](got)
+				})
+			}
+			dw.Wait()
+		})
+	}
+	wg.Wait()
+	fmt.Println("sum on every rank:", sums)
+	fmt.Println("mesh columns:", cols)
+	// Output:
+	// sum on every rank: [10 10 10 10]
+	// mesh columns: [[0 2] [1 3] [0 2] [1 3]]
+}

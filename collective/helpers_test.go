@@ -34,7 +34,7 @@ func ranks(t testing.TB, n int, f func(ctx context.Context, c *Local) error) []e
 	return runOn(cs, f)
 }
 
-func runOn(cs []*Local, f func(ctx context.Context, c *Local) error) []error {
+func runOn[C Communicator](cs []C, f func(ctx context.Context, c C) error) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	errs := make([]error, len(cs))
@@ -44,6 +44,15 @@ func runOn(cs []*Local, f func(ctx context.Context, c *Local) error) []error {
 	}
 	wg.Wait()
 	return errs
+}
+
+// asComms returns cs as Communicators.
+func asComms[C Communicator](cs []C) []Communicator {
+	out := make([]Communicator, len(cs))
+	for i, c := range cs {
+		out[i] = c
+	}
+	return out
 }
 
 func noErrors(t testing.TB, errs []error) {

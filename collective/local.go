@@ -133,103 +133,122 @@ func (c *Local) Close() error {
 
 // AllReduce implements [Communicator.AllReduce].
 func (c *Local) AllReduce(ctx context.Context, op Op, dt ir.DType, send, recv []byte) error {
-	return c.call(ctx, kAllReduce, func(s *slot) error {
-		s.op, s.dt, s.send, s.recv = op, dt, send, recv
-		if err := checkReduce(op, dt); err != nil {
-			return err
-		}
-		if err := c.checkFlat(s, dt, send, recv, len(send)); err != nil {
-			return err
-		}
-		if overlap(send, recv) && !same(send, recv) {
-			return errors.New("send and recv overlap without being the same slice")
-		}
-		return nil
-	})
+	return c.call(ctx, kAllReduce, func(s *slot) error { return s.setAllReduce(op, dt, send, recv) })
+}
+
+// The set methods record a call's arguments in s and check them for a group
+// of n ranks; Local and Hybrid share them.
+
+func (s *slot) setAllReduce(op Op, dt ir.DType, send, recv []byte) error {
+	s.op, s.dt, s.send, s.recv = op, dt, send, recv
+	if err := checkReduce(op, dt); err != nil {
+		return err
+	}
+	if err := s.checkFlat(dt, send, recv, len(send)); err != nil {
+		return err
+	}
+	if overlap(send, recv) && !same(send, recv) {
+		return errors.New("send and recv overlap without being the same slice")
+	}
+	return nil
 }
 
 // AllGather implements [Communicator.AllGather].
 func (c *Local) AllGather(ctx context.Context, dt ir.DType, shape []int, axis int, send, recv []byte) error {
-	return c.call(ctx, kAllGather, func(s *slot) error {
-		s.dt, s.axis, s.send, s.recv = dt, axis, send, recv
-		if err := c.checkShape(s, dt, shape, send, axis, -1); err != nil {
-			return err
-		}
-		if want := len(send) * c.g.n; len(recv) != want {
-			return fmt.Errorf("recv has %d bytes, want %d (%d ranks × %d)", len(recv), want, c.g.n, len(send))
-		}
-		return checkDisjoint(send, recv)
-	})
+	return c.call(ctx, kAllGather, func(s *slot) error { return s.setAllGather(c.g.n, dt, shape, axis, send, recv) })
+}
+
+func (s *slot) setAllGather(n int, dt ir.DType, shape []int, axis int, send, recv []byte) error {
+	s.dt, s.axis, s.send, s.recv = dt, axis, send, recv
+	if err := s.checkShape(n, dt, shape, send, axis, -1); err != nil {
+		return err
+	}
+	if want := len(send) * n; len(recv) != want {
+		return fmt.Errorf("recv has %d bytes, want %d (%d ranks × %d)", len(recv), want, n, len(send))
+	}
+	return checkDisjoint(send, recv)
 }
 
 // ReduceScatter implements [Communicator.ReduceScatter].
 func (c *Local) ReduceScatter(ctx context.Context, op Op, dt ir.DType, shape []int, axis int, send, recv []byte) error {
 	return c.call(ctx, kReduceScatter, func(s *slot) error {
-		s.op, s.dt, s.axis, s.send, s.recv = op, dt, axis, send, recv
-		if err := checkReduce(op, dt); err != nil {
-			return err
-		}
-		if err := c.checkShape(s, dt, shape, send, axis, axis); err != nil {
-			return err
-		}
-		if want := len(send) / c.g.n; len(recv) != want {
-			return fmt.Errorf("recv has %d bytes, want %d (1/%d of send)", len(recv), want, c.g.n)
-		}
-		return checkDisjoint(send, recv)
+		return s.setReduceScatter(c.g.n, op, dt, shape, axis, send, recv)
 	})
+}
+
+func (s *slot) setReduceScatter(n int, op Op, dt ir.DType, shape []int, axis int, send, recv []byte) error {
+	s.op, s.dt, s.axis, s.send, s.recv = op, dt, axis, send, recv
+	if err := checkReduce(op, dt); err != nil {
+		return err
+	}
+	if err := s.checkShape(n, dt, shape, send, axis, axis); err != nil {
+		return err
+	}
+	if want := len(send) / n; len(recv) != want {
+		return fmt.Errorf("recv has %d bytes, want %d (1/%d of send)", len(recv), want, n)
+	}
+	return checkDisjoint(send, recv)
 }
 
 // AllToAll implements [Communicator.AllToAll].
 func (c *Local) AllToAll(ctx context.Context, dt ir.DType, shape []int, splitAxis, concatAxis int, send, recv []byte) error {
 	return c.call(ctx, kAllToAll, func(s *slot) error {
-		s.dt, s.axis, s.axis2, s.send, s.recv = dt, splitAxis, concatAxis, send, recv
-		if err := c.checkShape(s, dt, shape, send, splitAxis, splitAxis); err != nil {
-			return err
-		}
-		if concatAxis < 0 || concatAxis >= len(s.shape) {
-			return fmt.Errorf("concat axis %d is out of range for shape %v", concatAxis, s.shape)
-		}
-		if len(recv) != len(send) {
-			return fmt.Errorf("recv has %d bytes, want send's %d", len(recv), len(send))
-		}
-		return checkDisjoint(send, recv)
+		return s.setAllToAll(c.g.n, dt, shape, splitAxis, concatAxis, send, recv)
 	})
+}
+
+func (s *slot) setAllToAll(n int, dt ir.DType, shape []int, splitAxis, concatAxis int, send, recv []byte) error {
+	s.dt, s.axis, s.axis2, s.send, s.recv = dt, splitAxis, concatAxis, send, recv
+	if err := s.checkShape(n, dt, shape, send, splitAxis, splitAxis); err != nil {
+		return err
+	}
+	if concatAxis < 0 || concatAxis >= len(s.shape) {
+		return fmt.Errorf("concat axis %d is out of range for shape %v", concatAxis, s.shape)
+	}
+	if len(recv) != len(send) {
+		return fmt.Errorf("recv has %d bytes, want send's %d", len(recv), len(send))
+	}
+	return checkDisjoint(send, recv)
 }
 
 // CollectivePermute implements [Communicator.CollectivePermute].
 func (c *Local) CollectivePermute(ctx context.Context, dt ir.DType, pairs []Pair, send, recv []byte) error {
-	return c.call(ctx, kPermute, func(s *slot) error {
-		s.dt, s.send, s.recv = dt, send, recv
-		s.pairs = append(s.pairs[:0], pairs...)
-		if err := c.checkFlat(s, dt, send, recv, len(send)); err != nil {
-			return err
+	return c.call(ctx, kPermute, func(s *slot) error { return s.setPermute(c.g.n, dt, pairs, send, recv) })
+}
+
+func (s *slot) setPermute(n int, dt ir.DType, pairs []Pair, send, recv []byte) error {
+	s.dt, s.send, s.recv = dt, send, recv
+	s.pairs = append(s.pairs[:0], pairs...)
+	if err := s.checkFlat(dt, send, recv, len(send)); err != nil {
+		return err
+	}
+	seen := make([]bool, 2*n) // sources, then targets
+	for i, p := range pairs {
+		if p.Source < 0 || p.Source >= n || p.Target < 0 || p.Target >= n {
+			return fmt.Errorf("pair %d (%d→%d) names a rank outside [0, %d)", i, p.Source, p.Target, n)
 		}
-		seen := make([]bool, 2*c.g.n) // sources, then targets
-		for i, p := range pairs {
-			if p.Source < 0 || p.Source >= c.g.n || p.Target < 0 || p.Target >= c.g.n {
-				return fmt.Errorf("pair %d (%d→%d) names a rank outside [0, %d)", i, p.Source, p.Target, c.g.n)
-			}
-			if seen[p.Source] || seen[c.g.n+p.Target] {
-				return fmt.Errorf("pair %d (%d→%d) repeats a source or a target", i, p.Source, p.Target)
-			}
-			seen[p.Source], seen[c.g.n+p.Target] = true, true
+		if seen[p.Source] || seen[n+p.Target] {
+			return fmt.Errorf("pair %d (%d→%d) repeats a source or a target", i, p.Source, p.Target)
 		}
-		return checkDisjoint(send, recv)
-	})
+		seen[p.Source], seen[n+p.Target] = true, true
+	}
+	return checkDisjoint(send, recv)
 }
 
 // Broadcast implements [Communicator.Broadcast].
 func (c *Local) Broadcast(ctx context.Context, dt ir.DType, root int, buf []byte) error {
-	return c.call(ctx, kBroadcast, func(s *slot) error {
-		s.dt, s.root, s.send, s.recv = dt, root, buf, buf
-		if err := c.checkFlat(s, dt, buf, buf, len(buf)); err != nil {
-			return err
-		}
-		if root < 0 || root >= c.g.n {
-			return fmt.Errorf("root %d is outside [0, %d)", root, c.g.n)
-		}
-		return nil
-	})
+	return c.call(ctx, kBroadcast, func(s *slot) error { return s.setBroadcast(c.g.n, dt, root, buf) })
+}
+
+func (s *slot) setBroadcast(n int, dt ir.DType, root int, buf []byte) error {
+	s.dt, s.root, s.send, s.recv = dt, root, buf, buf
+	if err := s.checkFlat(dt, buf, buf, len(buf)); err != nil {
+		return err
+	}
+	if root < 0 || root >= n {
+		return fmt.Errorf("root %d is outside [0, %d)", root, n)
+	}
+	return nil
 }
 
 // Barrier implements [Communicator.Barrier].
@@ -241,17 +260,19 @@ func (c *Local) Barrier(ctx context.Context) error {
 // one's world: aborting either aborts both.
 func (c *Local) Split(ctx context.Context, color, key int) (Communicator, error) {
 	var out *Local
-	err := c.call(ctx, kSplit, func(s *slot) error {
-		s.color, s.key, s.sub, s.subMembers = color, key, nil, nil
-		if color < 0 && color != Undefined {
-			return fmt.Errorf("color %d is negative (Undefined is %d)", color, Undefined)
-		}
-		return nil
-	}, &out)
+	err := c.call(ctx, kSplit, func(s *slot) error { return s.setSplit(color, key) }, &out)
 	if err != nil || out == nil {
 		return nil, err // a nil *Local must not become a non-nil interface
 	}
 	return out, nil
+}
+
+func (s *slot) setSplit(color, key int) error {
+	s.color, s.key, s.sub, s.subMembers = color, key, nil, nil
+	if color < 0 && color != Undefined {
+		return fmt.Errorf("color %d is negative (Undefined is %d)", color, Undefined)
+	}
+	return nil
 }
 
 // call runs one collective: publish the slot filled by fill, wait for every
@@ -290,17 +311,15 @@ func (c *Local) call(ctx context.Context, k kind, fill func(*slot) error, split 
 	case kAllReduce:
 		c.allReduce(slots)
 	case kReduceScatter:
-		c.reduceScatter(slots)
+		reduceScatter(slots, c.rank, c.accumulator())
 	case kAllGather:
-		c.allGather(slots)
+		allGather(slots, c.rank)
 	case kAllToAll:
-		c.allToAll(slots)
+		allToAll(slots, c.rank)
 	case kPermute:
-		c.permute(slots)
+		permute(slots, c.rank)
 	case kBroadcast:
-		if c.rank != s.root {
-			copy(s.recv, slots[s.root].send)
-		}
+		broadcast(slots, c.rank)
 	case kSplit:
 		c.split(slots)
 	}
@@ -392,7 +411,7 @@ func checkBuf(name string, dt ir.DType, b []byte) error {
 
 // checkFlat checks a one-dimensional call whose send has n bytes and records
 // its shape.
-func (c *Local) checkFlat(s *slot, dt ir.DType, send, recv []byte, n int) error {
+func (s *slot) checkFlat(dt ir.DType, send, recv []byte, n int) error {
 	if err := checkBuf("send", dt, send); err != nil {
 		return err
 	}
@@ -407,9 +426,9 @@ func (c *Local) checkFlat(s *slot, dt ir.DType, send, recv []byte, n int) error 
 }
 
 // checkShape records shape (nil: flat) as send's shape and checks it against
-// send, axis against the rank, and, when divAxis >= 0, that the group size
+// send, axis against the rank, and, when divAxis >= 0, that the group size n
 // divides shape[divAxis].
-func (c *Local) checkShape(s *slot, dt ir.DType, shape []int, send []byte, axis, divAxis int) error {
+func (s *slot) checkShape(n int, dt ir.DType, shape []int, send []byte, axis, divAxis int) error {
 	if err := checkBuf("send", dt, send); err != nil {
 		return err
 	}
@@ -437,8 +456,8 @@ func (c *Local) checkShape(s *slot, dt ir.DType, shape []int, send []byte, axis,
 	if axis < 0 || axis >= len(s.shape) {
 		return fmt.Errorf("axis %d is out of range for shape %v", axis, s.shape)
 	}
-	if divAxis >= 0 && s.shape[divAxis]%c.g.n != 0 {
-		return fmt.Errorf("dimension %d of shape %v (axis %d) is not divisible by the %d ranks", s.shape[divAxis], s.shape, divAxis, c.g.n)
+	if divAxis >= 0 && s.shape[divAxis]%n != 0 {
+		return fmt.Errorf("dimension %d of shape %v (axis %d) is not divisible by the %d ranks", s.shape[divAxis], s.shape, divAxis, n)
 	}
 	return nil
 }
@@ -505,10 +524,32 @@ func copySpan(dst []byte, dv span, src []byte, sv span) {
 // accumulator returns this rank's accumulator, made on first use.
 func (c *Local) accumulator() []byte {
 	if c.acc == nil {
-		w := make([]uint64, tile) // 8-byte aligned for every accumulator type
-		c.acc = unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), 8*tile)
+		c.acc = newAccumulator()
 	}
 	return c.acc
+}
+
+// newAccumulator returns a reduction accumulator of tile elements of up to 8
+// bytes, 8-byte aligned for every accumulator type.
+func newAccumulator() []byte {
+	w := make([]uint64, tile)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), 8*tile)
+}
+
+// foldRange reduces elements [a, b) of every slot's send with k, in rank
+// order (element i is ((x₀[i] op x₁[i]) op x₂[i]) …), into acc and returns the
+// part of acc holding them; a ≤ b ≤ a+tile.
+func foldRange(k kernel, acc []byte, slots []slot, a, b, esz int) []byte {
+	x := acc[:(b-a)*k.accSize]
+	if len(slots) == 1 {
+		k.load(x, slots[0].send[a*esz:b*esz])
+	} else {
+		k.fold2(x, slots[0].send[a*esz:b*esz], slots[1].send[a*esz:b*esz])
+	}
+	for j := 2; j < len(slots); j++ {
+		k.fold(x, slots[j].send[a*esz:b*esz])
+	}
+	return x
 }
 
 // allReduce reduces this rank's slice of the elements and writes it to every
@@ -533,15 +574,7 @@ func (c *Local) allReduce(slots []slot) {
 	}
 	for a := lo; a < hi; a += tile {
 		b := min(a+tile, hi)
-		x := acc[:(b-a)*k.accSize]
-		if c.g.n == 1 {
-			k.load(x, slots[0].send[a*esz:b*esz])
-		} else {
-			k.fold2(x, slots[0].send[a*esz:b*esz], slots[1].send[a*esz:b*esz])
-		}
-		for j := 2; j < c.g.n; j++ {
-			k.fold(x, slots[j].send[a*esz:b*esz])
-		}
+		x := foldRange(k, acc, slots, a, b, esz)
 		for j := range c.g.n {
 			store(slots[j].recv[a*esz:b*esz], x)
 		}
@@ -551,13 +584,16 @@ func (c *Local) allReduce(slots []slot) {
 	}
 }
 
-// reduceScatter reduces this rank's block into its recv.
-func (c *Local) reduceScatter(slots []slot) {
-	s := &slots[c.rank]
+// The functions below compute rank's result into slots[rank].recv from every
+// rank's send, the slots of a checked call; Local and Hybrid share them.
+
+// reduceScatter reduces rank's block into its recv through the accumulator acc.
+func reduceScatter(slots []slot, rank int, acc []byte) {
+	n := len(slots)
+	s := &slots[rank]
 	esz := s.dt.Size()
 	k, _ := kernelFor(s.dt, s.op)
-	sp := blockSpan(s.shape, s.axis, c.g.n, c.rank, esz)
-	acc := c.accumulator()
+	sp := blockSpan(s.shape, s.axis, n, rank, esz)
 	out := 0 // bytes of recv written
 	total := sp.run * sp.count
 	for out < total {
@@ -565,12 +601,12 @@ func (c *Local) reduceScatter(slots []slot) {
 		x := acc[:m/esz*k.accSize]
 		forSegments(sp, out, out+m, func(src, at, nb int) {
 			xa := x[at/esz*k.accSize : (at+nb)/esz*k.accSize]
-			if c.g.n == 1 {
+			if n == 1 {
 				k.load(xa, slots[0].send[src:src+nb])
 			} else {
 				k.fold2(xa, slots[0].send[src:src+nb], slots[1].send[src:src+nb])
 			}
-			for j := 2; j < c.g.n; j++ {
+			for j := 2; j < n; j++ {
 				k.fold(xa, slots[j].send[src:src+nb])
 			}
 		})
@@ -590,41 +626,49 @@ func forSegments(sp span, lo, hi int, f func(src, at, n int)) {
 	}
 }
 
-func (c *Local) allGather(slots []slot) {
-	s := &slots[c.rank]
+func allGather(slots []slot, rank int) {
+	n := len(slots)
+	s := &slots[rank]
 	esz := s.dt.Size()
 	var buf [8]int
 	out := append(buf[:0], s.shape...) // the output shape
-	out[s.axis] *= c.g.n
-	for i := range c.g.n {
-		j := (c.rank + i) % c.g.n
-		copySpan(s.recv, blockSpan(out, s.axis, c.g.n, j, esz), slots[j].send, whole(slots[j].send))
+	out[s.axis] *= n
+	for i := range n {
+		j := (rank + i) % n
+		copySpan(s.recv, blockSpan(out, s.axis, n, j, esz), slots[j].send, whole(slots[j].send))
 	}
 }
 
-func (c *Local) allToAll(slots []slot) {
-	s := &slots[c.rank]
+func allToAll(slots []slot, rank int) {
+	n := len(slots)
+	s := &slots[rank]
 	esz := s.dt.Size()
 	var buf [8]int
 	out := append(buf[:0], s.shape...) // the output shape
-	out[s.axis] /= c.g.n
-	out[s.axis2] *= c.g.n
-	for i := range c.g.n {
-		j := (c.rank + i) % c.g.n
-		copySpan(s.recv, blockSpan(out, s.axis2, c.g.n, j, esz),
-			slots[j].send, blockSpan(s.shape, s.axis, c.g.n, c.rank, esz))
+	out[s.axis] /= n
+	out[s.axis2] *= n
+	for i := range n {
+		j := (rank + i) % n
+		copySpan(s.recv, blockSpan(out, s.axis2, n, j, esz),
+			slots[j].send, blockSpan(s.shape, s.axis, n, rank, esz))
 	}
 }
 
-func (c *Local) permute(slots []slot) {
-	s := &slots[c.rank]
+func permute(slots []slot, rank int) {
+	s := &slots[rank]
 	for _, p := range s.pairs {
-		if p.Target == c.rank {
+		if p.Target == rank {
 			copy(s.recv, slots[p.Source].send)
 			return
 		}
 	}
 	clear(s.recv)
+}
+
+func broadcast(slots []slot, rank int) {
+	if s := &slots[rank]; rank != s.root {
+		copy(s.recv, slots[s.root].send)
+	}
 }
 
 // split: the first rank (in key order) of each color makes the new group and
