@@ -86,8 +86,14 @@ func simplify(f *ir.Func, op *ir.Op) (*ir.Value, []*ir.Op) {
 		if a[1] == a[2] {
 			return same(a[1]), nil
 		}
-	case ir.Convert, ir.BitcastConvert, ir.DevicePut, ir.CheckpointName, ir.ShardingConstraint:
+	case ir.Convert, ir.BitcastConvert, ir.DevicePut, ir.CheckpointName:
 		return same(a[0]), nil
+	case ir.ShardingConstraint:
+		// A program compiled for one device has no use for the layout
+		// (partitioned programs never reach here with one).
+		if a[0].Type.EqualUnsharded(res.Type) {
+			return a[0], nil
+		}
 	case ir.Reshape:
 		if v := same(a[0]); v != nil {
 			return v, nil

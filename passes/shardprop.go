@@ -26,8 +26,12 @@ type ShardingAnalysis struct {
 	// in, given the final shardings (an entry per operand; the operand's own
 	// sharding where the rule proposes none). Where an entry differs from the
 	// operand's sharding, the partitioner reshards the operand for this op;
-	// each device then computes its block of the result (of the partial
-	// result, for a Partial one) from its blocks of the operands alone.
+	// each device then computes from its blocks of the operands alone a
+	// block of the result (of the partial result, for a Partial one): in
+	// the result's sharding, except where an annotation or constraint split
+	// the result in a way the op cannot compute (a padded dimension, say),
+	// where the op gives the layout its rule asked again gives, and the
+	// partitioner reshards the result into its sharding.
 	Operands map[*ir.Op][]*ir.NamedSharding
 }
 
