@@ -29,8 +29,9 @@ type Comm struct {
 	ordered bool
 	busy    atomic.Bool
 	closed  bool
-	mine    desc   // this rank's descriptor of the current call
-	all     []desc // every rank's, gathered
+	reqs    [2]uintptr // the current call's requests (in the heap, as MPI writes them)
+	mine    desc       // this rank's descriptor of the current call
+	all     []desc     // every rank's, gathered
 }
 
 var _ collective.Communicator = (*Comm)(nil)
@@ -193,12 +194,11 @@ func (c *Comm) call(ctx context.Context, k kind, fill func(d *desc) error, run f
 	}
 	mine := unsafe.Slice((*byte)(unsafe.Pointer(&c.mine)), descSize)
 	all := unsafe.Slice((*byte)(unsafe.Pointer(&c.all[0])), descSize*c.size)
-	var req uintptr
-	if err := c.start(k, "MPI_Iallgather", &req, c.l.iallgather, addr(mine), uintptr(descSize), c.l.byteType,
+	if err := c.start(k, "MPI_Iallgather", 0, c.l.iallgather, addr(mine), uintptr(descSize), c.l.byteType,
 		addr(all), uintptr(descSize), c.l.byteType, c.comm); err != nil {
 		return err
 	}
-	if err := c.wait(ctx, k, []uintptr{req}, mine, all); err != nil {
+	if err := c.wait(ctx, k, c.reqs[:1], mine, all); err != nil {
 		c.all = nil // MPI may still write the old one
 		return err
 	}
@@ -218,10 +218,10 @@ func (c *Comm) call(ctx context.Context, k kind, fill func(d *desc) error, run f
 	return run(&c.mine)
 }
 
-// start calls a non-blocking MPI function that returns a request in *req;
-// an MPI error fails the world.
-func (c *Comm) start(k kind, name string, req *uintptr, fn uintptr, args ...uintptr) error {
-	args = append(args, uintptr(unsafe.Pointer(req)))
+// start calls a non-blocking MPI function that returns a request in
+// c.reqs[i]; an MPI error fails the world.
+func (c *Comm) start(k kind, name string, i int, fn uintptr, args ...uintptr) error {
+	args = append(args, uintptr(unsafe.Pointer(&c.reqs[i])))
 	if err := c.l.check(name, c.l.call(fn, args...)); err != nil {
 		return c.giveUp(k, err)
 	}
@@ -323,22 +323,21 @@ func (c *Comm) AllReduce(ctx context.Context, op collective.Op, dt ir.DType, sen
 		return nil
 	}, func(*desc) error {
 		n := count(len(send), dt)
-		var req uintptr
 		if typ, mop, ok := c.native(op, dt); ok {
 			sp := addr(send)
 			if same(send, recv) {
 				sp = mpiInPlace
 			}
-			if err := c.start(kAllReduce, "MPI_Iallreduce", &req, c.l.iallreduce, sp, addr(recv), n, typ, mop, c.comm); err != nil {
+			if err := c.start(kAllReduce, "MPI_Iallreduce", 0, c.l.iallreduce, sp, addr(recv), n, typ, mop, c.comm); err != nil {
 				return err
 			}
-			return c.wait(ctx, kAllReduce, []uintptr{req}, send, recv)
+			return c.wait(ctx, kAllReduce, c.reqs[:1], send, recv)
 		}
 		all := alloc(len(send) * c.size)
-		if err := c.start(kAllReduce, "MPI_Iallgather", &req, c.l.iallgather, addr(send), n, c.moveType(dt), addr(all), n, c.moveType(dt), c.comm); err != nil {
+		if err := c.start(kAllReduce, "MPI_Iallgather", 0, c.l.iallgather, addr(send), n, c.moveType(dt), addr(all), n, c.moveType(dt), c.comm); err != nil {
 			return err
 		}
-		if err := c.wait(ctx, kAllReduce, []uintptr{req}, send, all); err != nil {
+		if err := c.wait(ctx, kAllReduce, c.reqs[:1], send, all); err != nil {
 			return err
 		}
 		return collective.Reduce(op, dt, recv, blocks(all, c.size)...)
@@ -380,11 +379,10 @@ func (c *Comm) AllGather(ctx context.Context, dt ir.DType, shape []int, axis int
 			dst = alloc(len(recv))
 		}
 		n, mt := count(len(send), dt), c.moveType(dt)
-		var req uintptr
-		if err := c.start(kAllGather, "MPI_Iallgather", &req, c.l.iallgather, addr(send), n, mt, addr(dst), n, mt, c.comm); err != nil {
+		if err := c.start(kAllGather, "MPI_Iallgather", 0, c.l.iallgather, addr(send), n, mt, addr(dst), n, mt, c.comm); err != nil {
 			return err
 		}
-		if err := c.wait(ctx, kAllGather, []uintptr{req}, send, dst); err != nil {
+		if err := c.wait(ctx, kAllGather, c.reqs[:1], send, dst); err != nil {
 			return err
 		}
 		if !direct {
@@ -421,19 +419,18 @@ func (c *Comm) ReduceScatter(ctx context.Context, op collective.Op, dt ir.DType,
 			toBlocks(src, send, sh, axis, c.size, dt.Size())
 		}
 		n := count(len(recv), dt)
-		var req uintptr
 		if typ, mop, ok := c.native(op, dt); ok {
-			if err := c.start(kReduceScatter, "MPI_Ireduce_scatter_block", &req, c.l.ireduceScatterBlock, addr(src), addr(recv), n, typ, mop, c.comm); err != nil {
+			if err := c.start(kReduceScatter, "MPI_Ireduce_scatter_block", 0, c.l.ireduceScatterBlock, addr(src), addr(recv), n, typ, mop, c.comm); err != nil {
 				return err
 			}
-			return c.wait(ctx, kReduceScatter, []uintptr{req}, src, recv)
+			return c.wait(ctx, kReduceScatter, c.reqs[:1], src, recv)
 		}
 		mine := alloc(len(send))
 		mt := c.moveType(dt)
-		if err := c.start(kReduceScatter, "MPI_Ialltoall", &req, c.l.ialltoall, addr(src), n, mt, addr(mine), n, mt, c.comm); err != nil {
+		if err := c.start(kReduceScatter, "MPI_Ialltoall", 0, c.l.ialltoall, addr(src), n, mt, addr(mine), n, mt, c.comm); err != nil {
 			return err
 		}
-		if err := c.wait(ctx, kReduceScatter, []uintptr{req}, src, mine); err != nil {
+		if err := c.wait(ctx, kReduceScatter, c.reqs[:1], src, mine); err != nil {
 			return err
 		}
 		return collective.Reduce(op, dt, recv, blocks(mine, c.size)...)
@@ -474,11 +471,10 @@ func (c *Comm) AllToAll(ctx context.Context, dt ir.DType, shape []int, splitAxis
 			dst = alloc(len(recv))
 		}
 		n, mt := count(len(send)/c.size, dt), c.moveType(dt)
-		var req uintptr
-		if err := c.start(kAllToAll, "MPI_Ialltoall", &req, c.l.ialltoall, addr(src), n, mt, addr(dst), n, mt, c.comm); err != nil {
+		if err := c.start(kAllToAll, "MPI_Ialltoall", 0, c.l.ialltoall, addr(src), n, mt, addr(dst), n, mt, c.comm); err != nil {
 			return err
 		}
-		if err := c.wait(ctx, kAllToAll, []uintptr{req}, src, dst); err != nil {
+		if err := c.wait(ctx, kAllToAll, c.reqs[:1], src, dst); err != nil {
 			return err
 		}
 		if !direct {
@@ -517,7 +513,7 @@ func (c *Comm) CollectivePermute(ctx context.Context, dt ir.DType, pairs []colle
 		return checkDisjoint(send, recv)
 	}, func(*desc) error {
 		n, mt := count(len(send), dt), c.moveType(dt)
-		var reqs []uintptr
+		m := 0 // requests started
 		received := false
 		for _, p := range pairs {
 			switch {
@@ -525,14 +521,14 @@ func (c *Comm) CollectivePermute(ctx context.Context, dt ir.DType, pairs []colle
 				copy(recv, send)
 				received = true
 			case p.Source == c.rank:
-				reqs = append(reqs, 0)
-				if err := c.start(kPermute, "MPI_Isend", &reqs[len(reqs)-1], c.l.isend, addr(send), n, mt, uintptr(p.Target), permuteTag, c.comm); err != nil {
+				m++
+				if err := c.start(kPermute, "MPI_Isend", m-1, c.l.isend, addr(send), n, mt, uintptr(p.Target), permuteTag, c.comm); err != nil {
 					return err
 				}
 			case p.Target == c.rank:
-				reqs = append(reqs, 0)
+				m++
 				received = true
-				if err := c.start(kPermute, "MPI_Irecv", &reqs[len(reqs)-1], c.l.irecv, addr(recv), n, mt, uintptr(p.Source), permuteTag, c.comm); err != nil {
+				if err := c.start(kPermute, "MPI_Irecv", m-1, c.l.irecv, addr(recv), n, mt, uintptr(p.Source), permuteTag, c.comm); err != nil {
 					return err
 				}
 			}
@@ -540,10 +536,10 @@ func (c *Comm) CollectivePermute(ctx context.Context, dt ir.DType, pairs []colle
 		if !received {
 			clear(recv)
 		}
-		if len(reqs) == 0 {
+		if m == 0 {
 			return nil
 		}
-		return c.wait(ctx, kPermute, reqs, send, recv)
+		return c.wait(ctx, kPermute, c.reqs[:m], send, recv)
 	})
 }
 
@@ -559,11 +555,10 @@ func (c *Comm) Broadcast(ctx context.Context, dt ir.DType, root int, buf []byte)
 		}
 		return nil
 	}, func(*desc) error {
-		var req uintptr
-		if err := c.start(kBroadcast, "MPI_Ibcast", &req, c.l.ibcast, addr(buf), count(len(buf), dt), c.moveType(dt), uintptr(root), c.comm); err != nil {
+		if err := c.start(kBroadcast, "MPI_Ibcast", 0, c.l.ibcast, addr(buf), count(len(buf), dt), c.moveType(dt), uintptr(root), c.comm); err != nil {
 			return err
 		}
-		return c.wait(ctx, kBroadcast, []uintptr{req}, buf)
+		return c.wait(ctx, kBroadcast, c.reqs[:1], buf)
 	})
 }
 

@@ -157,7 +157,13 @@ func open(paths []string) (*lib, error) {
 	return l, nil
 }
 
-// call calls an MPI function and returns its int result.
+// call calls an MPI function and returns its int result. As for
+// purego.SyscallN, pointers converted to uintptr in the argument list of a
+// call escape to the heap, so that a stack move during the call cannot leave
+// MPI writing to a stale address; pointers handed over otherwise must point
+// into the heap already.
+//
+//go:uintptrescapes
 func (l *lib) call(fn uintptr, args ...uintptr) int32 {
 	r, _, _ := purego.SyscallN(fn, args...)
 	return int32(r)
@@ -271,6 +277,12 @@ func Init() error {
 			}
 		}()
 		initErr = <-done
+	}
+	if initErr == nil {
+		// MPI calls not tied to one of this package's communicators (on
+		// requests, say) report errors through MPI_COMM_WORLD's handler:
+		// return them as errors rather than end the job.
+		initErr = l.check("MPI_Comm_set_errhandler", l.call(l.commSetErrhandler, l.commWorld, l.errorsReturn))
 	}
 	if initErr == nil && provided < mpiThreadMultiple {
 		initErr = fmt.Errorf("%w: %s provides thread level %d (MPI_THREAD_MULTIPLE is %d); build Open MPI with thread support", ErrThreadLevel, l.path, provided, mpiThreadMultiple)
