@@ -179,6 +179,7 @@ func (c *Comm) call(ctx context.Context, k kind, fill func(d *desc) error, run f
 	if c.closed {
 		return fmt.Errorf("%w: %v on rank %d", collective.ErrClosed, k, c.rank)
 	}
+	c.w.poll() // an abort message from another process
 	if err := c.w.failed(); err != nil {
 		return err
 	}
