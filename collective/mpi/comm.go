@@ -57,7 +57,8 @@ func (c *Comm) Timeout() time.Duration { return c.timeout }
 func (c *Comm) Abort(err error) { c.w.abort(err, true) }
 
 // Close frees the MPI communicator (MPI_Comm_free); later calls return an
-// error wrapping collective.ErrClosed.
+// error wrapping collective.ErrClosed. The abort channel of its World lives
+// until Finalize.
 func (c *Comm) Close() error {
 	if c.closed {
 		return nil
