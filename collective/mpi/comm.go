@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -243,8 +244,8 @@ func (c *Comm) wait(ctx context.Context, k kind, reqs []uintptr, bufs ...[]byte)
 	}
 	pin.Pin(&reqs[0])
 	start := time.Now()
-	sleep := time.Microsecond
-	for i := 0; ; i++ {
+	sleep := 10 * time.Microsecond
+	for {
 		var flag int32
 		code := c.l.call(c.l.testall, uintptr(len(reqs)), uintptr(unsafe.Pointer(&reqs[0])), uintptr(unsafe.Pointer(&flag)), 0)
 		if code == mpiSuccess && flag != 0 {
@@ -272,11 +273,11 @@ func (c *Comm) wait(ctx context.Context, k kind, reqs []uintptr, bufs ...[]byte)
 			keep(&pin)
 			return c.giveUp(k, err)
 		}
-		if i < 64 {
+		if time.Since(start) < spinFor {
 			runtime.Gosched()
 		} else {
 			time.Sleep(sleep)
-			sleep = min(2*sleep, time.Millisecond)
+			sleep = min(2*sleep, maxSleep)
 		}
 	}
 }
@@ -308,8 +309,8 @@ func count(n int, dt ir.DType) uintptr { return uintptr(n / dt.Size()) }
 // AllReduce implements [collective.Communicator.AllReduce]. Sums and products
 // of f32, f64 and the integers use MPI_Iallreduce, whose reduction order is
 // Open MPI's (the same on every rank; not Local's rank order unless
-// FERRY_MPI_REDUCE=ordered); f16, bf16, bool and float Max and Min gather
-// every rank's buffer and reduce in rank order exactly as Local does.
+// FERRY_MPI_REDUCE=ordered); f16, bf16, bool and float Max and Min are
+// reduced in rank order exactly as Local does (see orderedAllReduce).
 func (c *Comm) AllReduce(ctx context.Context, op collective.Op, dt ir.DType, send, recv []byte) error {
 	return c.call(ctx, kAllReduce, func(d *desc) error {
 		d.op, d.dt, d.nbytes = int64(op), int64(dt), int64(len(send))
@@ -335,15 +336,49 @@ func (c *Comm) AllReduce(ctx context.Context, op collective.Op, dt ir.DType, sen
 			}
 			return c.wait(ctx, kAllReduce, c.reqs[:1], send, recv)
 		}
-		all := alloc(len(send) * c.size)
-		if err := c.start(kAllReduce, "MPI_Iallgather", 0, c.l.iallgather, addr(send), n, c.moveType(dt), addr(all), n, c.moveType(dt), c.comm); err != nil {
-			return err
-		}
-		if err := c.wait(ctx, kAllReduce, c.reqs[:1], send, all); err != nil {
-			return err
-		}
-		return collective.Reduce(op, dt, recv, blocks(all, c.size)...)
+		return c.orderedAllReduce(ctx, op, dt, send, recv)
 	})
+}
+
+// orderedAllReduce reduces in rank order with collective.Reduce, as a
+// reduce-scatter and an all-gather: the elements are cut into Size() nearly
+// equal blocks, MPI_Ialltoallv brings every rank's copy of block r to rank
+// r, which reduces it (in rank order) into its block of recv, and
+// MPI_Iallgatherv (in place) copies the reduced blocks to every rank. Each
+// rank reduces 1/Size() of the elements and holds one extra copy of its
+// block.
+func (c *Comm) orderedAllReduce(ctx context.Context, op collective.Op, dt ir.DType, send, recv []byte) error {
+	n, esz, mt := c.size, dt.Size(), c.moveType(dt)
+	elems := len(send) / esz
+	// counts[j], displs[j]: block j's length and start, in elements (C ints).
+	arrays := alloc(4 * 4 * n)
+	ints := unsafe.Slice((*int32)(unsafe.Pointer(&arrays[0])), 4*n)
+	counts, displs, mine, mineAt := ints[:n], ints[n:2*n], ints[2*n:3*n], ints[3*n:]
+	for j := range n {
+		lo, hi := j*elems/n, (j+1)*elems/n
+		counts[j], displs[j] = int32(hi-lo), int32(lo)
+	}
+	m := int(counts[c.rank]) // this rank's block
+	for j := range n {
+		mine[j], mineAt[j] = int32(m), int32(j*m)
+	}
+	parts := alloc(n * m * esz)
+	if err := c.start(kAllReduce, "MPI_Ialltoallv", 0, c.l.ialltoallv, addr(send), addr(arrays[4*0*n:]), addr(arrays[4*n:]), mt,
+		addr(parts), addr(arrays[4*2*n:]), addr(arrays[4*3*n:]), mt, c.comm); err != nil {
+		return err
+	}
+	if err := c.wait(ctx, kAllReduce, c.reqs[:1], send, parts, arrays); err != nil {
+		return err
+	}
+	at := int(displs[c.rank]) * esz
+	if err := collective.Reduce(op, dt, recv[at:at+m*esz], blocks(parts, n)...); err != nil {
+		return err
+	}
+	if err := c.start(kAllReduce, "MPI_Iallgatherv", 0, c.l.iallgatherv, mpiInPlace, 0, mt,
+		addr(recv), addr(arrays[:4*n]), addr(arrays[4*n:]), mt, c.comm); err != nil {
+		return err
+	}
+	return c.wait(ctx, kAllReduce, c.reqs[:1], recv, arrays)
 }
 
 // blocks cuts b into n equal blocks.
@@ -484,6 +519,24 @@ func (c *Comm) AllToAll(ctx context.Context, dt ir.DType, shape []int, splitAxis
 		}
 		return nil
 	})
+}
+
+// Polling: a waiting rank calls MPI_Testall and yields (runtime.Gosched)
+// for spinFor, then sleeps between polls, the sleep doubling up to maxSleep.
+// Open MPI's non-blocking collectives advance only inside MPI calls, so each
+// round of a collective's algorithm waits for a poll on every rank: spinning
+// keeps small collectives fast; sleeping keeps long waits from burning a core
+// that the process's other goroutines (and co-located ranks) need.
+var (
+	spinFor  = envDuration("FERRY_MPI_SPIN", time.Millisecond)
+	maxSleep = envDuration("FERRY_MPI_MAX_SLEEP", time.Millisecond)
+)
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d >= 0 {
+		return d
+	}
+	return def
 }
 
 // permuteTag tags CollectivePermute's messages.

@@ -78,6 +78,7 @@ type lib struct {
 	commRank, commSize, commIdup, commSplit, commFree         uintptr
 	commSetErrhandler, errorString                            uintptr
 	iallreduce, iallgather, ireduceScatterBlock, ialltoall    uintptr
+	iallgatherv, ialltoallv                                   uintptr
 	ibcast, isend, irecv, test, testall, cancel, wait         uintptr
 	requestFree                                               uintptr
 
@@ -128,6 +129,7 @@ func open(paths []string) (*lib, error) {
 		{&l.errorString, "MPI_Error_string"},
 		{&l.iallreduce, "MPI_Iallreduce"}, {&l.iallgather, "MPI_Iallgather"},
 		{&l.ireduceScatterBlock, "MPI_Ireduce_scatter_block"}, {&l.ialltoall, "MPI_Ialltoall"},
+		{&l.iallgatherv, "MPI_Iallgatherv"}, {&l.ialltoallv, "MPI_Ialltoallv"},
 		{&l.ibcast, "MPI_Ibcast"}, {&l.isend, "MPI_Isend"}, {&l.irecv, "MPI_Irecv"},
 		{&l.test, "MPI_Test"}, {&l.testall, "MPI_Testall"}, {&l.cancel, "MPI_Cancel"},
 		{&l.wait, "MPI_Wait"}, {&l.requestFree, "MPI_Request_free"},
