@@ -26,6 +26,9 @@
 //     ranks, a Go duration (default 5m; 0 or off: no limit). See Failures.
 //   - FERRY_MPI_REDUCE: native (default) or ordered, how reductions of the
 //     dtypes MPI has are computed (see Reductions).
+//   - FERRY_MPI_SPIN (default 1ms) and FERRY_MPI_MAX_SLEEP (default 1ms):
+//     how long a waiting rank polls while yielding before it sleeps between
+//     polls, and the longest sleep (see below).
 //
 // # Threads
 //
@@ -46,9 +49,13 @@
 // hanging or corrupting memory. Then the transfer runs with MPI's
 // non-blocking collectives (MPI_Iallreduce, MPI_Iallgather,
 // MPI_Ireduce_scatter_block, MPI_Ialltoall, MPI_Ibcast; MPI_Isend and
-// MPI_Irecv for CollectivePermute), polled with MPI_Testall; between polls
-// the goroutine yields, then sleeps with a backoff up to a millisecond, so
-// the goroutines sharing the process make progress. Barrier is the
+// MPI_Irecv for CollectivePermute), polled with MPI_Testall. Between polls
+// the goroutine yields (runtime.Gosched) for the first millisecond, then
+// sleeps, 10µs at first and doubling up to a millisecond, so the goroutines
+// sharing the process, and ranks sharing cores, make progress. Open MPI's
+// non-blocking collectives advance only inside MPI calls, so the first
+// millisecond of polling is what keeps small collectives fast (tens of
+// microseconds rather than milliseconds). Barrier is the
 // descriptor exchange alone. AllGather, ReduceScatter and AllToAll work on
 // any axis: MPI moves contiguous blocks, so blocks along an inner axis are
 // gathered into (or cut out of) a scratch buffer in row-major order.
@@ -60,12 +67,15 @@
 // message and group sizes), the result is the same on every rank, but float
 // sums need not have collective.Local's bits with more than two ranks. f16,
 // bf16 and bool (MPI has no such types), and float Max and Min (MPI's do not
-// propagate NaN), are gathered and reduced here in rank order by
-// collective.Reduce, Local's own kernel: f16 and bf16 accumulate in float32
-// and round once, and the result has Local's bits. FERRY_MPI_REDUCE=ordered
-// does the same for every dtype, so that a job of N processes gives the bits
-// of N virtual devices in one process, at the price of gathering every
-// rank's buffer.
+// propagate NaN), are reduced here in rank order by collective.Reduce,
+// Local's own kernel: AllReduce cuts the elements into one block per rank,
+// MPI_Ialltoallv brings every rank's copy of block r to rank r, which
+// reduces it, and MPI_Iallgatherv shares the reduced blocks; ReduceScatter
+// needs only the MPI_Ialltoall. f16 and bf16 accumulate in float32 and round
+// once, and the result has Local's bits. FERRY_MPI_REDUCE=ordered does the
+// same for every dtype, so that a job of N processes gives the bits of N
+// virtual devices in one process, at the price of doing the arithmetic
+// outside MPI.
 //
 // # Failures
 //
