@@ -30,12 +30,18 @@ type Comm struct {
 	ordered bool
 	busy    atomic.Bool
 	closed  bool
-	reqs    [2]uintptr // the current call's requests (in the heap, as MPI writes them)
-	mine    desc       // this rank's descriptor of the current call
-	all     []desc     // every rank's, gathered
+	reqs    []uintptr     // the current call's requests (in the heap, as MPI writes them)
+	missing func() string // during the descriptor exchange: the ranks not heard from
+	mine    desc          // this rank's descriptor of the current call
+	all     []desc        // every rank's, gathered
 }
 
 var _ collective.Communicator = (*Comm)(nil)
+
+func newComm(l *lib, w *world, comm uintptr, rank, size int, timeout time.Duration, ordered bool) *Comm {
+	return &Comm{l: l, w: w, comm: comm, rank: rank, size: size, timeout: timeout, ordered: ordered,
+		reqs: make([]uintptr, 2*max(size, 2))}
+}
 
 // Rank is this process's rank in the communicator.
 func (c *Comm) Rank() int { return c.rank }
@@ -195,13 +201,7 @@ func (c *Comm) call(ctx context.Context, k kind, fill func(d *desc) error, run f
 	if c.all == nil {
 		c.all = make([]desc, c.size)
 	}
-	mine := unsafe.Slice((*byte)(unsafe.Pointer(&c.mine)), descSize)
-	all := unsafe.Slice((*byte)(unsafe.Pointer(&c.all[0])), descSize*c.size)
-	if err := c.start(k, "MPI_Iallgather", 0, c.l.iallgather, addr(mine), uintptr(descSize), c.l.byteType,
-		addr(all), uintptr(descSize), c.l.byteType, c.comm); err != nil {
-		return err
-	}
-	if err := c.wait(ctx, k, c.reqs[:1], mine, all); err != nil {
+	if err := c.exchange(ctx, k); err != nil {
 		c.all = nil // MPI may still write the old one
 		return err
 	}
@@ -219,6 +219,72 @@ func (c *Comm) call(ctx context.Context, k kind, fill func(d *desc) error, run f
 		return nil
 	}
 	return run(&c.mine)
+}
+
+// p2pDescMax is the largest group whose descriptors are exchanged by
+// point-to-point messages; larger groups use MPI_Iallgather. (A variable for
+// the tests.)
+var p2pDescMax = 64
+
+// descTag tags the descriptors' point-to-point messages.
+const descTag = 5
+
+// exchange gathers every rank's descriptor into c.all. Up to p2pDescMax
+// ranks it posts a receive from and a send to every other rank, so that a
+// rank that times out can name the ranks whose descriptors never came (those
+// that have not joined the collective, or are dead); larger groups use one
+// MPI_Iallgather.
+func (c *Comm) exchange(ctx context.Context, k kind) error {
+	mine := unsafe.Slice((*byte)(unsafe.Pointer(&c.mine)), descSize)
+	all := unsafe.Slice((*byte)(unsafe.Pointer(&c.all[0])), descSize*c.size)
+	if c.size > p2pDescMax {
+		c.missing = func() string {
+			return fmt.Sprintf("a rank did not join it (groups of over %d ranks do not tell which)", p2pDescMax)
+		}
+		defer func() { c.missing = nil }()
+		if err := c.start(k, "MPI_Iallgather", 0, c.l.iallgather, addr(mine), uintptr(descSize), c.l.byteType,
+			addr(all), uintptr(descSize), c.l.byteType, c.comm); err != nil {
+			return err
+		}
+		return c.wait(ctx, k, c.reqs[:1], mine, all)
+	}
+	c.all[c.rank] = c.mine
+	if c.size == 1 {
+		return nil
+	}
+	m := 0
+	from := make([]int, 0, c.size-1) // the rank of each receive request
+	for r := range c.size {
+		if r == c.rank {
+			continue
+		}
+		if err := c.start(k, "MPI_Irecv", m, c.l.irecv, addr(all[r*descSize:]), uintptr(descSize), c.l.byteType, uintptr(r), descTag, c.comm); err != nil {
+			return err
+		}
+		from = append(from, r)
+		m++
+	}
+	for r := range c.size {
+		if r == c.rank {
+			continue
+		}
+		if err := c.start(k, "MPI_Isend", m, c.l.isend, addr(mine), uintptr(descSize), c.l.byteType, uintptr(r), descTag, c.comm); err != nil {
+			return err
+		}
+		m++
+	}
+	c.missing = func() string {
+		var absent []int
+		for i, r := range from {
+			var flag int32
+			if c.l.call(c.l.test, uintptr(unsafe.Pointer(&c.reqs[i])), uintptr(unsafe.Pointer(&flag)), 0) != mpiSuccess || flag == 0 {
+				absent = append(absent, r)
+			}
+		}
+		return fmt.Sprintf("rank(s) %v of %d did not join it (still busy elsewhere, or dead)", absent, c.size)
+	}
+	defer func() { c.missing = nil }()
+	return c.wait(ctx, k, c.reqs[:m], mine, all)
 }
 
 // start calls a non-blocking MPI function that returns a request in
@@ -259,8 +325,12 @@ func (c *Comm) wait(ctx context.Context, k kind, reqs []uintptr, bufs ...[]byte)
 		case ctx.Err() != nil:
 			err = ctx.Err()
 		case c.timeout > 0 && time.Since(start) > c.timeout:
-			err = fmt.Errorf("%w: %v on rank %d of %d (process %d of %d) did not complete within %v (%s)",
-				ErrTimeout, k, c.rank, c.size, c.w.rank, c.w.size, c.timeout, TimeoutEnv)
+			why := "every rank joined it, but the transfer did not finish"
+			if c.missing != nil {
+				why = c.missing()
+			}
+			err = fmt.Errorf("%w: %v on rank %d of %d (process %d of %d) did not complete within %v (%s): %s",
+				ErrTimeout, k, c.rank, c.size, c.w.rank, c.w.size, c.timeout, TimeoutEnv, why)
 		}
 		if err == nil {
 			c.w.poll()
@@ -662,7 +732,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (collective.Communicat
 				return c.giveUp(kSplit, err)
 			}
 		}
-		out = &Comm{l: c.l, w: c.w, comm: *h, rank: int(rank), size: int(size), timeout: c.timeout, ordered: c.ordered}
+		out = newComm(c.l, c.w, *h, int(rank), int(size), c.timeout, c.ordered)
 		return nil
 	})
 	if err != nil || out == nil {

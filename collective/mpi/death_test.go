@@ -3,6 +3,7 @@ package mpi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -20,7 +21,7 @@ import (
 //	FERRY_MPI_KILL_TEST=1 FERRY_COLLECTIVE_TIMEOUT=2s mpirun --enable-recovery -np 3 /tmp/mpi.test -test.run RankDeath
 //
 // The surviving ranks must fail their AllReduce with the timeout error
-// instead of hanging.
+// naming the dead rank, instead of hanging.
 const killEnv = "FERRY_MPI_KILL_TEST"
 
 func TestRankDeath(t *testing.T) {
@@ -40,7 +41,9 @@ func TestRankDeath(t *testing.T) {
 	start := time.Now()
 	err := w.AllReduce(ctx, collective.Sum, ir.Float32, alloc(64), alloc(64))
 	t.Logf("rank %d of %d: AllReduce returned after %v: %v", w.Rank(), w.Size(), time.Since(start), err)
-	if !errors.Is(err, collective.ErrAborted) || !strings.Contains(err.Error(), ErrTimeout.Error()) || !strings.Contains(err.Error(), "AllReduce") {
-		t.Fatalf("a surviving rank got %v, want the timeout error naming AllReduce", err)
+	dead := fmt.Sprintf("rank(s) [%d] of %d did not join it", w.Size()-1, w.Size())
+	if !errors.Is(err, collective.ErrAborted) || !strings.Contains(err.Error(), ErrTimeout.Error()) ||
+		!strings.Contains(err.Error(), "AllReduce") || !strings.Contains(err.Error(), dead) {
+		t.Fatalf("a surviving rank got %v, want the timeout error naming AllReduce and the dead rank", err)
 	}
 }

@@ -41,9 +41,11 @@
 //
 // # How the collectives run
 //
-// Every call begins with an MPI_Iallgather of a small descriptor of each
-// rank's call (collective, dtype, op, shape, axes, root, pairs, and its
-// argument error if any), so that mismatched calls return
+// Every call begins with an exchange of a small descriptor of each rank's
+// call (collective, dtype, op, shape, axes, root, pairs, and its argument
+// error if any) — point-to-point messages to and from every other rank in
+// groups of up to 64 ranks, so that a rank that times out knows which ranks
+// never joined, and one MPI_Iallgather in larger groups — so that mismatched calls return
 // [collective.ErrMismatch] and one rank's invalid arguments return
 // [collective.ErrInvalid] on every rank, like collective.Local, instead of
 // hanging or corrupting memory. Then the transfer runs with MPI's
@@ -98,8 +100,12 @@
 // S", exiting non-zero; the survivors print nothing more. Under mpirun
 // --enable-recovery the survivors keep running: the collective waiting for
 // the dead rank fails after FERRY_COLLECTIVE_TIMEOUT with the timeout error
-// above, and the others learn of it by the abort message. The dead rank is
-// not named (MPI does not tell which rank is missing from a collective).
+// above, which names the ranks that never joined the collective ("rank(s)
+// [2] of 3 did not join it (still busy elsewhere, or dead)"; in groups of
+// over 64 ranks it cannot say which), and the others learn of it by the
+// abort message. A rank that dies in the middle of a transfer, after every
+// rank joined, is reported as "every rank joined it, but the transfer did
+// not finish".
 // MPI errors are returned as errors (communicators use MPI_ERRORS_RETURN),
 // not fatal.
 //

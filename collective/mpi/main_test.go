@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 		job.err = fmt.Errorf("not started by mpirun; run: go test -c -o /tmp/mpi.test ./collective/mpi && mpirun --oversubscribe -np 4 /tmp/mpi.test -test.run MPI")
 		os.Exit(m.Run())
 	}
+	if os.Getenv("FERRY_MPI_TEST_ALLGATHER_DESC") == "1" {
+		p2pDescMax = 0 // test the exchange of large groups
+	}
 	if err := Init(); err != nil {
 		fmt.Fprintln(os.Stderr, "mpi: Init:", err)
 		os.Exit(1)
@@ -54,7 +57,8 @@ func TestMain(m *testing.M) {
 	}
 	job.seed = *(*uint64)(ptr(seed))
 	if w.Rank() == 0 {
-		fmt.Printf("mpi: %d processes, %s, seed %d\n", w.Size(), LibraryPath(), job.seed)
+		fmt.Printf("mpi: %d processes, %s, seed %d, descriptors exchanged by %s\n", w.Size(), LibraryPath(), job.seed,
+			map[bool]string{true: "point-to-point messages", false: "MPI_Iallgather"}[w.Size() <= p2pDescMax])
 	}
 	code := m.Run()
 	// Every rank agrees on failure, so that mpirun's exit status says it.

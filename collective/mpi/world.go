@@ -265,7 +265,7 @@ func newWorld() (*Comm, error) {
 	worldsMu.Lock()
 	worlds = append(worlds, w)
 	worldsMu.Unlock()
-	return &Comm{l: l, w: w, comm: comm, rank: w.rank, size: w.size, timeout: timeout, ordered: ordered}, nil
+	return newComm(l, w, comm, w.rank, w.size, timeout, ordered), nil
 }
 
 // mpiAnySourceArg is MPI_ANY_SOURCE as a register argument (a C int).
