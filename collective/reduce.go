@@ -1,6 +1,7 @@
 package collective
 
 import (
+	"fmt"
 	"math"
 	"unsafe"
 
@@ -271,4 +272,55 @@ func makeKernel(dt ir.DType, op Op) (k kernel, ok bool) {
 		return halfKernel(dt, op), true
 	}
 	return kernel{}, false
+}
+
+// Reducible reports whether dt can be reduced with op.
+func Reducible(op Op, dt ir.DType) bool {
+	_, ok := kernelFor(dt, op)
+	return ok
+}
+
+// Reduce writes the elementwise reduction of srcs with op to dst in the order
+// srcs[0], srcs[1], ..., exactly as [Local] reduces the buffers of its ranks
+// (f16 and bf16 accumulated in float32 and rounded once; NaN propagated by Max
+// and Min; bool normalized to 0 and 1), so an engine that gathers the ranks'
+// buffers and reduces them with Reduce gets Local's bits. Every src and dst
+// hold the same whole number of aligned dt elements; dst may be one of srcs.
+func Reduce(op Op, dt ir.DType, dst []byte, srcs ...[]byte) error {
+	k, ok := kernelFor(dt, op)
+	if !ok {
+		return fmt.Errorf("%w: Reduce: cannot reduce dtype %v with %v", ErrInvalid, dt, op)
+	}
+	if len(srcs) == 0 {
+		return fmt.Errorf("%w: Reduce: no buffers to reduce", ErrInvalid)
+	}
+	if err := checkBuf("dst", dt, dst); err != nil {
+		return fmt.Errorf("%w: Reduce: %w", ErrInvalid, err)
+	}
+	for i, s := range srcs {
+		if len(s) != len(dst) {
+			return fmt.Errorf("%w: Reduce: buffer %d has %d bytes, want dst's %d", ErrInvalid, i, len(s), len(dst))
+		}
+		if err := checkBuf(fmt.Sprintf("buffer %d", i), dt, s); err != nil {
+			return fmt.Errorf("%w: Reduce: %w", ErrInvalid, err)
+		}
+	}
+	esz := dt.Size()
+	w := make([]uint64, tile) // 8-byte aligned for every accumulator type
+	acc := unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), 8*tile)
+	n := len(dst) / esz
+	for a := 0; a < n; a += tile {
+		b := min(a+tile, n)
+		x := acc[:(b-a)*k.accSize]
+		if len(srcs) == 1 {
+			k.load(x, srcs[0][a*esz:b*esz])
+		} else {
+			k.fold2(x, srcs[0][a*esz:b*esz], srcs[1][a*esz:b*esz])
+		}
+		for j := 2; j < len(srcs); j++ {
+			k.fold(x, srcs[j][a*esz:b*esz])
+		}
+		k.store(dst[a*esz:b*esz], x)
+	}
+	return nil
 }

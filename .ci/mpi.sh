@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# CI: the Open MPI engine of package collective (collective/mpi) between real
+# processes. Installs Debian's Open MPI (openmpi-bin, libopenmpi-dev) when
+# mpirun is missing, builds the test binary and runs its MPI tests under
+# mpirun with 2 and 4 ranks, then kills one rank of 3 mid-collective and
+# checks that the two survivors fail with the timeout error instead of
+# hanging. Any failure fails, and so does a skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "mpi: installing openmpi-bin and libopenmpi-dev"
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo=sudo; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev >/dev/null
+fi
+mpirun --version | head -n1
+bin=$(mktemp -d)
+log=$(mktemp)
+trap 'rm -rf "$bin" "$log"' EXIT
+go test -c -o "$bin/mpi.test" ./collective/mpi
+run=(mpirun --oversubscribe)
+if [ "$(id -u)" = 0 ]; then run+=(--allow-run-as-root); fi
+start=$(date +%s)
+# A bug must fail, not hang: each collective of the tests gives up after a
+# minute, and each job after five.
+export FERRY_COLLECTIVE_TIMEOUT=60s
+# 2 and 4 ranks, and 4 again with the descriptor exchange of groups over 64
+# ranks (one MPI_Iallgather instead of point-to-point messages).
+for np in 2 4 4a; do
+  echo "== mpirun -np $np"
+  allgather=0
+  if [ "$np" = 4a ]; then np=4 allgather=1; fi
+  if ! FERRY_MPI_TEST_ALLGATHER_DESC=$allgather timeout 300 "${run[@]}" -np "$np" "$bin/mpi.test" -test.run MPI -test.v -test.count=1 >"$log" 2>&1; then
+    cat "$log"
+    echo "mpi: the tests failed with $np ranks"
+    exit 1
+  fi
+  grep '^mpi: ' "$log" || true
+  grep -- '^--- ' "$log" | sed 's/ (.*//' | sort | uniq -c | sed "s/^ *\([0-9]*\) \(.*\)/  \2 on \1 ranks/"
+  if grep -q -- '--- SKIP' "$log"; then
+    grep -A2 -- '--- SKIP' "$log"
+    echo "mpi: a test skipped with $np ranks"
+    exit 1
+  fi
+  passes=$(grep -c -- '--- PASS: TestMPIAllReduce' "$log" || true)
+  if [ "$passes" != "$np" ]; then
+    echo "mpi: TestMPIAllReduce passed on $passes of $np ranks"
+    exit 1
+  fi
+done
+echo "== mpirun --enable-recovery -np 3, the last rank killed mid-collective"
+FERRY_MPI_KILL_TEST=1 FERRY_COLLECTIVE_TIMEOUT=2s timeout 120 "${run[@]}" --enable-recovery -np 3 \
+  "$bin/mpi.test" -test.run '^TestRankDeath$' -test.v -test.count=1 >"$log" 2>&1 || true
+survivors=$(grep -c -- '--- PASS: TestRankDeath' "$log" || true)
+if [ "$survivors" != 2 ] || grep -q -- '--- FAIL' "$log"; then
+  cat "$log"
+  echo "mpi: $survivors of the 2 surviving ranks reported the timeout"
+  exit 1
+fi
+grep 'AllReduce returned' "$log" | sed 's/^ *//'
+echo "mpi: passed in $(( $(date +%s) - start )) s"
