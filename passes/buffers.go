@@ -127,7 +127,7 @@ func aliasFor(r *ir.Region, l *Liveness, v *ir.Value, b Buffer, donated []bool, 
 			continue
 		}
 		switch last := l.Last[pv]; {
-		case last == k && inPlace(v.Op, pv, fusionInPlace):
+		case last == k && inPlace(v.Op, pv, v, fusionInPlace):
 			return i
 		case last < k && first < 0:
 			first = i
@@ -157,11 +157,18 @@ func assignSlices(p *RegionPlan, ysFrom int) {
 	}
 }
 
-// inPlace reports whether op may write a result over operand v (of the same
-// size) while it runs: op is elementwise, a dynamic_update_slice and v its
-// operand 0 (and no other operand), or — when fusion is set — a loop fusion
-// that reads v only element for element (pointwiseOperand).
-func inPlace(op *ir.Op, v *ir.Value, fusion bool) bool {
+// inPlace reports whether op may write its result res over operand v (of
+// the same size in bytes) while it runs: res has as many elements as v (so
+// that, of the same size, its element k lies where v's does), and op is
+// elementwise, a dynamic_update_slice and v its operand 0 (and no other
+// operand), or — when fusion is set — a loop fusion that reads v only
+// element for element (pointwiseOperand). A fusion's result of v's bytes
+// but other elements (u8[4,10] over f32[10]) would overwrite elements of v
+// that the fusion has still to read.
+func inPlace(op *ir.Op, v, res *ir.Value, fusion bool) bool {
+	if res.Type.Size() != v.Type.Size() {
+		return false
+	}
 	switch {
 	case op.Info().Elementwise:
 		return true
@@ -228,7 +235,7 @@ func packArena(p *RegionPlan, l *Liveness, fusionInPlace bool) {
 			for _, a := range op.Args {
 				ab := owner[a]
 				if ab == nil || ab.vals[len(ab.vals)-1] != a || l.Last[a] != k || ab.size != bytesOf(v) ||
-					ab.space != v.Type.Space || !inPlace(op, a, fusionInPlace) {
+					ab.space != v.Type.Space || !inPlace(op, a, v, fusionInPlace) {
 					continue
 				}
 				b = ab

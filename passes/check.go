@@ -119,7 +119,7 @@ func checkRegionPlan(rp *RegionPlan, top bool, donated []bool, encl *ir.Op, wher
 					if bytesOf(pv) != b.Size || pv.Type.Space != b.Space {
 						return fmt.Errorf("%s: %v aliases parameter %d of another size or space", where, v, i)
 					}
-					if last[pv] > k || last[pv] == k && !inPlace(op, pv, true) {
+					if last[pv] > k || last[pv] == k && !inPlace(op, pv, v, true) {
 						return fmt.Errorf("%s: %v aliases parameter %d, which is read later (at op %d)", where, v, i, last[pv])
 					}
 				}
@@ -213,7 +213,7 @@ func checkRegionPlan(rp *RegionPlan, top bool, donated []bool, encl *ir.Op, wher
 			// In place: b's op overwrites a where a dies (or the reverse).
 			over := func(x, y blk) bool {
 				return x.v != nil && y.v != nil && x.off == y.off && x.size == y.size && x.end == y.start &&
-					y.v.Op != nil && hasArg(y.v.Op, x.v) && inPlace(y.v.Op, x.v, true)
+					y.v.Op != nil && hasArg(y.v.Op, x.v) && inPlace(y.v.Op, x.v, y.v, true)
 			}
 			if over(a, b) || over(b, a) {
 				continue

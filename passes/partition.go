@@ -665,6 +665,9 @@ func (b builder) combine(x *ir.Value, pr ir.PartialReduction) (*ir.Value, error)
 
 // iota is the device's block of an iota: an iota of the block's shape plus,
 // where the counted dimension is split, the offset of the device's block.
+// For a float dtype the index is summed in i32 and converted once, as the
+// whole iota rounds each index: a float dtype does not hold every offset
+// (bf16 rounds 423 to 424).
 func (b builder) iota(op *ir.Op) (*ir.Value, error) {
 	r := op.Results[0]
 	s := b.p.a.Shardings[r]
@@ -673,11 +676,15 @@ func (b builder) iota(op *ir.Op) (*ir.Value, error) {
 		return nil, err
 	}
 	dim, dt := op.Attrs.Int("dim"), op.Attrs.DType("dtype")
-	x, err := b.add(ir.Iota, nil, ir.Attrs{"dtype": dt, "shape": []int(local.Shape.Clone()), "dim": dim})
+	axes := effective(s, dim)
+	it := dt
+	if len(axes) > 0 && dt.IsFloat() {
+		it = ir.Int32
+	}
+	x, err := b.add(ir.Iota, nil, ir.Attrs{"dtype": it, "shape": []int(local.Shape.Clone()), "dim": dim})
 	if err != nil {
 		return nil, err
 	}
-	axes := effective(s, dim)
 	if len(axes) == 0 {
 		return x, nil
 	}
@@ -685,10 +692,10 @@ func (b builder) iota(op *ir.Op) (*ir.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	if idx, err = b.add(ir.Convert, []*ir.Value{idx}, ir.Attrs{"dtype": dt}); err != nil {
+	if idx, err = b.add(ir.Convert, []*ir.Value{idx}, ir.Attrs{"dtype": it}); err != nil {
 		return nil, err
 	}
-	size, err := b.scalar(dt, float64(local.Shape[dim]))
+	size, err := b.scalar(it, float64(local.Shape[dim]))
 	if err != nil {
 		return nil, err
 	}
@@ -699,5 +706,8 @@ func (b builder) iota(op *ir.Op) (*ir.Value, error) {
 	if off, err = b.add(ir.BroadcastInDim, []*ir.Value{off}, ir.Attrs{"shape": []int(local.Shape.Clone()), "dims": []int{}}); err != nil {
 		return nil, err
 	}
-	return b.add(ir.Add, []*ir.Value{x, off}, nil)
+	if x, err = b.add(ir.Add, []*ir.Value{x, off}, nil); err != nil || it == dt {
+		return x, err
+	}
+	return b.add(ir.Convert, []*ir.Value{x}, ir.Attrs{"dtype": dt})
 }

@@ -165,12 +165,12 @@ func donationEdges(r *ir.Region, donated []bool, fusionInPlace bool) map[int][]i
 		}
 		for _, i := range readers[pv] {
 			op := r.Ops[i]
-			if hostToDevice(op) || !inPlace(op, pv, fusionInPlace) {
+			if hostToDevice(op) {
 				continue
 			}
 			var res *ir.Value
 			for _, v := range op.Results {
-				if ret[v] && !taken[v] && bytesOf(v) == bytesOf(pv) && v.Type.Space == pv.Type.Space {
+				if ret[v] && !taken[v] && bytesOf(v) == bytesOf(pv) && v.Type.Space == pv.Type.Space && inPlace(op, pv, v, fusionInPlace) {
 					res = v
 					break
 				}

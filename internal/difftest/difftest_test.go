@@ -43,7 +43,10 @@ func envInt(t *testing.T, name string, def uint64) uint64 {
 // failure is a mismatch or an internal error.
 type failure struct {
 	internal bool
-	msg      string
+	// stage says where a sharded run failed (TestShardedRandom), so that
+	// its reproduction is shrunk while it fails there.
+	stage string
+	msg   string
 }
 
 func (f *failure) Error() string {
@@ -59,6 +62,11 @@ type testCase struct {
 	aliased bool
 	// fmaDiffers is set by run when contraction changed some result bits.
 	fmaDiffers bool
+	// orderSensitive is set by runSharded when the sharded results differ
+	// from the whole program's beyond the tolerance through sums in another
+	// order: it says why that is no error (an op that is not continuous,
+	// or results as close to the float64 program's as the whole's).
+	orderSensitive string
 	// concurrent is how many Executes run at once without contraction.
 	concurrent int
 	f          *ir.Func
@@ -356,6 +364,7 @@ func (c *testCase) cut(i int, keepOps bool) *testCase {
 	probe := n.clone()
 	probe.f.Body.Results = slices.Clone(probe.f.Body.Ops[i].Results)
 	probe.dce(false)
+	stripShardings(probe.f.Body) // eval runs the global program
 	vals, err := eval.Run(probe.f, cloneAll(probe.args))
 	if err != nil {
 		return nil

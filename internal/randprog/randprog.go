@@ -57,15 +57,22 @@ type Features struct {
 	// checkpoint_name, optimization_barrier, sharding_constraint, and the
 	// dtypes f64, f16, bf16, i64, u8, u32.
 	Extended bool
+	// EvenDims draws New's dimension sizes (of parameters, constants,
+	// broadcasts, dot products and concatenated pieces) from 1, 2, 4 and 8,
+	// and its long dimensions as multiples of 8, so that meshes of 2, 4
+	// and 8 devices split them: the shapes of the sharded differential
+	// test. It is a choice of shapes, not a family of ops: All leaves it
+	// off.
+	EvenDims bool
 }
 
-// All is every feature on.
+// All is every family of ops on (EvenDims, a choice of shapes, stays off).
 func All() Features {
 	return Features{Control: true, HostParams: true, ScanCopies: true, ScanConstResults: true, Extended: true}
 }
 
 // Names lists the feature names ParseFeatures understands.
-var Names = []string{"control", "hostparams", "scancopies", "scanconst", "extended"}
+var Names = []string{"control", "hostparams", "scancopies", "scanconst", "extended", "evendims"}
 
 func (f *Features) field(name string) *bool {
 	switch name {
@@ -79,6 +86,8 @@ func (f *Features) field(name string) *bool {
 		return &f.ScanConstResults
 	case "extended":
 		return &f.Extended
+	case "evendims":
+		return &f.EvenDims
 	}
 	return nil
 }
@@ -190,17 +199,34 @@ func (g *progGen) randShape() ir.Shape {
 	r := g.rng.IntN(4)
 	s := make(ir.Shape, r)
 	for i := range s {
-		s[i] = 1 + g.rng.IntN(4)
+		s[i] = g.dim(4)
 		if g.rng.IntN(40) == 0 {
 			// Now and then a dimension long enough for several blocks,
 			// spans and workers.
-			s[i] = 100 + g.rng.IntN(1500)
+			s[i] = g.long(100 + g.rng.IntN(1500))
 		}
 	}
 	if s.Size() > 1<<14 {
 		return s[:1]
 	}
 	return s
+}
+
+// dim draws a dimension size from 1 to n, or with EvenDims from 1, 2, 4
+// and 8 (mostly 2 and 4).
+func (g *progGen) dim(n int) int {
+	if g.feat.EvenDims {
+		return []int{1, 2, 2, 4, 4, 8}[g.rng.IntN(6)]
+	}
+	return 1 + g.rng.IntN(n)
+}
+
+// long returns n, or with EvenDims n rounded down to a multiple of 8.
+func (g *progGen) long(n int) int {
+	if g.feat.EvenDims {
+		return max(8, n&^7)
+	}
+	return n
 }
 
 func (g *progGen) randType() ir.Type { return ir.Type{DType: g.randDType(), Shape: g.randShape()} }
@@ -424,7 +450,7 @@ func (s *scope) step() {
 		if x.Type.Rank() >= 3 {
 			return
 		}
-		shape := append(ir.Shape{1 + rng.IntN(3)}, x.Type.Shape...)
+		shape := append(ir.Shape{s.g.dim(3)}, x.Type.Shape...)
 		dims := make([]int, x.Type.Rank())
 		for i := range dims {
 			dims[i] = i + 1
@@ -433,6 +459,9 @@ func (s *scope) step() {
 			// Broadcast along a size-1 dimension (dims the identity).
 			shape = x.Type.Shape.Clone()
 			shape[d] = 2 + rng.IntN(3)
+			if s.g.feat.EvenDims {
+				shape[d] = 2 << rng.IntN(3)
+			}
 			dims = iotaInts(x.Type.Rank())
 		}
 		if shape.Size() > 1<<15 {
@@ -528,9 +557,9 @@ func (s *scope) dot(x *ir.Value) {
 		return
 	}
 	kdim := x.Type.Shape[r-1]
-	n := 1 + rng.IntN(4)
+	n := s.g.dim(4)
 	if rng.IntN(10) == 0 {
-		n = 20 + rng.IntN(60)
+		n = s.g.long(20 + rng.IntN(60))
 	}
 	attrs := ir.Attrs{"lhs_batch": []int{}, "rhs_batch": []int{}, "lhs_contract": []int{r - 1}, "rhs_contract": []int{0}}
 	var wt ir.Type
@@ -577,7 +606,7 @@ func (s *scope) extended(x *ir.Value) {
 		}
 		axis := rng.IntN(r)
 		t := x.Type.WithShape(x.Type.Shape).WithSpace(ir.Device)
-		t.Shape[axis] = 1 + rng.IntN(3)
+		t.Shape[axis] = s.g.dim(3)
 		y := s.like(t)
 		args := []*ir.Value{x, y}
 		if rng.IntN(2) == 0 {

@@ -123,6 +123,31 @@ func TestParseFeatures(t *testing.T) {
 	require.False(t, f.ScanCopies)
 	require.True(t, f.Control)
 	require.Equal(t, "control,hostparams,scanconst,extended", f.String())
+	f, err = ParseFeatures(All(), "+evendims")
+	require.NoError(t, err)
+	require.True(t, f.EvenDims && f.Extended)
+	require.False(t, All().EvenDims, "a choice of shapes, not a family of ops")
 	_, err = ParseFeatures(All(), "+bogus")
 	require.ErrorContains(t, err, `unknown feature "bogus"`)
+}
+
+// With EvenDims, parameters have dimensions that meshes of 2, 4 and 8
+// devices divide (or 1), and there are enough of them split 8 ways.
+func TestEvenDims(t *testing.T) {
+	feat := All()
+	feat.EvenDims = true
+	byEight := 0
+	for seed := range uint64(200) {
+		f := New(seed, feat)
+		require.NoError(t, ir.Verify(f))
+		for _, p := range f.Body.Params {
+			for _, n := range p.Type.Shape {
+				require.True(t, n == 1 || n == 2 || n == 4 || n%8 == 0, "seed %d: parameter %v", seed, p.Type)
+				if n%8 == 0 {
+					byEight++
+				}
+			}
+		}
+	}
+	require.Positive(t, byEight)
 }
