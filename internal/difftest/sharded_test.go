@@ -126,6 +126,24 @@ func newShardedCase(seed uint64, feat randprog.Features) (*testCase, string, err
 	clear(c.donated)
 	rng := rand.New(rand.NewPCG(seed, 23))
 	f, m := c.f, shardMesh(seed, rng)
+	// The generator's sharding constraints are on one-device meshes: they
+	// move to m, each with a random spec that fits its value, and region
+	// parameters that took a constrained value's sharding lose it (a
+	// function uses one mesh; propagation places them).
+	f.Body.Walk(func(op *ir.Op) {
+		if op.Code == ir.ShardingConstraint {
+			s := randomSharding(rng, m, op.Args[0].Type.Shape)
+			op.Attrs["sharding"] = s.String()
+			op.Results[0].Type = op.Results[0].Type.WithSharding(s)
+		}
+		for _, r := range op.Regions {
+			for _, p := range r.Params {
+				if p.Type.Sharding != nil && !p.Type.Sharding.Mesh.Equal(m) {
+					p.Type = p.Type.WithSharding(nil)
+				}
+			}
+		}
+	})
 	sharded := false
 	for _, p := range f.Body.Params {
 		switch rng.IntN(8) {
@@ -143,7 +161,11 @@ func newShardedCase(seed uint64, feat randprog.Features) (*testCase, string, err
 	}
 	if rng.IntN(2) == 0 {
 		var vals []*ir.Value
-		f.Body.Walk(func(op *ir.Op) { vals = append(vals, op.Results...) })
+		f.Body.Walk(func(op *ir.Op) {
+			if op.Code != ir.ShardingConstraint { // its result has the constraint's sharding
+				vals = append(vals, op.Results...)
+			}
+		})
 		for range 1 + rng.IntN(3) {
 			if len(vals) == 0 {
 				break

@@ -230,6 +230,12 @@ func (s *spmdDevice) collective(op *ir.Op, in []*ir.Literal) ([]*ir.Literal, err
 			shape = slices.Insert(slices.Clone(shape), d, 1)
 		}
 		err = c.AllGather(s.ctx, out.Type.DType, shape, d, in[0].Data, out.Data)
+	case ir.ReduceScatter:
+		shape, d := []int(in[0].Type.Shape), op.Attrs.Int("dimension")
+		if !op.Attrs.Bool("tiled") {
+			return nil, fmt.Errorf("the reference interpreter has no stacked reduce_scatter")
+		}
+		err = c.ReduceScatter(s.ctx, collective.Sum, out.Type.DType, shape, d, in[0].Data, out.Data)
 	default:
 		return nil, fmt.Errorf("the reference interpreter has no %v", op.Code)
 	}
