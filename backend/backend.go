@@ -98,6 +98,11 @@ type Device struct {
 	ID int
 	// Kind describes the hardware.
 	Kind string
+	// Process is the index of the process holding the device in a job of
+	// several processes (rt.InitDistributed), where ID is the global device
+	// ID (process·devices per process + the device's index in its process);
+	// 0 in a job of one.
+	Process int
 }
 
 // String formats the device as platform:id(kind), e.g. "cpu:0(cpu)".
