@@ -1,0 +1,247 @@
+package disttest
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryml/ferry/collective/mpi"
+	"github.com/ferryml/ferry/ir"
+	rt "github.com/ferryml/ferry/runtime"
+	"github.com/ferryml/ferry/trace"
+)
+
+// inJob is set when the test process is one of an MPI job's.
+var inJob bool
+
+func TestMain(m *testing.M) {
+	if !mpi.InMPIJob() {
+		os.Exit(m.Run())
+	}
+	inJob = true
+	if os.Getenv(rt.EnvCPUDevices) == "" {
+		if err := rt.SetCPUDeviceCount(2); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
+	if err := rt.InitDistributed(rt.DistributedConfig{}); err != nil {
+		fmt.Fprintln(os.Stderr, "InitDistributed:", err)
+		os.Exit(2)
+	}
+	if rt.ProcessIndex() == 0 {
+		fmt.Printf("dist: %d processes, %d devices\n", rt.ProcessCount(), len(rt.Devices()))
+	}
+	code := m.Run()
+	// Every process agrees on failure: the codes, one per device, gathered.
+	n := len(rt.Devices())
+	codes := make([]int32, n)
+	for i := range codes {
+		codes[i] = int32(code)
+	}
+	if all, err := gatherPerDevice(codes); err != nil {
+		fmt.Fprintln(os.Stderr, "dist: agreeing on the result:", err)
+		code = 1
+	} else {
+		for _, c := range all {
+			if c != 0 {
+				code = 1
+			}
+		}
+	}
+	if err := rt.ShutdownDistributed(); err != nil {
+		fmt.Fprintln(os.Stderr, "dist:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// gatherPerDevice puts v (one element per device) sharded over every device
+// of the job, each process giving its own values, and reads it back whole:
+// element i is the value of the process holding device i.
+func gatherPerDevice(v []int32) ([]int32, error) {
+	m, err := ir.NewMesh([]int{len(v)}, []string{"all"})
+	if err != nil {
+		return nil, err
+	}
+	s, err := ir.NewNamedSharding(m, ir.P("all"))
+	if err != nil {
+		return nil, err
+	}
+	x, err := rt.DevicePut(trace.Const(v, len(v)), s)
+	if err != nil {
+		return nil, err
+	}
+	return x.Int32s(), nil
+}
+
+// jobSeed returns a seed chosen by process 0, the same in every process.
+func jobSeed(t *testing.T) uint64 {
+	n := len(rt.Devices())
+	mine := make([]int32, n)
+	for i := range mine {
+		mine[i] = int32(time.Now().UnixNano())
+	}
+	all, err := gatherPerDevice(mine)
+	require.NoError(t, err)
+	return uint64(uint32(all[0]))
+}
+
+func sharding(t *testing.T, shape []int, names []string, spec ir.PartitionSpec) *ir.NamedSharding {
+	t.Helper()
+	m, err := ir.NewMesh(shape, names)
+	require.NoError(t, err)
+	s, err := ir.NewNamedSharding(m, spec)
+	require.NoError(t, err)
+	return s
+}
+
+func randArray(rng *rand.Rand, shape ...int) (*trace.Array, []float64) {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	v := make([]float64, n)
+	f := make([]float32, n)
+	for i := range v {
+		f[i] = float32(rng.NormFloat64())
+		v[i] = float64(f[i])
+	}
+	return trace.Const(f, shape...), v
+}
+
+// checkSharded runs sharded jitted functions over every device of the job
+// (n of them, k per process) and compares them with float64 references.
+func checkSharded(t *testing.T) {
+	n, k := len(rt.Devices()), len(rt.LocalDevices())
+	p := rt.ProcessIndex()
+	for d, dev := range rt.LocalDevices() {
+		require.Equal(t, p*k+d, dev.ID)
+		require.Equal(t, p, dev.Process)
+	}
+	rng := rand.New(rand.NewPCG(jobSeed(t), 7))
+
+	t.Run("elementwise", func(t *testing.T) {
+		x, xv := randArray(rng, 3*n, 5)
+		s := sharding(t, []int{n}, []string{"x"}, ir.P("x"))
+		xs, err := rt.DevicePut(x, s)
+		require.NoError(t, err)
+		shards, err := rt.Shards(xs)
+		require.NoError(t, err)
+		require.Len(t, shards, k) // this process's blocks only
+		for d, sh := range shards {
+			g := p*k + d
+			require.Equal(t, g, sh.Device.ID)
+			require.Equal(t, []int{3 * g, 0}, sh.Start)
+			require.Equal(t, xv[3*g*5:(3*g+1)*5], sh.Array.Float64s()[:5])
+		}
+		y := rt.Jit(func(a *trace.Array) *trace.Array { return trace.Tanh(trace.Mul(a, a)) })(xs)
+		got := y.Float64s()
+		for i := range xv {
+			require.InDelta(t, math.Tanh(xv[i]*xv[i]), got[i], 1e-6)
+		}
+	})
+
+	t.Run("sum", func(t *testing.T) {
+		x, xv := randArray(rng, 2*n, 3)
+		s := sharding(t, []int{n}, []string{"x"}, ir.P("x"))
+		xs, err := rt.DevicePut(x, s)
+		require.NoError(t, err)
+		f := rt.Jit(func(a *trace.Array) (*trace.Array, *trace.Array) { return trace.Sum(a), trace.Sum(a, 0) })
+		o0, o1 := f(xs)
+		var want float64
+		cols := make([]float64, 3)
+		for i, v := range xv {
+			want += v
+			cols[i%3] += v
+		}
+		require.InDelta(t, want, o0.Item(), 1e-4)
+		got := o1.Float64s()
+		for j := range cols {
+			require.InDelta(t, cols[j], got[j], 1e-4)
+		}
+	})
+
+	t.Run("matmul", func(t *testing.T) {
+		// The contracting dimension split over every device: each device's
+		// partial product, all-reduced.
+		a, av := randArray(rng, 4, 2*n)
+		b, bv := randArray(rng, 2*n, 3)
+		m, err := ir.NewMesh([]int{n}, []string{"x"})
+		require.NoError(t, err)
+		sa, err := ir.NewNamedSharding(m, ir.P("", "x"))
+		require.NoError(t, err)
+		sb, err := ir.NewNamedSharding(m, ir.P("x"))
+		require.NoError(t, err)
+		as, err := rt.DevicePut(a, sa)
+		require.NoError(t, err)
+		bs, err := rt.DevicePut(b, sb)
+		require.NoError(t, err)
+		c := rt.Jit(trace.MatMul)(as, bs)
+		got := c.Float64s()
+		for i := range 4 {
+			for j := range 3 {
+				var want float64
+				for l := range 2 * n {
+					want += av[i*2*n+l] * bv[l*3+j]
+				}
+				require.InDelta(t, want, got[i*3+j], 1e-4)
+			}
+		}
+	})
+
+	t.Run("mesh2d", func(t *testing.T) {
+		// A 2-D mesh whose first axis crosses processes: a sum over one axis
+		// reduces within groups that span processes (or not).
+		x, xv := randArray(rng, 2*2, n/2*3)
+		s := sharding(t, []int{2, n / 2}, []string{"a", "b"}, ir.P("a", "b"))
+		xs, err := rt.DevicePut(x, s)
+		require.NoError(t, err)
+		f := rt.Jit(func(a *trace.Array) (*trace.Array, *trace.Array) { return trace.Sum(a, 0), trace.Sum(a, 1) })
+		o0, o1 := f(xs)
+		rows, cols := 4, n/2*3
+		s0, s1 := o0.Float64s(), o1.Float64s()
+		for j := range cols {
+			var want float64
+			for i := range rows {
+				want += xv[i*cols+j]
+			}
+			require.InDelta(t, want, s0[j], 1e-4)
+		}
+		for i := range rows {
+			var want float64
+			for j := range cols {
+				want += xv[i*cols+j]
+			}
+			require.InDelta(t, want, s1[i], 1e-4)
+		}
+	})
+}
+
+// TestMPISharded runs the checks over the devices of every process of the
+// job.
+func TestMPISharded(t *testing.T) {
+	if !inJob {
+		t.Skip("not started by mpirun; run: go test -c -o /tmp/dist.test ./internal/disttest && mpirun --oversubscribe -np 2 /tmp/dist.test -test.run MPI")
+	}
+	require.Greater(t, rt.ProcessCount(), 1)
+	checkSharded(t)
+}
+
+// TestOneProcess runs the same checks on 4 virtual devices of one process.
+func TestOneProcess(t *testing.T) {
+	if inJob {
+		t.Skip("in an MPI job: TestMPISharded runs the checks")
+	}
+	before := len(rt.Devices())
+	require.NoError(t, rt.SetCPUDeviceCount(4))
+	t.Cleanup(func() { _ = rt.SetCPUDeviceCount(before) })
+	require.NoError(t, rt.InitDistributed(rt.DistributedConfig{})) // a job of one: nothing changes
+	require.Equal(t, 1, rt.ProcessCount())
+	checkSharded(t)
+}
