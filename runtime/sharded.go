@@ -43,14 +43,15 @@ func (b *shardedBuffer) Type() ir.Type { return b.typ.Clone() }
 func (b *shardedBuffer) Sharding() *ir.NamedSharding { return b.typ.Sharding }
 
 // Literal assembles the global array on the host from the shards, reading
-// one replica of every block. An array over the devices of several
-// processes (InitDistributed) gathers the other processes' blocks: every
-// process must call it (processAllGather).
+// one replica of every block. In a job of several processes
+// (InitDistributed) it gathers the blocks of the other processes' devices:
+// it is a collective that every process calls, whichever processes hold
+// the mesh's devices (processAllGather).
 func (b *shardedBuffer) Literal() (*ir.Literal, error) {
 	if b.isDeleted() {
 		return nil, fmt.Errorf("sharded array %v was deleted", b.typ)
 	}
-	if spansProcesses(b.typ.Sharding.Mesh) {
+	if _, _, _, on := distInfo(); on {
 		return processAllGather(b)
 	}
 	out := ir.NewLiteral(b.typ)

@@ -195,6 +195,40 @@ func checkSharded(t *testing.T) {
 		}
 	})
 
+	t.Run("lastProcess", func(t *testing.T) {
+		// A mesh of the last process's devices alone (all devices in a job
+		// of one): the other processes run nothing, and read the result
+		// by gathering it.
+		last := rt.ProcessCount() - 1
+		var ids []int
+		for d := range k {
+			ids = append(ids, last*k+d)
+		}
+		m, err := ir.NewMesh([]int{k}, []string{"x"}, ids...)
+		require.NoError(t, err)
+		s, err := ir.NewNamedSharding(m, ir.P("x"))
+		require.NoError(t, err)
+		x, xv := randArray(rng, 2*k, 3)
+		xs, err := rt.DevicePut(x, s)
+		require.NoError(t, err)
+		shards, err := rt.Shards(xs)
+		require.NoError(t, err)
+		if p == last {
+			require.Len(t, shards, k)
+		} else {
+			require.Empty(t, shards)
+		}
+		y := rt.Jit(func(a *trace.Array) *trace.Array { return trace.Sum(trace.Exp(a), 0) })(xs)
+		got := y.Float64s()
+		for j := range 3 {
+			var want float64
+			for i := range 2 * k {
+				want += math.Exp(xv[i*3+j])
+			}
+			require.InDelta(t, want, got[j], 1e-4)
+		}
+	})
+
 	t.Run("mesh2d", func(t *testing.T) {
 		// A 2-D mesh whose first axis crosses processes: a sum over one axis
 		// reduces within groups that span processes (or not).
