@@ -75,6 +75,14 @@ for np in 2 4; do
     grep -- "^    --- PASS" "$log" | sed 's/ (.*//' | sort | uniq -c | sed "s/^ *\([0-9]*\) *\(.*\)/  \2 on \1 processes/"
   done
 done
+echo "== mpirun -np 1 (2 devices) : -np 1 (3 devices): InitDistributed refuses different counts"
+if ! FERRY_DIST_TEST_MISMATCH=1 timeout 120 "${run[@]}" -x FERRY_DIST_TEST_MISMATCH -np 1 -x FERRY_CPU_DEVICES=2 "$bin/dist.test" : \
+  -np 1 -x FERRY_CPU_DEVICES=3 "$bin/dist.test" >"$log" 2>&1 || [ "$(grep -c '^dist: InitDistributed refused' "$log")" != 2 ]; then
+  cat "$log"
+  echo "mpi: InitDistributed did not refuse different device counts in both processes"
+  exit 1
+fi
+sed -n 's/^dist: //p' "$log" | head -n1
 echo "== mpirun --enable-recovery -np 3, the last rank killed mid-collective"
 FERRY_MPI_KILL_TEST=1 FERRY_COLLECTIVE_TIMEOUT=2s timeout 120 "${run[@]}" --enable-recovery -np 3 \
   "$bin/mpi.test" -test.run '^TestRankDeath$' -test.v -test.count=1 >"$log" 2>&1 || true

@@ -94,7 +94,8 @@ type Executable interface {
 type Device struct {
 	// Platform is the backend name ("cpu", "cuda").
 	Platform string
-	// ID is the device's index within its platform.
+	// ID is the device's index within its platform (in a job of several
+	// processes, its global index: see Process).
 	ID int
 	// Kind describes the hardware.
 	Kind string

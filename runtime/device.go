@@ -20,7 +20,15 @@ const EnvCPUDevices = backend.EnvCPUDevices
 // --xla_force_host_platform_device_count or FERRY_CPU_DEVICES=n. It is
 // ConfigureMemory with MemoryConfig.Devices = n (cpu.SetDeviceCount): call
 // it before making arrays, or when none is live.
-func SetCPUDeviceCount(n int) error { return cpu.SetDeviceCount(n) }
+//
+// In a job of several processes (InitDistributed) the count is fixed: it is
+// an error to change it.
+func SetCPUDeviceCount(n int) error {
+	if _, _, k, on := distInfo(); on && n != k {
+		return fmt.Errorf("rt.SetCPUDeviceCount(%d): this process is in a job of several processes with %d devices each (rt.InitDistributed); the count cannot change", n, k)
+	}
+	return cpu.SetDeviceCount(n)
+}
 
 // DeviceOf returns the device holding a concrete array (jax.Array.devices()
 // for an array on one device). Arrays made without naming a device are on

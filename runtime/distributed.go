@@ -24,14 +24,16 @@ type DistributedConfig struct {
 
 // dist is the state of a job of several processes (InitDistributed).
 var dist struct {
-	mu     sync.Mutex // guards the fields, and serializes Splits of world
-	on     bool
-	mpi    bool // MPI was initialized by InitDistributed: Finalize it
-	p, np  int  // this process, the process count
-	k      int  // devices per process
-	procs  collective.Communicator
-	gather collective.Communicator // the processes, for ProcessAllGather and Literal
-	world  []*collective.Hybrid    // this process's k ranks of the world of np·k devices
+	mu       sync.Mutex // guards the fields
+	splitMu  sync.Mutex // serializes the Splits of world (one goroutine per rank at a time)
+	gatherMu sync.Mutex // serializes the gathers on gather
+	on       bool
+	mpi      bool // MPI was initialized by InitDistributed: Finalize it
+	p, np    int  // this process, the process count
+	k        int  // devices per process
+	procs    collective.Communicator
+	gather   collective.Communicator // the processes, for ProcessAllGather and Literal
+	world    []*collective.Hybrid    // this process's k ranks of the world of np·k devices
 }
 
 // InitDistributed joins this process to a job of several processes that run
@@ -78,12 +80,16 @@ func InitDistributed(cfg DistributedConfig) (err error) {
 		}
 		useMPI = true
 		if procs, err = mpi.World(); err != nil {
+			_ = mpi.Finalize()
 			return fmt.Errorf("rt.InitDistributed: %w", err)
 		}
 	}
 	defer func() {
 		if err != nil {
 			_ = procs.Close()
+			if useMPI {
+				_ = mpi.Finalize() // the process may exit cleanly
+			}
 		}
 	}()
 	ctx := context.Background()
@@ -110,8 +116,10 @@ func InitDistributed(cfg DistributedConfig) (err error) {
 
 // ShutdownDistributed ends the job InitDistributed joined: it closes the
 // communicators and finalizes MPI if InitDistributed initialized it. Every
-// process calls it after its last computation on sharded arrays; the process
-// is then a job of one again (MPI cannot be initialized twice, though).
+// process calls it after its last computation on sharded arrays over the
+// job's devices (such arrays and the jitted functions run on them must not
+// be used afterwards); the process is then a job of one again (MPI cannot
+// be initialized twice, though).
 func ShutdownDistributed() error {
 	dist.mu.Lock()
 	defer dist.mu.Unlock()
@@ -248,27 +256,29 @@ func spansProcesses(m *ir.Mesh) bool { return len(meshProcesses(m)) > 1 }
 // Every process calls it for the same mesh and axes at the same point (it is
 // collective over the world).
 func worldComms(ctx context.Context, m *ir.Mesh, axes []string, parseAxes func(string) []int) ([]map[string]collective.Communicator, error) {
+	dist.splitMu.Lock()
+	defer dist.splitMu.Unlock()
 	dist.mu.Lock()
-	defer dist.mu.Unlock()
-	if !dist.on {
-		return nil, errors.New("internal error: worldComms outside a job of several processes")
+	on, p, k, world := dist.on, dist.p, dist.k, dist.world
+	dist.mu.Unlock()
+	if !on {
+		return nil, errors.New("the job of several processes has ended (rt.ShutdownDistributed)")
 	}
 	pos := map[int]int{} // global device -> mesh position
 	for r, g := range m.Devices() {
 		pos[g] = r
 	}
-	k := dist.k
 	sets := make([]map[string]collective.Communicator, k) // by local device
 	errs := onEachDevice(k, func(d int) error {
-		g := dist.p*k + d
+		g := p*k + d
 		color, key := collective.Undefined, 0
 		if r, ok := pos[g]; ok {
 			color, key = 0, r
 		}
-		c, err := dist.world[d].Split(ctx, color, key)
+		c, err := world[d].Split(ctx, color, key)
 		if err != nil {
 			err = fmt.Errorf("communicator over %v: %w", m, err)
-			dist.world[d].Abort(err)
+			world[d].Abort(err)
 			return err
 		}
 		if c == nil {
@@ -291,19 +301,11 @@ func worldComms(ctx context.Context, m *ir.Mesh, axes []string, parseAxes func(s
 	}
 	var out []map[string]collective.Communicator
 	for _, g := range m.Devices() {
-		if d, ok := localIDLocked(g); ok {
-			out = append(out, sets[d])
+		if g/k == p {
+			out = append(out, sets[g-p*k])
 		}
 	}
 	return out, nil
-}
-
-// localIDLocked is localID with dist.mu held.
-func localIDLocked(g int) (int, bool) {
-	if g/dist.k != dist.p {
-		return -1, false
-	}
-	return g - dist.p*dist.k, true
 }
 
 // processAllGather returns the whole host value of a sharded array of a job
@@ -346,6 +348,8 @@ func processAllGather(b *shardedBuffer) (*ir.Literal, error) {
 		copyBlock(mine, typ.Shape, l.Data, s.Start, s.Limit, es, false)
 	}
 	all := make([]byte, stride*np)
+	dist.gatherMu.Lock()
+	defer dist.gatherMu.Unlock()
 	dist.mu.Lock()
 	c := dist.gather
 	dist.mu.Unlock()

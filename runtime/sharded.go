@@ -252,6 +252,14 @@ func putShards(be Backend, p backend.Placer, l *ir.Literal, typ ir.Type) (_ *tra
 // be (of any process of the job: see InitDistributed).
 func checkMeshDevices(be Backend, m *ir.Mesh) error {
 	n := len(globalDevices(be))
+	if _, np, k, on := distInfo(); on {
+		for _, d := range m.Devices() {
+			if d >= n {
+				return fmt.Errorf("%v uses device %d, but the job has devices 0 to %d (%d processes of %d devices)", m, d, n-1, np, k)
+			}
+		}
+		return nil
+	}
 	if m.NumDevices() > n {
 		return fmt.Errorf("%v needs %d devices, the %s backend has %d; set %s=%d (or rt.SetCPUDeviceCount) before making arrays",
 			m, m.NumDevices(), be.Name(), n, EnvCPUDevices, m.NumDevices())

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +31,18 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 	}
-	if err := rt.InitDistributed(rt.DistributedConfig{}); err != nil {
+	err := rt.InitDistributed(rt.DistributedConfig{})
+	if os.Getenv("FERRY_DIST_TEST_MISMATCH") == "1" {
+		// Launched with different device counts per process (.ci/mpi.sh):
+		// every process must refuse, naming the counts.
+		if err == nil || !strings.Contains(err.Error(), "every process must have the same number") {
+			fmt.Fprintln(os.Stderr, "dist: InitDistributed with different device counts returned", err)
+			os.Exit(1)
+		}
+		fmt.Println("dist: InitDistributed refused:", err)
+		os.Exit(0)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "InitDistributed:", err)
 		os.Exit(2)
 	}
