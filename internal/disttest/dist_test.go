@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/collective/mpi"
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
@@ -137,6 +138,30 @@ func checkSharded(t *testing.T) {
 		require.Equal(t, p, dev.Process)
 	}
 	rng := rand.New(rand.NewPCG(jobSeed(t), 7))
+
+	t.Run("devices", func(t *testing.T) {
+		// One-device arrays live on this process's devices, named by
+		// global IDs; another process's device is an error naming it.
+		x, xv := randArray(rng, 3)
+		dev := rt.LocalDevices()[k-1]
+		y, err := rt.ToDevice(x, dev)
+		require.NoError(t, err)
+		got, err := rt.DeviceOf(y)
+		require.NoError(t, err)
+		require.Equal(t, dev, got)
+		z := rt.Jit(func(a *trace.Array) *trace.Array { return trace.Mul(a, a) })(y)
+		got, err = rt.DeviceOf(z)
+		require.NoError(t, err)
+		require.Equal(t, dev, got)
+		for i, v := range z.Float64s() {
+			require.InDelta(t, xv[i]*xv[i], v, 1e-6)
+		}
+		if n > k {
+			other := rt.Devices()[(p*k+k)%n]
+			_, err := rt.ToDevice(x, other)
+			require.ErrorContains(t, err, "belongs to process")
+		}
+	})
 
 	t.Run("elementwise", func(t *testing.T) {
 		x, xv := randArray(rng, 3*n, 5)
@@ -289,5 +314,31 @@ func TestOneProcess(t *testing.T) {
 	t.Cleanup(func() { _ = rt.SetCPUDeviceCount(before) })
 	require.NoError(t, rt.InitDistributed(rt.DistributedConfig{})) // a job of one: nothing changes
 	require.Equal(t, 1, rt.ProcessCount())
+	checkSharded(t)
+}
+
+// TestJobOfOne runs the checks in a job of one process joined through a
+// processes communicator of one rank (collective.NewLocal): the code of a
+// job of several (global device IDs, gathers through the processes
+// communicator, the world of devices) without mpirun.
+func TestJobOfOne(t *testing.T) {
+	if inJob {
+		t.Skip("in an MPI job: TestMPISharded runs the checks")
+	}
+	before := len(rt.Devices())
+	require.NoError(t, rt.SetCPUDeviceCount(4))
+	procs, err := collective.NewLocal(1)
+	require.NoError(t, err)
+	require.NoError(t, rt.InitDistributed(rt.DistributedConfig{Processes: procs[0]}))
+	t.Cleanup(func() {
+		require.NoError(t, rt.ShutdownDistributed())
+		require.NoError(t, rt.SetCPUDeviceCount(before))
+	})
+	require.Error(t, rt.InitDistributed(rt.DistributedConfig{Processes: procs[0]}), "a second InitDistributed")
+	require.ErrorContains(t, rt.SetCPUDeviceCount(2), "cannot change")
+	require.Equal(t, 1, rt.ProcessCount())
+	require.Equal(t, 0, rt.ProcessIndex())
+	require.Len(t, rt.Devices(), 4)
+	require.Equal(t, rt.Devices(), rt.LocalDevices())
 	checkSharded(t)
 }
