@@ -93,4 +93,15 @@ if [ "$survivors" != 2 ] || grep -q -- '--- FAIL' "$log"; then
   exit 1
 fi
 grep 'AllReduce returned' "$log" | sed 's/^ *//'
+echo "== mpirun --enable-recovery -np 3, the last process killed between two sharded steps"
+FERRY_DIST_KILL_TEST=1 FERRY_COLLECTIVE_TIMEOUT=2s FERRY_CPU_DEVICES=2 timeout 120 "${run[@]}" --enable-recovery \
+  -x FERRY_DIST_KILL_TEST -x FERRY_COLLECTIVE_TIMEOUT -x FERRY_CPU_DEVICES -np 3 \
+  "$bin/dist.test" -test.run '^TestMPIProcessDeath$' -test.v -test.count=1 >"$log" 2>&1 || true
+survivors=$(grep -c -- '--- PASS: TestMPIProcessDeath' "$log" || true)
+if [ "$survivors" != 2 ] || grep -q -- '--- FAIL' "$log"; then
+  cat "$log"
+  echo "mpi: $survivors of the 2 surviving processes reported the timeout"
+  exit 1
+fi
+grep 'the step returned' "$log" | sed 's/^ *//'
 echo "mpi: passed in $(( $(date +%s) - start )) s"

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +21,9 @@ import (
 
 // inJob is set when the test process is one of an MPI job's.
 var inJob bool
+
+// killed is set when TestMPIProcessDeath killed a process on purpose.
+var killed bool
 
 func TestMain(m *testing.M) {
 	if !mpi.InMPIJob() {
@@ -51,6 +55,9 @@ func TestMain(m *testing.M) {
 		fmt.Printf("dist: %d processes, %d devices\n", rt.ProcessCount(), len(rt.Devices()))
 	}
 	code := m.Run()
+	if killed {
+		os.Exit(code) // a dead process cannot agree
+	}
 	// Every process agrees on failure: the codes, one per device, gathered.
 	n := len(rt.Devices())
 	codes := make([]int32, n)
@@ -341,4 +348,39 @@ func TestJobOfOne(t *testing.T) {
 	require.Len(t, rt.Devices(), 4)
 	require.Equal(t, rt.Devices(), rt.LocalDevices())
 	checkSharded(t)
+}
+
+// TestMPIProcessDeath, with FERRY_DIST_KILL_TEST=1 under mpirun
+// --enable-recovery and a short FERRY_COLLECTIVE_TIMEOUT, kills the last
+// process between two steps of a sharded jitted function whose sum
+// all-reduces over every device: the other processes' next step must fail
+// with the timeout error naming the dead process, instead of hanging.
+//
+//	FERRY_DIST_KILL_TEST=1 FERRY_COLLECTIVE_TIMEOUT=2s mpirun --enable-recovery -np 3 /tmp/dist.test -test.run ProcessDeath
+func TestMPIProcessDeath(t *testing.T) {
+	if !inJob || os.Getenv("FERRY_DIST_KILL_TEST") != "1" {
+		t.Skip("set FERRY_DIST_KILL_TEST=1 under mpirun --enable-recovery to kill the last process mid-job")
+	}
+	killed = true
+	n, np := len(rt.Devices()), rt.ProcessCount()
+	s := sharding(t, []int{n}, []string{"x"}, ir.P("x"))
+	xs, err := rt.DevicePut(trace.Full(ir.Shape{n, 4}, 1, ir.Float32), s)
+	require.NoError(t, err)
+	l, err := rt.NewJitted(func(a *trace.Array) *trace.Array { return trace.Sum(a) }).Lower(xs)
+	require.NoError(t, err)
+	c, err := l.Compile()
+	require.NoError(t, err)
+	outs, err := c.Call(xs) // every process takes part
+	require.NoError(t, err)
+	require.Equal(t, float64(4*n), outs[0].(*trace.Array).Item())
+	if rt.ProcessIndex() == np-1 {
+		time.Sleep(100 * time.Millisecond)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+	start := time.Now()
+	_, err = c.Call(xs)
+	t.Logf("process %d of %d: the step returned after %v: %v", rt.ProcessIndex(), np, time.Since(start), err)
+	require.Error(t, err)
+	require.ErrorIs(t, err, collective.ErrAborted)
+	require.ErrorContains(t, err, fmt.Sprintf("rank(s) [%d] of %d did not join it", np-1, np))
 }
