@@ -4,7 +4,9 @@
 # mpirun is missing, builds the test binary and runs its MPI tests under
 # mpirun with 2 and 4 ranks, then kills one rank of 3 mid-collective and
 # checks that the two survivors fail with the timeout error instead of
-# hanging. Any failure fails, and so does a skip.
+# hanging; then runs one sharded program over the devices of 2 and 4
+# processes (rt.InitDistributed: internal/disttest and examples/sharded).
+# Any failure fails, and so does a skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v mpirun >/dev/null 2>&1; then
@@ -49,6 +51,38 @@ for np in 2 4 4a; do
     exit 1
   fi
 done
+# One sharded program over the devices of several processes
+# (rt.InitDistributed): 2 and 4 processes of 2 virtual CPU devices each,
+# jitted sharded functions and the sharded training example, compared with
+# one device in each process.
+go test -c -o "$bin/dist.test" ./internal/disttest
+go test -c -o "$bin/sharded.test" ./examples/sharded
+for np in 2 4; do
+  for t in dist:TestMPISharded sharded:TestMPIModes; do
+    name=${t%%:*} test=${t#*:}
+    echo "== mpirun -np $np $name.test -test.run $test (FERRY_CPU_DEVICES=2)"
+    if ! FERRY_CPU_DEVICES=2 timeout 300 "${run[@]}" -x FERRY_CPU_DEVICES -np "$np" "$bin/$name.test" -test.run "^$test\$" -test.v -test.count=1 >"$log" 2>&1; then
+      cat "$log"
+      echo "mpi: $test failed with $np processes"
+      exit 1
+    fi
+    passes=$(grep -c -- "^--- PASS: $test " "$log" || true)
+    if [ "$passes" != "$np" ] || grep -q -- '--- SKIP' "$log"; then
+      cat "$log"
+      echo "mpi: $test passed on $passes of $np processes"
+      exit 1
+    fi
+    grep -- "^    --- PASS" "$log" | sed 's/ (.*//' | sort | uniq -c | sed "s/^ *\([0-9]*\) *\(.*\)/  \2 on \1 processes/"
+  done
+done
+echo "== mpirun -np 1 (2 devices) : -np 1 (3 devices): InitDistributed refuses different counts"
+if ! FERRY_DIST_TEST_MISMATCH=1 timeout 120 "${run[@]}" -x FERRY_DIST_TEST_MISMATCH -np 1 -x FERRY_CPU_DEVICES=2 "$bin/dist.test" : \
+  -np 1 -x FERRY_CPU_DEVICES=3 "$bin/dist.test" >"$log" 2>&1 || [ "$(grep -c '^dist: InitDistributed refused' "$log")" != 2 ]; then
+  cat "$log"
+  echo "mpi: InitDistributed did not refuse different device counts in both processes"
+  exit 1
+fi
+sed -n 's/^dist: //p' "$log" | head -n1
 echo "== mpirun --enable-recovery -np 3, the last rank killed mid-collective"
 FERRY_MPI_KILL_TEST=1 FERRY_COLLECTIVE_TIMEOUT=2s timeout 120 "${run[@]}" --enable-recovery -np 3 \
   "$bin/mpi.test" -test.run '^TestRankDeath$' -test.v -test.count=1 >"$log" 2>&1 || true
@@ -59,4 +93,15 @@ if [ "$survivors" != 2 ] || grep -q -- '--- FAIL' "$log"; then
   exit 1
 fi
 grep 'AllReduce returned' "$log" | sed 's/^ *//'
+echo "== mpirun --enable-recovery -np 3, the last process killed between two sharded steps"
+FERRY_DIST_KILL_TEST=1 FERRY_COLLECTIVE_TIMEOUT=2s FERRY_CPU_DEVICES=2 timeout 120 "${run[@]}" --enable-recovery \
+  -x FERRY_DIST_KILL_TEST -x FERRY_COLLECTIVE_TIMEOUT -x FERRY_CPU_DEVICES -np 3 \
+  "$bin/dist.test" -test.run '^TestMPIProcessDeath$' -test.v -test.count=1 >"$log" 2>&1 || true
+survivors=$(grep -c -- '--- PASS: TestMPIProcessDeath' "$log" || true)
+if [ "$survivors" != 2 ] || grep -q -- '--- FAIL' "$log"; then
+  cat "$log"
+  echo "mpi: $survivors of the 2 surviving processes reported the timeout"
+  exit 1
+fi
+grep 'the step returned' "$log" | sed 's/^ *//'
 echo "mpi: passed in $(( $(date +%s) - start )) s"

@@ -94,10 +94,16 @@ type Executable interface {
 type Device struct {
 	// Platform is the backend name ("cpu", "cuda").
 	Platform string
-	// ID is the device's index within its platform.
+	// ID is the device's index within its platform (in a job of several
+	// processes, its global index: see Process).
 	ID int
 	// Kind describes the hardware.
 	Kind string
+	// Process is the index of the process holding the device in a job of
+	// several processes (rt.InitDistributed), where ID is the global device
+	// ID (process·devices per process + the device's index in its process);
+	// 0 in a job of one.
+	Process int
 }
 
 // String formats the device as platform:id(kind), e.g. "cpu:0(cpu)".

@@ -29,8 +29,10 @@ func RegisterBackend(b Backend) { backend.Register(b) }
 // DefaultBackend returns the backend arrays and jitted functions use by default.
 func DefaultBackend() Backend { return backend.Default() }
 
-// Devices returns the devices of the default backend.
-func Devices() []Device { return DefaultBackend().Devices() }
+// Devices returns the devices of the default backend: after
+// InitDistributed, those of every process of the job, indexed by global
+// device ID (LocalDevices lists this process's).
+func Devices() []Device { return globalDevices(DefaultBackend()) }
 
 func init() {
 	trace.SetExecutor(eagerExecutor{})

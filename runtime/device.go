@@ -20,7 +20,15 @@ const EnvCPUDevices = backend.EnvCPUDevices
 // --xla_force_host_platform_device_count or FERRY_CPU_DEVICES=n. It is
 // ConfigureMemory with MemoryConfig.Devices = n (cpu.SetDeviceCount): call
 // it before making arrays, or when none is live.
-func SetCPUDeviceCount(n int) error { return cpu.SetDeviceCount(n) }
+//
+// In a job of several processes (InitDistributed) the count is fixed: it is
+// an error to change it.
+func SetCPUDeviceCount(n int) error {
+	if _, _, k, on := distInfo(); on && n != k {
+		return fmt.Errorf("rt.SetCPUDeviceCount(%d): this process is in a job of several processes with %d devices each (rt.InitDistributed); the count cannot change", n, k)
+	}
+	return cpu.SetDeviceCount(n)
+}
 
 // DeviceOf returns the device holding a concrete array (jax.Array.devices()
 // for an array on one device). Arrays made without naming a device are on
@@ -36,12 +44,13 @@ func DeviceOf(x *trace.Array) (Device, error) {
 			sb.typ, sb.typ.Sharding.Mesh.Devices())
 	}
 	id, _ := backend.BufferDevice(b)
+	id = globalID(id)
 	for _, d := range Devices() {
 		if d.ID == id {
 			return d, nil
 		}
 	}
-	return Device{Platform: DefaultBackend().Name(), ID: id}, nil
+	return Device{Platform: DefaultBackend().Name(), ID: id, Process: ProcessIndex()}, nil
 }
 
 // IsCommitted reports whether a concrete array is committed to its device:
@@ -76,10 +85,11 @@ func ToDevice(x *trace.Array, dev Device) (*trace.Array, error) {
 		return nil, err
 	}
 	be := DefaultBackend()
-	if err := checkDevice("ToDevice", be, dev); err != nil {
+	want, err := checkDevice("ToDevice", be, dev)
+	if err != nil {
 		return nil, err
 	}
-	if id, c := backend.BufferDevice(b); id == dev.ID && c {
+	if id, c := backend.BufferDevice(b); id == want && c {
 		return x, nil
 	}
 	l, err := b.Literal()
@@ -98,13 +108,13 @@ func ToDevice(x *trace.Array, dev Device) (*trace.Array, error) {
 // as FromLiteral followed by ToDevice would.
 func FromLiteralOn(l *ir.Literal, dev Device) (*trace.Array, error) {
 	be := DefaultBackend()
-	if err := checkDevice("FromLiteralOn", be, dev); err != nil {
+	id, err := checkDevice("FromLiteralOn", be, dev)
+	if err != nil {
 		return nil, err
 	}
 	var b trace.Buffer
-	var err error
 	if p, ok := be.(backend.Placer); ok {
-		b, err = p.FromLiteralOn(l, dev.ID)
+		b, err = p.FromLiteralOn(l, id)
 	} else {
 		b, err = be.FromLiteral(l) // a single-device backend
 	}
@@ -119,10 +129,11 @@ func FromLiteralOn(l *ir.Literal, dev Device) (*trace.Array, error) {
 // MemoryConfig). MemoryStats(space) is DeviceMemoryStats of device 0.
 func DeviceMemoryStats(dev Device, space ir.MemorySpace) (MemStats, error) {
 	be := DefaultBackend()
-	if err := checkDevice("DeviceMemoryStats", be, dev); err != nil {
+	id, err := checkDevice("DeviceMemoryStats", be, dev)
+	if err != nil {
 		return MemStats{}, err
 	}
-	if s, ok := memoryStats(be, dev.ID, space); ok {
+	if s, ok := memoryStats(be, id, space); ok {
 		return s, nil
 	}
 	return MemStats{}, trace.Errorf("DeviceMemoryStats", "%s holds no %v memory", backend.DeviceName(dev.Platform, dev.ID), space)
@@ -153,17 +164,25 @@ func concreteBuffer(op string, x *trace.Array) (trace.Buffer, error) {
 	return x.Buffer(), nil
 }
 
-// checkDevice returns an error naming op unless dev is a device of be.
-func checkDevice(op string, be Backend, dev Device) error {
+// checkDevice returns be's ID of dev, or an error naming op unless dev is a
+// device of be in this process (in a job of several processes, dev.ID is a
+// global device ID: see InitDistributed).
+func checkDevice(op string, be Backend, dev Device) (int, error) {
 	devs := be.Devices()
-	if dev.Platform == be.Name() && dev.ID >= 0 && dev.ID < len(devs) {
-		return nil
+	id, ok := localID(dev.ID)
+	if dev.Platform == be.Name() && dev.ID >= 0 && ok && id < len(devs) {
+		return id, nil
 	}
-	names := make([]string, len(devs))
-	for i, d := range devs {
+	if dev.Platform == be.Name() && dev.ID >= 0 && dev.ID < len(Devices()) {
+		return -1, trace.Errorf(op, "device %s belongs to process %d, not to this process %d: rt.LocalDevices lists this process's",
+			backend.DeviceName(dev.Platform, dev.ID), dev.ID/len(devs), ProcessIndex())
+	}
+	all := Devices()
+	names := make([]string, len(all))
+	for i, d := range all {
 		names[i] = backend.DeviceName(d.Platform, d.ID)
 	}
-	return trace.Errorf(op, "no device %s: the %s backend has %s (set %s for more CPU devices)",
+	return -1, trace.Errorf(op, "no device %s: the %s backend has %s (set %s for more CPU devices)",
 		backend.DeviceName(dev.Platform, dev.ID), be.Name(), strings.Join(names, ", "), EnvCPUDevices)
 }
 

@@ -68,6 +68,20 @@
 //	step := rt.Jit(trainStep, rt.InShardings(in...), rt.OutShardings(out...), rt.Donate(0, 1))
 //	p, s, loss := step(params, state, x, y) // every device computes its blocks
 //
+// # Several processes
+//
+// InitDistributed (jax.distributed.initialize) joins the processes of an
+// MPI job into one set of devices: with P processes of k devices each,
+// Devices lists all P·k (device d of process p has global ID p·k+d and
+// Device.Process p), LocalDevices this process's, and a mesh may name any of
+// them. Every process runs the same program: DevicePut of the same host
+// array puts this process's blocks, a jitted function runs its per-device
+// program on this process's devices of the mesh, whose collectives reach
+// the other processes (collective.NewHybrid over Open MPI), and reading a
+// sharded array whole gathers it from every process (a collective call).
+//
+//	FERRY_CPU_DEVICES=2 mpirun -np 4 ./prog   // 8 devices; prog calls rt.InitDistributed
+//
 // # Debugging NaNs
 //
 // FERRY_DEBUG_NANS=1 (or rt.SetDebugNans(true)), like jax_debug_nans, makes an

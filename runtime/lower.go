@@ -97,14 +97,15 @@ func (c *Compiled) Call(args ...any) (outs []any, err error) {
 // runs a program with no arguments on a device other than the default.
 func (c *Compiled) CallOn(dev Device, args ...any) (outs []any, err error) {
 	defer trace.Recover(&err)
-	if err := checkDevice("Compiled.CallOn", DefaultBackend(), dev); err != nil {
+	id, err := checkDevice("Compiled.CallOn", DefaultBackend(), dev)
+	if err != nil {
 		return nil, err
 	}
 	leaves, _, err := flattenArgs(args)
 	if err != nil {
 		return nil, err
 	}
-	return c.entry.runOn(leaves, "", dev.ID)
+	return c.entry.runOn(leaves, "", id)
 }
 
 // MemoryAnalysis returns the compiled program's memory needs, with the meaning

@@ -30,7 +30,7 @@ type Shard struct {
 // device's pool, replicas in full on each replica's device.
 type shardedBuffer struct {
 	typ    ir.Type // global shape, with the sharding
-	shards []Shard // one per mesh device, in mesh order
+	shards []Shard // one per mesh device of this process, in mesh order (localPositions)
 
 	mu      sync.Mutex
 	deleted bool
@@ -43,10 +43,16 @@ func (b *shardedBuffer) Type() ir.Type { return b.typ.Clone() }
 func (b *shardedBuffer) Sharding() *ir.NamedSharding { return b.typ.Sharding }
 
 // Literal assembles the global array on the host from the shards, reading
-// one replica of every block.
+// one replica of every block. In a job of several processes
+// (InitDistributed) it gathers the blocks of the other processes' devices:
+// it is a collective that every process calls, whichever processes hold
+// the mesh's devices (processAllGather).
 func (b *shardedBuffer) Literal() (*ir.Literal, error) {
 	if b.isDeleted() {
 		return nil, fmt.Errorf("sharded array %v was deleted", b.typ)
+	}
+	if _, _, _, on := distInfo(); on {
+		return processAllGather(b)
 	}
 	out := ir.NewLiteral(b.typ)
 	es := b.typ.DType.Size()
@@ -146,7 +152,10 @@ func copyBlock(global []byte, shape ir.Shape, block []byte, start, limit []int, 
 // same block. The result's Type() is x's type with the sharding; it is
 // committed (IsCommitted), and Shards lists its blocks. Literal, Float32s
 // and the other readers assemble the whole array, and ToDevice gathers it
-// onto one device. DevicePut is named after JAX's function; ToDevice puts
+// onto one device. In a job of several processes (InitDistributed) x is
+// the whole host array, the same in every process, and only this process's
+// devices get their blocks; reading the result whole is then a collective
+// that every process calls. DevicePut is named after JAX's function; ToDevice puts
 // an array on one device. x is returned as it is when it already has
 // sharding s; an array with another sharding is gathered and split anew.
 //
@@ -205,11 +214,15 @@ func putShards(be Backend, p backend.Placer, l *ir.Literal, typ ir.Type) (_ *tra
 			_ = sb.Delete()
 		}
 	}()
-	devs := be.Devices()
+	devs := globalDevices(be)
 	es := typ.DType.Size()
 	blocks := map[string]*ir.Literal{} // each block sliced once, for all its replicas
-	for _, id := range s.Mesh.Devices() {
-		start, limit, err := s.ShardBounds(typ.Shape, id)
+	for _, g := range s.Mesh.Devices() {
+		id, ok := localID(g)
+		if !ok {
+			continue // another process's device
+		}
+		start, limit, err := s.ShardBounds(typ.Shape, g)
 		if err != nil {
 			return nil, err
 		}
@@ -227,18 +240,26 @@ func putShards(be Backend, p backend.Placer, l *ir.Literal, typ ir.Type) (_ *tra
 			buf, err = be.FromLiteral(bl)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("shard %v of %v on %s: %w", start, typ, backend.DeviceName(be.Name(), id), err)
+			return nil, fmt.Errorf("shard %v of %v on %s: %w", start, typ, backend.DeviceName(be.Name(), g), err)
 		}
-		d := devs[id]
+		d := devs[g]
 		sb.shards = append(sb.shards, Shard{Device: d, Start: start, Limit: limit, Array: trace.FromBuffer(buf)})
 	}
 	return trace.FromBuffer(sb), nil
 }
 
 // checkMeshDevices returns an error unless every device of m is a device of
-// be.
+// be (of any process of the job: see InitDistributed).
 func checkMeshDevices(be Backend, m *ir.Mesh) error {
-	n := len(be.Devices())
+	n := len(globalDevices(be))
+	if _, np, k, on := distInfo(); on {
+		for _, d := range m.Devices() {
+			if d >= n {
+				return fmt.Errorf("%v uses device %d, but the job has devices 0 to %d (%d processes of %d devices)", m, d, n-1, np, k)
+			}
+		}
+		return nil
+	}
 	if m.NumDevices() > n {
 		return fmt.Errorf("%v needs %d devices, the %s backend has %d; set %s=%d (or rt.SetCPUDeviceCount) before making arrays",
 			m, m.NumDevices(), be.Name(), n, EnvCPUDevices, m.NumDevices())
@@ -255,7 +276,9 @@ func checkMeshDevices(be Backend, m *ir.Mesh) error {
 // Shards returns the blocks of a concrete array, one per device holding
 // one, like jax.Array.addressable_shards: for an array from DevicePut, one
 // per device of its mesh in mesh order (replicated blocks once on each of
-// their devices); for an unsharded array, the whole array on its device.
+// their devices), in a job of several processes (InitDistributed) only
+// those of this process's devices; for an unsharded array, the whole array
+// on its device.
 // The shard arrays share memory with x.
 func Shards(x *trace.Array) ([]Shard, error) {
 	b, err := concreteBuffer("Shards", x)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -105,7 +106,12 @@ func (e *shardedExecutable) Partitioned() *passes.Partitioned { return e.part }
 // (its blocks are the results' now, or freed).
 func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []trace.Buffer, err error) {
 	m := e.part.Mesh
-	devs := m.Devices()
+	all := m.Devices()
+	pos := localPositions(m) // the mesh positions this process runs
+	devs := make([]int, len(pos))
+	for i, r := range pos {
+		devs[i] = all[r]
+	}
 	n := len(devs)
 	if len(args) != len(e.params) {
 		return nil, fmt.Errorf("takes %d arguments, got %d", len(e.params), len(args))
@@ -139,6 +145,9 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 		} else if i < len(e.donated) && e.donated[i] {
 			given = append(given, sb)
 		}
+		if len(sb.shards) != n {
+			return nil, fmt.Errorf("argument %d: sharded array %v holds %d blocks in this process, the mesh has %d devices here", i, sb.typ, len(sb.shards), n)
+		}
 		for r := range n {
 			local[r] = append(local[r], sb.shards[r].Array.Buffer())
 		}
@@ -153,7 +162,8 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 	}
 	outs := make([][]trace.Buffer, n)
 	errs := onEachDevice(n, func(r int) (err error) {
-		outs[r], err = e.exe.Execute(local[r], ExecOptions{Device: devs[r], Commit: true, Comms: comms[r], Context: ctx, DonationSite: opts.DonationSite})
+		id, _ := localID(devs[r])
+		outs[r], err = e.exe.Execute(local[r], ExecOptions{Device: id, Commit: true, Comms: comms[r], Context: ctx, DonationSite: opts.DonationSite})
 		if err != nil {
 			for _, c := range comms[r] {
 				c.Abort(err)
@@ -182,7 +192,7 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 		sb.deleted = true // its blocks were handed to the results
 		sb.mu.Unlock()
 	}
-	hw := e.be.Devices()
+	hw := globalDevices(e.be)
 	res := make([]trace.Buffer, len(e.global))
 	for i, t := range e.global {
 		sb := &shardedBuffer{typ: t.Clone()}
@@ -217,11 +227,15 @@ func firstError(errs []error, devs []int) error {
 	return aborted
 }
 
-// comms returns a set of communicators, one map per device (in mesh
-// order) from each axis string of the program to the device's
-// communicator of that group: an idle set of an earlier call, or a new one.
+// comms returns a set of communicators, one map per device of this
+// process (in mesh order) from each axis string of the program to the
+// device's communicator of that group: an idle set of an earlier call, or a
+// new one. A mesh over the devices of several processes (InitDistributed)
+// gets its communicators from the job's world of devices, and making them is
+// collective over the job: every process makes them at the same call.
 func (e *shardedExecutable) comms(ctx context.Context) ([]map[string]collective.Communicator, error) {
-	n := e.part.Mesh.NumDevices()
+	m := e.part.Mesh
+	n := len(localPositions(m))
 	if len(e.part.Axes) == 0 {
 		return make([]map[string]collective.Communicator, n), nil
 	}
@@ -233,20 +247,32 @@ func (e *shardedExecutable) comms(ctx context.Context) ([]map[string]collective.
 		return set, nil
 	}
 	e.mu.Unlock()
+	axesOf := func(ax string) []int {
+		var idx []int
+		for _, name := range strings.Split(ax, ",") {
+			idx = append(idx, m.AxisIndex(name))
+		}
+		return idx
+	}
+	if _, _, _, on := distInfo(); on {
+		switch {
+		case spansProcesses(m):
+			// Even with no device of the mesh here, this process takes part
+			// in the split of the world.
+			return worldComms(ctx, m, e.part.Axes, axesOf)
+		case !slices.Contains(meshProcesses(m), ProcessIndex()):
+			return nil, nil // another process's mesh: nothing runs here
+		}
+	}
 	world, err := collective.NewLocal(n)
 	if err != nil {
 		return nil, err
 	}
-	m := e.part.Mesh
 	set := make([]map[string]collective.Communicator, n)
 	errs := onEachDevice(n, func(r int) error {
 		set[r] = map[string]collective.Communicator{}
 		for _, ax := range e.part.Axes {
-			var idx []int
-			for _, name := range strings.Split(ax, ",") {
-				idx = append(idx, m.AxisIndex(name))
-			}
-			c, err := collective.MeshAxes(ctx, world[r], m.Shape(), idx...)
+			c, err := collective.MeshAxes(ctx, world[r], m.Shape(), axesOf(ax)...)
 			if err != nil {
 				err = fmt.Errorf("communicator over %s: %w", ax, err)
 				world[r].Abort(err)

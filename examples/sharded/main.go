@@ -22,6 +22,12 @@
 //	go run ./examples/sharded                      # 8 devices, every mode
 //	go run ./examples/sharded -devices 4 -json     # one JSON row per mode
 //	go run ./examples/sharded -mode fsdp -steps 3
+//
+// Under mpirun it runs one mesh over the devices of every process
+// (rt.InitDistributed), -devices per process, and process 0 prints:
+//
+//	go build -o /tmp/sharded ./examples/sharded
+//	mpirun -np 2 /tmp/sharded -devices 2          # 4 devices in 2 processes
 package main
 
 import (
@@ -34,6 +40,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferryml/ferry/collective/mpi"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
 	"github.com/ferryml/ferry/optim"
@@ -60,7 +67,8 @@ type Row struct {
 	PerDevice Memory `json:"per_device"`
 	Single    Memory `json:"single_device"`
 	// PeakDeviceBytes is each device's measured peak during the sharded
-	// steps (above what it held before).
+	// steps (above what it held before): the mesh's devices of this process
+	// under mpirun.
 	PeakDeviceBytes []int64 `json:"peak_device_bytes"`
 	// Collectives counts the collective ops of the per-device program, by
 	// name (inside scan bodies counted once).
@@ -110,6 +118,23 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
+	if mpi.InMPIJob() {
+		// One mesh over every process's devices: -devices per process.
+		if err := rt.InitDistributed(rt.DistributedConfig{}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		defer func() {
+			if err := rt.ShutdownDistributed(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+		}()
+		*devices *= rt.ProcessCount()
+		if rt.ProcessIndex() == 0 {
+			fmt.Printf("%d processes, %d devices each\n", rt.ProcessCount(), len(rt.LocalDevices()))
+		}
+	}
 	modes := []string{"dp", "tp", "fsdp", "fsdp_analysis"}
 	if *mode != "all" {
 		modes = []string{*mode}
@@ -123,6 +148,9 @@ func main() {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", m, err)
 			os.Exit(1)
+		}
+		if rt.ProcessIndex() != 0 {
+			continue // process 0 prints for the job
 		}
 		if *asJSON {
 			b, _ := json.Marshal(r)
@@ -282,13 +310,21 @@ func train[P, S any](tr trainer[P, S], devs int, opts ...rt.Option) (res result[
 	}
 	step := j.Fn()
 	p, s := tr.params, tr.state
-	before := make([]int64, devs)
-	for d := range devs {
-		st, err := rt.DeviceMemoryStats(rt.Devices()[d], ir.Device)
+	// This process's devices of the mesh (devices 0 to devs-1): all of
+	// them in one process.
+	var mine []rt.Device
+	for _, d := range rt.LocalDevices() {
+		if d.ID < devs {
+			mine = append(mine, d)
+		}
+	}
+	before := make([]int64, len(mine))
+	for i, d := range mine {
+		st, err := rt.DeviceMemoryStats(d, ir.Device)
 		if err != nil {
 			return res, err
 		}
-		before[d] = st.BytesInUse
+		before[i] = st.BytesInUse
 	}
 	rt.ResetPeakMemory()
 	var times []float64
@@ -299,12 +335,12 @@ func train[P, S any](tr trainer[P, S], devs int, opts ...rt.Option) (res result[
 		res.loss = loss.Item()
 		times = append(times, float64(time.Since(start).Microseconds())/1000)
 	}
-	for d := range devs {
-		st, err := rt.DeviceMemoryStats(rt.Devices()[d], ir.Device)
+	for i, d := range mine {
+		st, err := rt.DeviceMemoryStats(d, ir.Device)
 		if err != nil {
 			return res, err
 		}
-		res.peaks = append(res.peaks, st.PeakBytesInUse-before[d])
+		res.peaks = append(res.peaks, st.PeakBytesInUse-before[i])
 	}
 	if len(times) > 1 {
 		times = times[1:]

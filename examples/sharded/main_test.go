@@ -7,15 +7,63 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryml/ferry/collective/mpi"
 	rt "github.com/ferryml/ferry/runtime"
 )
 
+// inJob is set under mpirun: then every process has 2 devices (or
+// FERRY_CPU_DEVICES) and TestMPIModes trains over all of them.
+var inJob bool
+
 func TestMain(m *testing.M) {
-	if err := rt.SetCPUDeviceCount(8); err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	devices := 8
+	if mpi.InMPIJob() {
+		inJob, devices = true, 2
+	}
+	if !inJob || os.Getenv(rt.EnvCPUDevices) == "" {
+		if err := rt.SetCPUDeviceCount(devices); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
+	if !inJob {
+		os.Exit(m.Run())
+	}
+	if err := rt.InitDistributed(rt.DistributedConfig{}); err != nil {
+		fmt.Fprintln(os.Stderr, "InitDistributed:", err)
 		os.Exit(2)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if err := rt.ShutdownDistributed(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// TestMPIModes trains every mode over the devices of every process of an
+// MPI job (see .ci/mpi.sh) and checks the parameters against the one-device
+// run of each process:
+//
+//	go test -c -o /tmp/sharded.test ./examples/sharded
+//	mpirun --oversubscribe -np 2 /tmp/sharded.test -test.run MPI
+func TestMPIModes(t *testing.T) {
+	if !inJob {
+		t.Skip("not started by mpirun; run: go test -c -o /tmp/sharded.test ./examples/sharded && mpirun --oversubscribe -np 2 /tmp/sharded.test -test.run MPI")
+	}
+	n := len(rt.Devices())
+	require.Greater(t, rt.ProcessCount(), 1)
+	for _, mode := range []string{"dp", "tp", "fsdp"} {
+		t.Run(mode, func(t *testing.T) {
+			r, err := Run(mode, n, 2, testSizes)
+			require.NoError(t, err)
+			require.Equal(t, n, r.Devices)
+			require.Greater(t, r.MaxAbsParam, 0.0)
+			require.LessOrEqual(t, r.MaxAbsDiff, 1e-5*(1+r.MaxAbsParam), "%+v", r)
+			require.InDelta(t, r.SingleLoss, r.Loss, 1e-5*(1+r.SingleLoss))
+			require.Len(t, r.PeakDeviceBytes, len(rt.LocalDevices()))
+		})
+	}
 }
 
 // testSizes are smaller than Small, for go test.
@@ -28,6 +76,9 @@ var testSizes = Sizes{Batch: 32, In: 16, Hidden: 32, Classes: 8, T: 8, D: 32, He
 // holds 1/N of the parameters and optimizer state per device and
 // reduce-scatters the gradients.
 func TestModesMatchOneDevice(t *testing.T) {
+	if inJob {
+		t.Skip("in an MPI job: TestMPIModes trains over the job's devices")
+	}
 	for _, n := range []int{2, 4, 8} {
 		for _, mode := range []string{"dp", "tp", "fsdp"} {
 			t.Run(fmt.Sprint(mode, n), func(t *testing.T) {
