@@ -29,7 +29,7 @@ func TestPartitionIotaFloatOffset(t *testing.T) {
 	stripShardings(whole.Body)
 	want, err := eval.Run(whole, nil)
 	require.NoError(t, err)
-	got := spmdRun(t, part, nil)
+	got := spmdRun(t, part, whole, nil)
 	for i := range want {
 		for j := range want[i].Type.Size() {
 			require.Equal(t, want[i].Float64At(j), got[i].Float64At(j), "result %d (%v) element %d\nper device:\n%s", i, want[i].Type, j, part.Func)

@@ -1,247 +1,34 @@
 package passes_test
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/internal/randprog"
+	"github.com/ferryml/ferry/internal/spmdref"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/stretchr/testify/require"
 )
 
-// spmdRun runs the per-device program of part on every device of its mesh,
-// each on its blocks of args, with an interpreter written here (eval per op;
-// collectives through collective.Local; scan bodies iterated here), and
-// assembles the global results, checking that devices holding the same
-// block agree.
-func spmdRun(t *testing.T, part *passes.Partitioned, args []*ir.Literal) []*ir.Literal {
+// spmdRun runs part on every device of its mesh (internal/spmdref) on its
+// blocks of args and returns the global results, of whole's result types.
+func spmdRun(t *testing.T, part *passes.Partitioned, whole *ir.Func, args []*ir.Literal) []*ir.Literal {
 	t.Helper()
-	m := part.Mesh
-	devs := m.Devices()
-	world, err := collective.NewLocal(len(devs))
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	outs := make([][]*ir.Literal, len(devs))
-	errs := make([]error, len(devs))
-	var wg sync.WaitGroup
-	for rank, dev := range devs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				if p := recover(); p != nil {
-					errs[rank] = fmt.Errorf("panic: %v", p)
-					world[rank].Abort(errs[rank])
-				}
-			}()
-			comms := map[string]collective.Communicator{}
-			for _, ax := range part.Axes {
-				var idx []int
-				for _, name := range strings.Split(ax, ",") {
-					idx = append(idx, m.AxisIndex(name))
-				}
-				c, err := collective.MeshAxes(ctx, world[rank], m.Shape(), idx...)
-				if err != nil {
-					errs[rank] = err
-					world[rank].Abort(err)
-					return
-				}
-				comms[ax] = c
-			}
-			in := make([]*ir.Literal, len(args))
-			for i, l := range args {
-				start, limit, err := part.Params[i].ShardBounds(l.Type.Shape, dev)
-				if err != nil {
-					errs[rank] = err
-					return
-				}
-				in[i] = block(l, start, limit)
-				in[i].Type.Space = l.Type.Space
-			}
-			s := &spmd{ctx: ctx, comms: comms}
-			outs[rank], errs[rank] = s.region(part.Func.Body, in)
-			if errs[rank] != nil {
-				world[rank].Abort(errs[rank])
-			}
-		}()
+	global := make([]ir.Type, len(whole.Body.Results))
+	for i, v := range whole.Body.Results {
+		global[i] = v.Type
 	}
-	wg.Wait()
-	for rank, err := range errs {
-		require.NoError(t, err, "device %d\n%s", devs[rank], part.Func)
-	}
-	res := make([]*ir.Literal, len(part.Func.Body.Results))
-	for i, s := range part.Results {
-		gt := part.Func.Body.Results[i].Type
-		shape := slices.Clone(gt.Shape)
-		for d := range shape {
-			if d < len(s.Spec) {
-				for _, a := range s.Spec[d] {
-					shape[d] *= m.AxisSize(a)
-				}
-			}
-		}
-		res[i] = ir.NewLiteral(ir.Type{DType: gt.DType, Shape: shape, Space: gt.Space})
-		seen := make([]bool, shape.Size())
-		for rank, dev := range devs {
-			start, limit, err := s.ShardBounds(shape, dev)
-			require.NoError(t, err)
-			local := outs[rank][i]
-			forBlock(start, limit, shape, func(j, at int) {
-				v := local.Float64At(j)
-				if seen[at] {
-					w := res[i].Float64At(at)
-					require.True(t, v == w || math.IsNaN(v) && math.IsNaN(w), "result %d element %d: device %d has %v, another device %v", i, at, dev, v, w)
-					return
-				}
-				seen[at] = true
-				res[i].SetFloat64At(at, v)
-			})
-		}
-	}
-	return res
-}
-
-// forBlock calls fn(j, at) for every element of the block [start, limit) of
-// an array of the given shape: j its index in the block, at in the array.
-func forBlock(start, limit []int, shape ir.Shape, fn func(j, at int)) {
-	n := 1
-	for d := range start {
-		n *= limit[d] - start[d]
-	}
-	strides := shape.Strides()
-	idx := make([]int, len(start))
-	for j := range n {
-		rem, at := j, 0
-		for d := len(start) - 1; d >= 0; d-- {
-			w := limit[d] - start[d]
-			idx[d] = rem % w
-			rem /= w
-		}
-		for d := range idx {
-			at += (start[d] + idx[d]) * strides[d]
-		}
-		fn(j, at)
-	}
-}
-
-// spmd interprets one device's program.
-type spmd struct {
-	ctx   context.Context
-	comms map[string]collective.Communicator
-}
-
-func (s *spmd) region(r *ir.Region, args []*ir.Literal) ([]*ir.Literal, error) {
-	env := map[*ir.Value]*ir.Literal{}
-	for i, p := range r.Params {
-		env[p] = args[i]
-	}
-	for _, op := range r.Ops {
-		in := make([]*ir.Literal, len(op.Args))
-		for i, v := range op.Args {
-			in[i] = env[v]
-		}
-		var out []*ir.Literal
-		var err error
-		switch {
-		case op.Code.IsCollective():
-			out, err = s.collective(op, in)
-		case op.Code == ir.Scan:
-			out, err = s.scan(op, in)
-		default:
-			out, err = eval.EvalOp(op, in)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", op.Describe(), err)
-		}
-		for i, v := range op.Results {
-			env[v] = out[i]
-		}
-	}
-	out := make([]*ir.Literal, len(r.Results))
-	for i, v := range r.Results {
-		out[i] = env[v]
-	}
-	return out, nil
-}
-
-func (s *spmd) scan(op *ir.Op, in []*ir.Literal) ([]*ir.Literal, error) {
-	nc, nk, n := op.Attrs.Int("num_consts"), op.Attrs.Int("num_carry"), op.Attrs.Int("length")
-	carry := slices.Clone(in[nc : nc+nk])
-	ys := make([]*ir.Literal, len(op.Results)-nk)
-	for j := range ys {
-		ys[j] = ir.NewLiteral(op.Results[nk+j].Type)
-	}
-	for it := range n {
-		i := it
-		if op.Attrs.Bool("reverse") {
-			i = n - 1 - it
-		}
-		args := append(slices.Clone(in[:nc]), carry...)
-		for k, x := range in[nc+nk:] {
-			pt := op.Regions[0].Params[nc+nk+k].Type
-			sz := int(pt.Bytes())
-			l := ir.NewLiteral(pt)
-			copy(l.Data, x.Data[i*sz:(i+1)*sz])
-			args = append(args, l)
-		}
-		res, err := s.region(op.Regions[0], args)
-		if err != nil {
-			return nil, err
-		}
-		carry = res[:nk]
-		for j, y := range res[nk:] {
-			sz := len(y.Data)
-			copy(ys[j].Data[i*sz:(i+1)*sz], y.Data)
-		}
-	}
-	return append(carry, ys...), nil
-}
-
-func (s *spmd) collective(op *ir.Op, in []*ir.Literal) ([]*ir.Literal, error) {
-	c := s.comms[op.Attrs.String("axis")]
-	if c == nil {
-		return nil, fmt.Errorf("no communicator for axis %q", op.Attrs.String("axis"))
-	}
-	if c.Size() != op.Attrs.Int("size") {
-		return nil, fmt.Errorf("group of %d for size %d", c.Size(), op.Attrs.Int("size"))
-	}
-	out := ir.NewLiteral(op.Results[0].Type)
-	var err error
-	switch op.Code {
-	case ir.AxisIndex:
-		out.SetFloat64At(0, float64(c.Rank()))
-	case ir.AllReduce:
-		o := map[string]collective.Op{"sum": collective.Sum, "max": collective.Max, "min": collective.Min}[op.Attrs.String("reduction")]
-		err = c.AllReduce(s.ctx, o, out.Type.DType, in[0].Data, out.Data)
-	case ir.AllGather:
-		shape, d := []int(in[0].Type.Shape), op.Attrs.Int("dimension")
-		if !op.Attrs.Bool("tiled") {
-			shape = slices.Insert(slices.Clone(shape), d, 1)
-		}
-		err = c.AllGather(s.ctx, out.Type.DType, shape, d, in[0].Data, out.Data)
-	case ir.ReduceScatter:
-		shape, d := []int(in[0].Type.Shape), op.Attrs.Int("dimension")
-		if !op.Attrs.Bool("tiled") {
-			return nil, fmt.Errorf("the test interpreter has no stacked reduce_scatter")
-		}
-		err = c.ReduceScatter(s.ctx, collective.Sum, out.Type.DType, shape, d, in[0].Data, out.Data)
-	default:
-		return nil, fmt.Errorf("the test interpreter has no %v", op.Code)
-	}
-	return []*ir.Literal{out}, err
+	got, err := spmdref.Eval(part, global, args, time.Minute)
+	require.NoError(t, err, "per device:\n%s", part.Func)
+	return got
 }
 
 // partitionMesh is the 2×4 mesh of the partition tests.
@@ -262,7 +49,7 @@ func checkPartition(t *testing.T, f *ir.Func, rng *rand.Rand) *passes.Partitione
 	args := randprog.Args(rng, whole)
 	want, err := eval.Run(whole, args)
 	require.NoError(t, err)
-	got := spmdRun(t, part, args)
+	got := spmdRun(t, part, whole, args)
 	require.Len(t, got, len(want))
 	for i := range want {
 		require.True(t, got[i].Type.EqualUnsharded(want[i].Type), "result %d: %v, want %v", i, got[i].Type, want[i].Type)

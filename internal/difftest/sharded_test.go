@@ -14,6 +14,7 @@ import (
 
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/internal/randprog"
+	"github.com/ferryml/ferry/internal/spmdref"
 	"github.com/ferryml/ferry/internal/vmath"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
@@ -287,7 +288,7 @@ func runSharded(c *testCase) (fail *failure) {
 	for i, w := range want {
 		global[i] = w.Type
 	}
-	ref, err := spmdEval(part, global, args)
+	ref, err := spmdref.Eval(part, global, args, shardedTimeout)
 	if err != nil {
 		return internal("reference", err)
 	}
@@ -497,7 +498,7 @@ func assemble(x *trace.Array) (*ir.Literal, error) {
 			}
 		}
 		var bad error
-		forBlock(sh.Start, sh.Limit, t.Shape, func(j, at int) {
+		spmdref.ForBlock(sh.Start, sh.Limit, t.Shape, func(j, at int) {
 			b := l.Data[j*es : (j+1)*es]
 			if !seen[at] {
 				seen[at], owner[at] = true, sh.Device.ID
@@ -514,25 +515,6 @@ func assemble(x *trace.Array) (*ir.Literal, error) {
 		return nil, fmt.Errorf("no device holds element %d", i)
 	}
 	return out, nil
-}
-
-// forBlock calls fn(j, at) for every element of the block [start, limit) of
-// an array of the given shape: j its index in the block, at in the array.
-func forBlock(start, limit []int, shape ir.Shape, fn func(j, at int)) {
-	n := 1
-	for d := range start {
-		n *= limit[d] - start[d]
-	}
-	strides := shape.Strides()
-	for j := range n {
-		rem, at := j, 0
-		for d := len(start) - 1; d >= 0; d-- {
-			w := limit[d] - start[d]
-			at += (start[d] + rem%w) * strides[d]
-			rem /= w
-		}
-		fn(j, at)
-	}
 }
 
 // shardedValues lists the values of f with a sharding: parameters, then op

@@ -1,4 +1,11 @@
-package difftest
+// Package spmdref is the reference executor of partitioned programs
+// (passes.Partition) for tests: the per-device program interpreted by
+// internal/eval, op by op, on every device of the mesh at once (one
+// goroutine each, collectives through collective.NewLocal as the runtime's,
+// scan bodies iterated here), each device on its block of the global
+// arguments. The partitioner's tests and the sharded differential test
+// compare with it.
+package spmdref
 
 import (
 	"context"
@@ -6,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/internal/eval"
@@ -13,21 +21,19 @@ import (
 	"github.com/ferryml/ferry/passes"
 )
 
-// spmdEval is the reference of a partitioned program: its per-device
-// program interpreted by eval, op by op, on every device of the mesh at
-// once (goroutines; collectives through collective.NewLocal, as the
-// runtime's; scan bodies, which may hold collectives, iterated here), each
-// on its block of the global arguments. It returns the global results
-// assembled from the devices' blocks (global gives their types), or an
-// error, also when devices holding the same block disagree.
-func spmdEval(part *passes.Partitioned, global []ir.Type, args []*ir.Literal) ([]*ir.Literal, error) {
+// Eval runs the partitioned program part on every device of its mesh, each
+// on its block of args (the global arguments), and returns the global
+// results assembled from the devices' blocks (global gives their types), or
+// an error, also when devices holding the same block disagree bit for bit.
+// timeout bounds the devices' waits for each other.
+func Eval(part *passes.Partitioned, global []ir.Type, args []*ir.Literal, timeout time.Duration) ([]*ir.Literal, error) {
 	m := part.Mesh
 	devs := m.Devices()
 	world, err := collective.NewLocal(len(devs))
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), shardedTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	outs := make([][]*ir.Literal, len(devs))
 	errs := make([]error, len(devs))
@@ -57,7 +63,7 @@ func spmdEval(part *passes.Partitioned, global []ir.Type, args []*ir.Literal) ([
 			}
 			in := make([]*ir.Literal, len(args))
 			for i, l := range args {
-				if in[i], err = blockOf(l, part.Params[i], dev); err != nil {
+				if in[i], err = Block(l, part.Params[i], dev); err != nil {
 					errs[rank] = fmt.Errorf("argument %d: %w", i, err)
 					return
 				}
@@ -85,7 +91,7 @@ func spmdEval(part *passes.Partitioned, global []ir.Type, args []*ir.Literal) ([
 			}
 			local := outs[rank][i]
 			var bad error
-			forBlock(start, limit, t.Shape, func(j, at int) {
+			ForBlock(start, limit, t.Shape, func(j, at int) {
 				b := local.Data[j*es : (j+1)*es]
 				if !seen[at] {
 					seen[at] = true
@@ -111,8 +117,8 @@ func bounds(s *ir.NamedSharding, shape ir.Shape, dev int) (start, limit []int, e
 	return s.ShardBounds(shape, dev)
 }
 
-// blockOf returns device dev's block of l under s.
-func blockOf(l *ir.Literal, s *ir.NamedSharding, dev int) (*ir.Literal, error) {
+// Block returns device dev's block of l under s (all of l when s is nil).
+func Block(l *ir.Literal, s *ir.NamedSharding, dev int) (*ir.Literal, error) {
 	start, limit, err := bounds(s, l.Type.Shape, dev)
 	if err != nil {
 		return nil, err
@@ -124,7 +130,7 @@ func blockOf(l *ir.Literal, s *ir.NamedSharding, dev int) (*ir.Literal, error) {
 	}
 	out := ir.NewLiteral(t)
 	es := t.DType.Size()
-	forBlock(start, limit, l.Type.Shape, func(j, at int) {
+	ForBlock(start, limit, l.Type.Shape, func(j, at int) {
 		copy(out.Data[j*es:(j+1)*es], l.Data[at*es:])
 	})
 	return out, nil
@@ -240,4 +246,23 @@ func (s *spmdDevice) collective(op *ir.Op, in []*ir.Literal) ([]*ir.Literal, err
 		return nil, fmt.Errorf("the reference interpreter has no %v", op.Code)
 	}
 	return []*ir.Literal{out}, err
+}
+
+// ForBlock calls fn(j, at) for every element of the block [start, limit) of
+// an array of the given shape: j its index in the block, at in the array.
+func ForBlock(start, limit []int, shape ir.Shape, fn func(j, at int)) {
+	n := 1
+	for d := range start {
+		n *= limit[d] - start[d]
+	}
+	strides := shape.Strides()
+	for j := range n {
+		rem, at := j, 0
+		for d := len(start) - 1; d >= 0; d-- {
+			w := limit[d] - start[d]
+			at += (start[d] + rem%w) * strides[d]
+			rem /= w
+		}
+		fn(j, at)
+	}
 }
