@@ -544,9 +544,9 @@ func readPart(open func(string) (*dataReader, error), a *IndexArray, b IndexBloc
 		return fmt.Errorf("reading tensor %q of %s: %w", b.Tensor, b.File, err)
 	}
 	dshape := dst.Type.Shape
-	row := int64(hi[max(rank-1, 0)]-lo[max(rank-1, 0)]) * es
-	if rank == 0 {
-		row = es
+	row := es // bytes per row of the part
+	if rank > 0 {
+		row *= int64(hi[rank-1] - lo[rank-1])
 	}
 	idx := slices.Clone(lo)
 	for {
