@@ -26,6 +26,13 @@
 // Supported dtypes: F32, F16, BF16, F64, I32, I64, U8, U32 and BOOL (Ferry's
 // dtypes). Files with other dtypes can be inspected with ReadHeader but not
 // loaded.
+//
+// Sharded arrays (rt.DevicePut, and jobs of several processes:
+// rt.InitDistributed) are saved with SaveSharded into a directory: one
+// safetensors file per process holding the blocks of its devices, each
+// block once, and an index (Index, dir/index.json). LoadSharded reads it
+// back laid out as the tree it is given, which may shard the arrays
+// otherwise or run on another process count.
 package checkpoint
 
 import (
