@@ -5,7 +5,8 @@
 # mpirun with 2 and 4 ranks, then kills one rank of 3 mid-collective and
 # checks that the two survivors fail with the timeout error instead of
 # hanging; then runs one sharded program over the devices of 2 and 4
-# processes (rt.InitDistributed: internal/disttest and examples/sharded).
+# processes (rt.InitDistributed: internal/disttest and examples/sharded),
+# and a sharded checkpoint saved by 2 processes loaded resharded by 4.
 # Any failure fails, and so does a skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,6 +75,26 @@ for np in 2 4; do
     fi
     grep -- "^    --- PASS" "$log" | sed 's/ (.*//' | sort | uniq -c | sed "s/^ *\([0-9]*\) *\(.*\)/  \2 on \1 processes/"
   done
+done
+# A sharded checkpoint (checkpoint.SaveSharded) written by 2 processes of 2
+# devices each, loaded back resharded by them and by 4 processes.
+go test -c -o "$bin/ckpt.test" ./checkpoint
+ckdir=$(mktemp -d -p "$bin")
+for phase in save:2 load:4; do
+  np=${phase#*:} phase=${phase%%:*}
+  echo "== mpirun -np $np ckpt.test -test.run TestMPIShardedCheckpoint (FERRY_CKPT_MPI=$phase)"
+  if ! FERRY_CKPT_MPI=$phase FERRY_CKPT_DIR=$ckdir FERRY_CPU_DEVICES=2 timeout 120 "${run[@]}" -x FERRY_CKPT_MPI -x FERRY_CKPT_DIR -x FERRY_CPU_DEVICES \
+    -np "$np" "$bin/ckpt.test" -test.run '^TestMPIShardedCheckpoint$' -test.v -test.count=1 >"$log" 2>&1; then
+    cat "$log"
+    echo "mpi: the sharded checkpoint test ($phase) failed with $np processes"
+    exit 1
+  fi
+  passes=$(grep -c -- "^--- PASS: TestMPIShardedCheckpoint " "$log" || true)
+  if [ "$passes" != "$np" ] || grep -q -- '--- SKIP' "$log"; then
+    cat "$log"
+    echo "mpi: TestMPIShardedCheckpoint ($phase) passed on $passes of $np processes"
+    exit 1
+  fi
 done
 echo "== mpirun -np 1 (2 devices) : -np 1 (3 devices): InitDistributed refuses different counts"
 if ! FERRY_DIST_TEST_MISMATCH=1 timeout 120 "${run[@]}" -x FERRY_DIST_TEST_MISMATCH -np 1 -x FERRY_CPU_DEVICES=2 "$bin/dist.test" : \

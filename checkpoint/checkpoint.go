@@ -26,6 +26,13 @@
 // Supported dtypes: F32, F16, BF16, F64, I32, I64, U8, U32 and BOOL (Ferry's
 // dtypes). Files with other dtypes can be inspected with ReadHeader but not
 // loaded.
+//
+// Sharded arrays (rt.DevicePut, and jobs of several processes:
+// rt.InitDistributed) are saved with SaveSharded into a directory: one
+// safetensors file per process holding the blocks of its devices, each
+// block once, and an index (Index, dir/index.json). LoadSharded reads it
+// back laid out as the tree it is given, which may shard the arrays
+// otherwise or run on another process count.
 package checkpoint
 
 import (
@@ -108,8 +115,24 @@ func Save(w io.Writer, tree any, metadata map[string]string) error {
 		return fmt.Errorf("checkpoint.Save: %w", err)
 	}
 	paths := def.Paths()
-	seen := make(map[string]bool, len(paths))
 	lits := make([]*ir.Literal, len(leaves))
+	for i, a := range leaves {
+		l, err := a.Literal()
+		if err != nil {
+			return fmt.Errorf("checkpoint.Save: %s: %w", paths[i], err)
+		}
+		lits[i] = l
+	}
+	if err := writeTensors(w, paths, lits, metadata); err != nil {
+		return fmt.Errorf("checkpoint.Save: %w", err)
+	}
+	return nil
+}
+
+// writeTensors writes the literals lits named names to w in the
+// safetensors format, with metadata (may be nil) as "__metadata__".
+func writeTensors(w io.Writer, names []string, lits []*ir.Literal, metadata map[string]string) error {
+	seen := make(map[string]bool, len(names))
 	var hdr bytes.Buffer
 	hdr.WriteByte('{')
 	if len(metadata) > 0 {
@@ -130,17 +153,12 @@ func Save(w io.Writer, tree any, metadata map[string]string) error {
 		hdr.WriteByte('}')
 	}
 	var off int64
-	for i, a := range leaves {
-		name := paths[i]
+	for i, l := range lits {
+		name := names[i]
 		if name == "__metadata__" || seen[name] {
-			return fmt.Errorf("checkpoint.Save: duplicate or reserved tensor name %q", name)
+			return fmt.Errorf("duplicate or reserved tensor name %q", name)
 		}
 		seen[name] = true
-		l, err := a.Literal()
-		if err != nil {
-			return fmt.Errorf("checkpoint.Save: %s: %w", name, err)
-		}
-		lits[i] = l
 		if len(metadata) > 0 || i > 0 {
 			hdr.WriteByte(',')
 		}
@@ -163,15 +181,15 @@ func Save(w io.Writer, tree any, metadata map[string]string) error {
 	var n [8]byte
 	binary.LittleEndian.PutUint64(n[:], uint64(hdr.Len()))
 	if _, err := w.Write(n[:]); err != nil {
-		return fmt.Errorf("checkpoint.Save: %w", err)
+		return err
 	}
 	if _, err := w.Write(hdr.Bytes()); err != nil {
-		return fmt.Errorf("checkpoint.Save: %w", err)
+		return err
 	}
 	for i, l := range lits {
 		// Literal data is little-endian (Ferry runs on little-endian machines).
 		if _, err := w.Write(l.Data); err != nil {
-			return fmt.Errorf("checkpoint.Save: %s: %w", paths[i], err)
+			return fmt.Errorf("%s: %w", names[i], err)
 		}
 	}
 	return nil

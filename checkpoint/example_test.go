@@ -3,8 +3,10 @@ package checkpoint_test
 import (
 	"bytes"
 	"fmt"
+	"os"
 
 	"github.com/ferryml/ferry/checkpoint"
+	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/optim"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
@@ -47,4 +49,40 @@ func Example() {
 	// F32 [2 2] I32 [2 2] 3
 	// [1 2 3 4] [0.5 -0.5] 1 [0.00025 0.00025]
 	// checkpoint.Load: tensor "Params.W" is f32[2,2] in the file, want f32[3]
+}
+
+// Save a matrix sharded over a 2×4 mesh of devices (one data file per
+// process, one index) and load it back laid out over 4 devices by columns.
+// In a job of several processes (rt.InitDistributed) every process makes
+// the same calls with a directory they all see. (The tests give this
+// process 8 CPU devices: FERRY_CPU_DEVICES=8 or rt.SetCPUDeviceCount.)
+func ExampleSaveSharded() {
+	type Params struct{ W *trace.Array }
+	grid, _ := ir.NewMesh([]int{2, 4}, []string{"x", "y"})
+	byBlocks, _ := ir.NewNamedSharding(grid, ir.P("x", "y"))
+	w, err := rt.DevicePut(rt.FromSlice([]float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, 2, 8), byBlocks)
+	if err != nil {
+		panic(err)
+	}
+	dir, _ := os.MkdirTemp("", "ckpt")
+	defer os.RemoveAll(dir)
+	if err := checkpoint.SaveSharded(dir, Params{W: w}, map[string]string{"step": "100"}); err != nil {
+		panic(err)
+	}
+	idx, _ := checkpoint.ReadIndex(dir)
+	a := idx.Arrays[0]
+	fmt.Println(idx.Files, idx.Metadata["step"], a.Sharding, len(a.Blocks), a.Blocks[5].Start, a.Blocks[5].Tensor)
+
+	four, _ := ir.NewMesh([]int{4}, []string{"d"})
+	byColumns, _ := ir.NewNamedSharding(four, ir.P("", "d"))
+	like, _ := rt.DevicePut(trace.Zeros([]int{2, 8}, ir.Float32), byColumns)
+	got, err := checkpoint.LoadSharded(dir, Params{W: like})
+	if err != nil {
+		panic(err)
+	}
+	shards, _ := rt.Shards(got.W)
+	fmt.Println(got.W.Type(), shards[1].Array.Float32s())
+	// Output:
+	// [process-0-of-1.safetensors] 100 sharding<mesh[x=2,y=4], [x,y]> 8 [1 2] W@1,2
+	// f32[2,8]{sharding<mesh[d=4], [{},d]>} [2 3 10 11]
 }

@@ -388,3 +388,40 @@ func processAllGather(b *shardedBuffer) (*ir.Literal, error) {
 	}
 	return out, nil
 }
+
+// ProcessBarrier returns when every process of the job has called it, and
+// tells each of them which processes passed ok = false (ascending; none
+// when all succeeded), so that the processes of a collective step such as
+// writing a checkpoint (checkpoint.SaveSharded) agree on its outcome. In a
+// job of one it returns at once. The error is the processes
+// communicator's.
+func ProcessBarrier(ok bool) (failed []int, err error) {
+	mine := []byte{1}
+	if ok {
+		mine[0] = 0
+	}
+	if _, _, _, on := distInfo(); !on {
+		if !ok {
+			return []int{0}, nil
+		}
+		return nil, nil
+	}
+	dist.gatherMu.Lock()
+	defer dist.gatherMu.Unlock()
+	dist.mu.Lock()
+	c, np := dist.gather, dist.np
+	dist.mu.Unlock()
+	if c == nil {
+		return nil, errors.New("rt.ProcessBarrier: the job of several processes has ended (rt.ShutdownDistributed)")
+	}
+	all := make([]byte, np)
+	if err := c.AllGather(context.Background(), ir.Uint8, nil, 0, mine, all); err != nil {
+		return nil, fmt.Errorf("rt.ProcessBarrier: %w", err)
+	}
+	for q, b := range all {
+		if b != 0 {
+			failed = append(failed, q)
+		}
+	}
+	return failed, nil
+}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/ferryml/ferry/backend"
@@ -202,7 +203,23 @@ func DevicePut(x *trace.Array, s *ir.NamedSharding) (*trace.Array, error) {
 // putShards copies the blocks of the host array l into new buffers on the
 // devices of typ's sharding and returns the sharded array; p places them (nil
 // for a single-device backend, whose only device is 0).
-func putShards(be Backend, p backend.Placer, l *ir.Literal, typ ir.Type) (_ *trace.Array, err error) {
+func putShards(be Backend, p backend.Placer, l *ir.Literal, typ ir.Type) (*trace.Array, error) {
+	local, err := typ.Sharding.ShardShape(typ.Shape)
+	if err != nil {
+		return nil, err
+	}
+	es := typ.DType.Size()
+	return putBlocks(be, p, typ, func(_ Device, start, limit []int) (*ir.Literal, error) {
+		bl := ir.NewLiteral(ir.Type{DType: typ.DType, Shape: local, Space: typ.Space})
+		copyBlock(l.Data, typ.Shape, bl.Data, start, limit, es, true)
+		return bl, nil
+	})
+}
+
+// putBlocks makes the sharded array of type typ from the blocks block
+// returns, one call per distinct block of this process's devices of the
+// mesh (replicas share it), each copied into a new buffer on its devices.
+func putBlocks(be Backend, p backend.Placer, typ ir.Type, block func(d Device, start, limit []int) (*ir.Literal, error)) (_ *trace.Array, err error) {
 	s := typ.Sharding
 	local, err := s.ShardShape(typ.Shape)
 	if err != nil {
@@ -215,8 +232,7 @@ func putShards(be Backend, p backend.Placer, l *ir.Literal, typ ir.Type) (_ *tra
 		}
 	}()
 	devs := globalDevices(be)
-	es := typ.DType.Size()
-	blocks := map[string]*ir.Literal{} // each block sliced once, for all its replicas
+	blocks := map[string]*ir.Literal{} // each block made once, for all its replicas
 	for _, g := range s.Mesh.Devices() {
 		id, ok := localID(g)
 		if !ok {
@@ -226,11 +242,26 @@ func putShards(be Backend, p backend.Placer, l *ir.Literal, typ ir.Type) (_ *tra
 		if err != nil {
 			return nil, err
 		}
+		d := devs[g]
 		k := fmt.Sprint(start)
 		bl := blocks[k]
 		if bl == nil {
-			bl = ir.NewLiteral(ir.Type{DType: typ.DType, Shape: local, Space: typ.Space})
-			copyBlock(l.Data, typ.Shape, bl.Data, start, limit, es, true)
+			if bl, err = block(d, start, limit); err != nil {
+				return nil, err
+			}
+			if bl == nil || bl.Type.DType != typ.DType || !slices.Equal(bl.Type.Shape, local) {
+				var got any = "nil"
+				if bl != nil {
+					got = bl.Type.WithSharding(nil)
+				}
+				return nil, fmt.Errorf("block %v..%v of %v for %s is %v, want %v", start, limit, typ, backend.DeviceName(be.Name(), g),
+					got, ir.Type{DType: typ.DType, Shape: local})
+			}
+			if bl.Type.Space != typ.Space {
+				c := *bl
+				c.Type = ir.Type{DType: typ.DType, Shape: local, Space: typ.Space}
+				bl = &c
+			}
 			blocks[k] = bl
 		}
 		var buf trace.Buffer
@@ -242,10 +273,45 @@ func putShards(be Backend, p backend.Placer, l *ir.Literal, typ ir.Type) (_ *tra
 		if err != nil {
 			return nil, fmt.Errorf("shard %v of %v on %s: %w", start, typ, backend.DeviceName(be.Name(), g), err)
 		}
-		d := devs[g]
 		sb.shards = append(sb.shards, Shard{Device: d, Start: start, Limit: limit, Array: trace.FromBuffer(buf)})
 	}
 	return trace.FromBuffer(sb), nil
+}
+
+// MakeShardedArray makes an array of type typ laid out as typ.Sharding
+// says from blocks that block returns, like jax.make_array_from_callback:
+// block(d, start, limit) returns the block [start, limit) of the global
+// array (a literal of typ's dtype and shape limit−start) for device d. It
+// is called once per distinct block among this process's devices of the
+// mesh, in mesh order; devices holding replicas of a block get copies of
+// it. In a job of several processes (InitDistributed) each process makes
+// its own devices' blocks, as DevicePut puts them. The result is what
+// DevicePut of the whole array would give; typ.Space places it. Errors:
+// typ without a sharding, a sharding that does not fit typ's shape or
+// names devices the job lacks, a block of the wrong type, or block's own
+// error.
+func MakeShardedArray(typ ir.Type, block func(d Device, start, limit []int) (*ir.Literal, error)) (*trace.Array, error) {
+	const op = "MakeShardedArray"
+	s := typ.Sharding
+	if s == nil {
+		return nil, trace.Errorf(op, "%v has no sharding: make an unsharded array with rt.FromLiteral", typ)
+	}
+	if err := s.Validate(typ.Shape); err != nil {
+		return nil, trace.Errorf(op, "cannot shard %v: %v", typ.WithSharding(nil), err)
+	}
+	be := DefaultBackend()
+	if err := checkMeshDevices(be, s.Mesh); err != nil {
+		return nil, trace.Errorf(op, "%v", err)
+	}
+	p, ok := be.(backend.Placer)
+	if !ok && s.Mesh.NumDevices() > 1 {
+		return nil, trace.Errorf(op, "the %s backend cannot place arrays on several devices", be.Name())
+	}
+	y, err := putBlocks(be, p, typ.Clone(), block)
+	if err != nil {
+		return nil, trace.WrapError(op, err)
+	}
+	return y, nil
 }
 
 // checkMeshDevices returns an error unless every device of m is a device of

@@ -581,3 +581,85 @@ func TestShardedJitErrors(t *testing.T) {
 		require.Equal(t, float32(0), v)
 	}
 }
+
+// MakeShardedArray asks for each distinct block once, puts it on every
+// device holding it, and gives the array DevicePut gives.
+func TestMakeShardedArray(t *testing.T) {
+	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 8})
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	for _, c := range shardCases() {
+		t.Run(c.name, func(t *testing.T) {
+			mesh, err := ir.NewMesh(c.shape, c.axes, c.devices...)
+			require.NoError(t, err)
+			s, err := ir.NewNamedSharding(mesh, c.spec)
+			require.NoError(t, err)
+			shape := randShape(rng, c)
+			n := 1
+			for _, d := range shape {
+				n *= d
+			}
+			data := randFloats(rng, n)
+			calls := map[string]int{}
+			y, err := rt.MakeShardedArray(ir.TypeOf(ir.Float32, shape...).WithSharding(s), func(d rt.Device, start, limit []int) (*ir.Literal, error) {
+				calls[fmt.Sprint(start)]++
+				local := make(ir.Shape, len(shape))
+				for i := range shape {
+					local[i] = limit[i] - start[i]
+				}
+				return ir.LiteralOf(local, blockValues(data, shape, start, limit))
+			})
+			require.NoError(t, err)
+			require.True(t, y.HasType(ir.TypeOf(ir.Float32, shape...).WithSharding(s)), "%v", y.Type())
+			for k, v := range calls {
+				require.Equal(t, 1, v, "block %s asked for %d times", k, v)
+			}
+			shards, err := rt.Shards(y)
+			require.NoError(t, err)
+			require.Len(t, shards, 8)
+			require.Len(t, calls, s.NumShards())
+			for flat, sh := range shards {
+				start, limit := expectBounds(c, shape, flat)
+				require.Equal(t, start, sh.Start)
+				require.Equal(t, limit, sh.Limit)
+				require.Equal(t, bits(blockValues(data, shape, start, limit)), bits(sh.Array.Float32s()), "shard %d", flat)
+			}
+			require.Equal(t, bits(data), bits(y.Float32s()))
+			require.NoError(t, y.Delete())
+		})
+	}
+}
+
+func TestMakeShardedArrayErrors(t *testing.T) {
+	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 8})
+	mesh, err := ir.NewMesh([]int{8}, []string{"x"})
+	require.NoError(t, err)
+	s, err := ir.NewNamedSharding(mesh, ir.P("x"))
+	require.NoError(t, err)
+	zero := func(_ rt.Device, start, limit []int) (*ir.Literal, error) {
+		return ir.NewLiteral(ir.TypeOf(ir.Float32, limit[0]-start[0])), nil
+	}
+	_, err = rt.MakeShardedArray(ir.TypeOf(ir.Float32, 16), zero)
+	require.ErrorContains(t, err, "has no sharding")
+	_, err = rt.MakeShardedArray(ir.TypeOf(ir.Float32, 12).WithSharding(s), zero)
+	require.ErrorContains(t, err, "cannot shard f32[12]")
+	_, err = rt.MakeShardedArray(ir.TypeOf(ir.Int32, 16).WithSharding(s), zero)
+	require.ErrorContains(t, err, "is f32[2], want i32[2]")
+	_, err = rt.MakeShardedArray(ir.TypeOf(ir.Float32, 16).WithSharding(s), func(d rt.Device, start, limit []int) (*ir.Literal, error) {
+		if d.ID == 5 {
+			return nil, errors.New("no block for device 5")
+		}
+		return zero(d, start, limit)
+	})
+	require.ErrorContains(t, err, "no block for device 5")
+}
+
+// In a job of one ProcessBarrier returns at once, reporting this process
+// when it failed.
+func TestProcessBarrierJobOfOne(t *testing.T) {
+	failed, err := rt.ProcessBarrier(true)
+	require.NoError(t, err)
+	require.Empty(t, failed)
+	failed, err = rt.ProcessBarrier(false)
+	require.NoError(t, err)
+	require.Equal(t, []int{0}, failed)
+}
