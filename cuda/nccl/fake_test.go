@@ -180,31 +180,35 @@ func TestLoadErrors(t *testing.T) {
 	if !errors.As(err, &le) || len(le.Attempts) != 1 || !strings.Contains(err.Error(), "nope.so ($FERRY_NCCL_LIB)") {
 		t.Fatalf("Load with a missing $%s: %v", LibEnv, err)
 	}
+	// A library without the entry points names the missing one. (It
+	// exports no NCCL name: it is loaded RTLD_GLOBAL by the directory
+	// search and must not interpose on a real NCCL loaded later.)
+	gcc, gerr := exec.LookPath("gcc")
+	if gerr != nil {
+		t.Skip("gcc not found")
+	}
+	empty := t.TempDir()
+	t.Setenv(LibEnv, "")
+	t.Setenv(cuda.LibDirEnv, empty)
+	so := filepath.Join(empty, Soname)
+	src := filepath.Join(empty, "x.c")
+	os.WriteFile(src, []byte("int not_nccl(void) { return 0; }\n"), 0o644)
+	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-o", so, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v %s", err, out)
+	}
+	_, err = Load()
+	if !errors.As(err, &le) || !strings.Contains(err.Error(), "ncclGetVersion") || !strings.Contains(err.Error(), "missing entry point") {
+		t.Fatalf("Load of an incomplete library: %v", err)
+	}
 	// Without $FERRY_NCCL_LIB and with nothing installed, every search
 	// directory is an attempt and the system loader the last one.
-	t.Setenv(LibEnv, "")
-	empty := t.TempDir()
+	empty = t.TempDir()
 	t.Setenv(cuda.LibDirEnv, empty)
 	if _, err := Load(); err == nil {
 		t.Skip("an NCCL is installed; the not-found listing cannot be checked")
 	} else if !errors.As(err, &le) || !strings.Contains(err.Error(), filepath.Join(empty, Soname)) ||
 		!strings.Contains(le.Attempts[len(le.Attempts)-1].Path, "system loader") {
 		t.Fatalf("Load with no NCCL: %v", err)
-	}
-	// A library without the entry points names the missing one.
-	gcc, gerr := exec.LookPath("gcc")
-	if gerr != nil {
-		t.Skip("gcc not found")
-	}
-	so := filepath.Join(empty, Soname)
-	src := filepath.Join(empty, "x.c")
-	os.WriteFile(src, []byte("int ncclGetVersion(int* v) { *v = 1; return 0; }\n"), 0o644)
-	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-o", so, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v %s", err, out)
-	}
-	_, err = Load()
-	if !errors.As(err, &le) || !strings.Contains(err.Error(), "ncclGetUniqueId") || !strings.Contains(err.Error(), "missing entry point") {
-		t.Fatalf("Load of an incomplete library: %v", err)
 	}
 }
 

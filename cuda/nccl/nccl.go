@@ -166,7 +166,9 @@ func Load() (*Lib, error) {
 		err error
 	)
 	if p := os.Getenv(LibEnv); p != "" {
-		h, derr := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		// RTLD_LOCAL: a library named here (a test double, say) must not
+		// interpose its symbols on a real NCCL loaded later.
+		h, derr := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if derr != nil {
 			return nil, &cuda.LoadError{Library: Soname, Attempts: []cuda.Attempt{{Path: p + " ($" + LibEnv + ")", Err: derr.Error()}}}
 		}
