@@ -43,7 +43,8 @@
 // synchronisation. One process driving all of a machine's GPUs makes one
 // communicator with CommInitAll (rank i on devices[i]) and issues the ranks'
 // calls between GroupStart and GroupEnd, as NCCL requires when one thread
-// drives several ranks. With one process per GPU, process 0 calls
+// drives several ranks; each rank's buffers and stream belong to its
+// device (Comm.Device). With one process per GPU, process 0 calls
 // GetUniqueID and the id is broadcast to the others (collective/mpi's
 // Broadcast under mpirun, or the coordinator's TCP exchange), and each calls
 // CommInitRank. A rank that sees a peer fail or a collective time out polls
