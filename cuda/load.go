@@ -152,6 +152,24 @@ func openLibrary(pattern, fallback string, dirs []string) (uintptr, string, erro
 	return 0, "", le
 }
 
+// OpenLibrary loads the first file matching pattern (a file name, possibly
+// with a * glob) in dirs, newest version first, then asks the system loader
+// for fallback (a bare soname; empty to skip). A failure is a *LoadError
+// listing every path tried. Other run-time-loaded bindings (cuda/nccl) use it
+// with SearchDirs.
+func OpenLibrary(pattern, fallback string, dirs []string) (*Library, error) {
+	h, path, err := openLibrary(pattern, fallback, dirs)
+	if err != nil {
+		return nil, err
+	}
+	return &Library{Path: path, handle: h}, nil
+}
+
+// LibraryFromHandle wraps a handle returned by purego.Dlopen for path.
+func LibraryFromHandle(path string, handle uintptr) *Library {
+	return &Library{Path: path, handle: handle}
+}
+
 // Library is one loaded shared library.
 type Library struct {
 	// Path is the file (or soname) that loaded.
