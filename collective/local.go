@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ferryml/ferry/collective/internal/bufs"
 	"github.com/ferryml/ferry/internal/vmath"
 	"github.com/ferryml/ferry/ir"
 )
@@ -147,7 +148,7 @@ func (s *slot) setAllReduce(op Op, dt ir.DType, send, recv []byte) error {
 	if err := s.checkFlat(dt, send, recv, len(send)); err != nil {
 		return err
 	}
-	if overlap(send, recv) && !same(send, recv) {
+	if bufs.Overlap(send, recv) && !bufs.Same(send, recv) {
 		return errors.New("send and recv overlap without being the same slice")
 	}
 	return nil
@@ -166,7 +167,7 @@ func (s *slot) setAllGather(n int, dt ir.DType, shape []int, axis int, send, rec
 	if want := len(send) * n; len(recv) != want {
 		return fmt.Errorf("recv has %d bytes, want %d (%d ranks × %d)", len(recv), want, n, len(send))
 	}
-	return checkDisjoint(send, recv)
+	return bufs.CheckDisjoint(send, recv)
 }
 
 // ReduceScatter implements [Communicator.ReduceScatter].
@@ -187,7 +188,7 @@ func (s *slot) setReduceScatter(n int, op Op, dt ir.DType, shape []int, axis int
 	if want := len(send) / n; len(recv) != want {
 		return fmt.Errorf("recv has %d bytes, want %d (1/%d of send)", len(recv), want, n)
 	}
-	return checkDisjoint(send, recv)
+	return bufs.CheckDisjoint(send, recv)
 }
 
 // AllToAll implements [Communicator.AllToAll].
@@ -208,7 +209,7 @@ func (s *slot) setAllToAll(n int, dt ir.DType, shape []int, splitAxis, concatAxi
 	if len(recv) != len(send) {
 		return fmt.Errorf("recv has %d bytes, want send's %d", len(recv), len(send))
 	}
-	return checkDisjoint(send, recv)
+	return bufs.CheckDisjoint(send, recv)
 }
 
 // CollectivePermute implements [Communicator.CollectivePermute].
@@ -232,7 +233,7 @@ func (s *slot) setPermute(n int, dt ir.DType, pairs []Pair, send, recv []byte) e
 		}
 		seen[p.Source], seen[n+p.Target] = true, true
 	}
-	return checkDisjoint(send, recv)
+	return bufs.CheckDisjoint(send, recv)
 }
 
 // Broadcast implements [Communicator.Broadcast].
@@ -394,28 +395,13 @@ func checkReduce(op Op, dt ir.DType) error {
 	return nil
 }
 
-// checkDType checks dt and that b holds whole, aligned elements of it.
-func checkBuf(name string, dt ir.DType, b []byte) error {
-	if !dt.Valid() {
-		return fmt.Errorf("invalid dtype %v", dt)
-	}
-	esz := dt.Size()
-	if len(b)%esz != 0 {
-		return fmt.Errorf("%s has %d bytes, not a whole number of %v elements", name, len(b), dt)
-	}
-	if len(b) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(esz) != 0 {
-		return fmt.Errorf("%s is not aligned to %d bytes for %v", name, esz, dt)
-	}
-	return nil
-}
-
 // checkFlat checks a one-dimensional call whose send has n bytes and records
 // its shape.
 func (s *slot) checkFlat(dt ir.DType, send, recv []byte, n int) error {
-	if err := checkBuf("send", dt, send); err != nil {
+	if err := bufs.CheckBuf("send", dt, send); err != nil {
 		return err
 	}
-	if err := checkBuf("recv", dt, recv); err != nil {
+	if err := bufs.CheckBuf("recv", dt, recv); err != nil {
 		return err
 	}
 	if len(recv) != len(send) {
@@ -429,10 +415,10 @@ func (s *slot) checkFlat(dt ir.DType, send, recv []byte, n int) error {
 // send, axis against the rank, and, when divAxis >= 0, that the group size n
 // divides shape[divAxis].
 func (s *slot) checkShape(n int, dt ir.DType, shape []int, send []byte, axis, divAxis int) error {
-	if err := checkBuf("send", dt, send); err != nil {
+	if err := bufs.CheckBuf("send", dt, send); err != nil {
 		return err
 	}
-	if err := checkBuf("recv", dt, s.recv); err != nil {
+	if err := bufs.CheckBuf("recv", dt, s.recv); err != nil {
 		return err
 	}
 	if shape == nil {
@@ -460,65 +446,6 @@ func (s *slot) checkShape(n int, dt ir.DType, shape []int, send []byte, axis, di
 		return fmt.Errorf("dimension %d of shape %v (axis %d) is not divisible by the %d ranks", s.shape[divAxis], s.shape, divAxis, n)
 	}
 	return nil
-}
-
-func overlap(a, b []byte) bool {
-	if len(a) == 0 || len(b) == 0 {
-		return false
-	}
-	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
-}
-
-func same(a, b []byte) bool {
-	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
-}
-
-func checkDisjoint(send, recv []byte) error {
-	if overlap(send, recv) {
-		return errors.New("send and recv overlap")
-	}
-	return nil
-}
-
-// span is count runs of run bytes, run k starting at byte off+k*stride.
-type span struct{ off, run, stride, count int }
-
-// blockSpan is the idx-th of parts equal blocks along axis of a row-major
-// array of the given shape and element size.
-func blockSpan(shape []int, axis, parts, idx, esz int) span {
-	outer, row := 1, esz
-	for _, d := range shape[:axis] {
-		outer *= d
-	}
-	for _, d := range shape[axis:] {
-		row *= d
-	}
-	b := row / parts
-	if outer == 1 || b == row {
-		return span{off: idx * b, run: b * outer, stride: b * outer, count: 1}
-	}
-	return span{off: idx * b, run: b, stride: row, count: outer}
-}
-
-func whole(b []byte) span { return span{run: len(b), stride: len(b), count: 1} }
-
-// copySpan copies the bytes of sv in src, in order, to those of dv in dst
-// (both spans hold the same number of bytes).
-func copySpan(dst []byte, dv span, src []byte, sv span) {
-	di, dp, si, sp := 0, 0, 0, 0
-	for di < dv.count && si < sv.count {
-		n := min(dv.run-dp, sv.run-sp)
-		d := dv.off + di*dv.stride + dp
-		s := sv.off + si*sv.stride + sp
-		copy(dst[d:d+n], src[s:s+n])
-		if dp += n; dp == dv.run {
-			di, dp = di+1, 0
-		}
-		if sp += n; sp == sv.run {
-			si, sp = si+1, 0
-		}
-	}
 }
 
 // accumulator returns this rank's accumulator, made on first use.
@@ -593,13 +520,13 @@ func reduceScatter(slots []slot, rank int, acc []byte) {
 	s := &slots[rank]
 	esz := s.dt.Size()
 	k, _ := kernelFor(s.dt, s.op)
-	sp := blockSpan(s.shape, s.axis, n, rank, esz)
+	sp := bufs.BlockSpan(s.shape, s.axis, n, rank, esz)
 	out := 0 // bytes of recv written
-	total := sp.run * sp.count
+	total := sp.Run * sp.Count
 	for out < total {
 		m := min(total-out, tile*esz) // bytes of this tile
 		x := acc[:m/esz*k.accSize]
-		forSegments(sp, out, out+m, func(src, at, nb int) {
+		bufs.Segments(sp, out, out+m, func(src, at, nb int) {
 			xa := x[at/esz*k.accSize : (at+nb)/esz*k.accSize]
 			if n == 1 {
 				k.load(xa, slots[0].send[src:src+nb])
@@ -615,17 +542,6 @@ func reduceScatter(slots []slot, rank int, acc []byte) {
 	}
 }
 
-// forSegments calls f(byte offset in the source, offset from lo, length) for
-// the contiguous pieces of bytes [lo, hi) of span sp in span order.
-func forSegments(sp span, lo, hi int, f func(src, at, n int)) {
-	for p := lo; p < hi; {
-		k, in := p/sp.run, p%sp.run
-		n := min(sp.run-in, hi-p)
-		f(sp.off+k*sp.stride+in, p-lo, n)
-		p += n
-	}
-}
-
 func allGather(slots []slot, rank int) {
 	n := len(slots)
 	s := &slots[rank]
@@ -635,7 +551,7 @@ func allGather(slots []slot, rank int) {
 	out[s.axis] *= n
 	for i := range n {
 		j := (rank + i) % n
-		copySpan(s.recv, blockSpan(out, s.axis, n, j, esz), slots[j].send, whole(slots[j].send))
+		bufs.Copy(s.recv, bufs.BlockSpan(out, s.axis, n, j, esz), slots[j].send, bufs.Whole(slots[j].send))
 	}
 }
 
@@ -649,8 +565,8 @@ func allToAll(slots []slot, rank int) {
 	out[s.axis2] *= n
 	for i := range n {
 		j := (rank + i) % n
-		copySpan(s.recv, blockSpan(out, s.axis2, n, j, esz),
-			slots[j].send, blockSpan(s.shape, s.axis, n, rank, esz))
+		bufs.Copy(s.recv, bufs.BlockSpan(out, s.axis2, n, j, esz),
+			slots[j].send, bufs.BlockSpan(s.shape, s.axis, n, rank, esz))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/ferryml/ferry/collective/internal/bufs"
 	"github.com/ferryml/ferry/internal/vmath"
 	"github.com/ferryml/ferry/ir"
 )
@@ -294,14 +295,14 @@ func Reduce(op Op, dt ir.DType, dst []byte, srcs ...[]byte) error {
 	if len(srcs) == 0 {
 		return fmt.Errorf("%w: Reduce: no buffers to reduce", ErrInvalid)
 	}
-	if err := checkBuf("dst", dt, dst); err != nil {
+	if err := bufs.CheckBuf("dst", dt, dst); err != nil {
 		return fmt.Errorf("%w: Reduce: %w", ErrInvalid, err)
 	}
 	for i, s := range srcs {
 		if len(s) != len(dst) {
 			return fmt.Errorf("%w: Reduce: buffer %d has %d bytes, want dst's %d", ErrInvalid, i, len(s), len(dst))
 		}
-		if err := checkBuf(fmt.Sprintf("buffer %d", i), dt, s); err != nil {
+		if err := bufs.CheckBuf(fmt.Sprintf("buffer %d", i), dt, s); err != nil {
 			return fmt.Errorf("%w: Reduce: %w", ErrInvalid, err)
 		}
 	}

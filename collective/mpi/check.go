@@ -1,12 +1,11 @@
 package mpi
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"unsafe"
 
 	"github.com/ferryml/ferry/collective"
+	"github.com/ferryml/ferry/collective/internal/bufs"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -23,21 +22,13 @@ func checkReduce(op collective.Op, dt ir.DType) error {
 	return nil
 }
 
-// checkBuf checks dt and that b holds whole, aligned elements of it, few
-// enough for MPI's int counts.
+// checkBuf is bufs.CheckBuf with few enough elements for MPI's int counts.
 func checkBuf(name string, dt ir.DType, b []byte) error {
-	if !dt.Valid() {
-		return fmt.Errorf("invalid dtype %v", dt)
+	if err := bufs.CheckBuf(name, dt, b); err != nil {
+		return err
 	}
-	esz := dt.Size()
-	if len(b)%esz != 0 {
-		return fmt.Errorf("%s has %d bytes, not a whole number of %v elements", name, len(b), dt)
-	}
-	if len(b) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(esz) != 0 {
-		return fmt.Errorf("%s is not aligned to %d bytes for %v", name, esz, dt)
-	}
-	if len(b)/esz > math.MaxInt32 {
-		return fmt.Errorf("%s has %d elements, more than MPI's int counts hold (%d)", name, len(b)/esz, math.MaxInt32)
+	if len(b)/dt.Size() > math.MaxInt32 {
+		return fmt.Errorf("%s has %d elements, more than MPI's int counts hold (%d)", name, len(b)/dt.Size(), math.MaxInt32)
 	}
 	return nil
 }
@@ -94,23 +85,4 @@ func (c *Comm) checkShape(d *desc, dt ir.DType, shape []int, send, recv []byte, 
 		return nil, fmt.Errorf("dimension %d of shape %v (axis %d) is not divisible by the %d ranks", sh[divAxis], sh, divAxis, c.size)
 	}
 	return sh, nil
-}
-
-func overlap(a, b []byte) bool {
-	if len(a) == 0 || len(b) == 0 {
-		return false
-	}
-	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
-}
-
-func same(a, b []byte) bool {
-	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
-}
-
-func checkDisjoint(send, recv []byte) error {
-	if overlap(send, recv) {
-		return errors.New("send and recv overlap")
-	}
-	return nil
 }

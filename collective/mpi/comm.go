@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/ferryml/ferry/collective"
+	"github.com/ferryml/ferry/collective/internal/bufs"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -390,7 +391,7 @@ func (c *Comm) AllReduce(ctx context.Context, op collective.Op, dt ir.DType, sen
 		if err := checkFlat(d, dt, send, recv); err != nil {
 			return err
 		}
-		if overlap(send, recv) && !same(send, recv) {
+		if bufs.Overlap(send, recv) && !bufs.Same(send, recv) {
 			return errors.New("send and recv overlap without being the same slice")
 		}
 		return nil
@@ -398,7 +399,7 @@ func (c *Comm) AllReduce(ctx context.Context, op collective.Op, dt ir.DType, sen
 		n := count(len(send), dt)
 		if typ, mop, ok := c.native(op, dt); ok {
 			sp := addr(send)
-			if same(send, recv) {
+			if bufs.Same(send, recv) {
 				sp = mpiInPlace
 			}
 			if err := c.start(kAllReduce, "MPI_Iallreduce", 0, c.l.iallreduce, sp, addr(recv), n, typ, mop, c.comm); err != nil {
@@ -476,7 +477,7 @@ func (c *Comm) AllGather(ctx context.Context, dt ir.DType, shape []int, axis int
 		if want := len(send) * c.size; len(recv) != want {
 			return fmt.Errorf("recv has %d bytes, want %d (%d ranks × %d)", len(recv), want, c.size, len(send))
 		}
-		return checkDisjoint(send, recv)
+		return bufs.CheckDisjoint(send, recv)
 	}, func(*desc) error {
 		out := slices.Clone(sh)
 		out[axis] *= c.size
@@ -518,7 +519,7 @@ func (c *Comm) ReduceScatter(ctx context.Context, op collective.Op, dt ir.DType,
 		if want := len(send) / c.size; len(recv) != want {
 			return fmt.Errorf("recv has %d bytes, want %d (1/%d of send)", len(recv), want, c.size)
 		}
-		return checkDisjoint(send, recv)
+		return bufs.CheckDisjoint(send, recv)
 	}, func(*desc) error {
 		src := send
 		if !contiguous(sh, axis, c.size, dt.Size()) {
@@ -561,7 +562,7 @@ func (c *Comm) AllToAll(ctx context.Context, dt ir.DType, shape []int, splitAxis
 		if len(recv) != len(send) {
 			return fmt.Errorf("recv has %d bytes, want send's %d", len(recv), len(send))
 		}
-		return checkDisjoint(send, recv)
+		return bufs.CheckDisjoint(send, recv)
 	}, func(*desc) error {
 		esz := dt.Size()
 		src := send
@@ -635,7 +636,7 @@ func (c *Comm) CollectivePermute(ctx context.Context, dt ir.DType, pairs []colle
 			}
 			seen[p.Source], seen[c.size+p.Target] = true, true
 		}
-		return checkDisjoint(send, recv)
+		return bufs.CheckDisjoint(send, recv)
 	}, func(*desc) error {
 		n, mt := count(len(send), dt), c.moveType(dt)
 		m := 0 // requests started

@@ -1,51 +1,15 @@
 package mpi
 
-import "unsafe"
+import (
+	"unsafe"
 
-// span is count runs of run bytes, run k starting at byte off+k*stride.
-type span struct{ off, run, stride, count int }
-
-// blockSpan is the idx-th of parts equal blocks along axis of a row-major
-// array of the given shape and element size.
-func blockSpan(shape []int, axis, parts, idx, esz int) span {
-	outer, row := 1, esz
-	for _, d := range shape[:axis] {
-		outer *= d
-	}
-	for _, d := range shape[axis:] {
-		row *= d
-	}
-	b := row / parts
-	if outer == 1 || b == row {
-		return span{off: idx * b, run: b * outer, stride: b * outer, count: 1}
-	}
-	return span{off: idx * b, run: b, stride: row, count: outer}
-}
+	"github.com/ferryml/ferry/collective/internal/bufs"
+)
 
 // contiguous reports whether the blocks along axis are contiguous runs, so
 // that MPI can send or receive them in place.
 func contiguous(shape []int, axis, parts, esz int) bool {
-	return blockSpan(shape, axis, parts, 0, esz).count == 1
-}
-
-func whole(b []byte) span { return span{run: len(b), stride: len(b), count: 1} }
-
-// copySpan copies the bytes of sv in src, in order, to those of dv in dst
-// (both spans hold the same number of bytes).
-func copySpan(dst []byte, dv span, src []byte, sv span) {
-	di, dp, si, sp := 0, 0, 0, 0
-	for di < dv.count && si < sv.count {
-		n := min(dv.run-dp, sv.run-sp)
-		d := dv.off + di*dv.stride + dp
-		s := sv.off + si*sv.stride + sp
-		copy(dst[d:d+n], src[s:s+n])
-		if dp += n; dp == dv.run {
-			di, dp = di+1, 0
-		}
-		if sp += n; sp == sv.run {
-			si, sp = si+1, 0
-		}
-	}
+	return bufs.BlockSpan(shape, axis, parts, 0, esz).Count == 1
 }
 
 // toBlocks copies the parts blocks of src along axis to consecutive blocks of
@@ -53,7 +17,7 @@ func copySpan(dst []byte, dv span, src []byte, sv span) {
 func toBlocks(dst, src []byte, shape []int, axis, parts, esz int) {
 	b := len(src) / parts
 	for j := range parts {
-		copySpan(dst[j*b:(j+1)*b], whole(dst[j*b:(j+1)*b]), src, blockSpan(shape, axis, parts, j, esz))
+		bufs.Copy(dst[j*b:(j+1)*b], bufs.Whole(dst[j*b:(j+1)*b]), src, bufs.BlockSpan(shape, axis, parts, j, esz))
 	}
 }
 
@@ -62,7 +26,7 @@ func toBlocks(dst, src []byte, shape []int, axis, parts, esz int) {
 func fromBlocks(dst, src []byte, shape []int, axis, parts, esz int) {
 	b := len(src) / parts
 	for j := range parts {
-		copySpan(dst, blockSpan(shape, axis, parts, j, esz), src[j*b:(j+1)*b], whole(src[j*b:(j+1)*b]))
+		bufs.Copy(dst, bufs.BlockSpan(shape, axis, parts, j, esz), src[j*b:(j+1)*b], bufs.Whole(src[j*b:(j+1)*b]))
 	}
 }
 
