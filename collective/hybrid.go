@@ -254,19 +254,10 @@ func (c *Hybrid) Split(ctx context.Context, color, key int) (Communicator, error
 // result.
 func (c *Hybrid) run(ctx context.Context, k kind, fill func(*slot) error) error {
 	return c.do(ctx, k, fill, func(slots []slot) error {
-		switch k {
-		case kAllReduce:
+		if k == kAllReduce {
 			c.allReduce(slots)
-		case kReduceScatter:
-			reduceScatter(slots, c.rank, c.accumulator())
-		case kAllGather:
-			allGather(slots, c.rank)
-		case kAllToAll:
-			allToAll(slots, c.rank)
-		case kPermute:
-			permute(slots, c.rank)
-		case kBroadcast:
-			broadcast(slots, c.rank)
+		} else {
+			rankResult(k, slots, c.rank, c.accumulator)
 		}
 		return nil
 	})

@@ -311,16 +311,8 @@ func (c *Local) call(ctx context.Context, k kind, fill func(*slot) error, split 
 		return nil
 	case kAllReduce:
 		c.allReduce(slots)
-	case kReduceScatter:
-		reduceScatter(slots, c.rank, c.accumulator())
-	case kAllGather:
-		allGather(slots, c.rank)
-	case kAllToAll:
-		allToAll(slots, c.rank)
-	case kPermute:
-		permute(slots, c.rank)
-	case kBroadcast:
-		broadcast(slots, c.rank)
+	case kReduceScatter, kAllGather, kAllToAll, kPermute, kBroadcast:
+		rankResult(k, slots, c.rank, c.accumulator)
 	case kSplit:
 		c.split(slots)
 	}
@@ -622,4 +614,23 @@ func (c *Local) joinSplit(slots []slot) *Local {
 		return &Local{g: l.sub, rank: slices.Index(l.subMembers, c.rank)}
 	}
 	panic("collective: split lost its group") // unreachable: the leader always publishes
+}
+
+// rankResult writes rank's result of the gathered call slots of kind k (a
+// reduce-scatter, all-gather, all-to-all, permute or broadcast) into its
+// slot's recv; acc gives a reduce-scatter its accumulator. Every engine
+// that gathers the slots computes results with it.
+func rankResult(k kind, slots []slot, rank int, acc func() []byte) {
+	switch k {
+	case kReduceScatter:
+		reduceScatter(slots, rank, acc())
+	case kAllGather:
+		allGather(slots, rank)
+	case kAllToAll:
+		allToAll(slots, rank)
+	case kPermute:
+		permute(slots, rank)
+	case kBroadcast:
+		broadcast(slots, rank)
+	}
 }
