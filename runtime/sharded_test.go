@@ -49,6 +49,16 @@ func shardCases() []shardCase {
 	}
 }
 
+// sharding is the case's sharding.
+func (c shardCase) sharding(t *testing.T) *ir.NamedSharding {
+	t.Helper()
+	mesh, err := ir.NewMesh(c.shape, c.axes, c.devices...)
+	require.NoError(t, err)
+	s, err := ir.NewNamedSharding(mesh, c.spec)
+	require.NoError(t, err)
+	return s
+}
+
 // expectBounds computes, independently of ir, the block of a device at
 // mesh position flat: mesh coordinates row-major, then for each dimension
 // the block index over its axes (the first major).
@@ -144,20 +154,14 @@ func TestDevicePutShards(t *testing.T) {
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 2))
 	for _, c := range shardCases() {
 		t.Run(c.name, func(t *testing.T) {
-			mesh, err := ir.NewMesh(c.shape, c.axes, c.devices...)
-			require.NoError(t, err)
-			s, err := ir.NewNamedSharding(mesh, c.spec)
-			require.NoError(t, err)
+			s := c.sharding(t)
 			meshDevs := c.devices
 			if meshDevs == nil {
 				meshDevs = []int{0, 1, 2, 3, 4, 5, 6, 7}
 			}
 			for range 3 {
 				shape := randShape(rng, c)
-				n := 1
-				for _, d := range shape {
-					n *= d
-				}
+				n := ir.Shape(shape).Size()
 				data := randFloats(rng, n)
 				l, err := ir.LiteralOf(ir.Shape(shape), data)
 				require.NoError(t, err)
@@ -589,15 +593,9 @@ func TestMakeShardedArray(t *testing.T) {
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
 	for _, c := range shardCases() {
 		t.Run(c.name, func(t *testing.T) {
-			mesh, err := ir.NewMesh(c.shape, c.axes, c.devices...)
-			require.NoError(t, err)
-			s, err := ir.NewNamedSharding(mesh, c.spec)
-			require.NoError(t, err)
+			s := c.sharding(t)
 			shape := randShape(rng, c)
-			n := 1
-			for _, d := range shape {
-				n *= d
-			}
+			n := ir.Shape(shape).Size()
 			data := randFloats(rng, n)
 			calls := map[string]int{}
 			y, err := rt.MakeShardedArray(ir.TypeOf(ir.Float32, shape...).WithSharding(s), func(d rt.Device, start, limit []int) (*ir.Literal, error) {
