@@ -57,6 +57,9 @@ type shardedExecutable struct {
 	params  []ir.Type  // the global parameter types, unsharded
 	global  []ir.Type  // the global result types, with their shardings
 	donated []bool     // parameters whose blocks the program may reuse
+	// blocks holds, for every result and mesh position, the bounds (start,
+	// limit) of the block that position's device holds.
+	blocks [][][2][]int
 
 	mu   sync.Mutex
 	free [][]map[string]collective.Communicator // idle communicator sets
@@ -85,8 +88,17 @@ func compileSharded(be Backend, f *ir.Func, opts CompileOptions) (Executable, er
 	for _, v := range f.Body.Params {
 		e.params = append(e.params, v.Type.WithSharding(nil))
 	}
+	all := part.Mesh.Devices()
 	for i, v := range f.Body.Results {
-		e.global = append(e.global, v.Type.WithSharding(part.Results[i]))
+		t := v.Type.WithSharding(part.Results[i])
+		e.global = append(e.global, t)
+		blocks := make([][2][]int, len(all))
+		for r, id := range all {
+			if blocks[r][0], blocks[r][1], err = t.Sharding.ShardBounds(t.Shape, id); err != nil {
+				return nil, err
+			}
+		}
+		e.blocks = append(e.blocks, blocks)
 	}
 	return e, nil
 }
@@ -197,11 +209,8 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 	for i, t := range e.global {
 		sb := &shardedBuffer{typ: t.Clone()}
 		for r, id := range devs {
-			start, limit, err := t.Sharding.ShardBounds(t.Shape, id)
-			if err != nil {
-				return nil, err
-			}
-			sb.shards = append(sb.shards, Shard{Device: hw[id], Start: start, Limit: limit, Array: trace.FromBuffer(outs[r][i])})
+			b := e.blocks[i][pos[r]]
+			sb.shards = append(sb.shards, Shard{Device: hw[id], Start: b[0], Limit: b[1], Array: trace.FromBuffer(outs[r][i])})
 		}
 		res[i] = sb
 	}
