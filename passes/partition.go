@@ -49,13 +49,17 @@ type Partitioned struct {
 // if no value of f is sharded, or if f holds a collective op (whose axis
 // nothing binds in a global program).
 func Partition(f *ir.Func) (*Partitioned, error) {
-	for _, op := range collectOps(f.Body) {
-		if op.Code.IsCollective() {
-			return nil, fmt.Errorf("partition: %s: %w", op.Describe(), ir.UnboundAxisError(op))
+	if err := checkBoundAxes(f, nil); err != nil {
+		return nil, fmt.Errorf("partition: %w", err)
+	}
+	var fusion error
+	f.Body.Walk(func(op *ir.Op) {
+		if op.Code == ir.Fusion && fusion == nil {
+			fusion = fmt.Errorf("partition: %s: fusions are made after partitioning", op.Describe())
 		}
-		if op.Code == ir.Fusion {
-			return nil, fmt.Errorf("partition: %s: fusions are made after partitioning", op.Describe())
-		}
+	})
+	if fusion != nil {
+		return nil, fusion
 	}
 	a, err := AnalyzeShardings(f)
 	if err != nil {
@@ -124,13 +128,6 @@ func dumpPartition(f *ir.Func, part *Partitioned) error {
 		}
 	}
 	return nil
-}
-
-// collectOps returns the ops of r and its nested regions.
-func collectOps(r *ir.Region) []*ir.Op {
-	var out []*ir.Op
-	r.Walk(func(op *ir.Op) { out = append(out, op) })
-	return out
 }
 
 // localType is t's block under s, unsharded.
