@@ -74,6 +74,13 @@ type ExecOptions struct {
 	// other devices' collectives return an error instead of waiting
 	// forever; they are then unusable.
 	Comms map[string]collective.Communicator
+	// DeviceComms holds this device's device-memory communicator for each
+	// collective axis string of the program, as Comms does, for backends
+	// whose collectives run on device memory on their own streams (the
+	// CUDA backend, through NCCL); such a backend ignores Comms. An
+	// execution that fails, or whose Context ends while it waits for the
+	// collectives, aborts them (DeviceCommunicator.Abort).
+	DeviceComms map[string]DeviceCommunicator
 	// Context bounds the execution's waits for other devices in
 	// collectives (nil: context.Background()): when it is done, the
 	// waiting collective aborts the communicators and the execution

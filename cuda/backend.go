@@ -411,14 +411,13 @@ func (b *Backend) module(k *Kernel) ([]uintptr, error) {
 }
 
 // Compile compiles f with the pass pipeline and prepares a kernel (or a host
-// fallback) for every step. It refuses programs with collective ops: with
-// opts.BoundAxes naming their axis, because this backend does not run
-// collectives yet; without, as passes.Compile does (an unbound axis).
+// fallback) for every step. A per-device program of a sharded computation
+// may hold collective ops over the axes opts.BoundAxes names: they become
+// collective steps run through ExecOptions.DeviceComms (collective.go); a
+// collective over any other axis is refused, naming the op and its
+// location, as passes.Compile does.
 func (b *Backend) Compile(f *ir.Func, opts backend.CompileOptions) (backend.Executable, error) {
-	if err := refuseCollectives(f, opts.BoundAxes); err != nil {
-		return nil, err
-	}
-	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, Verify: passes.VerifyFromEnv(), FusionInPlace: false})
+	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, BoundAxes: opts.BoundAxes, Verify: passes.VerifyFromEnv(), FusionInPlace: false})
 	if err != nil {
 		return nil, err
 	}
@@ -450,6 +449,9 @@ const (
 	stepScan
 	stepWhile
 	stepCond
+	// stepCollective runs a collective op through a device communicator
+	// (collective.go).
+	stepCollective
 )
 
 type step struct {
@@ -470,6 +472,8 @@ type step struct {
 	// subs are the compiled nested regions of a scan (body), while (cond,
 	// body) or cond (true, false branch) step.
 	subs []*region
+	// coll is the prepared collective of a stepCollective.
+	coll *collStep
 }
 
 type executable struct {
@@ -478,7 +482,11 @@ type executable struct {
 	// fusion computed by cuBLASLt (allocated per execution, used on the
 	// compute stream only).
 	scratch int64
-	prog    *passes.Program
+	// collScratch is the device bytes of the largest staging buffers of a
+	// collective step (allocated per execution, used on the compute stream
+	// only).
+	collScratch int64
+	prog        *passes.Program
 	// top is the compiled function body; steps and plan are its steps and
 	// stream plan.
 	top   *region
@@ -498,12 +506,21 @@ func (e *executable) HostSteps() []string { return e.top.hostSteps("") }
 
 // Execute runs the steps in order on their streams, with events ordering the
 // copies against compute, and returns the result buffers.
-func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) ([]trace.Buffer, error) {
+func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) (_ []trace.Buffer, err error) {
 	b := e.b
 	body := e.prog.Func.Body
 	if len(args) != len(body.Params) {
 		return nil, fmt.Errorf("cuda: %d arguments, want %d", len(args), len(body.Params))
 	}
+	defer func() {
+		if err != nil {
+			// Whatever failed, the other ranks must not wait for this
+			// one's collectives (ExecOptions.DeviceComms).
+			for _, c := range opts.DeviceComms {
+				_ = c.Abort()
+			}
+		}
+	}()
 	if opts.Device != 0 {
 		return nil, fmt.Errorf("cuda: no device cuda:%d: the backend drives one GPU, cuda:0", opts.Device)
 	}
@@ -537,7 +554,6 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) ([]t
 	}
 	plan := e.prog.Plan
 	var arenas [2]mem
-	var err error
 	for sp := range arenas {
 		if plan.Arena[sp] > 0 {
 			if arenas[sp], err = b.allocate(plan.Arena[sp], ir.MemorySpace(sp), "temp arena"+e.suffix); err != nil {
@@ -545,19 +561,31 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) ([]t
 			}
 		}
 	}
-	var scratch mem
+	var scratch, collScratch mem
 	if e.scratch > 0 {
 		if scratch, err = b.allocate(e.scratch, ir.Device, "scratch"+e.suffix); err != nil {
 			return nil, err
 		}
 	}
-	x := &execution{e: e, b: b, in: in, results: make([]*Buffer, len(body.Results)), scratch: scratch.ptr}
+	if e.collScratch > 0 {
+		if collScratch, err = b.allocate(e.collScratch, ir.Device, "collective staging"+e.suffix); err != nil {
+			_ = b.release(scratch)
+			return nil, err
+		}
+	}
+	x := &execution{e: e, b: b, in: in, results: make([]*Buffer, len(body.Results)), scratch: scratch.ptr,
+		collScratch: collScratch.ptr, comms: opts.DeviceComms, ctx: execContext(opts.Context), last: map[string]*ir.Op{}}
 	defer func() {
+		if err != nil {
+			// The other ranks must not wait for this one's collectives.
+			x.abort(err)
+		}
 		_ = b.sync()
 		for _, a := range arenas {
 			_ = b.release(a)
 		}
 		_ = b.release(scratch)
+		_ = b.release(collScratch)
 		x.free()
 	}()
 	top := x.newFrame(e.top)
@@ -596,7 +624,7 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) ([]t
 	// Compute now follows every other stream: when it drains, nothing of
 	// this execution is outstanding, and freeing the arenas (deferred),
 	// donated arguments or deleted buffers is safe.
-	if err := b.d.Check("cuStreamSynchronize", b.streams[Compute]); err != nil {
+	if err := x.waitStream(b.streams[Compute]); err != nil {
 		return nil, err
 	}
 	out := make([]trace.Buffer, len(x.results))
@@ -810,17 +838,4 @@ func (b *Backend) prepareMatmul(e *executable, plan *passes.RegionPlan, s *step)
 	}
 	s.kind, s.mm, s.lhs, s.rhs, s.fused = stepMatmul, mm, lhs, rhs, fused
 	return true
-}
-
-// refuseCollectives returns the error of the first collective of f (nested
-// regions included) whose axis is bound: the CUDA backend has no collective
-// engine yet. Unbound ones are left to passes.Compile's error.
-func refuseCollectives(f *ir.Func, bound []string) error {
-	var err error
-	f.Body.Walk(func(op *ir.Op) {
-		if err == nil && op.Code.IsCollective() && slices.Contains(bound, op.Attrs.String("axis")) {
-			err = fmt.Errorf("cuda: %s: the CUDA backend does not run collectives (axis %q); run per-device programs with collectives on the CPU backend", op.Describe(), op.Attrs.String("axis"))
-		}
-	})
-	return err
 }

@@ -50,6 +50,9 @@ type fakeCUDA struct {
 	// burn[name] is the bytes of goroutine stack the entry point name uses
 	// before it reads its arguments (set before the calls start).
 	burn map[string]int
+	// notReady, when set, makes cuStreamQuery answer CUDA_ERROR_NOT_READY
+	// (work pending: a collective waiting for its peers).
+	notReady bool
 }
 
 type fakeProgram struct {
@@ -278,6 +281,15 @@ func (f *fakeCUDA) driver(name string, a []uintptr) uintptr {
 					return 1
 				}
 			}
+		}
+	case "cuMemsetD8Async":
+		dst := bytesAt(a[0], int(a[2]))
+		for i := range dst {
+			dst[i] = byte(a[1])
+		}
+	case "cuStreamQuery":
+		if f.notReady {
+			return 600 // CUDA_ERROR_NOT_READY
 		}
 	case "cuEventElapsedTime":
 		putFloat32(a[0], 1.5)

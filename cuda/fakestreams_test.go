@@ -97,6 +97,8 @@ func (s *fakeStreams) call(name string, a []uintptr) {
 	switch name {
 	case "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync":
 		s.issue(a[3], name, fakeAccess{a[1], a[2], false}, fakeAccess{a[0], a[2], true})
+	case "cuMemsetD8Async":
+		s.issue(a[3], name, fakeAccess{a[0], a[2], true})
 	case "cuEventRecord":
 		l := s.lane(a[1])
 		s.clocks[l] = merge(s.clocks[l], s.host)
@@ -169,9 +171,19 @@ func kernelsOf(e *executable) map[string]*Kernel {
 	var walk func(g *region)
 	walk = func(g *region) {
 		for _, s := range g.steps {
-			if s.kernel != nil {
-				for _, en := range s.kernel.Entries {
-					out[en.Name] = s.kernel
+			ks := []*Kernel{s.kernel}
+			if c := s.coll; c != nil {
+				for _, t := range []*xpose{c.pre, c.post} {
+					if t != nil {
+						ks = append(ks, t.kernel)
+					}
+				}
+			}
+			for _, k := range ks {
+				if k != nil {
+					for _, en := range k.Entries {
+						out[en.Name] = k
+					}
 				}
 			}
 			for _, sub := range s.subs {

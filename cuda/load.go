@@ -214,7 +214,7 @@ var driverEntryPoints = []string{
 	"cuCtxSynchronize", "cuMemAlloc", "cuMemFree", "cuMemAllocHost", "cuMemFreeHost",
 	"cuMemHostAlloc", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync",
 	"cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemsetD8Async",
-	"cuMemGetInfo", "cuStreamCreate", "cuStreamDestroy", "cuStreamSynchronize",
+	"cuMemGetInfo", "cuStreamCreate", "cuStreamDestroy", "cuStreamSynchronize", "cuStreamQuery",
 	"cuStreamWaitEvent", "cuEventCreate", "cuEventDestroy", "cuEventRecord",
 	"cuEventSynchronize", "cuEventElapsedTime", "cuModuleLoadData", "cuModuleUnload",
 	"cuModuleGetFunction", "cuLaunchKernel", "cuGetErrorString", "cuGetErrorName",

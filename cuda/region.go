@@ -1,10 +1,12 @@
 package cuda
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"unsafe"
 
+	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 )
@@ -97,6 +99,10 @@ func (b *Backend) compileRegion(e *executable, r *ir.Region, plan *passes.Region
 			s.constant = c
 		case op.Code == ir.Scan || op.Code == ir.While || op.Code == ir.Cond:
 			if err := b.compileControl(e, plan, s); err != nil {
+				return nil, err
+			}
+		case op.Code.IsCollective():
+			if err := b.prepareCollective(e, s); err != nil {
 				return nil, err
 			}
 		case b.prepareMatmul(e, plan, s):
@@ -324,6 +330,15 @@ type execution struct {
 	flag uintptr
 	// staging are the staging buffers of region results.
 	staging []mem
+	// Collectives: the device communicators by axis, the context bounding
+	// the waits for them, the scratch of their staging buffers, the last
+	// collective issued per axis (named by errors) and whether the
+	// communicators were aborted.
+	comms       map[string]backend.DeviceCommunicator
+	ctx         context.Context
+	collScratch uintptr
+	last        map[string]*ir.Op
+	aborted     bool
 }
 
 // frame is one activation of a region: where its parameters, arena and
@@ -522,6 +537,13 @@ func (x *execution) run(f *frame) error {
 			err = x.while(f, i)
 		case stepCond:
 			err = x.cond(f, i)
+		case stepCollective:
+			err = x.collective(f, i, stream)
+		case stepHost:
+			// Drain the streams first, watching the collectives.
+			if err = x.waitAll(); err == nil {
+				err = x.e.run(s, stream, f.ptr, x.scratch)
+			}
 		default:
 			err = x.e.run(s, stream, f.ptr, x.scratch)
 		}
@@ -706,7 +728,7 @@ func (x *execution) predicate(l loc) (bool, error) {
 	if err := b.copy(x.flag, true, l.p, l.host, 1, compute); err != nil {
 		return false, err
 	}
-	if err := b.d.Check("cuStreamSynchronize", compute); err != nil {
+	if err := x.waitStream(compute); err != nil {
 		return false, err
 	}
 	return hostBytes(x.flag, 1)[0] != 0, nil
