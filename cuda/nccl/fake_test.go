@@ -450,3 +450,70 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// TestCollectivesAdapter checks Comm.Collectives, the communicator the
+// CUDA backend consumes: reductions map to NCCL's enums, the other calls
+// pass their arguments through, an asynchronous failure is an *Error with
+// NCCL's text (InProgress is none), and Abort reaches ncclCommAbort once.
+func TestCollectivesAdapter(t *testing.T) {
+	l, r, _, async := loadFake(t)
+	cs, err := l.CommInitAll([]int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cs[1].Collectives()
+	if d.Rank() != 1 || d.Size() != 2 {
+		t.Fatalf("rank %d size %d", d.Rank(), d.Size())
+	}
+	for op, want := range map[collective.Op]RedOp{collective.Sum: Sum, collective.Max: Max, collective.Min: Min, collective.Prod: Prod} {
+		if err := d.AllReduce(0x100, 0x200, 7, ir.Float32, op, 0x300); err != nil || r.Fn != 7 || r.Op != int32(want) ||
+			r.Send != 0x100 || r.Recv != 0x200 || r.Count != 7 || r.DType != int32(Float32) || r.Stream != 0x300 || r.Comm != uint64(cs[1].Handle()) {
+			t.Fatalf("AllReduce(%v): %v, C got %+v", op, err, *r)
+		}
+		if err := d.ReduceScatter(0x100, 0x200, 3, ir.Int32, op, 0x300); err != nil || r.Fn != 9 || r.Op != int32(want) || r.DType != int32(Int32) {
+			t.Fatalf("ReduceScatter(%v): %v, C got %+v", op, err, *r)
+		}
+	}
+	if err := d.AllReduce(1, 2, 3, ir.Float32, 0, 4); err == nil {
+		t.Error("AllReduce with an invalid reduction accepted")
+	}
+	if err := d.AllGather(0x10, 0x20, 5, ir.Uint8, 0x30); err != nil || r.Fn != 8 || r.Count != 5 || r.DType != int32(Uint8) {
+		t.Fatalf("AllGather: %v, %+v", err, *r)
+	}
+	if err := d.Broadcast(0x10, 0x20, 5, ir.Float64, 1, 0x30); err != nil || r.Fn != 10 || r.Root != 1 {
+		t.Fatalf("Broadcast: %v, %+v", err, *r)
+	}
+	if err := d.Send(0x10, 5, ir.Uint8, 0, 0x30); err != nil || r.Fn != 11 || r.Peer != 0 {
+		t.Fatalf("Send: %v, %+v", err, *r)
+	}
+	if err := d.Recv(0x20, 5, ir.Uint8, 0, 0x30); err != nil || r.Fn != 12 || r.Recv != 0x20 {
+		t.Fatalf("Recv: %v, %+v", err, *r)
+	}
+	gs, ge := r.GroupStart, r.GroupEnd
+	if err := d.GroupStart(); err != nil || r.GroupStart != gs+1 {
+		t.Fatalf("GroupStart: %v", err)
+	}
+	if err := d.GroupEnd(); err != nil || r.GroupEnd != ge+1 {
+		t.Fatalf("GroupEnd: %v", err)
+	}
+	for _, res := range []Result{Success, InProgress} {
+		*async = int32(res)
+		if err := d.AsyncError(); err != nil {
+			t.Errorf("AsyncError with %v: %v", res, err)
+		}
+	}
+	*async = int32(RemoteError)
+	var ne *Error
+	if err := d.AsyncError(); !errors.As(err, &ne) || ne.Code != RemoteError || !strings.Contains(err.Error(), "remote process exited") {
+		t.Errorf("AsyncError with ncclRemoteError: %v", err)
+	}
+	*async = 0
+	h := cs[1].Handle()
+	if err := d.Abort(); err != nil || r.Fn != 14 || r.Comm != uint64(h) {
+		t.Fatalf("Abort: %v, fn %d comm %#x", err, r.Fn, r.Comm)
+	}
+	r.Fn = 0
+	if err := d.Abort(); err != nil || r.Fn != 0 {
+		t.Errorf("a second Abort: %v, reached NCCL: fn %d", err, r.Fn)
+	}
+}
