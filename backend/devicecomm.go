@@ -1,6 +1,8 @@
 package backend
 
 import (
+	"sync"
+
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/ir"
 )
@@ -55,4 +57,51 @@ type DeviceCommunicator interface {
 	// collectives so that nothing waits for them (ncclCommAbort); it is
 	// unusable afterwards. Calling it again does nothing.
 	Abort() error
+}
+
+// DeviceCollectives is implemented by a backend whose executables run
+// collective ops through ExecOptions.DeviceComms (device memory, the
+// backend's streams) instead of ExecOptions.Comms: the runtime then gives a
+// sharded program's devices communicators of the DeviceCommMaker registered
+// for the backend's platform.
+type DeviceCollectives interface {
+	// DeviceCollectives reports whether the backend's collectives need
+	// ExecOptions.DeviceComms.
+	DeviceCollectives() bool
+}
+
+// DeviceCommMaker makes the device communicators of one platform (NCCL's
+// for "cuda", registered by package cuda/nccl). Made communicators are the
+// caller's; a failed execution aborts them.
+type DeviceCommMaker interface {
+	// InitAll makes one group of len(devices) ranks driven by this process,
+	// rank i on device ordinal devices[i] (ncclCommInitAll).
+	InitAll(devices []int) ([]DeviceCommunicator, error)
+	// NewGroupID returns the id of a new group (ncclGetUniqueId), made by
+	// one rank and sent to the group's other ranks.
+	NewGroupID() ([]byte, error)
+	// InitRank joins the group of size ranks that id names as rank, on the
+	// backend's device of this process (ncclCommInitRank); it returns once
+	// every rank has joined.
+	InitRank(id []byte, size, rank int) (DeviceCommunicator, error)
+}
+
+var (
+	makersMu sync.Mutex
+	makers   = map[string]DeviceCommMaker{}
+)
+
+// RegisterDeviceCommMaker makes m the maker of device communicators for
+// the backends of platform (replacing any earlier one).
+func RegisterDeviceCommMaker(platform string, m DeviceCommMaker) {
+	makersMu.Lock()
+	defer makersMu.Unlock()
+	makers[platform] = m
+}
+
+// DeviceCommMakerFor returns the maker registered for platform, or nil.
+func DeviceCommMakerFor(platform string) DeviceCommMaker {
+	makersMu.Lock()
+	defer makersMu.Unlock()
+	return makers[platform]
 }

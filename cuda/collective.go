@@ -53,6 +53,13 @@ import (
 // communicators aborts them too, so that the other ranks' collectives fail
 // instead of waiting for this one.
 
+// DeviceCollectives reports true: the backend runs collectives through
+// ExecOptions.DeviceComms (backend.DeviceCollectives), which the runtime
+// makes with the DeviceCommMaker that package cuda/nccl registers for
+// "cuda" (import it, for its side effect if nothing else, to run sharded
+// programs with collectives on this backend).
+func (b *Backend) DeviceCollectives() bool { return true }
+
 // collStep is a collective op prepared at Compile.
 type collStep struct {
 	axis string

@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/cuda"
 	"github.com/ferryml/ferry/ir"
@@ -515,5 +517,35 @@ func TestCollectivesAdapter(t *testing.T) {
 	r.Fn = 0
 	if err := d.Abort(); err != nil || r.Fn != 0 {
 		t.Errorf("a second Abort: %v, reached NCCL: fn %d", err, r.Fn)
+	}
+}
+
+// TestMakerRegistered: importing the package registers, for "cuda", a
+// maker of device communicators that loads NCCL on first use and makes
+// them with ncclCommInitAll, ncclGetUniqueId and ncclCommInitRank.
+func TestMakerRegistered(t *testing.T) {
+	if _, ok := backend.DeviceCommMakerFor("cuda").(*maker); !ok {
+		t.Fatalf("the maker for cuda is %T", backend.DeviceCommMakerFor("cuda"))
+	}
+	t.Setenv(LibEnv, filepath.Join(t.TempDir(), "missing.so"))
+	if _, err := (&maker{}).InitAll([]int{0}); err == nil || !strings.Contains(err.Error(), "runs collectives through NCCL") {
+		t.Errorf("InitAll without NCCL: %v", err)
+	}
+	_, r, _, _ := loadFake(t) // sets $FERRY_NCCL_LIB to the fake
+	m := &maker{}
+	cs, err := m.InitAll([]int{0, 1})
+	if err != nil || len(cs) != 2 || cs[1].Rank() != 1 || cs[1].Size() != 2 || r.Fn != 4 || r.NDev != 2 {
+		t.Fatalf("InitAll: %v, %d comms, C got %+v", err, len(cs), *r)
+	}
+	id, err := m.NewGroupID()
+	if err != nil || len(id) != UniqueIDBytes || r.Fn != 2 {
+		t.Fatalf("NewGroupID: %v, %d bytes", err, len(id))
+	}
+	c, err := m.InitRank(id, 4, 3)
+	if err != nil || c.Rank() != 3 || c.Size() != 4 || r.Fn != 3 || r.NRanks != 4 || r.Rank != 3 || !bytes.Equal(r.ID[:], id) {
+		t.Fatalf("InitRank: %v, C got %+v", err, *r)
+	}
+	if _, err := m.InitRank(id[:5], 4, 3); err == nil {
+		t.Error("InitRank with a 5-byte id accepted")
 	}
 }
