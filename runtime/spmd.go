@@ -61,8 +61,9 @@ type shardedExecutable struct {
 	// limit) of the block that position's device holds.
 	blocks [][][2][]int
 
-	mu   sync.Mutex
-	free [][]map[string]collective.Communicator // idle communicator sets
+	mu      sync.Mutex
+	free    [][]map[string]collective.Communicator    // idle communicator sets
+	freeDev [][]map[string]backend.DeviceCommunicator // idle device communicator sets (nccl.go)
 }
 
 // compileSharded partitions f (passes.Partition) and compiles the
@@ -168,15 +169,28 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	comms, err := e.comms(ctx)
+	var comms []map[string]collective.Communicator
+	var dcomms []map[string]backend.DeviceCommunicator
+	if usesDeviceComms(e.be) {
+		dcomms, err = e.deviceComms(ctx)
+	} else {
+		comms, err = e.comms(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
 	outs := make([][]trace.Buffer, n)
 	errs := onEachDevice(n, func(r int) (err error) {
 		id, _ := localID(devs[r])
-		outs[r], err = e.exe.Execute(local[r], ExecOptions{Device: id, Commit: true, Comms: comms[r], Context: ctx, DonationSite: opts.DonationSite})
-		if err != nil {
+		o := ExecOptions{Device: id, Commit: true, Context: ctx, DonationSite: opts.DonationSite}
+		if r < len(comms) {
+			o.Comms = comms[r]
+		}
+		if r < len(dcomms) {
+			o.DeviceComms = dcomms[r]
+		}
+		outs[r], err = e.exe.Execute(local[r], o)
+		if err != nil && r < len(comms) {
 			for _, c := range comms[r] {
 				c.Abort(err)
 			}
@@ -184,6 +198,7 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 		return err
 	})
 	if err := firstError(errs, devs); err != nil {
+		abortDeviceComms(dcomms) // the failed device's executor aborted its own; the others' state is unknown
 		for _, o := range outs {
 			for _, b := range o {
 				_ = trace.FromBuffer(b).Delete()
@@ -197,7 +212,11 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 		return nil, err
 	}
 	e.mu.Lock()
-	e.free = append(e.free, comms)
+	if dcomms != nil {
+		e.freeDev = append(e.freeDev, dcomms)
+	} else {
+		e.free = append(e.free, comms)
+	}
 	e.mu.Unlock()
 	for _, sb := range given {
 		sb.mu.Lock()
