@@ -26,6 +26,11 @@
 //     Kernels run on a compute stream and host↔device copies on two copy
 //     streams, ordered by the program's stream plan (streams.go), so copies
 //     of offloaded values overlap compute.
+//   - Collectives: a per-device program of a sharded computation runs its
+//     collective ops (all_reduce, all_gather, reduce_scatter, all_to_all,
+//     collective_permute, axis_index) through the device communicators of
+//     ExecOptions.DeviceComms, NCCL's in practice (package cuda/nccl), each
+//     a step on the compute stream of the stream plan (collective.go).
 //   - Threads: the backend uses the device's primary context and makes it
 //     current on the calling OS thread at every entry (Compile, Execute,
 //     FromLiteral, ...), as XLA's GPU runtime does, so any goroutine may

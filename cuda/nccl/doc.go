@@ -38,18 +38,55 @@
 //
 // # How the CUDA backend uses it
 //
-// Collective steps are enqueued on the compute stream of the backend's
-// stream plan, so they are ordered with the kernels around them without host
-// synchronisation. One process driving all of a machine's GPUs makes one
-// communicator with CommInitAll (rank i on devices[i]) and issues the ranks'
-// calls between GroupStart and GroupEnd, as NCCL requires when one thread
-// drives several ranks; each rank's buffers and stream belong to its
-// device (Comm.Device). With one process per GPU, process 0 calls
-// GetUniqueID and the id is broadcast to the others (collective/mpi's
-// Broadcast under mpirun, or the coordinator's TCP exchange), and each calls
-// CommInitRank. A rank that sees a peer fail or a collective time out polls
-// AsyncError and calls Abort, which NCCL documents as the way to release a
-// communicator whose peers may be gone (Destroy would wait for them).
+// Comm.Collectives adapts a communicator to backend.DeviceCommunicator, the
+// interface the CUDA backend consumes (backend.ExecOptions.DeviceComms, one
+// per collective axis of a per-device program); importing this package also
+// registers, for "cuda", the backend.DeviceCommMaker with which the runtime
+// makes them (NCCL is loaded when a sharded program with collectives first
+// runs). The backend enqueues each collective on the compute stream of its
+// stream plan, after the events its producers' steps recorded on other
+// streams and before its consumers: NCCL documents that a collective call
+// returns once the operation is enqueued on the given stream and that it
+// then runs asynchronously on the device, ordered like any stream work
+// ("CUDA Stream Semantics"), so no host synchronisation is needed around
+// it. Where the op's dimension is not leading, generated transpose kernels
+// on the same stream move the rank axis to or from the front of NCCL's flat
+// buffers; all_to_all and collective_permute are ncclSend/ncclRecv pairs
+// between GroupStart and GroupEnd, as NCCL requires for point-to-point
+// calls that would otherwise deadlock. While the backend waits for the
+// compute stream it polls it (cuStreamQuery) and AsyncError, and on an
+// error or a done context calls Abort: NCCL's documented way to stop
+// operations that wait for a peer that failed (Destroy would wait for
+// them).
+//
+// # Several GPUs
+//
+// One process per GPU (what works today): the CUDA backend drives one GPU,
+// so a job over several GPUs is one process per GPU (rt.InitDistributed,
+// under mpirun or a coordinator). For each group of the mesh along each
+// collective axis, the group's rank 0 calls GetUniqueID, the ids travel
+// over the processes' communicator (one AllGather per axis), and every
+// member calls CommInitRank(group size, id, rank in group); NCCL documents
+// that the id may travel over any CPU channel (MPI, sockets) and that
+// CommInitRank blocks until every rank has joined. Each process then
+// enqueues its GPU's collectives from one thread, the execution's. A 2-node
+// × 8-GPU job is 16 processes (mpirun -np 16 --hostfile hosts), each
+// running its GPU's per-device program.
+//
+// One process driving all of a machine's GPUs: CommInitAll makes one
+// communicator over them in one call (NCCL documents it as equivalent to
+// GetUniqueID and a CommInitRank per device, and limited to one process).
+// NCCL allows the ranks to be driven either from one thread, with every
+// rank's call of a collective between GroupStart and GroupEnd (a call may
+// block waiting for the other ranks before enqueuing, so a plain loop over
+// the ranks would deadlock on the first), or from one thread per rank.
+// Ferry's runtime runs each device's program on its own goroutine, which is
+// the one-thread-per-rank pattern, with the calls of a grouped
+// Send/Recv of one rank in their own group. But the CUDA backend drives one
+// GPU (Devices lists device 0), so this mode needs a multi-device CUDA
+// backend, which does not exist yet: today the runtime calls CommInitAll
+// with the one device of a one-device mesh (where the partitioner emits no
+// collectives over axes of size 1 anyway).
 //
 // # What is tested where
 //
@@ -59,10 +96,16 @@
 // hands the C side exactly its arguments (the 128 id bytes and the int after
 // them, counts, data type and reduction enums, root and peer, communicator
 // and stream pointers), that errors carry ncclGetErrorString's text, that
-// bad arguments are refused before reaching NCCL, and the load errors.
-// With a GPU and NCCL, TestSmokeRealNCCL makes a one-device communicator
-// with CommInitAll and all-reduces a device buffer on a CUDA stream. The
-// multi-GPU and multi-process behaviour (ring and tree algorithms,
-// CommInitRank blocking until all ranks join, the group semantics) is
-// NCCL's, argued from its documentation, not tested here.
+// bad arguments are refused before reaching NCCL, the load errors, and the
+// adapter and maker (reductions mapped, async errors, idempotent Abort). The
+// CUDA backend's collective steps are tested in package cuda against a
+// fake group of device communicators over the fake driver's memory (two
+// ranks, real results, calls on the compute stream, no unordered stream
+// operations, errors). With a GPU and NCCL, TestSmokeRealNCCL makes a
+// one-device communicator with CommInitAll and all-reduces a device buffer
+// on a CUDA stream, and TestBackendCollectivesRealNCCL runs every
+// collective op through the CUDA backend with it. The multi-GPU and
+// multi-process behaviour (ring and tree algorithms, CommInitRank blocking
+// until all ranks join, the group semantics) is NCCL's, argued from its
+// documentation above, not tested here.
 package nccl
