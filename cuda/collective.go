@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
@@ -49,7 +50,10 @@ import (
 // done context aborts every communicator of the execution
 // (DeviceCommunicator.Abort, ncclCommAbort), so that the stream drains, and
 // the execution fails with an error naming the axis, the rank and the last
-// collective issued there. Any other failure of an execution with device
+// collective issued there. So does a wait longer than
+// $FERRY_COLLECTIVE_TIMEOUT (CollectiveTimeoutEnv: a Go duration, default
+// 5m, 0 or "off" for none), which is how a peer that hangs without an
+// error (a process stopped, a network that drops nothing) ends. Any other failure of an execution with device
 // communicators aborts them too, so that the other ranks' collectives fail
 // instead of waiting for this one.
 
@@ -369,6 +373,37 @@ func grouped(comm backend.DeviceCommunicator, calls func() error) error {
 	return errors.Join(err, comm.GroupEnd())
 }
 
+// CollectiveTimeoutEnv names the environment variable bounding how long an
+// execution with device communicators waits for its stream (the same
+// variable and meaning as package collective/mpi's): a Go duration; 0 or
+// "off" waits until the context is done; DefaultCollectiveTimeout when
+// unset. Read at every Execute with device communicators.
+const CollectiveTimeoutEnv = "FERRY_COLLECTIVE_TIMEOUT"
+
+// DefaultCollectiveTimeout is the wait bound when $FERRY_COLLECTIVE_TIMEOUT
+// is unset.
+const DefaultCollectiveTimeout = 5 * time.Minute
+
+// ErrCollectiveTimeout is wrapped by the error of an execution whose wait
+// for its collectives exceeded $FERRY_COLLECTIVE_TIMEOUT.
+var ErrCollectiveTimeout = errors.New("cuda: collectives timed out")
+
+// collectiveTimeout reads $FERRY_COLLECTIVE_TIMEOUT (0: no bound).
+func collectiveTimeout() (time.Duration, error) {
+	v := os.Getenv(CollectiveTimeoutEnv)
+	switch v {
+	case "":
+		return DefaultCollectiveTimeout, nil
+	case "off", "0":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("cuda: $%s=%q is not a duration (want 30s, 5m, 0 or off)", CollectiveTimeoutEnv, v)
+	}
+	return d, nil
+}
+
 // streamNotReady is CUDA_ERROR_NOT_READY, cuStreamQuery's answer while work
 // is pending.
 const streamNotReady = 600
@@ -382,6 +417,12 @@ func (x *execution) waitStream(stream uintptr) error {
 	if len(x.comms) == 0 {
 		return b.d.Check("cuStreamSynchronize", stream)
 	}
+	limit, err := collectiveTimeout()
+	if err != nil {
+		x.abort(err)
+		return err
+	}
+	start := time.Now()
 	pause := 20 * time.Microsecond
 	for {
 		r, err := b.d.Call("cuStreamQuery", stream)
@@ -405,6 +446,11 @@ func (x *execution) waitStream(stream uintptr) error {
 		}
 		if err := x.ctx.Err(); err != nil {
 			err = fmt.Errorf("cuda: waiting for the collectives%s: %w; the communicators were aborted", x.lastIssuedAll(), err)
+			x.abort(err)
+			return err
+		}
+		if limit > 0 && time.Since(start) > limit {
+			err := fmt.Errorf("%w: waited %v ($%s) for the collectives%s; the communicators were aborted", ErrCollectiveTimeout, limit, CollectiveTimeoutEnv, x.lastIssuedAll())
 			x.abort(err)
 			return err
 		}

@@ -407,6 +407,26 @@ func TestCollectiveErrors(t *testing.T) {
 		}
 	})
 
+	t.Run("timeout", func(t *testing.T) {
+		fake, bs, g := fakeRanks(t, 2)
+		fake.notReady = true // a peer that hangs without an error
+		t.Setenv(CollectiveTimeoutEnv, "1ms")
+		_, _, errs := runRanks(t, bs, g, src, mk(rng), nil, true)
+		for r, err := range errs {
+			if !errors.Is(err, ErrCollectiveTimeout) || !strings.Contains(err.Error(), "coll.go:3") || !strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) {
+				t.Errorf("rank %d: got %v, want a timeout naming the collective and the rank", r, err)
+			}
+		}
+		if g.aborts == 0 {
+			t.Error("the communicators were not aborted")
+		}
+		t.Setenv(CollectiveTimeoutEnv, "soon")
+		_, _, errs = runRanks(t, bs, newFakeNCCL(fake, 2), src, mk(rng), nil, true)
+		if errs[0] == nil || !strings.Contains(errs[0].Error(), "not a duration") {
+			t.Errorf("a bad timeout: %v", errs[0])
+		}
+	})
+
 	t.Run("context cancelled", func(t *testing.T) {
 		fake, bs, g := fakeRanks(t, 2)
 		fake.notReady = true
