@@ -443,3 +443,88 @@ func TestCollectiveErrors(t *testing.T) {
 		}
 	})
 }
+
+// Collectives inside control flow: of a constant operand, in the branches
+// of a cond (both ranks take the same one), and in both regions of a while
+// loop whose trip count an all_reduce decides (so the predicate is read
+// back while the execution holds communicators), with a collective_permute
+// in its body; two ranks.
+func TestCollectivesInControlFlowOnDevice(t *testing.T) {
+	const src = `func @ctl(%0: f32[4], %1: bool[]) -> (f32[4], i32[], f32[4], i32[], f32[4]) {
+  %2 = constant() {value=dense<f32[4], [1, 2, 3, 4]>} : f32[4]
+  %3 = all_reduce(%2) {axis="x", reduction="sum", size=2} : f32[4]
+  %4 = axis_index() {axis="x", size=2} : i32[]
+  %5 = cond(%1, %0) (
+    ^(%6: f32[4]) {
+      %7 = all_reduce(%6) {axis="x", reduction="max", size=2} : f32[4]
+      return %7
+    },
+    ^(%8: f32[4]) {
+      %9 = all_reduce(%8) {axis="x", reduction="min", size=2} : f32[4]
+      return %9
+    }) : f32[4]
+  %10 = constant() {value=dense<i32[], 0>} : i32[]
+  %20, %21 = while(%10, %0) {num_consts=0} (
+    ^(%11: i32[], %12: f32[4]) {
+      %13 = all_reduce(%11) {axis="x", reduction="sum", size=2} : i32[]
+      %14 = constant() {value=dense<i32[], 6>} : i32[]
+      %15 = lt(%13, %14) : bool[]
+      return %15
+    },
+    ^(%16: i32[], %17: f32[4]) {
+      %18 = constant() {value=dense<i32[], 1>} : i32[]
+      %19 = add(%16, %18) : i32[]
+      %22 = collective_permute(%17) {axis="x", pairs=[0, 1, 1, 0], size=2} : f32[4]
+      return %19, %22
+    }) : i32[], f32[4]
+  return %3, %4, %5, %20, %21
+}`
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 17))
+	for _, pred := range []bool{true, false} {
+		t.Run(fmt.Sprint(pred), func(t *testing.T) { runControlFlowRanks(t, src, pred, rng) })
+	}
+}
+
+// runControlFlowRanks runs the control-flow program on two fake ranks with
+// predicate pred and checks its results.
+func runControlFlowRanks(t *testing.T, src string, pred bool, rng *rand.Rand) {
+	_, bs, g := fakeRanks(t, 2)
+	xs := make([][]float64, 2)
+	args := make([][]*ir.Literal, 2)
+	for r := range 2 {
+		l := randomLiteral(rng, ir.TypeOf(ir.Float32, 4))
+		xs[r] = float64s(l)
+		args[r] = []*ir.Literal{l, ir.Scalar(pred)}
+	}
+	_, outs, errs := runRanks(t, bs, g, src, args, nil, true)
+	for r := range 2 {
+		if errs[r] != nil {
+			t.Fatalf("pred %v, rank %d: %v", pred, r, errs[r])
+		}
+		o := outs[r]
+		for i, w := range []float64{2, 4, 6, 8} {
+			if got := o[0].Float64At(i); got != w {
+				t.Errorf("pred %v, rank %d: all_reduce of the constant: element %d is %v, want %v", pred, r, i, got, w)
+			}
+		}
+		if got := o[1].Float64At(0); got != float64(r) {
+			t.Errorf("pred %v, rank %d: axis_index %v", pred, r, got)
+		}
+		for i := range 4 {
+			w := math.Min(xs[0][i], xs[1][i])
+			if pred {
+				w = math.Max(xs[0][i], xs[1][i])
+			}
+			if got := o[2].Float64At(i); got != w {
+				t.Errorf("pred %v, rank %d: cond: element %d is %v, want %v", pred, r, i, got, w)
+			}
+			// Three swaps: each rank ends with the other's operand.
+			if got := o[4].Float64At(i); got != xs[1-r][i] {
+				t.Errorf("pred %v, rank %d: while: element %d is %v, want %v", pred, r, i, got, xs[1-r][i])
+			}
+		}
+		if got := o[3].Float64At(0); got != 3 {
+			t.Errorf("pred %v, rank %d: while ran %v times, want 3", pred, r, got)
+		}
+	}
+}
