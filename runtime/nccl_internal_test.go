@@ -164,3 +164,59 @@ func TestDeviceCommsAcrossProcesses(t *testing.T) {
 		mk.ids = 0
 	}
 }
+
+// onePerProcess is a backend of one device that is no backend.Placer (as
+// the CUDA backend): the CPU backend under another name.
+type onePerProcess struct{ Backend }
+
+func (onePerProcess) Name() string { return "onegpu" }
+
+// A backend of one device that cannot place arrays on several devices
+// still holds and runs its process's block of a mesh spread over the
+// processes of a job, one device each (as the CUDA backend does under
+// InitDistributed): DevicePut gives this process its one block, and a
+// sharded function compiles for it.
+func TestOneDevicePerProcessMesh(t *testing.T) {
+	be := onePerProcess{DefaultBackend()}
+	if len(be.Devices()) != 1 {
+		t.Skip("the CPU backend has several devices here")
+	}
+	backend.Register(be)
+	defer backend.Unregister(be)
+	dist.mu.Lock()
+	saved := dist.on
+	dist.on, dist.p, dist.np, dist.k = true, 1, 2, 1
+	dist.mu.Unlock()
+	defer func() {
+		dist.mu.Lock()
+		dist.on, dist.p, dist.np, dist.k = saved, 0, 1, 0
+		dist.mu.Unlock()
+	}()
+	m := mustMesh(t, []int{2}, []string{"x"})
+	s, err := ir.NewNamedSharding(m, ir.P("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := FromSlice([]float32{1, 2, 3, 4, 5, 6}, 6)
+	y, err := DevicePut(x, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := Shards(y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sh) != 1 || sh[0].Device.ID != 1 || !slices.Equal(sh[0].Array.Float32s(), []float32{4, 5, 6}) {
+		t.Fatalf("shards %v, want this process's block [4 5 6] on device 1", sh)
+	}
+	f, err := ir.Parse(`func @f(%0: f32[6]{sharding<mesh[x=2], [{x}]>}) -> (f32[6]{sharding<mesh[x=2], [{x}]>}) {
+  %1 = exp(%0) : f32[6]{sharding<mesh[x=2], [{x}]>}
+  return %1
+}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := compileSharded(be, f, CompileOptions{}); err != nil {
+		t.Fatalf("compileSharded over a mesh of one device per process: %v", err)
+	}
+}

@@ -186,7 +186,7 @@ func DevicePut(x *trace.Array, s *ir.NamedSharding) (*trace.Array, error) {
 		return x, nil
 	}
 	p, ok := be.(backend.Placer)
-	if !ok && s.Mesh.NumDevices() > 1 {
+	if !ok && len(localPositions(s.Mesh)) > 1 {
 		return nil, trace.Errorf(op, "the %s backend cannot place arrays on several devices", be.Name())
 	}
 	l, err := b.Literal()
@@ -304,7 +304,7 @@ func MakeShardedArray(typ ir.Type, block func(d Device, start, limit []int) (*ir
 		return nil, trace.Errorf(op, "%v", err)
 	}
 	p, ok := be.(backend.Placer)
-	if !ok && s.Mesh.NumDevices() > 1 {
+	if !ok && len(localPositions(s.Mesh)) > 1 {
 		return nil, trace.Errorf(op, "the %s backend cannot place arrays on several devices", be.Name())
 	}
 	y, err := putBlocks(be, p, typ.Clone(), block)

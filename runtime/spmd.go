@@ -78,7 +78,9 @@ func compileSharded(be Backend, f *ir.Func, opts CompileOptions) (Executable, er
 	if err := checkMeshDevices(be, part.Mesh); err != nil {
 		return nil, err
 	}
-	if _, ok := be.(backend.Placer); !ok && part.Mesh.NumDevices() > 1 {
+	// A backend of one device runs one device's program per process: a
+	// mesh over several processes' devices (InitDistributed), one each.
+	if _, ok := be.(backend.Placer); !ok && len(localPositions(part.Mesh)) > 1 {
 		return nil, fmt.Errorf("the %s backend cannot run a program on several devices", be.Name())
 	}
 	exe, err := be.Compile(part.Func, CompileOptions{Donated: opts.Donated, BoundAxes: part.Axes})
