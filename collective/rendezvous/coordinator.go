@@ -268,7 +268,8 @@ func (s *coordinator) bye(p *peer) {
 		}
 		for _, rd := range g.rounds {
 			if rd.calls[r] == nil {
-				s.fail(codeLost, fmt.Sprintf("process %d closed its communicator while %s waited for it", p.id, waiting(g, rd)))
+				k, _ := rd.missing(g)
+				s.fail(codeLost, fmt.Sprintf("process %d closed its communicator while the others waited for it in %v on the communicator of processes %v", p.id, k, g.members))
 				return
 			}
 		}
@@ -336,7 +337,7 @@ func (s *coordinator) onCall(p *peer, c *call) {
 	rd.count++
 	for r, q := range g.members {
 		if rd.calls[r] == nil && s.peers[q].left {
-			s.fail(codeLost, fmt.Sprintf("process %d has closed its communicator, so %s can never complete", q, waiting(g, rd)))
+			s.fail(codeLost, fmt.Sprintf("process %d has closed its communicator, so %v on the communicator of processes %v can never complete", q, c.kind, g.members))
 			return
 		}
 	}
@@ -353,18 +354,17 @@ func (s *coordinator) onCall(p *peer, c *call) {
 	}
 }
 
-// waiting describes a collective in flight and who has not joined it.
-func waiting(g *group, rd *round) string {
-	var k kind
-	var missing []int
+// missing returns the collective of a round in flight and the processes
+// that have not called it.
+func (rd *round) missing(g *group) (k kind, procs []int) {
 	for r, c := range rd.calls {
 		if c == nil {
-			missing = append(missing, g.members[r])
+			procs = append(procs, g.members[r])
 		} else {
 			k = c.kind
 		}
 	}
-	return fmt.Sprintf("%v on the communicator of processes %v (process(es) %v had not called it)", k, g.members, missing)
+	return k, procs
 }
 
 // expire fails the job when a collective is still incomplete after the
@@ -377,14 +377,9 @@ func (s *coordinator) expire(id, seq uint64) {
 	if rd == nil || s.failed {
 		return
 	}
-	var missing []int
-	for r, c := range rd.calls {
-		if c == nil {
-			missing = append(missing, g.members[r])
-		}
-	}
-	s.fail(codeTimeout, fmt.Sprintf("%s after %v (%s): process(es) %v did not join it in time; they are busy elsewhere, hung or dead",
-		waiting(g, rd), s.timeout, collective.TimeoutEnv, missing))
+	k, missing := rd.missing(g)
+	s.fail(codeTimeout, fmt.Sprintf("%v on the communicator of processes %v timed out after %v (%s of process 0): process(es) %v did not join it; they are busy elsewhere, hung or dead",
+		k, g.members, s.timeout, collective.TimeoutEnv, missing))
 }
 
 // result computes every rank's reply to a complete collective.

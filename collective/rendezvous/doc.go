@@ -65,8 +65,9 @@
 //     others still wait for it in a collective is reported the same way.
 //   - a collective still incomplete FERRY_COLLECTIVE_TIMEOUT after its first
 //     member called it (read by Join with [collective.TimeoutFromEnv];
-//     default 5m, 0 or off for none): [ErrTimeout], naming the collective
-//     and the processes that had not called it.
+//     default 5m, 0 or off for none; the coordinator times collectives with
+//     process 0's setting): [ErrTimeout], naming the collective and the
+//     processes that had not called it.
 //   - [Comm.Abort], or a context done while a process waits: the process's
 //     reason, passed on by the coordinator.
 //   - losing process 0, which runs the coordinator: [ErrProcessLost] in
