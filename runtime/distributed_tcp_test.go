@@ -28,10 +28,46 @@ const tcpChildEnv = "FERRY_RT_TEST_TCP_CHILD"
 // by FERRY_COORDINATOR_ADDRESS, FERRY_NUM_PROCESSES and FERRY_PROCESS_ID
 // (this test binary again, running tcpJobProcess).
 func TestTCPJob(t *testing.T) {
-	if os.Getenv(tcpChildEnv) == "1" {
+	switch os.Getenv(tcpChildEnv) {
+	case "1":
 		tcpJobProcess(t)
-		return
+	case "dies":
+		tcpJobDeath(t)
+	case "":
+		launchTCPJob(t, "TestTCPJob", "1")
 	}
+}
+
+// TestTCPJobProcessDies: process 1 of a job joined over TCP exits in the
+// middle of the job; process 0's next ProcessBarrier fails naming it.
+func TestTCPJobProcessDies(t *testing.T) {
+	switch os.Getenv(tcpChildEnv) {
+	case "dies":
+		tcpJobDeath(t)
+	case "":
+		launchTCPJob(t, "TestTCPJobProcessDies", "dies")
+	}
+}
+
+// tcpJobDeath is a process of TestTCPJobProcessDies.
+func tcpJobDeath(t *testing.T) {
+	require.NoError(t, rt.InitDistributed(rt.DistributedConfig{}))
+	_, err := rt.ProcessBarrier(true)
+	require.NoError(t, err)
+	if rt.ProcessIndex() == 1 {
+		os.Exit(0) // without ShutdownDistributed: gone from the job
+	}
+	_, err = rt.ProcessBarrier(true)
+	require.True(t, errors.Is(err, collective.ErrAborted), "got %v", err)
+	require.True(t, errors.Is(err, rendezvous.ErrProcessLost), "got %v", err)
+	require.ErrorContains(t, err, "process 1 is gone")
+	require.NoError(t, rt.ShutdownDistributed())
+}
+
+// launchTCPJob runs test in 2 processes (this test binary again, with
+// tcpChildEnv=role) joined over a port of 127.0.0.1, and checks that both
+// pass.
+func launchTCPJob(t *testing.T, test, role string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
@@ -39,8 +75,8 @@ func TestTCPJob(t *testing.T) {
 	outs, errs := make([][]byte, 2), make([]error, 2)
 	var wg sync.WaitGroup
 	for p := range 2 {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestTCPJob$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), tcpChildEnv+"=1", rt.EnvCPUDevices+"=2",
+		cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), tcpChildEnv+"="+role, rt.EnvCPUDevices+"=2",
 			rendezvous.AddressEnv+"="+addr, rendezvous.NumProcessesEnv+"=2", rendezvous.ProcessIDEnv+"="+strconv.Itoa(p),
 			collective.TimeoutEnv+"=1m", "OMPI_COMM_WORLD_SIZE=", "OMPI_COMM_WORLD_RANK=", "PMIX_RANK=", "PMI_RANK=")
 		wg.Add(1)
@@ -51,7 +87,7 @@ func TestTCPJob(t *testing.T) {
 	}
 	wg.Wait()
 	for p := range 2 {
-		if errs[p] != nil || !strings.Contains(string(outs[p]), "--- PASS: TestTCPJob") {
+		if errs[p] != nil || p == 0 && !strings.Contains(string(outs[p]), "--- PASS: "+test) {
 			t.Errorf("process %d: %v\n%s", p, errs[p], outs[p])
 		}
 	}
