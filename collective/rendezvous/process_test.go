@@ -104,6 +104,37 @@ func (p *proc) next(t *testing.T) string {
 	return ""
 }
 
+// startChild starts this test binary again as process id of a job of n
+// processes, with the given role (see child).
+func startChild(t *testing.T, addr string, n, id int, timeout, role string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(os.Args[0]), lines: make(chan string, 16)}
+	p.cmd.Env = append(os.Environ(), childEnv+"="+role,
+		rendezvous.AddressEnv+"="+addr, rendezvous.NumProcessesEnv+"="+strconv.Itoa(n),
+		rendezvous.ProcessIDEnv+"="+strconv.Itoa(id), collective.TimeoutEnv+"="+timeout)
+	p.cmd.Stderr = &p.err
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		s := bufio.NewScanner(out)
+		s.Buffer(nil, 1<<20)
+		for s.Scan() {
+			p.lines <- s.Text()
+		}
+		close(p.lines)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+	})
+	return p
+}
+
 // startChildren joins a job of len(roles)+1 processes: processes 1, 2, ...
 // are children (this test binary again) with the given roles, process 0 is
 // this test, which it returns with the children.
@@ -117,31 +148,7 @@ func startChildren(t *testing.T, timeout string, roles ...string) (*rendezvous.C
 	addr := ln.Addr().String()
 	var procs []*proc
 	for i, role := range roles {
-		p := &proc{cmd: exec.Command(os.Args[0]), lines: make(chan string, 16)}
-		p.cmd.Env = append(os.Environ(), childEnv+"="+role,
-			rendezvous.AddressEnv+"="+addr, rendezvous.NumProcessesEnv+"="+strconv.Itoa(n),
-			rendezvous.ProcessIDEnv+"="+strconv.Itoa(i+1), collective.TimeoutEnv+"="+timeout)
-		p.cmd.Stderr = &p.err
-		out, err := p.cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			s := bufio.NewScanner(out)
-			s.Buffer(nil, 1<<20)
-			for s.Scan() {
-				p.lines <- s.Text()
-			}
-			close(p.lines)
-		}()
-		t.Cleanup(func() {
-			p.cmd.Process.Kill()
-			p.cmd.Wait()
-		})
-		procs = append(procs, p)
+		procs = append(procs, startChild(t, addr, n, i+1, timeout, role))
 	}
 	t.Setenv(collective.TimeoutEnv, timeout)
 	c, err := rendezvous.Join(context.Background(), rendezvous.Config{CoordinatorAddress: addr, NumProcesses: n, Listener: ln, ConnectTimeout: time.Minute})
@@ -230,5 +237,43 @@ func TestProcessDies(t *testing.T) {
 				t.Errorf("process 1: %q, %v, %s", l, err, survivor.err.String())
 			}
 		})
+	}
+}
+
+// TestCoordinatorDies: process 0, which runs the coordinator, is killed
+// after the bootstrap; process 1's next call fails saying so.
+func TestCoordinatorDies(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // the child listens there
+	victim := startChild(t, addr, 2, 0, "1m", "victim")
+	t.Setenv(collective.TimeoutEnv, "1m")
+	c, err := rendezvous.Join(context.Background(), rendezvous.Config{CoordinatorAddress: addr, NumProcesses: 2, ProcessID: 1, ConnectTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	id, send, recv := make([]byte, 128), make([]byte, 8), make([]byte, 16)
+	binary.LittleEndian.PutUint64(send, uint64(os.Getpid()))
+	if err := errors.Join(c.Broadcast(ctx, ir.Uint8, 0, id), c.AllGather(ctx, ir.Int64, nil, 0, send, recv), c.Barrier(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	if l, want := victim.next(t), fmt.Sprintf("id %x", id); l != want {
+		t.Errorf("process 0 sent %q, process 1 received %x", l, id)
+	}
+	victim.next(t) // pids
+	if l := victim.next(t); l != "ready" {
+		t.Fatalf("victim: %q", l)
+	}
+	if err := victim.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Barrier(ctx)
+	if !errors.Is(err, collective.ErrAborted) || !errors.Is(err, rendezvous.ErrProcessLost) || !strings.Contains(err.Error(), "lost the coordinator (process 0 at "+addr) {
+		t.Fatalf("got %v, want ErrProcessLost saying the coordinator is lost", err)
 	}
 }

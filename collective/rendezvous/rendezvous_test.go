@@ -197,6 +197,10 @@ func TestMismatchAndInvalid(t *testing.T) {
 	check("recv length", collective.ErrInvalid, func(p int) error {
 		return comms[p].AllGather(ctx, ir.Uint8, nil, 0, make([]byte, 2), make([]byte, 2*n+p/2))
 	}, "recv has 7 bytes, want 6")
+	check("elements", collective.ErrInvalid, func(p int) error {
+		send := make([]byte, 8+3*(p/2))
+		return comms[p].AllGather(ctx, ir.Int64, nil, 0, send, make([]byte, n*len(send)))
+	}, "process 2", "send has 11 bytes, not a whole number of i64 elements")
 	for p, err := range onEach(n, func(p int) error { return comms[p].Barrier(ctx) }) {
 		if err != nil {
 			t.Errorf("process %d: barrier after the errors: %v", p, err)
