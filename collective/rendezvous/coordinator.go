@@ -116,26 +116,31 @@ func (s *coordinator) handshake(conn net.Conn, remote string) {
 		return
 	}
 	_ = conn.SetReadDeadline(time.Time{})
+	if code, why := s.admit(conn, br, h, remote); why != "" {
+		refuse(conn, code, why) // outside the lock: the write may be slow
+	}
+}
+
+// admit adds a process to the job, starting the job when it is the last;
+// or it returns why the process is refused.
+func (s *coordinator) admit(conn net.Conn, br *bufio.Reader, h *hello, remote string) (code byte, why string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.startErr:
-		refuse(conn, s.joinCode, s.joinWhy)
-		return
+		return s.joinCode, s.joinWhy
 	case s.started || s.stopped:
-		refuse(conn, codeJob, fmt.Sprintf("process %d (from %s) arrived after the job's %d processes had joined", h.id, remote, s.n))
-		return
+		return codeJob, fmt.Sprintf("process %d (from %s) arrived after the job's %d processes had joined", h.id, remote, s.n)
 	}
 	if why := s.check(h, remote); why != "" {
-		refuse(conn, codeJob, why)
 		s.failJoin(codeJob, why)
-		return
+		return codeJob, why
 	}
 	p := &peer{id: h.id, remote: remote, conn: conn, br: br, out: newOutbox(conn)}
 	s.peers[h.id] = p
 	s.joined++
 	if s.joined < s.n {
-		return
+		return 0, ""
 	}
 	s.started, s.active = true, s.n
 	s.joinTimer.Stop()
@@ -143,6 +148,7 @@ func (s *coordinator) handshake(conn net.Conn, remote string) {
 		p.out.send(mWelcome, nil)
 		go s.serve(p)
 	}
+	return 0, ""
 }
 
 // refuse tells a process it is not admitted, and hangs up.

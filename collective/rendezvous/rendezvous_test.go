@@ -473,3 +473,23 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Fatalf("not a number: %v", err)
 	}
 }
+
+// TestLateProcess: a process that arrives after the job started (a stray
+// duplicate) is refused with ErrJob, and the job goes on.
+func TestLateProcess(t *testing.T) {
+	var addr string
+	comms := join(t, 2, func(c *rendezvous.Config) {
+		if c.Listener != nil {
+			addr = c.Listener.Addr().String()
+		}
+	})
+	_, err := rendezvous.Join(context.Background(), rendezvous.Config{CoordinatorAddress: addr, NumProcesses: 2, ProcessID: 1, ConnectTimeout: 10 * time.Second})
+	if !errors.Is(err, rendezvous.ErrJob) || !strings.Contains(err.Error(), "arrived after the job's 2 processes had joined") {
+		t.Fatalf("late process: %v", err)
+	}
+	for p, err := range onEach(2, func(p int) error { return comms[p].Barrier(context.Background()) }) {
+		if err != nil {
+			t.Errorf("process %d: %v", p, err)
+		}
+	}
+}
