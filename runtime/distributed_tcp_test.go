@@ -34,7 +34,20 @@ func TestTCPJob(t *testing.T) {
 	case "dies":
 		tcpJobDeath(t)
 	case "":
-		launchTCPJob(t, "TestTCPJob", "1")
+		launchTCPJob(t, "TestTCPJob", "1", 2, 2)
+	}
+}
+
+// TestTCPJobDeviceMismatch: processes with different device counts are
+// refused in both, naming the counts.
+func TestTCPJobDeviceMismatch(t *testing.T) {
+	switch os.Getenv(tcpChildEnv) {
+	case "mismatch":
+		err := rt.InitDistributed(rt.DistributedConfig{})
+		require.ErrorContains(t, err, "process 0 has 2 local devices but process 1 has 3; every process must have the same number")
+		require.Equal(t, 1, rt.ProcessCount())
+	case "":
+		launchTCPJob(t, "TestTCPJobDeviceMismatch", "mismatch", 2, 3)
 	}
 }
 
@@ -45,7 +58,7 @@ func TestTCPJobProcessDies(t *testing.T) {
 	case "dies":
 		tcpJobDeath(t)
 	case "":
-		launchTCPJob(t, "TestTCPJobProcessDies", "dies")
+		launchTCPJob(t, "TestTCPJobProcessDies", "dies", 2, 2)
 	}
 }
 
@@ -65,9 +78,9 @@ func tcpJobDeath(t *testing.T) {
 }
 
 // launchTCPJob runs test in 2 processes (this test binary again, with
-// tcpChildEnv=role) joined over a port of 127.0.0.1, and checks that both
-// pass.
-func launchTCPJob(t *testing.T, test, role string) {
+// tcpChildEnv=role) of the given CPU device counts, joined over a port of
+// 127.0.0.1, and checks that both pass.
+func launchTCPJob(t *testing.T, test, role string, devices ...int) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
@@ -76,7 +89,7 @@ func launchTCPJob(t *testing.T, test, role string) {
 	var wg sync.WaitGroup
 	for p := range 2 {
 		cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), tcpChildEnv+"="+role, rt.EnvCPUDevices+"=2",
+		cmd.Env = append(os.Environ(), tcpChildEnv+"="+role, rt.EnvCPUDevices+"="+strconv.Itoa(devices[p]),
 			rendezvous.AddressEnv+"="+addr, rendezvous.NumProcessesEnv+"=2", rendezvous.ProcessIDEnv+"="+strconv.Itoa(p),
 			collective.TimeoutEnv+"=1m", "OMPI_COMM_WORLD_SIZE=", "OMPI_COMM_WORLD_RANK=", "PMIX_RANK=", "PMI_RANK=")
 		wg.Add(1)
