@@ -3,6 +3,7 @@ package rendezvous_test
 import (
 	"context"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -86,4 +87,12 @@ func onEach(n int, fn func(r int) error) []error {
 	}
 	wg.Wait()
 	return errs
+}
+
+// unsetenv unsets name for the rest of the test (t.Setenv first, so that
+// it is restored).
+func unsetenv(t *testing.T, name string) {
+	t.Helper()
+	t.Setenv(name, "")
+	os.Unsetenv(name)
 }
