@@ -6,7 +6,9 @@
 // own Communicator and calls the same collectives in the same order with its
 // own buffers. [Local] is the in-process engine (virtual CPU devices: ranks are
 // goroutines sharing memory); engines for Open MPI between processes and NCCL
-// between GPUs implement the same interface in their own packages. [Hybrid]
+// between GPUs implement the same interface in their own packages, and
+// collective/rendezvous joins processes without MPI over TCP for a
+// bootstrap only (barriers and small ids such as NCCL's; no array data). [Hybrid]
 // spreads the ranks over processes: one rank per device of every process,
 // the processes joined by another engine's communicator (see [NewHybrid]).
 //

@@ -5,21 +5,36 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/collective/mpi"
+	"github.com/ferryml/ferry/collective/rendezvous"
 	"github.com/ferryml/ferry/ir"
 )
 
-// DistributedConfig configures InitDistributed.
+// DistributedConfig configures InitDistributed. The zero value takes the
+// job from mpirun, else from the environment (see InitDistributed).
 type DistributedConfig struct {
 	// Processes is a communicator among the job's processes (Rank = this
 	// process's index, Size = the process count), owned by the runtime from
-	// then on. Nil: under mpirun (mpi.InMPIJob) the runtime initializes MPI
-	// and uses its world (package collective/mpi); outside an MPI job the
-	// process is a job of one and InitDistributed changes nothing.
+	// then on.
 	Processes collective.Communicator
+
+	// CoordinatorAddress, NumProcesses and ProcessID join a job without
+	// MPI through a TCP rendezvous (package collective/rendezvous), like
+	// jax.distributed.initialize's coordinator_address, num_processes and
+	// process_id: the coordinator's host:port (process 0 runs it), the
+	// number of processes (at least 1) and this process's id, in
+	// [0, NumProcesses).
+	CoordinatorAddress string
+	NumProcesses       int
+	ProcessID          int
+	// InitializationTimeout bounds the TCP rendezvous's join: how long the
+	// processes wait for each other (jax's initialization_timeout).
+	// 0: 5 minutes.
+	InitializationTimeout time.Duration
 }
 
 // dist is the state of a job of several processes (InitDistributed).
@@ -29,6 +44,7 @@ var dist struct {
 	gatherMu sync.Mutex // serializes the gathers on gather
 	on       bool
 	mpi      bool // MPI was initialized by InitDistributed: Finalize it
+	idsOnly  bool // procs is a TCP rendezvous, which carries no array data
 	p, np    int  // this process, the process count
 	k        int  // devices per process
 	procs    collective.Communicator
@@ -45,6 +61,30 @@ var dist struct {
 //
 //	FERRY_CPU_DEVICES=2 mpirun -np 4 ./prog   # 8 devices, 2 per process
 //
+// Without MPI, each process is started with the coordinator's address (a
+// port on process 0's machine), the process count and its own id, in the
+// environment or in cfg's CoordinatorAddress, NumProcesses and ProcessID:
+//
+//	FERRY_COORDINATOR_ADDRESS=node0:29500 FERRY_NUM_PROCESSES=2 FERRY_PROCESS_ID=0 ./prog   # on node0
+//	FERRY_COORDINATOR_ADDRESS=node0:29500 FERRY_NUM_PROCESSES=2 FERRY_PROCESS_ID=1 ./prog   # on node1
+//
+// The processes then meet through a TCP rendezvous (package
+// collective/rendezvous), which carries only barriers and small ids (the
+// device counts, NCCL unique ids), never array data: ProcessIndex,
+// ProcessCount, Devices, LocalDevices and ProcessBarrier work, and so do
+// programs whose collectives stay within one process's devices, but on the
+// CPU backend a sharded program with collectives between processes, or
+// reading whole an array over other processes' devices, fails with an error
+// wrapping rendezvous.ErrDataCollective — such jobs need mpirun (or NCCL on
+// GPUs).
+//
+// Where the job comes from, first match wins: cfg.Processes; cfg's
+// CoordinatorAddress, NumProcesses and ProcessID (when any is set); mpirun
+// (mpi.InMPIJob: the runtime initializes MPI and uses its world, package
+// collective/mpi); FERRY_COORDINATOR_ADDRESS, FERRY_NUM_PROCESSES and
+// FERRY_PROCESS_ID (all three, or none); else the process is a job of one
+// and InitDistributed changes nothing.
+//
 // Afterwards, with P processes of k devices each, device d of process p is
 // the global device p·k+d: Devices lists all P·k devices (Device.Process
 // says whose), LocalDevices this process's, and meshes name global devices.
@@ -60,29 +100,17 @@ var dist struct {
 // (like jax's process_allgather). Unsharded arrays and one-device computations stay
 // local to their process.
 //
-// Without InitDistributed, or outside an MPI job with no Processes given,
-// the process is a job of one and nothing changes. ShutdownDistributed
-// ends the job.
+// Without InitDistributed, or with none of the sources above, the process
+// is a job of one and nothing changes. ShutdownDistributed ends the job.
 func InitDistributed(cfg DistributedConfig) (err error) {
 	dist.mu.Lock()
 	defer dist.mu.Unlock()
 	if dist.on {
 		return errors.New("rt.InitDistributed: already initialized")
 	}
-	procs := cfg.Processes
-	useMPI := false
-	if procs == nil {
-		if !mpi.InMPIJob() {
-			return nil // a job of one
-		}
-		if err := mpi.Init(); err != nil {
-			return fmt.Errorf("rt.InitDistributed: %w", err)
-		}
-		useMPI = true
-		if procs, err = mpi.World(); err != nil {
-			_ = mpi.Finalize()
-			return fmt.Errorf("rt.InitDistributed: %w", err)
-		}
+	procs, useMPI, err := jobProcesses(cfg)
+	if err != nil || procs == nil {
+		return err // an error, or a job of one
 	}
 	defer func() {
 		if err != nil {
@@ -108,10 +136,61 @@ func InitDistributed(cfg DistributedConfig) (err error) {
 		_ = gather.Close()
 		return fmt.Errorf("rt.InitDistributed: %w (set %s the same in every process)", err, EnvCPUDevices)
 	}
-	dist.on, dist.mpi = true, useMPI
+	_, idsOnly := procs.(*rendezvous.Comm)
+	dist.on, dist.mpi, dist.idsOnly = true, useMPI, idsOnly
 	dist.p, dist.np, dist.k = procs.Rank(), procs.Size(), k
 	dist.procs, dist.gather, dist.world = procs, gather, world
 	return nil
+}
+
+// jobProcesses returns the communicator among the job's processes that cfg,
+// mpirun or the environment give (see InitDistributed), nil for a job of
+// one, and whether it initialized MPI.
+func jobProcesses(cfg DistributedConfig) (procs collective.Communicator, useMPI bool, err error) {
+	tcp := cfg.CoordinatorAddress != "" || cfg.NumProcesses != 0 || cfg.ProcessID != 0
+	join := func(rc rendezvous.Config) (collective.Communicator, bool, error) {
+		rc.ConnectTimeout = cfg.InitializationTimeout
+		c, err := rendezvous.Join(context.Background(), rc)
+		if err != nil {
+			return nil, false, fmt.Errorf("rt.InitDistributed: %w", err)
+		}
+		return c, false, nil
+	}
+	switch {
+	case cfg.InitializationTimeout < 0:
+		return nil, false, fmt.Errorf("rt.InitDistributed: negative InitializationTimeout %v", cfg.InitializationTimeout)
+	case cfg.Processes != nil && tcp:
+		return nil, false, errors.New("rt.InitDistributed: give either Processes or CoordinatorAddress, NumProcesses and ProcessID, not both")
+	case cfg.Processes != nil:
+		return cfg.Processes, false, nil
+	case tcp:
+		return join(rendezvous.Config{CoordinatorAddress: cfg.CoordinatorAddress, NumProcesses: cfg.NumProcesses, ProcessID: cfg.ProcessID})
+	case mpi.InMPIJob():
+		if err := mpi.Init(); err != nil {
+			return nil, false, fmt.Errorf("rt.InitDistributed: %w", err)
+		}
+		if procs, err = mpi.World(); err != nil {
+			_ = mpi.Finalize()
+			return nil, false, fmt.Errorf("rt.InitDistributed: %w", err)
+		}
+		return procs, true, nil
+	}
+	rc, ok, err := rendezvous.ConfigFromEnv()
+	switch {
+	case err != nil:
+		return nil, false, fmt.Errorf("rt.InitDistributed: %w", err)
+	case !ok:
+		return nil, false, nil // a job of one
+	}
+	return join(rc)
+}
+
+// idsOnlyJob reports whether the job's processes meet through a TCP
+// rendezvous, which carries no array data.
+func idsOnlyJob() bool {
+	dist.mu.Lock()
+	defer dist.mu.Unlock()
+	return dist.on && dist.idsOnly
 }
 
 // ShutdownDistributed ends the job InitDistributed joined: it closes the
@@ -134,7 +213,7 @@ func ShutdownDistributed() error {
 	if dist.mpi {
 		errs = append(errs, mpi.Finalize())
 	}
-	dist.on, dist.mpi = false, false
+	dist.on, dist.mpi, dist.idsOnly = false, false, false
 	dist.procs, dist.gather, dist.world = nil, nil, nil
 	return errors.Join(errs...)
 }
@@ -256,6 +335,9 @@ func spansProcesses(m *ir.Mesh) bool { return len(meshProcesses(m)) > 1 }
 // Every process calls it for the same mesh and axes at the same point (it is
 // collective over the world).
 func worldComms(ctx context.Context, m *ir.Mesh, axes []string, parseAxes func(string) []int) ([]map[string]collective.Communicator, error) {
+	if idsOnlyJob() { // every process fails here alike: none waits for another
+		return nil, fmt.Errorf("the program over %v has collectives between processes: %w", m, rendezvous.ErrDataCollective)
+	}
 	dist.splitMu.Lock()
 	defer dist.splitMu.Unlock()
 	dist.mu.Lock()
@@ -306,6 +388,26 @@ func worldComms(ctx context.Context, m *ir.Mesh, axes []string, parseAxes func(s
 		}
 	}
 	return out, nil
+}
+
+// readsFromProcesses reports whether reading an array over mesh m whole
+// gathers blocks from the job's processes (processAllGather): always in a
+// job of several processes, except when they meet through a TCP
+// rendezvous, which carries no array data: then an array over this
+// process's devices only is read locally, and one over other processes'
+// devices is an error.
+func readsFromProcesses(m *ir.Mesh) (bool, error) {
+	p, _, _, on := distInfo()
+	switch {
+	case !on:
+		return false, nil
+	case !idsOnlyJob():
+		return true, nil
+	}
+	if ps := meshProcesses(m); len(ps) == 1 && ps[0] == p {
+		return false, nil
+	}
+	return false, fmt.Errorf("reading whole an array over %v, whose devices are other processes': %w", m, rendezvous.ErrDataCollective)
 }
 
 // processAllGather returns the whole host value of a sharded array of a job

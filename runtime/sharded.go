@@ -47,12 +47,15 @@ func (b *shardedBuffer) Sharding() *ir.NamedSharding { return b.typ.Sharding }
 // one replica of every block. In a job of several processes
 // (InitDistributed) it gathers the blocks of the other processes' devices:
 // it is a collective that every process calls, whichever processes hold
-// the mesh's devices (processAllGather).
+// the mesh's devices (processAllGather) — except in a job joined by a TCP
+// rendezvous, which carries no array data (see readsFromProcesses).
 func (b *shardedBuffer) Literal() (*ir.Literal, error) {
 	if b.isDeleted() {
 		return nil, fmt.Errorf("sharded array %v was deleted", b.typ)
 	}
-	if _, _, _, on := distInfo(); on {
+	if gather, err := readsFromProcesses(b.typ.Sharding.Mesh); err != nil {
+		return nil, err
+	} else if gather {
 		return processAllGather(b)
 	}
 	out := ir.NewLiteral(b.typ)

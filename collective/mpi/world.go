@@ -13,14 +13,13 @@ import (
 )
 
 // TimeoutEnv names the environment variable bounding every collective's wait
-// for the other ranks: a Go duration ("30s", "5m"); 0 or "off" waits forever
-// (until the context is done). The default is DefaultTimeout. It is read by
-// World.
-const TimeoutEnv = "FERRY_COLLECTIVE_TIMEOUT"
+// for the other ranks, shared with the other engines: see
+// [collective.TimeoutEnv]. It is read by World.
+const TimeoutEnv = collective.TimeoutEnv
 
 // DefaultTimeout is the collective timeout when $FERRY_COLLECTIVE_TIMEOUT is
 // unset.
-const DefaultTimeout = 5 * time.Minute
+const DefaultTimeout = collective.DefaultTimeout
 
 // ReduceEnv names the environment variable choosing how AllReduce and
 // ReduceScatter reduce the dtypes MPI has: "native" (the default) uses
@@ -167,16 +166,8 @@ func closeWorlds() {
 
 // settings reads TimeoutEnv and ReduceEnv.
 func settings() (timeout time.Duration, ordered bool, err error) {
-	timeout = DefaultTimeout
-	switch v := os.Getenv(TimeoutEnv); v {
-	case "":
-	case "0", "off":
-		timeout = 0
-	default:
-		timeout, err = time.ParseDuration(v)
-		if err != nil || timeout < 0 {
-			return 0, false, fmt.Errorf("mpi: %s=%q: want a duration such as 30s or 5m, or 0 or off for none", TimeoutEnv, v)
-		}
+	if timeout, err = collective.TimeoutFromEnv(); err != nil {
+		return 0, false, fmt.Errorf("mpi: %w", err)
 	}
 	switch v := os.Getenv(ReduceEnv); v {
 	case "", "native":
