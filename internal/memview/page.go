@@ -27,7 +27,7 @@ var liveJS string
 func WriteProgramPage(w io.Writer, p *Program) error {
 	title := "Ferry memory: " + p.Name
 	if p.Baseline != nil {
-		title += " (baseline " + p.Baseline.Name + ")"
+		title += ", beside " + p.Baseline.Name
 	}
 	return writePage(w, title, p, programJS)
 }
