@@ -137,7 +137,12 @@ func planValues(p *passes.Program) map[string]struct {
 // value of the plan present once, with its type, plan kind and size, drawn
 // once per run; the totals and the peak equal to the analysis's and to
 // passes.PeakLive's; every temp inside its space's arena.
-func checkReport(t *testing.T, c *rt.Compiled, d *reportJSON) {
+func checkReport(t *testing.T, c *rt.Compiled, d *reportJSON) { checkReportRuns(t, c, d, true) }
+
+// checkReportRuns is checkReport where, with unrolled false, a nested
+// value is drawn once whatever the scans around it (the first iteration
+// only).
+func checkReportRuns(t *testing.T, c *rt.Compiled, d *reportJSON, unrolled bool) {
 	t.Helper()
 	p := c.Program()
 	m := c.MemoryAnalysis()
@@ -177,6 +182,9 @@ func checkReport(t *testing.T, c *rt.Compiled, d *reportJSON) {
 			seen[b.Value] = true
 			if b.Plan != w.buf.Kind.String() || b.Bytes != w.buf.Size || b.Type != w.typ || w.buf.Space.String() != s.Space {
 				t.Errorf("buffer %s: %s %s %d B in %s, the plan has %v %s %d B in %v", b.Value, b.Plan, b.Type, b.Bytes, s.Space, w.buf.Kind, w.typ, w.buf.Size, w.buf.Space)
+			}
+			if !unrolled {
+				w.times = 1
 			}
 			if len(b.Spans) != w.times {
 				t.Errorf("buffer %s (%s): %d bars, it runs %d times", b.Value, b.Region, len(b.Spans), w.times)
@@ -510,5 +518,74 @@ func TestLiveMemoryReport(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("the f32[%d] made at %s is not on the page: %+v", n, line, d.Pools)
+	}
+}
+
+// TestMemoryReportLoops: a scan too long to draw every iteration shows its
+// first one; while and cond bodies are drawn after the op that runs them;
+// every buffer of the plan is there once.
+func TestMemoryReportLoops(t *testing.T) {
+	r := rand.New(rand.NewPCG(rand.Uint64(), 5))
+	x, xs := memRand(r, 4, 4), memRand(r, 1000, 4, 4)
+	long := func(x, xs *trace.Array) *trace.Array {
+		c, _ := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			return []*trace.Array{trace.Tanh(trace.MatMul(c[0], x[0]))}, nil
+		}, []*trace.Array{x}, []*trace.Array{xs})
+		return trace.Sum(c[0])
+	}
+	low, err := rt.Lower(long, x, xs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := low.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := compileReport(t, c, nil)
+	checkReportRuns(t, c, d, false)
+	if n := len(d.Steps); n > 50 {
+		t.Errorf("%d steps for a scan of 1000 shown once", n)
+	}
+	iters := map[string]bool{}
+	for _, s := range d.Steps {
+		if s.Iter != "" {
+			iters[s.Iter] = true
+		}
+	}
+	if len(iters) != 1 || !iters["iteration 1 of 1000"] {
+		t.Errorf("iterations shown: %v", iters)
+	}
+
+	loops := func(x *trace.Array) *trace.Array {
+		s := trace.While(func(s []*trace.Array) *trace.Array { return trace.Less(trace.Sum(s[0]), trace.Scalar(100)) },
+			func(s []*trace.Array) []*trace.Array {
+				return []*trace.Array{trace.Add(trace.MatMul(s[0], s[0]), trace.Scalar(1))}
+			}, x)
+		y := trace.Cond(trace.Less(trace.Sum(s[0]), trace.Scalar(0)),
+			func(o []*trace.Array) []*trace.Array { return []*trace.Array{trace.MatMul(o[0], o[0])} },
+			func(o []*trace.Array) []*trace.Array { return []*trace.Array{trace.Exp(o[0])} }, s[0])
+		return trace.Sum(y[0])
+	}
+	low, err = rt.Lower(loops, trace.Abs(x))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err = low.Compile(); err != nil {
+		t.Fatal(err)
+	}
+	d, _ = compileReport(t, c, nil)
+	checkReport(t, c, d)
+	paths := map[string]bool{}
+	for _, s := range d.Steps {
+		paths[s.Path] = true
+	}
+	var regions int
+	for p := range paths {
+		if strings.Contains(p, "region") {
+			regions++
+		}
+	}
+	if regions != 4 { // while: cond and body; cond: two branches
+		t.Errorf("steps in %d nested regions, want 4: %v", regions, paths)
 	}
 }
