@@ -480,21 +480,34 @@ type liveJSON struct {
 		BytesInUse       int64  `json:"bytes_in_use"`
 		LargestFreeBlock int64  `json:"largest_free_block"`
 		FreeBlocks       int    `json:"free_blocks"`
+		Reserved         int64  `json:"reserved"`
 		Largest          []struct {
 			Bytes int64  `json:"bytes"`
 			Type  string `json:"type"`
 			Site  string `json:"site"`
 		} `json:"largest"`
+		Map []struct {
+			Region, Offset, Size int64
+			Free                 bool
+			What, Site           string
+		} `json:"map"`
 	} `json:"pools"`
 }
 
 // TestLiveMemoryReport: the live page lists an array with the line that
-// made it, and the pool's figures are MemoryStats's.
+// made it, the pool's figures are MemoryStats's, and its address map
+// covers the reserved memory block after block, with a hole freed between
+// two live arrays as a free block.
 func TestLiveMemoryReport(t *testing.T) {
 	const n = 3<<18 + 13 // a size no other test makes
 	line := lineAfter()
 	a := rt.FromSlice(make([]float32, n), n)
 	defer a.Delete()
+	const m = 5<<14 + 3
+	hole := rt.FromSlice(make([]float32, m), m)
+	b := rt.FromSlice(make([]float32, 1<<10), 1<<10)
+	defer b.Delete()
+	hole.Delete()
 	var buf bytes.Buffer
 	if err := rt.WriteLiveMemoryReport(&buf); err != nil {
 		t.Fatal(err)
@@ -514,6 +527,32 @@ func TestLiveMemoryReport(t *testing.T) {
 			if b.Bytes == 4*n && b.Type == fmt.Sprintf("f32[%d]", n) && b.Site == line {
 				found = true
 			}
+		}
+		if st.Allocator != rt.AllocatorBFC {
+			continue
+		}
+		var total, largest int64
+		var inMap, holeFree bool
+		next := map[int64]int64{}
+		for i, b := range p.Map {
+			if b.Offset != next[b.Region] {
+				t.Errorf("map: block at %d of region %d, the previous ends at %d", b.Offset, b.Region, next[b.Region])
+			}
+			next[b.Region] = b.Offset + b.Size
+			total += b.Size
+			if b.Free {
+				largest = max(largest, b.Size)
+			}
+			if !b.Free && b.Site == line && b.What == fmt.Sprintf("f32[%d]", n) && b.Size >= 4*n && b.Size < 4*n+64 {
+				inMap = true
+			}
+			if b.Free && b.Size >= 4*m && i > 0 && i+1 < len(p.Map) && !p.Map[i-1].Free && !p.Map[i+1].Free {
+				holeFree = true // between two held blocks
+			}
+		}
+		if total != p.Reserved || largest != st.LargestFreeBlock || !inMap || !holeFree {
+			t.Errorf("map: %d bytes (reserved %d), largest free %d (MemoryStats %d), the array in it %v, the hole free %v",
+				total, p.Reserved, largest, st.LargestFreeBlock, inMap, holeFree)
 		}
 	}
 	if !found {

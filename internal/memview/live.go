@@ -39,7 +39,15 @@ type Pool struct {
 	Largest    []LiveBuffer `json:"largest"`
 	OtherBytes int64        `json:"other_bytes"`
 	OtherCount int          `json:"other_count"`
+	// Map is the reserved memory in address order, free blocks and held
+	// ones, where the backend's allocator keeps one (backend.MemoryMap);
+	// at most MaxMapBlocks blocks, MapTruncated saying when there were more.
+	Map          []backend.Block `json:"map,omitempty"`
+	MapTruncated bool            `json:"map_truncated,omitempty"`
 }
+
+// MaxMapBlocks bounds the blocks of a pool's map on the live page.
+const MaxMapBlocks = 5000
 
 // LiveBuffer is one live allocation.
 type LiveBuffer struct {
@@ -85,7 +93,16 @@ func LivePools() *Live {
 				if st.Reserved == 0 && st.BytesInUse == 0 && len(list) == 0 {
 					continue
 				}
-				out.Pools = append(out.Pools, pool(st, list, now))
+				p := pool(st, list, now)
+				if mm, ok := b.(backend.MemoryMap); ok {
+					if blocks, ok := mm.MemoryMap(dev, s); ok {
+						p.Map, p.MapTruncated = blocks, len(blocks) > MaxMapBlocks
+						if p.MapTruncated {
+							p.Map = p.Map[:MaxMapBlocks]
+						}
+					}
+				}
+				out.Pools = append(out.Pools, p)
 			}
 			if !any {
 				break

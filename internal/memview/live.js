@@ -49,6 +49,7 @@
     var scale = Math.max(used, p.reserved, p.limit, 1);
     if (p.limit > used) segs.push({bytes: p.limit - Math.max(used, p.reserved), color: '#eee', text: 'not reserved, under the limit: ' + fmt(p.limit - Math.max(used, p.reserved))});
     var W = 860, H = 34;
+    el('p', {'class': 'note'}, app, 'by size: the largest live buffers, largest first (hover for the Go line), the free memory inside the reserved memory (its largest block outlined green, the other blocks pink), the room left under the limit');
     var svg = svgEl('svg', {width: W, height: H, viewBox: '0 0 ' + W + ' ' + H}, app);
     var x = 0;
     segs.forEach(function (s) {
@@ -65,6 +66,44 @@
       });
       r.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
     });
+    if (p.map && p.map.length > 0) {
+      // The address map: regions one after the other, each block where it is.
+      var regions = {}, order = [], mapBytes = 0;
+      p.map.forEach(function (b) {
+        if (!(b.region in regions)) { regions[b.region] = 0; order.push(b.region); }
+        regions[b.region] = Math.max(regions[b.region], b.offset + b.size);
+      });
+      var start = {};
+      order.forEach(function (r) { start[r] = mapBytes; mapBytes += regions[r]; });
+      el('p', {'class': 'note'}, app, 'address map of the reserved memory (' + order.length + ' region' + (order.length > 1 ? 's' : '') +
+        ', ' + p.map.length + ' blocks' + (p.map_truncated ? ', the first shown' : '') + '): held blocks coloured by the Go line that made them, free blocks white, the largest outlined in green');
+      var msvg = svgEl('svg', {width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, 'class': 'map'}, app);
+      var siteColour = {}, nsites = 0;
+      var largestSeen = false;
+      p.map.forEach(function (b) {
+        var fill = '#fff', stroke = '#c33', text;
+        if (b.free) {
+          if (b.size === largest && !largestSeen) { stroke = '#2a2'; largestSeen = true; }
+          text = 'free: ' + fmt(b.size) + ' at ' + fmt(b.offset) + ' of region ' + b.region;
+        } else {
+          var k = b.site || b.what || '?';
+          if (!(k in siteColour)) siteColour[k] = PALETTE[nsites++ % PALETTE.length];
+          fill = siteColour[k];
+          stroke = '#0003';
+          text = fmt(b.size) + ' ' + (b.what || '') + (b.site ? '\nmade at ' + b.site : '') + '\nat ' + fmt(b.offset) + ' of region ' + b.region;
+        }
+        var x0 = (start[b.region] + b.offset) / mapBytes * W;
+        var r = svgEl('rect', {'class': 'bar', x: x0, y: 2, width: Math.max(0.5, b.size / mapBytes * W), height: H - 4, fill: fill, stroke: stroke}, msvg);
+        bars++;
+        r.addEventListener('mousemove', function (ev) {
+          tip.style.display = 'block';
+          tip.style.left = (ev.clientX + 14) + 'px';
+          tip.style.top = (ev.clientY + 10) + 'px';
+          tip.textContent = text;
+        });
+        r.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
+      });
+    }
     var t = el('table', {}, app);
     var h = el('tr', {}, t);
     ['bytes', 'array', 'made at', 'age'].forEach(function (c) { el('th', {}, h, c); });
