@@ -452,13 +452,13 @@ func TestMemoryReportEnv(t *testing.T) {
 	t.Setenv(rt.EnvMemoryReport, dir)
 	r := rand.New(rand.NewPCG(rand.Uint64(), 3))
 	x := memRand(r, 8, 8)
-	f := rt.Jit(func(x *trace.Array) (*trace.Array, error) { return trace.Sum(trace.MatMul(x, x)), nil }, rt.WithName("env report/1"))
+	f := rt.Jit(func(x *trace.Array) (*trace.Array, error) { return trace.Sum(trace.MatMul(x, x)), nil }, rt.WithName("env report/1</script>"))
 	if _, err := f(x); err != nil {
 		t.Fatal(err)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*"))
-	if len(files) != 1 || !regexp.MustCompile(`^[0-9]{3}-env_report_1\.memory\.html$`).MatchString(filepath.Base(files[0])) {
-		t.Fatalf("files %v, want one NNN-env_report_1.memory.html", files)
+	if len(files) != 1 || !regexp.MustCompile(`^[0-9]{3}-env_report_1__script_\.memory\.html$`).MatchString(filepath.Base(files[0])) {
+		t.Fatalf("files %v, want one NNN-env_report_1__script_.memory.html", files)
 	}
 	page, err := os.ReadFile(files[0])
 	if err != nil {
@@ -466,7 +466,10 @@ func TestMemoryReportEnv(t *testing.T) {
 	}
 	var d reportJSON
 	parseReport(t, page, &d)
-	if d.Name != "env report/1" || len(d.Spaces) == 0 {
+	if n := strings.Count(string(page), "</script>"); n != 3 { // the error handler, the data, the script: the name is escaped
+		t.Errorf("%d </script> in the page, want 3: a name ends a script block", n)
+	}
+	if d.Name != "env report/1</script>" || len(d.Spaces) == 0 {
 		t.Errorf("report of %q with %d spaces", d.Name, len(d.Spaces))
 	}
 }
