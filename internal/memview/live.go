@@ -46,6 +46,9 @@ type Pool struct {
 	MapTruncated bool            `json:"map_truncated,omitempty"`
 }
 
+// maxDevices bounds the devices LivePools asks a backend about.
+const maxDevices = 1 << 12
+
 // MaxMapBlocks bounds the blocks of a pool's map on the live page.
 const MaxMapBlocks = 5000
 
@@ -81,7 +84,7 @@ func LivePools() *Live {
 		if !ok {
 			continue
 		}
-		for dev := 0; ; dev++ {
+		for dev := 0; dev < maxDevices; dev++ {
 			any := false
 			for _, s := range ir.AllSpaces {
 				st, ok := m.MemoryStats(dev, s)
