@@ -46,6 +46,7 @@ type reportJSON struct {
 			Op     string `json:"op"`
 			Loc    string `json:"loc"`
 			Of     string `json:"of"`
+			Double bool   `json:"double_buffered"`
 			Spans  []struct {
 				Start, End int
 				Y          int64
@@ -394,9 +395,25 @@ func TestMemoryReportOffload(t *testing.T) {
 	}
 	checkReport(t, base, d.Baseline)
 
-	var offloaded, prefetched, slices, hostArgs int
+	var offloaded, prefetched, slices, hostArgs, double int
 	for _, s := range d.Spaces {
 		for _, b := range s.Buffers {
+			if b.Double {
+				// Kept for the whole iteration: the bar runs to the body's
+				// end, reserved after the copy's last reader.
+				double++
+				for _, sp := range b.Spans {
+					if b.Kind != "prefetched" || sp.Reserved < sp.Start || sp.Reserved > sp.End {
+						t.Errorf("double-buffered %s (%s): bar %d..%d reserved from %d", b.Value, b.Kind, sp.Start, sp.End, sp.Reserved)
+					}
+				}
+			} else {
+				for _, sp := range b.Spans {
+					if sp.Reserved != -1 {
+						t.Errorf("%s: reserved from %d", b.Value, sp.Reserved)
+					}
+				}
+			}
 			switch {
 			case b.Plan == "temp" && s.Space == "pinned_host":
 				offloaded++
@@ -440,8 +457,8 @@ func TestMemoryReportOffload(t *testing.T) {
 			}
 		}
 	}
-	if offloaded == 0 || slices == 0 || prefetched == 0 || hostArgs != 3 {
-		t.Errorf("offloaded %d, slices %d, prefetched %d, arguments %d", offloaded, slices, prefetched, hostArgs)
+	if offloaded == 0 || slices == 0 || prefetched == 0 || hostArgs != 3 || double == 0 {
+		t.Errorf("offloaded %d, slices %d, prefetched %d, arguments %d, double buffered %d", offloaded, slices, prefetched, hostArgs, double)
 	}
 }
 

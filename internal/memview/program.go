@@ -169,7 +169,7 @@ func Build(p *passes.Program) (*Program, error) {
 	for _, s := range ir.AllSpaces {
 		base[s] = sp[s].ArenaBase
 	}
-	w.region(p.Plan, "body", "", base, nil)
+	w.region(p.Plan, "body", "", base, nil, -1)
 	if len(w.steps) == 0 {
 		w.steps = append(w.steps, Step{Op: "(no ops)", Path: "body"})
 	}
@@ -247,15 +247,6 @@ func (w *walker) topAddresses(sp [2]*Space) map[*ir.Value]int64 {
 	return y
 }
 
-// scope is where a region's values are drawn: the y of its arena per space
-// and, in a scan body, where the slices of its stacked results are.
-type scope struct {
-	base [2]int64
-	// ys returns, for a scan body's result j, the stacked buffer's ID and y
-	// and the slice the running iteration writes.
-	ys func(j int) (id string, y int64, slice int64, ok bool)
-}
-
 // ysFunc tells a scan body where the slice of its result j is in the
 // running iteration: the stacked buffer's ID and the slice's y.
 type ysFunc func(j int) (id string, y int64, ok bool)
@@ -263,7 +254,10 @@ type ysFunc func(j int) (id string, y int64, ok bool)
 // region lays out the ops of rp from the current step and records the spans
 // of its values; it returns the spans of its ys slices, whose ends the
 // caller sets to the end of the scan.
-func (w *walker) region(rp *passes.RegionPlan, path, iter string, base [2]int64, ys ysFunc) []spanRef {
+//
+// xsFrom ≥ 0 marks a scan body whose parameters from xsFrom on are slices
+// of its xs.
+func (w *walker) region(rp *passes.RegionPlan, path, iter string, base [2]int64, ys ysFunc, xsFrom int) []spanRef {
 	r := rp.Region
 	l := passes.ComputeLiveness(r)
 	top := rp == w.prog.Plan
@@ -296,7 +290,8 @@ func (w *walker) region(rp *passes.RegionPlan, path, iter string, base [2]int64,
 	}
 	for _, v := range values {
 		if b, ok := rp.Values[v]; ok && (top || b.Kind != passes.BufParam) {
-			w.entry(rp, v, b, path)
+			e := w.entry(rp, v, b, path)
+			e.DoubleBuffered = e.Kind == KindPrefetched && xsFrom >= 0 && doubleBuffered(rp, v, b, xsFrom)
 		}
 	}
 	n := len(r.Ops)
@@ -391,7 +386,7 @@ func (w *walker) nested(rp *passes.RegionPlan, op *ir.Op, subs []*passes.RegionP
 	label := fmt.Sprintf("%s / %v %s", path, op.Code, valueList(op.Results))
 	if op.Code != ir.Scan {
 		for i, sp := range subs {
-			w.region(sp, fmt.Sprintf("%s region %d", label, i), "", base, nil)
+			w.region(sp, fmt.Sprintf("%s region %d", label, i), "", base, nil, -1)
 		}
 		return
 	}
@@ -423,7 +418,8 @@ func (w *walker) nested(rp *passes.RegionPlan, op *ir.Op, subs []*passes.RegionP
 		if reverse {
 			iter += " (reverse)"
 		}
-		pending = append(pending, w.region(subs[0], label+" region 0", iter, base, ys)...)
+		xs := op.Attrs.Int("num_consts") + op.Attrs.Int("num_carry")
+		pending = append(pending, w.region(subs[0], label+" region 0", iter, base, ys, xs)...)
 	}
 	end := len(w.steps) - 1
 	for _, s := range pending {
@@ -489,7 +485,6 @@ func (w *walker) entry(rp *passes.RegionPlan, v *ir.Value, b passes.Buffer, path
 		e.Op = fmt.Sprintf("argument %d", v.Index)
 	}
 	e.Kind = w.kind(rp, v, b)
-	e.DoubleBuffered = e.Kind == KindPrefetched && doubleBuffered(rp, v, b)
 	w.bufs[k] = e
 	w.byID[e.ID] = e
 	w.order = append(w.order, e)
@@ -521,17 +516,17 @@ func (w *walker) kind(rp *passes.RegionPlan, v *ir.Value, b passes.Buffer) strin
 	return KindTemp
 }
 
-// doubleBuffered reports whether v, a copy into device memory in rp, is a
-// scan body's copy of an xs slice that the executor double buffers: its
-// operand is an xs parameter of the body, it is not returned, and no other
-// value of the body's plan shares its bytes (the test internal/cpuexec's
-// planPrefetch makes).
-func doubleBuffered(rp *passes.RegionPlan, v *ir.Value, b passes.Buffer) bool {
+// doubleBuffered reports whether v, a copy into device memory in scan body
+// rp whose xs parameters start at xsFrom, is a copy of an xs slice that the
+// executor double buffers: its operand is an xs parameter, it is not
+// returned, and no other value of the body's plan shares its bytes (the
+// test internal/cpuexec's planPrefetch makes).
+func doubleBuffered(rp *passes.RegionPlan, v *ir.Value, b passes.Buffer, xsFrom int) bool {
 	if b.Kind != passes.BufTemp || v.Op == nil || len(v.Op.Args) != 1 {
 		return false
 	}
 	a := v.Op.Args[0]
-	if ab, ok := rp.Values[a]; !ok || ab.Kind != passes.BufParam || a.Op != nil {
+	if ab, ok := rp.Values[a]; !ok || ab.Kind != passes.BufParam || a.Op != nil || ab.Index < xsFrom {
 		return false
 	}
 	for _, r := range rp.Region.Results {
