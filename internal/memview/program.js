@@ -33,6 +33,7 @@
   }
   function describe(prog, b, sp) {
     return b.value + ' ' + b.type + ' (' + fmt(b.bytes) + ')\n' +
+      'dtype ' + b.dtype + ', shape [' + b.shape.join(', ') + ']\n' +
       'kind: ' + b.kind + (b.double_buffered ? ' (double buffered)' : '') + ', plan: ' + b.plan + '\n' +
       'made by: ' + b.op + (b.loc ? ' at ' + b.loc : '') + '\n' +
       'first use: ' + b.first_use + '\nlast use: ' + b.last_use + '\n' +
