@@ -114,7 +114,7 @@ func dumpPartition(f *ir.Func, part *Partitioned) error {
 	if err := PropagateShardings(g); err != nil {
 		return err
 	}
-	d := &dumper{dir: dir, seq: dumpSeq.Add(1) - 1, name: fileName(f.Name)}
+	d := &dumper{dir: dir, seq: dumpSeq.Add(1) - 1, name: FileName(f.Name)}
 	for _, w := range []struct {
 		name string
 		fn   *ir.Func

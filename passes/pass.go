@@ -180,7 +180,7 @@ func Compile(f *ir.Func, opts Options) (*Program, error) {
 	}
 	var d *dumper
 	if dir != "" {
-		d = &dumper{dir: dir, seq: dumpSeq.Add(1) - 1, name: fileName(f.Name)}
+		d = &dumper{dir: dir, seq: dumpSeq.Add(1) - 1, name: FileName(f.Name)}
 		if err := d.write(0, "input", st, false); err != nil {
 			return nil, err
 		}
@@ -247,8 +247,11 @@ func (d *dumper) write(idx int, pass string, st *State, plan bool) error {
 	return nil
 }
 
-// fileName makes a function name safe as part of a file name.
-func fileName(s string) string {
+// FileName makes a function name safe as part of a file name, as the
+// FERRY_DUMP_IR files name it: letters, digits, '_', '.' and '-' are kept,
+// every other character becomes '_', at most 64 bytes, "func" for "".
+// FERRY_MEMORY_REPORT names its files the same way.
+func FileName(s string) string {
 	if s == "" {
 		return "func"
 	}

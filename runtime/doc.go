@@ -41,6 +41,16 @@
 // MemoryStats(space) describes cpu:0; ResetPeakMemory and LiveArrays cover
 // every device (LiveArray.Device).
 //
+// # Seeing the memory
+//
+// Compiled.WriteMemoryReport writes a compiled program's memory viewer, one
+// self-contained HTML page: every buffer of the buffer plan as a bar over
+// the schedule, per memory space, with the peak, the Go line that made each
+// value and the memory analysis; WriteMemoryReportCompare puts a baseline's
+// picture beside it. FERRY_MEMORY_REPORT=dir writes one such page per
+// compiled program (NNN-<func>.memory.html). WriteLiveMemoryReport draws
+// the live pools: the largest live arrays and each bfc pool's address map.
+//
 // # Sharded arrays
 //
 // DevicePut spreads an array over the devices of a mesh, as

@@ -42,8 +42,9 @@ func warn(msg string) {
 	}
 }
 
-// compile compiles the traced function with the default backend and warns
-// about donated arguments the executable does not reuse.
+// compile compiles the traced function with the default backend, warns
+// about donated arguments the executable does not reuse and writes the
+// memory report when FERRY_MEMORY_REPORT asks for it.
 func (l *Lowered) compile() (Executable, error) {
 	exe, err := compileFunc(DefaultBackend(), l.Func, CompileOptions{Donated: l.donated})
 	if err != nil {
@@ -52,6 +53,7 @@ func (l *Lowered) compile() (Executable, error) {
 	if msg := unusedDonations(l, exe.Program()); msg != "" {
 		warn(msg)
 	}
+	maybeWriteMemoryReport(l.Func.Name, exe.Program())
 	return exe, nil
 }
 

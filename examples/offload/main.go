@@ -5,6 +5,7 @@
 //
 //	go run ./examples/offload          # a table
 //	go run ./examples/offload -json    # one JSON array of rows
+//	go run ./examples/offload -html d  # and d/CASE.html, each case's memory report
 //
 // Cases (REFERENCES.md §1):
 //
@@ -191,6 +192,9 @@ func run(name string, loss func(Weights, *trace.Array) *trace.Array, w Weights, 
 	if err != nil {
 		return Row{}, Weights{}, err
 	}
+	if err := writeHTML(name, c); err != nil {
+		return Row{}, Weights{}, err
+	}
 	m := c.MemoryAnalysis()
 	collect()
 	rt.ResetPeakMemory()
@@ -219,6 +223,7 @@ func main() {
 	seed := flag.Uint64("seed", 1, "random seed for the weights and input")
 	optDim := flag.Int("opt-dim", 7168, "optimizer cases: width analysed")
 	optExec := flag.Int("opt-exec-dim", 256, "optimizer cases: width executed and compared")
+	flag.StringVar(&htmlDir, "html", "", "write each case's memory report (CASE.html) into this directory")
 	flag.Parse()
 
 	r := rand.New(rand.NewPCG(*seed, 2))

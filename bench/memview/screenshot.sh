@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The README's picture of the memory viewer: the activation_offload case of
+# examples/offload with the baseline beside it (its page opened at
+# #baseline), rendered by headless chromium (Debian's chromium package).
+#
+#   bash bench/memview/screenshot.sh    # writes bench/memview/activation_offload.png
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+browser=${FERRY_CHROMIUM:-$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)}
+if [ -z "$browser" ]; then
+  echo "no chromium: apt-get install chromium (or set FERRY_CHROMIUM)" >&2
+  exit 1
+fi
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+go run ./examples/offload -html "$dir/html" >/dev/null
+"$browser" --headless --disable-gpu --no-sandbox --no-first-run --hide-scrollbars --user-data-dir="$dir/profile" \
+  --window-size=1600,880 --virtual-time-budget=3000 \
+  --screenshot="$PWD/bench/memview/activation_offload.png" "file://$dir/html/activation_offload.html#baseline" 2>/dev/null
+ls -l bench/memview/activation_offload.png

@@ -1,0 +1,65 @@
+package memview
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"html"
+	"io"
+)
+
+// DataID is the id of the <script type="application/json"> block that holds
+// a page's data.
+const DataID = "ferry-memory-data"
+
+//go:embed page.css
+var pageCSS string
+
+//go:embed program.js
+var programJS string
+
+//go:embed live.js
+var liveJS string
+
+// WriteProgramPage writes the page of p (and of p.Baseline beside it, on
+// demand: a button, or #baseline in the page's address, shows it).
+func WriteProgramPage(w io.Writer, p *Program) error {
+	title := "Ferry memory: " + p.Name
+	if p.Baseline != nil {
+		title += ", beside " + p.Baseline.Name
+	}
+	return writePage(w, title, p, programJS)
+}
+
+// WriteLivePage writes the page of the live pools.
+func WriteLivePage(w io.Writer, l *Live) error {
+	return writePage(w, "Ferry live memory", l, liveJS)
+}
+
+// writePage writes a self-contained page: the style, the data as JSON and
+// the script that draws it, nothing loaded from elsewhere. The page sets
+// data-bars on <body> to the number of bars it drew and data-errors to the
+// number of script errors (their messages go to #ferry-errors).
+func writePage(w io.Writer, title string, data any, script string) error {
+	js, err := json.Marshal(data) // escapes <, > and &: safe inside <script>
+	if err != nil {
+		return fmt.Errorf("memview: %w", err)
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>%s</title>
+<style>%s</style>
+<script>window.ferryErrors=[];window.addEventListener('error',function(e){window.ferryErrors.push(String(e.message));var b=document.body;if(b){b.setAttribute('data-errors',String(window.ferryErrors.length));var p=document.getElementById('ferry-errors');if(p){p.textContent=window.ferryErrors.join('\n');}}});</script>
+</head><body data-bars="-1" data-errors="0">
+<h1>%s</h1>
+<pre id="ferry-errors"></pre>
+<div id="app"></div>
+<div id="tip" class="tip"></div>
+<script type="application/json" id="%s">%s</script>
+<script>%s</script>
+</body></html>
+`, html.EscapeString(title), pageCSS, html.EscapeString(title), DataID, js, script)
+	_, err = w.Write(b.Bytes())
+	return err
+}
