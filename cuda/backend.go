@@ -418,7 +418,7 @@ func (b *Backend) Compile(f *ir.Func, opts backend.CompileOptions) (backend.Exec
 	if err := refuseCollectives(f, opts.BoundAxes); err != nil {
 		return nil, err
 	}
-	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, Verify: passes.VerifyFromEnv(), FusionInPlace: false})
+	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, Verify: passes.VerifyFromEnv(), FusionInPlace: false, MemoryPlan: opts.MemoryPlan, NoDump: opts.NoDump})
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ type Lowered struct {
 	donated []bool
 	argDefs []*trace.TreeDef // tree structure of each argument, for messages
 	outDefs []*trace.TreeDef
+	plan    *passes.MemoryPlan // the memory budget's plan, or nil
 }
 
 // Lower traces fn for the given arguments (trees of arrays) without running it:
