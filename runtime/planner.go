@@ -75,6 +75,11 @@ func (p *planTrace) Decide(c trace.RematCandidate) trace.RematDecision {
 	}
 	p.cands[k] = info
 	a, ok := p.decide[k]
+	if !ok && info.fromHost {
+		// A copy from pinned_host is copied again rather than kept,
+		// unless the plan says otherwise.
+		a, ok = trace.Recompute, true
+	}
 	switch {
 	case !ok:
 	case a == trace.Recompute:

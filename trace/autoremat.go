@@ -1,6 +1,8 @@
 package trace
 
 import (
+	"slices"
+
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -25,6 +27,12 @@ import (
 // A body with control flow of its own (a nested scan, while or cond) is not
 // planned (a checkpoint would recompute the nested loop in the backward
 // pass); the bodies nested in it are.
+//
+// A scanned array the caller keeps in pinned_host (stacked layer weights,
+// say) reaches a planned body as a device copy of its slice (a device_put
+// the body starts with, which the compiler prefetches one iteration ahead):
+// the parameters stream in one layer at a time, and the backward pass copies
+// them in again unless the planner keeps them.
 
 // autoRematName is the checkpoint name of the identity ops on planned carries.
 const autoRematName = "ferry.auto_remat.carry"
@@ -115,7 +123,13 @@ func (ps *plannerState) planScanBody(body func(carry, x []*Array) ([]*Array, []*
 			for i := range c {
 				c[i] = Apply1(ir.CheckpointName, ir.Attrs{"name": autoRematName}, args[i])
 			}
-			nc, y := body(c, args[len(carry):])
+			xs := slices.Clone(args[len(carry):])
+			for i, a := range xs {
+				if a.Space() == ir.PinnedHost {
+					xs[i] = DevicePut(a, ir.Device)
+				}
+			}
+			nc, y := body(c, xs)
 			ny = len(y)
 			return append(append([]*Array{}, nc...), y...)
 		}
