@@ -80,7 +80,7 @@ func ParseMemoryBudget(s string) (int64, error) {
 // when it has none.
 func (o *jitOptions) resolveBudget() (int64, error) {
 	b := o.budget
-	if o.noBudget {
+	if o.probe {
 		return 0, nil
 	}
 	if !o.budgetSet {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -267,4 +269,48 @@ func TestMemoryBudgetEnv(t *testing.T) {
 
 	_, err = compileBudget(t, d, budgetLayer, rt.MemoryBudget(-3))
 	require.ErrorContains(t, err, "positive")
+}
+
+// Weights kept in pinned_host stream into a planned scan body: the body
+// needs no device_put of its own, the argument bytes on device drop, and the
+// gradients are unchanged.
+func TestMemoryBudgetStreamsHostParams(t *testing.T) {
+	d := newBudgetData(budgetModel{L: 4, B: 8, D: 16, H: 32}, rand.Uint64())
+	hw := budgetW{W1: trace.DevicePut(d.w.W1, ir.PinnedHost), W2: trace.DevicePut(d.w.W2, ir.PinnedHost)}
+	// Without a budget the layer's matrix product refuses host operands.
+	_, err := rt.NewJitted(budgetGrad(budgetLayer)).Lower(hw, d.xa)
+	require.Error(t, err)
+
+	j := rt.NewJitted(budgetGrad(budgetLayer), rt.MemoryBudget(1<<30))
+	l, err := j.Lower(hw, d.xa)
+	require.NoError(t, err)
+	c, err := l.Compile()
+	require.NoError(t, err)
+	ma := c.MemoryAnalysis()
+	require.Equal(t, int64(d.m.B*d.m.D*4), ma.ArgumentBytes, "only x is a device argument")
+	require.Equal(t, hw.W1.Type().Bytes()+hw.W2.Type().Bytes(), ma.HostArgumentBytes)
+	out, err := c.Call(hw, d.xa)
+	require.NoError(t, err)
+	d.check(t, out[0].(budgetW))
+}
+
+// FERRY_DUMP_IR writes the plan beside the buffer plan's analysis.
+func TestMemoryBudgetDumpsPlan(t *testing.T) {
+	d := newBudgetData(budgetModel{L: 3, B: 8, D: 16, H: 32}, rand.Uint64())
+	dir := t.TempDir()
+	t.Setenv("FERRY_DUMP_IR", dir)
+	_, err := compileBudget(t, d, budgetLayer, rt.MemoryBudget(1<<30), rt.WithName("dumped"))
+	require.NoError(t, err)
+	files, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	found := false
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(dir, f.Name()))
+		require.NoError(t, err)
+		require.NotContains(t, f.Name(), "ferry_rate_probe")
+		if strings.Contains(string(b), "// memory plan for a budget of 1.00 GiB") {
+			found = true
+		}
+	}
+	require.True(t, found, "no dump shows the plan")
 }

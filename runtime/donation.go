@@ -45,7 +45,7 @@ func warn(msg string) {
 // compile compiles the traced function with the default backend and warns
 // about donated arguments the executable does not reuse.
 func (l *Lowered) compile() (Executable, error) {
-	exe, err := compileFunc(DefaultBackend(), l.Func, CompileOptions{Donated: l.donated, MemoryPlan: l.plan})
+	exe, err := compileFunc(DefaultBackend(), l.Func, CompileOptions{Donated: l.donated, MemoryPlan: l.plan, NoDump: l.noDump})
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ type jitOptions struct {
 	outShardings []*ir.NamedSharding
 	budget       int64 // MemoryBudget: bytes, or budgetDevice
 	budgetSet    bool
-	noBudget     bool // the rate probes: never planned
+	probe        bool // the rate probes: never planned nor dumped
 }
 
 // InShardings lays the arguments out over a device mesh, like jax.jit's
@@ -663,7 +663,7 @@ func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner) (*Lowered,
 	tr.Close()
 	f := tr.Func()
 	f.Body.Results = results
-	l := &Lowered{Func: f, numArgs: len(leaves), consts: tr.Captures(), nilArgs: nilMask(leaves), donated: donated, argDefs: defs}
+	l := &Lowered{Func: f, numArgs: len(leaves), consts: tr.Captures(), nilArgs: nilMask(leaves), donated: donated, argDefs: defs, noDump: j.opts.probe}
 	return l, outDefs, nil
 }
 

@@ -21,6 +21,7 @@ type Lowered struct {
 	argDefs []*trace.TreeDef // tree structure of each argument, for messages
 	outDefs []*trace.TreeDef
 	plan    *passes.MemoryPlan // the memory budget's plan, or nil
+	noDump  bool               // never written to FERRY_DUMP_IR (rate probes)
 }
 
 // Lower traces fn for the given arguments (trees of arrays) without running it:

@@ -72,7 +72,7 @@ func bestRate(work float64, f func(a, b *trace.Array) *trace.Array, sa, sb []int
 	a, b := mk(sa), mk(sb)
 	defer a.Delete()
 	defer b.Delete()
-	j := NewJitted(f, WithName("ferry_rate_probe"), func(o *jitOptions) { o.noBudget = true })
+	j := NewJitted(f, WithName("ferry_rate_probe"), func(o *jitOptions) { o.probe = true })
 	best := time.Duration(1 << 62)
 	for i := range 4 {
 		t0 := time.Now()
