@@ -66,6 +66,13 @@ func (p *planTrace) Decide(c trace.RematCandidate) trace.RematDecision {
 	info.typ = strings.Join(types, ", ")
 	cost := passes.OpCost(op)
 	info.dot, info.elem = cost.DotFlops, cost.Flops-cost.DotFlops+cost.Transcendentals
+	// Shape ops and copies count no FLOPs but write their results: at
+	// least one elementwise operation per element written.
+	elems := 0
+	for _, r := range op.Results {
+		elems += r.Type.Size()
+	}
+	info.elem = max(info.elem, float64(elems))
 	info.fromHost = op.Code == ir.DevicePut && len(op.Args) == 1 && op.Args[0].Type.Space == ir.PinnedHost
 	if r, ok := p.ref[k]; ok && p.err == nil && (r.op != info.op || r.typ != info.typ) {
 		p.err = fmt.Errorf("the function traced differently on a retrace (scan %d value %d was %s %s at %s, now %s %s at %s): a function with a memory budget must trace the same way every time", k.scope, k.index, r.op, r.typ, r.loc, info.op, info.typ, info.loc)
