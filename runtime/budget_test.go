@@ -314,3 +314,65 @@ func TestMemoryBudgetDumpsPlan(t *testing.T) {
 	}
 	require.True(t, found, "no dump shows the plan")
 }
+
+// A scan body with control flow of its own is left as written; the scan
+// nested in it is planned. The gradients stay those of the plain program.
+func TestMemoryBudgetNestedScan(t *testing.T) {
+	d := newBudgetData(budgetModel{L: 4, B: 8, D: 16, H: 32}, rand.Uint64())
+	nested := func(w budgetW, x *trace.Array) budgetW {
+		return trace.Grad(func(w budgetW) *trace.Array {
+			// Two outer iterations of two layers each.
+			ws := budgetW{W1: trace.Reshape(w.W1, 2, 2, d.m.D, d.m.H), W2: trace.Reshape(w.W2, 2, 2, d.m.H, d.m.D)}
+			final, _ := trace.ScanTree(func(x *trace.Array, w budgetW) (*trace.Array, struct{}) {
+				y, _ := trace.ScanTree(func(x *trace.Array, w budgetW) (*trace.Array, struct{}) {
+					return budgetLayer(x, w), struct{}{}
+				}, x, w)
+				return trace.Tanh(y), struct{}{}
+			}, x, ws)
+			return trace.Sum(final)
+		})(w)
+	}
+	plain, err := rt.NewJitted(nested).Lower(d.w, d.xa)
+	require.NoError(t, err)
+	pc, err := plain.Compile()
+	require.NoError(t, err)
+	out, err := pc.Call(d.w, d.xa)
+	require.NoError(t, err)
+	want := out[0].(budgetW)
+	total := pc.MemoryAnalysis().TotalBytes()
+
+	_, err = rt.NewJitted(nested, rt.MemoryBudget(1)).Lower(d.w, d.xa)
+	var be *rt.MemoryBudgetError
+	require.ErrorAs(t, err, &be)
+	require.Less(t, be.Minimum, total, "the inner scan's residuals are planned")
+	l, err := rt.NewJitted(nested, rt.MemoryBudget(be.Minimum)).Lower(d.w, d.xa)
+	require.NoError(t, err)
+	c, err := l.Compile()
+	require.NoError(t, err)
+	require.LessOrEqual(t, c.MemoryAnalysis().TotalBytes(), be.Minimum)
+	out, err = c.Call(d.w, d.xa)
+	require.NoError(t, err)
+	got := out[0].(budgetW)
+	require.InDeltaSlice(t, want.W1.Float32s(), got.W1.Float32s(), 1e-5)
+	require.InDeltaSlice(t, want.W2.Float32s(), got.W2.Float32s(), 1e-5)
+}
+
+// MemoryBudgetDeviceCapacity budgets the allocator's limit.
+func TestMemoryBudgetDeviceCapacity(t *testing.T) {
+	collectGarbage()
+	require.NoError(t, rt.ConfigureMemory(rt.MemoryConfig{Capacity: 64 << 20, Fraction: 0.5}))
+	defer func() {
+		collectGarbage()
+		require.NoError(t, rt.ConfigureMemory(rt.MemoryConfig{}))
+	}()
+	d := newBudgetData(budgetModel{L: 3, B: 8, D: 16, H: 32}, rand.Uint64())
+	defer func() {
+		for _, a := range []*trace.Array{d.xa, d.w.W1, d.w.W2} {
+			_ = a.Delete()
+		}
+	}()
+	c, err := compileBudget(t, d, budgetLayer, rt.MemoryBudgetDeviceCapacity())
+	require.NoError(t, err)
+	require.Equal(t, rt.MemoryStats(ir.Device).Limit, c.MemoryPlan().Budget)
+	require.Equal(t, int64(32<<20), c.MemoryPlan().Budget)
+}
