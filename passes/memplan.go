@@ -7,7 +7,8 @@ import (
 
 // MemoryPlan is what a memory budget (rt.MemoryBudget) decided for a
 // function: for every value the backward pass needs from the forward pass
-// (the residuals of scan bodies, stacked over their iterations), whether it is
+// (the residuals of scan bodies, stacked over their iterations, and of a
+// function differentiated at the top level), whether it is
 // kept on device, recomputed in the backward pass, or offloaded to
 // pinned_host and prefetched back, with the bytes and estimated seconds of
 // each choice. A MemoryAnalysis carries it (Plan) when the function was
@@ -34,8 +35,9 @@ type MemoryPlan struct {
 
 // PlannedValue is one residual of a MemoryPlan.
 type PlannedValue struct {
-	// Scope numbers the planned scan bodies in trace order and Index the
-	// candidate ops of one body (the planner's stable identity of a value).
+	// Scope numbers the planned scopes (scan bodies, functions
+	// differentiated at the top level) in trace order and Index the
+	// candidate ops of one scope (the planner's stable identity of a value).
 	Scope, Index int
 	// Op is the op that makes the value, Type its result type and Loc the
 	// user's file:line that traced it.
@@ -66,7 +68,7 @@ func (p *MemoryPlan) String() string {
 		if v.Carry {
 			what = "scan carry"
 		}
-		fmt.Fprintf(&b, "\n  %-9s scan %d value %d: %s %s ×%d = %s, +%.3gs (%s)", v.Action, v.Scope, v.Index, what, v.Type, v.Iterations, byteUnits(v.Bytes), v.Seconds, v.Loc)
+		fmt.Fprintf(&b, "\n  %-9s scope %d value %d: %s %s ×%d = %s, +%.3gs (%s)", v.Action, v.Scope, v.Index, what, v.Type, v.Iterations, byteUnits(v.Bytes), v.Seconds, v.Loc)
 	}
 	return b.String()
 }

@@ -23,7 +23,9 @@ const budgetDevice = -1
 // the compiler decides, for every value the backward pass needs from the
 // forward pass inside a scan (the residuals of scanned layers, stacked over
 // the iterations, the layer inputs carried from one iteration to the next
-// included), whether to keep it on device, recompute it in the backward
+// included) and in a function differentiated at the top level (Grad, VJP;
+// when it has no scan or other control flow of its own: then its scans'
+// bodies are planned), whether to keep it on device, recompute it in the backward
 // pass, or offload it to pinned_host and prefetch it back (as
 // trace.SaveAndOffloadOnlyTheseNames does by hand), choosing the fastest plan
 // it finds whose memory analysis (MemoryAnalysis.TotalBytes) fits. It is the
@@ -32,8 +34,10 @@ const budgetDevice = -1
 //
 // What the user wrote still wins: the values of a trace.Checkpoint (Remat)
 // are kept, recomputed or offloaded as its policy says, and arrays placed
-// with DevicePut stay where they were put. Values outside scans, the
-// parameters and the optimizer state are left as they are.
+// with DevicePut stay where they were put. Arguments stay where the caller
+// put them: stacked weights the caller keeps in pinned_host stream into a
+// planned scan one layer at a time (no DevicePut needed in the body); the
+// planner does not move parameters or optimizer state by itself.
 //
 // The decisions are in (*Compiled).MemoryPlan and the memory analysis (its
 // Plan, printed by FERRY_DUMP_IR). A budget no plan fits is an error

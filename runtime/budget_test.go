@@ -376,3 +376,38 @@ func TestMemoryBudgetDeviceCapacity(t *testing.T) {
 	require.Equal(t, rt.MemoryStats(ir.Device).Limit, c.MemoryPlan().Budget)
 	require.Equal(t, int64(32<<20), c.MemoryPlan().Budget)
 }
+
+// A function differentiated at the top level without scans (layers
+// unrolled in Go) is planned too.
+func TestMemoryBudgetUnrolled(t *testing.T) {
+	d := newBudgetData(budgetModel{L: 4, B: 256, D: 16, H: 64}, rand.Uint64())
+	unrolled := func(w budgetW, x *trace.Array) budgetW {
+		return trace.Grad(func(w budgetW) *trace.Array {
+			for i := range d.m.L {
+				x = budgetLayer(x, budgetW{W1: trace.Index(w.W1, i), W2: trace.Index(w.W2, i)})
+			}
+			return trace.Sum(x)
+		})(w)
+	}
+	compile := func(opts ...rt.Option) (*rt.Compiled, error) {
+		l, err := rt.NewJitted(unrolled, opts...).Lower(d.w, d.xa)
+		if err != nil {
+			return nil, err
+		}
+		return l.Compile()
+	}
+	plain, err := compile()
+	require.NoError(t, err)
+	total := plain.MemoryAnalysis().TotalBytes()
+	_, err = compile(rt.MemoryBudget(1))
+	var be *rt.MemoryBudgetError
+	require.ErrorAs(t, err, &be)
+	require.Less(t, be.Minimum, total)
+	for _, b := range []int64{be.Minimum, (be.Minimum + total) / 2, total} {
+		c, err := compile(rt.MemoryBudget(b))
+		require.NoError(t, err)
+		require.LessOrEqual(t, c.MemoryAnalysis().TotalBytes(), b)
+		t.Log(c.MemoryPlan())
+		d.check(t, runBudget(t, c, d))
+	}
+}

@@ -327,7 +327,7 @@ type MemoryBudgetError struct {
 }
 
 func (e *MemoryBudgetError) Error() string {
-	return fmt.Sprintf("rt.Jit: %s: no plan fits the memory budget of %d bytes (%s): the smallest budget that fits is %d bytes (%s), with every residual of its scans recomputed or offloaded (%d bytes with everything kept); at that plan the device total is argument %s + output %s + temp %s − alias %s; largest device buffers: %s",
+	return fmt.Sprintf("rt.Jit: %s: no plan fits the memory budget of %d bytes (%s): the smallest budget that fits is %d bytes (%s), with every residual it plans recomputed or offloaded (%d bytes with everything kept); at that plan the device total is argument %s + output %s + temp %s − alias %s; largest device buffers: %s",
 		e.Function, e.Budget, mib(e.Budget), e.Minimum, mib(e.Minimum), e.Baseline,
 		mib(e.Analysis.ArgumentBytes), mib(e.Analysis.OutputBytes), mib(e.Analysis.TempBytes), mib(e.Analysis.AliasBytes), strings.Join(e.Dominant, "; "))
 }

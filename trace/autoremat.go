@@ -9,7 +9,10 @@ import (
 // Automatic rematerialisation: a RematPlanner installed on the outermost
 // tracer of a trace (rt.Jit does it for a jitted function with a memory
 // budget) decides, for the values the backward pass of every scan body needs
-// from its forward pass, whether they are saved, recomputed or offloaded.
+// from its forward pass, whether they are saved, recomputed or offloaded;
+// and so for a function differentiated (Grad, VJP) at the top level of the
+// trace, when it has no control flow (a scan there would be recomputed as a
+// whole; its body is planned instead).
 //
 // Each scan body traced while a planner is installed runs as if wrapped in
 // Checkpoint (without PreventCSE, as is safe inside Scan) with a policy that
@@ -37,8 +40,8 @@ import (
 // autoRematName is the checkpoint name of the identity ops on planned carries.
 const autoRematName = "ferry.auto_remat.carry"
 
-// RematCandidate is one op of a planned scan body whose results the backward
-// pass may need.
+// RematCandidate is one op of a planned scan body (or function
+// differentiated at the top level) whose results the backward pass may need.
 type RematCandidate struct {
 	// Scope numbers the planned scan bodies of the trace in trace order, and
 	// Index the candidates of one body.
@@ -46,7 +49,8 @@ type RematCandidate struct {
 	// Op is the op as traced (code, attributes, result types, Loc).
 	Op *ir.Op
 	// Iterations is how many times the body runs per call of the traced
-	// function: the scan's length times those of the planned scans around it.
+	// function: the scan's length times those of the planned scans around it
+	// (1 for a function differentiated at the top level).
 	Iterations int
 	// Carry is true for the identity op standing for a carry parameter of
 	// the body (the value the carry has when an iteration starts):
@@ -137,6 +141,17 @@ func (ps *plannerState) planScanBody(body func(carry, x []*Array) ([]*Array, []*
 		outs := adCheckpointCall(flat, nil, checkpointConfig{}, args, sc)
 		k := len(outs) - ny
 		return outs[:k], outs[k:]
+	}
+}
+
+// planFunc returns fn, a function VJP differentiates at the top level of
+// the trace, wrapped for planning by ps like a scan body that runs once
+// (with PreventCSE: the recomputation must not merge with the forward pass).
+func (ps *plannerState) planFunc(fn func([]*Array) []*Array) func([]*Array) []*Array {
+	return func(args []*Array) []*Array {
+		sc := &autoScope{ps: ps, scope: ps.scopes, iters: ps.iters}
+		ps.scopes++
+		return adCheckpointCall(fn, nil, checkpointConfig{preventCSE: true}, args, sc)
 	}
 }
 
