@@ -327,9 +327,13 @@ type MemoryBudgetError struct {
 }
 
 func (e *MemoryBudgetError) Error() string {
-	return fmt.Sprintf("rt.Jit: %s: no plan fits the memory budget of %d bytes (%s): the smallest budget that fits is %d bytes (%s), with every residual it plans recomputed or offloaded (%d bytes with everything kept); at that plan the device total is argument %s + output %s + temp %s − alias %s; largest device buffers: %s",
+	hint := ""
+	if io := e.Analysis.ArgumentBytes + e.Analysis.OutputBytes - e.Analysis.AliasBytes; 2*io > e.Minimum {
+		hint = fmt.Sprintf("; arguments and results are %s of it, and the planner leaves them where the caller put them: stacked layer weights kept in pinned_host stream into planned scans one layer at a time, and optimizer state can live there too (optim.InitIn, rt.OutSpace)", mib(io))
+	}
+	return fmt.Sprintf("rt.Jit: %s: no plan fits the memory budget of %d bytes (%s): the smallest budget that fits is %d bytes (%s), with every residual it plans recomputed or offloaded (%d bytes with everything kept); at that plan the device total is argument %s + output %s + temp %s − alias %s; largest device buffers: %s%s",
 		e.Function, e.Budget, mib(e.Budget), e.Minimum, mib(e.Minimum), e.Baseline,
-		mib(e.Analysis.ArgumentBytes), mib(e.Analysis.OutputBytes), mib(e.Analysis.TempBytes), mib(e.Analysis.AliasBytes), strings.Join(e.Dominant, "; "))
+		mib(e.Analysis.ArgumentBytes), mib(e.Analysis.OutputBytes), mib(e.Analysis.TempBytes), mib(e.Analysis.AliasBytes), strings.Join(e.Dominant, "; "), hint)
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
