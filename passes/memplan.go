@@ -45,7 +45,9 @@ type PlannedValue struct {
 	// Carry is true when the value is the carry of the scan at the start of
 	// an iteration (a layer's input).
 	Carry bool
-	// Action is "keep", "recompute" or "offload".
+	// Action is "keep", "recompute" or "offload"; or "stream" for the
+	// device copy of a slice of a pinned_host array a scan streams in (made
+	// again, prefetched, in the backward pass; its bytes are not kept).
 	Action string
 	// Iterations is how many copies of the value one call makes (the scan's
 	// length), and Bytes their device bytes in all.

@@ -289,6 +289,13 @@ func TestMemoryBudgetStreamsHostParams(t *testing.T) {
 	ma := c.MemoryAnalysis()
 	require.Equal(t, int64(d.m.B*d.m.D*4), ma.ArgumentBytes, "only x is a device argument")
 	require.Equal(t, hw.W1.Type().Bytes()+hw.W2.Type().Bytes(), ma.HostArgumentBytes)
+	streams := 0
+	for _, v := range c.MemoryPlan().Values {
+		if v.Action == "stream" {
+			streams++
+		}
+	}
+	require.Equal(t, 2, streams, "w1 and w2 stream in: %v", c.MemoryPlan())
 	out, err := c.Call(hw, d.xa)
 	require.NoError(t, err)
 	d.check(t, out[0].(budgetW))

@@ -299,11 +299,13 @@ func buildPlan(t *planTry, baseline, budget int64, r budgetRates, compiles int) 
 	for _, k := range t.pt.order {
 		ci := t.pt.cands[k]
 		a, decided := t.decide[k]
-		if !ci.needed && !decided || ci.bytes == 0 {
+		if !ci.needed && !decided && !ci.fromHost || ci.bytes == 0 {
 			continue
 		}
 		action := "keep"
 		switch {
+		case !decided && ci.fromHost:
+			action = "stream"
 		case decided && a == trace.Offload && ci.device:
 			action = "offload"
 		case decided && a == trace.Recompute && !ci.carry:

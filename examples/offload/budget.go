@@ -269,7 +269,7 @@ func planSummary(p *passes.MemoryPlan) string {
 		b[v.Action] += v.Bytes
 	}
 	s := ""
-	for _, a := range []string{"keep", "recompute", "offload"} {
+	for _, a := range []string{"keep", "recompute", "offload", "stream"} {
 		if n[a] == 0 {
 			continue
 		}
