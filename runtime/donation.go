@@ -45,9 +45,13 @@ func warn(msg string) {
 // compile compiles the traced function with the default backend and warns
 // about donated arguments the executable does not reuse.
 func (l *Lowered) compile() (Executable, error) {
-	exe, err := compileFunc(DefaultBackend(), l.Func, CompileOptions{Donated: l.donated, MemoryPlan: l.plan, NoDump: l.noDump})
-	if err != nil {
-		return nil, err
+	exe := l.planned // the memory budget's planner compiled it already
+	l.planned = nil
+	if exe == nil {
+		var err error
+		if exe, err = compileFunc(DefaultBackend(), l.Func, CompileOptions{Donated: l.donated, MemoryPlan: l.plan, NoDump: l.noDump}); err != nil {
+			return nil, err
+		}
 	}
 	if msg := unusedDonations(l, exe.Program()); msg != "" {
 		warn(msg)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 
@@ -113,6 +114,7 @@ type planTry struct {
 	pt      *planTrace
 	l       *Lowered
 	outDefs []*trace.TreeDef
+	exe     Executable
 	prog    *passes.Program
 	total   int64
 	cost    planCost
@@ -191,7 +193,7 @@ func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.Tr
 			return nil, err
 		}
 		prog := exe.Program()
-		t := &planTry{decide: dec, pt: pt, l: l, outDefs: outDefs, prog: prog, total: prog.Analysis.TotalBytes()}
+		t := &planTry{decide: dec, pt: pt, l: l, outDefs: outDefs, exe: exe, prog: prog, total: prog.Analysis.TotalBytes()}
 		t.cost = estimate(pt.cands, dec, passes.CostAnalysis(l.Func), rates)
 		return t, nil
 	}
@@ -202,6 +204,11 @@ func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.Tr
 	ref = base.pt.cands
 	finish := func(t *planTry) (*Lowered, []*trace.TreeDef, error) {
 		t.l.plan = buildPlan(t, base.total, budget, rates, compiles)
+		if os.Getenv("FERRY_DUMP_IR") == "" {
+			// Nothing to dump: the try's executable is the one to run.
+			t.prog.Analysis.Plan = t.l.plan
+			t.l.planned = t.exe
+		}
 		return t.l, t.outDefs, nil
 	}
 	if base.total <= budget {
