@@ -356,13 +356,15 @@ func (j *Jitted[F]) budgetError(budget, baseline int64, t *planTry) error {
 	}
 	var bufs []buf
 	seen := map[*ir.Value]bool{}
-	var walk func(rp *passes.RegionPlan)
-	walk = func(rp *passes.RegionPlan) {
+	var walk func(rp *passes.RegionPlan, top bool)
+	walk = func(rp *passes.RegionPlan, top bool) {
 		if rp == nil {
 			return
 		}
 		for v, b := range rp.Values {
-			if b.Space != ir.Device || seen[v] || b.Kind == passes.BufSlice {
+			// Nested regions' parameters are views of buffers counted
+			// where they live.
+			if b.Space != ir.Device || seen[v] || b.Kind == passes.BufSlice || !top && b.Kind == passes.BufParam {
 				continue
 			}
 			seen[v] = true
@@ -379,11 +381,11 @@ func (j *Jitted[F]) budgetError(budget, baseline int64, t *planTry) error {
 		}
 		for _, subs := range rp.Sub {
 			for _, s := range subs {
-				walk(s)
+				walk(s, false)
 			}
 		}
 	}
-	walk(t.prog.Plan)
+	walk(t.prog.Plan, true)
 	slices.SortFunc(bufs, func(a, b buf) int {
 		return cmp.Or(cmp.Compare(b.size, a.size), strings.Compare(a.what, b.what))
 	})
