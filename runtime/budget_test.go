@@ -229,10 +229,33 @@ func TestMemoryBudgetRespectsUserRemat(t *testing.T) {
 		require.Equal(t, "keep", v.Action, "%+v", v)
 	}
 	d.check(t, runBudget(t, c, d))
-	// Under a budget that needs more, the user's offload stays (host temp).
+	// Under a budget that needs more the user's choice stays: nothing else
+	// is left to plan, so the smallest budget is the user's program's total.
 	_, err = compileBudget(t, d, user, rt.MemoryBudget(1))
 	var be *rt.MemoryBudgetError
 	require.ErrorAs(t, err, &be)
+	require.Equal(t, plain.MemoryAnalysis().TotalBytes(), be.Minimum)
+}
+
+// A function that traces differently each time cannot be planned: the
+// error says so instead of mixing up the decisions.
+func TestMemoryBudgetUnstableTrace(t *testing.T) {
+	d := newBudgetData(budgetModel{L: 3, B: 64, D: 16, H: 32}, rand.Uint64())
+	traces := 0
+	unstable := func(x *trace.Array, w budgetW) *trace.Array {
+		traces++
+		h := trace.MatMul(x, w.W1)
+		if traces%2 == 0 {
+			h = trace.Exp(h)
+		} else {
+			h = trace.Tanh(h)
+		}
+		return trace.MatMul(h, w.W2)
+	}
+	base, err := compileBudget(t, d, budgetLayer)
+	require.NoError(t, err)
+	_, err = compileBudget(t, d, unstable, rt.MemoryBudget(base.MemoryAnalysis().TotalBytes()*9/10))
+	require.ErrorContains(t, err, "traced differently")
 }
 
 func TestParseMemoryBudget(t *testing.T) {
