@@ -102,6 +102,9 @@ type Result struct {
 	BudgetBytes        int64   `json:"budget_bytes,omitempty"`
 	BaselineTotalBytes int64   `json:"baseline_total_bytes,omitempty"`
 	EstimatedMsPerStep float64 `json:"estimated_ms_per_step,omitempty"`
+	// PeakDeviceBytes is the allocator's device peak over the training
+	// steps (parameters, optimizer state and batches included).
+	PeakDeviceBytes int64 `json:"peak_device_bytes"`
 }
 
 // loadText reads path, or with path "" concatenates the plain-text fortune
@@ -371,6 +374,7 @@ func Run(cfg Config, text string) (res Result, err error) {
 		every = cfg.Log.Every
 	}
 	fn := jstep.Fn()
+	rt.ResetPeakMemory()
 	t0 := time.Now()
 	var tFirst time.Time
 	for i := range cfg.Steps {
@@ -411,6 +415,7 @@ func Run(cfg Config, text string) (res Result, err error) {
 	}
 	res.Steps = cfg.Steps
 	res.TrainSeconds = time.Since(t0).Seconds()
+	res.PeakDeviceBytes = rt.MemoryStats(ir.Device).PeakBytesInUse
 	if cfg.Steps > 1 {
 		res.MsPerStep = 1000 * time.Since(tFirst).Seconds() / float64(cfg.Steps-1)
 	}
