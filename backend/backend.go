@@ -45,6 +45,11 @@ type CompileOptions struct {
 	// computation (passes.Options.BoundAxes). A collective over any other
 	// axis makes Compile fail. Nil for programs without collectives.
 	BoundAxes []string
+	// MemoryPlan is the memory budget's plan the function follows, for the
+	// memory analysis and the dumps (passes.Options.MemoryPlan); NoDump
+	// turns the dumps off for a trial compile.
+	MemoryPlan *passes.MemoryPlan
+	NoDump     bool
 }
 
 // ExecOptions configure one execution.

@@ -417,7 +417,7 @@ func (b *Backend) module(k *Kernel) ([]uintptr, error) {
 // collective over any other axis is refused, naming the op and its
 // location, as passes.Compile does.
 func (b *Backend) Compile(f *ir.Func, opts backend.CompileOptions) (backend.Executable, error) {
-	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, BoundAxes: opts.BoundAxes, Verify: passes.VerifyFromEnv(), FusionInPlace: false})
+	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, BoundAxes: opts.BoundAxes, Verify: passes.VerifyFromEnv(), FusionInPlace: false, MemoryPlan: opts.MemoryPlan, NoDump: opts.NoDump})
 	if err != nil {
 		return nil, err
 	}

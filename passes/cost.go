@@ -115,3 +115,10 @@ func (c *Cost) op(op *ir.Op, times float64) {
 		}
 	}
 }
+
+// OpCost counts the arithmetic of one op (see Cost), its regions included.
+func OpCost(op *ir.Op) Cost {
+	var c Cost
+	c.op(op, 1)
+	return c
+}

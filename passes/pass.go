@@ -107,6 +107,12 @@ type Options struct {
 	// over any other axis has no meaning in the program, and Compile
 	// refuses it (ir.UnboundAxisError). Nil for one-device programs.
 	BoundAxes []string
+	// MemoryPlan, when set, is attached to the program's MemoryAnalysis
+	// (and so printed in the dumps): the memory budget's decisions, which
+	// the function being compiled already follows.
+	MemoryPlan *MemoryPlan
+	// NoDump turns the dumps off (the memory budget's trial compiles).
+	NoDump bool
 }
 
 // EnvVerifyIR names the environment variable that, set to any non-empty
@@ -178,6 +184,9 @@ func Compile(f *ir.Func, opts Options) (*Program, error) {
 	if dir == "" {
 		dir = os.Getenv("FERRY_DUMP_IR")
 	}
+	if opts.NoDump {
+		dir = ""
+	}
 	var d *dumper
 	if dir != "" {
 		d = &dumper{dir: dir, seq: dumpSeq.Add(1) - 1, name: FileName(f.Name)}
@@ -211,6 +220,7 @@ func Compile(f *ir.Func, opts Options) (*Program, error) {
 	if st.Program == nil {
 		return nil, fmt.Errorf("passes: the pipeline made no program")
 	}
+	st.Program.Analysis.Plan = opts.MemoryPlan
 	return st.Program, nil
 }
 
@@ -231,8 +241,9 @@ func (d *dumper) write(idx int, pass string, st *State, plan bool) error {
 		b.WriteString(pass)
 		b.WriteString(":\n")
 		text := st.Program.PlanString()
-		if st.Program.Analysis != (MemoryAnalysis{}) {
-			text += st.Program.Analysis.String() + "\n"
+		if a := st.Program.Analysis; a != (MemoryAnalysis{}) {
+			a.Plan = st.Options.MemoryPlan
+			text += a.String() + "\n"
 		}
 		for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
 			b.WriteString("// ")

@@ -108,6 +108,9 @@ type MemoryAnalysis struct {
 	HostOutputBytes   int64
 	HostAliasBytes    int64
 	HostTempBytes     int64
+
+	// Plan is what a memory budget decided (rt.MemoryBudget), or nil.
+	Plan *MemoryPlan
 }
 
 // TotalBytes is device temp + argument + output − alias, XLA's total.
@@ -122,8 +125,14 @@ func (m MemoryAnalysis) HostTotalBytes() int64 {
 
 // String formats every figure, device then host, each in the unit that suits
 // its size (B, KiB, MiB or GiB): "device: temp 1.50 KiB, argument 24 B, output
-// 12 B, alias 0 B, total 1.54 KiB; host: temp 0 B, ...".
+// 12 B, alias 0 B, total 1.54 KiB; host: temp 0 B, ...", followed by the
+// memory plan's lines when there is one.
 func (m MemoryAnalysis) String() string {
+	if m.Plan != nil {
+		p := m.Plan
+		m.Plan = nil
+		return m.String() + "\n" + p.String()
+	}
 	return fmt.Sprintf("device: temp %s, argument %s, output %s, alias %s, total %s; host: temp %s, argument %s, output %s, alias %s, total %s",
 		byteUnits(m.TempBytes), byteUnits(m.ArgumentBytes), byteUnits(m.OutputBytes), byteUnits(m.AliasBytes), byteUnits(m.TotalBytes()),
 		byteUnits(m.HostTempBytes), byteUnits(m.HostArgumentBytes), byteUnits(m.HostOutputBytes), byteUnits(m.HostAliasBytes), byteUnits(m.HostTotalBytes()))

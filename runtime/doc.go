@@ -16,6 +16,18 @@
 // A jitted function is safe for concurrent use: concurrent first calls with one
 // signature compile it once and share the executable.
 //
+// # Memory budget
+//
+// A program that does not fit in device memory gets a budget rather than a
+// hand-picked remat policy: rt.Jit(step, rt.MemoryBudget(bytes)) (or
+// MemoryBudgetDeviceCapacity, or FERRY_MEMORY_BUDGET=40MiB for every jitted
+// function) makes the compiler decide, for each value the backward pass
+// needs, whether to keep it on device, recompute it, or offload it to
+// pinned_host, choosing the fastest plan it finds that fits by trying plans
+// and reading their memory analysis. (*Compiled).MemoryPlan lists the
+// decisions; a budget too small is a *MemoryBudgetError naming the smallest
+// budget that fits. See MemoryBudget.
+//
 // # Devices
 //
 // Devices lists the default backend's devices. FERRY_CPU_DEVICES=N (or

@@ -46,9 +46,13 @@ func warn(msg string) {
 // about donated arguments the executable does not reuse and writes the
 // memory report when FERRY_MEMORY_REPORT asks for it.
 func (l *Lowered) compile() (Executable, error) {
-	exe, err := compileFunc(DefaultBackend(), l.Func, CompileOptions{Donated: l.donated})
-	if err != nil {
-		return nil, err
+	exe := l.planned // the memory budget's planner compiled it already
+	l.planned = nil
+	if exe == nil {
+		var err error
+		if exe, err = compileFunc(DefaultBackend(), l.Func, CompileOptions{Donated: l.donated, MemoryPlan: l.plan, NoDump: l.noDump}); err != nil {
+			return nil, err
+		}
 	}
 	if msg := unusedDonations(l, exe.Program()); msg != "" {
 		warn(msg)

@@ -21,6 +21,9 @@ type jitOptions struct {
 	outSpaces    map[int]ir.MemorySpace
 	inShardings  []*ir.NamedSharding
 	outShardings []*ir.NamedSharding
+	budget       int64 // MemoryBudget: bytes, or budgetDevice
+	budgetSet    bool
+	probe        bool // the rate probes: never planned nor dumped
 }
 
 // InShardings lays the arguments out over a device mesh, like jax.jit's
@@ -531,6 +534,19 @@ func appendSignature(b []byte, defs []*trace.TreeDef, leaves []*trace.Array) []b
 
 // lower traces fn on tracers standing for the arguments' leaves.
 func (j *Jitted[F]) lower(args []any) (*Lowered, []*trace.TreeDef, error) {
+	budget, err := j.opts.resolveBudget()
+	if err != nil {
+		return nil, nil, trace.Errorf("rt.Jit", "%s: %v", j.opts.name, err)
+	}
+	if budget > 0 {
+		return j.lowerBudget(args, budget)
+	}
+	return j.lowerWith(args, nil)
+}
+
+// lowerWith traces the function for args, with planner (when not nil)
+// deciding the scan bodies' residuals (trace.Tracer.SetRematPlanner).
+func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner) (*Lowered, []*trace.TreeDef, error) {
 	if err := j.checkArgs(args); err != nil {
 		return nil, nil, err
 	}
@@ -544,6 +560,9 @@ func (j *Jitted[F]) lower(args []any) (*Lowered, []*trace.TreeDef, error) {
 		return nil, nil, trace.Errorf("rt.Jit", "%s: %v", j.opts.name, err)
 	}
 	tr := trace.NewFuncTracer(j.opts.name)
+	if planner != nil {
+		tr.SetRematPlanner(planner)
+	}
 	params := make([]*trace.Array, len(leaves))
 	if len(j.opts.inShardings) > len(leaves) {
 		tr.Close()
@@ -644,7 +663,7 @@ func (j *Jitted[F]) lower(args []any) (*Lowered, []*trace.TreeDef, error) {
 	tr.Close()
 	f := tr.Func()
 	f.Body.Results = results
-	l := &Lowered{Func: f, numArgs: len(leaves), consts: tr.Captures(), nilArgs: nilMask(leaves), donated: donated, argDefs: defs}
+	l := &Lowered{Func: f, numArgs: len(leaves), consts: tr.Captures(), nilArgs: nilMask(leaves), donated: donated, argDefs: defs, noDump: j.opts.probe}
 	return l, outDefs, nil
 }
 

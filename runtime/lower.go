@@ -20,6 +20,9 @@ type Lowered struct {
 	donated []bool
 	argDefs []*trace.TreeDef // tree structure of each argument, for messages
 	outDefs []*trace.TreeDef
+	plan    *passes.MemoryPlan // the memory budget's plan, or nil
+	noDump  bool               // never written to FERRY_DUMP_IR (rate probes)
+	planned Executable         // the planner's executable of this trace, for the next compile
 }
 
 // Lower traces fn for the given arguments (trees of arrays) without running it:

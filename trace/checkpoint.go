@@ -265,7 +265,7 @@ func Checkpoint(fn func(args []*Array) []*Array, policy CheckpointPolicy, opts .
 			// Nothing is being traced or differentiated: just run fn.
 			return fn(args)
 		}
-		return adCheckpointCall(fn, policy, cfg, args)
+		return adCheckpointCall(fn, policy, cfg, args, nil)
 	}
 }
 
@@ -281,8 +281,10 @@ func Remat[F any](fn F, policy CheckpointPolicy, opts ...CheckpointOption) F {
 }
 
 // adCheckpointCall records one call of a checkpointed function in the current
-// trace (see the comment at the top of the file).
-func adCheckpointCall(fn func([]*Array) []*Array, policy CheckpointPolicy, cfg checkpointConfig, args []*Array) []*Array {
+// trace (see the comment at the top of the file). auto, when not nil, is the
+// planned scan body fn is (see autoremat.go): the planner decides instead of
+// policy.
+func adCheckpointCall(fn func([]*Array) []*Array, policy CheckpointPolicy, cfg checkpointConfig, args []*Array, auto *autoScope) []*Array {
 	// Trace fn into a region of its own.
 	ft := NewFuncTracer("checkpoint")
 	func() {
@@ -310,16 +312,35 @@ func adCheckpointCall(fn func([]*Array) []*Array, policy CheckpointPolicy, cfg c
 
 	// Decide, per op, what happens to its results.
 	decisions := map[*ir.Op]RematDecision{}
-	for _, op := range region.Ops {
-		if len(op.Regions) > 0 || adMarkOfOp(op) != nil {
-			continue // region ops and StopGradient/CustomVJP markers are recomputed
+	var autoIndex map[*ir.Op]int
+	if auto != nil {
+		var ok bool
+		if decisions, autoIndex, ok = auto.decide(region); !ok {
+			return adInline(region, ins, nil) // not planned: as if fn were called
 		}
-		name := ""
-		if op.Code == ir.CheckpointName {
-			name = op.Attrs.String("name")
+	} else {
+		for _, op := range region.Ops {
+			if len(op.Regions) > 0 || adMarkOfOp(op) != nil {
+				continue // region ops and StopGradient/CustomVJP markers are recomputed
+			}
+			name := ""
+			if op.Code == ir.CheckpointName {
+				name = op.Attrs.String("name")
+			}
+			if d := policy(op, name); d.Action != Recompute {
+				decisions[op] = d
+			}
 		}
-		if d := policy(op, name); d.Action != Recompute {
-			decisions[op] = d
+	}
+	// Inside a planned body, the ops this call records are the user's.
+	var ps *plannerState
+	var cur *Tracer
+	n0 := 0
+	if auto == nil {
+		if ps = currentPlanner(); ps != nil {
+			if cur = current(); cur != nil {
+				n0 = len(cur.region.Ops)
+			}
 		}
 	}
 
@@ -347,7 +368,19 @@ func adCheckpointCall(fn func([]*Array) []*Array, policy CheckpointPolicy, cfg c
 
 	bwd := func(resid, cts []*Array) []*Array {
 		inArrs, saved := resid[:nIn], resid[nIn:]
-		return adCheckpointBwd(region, inArrs, saved, resOf, decisions, cts, cfg)
+		var needed func(savedIdx int)
+		if auto != nil {
+			needed = func(k int) {
+				for op, idx := range resOf {
+					if slices.Contains(idx, k) {
+						if i, ok := autoIndex[op]; ok {
+							auto.ps.p.Needed(auto.scope, i)
+						}
+					}
+				}
+			}
+		}
+		return adCheckpointBwd(region, inArrs, saved, resOf, decisions, cts, cfg, needed)
 	}
 	t, inVals, resVals := adCustomPrepare(ins, append(append([]*Array{}, ins...), res...))
 	marked := make([]*Array, len(outs))
@@ -355,12 +388,17 @@ func adCheckpointCall(fn func([]*Array) []*Array, policy CheckpointPolicy, cfg c
 		marked[i] = Apply1(ir.DevicePut, ir.Attrs{"space": o.Space()}, o)
 	}
 	adCustomFinish(t, inVals, resVals, marked, bwd)
+	if ps != nil {
+		ps.markUser(cur, n0)
+	}
 	return marked
 }
 
 // adCheckpointBwd is the backward pass of a checkpointed call: it returns the
 // cotangents of the call's inputs (see the comment at the top of the file).
-func adCheckpointBwd(region *ir.Region, ins, saved []*Array, resOf map[*ir.Op][]int, decisions map[*ir.Op]RematDecision, cts []*Array, cfg checkpointConfig) []*Array {
+// needed, when not nil, is told the index in saved of every saved value the
+// backward pass reads.
+func adCheckpointBwd(region *ir.Region, ins, saved []*Array, resOf map[*ir.Op][]int, decisions map[*ir.Op]RematDecision, cts []*Array, cfg checkpointConfig, needed func(int)) []*Array {
 	barrier := func(a *Array) *Array {
 		if !cfg.preventCSE {
 			return a
@@ -411,6 +449,19 @@ func adCheckpointBwd(region *ir.Region, ins, saved []*Array, resOf map[*ir.Op][]
 			inCts = pc
 		})
 	}()
+	if needed != nil {
+		used := adUsedParams(bt.region)
+		for i, c := range bt.Captures() {
+			if !used[bt.region.Params[i]] {
+				continue
+			}
+			for k, s := range saved {
+				if s == c {
+					needed(k)
+				}
+			}
+		}
+	}
 	out := adInlineTracer(bt)
 	k := 0
 	for i, c := range inCts {
@@ -504,22 +555,7 @@ func adInlineTracer(t *Tracer) []*Array {
 	r := t.region
 	caps := t.Captures()
 	// Keep only the ops the results need.
-	used := map[*ir.Value]bool{}
-	for _, v := range r.Results {
-		used[v] = true
-	}
-	keep := make([]bool, len(r.Ops))
-	for i := len(r.Ops) - 1; i >= 0; i-- {
-		op := r.Ops[i]
-		for _, v := range op.Results {
-			keep[i] = keep[i] || used[v]
-		}
-		if keep[i] {
-			for _, a := range op.Args {
-				used[a] = true
-			}
-		}
-	}
+	used, keep := adNeeded(r)
 	paramArr := map[*ir.Value]*Array{}
 	for i, p := range r.Params {
 		paramArr[p] = caps[i]

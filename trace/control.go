@@ -89,6 +89,9 @@ func adScan(name string, body func(carry, x []*Array) ([]*Array, []*Array), init
 	if n < 0 {
 		panic(Errorf(name, "no xs to scan over: give the number of iterations with ScanLength"))
 	}
+	if ps := currentPlanner(); ps != nil {
+		body = ps.planScanBody(body, n)
+	}
 	dst := adDstFunc()
 	S := NewTracer(dst, dst.NewRegion())
 	defer S.Close()

@@ -46,6 +46,11 @@ func VJP(fn func(primals []*Array) []*Array, primals []*Array) (outs []*Array, p
 		}
 		checkLive("VJP", p)
 	}
+	if ps := currentPlanner(); ps != nil {
+		if cur := current(); cur != nil && cur.level == 1 {
+			fn = ps.planFunc(fn)
+		}
+	}
 	t := NewFuncTracer("vjp")
 	func() {
 		defer t.Close()

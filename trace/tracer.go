@@ -26,6 +26,7 @@ type Tracer struct {
 	captures []*Array
 	capIdx   map[*Array]*ir.Value
 	consts   map[*Array]*ir.Value
+	planner  *plannerState // see SetRematPlanner
 }
 
 // NewTracer returns a tracer recording into region (a region of fn).

@@ -6,6 +6,7 @@
 //	go run ./examples/offload          # a table
 //	go run ./examples/offload -json    # one JSON array of rows
 //	go run ./examples/offload -html d  # and d/CASE.html, each case's memory report
+//	go run ./examples/offload -budget  # rt.MemoryBudget against hand-written choices (budget.go)
 //
 // Cases (REFERENCES.md §1):
 //
@@ -232,6 +233,12 @@ func main() {
 
 	// The weights again, in pinned_host, for the parameter-offload case.
 	wHost := Weights{W1: trace.DevicePut(w.W1, ir.PinnedHost), W2: trace.DevicePut(w.W2, ir.PinnedHost)}
+	if *budgetFlag { // budget.go
+		if err := runBudget(w, wHost, x, *asJSON); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 
 	var rows []Row
 	var grads []hostGrads

@@ -44,6 +44,7 @@ func main() {
 	flag.Float64Var(&cfg.LR, "lr", defaultConfig.LR, "peak learning rate")
 	flag.Uint64Var(&cfg.Seed, "seed", defaultConfig.Seed, "random seed")
 	flag.StringVar(&cfg.Remat, "remat", "none", "remat policy per block: none|nothing|dots|offload")
+	flag.Float64Var(&cfg.Budget, "budget", 0, "jit the train step with rt.MemoryBudget of this fraction of its device total (0.5: half)")
 	flag.BoolVar(&cfg.OffloadParams, "offload-params", false, "keep the stacked block parameters in pinned_host")
 	flag.BoolVar(&cfg.OffloadOpt, "offload-opt", false, "keep the optimizer state in pinned_host")
 	flag.IntVar(&cfg.EvalBatches, "eval-batches", defaultConfig.EvalBatches, "validation batches for val_loss")
@@ -95,6 +96,9 @@ func main() {
 	}
 	fmt.Printf("val_loss %.4f nats/char, unigram entropy %.4f nats/char (ratio %.3f), %d steps in %.1f s (%.1f ms/step)\n",
 		res.ValLoss, res.UnigramEntropy, res.ValLoss/res.UnigramEntropy, res.Steps, res.Seconds, res.MsPerStep)
+	if res.BudgetBytes > 0 {
+		fmt.Printf("memory budget %d bytes (%.0f%% of %d): planned step %.1f ms (estimate), measured %.1f ms\n", res.BudgetBytes, 100*cfg.Budget, res.BaselineTotalBytes, res.EstimatedMsPerStep, res.MsPerStep)
+	}
 	if res.MsPerStep > 0 {
 		fmt.Printf("model FLOPs: %.2f GFLOP a step, %.1f GFLOP/s\n", res.StepGFLOP, res.StepGFLOP/res.MsPerStep*1000)
 	}

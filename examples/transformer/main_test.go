@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
+
+	rt "github.com/ferryml/ferry/runtime"
 )
 
 // tinyText is a short repeating text: after a few dozen steps a small model
@@ -56,6 +59,7 @@ func TestOffloadSameTrajectory(t *testing.T) {
 		{"remat_dots", func(c *Config) { c.Remat = "dots" }},
 		{"offload_opt", func(c *Config) { c.OffloadOpt = true }},
 		{"offload_params", func(c *Config) { c.OffloadParams = true }},
+		{"budget_half", func(c *Config) { c.Budget = 0.5 }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := base
@@ -83,12 +87,29 @@ func TestOffloadSameTrajectory(t *testing.T) {
 				if m.HostTempBytes == 0 {
 					t.Errorf("remat offload: no host temp (offloaded residuals)")
 				}
+			case "budget_half":
+				if m.TotalBytes > res.BudgetBytes || res.PeakDeviceBytes > res.BudgetBytes || res.BudgetBytes >= m0.TotalBytes {
+					t.Errorf("%s: device total %d B, measured peak %d B, budget %d B (plain run %d B)", c.name, m.TotalBytes, res.PeakDeviceBytes, res.BudgetBytes, m0.TotalBytes)
+				}
 			case "offload_opt", "offload_params":
 				if m.HostArgumentBytes == 0 || m.ArgumentBytes >= m0.ArgumentBytes {
 					t.Errorf("%s: device argument %d B (plain %d B), host argument %d B", c.name, m.ArgumentBytes, m0.ArgumentBytes, m.HostArgumentBytes)
 				}
 			}
 		})
+	}
+}
+
+// TestBudgetTooSmall: in the tiny model the parameters and the optimizer
+// state (which the budget leaves on device) are more than a quarter of the
+// step's memory: the error names the smallest budget that fits.
+func TestBudgetTooSmall(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Steps, cfg.Budget = 1, 0.25
+	_, err := Run(cfg, tinyText)
+	var be *rt.MemoryBudgetError
+	if !errors.As(err, &be) || be.Minimum <= be.Budget {
+		t.Fatalf("got %v, want a *rt.MemoryBudgetError", err)
 	}
 }
 

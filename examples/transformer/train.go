@@ -23,12 +23,15 @@ const fortuneDir = "/usr/share/games/fortunes"
 
 // Config is one training run.
 type Config struct {
-	Data                  string
-	Steps, Batch, Seq     int
-	Layers, D, Heads      int
-	LR                    float64
-	Seed                  uint64
-	Remat                 string // none|nothing|dots|offload
+	Data              string
+	Steps, Batch, Seq int
+	Layers, D, Heads  int
+	LR                float64
+	Seed              uint64
+	Remat             string // none|nothing|dots|offload
+	// Budget, when positive, jits the train step with rt.MemoryBudget of
+	// this fraction of its device total without a budget (0.5: half).
+	Budget                float64
 	OffloadParams         bool
 	OffloadOpt            bool
 	EvalBatches           int
@@ -94,6 +97,14 @@ type Result struct {
 	ValChars     int       `json:"val_chars"`
 	Config       string    `json:"config"`
 	SampleText   string    `json:"samples,omitempty"`
+	// With a budget (Config.Budget): the budget in bytes, the device total
+	// without it, and the plan's estimate of a step.
+	BudgetBytes        int64   `json:"budget_bytes,omitempty"`
+	BaselineTotalBytes int64   `json:"baseline_total_bytes,omitempty"`
+	EstimatedMsPerStep float64 `json:"estimated_ms_per_step,omitempty"`
+	// PeakDeviceBytes is the allocator's device peak over the training
+	// steps (parameters, optimizer state and batches included).
+	PeakDeviceBytes int64 `json:"peak_device_bytes"`
 }
 
 // loadText reads path, or with path "" concatenates the plain-text fortune
@@ -255,8 +266,8 @@ func Run(cfg Config, text string) (res Result, err error) {
 	V := len(vocab.bytes)
 	res.Vocab, res.TrainChars, res.ValChars = V, len(train), len(val)
 	res.UnigramEntropy = unigramEntropy(train, V)
-	res.Config = fmt.Sprintf("layers=%d d=%d heads=%d seq=%d batch=%d steps=%d lr=%g remat=%s offload_params=%v offload_opt=%v tied=true",
-		cfg.Layers, cfg.D, cfg.Heads, cfg.Seq, cfg.Batch, cfg.Steps, cfg.LR, cfg.Remat, cfg.OffloadParams, cfg.OffloadOpt)
+	res.Config = fmt.Sprintf("layers=%d d=%d heads=%d seq=%d batch=%d steps=%d lr=%g remat=%s offload_params=%v offload_opt=%v budget=%g tied=true",
+		cfg.Layers, cfg.D, cfg.Heads, cfg.Seq, cfg.Batch, cfg.Steps, cfg.LR, cfg.Remat, cfg.OffloadParams, cfg.OffloadOpt, cfg.Budget)
 
 	warmup := cfg.WarmupSteps
 	if warmup == 0 {
@@ -340,6 +351,19 @@ func Run(cfg Config, text string) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
+	if cfg.Budget > 0 {
+		// The same step under a budget: a fraction of this one's total.
+		res.BaselineTotalBytes = comp.MemoryAnalysis().TotalBytes()
+		res.BudgetBytes = int64(cfg.Budget * float64(res.BaselineTotalBytes))
+		jstep = rt.NewJitted(step, append(jopts, rt.MemoryBudget(res.BudgetBytes))...)
+		if low, err = jstep.Lower(params, state, x0, y0); err != nil {
+			return res, err
+		}
+		if comp, err = low.Compile(); err != nil {
+			return res, err
+		}
+		res.EstimatedMsPerStep = 1000 * comp.MemoryPlan().StepSeconds
+	}
 	res.StepGFLOP = low.CostAnalysis().DotFlops / 1e9
 	res.HostSteps = comp.HostSteps()
 	ma := comp.MemoryAnalysis()
@@ -350,6 +374,7 @@ func Run(cfg Config, text string) (res Result, err error) {
 		every = cfg.Log.Every
 	}
 	fn := jstep.Fn()
+	rt.ResetPeakMemory()
 	t0 := time.Now()
 	var tFirst time.Time
 	for i := range cfg.Steps {
@@ -390,6 +415,7 @@ func Run(cfg Config, text string) (res Result, err error) {
 	}
 	res.Steps = cfg.Steps
 	res.TrainSeconds = time.Since(t0).Seconds()
+	res.PeakDeviceBytes = rt.MemoryStats(ir.Device).PeakBytesInUse
 	if cfg.Steps > 1 {
 		res.MsPerStep = 1000 * time.Since(tFirst).Seconds() / float64(cfg.Steps-1)
 	}

@@ -1,0 +1,111 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/ferryml/ferry/ir"
+)
+
+// EnvMemoryBudget names the environment variable that gives every jitted
+// function without a MemoryBudget option a device memory budget: a byte
+// count ("3000000"), with a unit ("64MiB", "1.5GB"; K, M, G and T alone are
+// powers of 1024: "512M"), or "device" for the device's capacity (see
+// MemoryBudgetDeviceCapacity).
+const EnvMemoryBudget = "FERRY_MEMORY_BUDGET"
+
+// budgetDevice is the budget that stands for the device's capacity.
+const budgetDevice = -1
+
+// MemoryBudget gives the jitted function a device memory budget in bytes:
+// the compiler decides, for every value the backward pass needs from the
+// forward pass inside a scan (the residuals of scanned layers, stacked over
+// the iterations, the layer inputs carried from one iteration to the next
+// included) and in a function differentiated at the top level (Grad, VJP;
+// when it has no scan or other control flow of its own: then its scans'
+// bodies are planned), whether to keep it on device, recompute it in the backward
+// pass, or offload it to pinned_host and prefetch it back (as
+// trace.SaveAndOffloadOnlyTheseNames does by hand), choosing the fastest plan
+// it finds whose memory analysis (MemoryAnalysis.TotalBytes) fits. It is the
+// first answer to running out of device memory: no remat policy to pick, no
+// names to place.
+//
+// What the user wrote still wins: the values of a trace.Checkpoint (Remat)
+// are kept, recomputed or offloaded as its policy says, and arrays placed
+// with DevicePut stay where they were put. Arguments stay where the caller
+// put them: stacked weights the caller keeps in pinned_host stream into a
+// planned scan one layer at a time (no DevicePut needed in the body); the
+// planner does not move parameters or optimizer state by itself.
+//
+// The decisions are in (*Compiled).MemoryPlan and the memory analysis (its
+// Plan, printed by FERRY_DUMP_IR). A budget no plan fits is an error
+// (*MemoryBudgetError) that names the smallest budget the planner reached
+// and what fills it. bytes must be positive; MemoryBudgetDeviceCapacity
+// budgets the device's capacity instead.
+func MemoryBudget(bytes int64) Option {
+	return func(o *jitOptions) { o.budget, o.budgetSet = bytes, true }
+}
+
+// MemoryBudgetDeviceCapacity is MemoryBudget of the default device's memory:
+// its allocator's limit (MemStats.Limit, else Capacity; on the CPU backend
+// FERRY_DEVICE_MEMORY sets it). With unlimited device memory there is
+// nothing to fit and the function compiles as without a budget.
+func MemoryBudgetDeviceCapacity() Option {
+	return func(o *jitOptions) { o.budget, o.budgetSet = budgetDevice, true }
+}
+
+// ParseMemoryBudget parses a FERRY_MEMORY_BUDGET value: a positive byte
+// count with an optional unit (as ParseMemorySize, and K, M, G, T alone as
+// powers of 1024), or "device" for the device's capacity (returned as -1).
+func ParseMemoryBudget(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	if strings.EqualFold(t, "device") {
+		return budgetDevice, nil
+	}
+	if n := len(t); n > 1 {
+		if shift, ok := map[byte]uint{'k': 10, 'm': 20, 'g': 30, 't': 40}[t[n-1]|0x20]; ok && (t[n-2] >= '0' && t[n-2] <= '9' || t[n-2] == '.' || t[n-2] == ' ') {
+			f, err := strconv.ParseFloat(strings.TrimSpace(t[:n-1]), 64)
+			if err != nil || f <= 0 {
+				return 0, fmt.Errorf("%s=%q: want a positive number of bytes like 3000000, 512M, 64MiB or 1.5GB, or \"device\"", EnvMemoryBudget, s)
+			}
+			return int64(f * float64(uint64(1)<<shift)), nil
+		}
+	}
+	n, err := ParseMemorySize(t)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %v (or \"device\" for the device's capacity)", EnvMemoryBudget, err)
+	}
+	return n, nil
+}
+
+// resolveBudget returns the jitted function's device budget in bytes, or 0
+// when it has none.
+func (o *jitOptions) resolveBudget() (int64, error) {
+	b := o.budget
+	if o.probe {
+		return 0, nil
+	}
+	if !o.budgetSet {
+		s, ok := os.LookupEnv(EnvMemoryBudget)
+		if !ok || strings.TrimSpace(s) == "" {
+			return 0, nil
+		}
+		var err error
+		if b, err = ParseMemoryBudget(s); err != nil {
+			return 0, err
+		}
+	}
+	switch {
+	case b == budgetDevice:
+		st := MemoryStats(ir.Device)
+		if st.Limit > 0 {
+			return st.Limit, nil
+		}
+		return st.Capacity, nil
+	case b <= 0:
+		return 0, fmt.Errorf("MemoryBudget(%d): the budget must be a positive number of bytes (MemoryBudgetDeviceCapacity for the device's capacity)", b)
+	}
+	return b, nil
+}

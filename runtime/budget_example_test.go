@@ -1,0 +1,66 @@
+package runtime_test
+
+import (
+	"errors"
+	"fmt"
+
+	rt "github.com/ferryml/ferry/runtime"
+	"github.com/ferryml/ferry/trace"
+)
+
+// A scanned model that needs less device memory: give jit a budget and the
+// compiler decides what each layer's backward pass keeps on device,
+// recomputes or offloads to pinned_host. The plan is in the memory analysis
+// (c.MemoryPlan(), printed by FERRY_DUMP_IR); a budget below what any plan
+// reaches is an error naming the smallest one that fits.
+func ExampleMemoryBudget() {
+	type W struct{ W1, W2 *trace.Array }
+	grad := func(w W, x *trace.Array) W {
+		return trace.Grad(func(w W) *trace.Array {
+			y, _ := trace.ScanTree(func(x *trace.Array, w W) (*trace.Array, struct{}) {
+				return trace.MatMul(trace.Tanh(trace.MatMul(x, w.W1)), w.W2), struct{}{}
+			}, x, w)
+			return trace.Sum(y)
+		})(w)
+	}
+	fill := func(shape ...int) *trace.Array {
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
+		s := make([]float32, n)
+		for i := range s {
+			s[i] = float32(i%13-6) / 64
+		}
+		return rt.FromSlice(s, shape...)
+	}
+	w, x := W{W1: fill(8, 64, 256), W2: fill(8, 256, 64)}, fill(128, 64)
+
+	compile := func(opts ...rt.Option) (*rt.Compiled, error) {
+		l, err := rt.NewJitted(grad, opts...).Lower(w, x)
+		if err != nil {
+			return nil, err
+		}
+		return l.Compile()
+	}
+	plain, _ := compile()
+	full := plain.MemoryAnalysis().TotalBytes()
+
+	budget := full * 9 / 10
+	c, err := compile(rt.MemoryBudget(budget))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("fits:", c.MemoryAnalysis().TotalBytes() <= budget)
+	g, _ := c.Call(w, x)
+	want, _ := plain.Call(w, x)
+	fmt.Println("same gradients:", fmt.Sprint(g[0].(W).W1.Float32s()[:3]) == fmt.Sprint(want[0].(W).W1.Float32s()[:3]))
+
+	_, err = compile(rt.MemoryBudget(1 << 10))
+	var be *rt.MemoryBudgetError
+	fmt.Println("1 KiB is too small:", errors.As(err, &be), be.Minimum < full)
+	// Output:
+	// fits: true
+	// same gradients: true
+	// 1 KiB is too small: true true
+}

@@ -1,0 +1,95 @@
+package runtime
+
+import (
+	"sync"
+	"time"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/trace"
+)
+
+// budgetRates are the rates the memory budget's cost model prices plans
+// with: FLOP/s of matrix products and of elementwise arithmetic, and
+// device↔pinned_host bytes per second one way.
+type budgetRates struct{ flop, elem, bw float64 }
+
+// fallbackRates are used when a measurement fails (device memory too small
+// for the probes, say): those of a modest CPU.
+var fallbackRates = budgetRates{flop: 50e9, elem: 2e9, bw: 5e9}
+
+var rates struct {
+	once sync.Once
+	r    budgetRates
+}
+
+// measuredRates measures the default backend's rates once per process: the
+// best of a few runs of a 256×512×512 matrix product, of a 1 Mi-element
+// multiply-add, and of a 2 MiB device → pinned_host → device round trip (on
+// the CPU backend the emulated spaces' copy; on CUDA a pinned copy).
+func measuredRates() budgetRates {
+	rates.once.Do(func() {
+		r := fallbackRates
+		if v, ok := bestRate(2*256*512*512, func(a, b *trace.Array) *trace.Array {
+			return trace.Sum(trace.MatMul(a, b))
+		}, []int{256, 512}, []int{512, 512}); ok {
+			r.flop = v
+		}
+		if v, ok := bestRate(2*(1<<20), func(a, b *trace.Array) *trace.Array {
+			return trace.Sum(trace.Add(trace.Mul(a, b), a))
+		}, []int{1 << 20}, []int{1 << 20}); ok {
+			r.elem = v
+		}
+		if v, ok := bestRate(2*4*(1<<19), func(a, b *trace.Array) *trace.Array {
+			h := trace.DevicePut(trace.Add(a, b), ir.PinnedHost)
+			return trace.Sum(trace.DevicePut(h, ir.Device))
+		}, []int{1 << 19}, []int{1 << 19}); ok {
+			r.bw = v
+		}
+		rates.r = r
+	})
+	return rates.r
+}
+
+// bestRate runs f (jitted) on two f32 arrays of the shapes given a few times
+// and returns work divided by the fastest run's seconds.
+func bestRate(work float64, f func(a, b *trace.Array) *trace.Array, sa, sb []int) (rate float64, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	mk := func(shape []int) *trace.Array {
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
+		s := make([]float32, n)
+		for i := range s {
+			s[i] = float32(i%7) * 0.01
+		}
+		return FromSlice(s, shape...)
+	}
+	a, b := mk(sa), mk(sb)
+	defer a.Delete()
+	defer b.Delete()
+	j := NewJitted(f, WithName("ferry_rate_probe"), func(o *jitOptions) { o.probe = true })
+	best := time.Duration(1 << 62)
+	for i := range 4 {
+		t0 := time.Now()
+		out, err := j.Call(a, b)
+		if err != nil {
+			return 0, false
+		}
+		o := out[0].(*trace.Array)
+		o.Item()
+		d := time.Since(t0)
+		o.Delete()
+		if i > 0 && d < best { // the first run compiles
+			best = d
+		}
+	}
+	if best <= 0 {
+		return 0, false
+	}
+	return work / best.Seconds(), true
+}
