@@ -441,3 +441,28 @@ func TestMemoryBudgetUnrolled(t *testing.T) {
 		d.check(t, runBudget(t, c, d))
 	}
 }
+
+// TestMemoryBudgetMinimumIndependentOfRates: the rates (measured, so
+// varying with the machine's load; fixed here by FERRY_BUDGET_RATES) steer
+// the planner between recomputing and offloading, but not what fits: the
+// smallest minimum any rates reach fits under every rates.
+func TestMemoryBudgetMinimumIndependentOfRates(t *testing.T) {
+	d := newBudgetData(budgetModel{L: 4, B: 16, D: 32, H: 64}, rand.Uint64())
+	settings := []string{"1e11,2e9,5e9", "1e10,1e10,1e8", "1e12,1e12,1e6", "1e12,1e6,1e12"}
+	least := int64(math.MaxInt64)
+	for _, r := range settings {
+		t.Setenv(rt.EnvBudgetRates, r)
+		_, err := compileBudget(t, d, budgetLayer, rt.MemoryBudget(1))
+		var be *rt.MemoryBudgetError
+		require.ErrorAs(t, err, &be)
+		t.Logf("rates %s: minimum %d", r, be.Minimum)
+		least = min(least, be.Minimum)
+	}
+	for _, r := range settings {
+		t.Setenv(rt.EnvBudgetRates, r)
+		c, err := compileBudget(t, d, budgetLayer, rt.MemoryBudget(least))
+		require.NoError(t, err, "rates %s, budget %d", r, least)
+		require.LessOrEqual(t, c.MemoryAnalysis().TotalBytes(), least)
+		d.check(t, runBudget(t, c, d))
+	}
+}

@@ -3,6 +3,7 @@ package runtime
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -275,6 +276,24 @@ func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.Tr
 		}
 	}
 	if full.total > budget {
+		// The greedy order's choice between recomputing and offloading
+		// follows the measured rates, which vary with the machine's load;
+		// the extremes (offload all it can, recompute all it can) may reach
+		// lower: the smallest plan found must not depend on the rates.
+		for _, pref := range []trace.RematAction{trace.Offload, trace.Recompute} {
+			alt, altSeq, altAct, err := extremePlan(try, base, pref)
+			if err != nil {
+				return nil, nil, err
+			}
+			if alt.total < full.total {
+				full, seq, seqAct = alt, altSeq, altAct
+			}
+			if full.total <= budget {
+				break
+			}
+		}
+	}
+	if full.total > budget {
 		return nil, nil, j.budgetError(budget, base.total, full)
 	}
 	// The shortest prefix that fits, by bisection (the tries that fit are
@@ -401,3 +420,46 @@ func (j *Jitted[F]) budgetError(budget, baseline int64, t *planTry) error {
 // MemoryPlan returns what the memory budget decided (MemoryBudget), or nil
 // for a function compiled without one.
 func (c *Compiled) MemoryPlan() *passes.MemoryPlan { return c.MemoryAnalysis().Plan }
+
+// extremePlan decides every residual the backward pass reads (in trace
+// order, with the ones that recomputations make necessary, over a few
+// rounds) with action pref where it applies (recompute: not a carry;
+// offload: a device value), else with the other action, and returns the
+// last try with its order and actions.
+func extremePlan(try func(map[candKey]trace.RematAction) (*planTry, error), base *planTry, pref trace.RematAction) (*planTry, []candKey, []trace.RematAction, error) {
+	dec := map[candKey]trace.RematAction{}
+	var seq []candKey
+	var acts []trace.RematAction
+	t := base
+	for round := 0; round < 4; round++ {
+		added := 0
+		for _, k := range t.pt.order {
+			ci := t.pt.cands[k]
+			if _, done := dec[k]; done || !ci.needed || ci.bytes <= 0 {
+				continue
+			}
+			canRecompute, canOffload := !ci.carry, ci.device
+			a := pref
+			switch {
+			case pref == trace.Offload && !canOffload || pref == trace.Recompute && !canRecompute:
+				if a = trace.Recompute; pref == trace.Recompute {
+					a = trace.Offload
+				}
+				if a == trace.Recompute && !canRecompute || a == trace.Offload && !canOffload {
+					continue
+				}
+			}
+			dec[k] = a
+			seq, acts = append(seq, k), append(acts, a)
+			added++
+		}
+		if added == 0 {
+			break
+		}
+		var err error
+		if t, err = try(maps.Clone(dec)); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return t, seq, acts, nil
+}

@@ -1,6 +1,12 @@
 package runtime
 
 import (
+	"fmt"
+	"log"
+	"math"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +23,30 @@ type budgetRates struct{ flop, elem, bw float64 }
 // for the probes, say): those of a modest CPU.
 var fallbackRates = budgetRates{flop: 50e9, elem: 2e9, bw: 5e9}
 
+// EnvBudgetRates names the environment variable that fixes the memory
+// budget planner's rates (see MemoryBudget).
+const EnvBudgetRates = "FERRY_BUDGET_RATES"
+
+var warnBudgetRates sync.Once
+
+// parseBudgetRates parses "matmul,elementwise,bandwidth": three positive
+// numbers.
+func parseBudgetRates(v string) (budgetRates, error) {
+	f := strings.Split(v, ",")
+	if len(f) != 3 {
+		return budgetRates{}, fmt.Errorf("%q: want three numbers, matmul FLOP/s, elementwise FLOP/s and device↔host bytes/s, separated by commas", v)
+	}
+	var x [3]float64
+	for i, s := range f {
+		n, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || !(n > 0) || math.IsInf(n, 0) {
+			return budgetRates{}, fmt.Errorf("%q: %q is not a positive number", v, s)
+		}
+		x[i] = n
+	}
+	return budgetRates{flop: x[0], elem: x[1], bw: x[2]}, nil
+}
+
 var rates struct {
 	once sync.Once
 	r    budgetRates
@@ -26,7 +56,19 @@ var rates struct {
 // best of a few runs of a 256×512×512 matrix product, of a 1 Mi-element
 // multiply-add, and of a 2 MiB device → pinned_host → device round trip (on
 // the CPU backend the emulated spaces' copy; on CUDA a pinned copy).
+//
+// FERRY_BUDGET_RATES="matmul,elementwise,bandwidth" (FLOP/s, FLOP/s, bytes/s,
+// e.g. "1e11,2e9,5e9") gives the rates instead, so that a plan does not
+// depend on how busy the machine was when it was measured (tests, or a plan
+// reproduced on another machine); a malformed value is ignored with a warning.
 func measuredRates() budgetRates {
+	if v := os.Getenv(EnvBudgetRates); v != "" {
+		r, err := parseBudgetRates(v)
+		if err == nil {
+			return r
+		}
+		warnBudgetRates.Do(func() { log.Printf("ferry: %s ignored: %v", EnvBudgetRates, err) })
+	}
 	rates.once.Do(func() {
 		r := fallbackRates
 		if v, ok := bestRate(2*256*512*512, func(a, b *trace.Array) *trace.Array {
