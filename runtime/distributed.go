@@ -491,6 +491,25 @@ func processAllGather(b *shardedBuffer) (*ir.Literal, error) {
 	return out, nil
 }
 
+// exchangeProcesses gathers every process's mine (all the same length), in
+// process order, over the processes communicator: a collective every
+// process of the job calls (ProcessBarrier, the NCCL ids).
+func exchangeProcesses(ctx context.Context, mine []byte) ([]byte, error) {
+	dist.gatherMu.Lock()
+	defer dist.gatherMu.Unlock()
+	dist.mu.Lock()
+	c, np := dist.gather, dist.np
+	dist.mu.Unlock()
+	if c == nil {
+		return nil, errors.New("the job of several processes has ended (rt.ShutdownDistributed)")
+	}
+	all := make([]byte, len(mine)*np)
+	if err := c.AllGather(ctx, ir.Uint8, nil, 0, mine, all); err != nil {
+		return nil, err
+	}
+	return all, nil
+}
+
 // ProcessBarrier returns when every process of the job has called it, and
 // tells each of them which processes passed ok = false (ascending; none
 // when all succeeded), so that the processes of a collective step such as
@@ -508,16 +527,8 @@ func ProcessBarrier(ok bool) (failed []int, err error) {
 		}
 		return nil, nil
 	}
-	dist.gatherMu.Lock()
-	defer dist.gatherMu.Unlock()
-	dist.mu.Lock()
-	c, np := dist.gather, dist.np
-	dist.mu.Unlock()
-	if c == nil {
-		return nil, errors.New("rt.ProcessBarrier: the job of several processes has ended (rt.ShutdownDistributed)")
-	}
-	all := make([]byte, np)
-	if err := c.AllGather(context.Background(), ir.Uint8, nil, 0, mine, all); err != nil {
+	all, err := exchangeProcesses(context.Background(), mine)
+	if err != nil {
 		return nil, fmt.Errorf("rt.ProcessBarrier: %w", err)
 	}
 	for q, b := range all {

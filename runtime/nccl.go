@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/ferryml/ferry/backend"
-	"github.com/ferryml/ferry/ir"
 )
 
 // Device communicators (NCCL on the CUDA backend).
@@ -160,25 +159,6 @@ func joinDeviceGroups(ctx context.Context, maker backend.DeviceCommMaker, groups
 		}
 	}
 	return nil
-}
-
-// exchangeProcesses gathers every process's mine (all the same length), in
-// process order, over the processes communicator: a collective every
-// process of the job calls.
-func exchangeProcesses(ctx context.Context, mine []byte) ([]byte, error) {
-	dist.gatherMu.Lock()
-	defer dist.gatherMu.Unlock()
-	dist.mu.Lock()
-	c, np := dist.gather, dist.np
-	dist.mu.Unlock()
-	if c == nil {
-		return nil, errors.New("the job of several processes has ended (rt.ShutdownDistributed)")
-	}
-	all := make([]byte, len(mine)*np)
-	if err := c.AllGather(ctx, ir.Uint8, nil, 0, mine, all); err != nil {
-		return nil, err
-	}
-	return all, nil
 }
 
 // abortDeviceComms aborts every communicator of set.
