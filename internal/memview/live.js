@@ -1,30 +1,4 @@
-(function () {
-  'use strict';
-  var data = JSON.parse(document.getElementById('ferry-memory-data').textContent);
-  var NS = 'http://www.w3.org/2000/svg';
-  var tip = document.getElementById('tip');
   var PALETTE = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
-
-  function fmt(n) {
-    var a = Math.abs(n);
-    if (a >= 1 << 30) return (n / (1 << 30)).toFixed(2) + ' GiB';
-    if (a >= 1 << 20) return (n / (1 << 20)).toFixed(2) + ' MiB';
-    if (a >= 1 << 10) return (n / (1 << 10)).toFixed(2) + ' KiB';
-    return n + ' B';
-  }
-  function el(tag, attrs, parent, text) {
-    var e = document.createElement(tag);
-    for (var k in attrs) e.setAttribute(k, attrs[k]);
-    if (text !== undefined) e.textContent = text;
-    if (parent) parent.appendChild(e);
-    return e;
-  }
-  function svgEl(tag, attrs, parent) {
-    var e = document.createElementNS(NS, tag);
-    for (var k in attrs) e.setAttribute(k, attrs[k]);
-    if (parent) parent.appendChild(e);
-    return e;
-  }
 
   var app = document.getElementById('app');
   var bars = 0;
@@ -121,4 +95,3 @@
     }
   });
   document.body.setAttribute('data-bars', String(bars));
-})();

@@ -16,6 +16,9 @@ const DataID = "ferry-memory-data"
 //go:embed page.css
 var pageCSS string
 
+//go:embed common.js
+var commonJS string
+
 //go:embed program.js
 var programJS string
 
@@ -57,9 +60,11 @@ func writePage(w io.Writer, title string, data any, script string) error {
 <div id="app"></div>
 <div id="tip" class="tip"></div>
 <script type="application/json" id="%s">%s</script>
-<script>%s</script>
+<script>(function () {
+'use strict';
+%s%s})();</script>
 </body></html>
-`, html.EscapeString(title), pageCSS, html.EscapeString(title), DataID, js, script)
+`, html.EscapeString(title), pageCSS, html.EscapeString(title), DataID, js, commonJS, script)
 	_, err = w.Write(b.Bytes())
 	return err
 }

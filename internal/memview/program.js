@@ -1,31 +1,5 @@
-(function () {
-  'use strict';
-  var data = JSON.parse(document.getElementById('ferry-memory-data').textContent);
-  var NS = 'http://www.w3.org/2000/svg';
   var COLORS = {argument: '#4e79a7', output: '#59a14f', temp: '#f28e2b', donated: '#b07aa1', offloaded: '#e15759', prefetched: '#17becf'};
-  var tip = document.getElementById('tip');
 
-  function fmt(n) {
-    var a = Math.abs(n);
-    if (a >= 1 << 30) return (n / (1 << 30)).toFixed(2) + ' GiB';
-    if (a >= 1 << 20) return (n / (1 << 20)).toFixed(2) + ' MiB';
-    if (a >= 1 << 10) return (n / (1 << 10)).toFixed(2) + ' KiB';
-    return n + ' B';
-  }
-  function el(tag, attrs, parent, text) {
-    var e = document.createElement(tag);
-    for (var k in attrs) e.setAttribute(k, attrs[k]);
-    if (text !== undefined) e.textContent = text;
-    if (parent) parent.appendChild(e);
-    return e;
-  }
-  function svgEl(tag, attrs, parent, text) {
-    var e = document.createElementNS(NS, tag);
-    for (var k in attrs) e.setAttribute(k, attrs[k]);
-    if (text !== undefined) e.textContent = text;
-    if (parent) parent.appendChild(e);
-    return e;
-  }
   function stepText(prog, k) {
     var s = prog.steps[k];
     if (!s) return 'step ' + k;
@@ -201,4 +175,3 @@
   } else {
     render(false);
   }
-})();
