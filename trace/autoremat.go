@@ -91,17 +91,10 @@ func (t *Tracer) SetRematPlanner(p RematPlanner) {
 
 // currentPlanner returns the planner of the goroutine's outermost tracer.
 func currentPlanner() *plannerState {
-	if activeTracers.Load() == 0 {
-		return nil
+	if t := active(true); t != nil {
+		return t.planner
 	}
-	key := gkey()
-	stacksMu.Lock()
-	defer stacksMu.Unlock()
-	st := stacks[key]
-	if st == nil || len(st.ts) == 0 {
-		return nil
-	}
-	return st.ts[0].planner
+	return nil
 }
 
 // autoScope is one planned scan body being traced.

@@ -141,7 +141,11 @@ var (
 )
 
 // current returns the innermost active tracer of this goroutine, or nil.
-func current() *Tracer {
+func current() *Tracer { return active(false) }
+
+// active returns the innermost (outermost: the first) active tracer of this
+// goroutine, or nil.
+func active(outermost bool) *Tracer {
 	if activeTracers.Load() == 0 {
 		return nil
 	}
@@ -151,6 +155,9 @@ func current() *Tracer {
 	st := stacks[key]
 	if st == nil || len(st.ts) == 0 {
 		return nil
+	}
+	if outermost {
+		return st.ts[0]
 	}
 	return st.ts[len(st.ts)-1]
 }
