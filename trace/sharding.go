@@ -32,6 +32,17 @@ func WithShardingConstraint(x *Array, s *ir.NamedSharding) *Array {
 	if err := s.Validate(x.Shape()); err != nil {
 		panic(Errorf(op, "cannot shard %v: %v", x.Type().WithSharding(nil), err))
 	}
+	return constrain(x, s)
+}
+
+// constrain records the sharding_constraint op of WithShardingConstraint,
+// or, on a concrete array outside any trace (WithShardingConstraint, or its
+// batching and VJP rules run eagerly), lays it out as s with the executor's
+// PutSharded. A concrete array's type must be its buffer's: an unsharded
+// buffer typed as sharded would run through eager ops compiled for other
+// types.
+func constrain(x *Array, s *ir.NamedSharding) *Array {
+	const op = "WithShardingConstraint"
 	if !x.IsTraced() && current() == nil {
 		p, ok := exec(op).(ShardingPlacer)
 		if !ok {
@@ -43,11 +54,6 @@ func WithShardingConstraint(x *Array, s *ir.NamedSharding) *Array {
 		}
 		return y
 	}
-	return constrain(x, s)
-}
-
-// constrain records the sharding_constraint op of WithShardingConstraint.
-func constrain(x *Array, s *ir.NamedSharding) *Array {
 	y := Apply1(ir.ShardingConstraint, ir.Attrs{"sharding": s.String()}, x)
 	y.typ = y.typ.WithSharding(s)
 	if y.val != nil {
