@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Opens the memory viewer of every program every example compiles, offline,
+# in headless chromium: each example runs (small settings) with
+# FERRY_MEMORY_REPORT=dir, and each page written must load with no script
+# error and draw at least one bar (the page sets data-errors and data-bars
+# on <body>; chromium --dump-dom shows them after the script ran).
+#
+#   bash bench/memview/check-examples.sh    # prints "N pages, 0 failed"
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+browser=${FERRY_CHROMIUM:-$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)}
+if [ -z "$browser" ]; then
+  echo "no chromium: apt-get install chromium (or set FERRY_CHROMIUM)" >&2
+  exit 1
+fi
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+text="$dir/text.txt"
+for i in $(seq 200); do echo "the quick brown fox $i jumps over the lazy dog, line $i of a small text."; done > "$text"
+run() { # name, then the command
+  local name=$1
+  shift
+  mkdir -p "$dir/$name"
+  FERRY_MEMORY_REPORT="$dir/$name" "$@" > "$dir/$name.log" 2>&1 || { echo "$name failed:"; tail -5 "$dir/$name.log"; exit 1; }
+}
+run quickstart go run ./examples/quickstart
+run mlp go run ./examples/mlp -epochs 1
+run init go run ./examples/init
+run offload go run ./examples/offload
+run sharded go run ./examples/sharded -steps 1
+run transformer go run ./examples/transformer -data "$text" -steps 2 -eval-batches 1
+pages=0
+failed=0
+for f in "$dir"/*/*.html; do
+  pages=$((pages + 1))
+  dom=$(timeout 60 "$browser" --headless --disable-gpu --no-sandbox --no-first-run --user-data-dir="$dir/profile" \
+    --virtual-time-budget=3000 --dump-dom "file://$f" 2>/dev/null || true)
+  errs=$(sed -n 's/.*data-errors="\([0-9]*\)".*/\1/p' <<<"$dom" | head -1)
+  bars=$(sed -n 's/.*data-bars="\(-\{0,1\}[0-9]*\)".*/\1/p' <<<"$dom" | head -1)
+  if [ "$errs" != 0 ] || [ -z "$bars" ] || [ "$bars" -le 0 ]; then
+    echo "FAIL ${f#"$dir"/}: data-errors=${errs:-?} data-bars=${bars:-?}"
+    failed=$((failed + 1))
+  fi
+done
+for e in quickstart mlp init offload sharded transformer; do
+  echo "$e: $(ls "$dir/$e" | wc -l) pages"
+done
+echo "$pages pages, $failed failed"
+[ "$failed" = 0 ] && [ "$pages" -gt 0 ]
