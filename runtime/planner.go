@@ -139,9 +139,12 @@ func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, ba
 		iters[k.scope] = float64(ci.iters)
 	}
 	extra := 0.0
-	for k, a := range dec {
-		ci := cands[k]
-		if ci == nil {
+	for k, ci := range cands {
+		a, ok := dec[k]
+		if !ok && ci.fromHost {
+			a, ok = trace.Recompute, true // copied in again (planTrace.Decide)
+		}
+		if !ok {
 			continue
 		}
 		switch {
@@ -174,14 +177,69 @@ func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, ba
 
 // lowerBudget traces and compiles the function under plans until it finds
 // the fastest that fits budget, and returns its Lowered (with the plan).
+// It plans the residuals with the arguments where the caller put them;
+// when no such plan fits, it places the arguments the program reads only
+// as scans' xs (stacked layer weights) in pinned_host and plans again.
 func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.TreeDef, error) {
 	rates := measuredRates()
-	var ref map[candKey]*candInfo
 	compiles := 0
+	base, full, fits, err := j.searchPlans(args, budget, nil, rates, &compiles)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(fits) == 0 {
+		leaves, _, _ := flattenArgs(args)
+		weakArgs := make([]bool, len(leaves))
+		for i, l := range leaves {
+			weakArgs[i] = l != nil && l.IsWeak()
+		}
+		if idx := streamedArgs(base.l.Func, base.l.numArgs, weakArgs); len(idx) > 0 {
+			host := make([]bool, base.l.numArgs)
+			for _, i := range idx {
+				host[i] = true
+			}
+			var hfull *planTry
+			if _, hfull, fits, err = j.searchPlans(args, budget, host, rates, &compiles); err != nil {
+				return nil, nil, err
+			}
+			if hfull.total < full.total {
+				full = hfull
+			}
+		}
+	}
+	if len(fits) == 0 {
+		return nil, nil, j.budgetError(budget, base.total, full)
+	}
+	best := slices.MinFunc(fits, func(a, b *planTry) int { return cmp.Compare(a.cost.step, b.cost.step) })
+	best.l.plan = buildPlan(best, base.total, budget, rates, compiles)
+	if os.Getenv("FERRY_DUMP_IR") == "" {
+		// Nothing to dump: the try's executable is the one to run.
+		best.prog.Analysis.Plan = best.l.plan
+		best.l.planned = best.exe
+	}
+	return best.l, best.outDefs, nil
+}
+
+// searchPlans plans the residuals with the argument leaves host marks in
+// pinned_host: it returns the plan with everything kept (base), the one with
+// every residual it can plan recomputed or offloaded (full, the smallest
+// total), and the tries that fit budget (none when full does not).
+func (j *Jitted[F]) searchPlans(args []any, budget int64, host []bool, rates budgetRates, compiles *int) (base, full *planTry, fits []*planTry, err error) {
+	var ref map[candKey]*candInfo
+	// The host arguments' slices are copied in during the forward pass
+	// (the backward pass's copies are the stream values).
+	hostBytes := int64(0)
+	if leaves, _, err := flattenArgs(args); err == nil {
+		for i, h := range host {
+			if h && i < len(leaves) && leaves[i] != nil {
+				hostBytes += leaves[i].Type().Bytes()
+			}
+		}
+	}
 	try := func(dec map[candKey]trace.RematAction) (*planTry, error) {
-		compiles++
+		*compiles++
 		pt := &planTrace{decide: dec, cands: map[candKey]*candInfo{}, ref: ref}
-		l, outDefs, err := j.lowerWith(args, pt)
+		l, outDefs, err := j.lowerWith(args, pt, host)
 		if err != nil {
 			return nil, err
 		}
@@ -195,24 +253,15 @@ func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.Tr
 		prog := exe.Program()
 		t := &planTry{decide: dec, pt: pt, l: l, outDefs: outDefs, exe: exe, prog: prog, total: prog.Analysis.TotalBytes()}
 		t.cost = estimate(pt.cands, dec, passes.CostAnalysis(l.Func), rates)
+		t.cost.step += float64(hostBytes) / rates.bw
 		return t, nil
 	}
-	base, err := try(nil)
-	if err != nil {
-		return nil, nil, err
+	if base, err = try(nil); err != nil {
+		return nil, nil, nil, err
 	}
 	ref = base.pt.cands
-	finish := func(t *planTry) (*Lowered, []*trace.TreeDef, error) {
-		t.l.plan = buildPlan(t, base.total, budget, rates, compiles)
-		if os.Getenv("FERRY_DUMP_IR") == "" {
-			// Nothing to dump: the try's executable is the one to run.
-			t.prog.Analysis.Plan = t.l.plan
-			t.l.planned = t.exe
-		}
-		return t.l, t.outDefs, nil
-	}
 	if base.total <= budget {
-		return finish(base)
+		return base, base, []*planTry{base}, nil
 	}
 
 	// The order: greedily the cheapest option per byte saved, given the
@@ -265,27 +314,27 @@ func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.Tr
 		return m
 	}
 	extend(base)
-	full := base
+	full = base
 	for round := 0; round < 4 && len(seq) > 0; round++ {
 		if full, err = try(prefix(len(seq))); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if extend(full) == 0 {
 			break
 		}
 	}
 	if full.total > budget {
-		return nil, nil, j.budgetError(budget, base.total, full)
+		return base, full, nil, nil
 	}
 	// The shortest prefix that fits, by bisection (the tries that fit are
 	// kept: the fastest estimate wins).
-	fits := []*planTry{full}
+	fits = []*planTry{full}
 	lo, hi := 0, len(seq)
-	for hi-lo > 1 && compiles < maxPlanCompiles {
+	for limit := *compiles + maxPlanCompiles; hi-lo > 1 && *compiles < limit; {
 		mid := (lo + hi) / 2
 		t, err := try(prefix(mid))
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if t.total <= budget {
 			hi = mid
@@ -294,8 +343,7 @@ func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.Tr
 			lo = mid
 		}
 	}
-	best := slices.MinFunc(fits, func(a, b *planTry) int { return cmp.Compare(a.cost.step, b.cost.step) })
-	return finish(best)
+	return base, full, fits, nil
 }
 
 // buildPlan describes try t as a MemoryPlan.
@@ -303,6 +351,14 @@ func buildPlan(t *planTry, baseline, budget int64, r budgetRates, compiles int) 
 	p := &passes.MemoryPlan{Budget: budget, BaselineBytes: baseline, TotalBytes: t.total,
 		ComputeSeconds: t.cost.compute, StepSeconds: t.cost.step,
 		FlopRate: r.flop, ElementRate: r.elem, Bandwidth: r.bw, Compiles: compiles}
+	for i, h := range t.l.hostArgs {
+		if !h {
+			continue
+		}
+		typ := t.l.Func.Body.Params[i].Type
+		p.Values = append(p.Values, passes.PlannedValue{Scope: -1, Index: i, Op: "argument", Type: typ.String(), Loc: t.l.leafName(i),
+			Action: passes.ActionHostArgument, Iterations: 1, Bytes: typ.Bytes(), Seconds: float64(typ.Bytes()) / r.bw})
+	}
 	for _, k := range t.pt.order {
 		ci := t.pt.cands[k]
 		a, decided := t.decide[k]
@@ -338,7 +394,7 @@ type MemoryBudgetError struct {
 func (e *MemoryBudgetError) Error() string {
 	hint := ""
 	if io := e.Analysis.ArgumentBytes + e.Analysis.OutputBytes - e.Analysis.AliasBytes; 2*io > e.Minimum {
-		hint = fmt.Sprintf("; arguments and results are %s of it, and the planner leaves them where the caller put them: stacked layer weights kept in pinned_host stream into planned scans one layer at a time, and optimizer state can live there too (optim.InitIn, rt.OutSpace)", mib(io))
+		hint = fmt.Sprintf("; arguments and results are %s of it, and the planner moves to pinned_host only the arguments the program reads only as scans' xs (stacked layer weights): optimizer state and other arguments read whole can live there by hand (optim.InitIn, rt.OutSpace)", mib(io))
 	}
 	return fmt.Sprintf("rt.Jit: %s: no plan fits the memory budget of %d bytes (%s): the smallest budget that fits is %d bytes (%s), with every residual it plans recomputed or offloaded (%d bytes with everything kept); at that plan the device total is argument %s + output %s + temp %s − alias %s; largest device buffers: %s%s",
 		e.Function, e.Budget, mib(e.Budget), e.Minimum, mib(e.Minimum), e.Baseline,

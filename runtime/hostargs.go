@@ -1,0 +1,124 @@
+package runtime
+
+import (
+	"sync"
+	"weak"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/trace"
+)
+
+// Arguments the memory budget's planner places in pinned_host (see
+// MemoryBudget): the program is traced with those parameters in
+// pinned_host, and a call that passes one of them on device copies it there
+// first. A copy of an argument the call does not donate is kept (for as
+// long as the caller keeps the device array), so that a loop that passes
+// the same weights each step copies them once; a donated one is consumed
+// (its device buffer is freed once copied).
+
+// streamedArgs returns the leaves among the first n parameters of f that
+// the program reads only as the xs of top-level scans (stacked layer
+// weights, in the scans of the forward and the backward pass): on device,
+// not weakly typed, and not results. A planned scan body streams such an
+// argument in one slice at a time when it is in pinned_host.
+func streamedArgs(f *ir.Func, n int, weakArgs []bool) []int {
+	params := f.Body.Params
+	ok := make(map[*ir.Value]bool, n)
+	uses := map[*ir.Value]int{}
+	for i := 0; i < n && i < len(params); i++ {
+		p := params[i]
+		if p.Type.Space == ir.Device && p.Type.Sharding == nil && (i >= len(weakArgs) || !weakArgs[i]) && len(p.Type.Shape) > 0 {
+			ok[p] = true
+		}
+	}
+	for _, op := range f.Body.Ops {
+		xs := len(op.Args)
+		if op.Code == ir.Scan {
+			xs = op.Attrs.Int("num_consts") + op.Attrs.Int("num_carry")
+		}
+		for k, a := range op.Args {
+			if !ok[a] {
+				continue
+			}
+			if k < xs {
+				delete(ok, a) // read whole, not streamed
+			} else {
+				uses[a]++
+			}
+		}
+	}
+	for _, r := range f.Body.Results {
+		delete(ok, r)
+	}
+	var out []int
+	for i := 0; i < n && i < len(params); i++ {
+		if ok[params[i]] && uses[params[i]] > 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// hostCopies keeps the pinned_host copies of device arguments a Lowered
+// made, per argument leaf: the device array they copy (weakly: the cache
+// does not keep it alive) and the copy.
+type hostCopies struct {
+	mu   sync.Mutex
+	last map[int]hostCopy
+}
+
+type hostCopy struct {
+	src  weak.Pointer[trace.Array]
+	host *trace.Array
+}
+
+// toHost returns argument leaf i, a device array a, copied to pinned_host
+// for a program compiled with that parameter there; donated says whether
+// the call donates it (then a is consumed).
+func (l *Lowered) toHost(i int, a *trace.Array, donated bool) (h *trace.Array, err error) {
+	defer trace.Recover(&err)
+	if !donated {
+		l.hostCopies.mu.Lock()
+		c, ok := l.hostCopies.last[i]
+		l.hostCopies.mu.Unlock()
+		if ok && c.src.Value() == a {
+			return c.host, nil
+		}
+	}
+	h = trace.DevicePut(a, ir.PinnedHost)
+	if donated {
+		_ = a.Delete()
+		return h, nil
+	}
+	l.hostCopies.mu.Lock()
+	if l.hostCopies.last == nil {
+		l.hostCopies.last = map[int]hostCopy{}
+	}
+	l.hostCopies.last[i] = hostCopy{src: weak.Make(a), host: h}
+	l.hostCopies.mu.Unlock()
+	return h, nil
+}
+
+// hostSignature returns the cache key of args with the leaves l placed in
+// pinned_host there (the signature of a call that passes them as the
+// program takes them: the previous step's results, say), or nil when l
+// places none.
+func (l *Lowered) hostSignature(args []any) []byte {
+	if len(l.hostArgs) == 0 {
+		return nil
+	}
+	leaves, defs, err := flattenArgs(args)
+	if err != nil || len(leaves) != len(l.hostArgs) {
+		return nil
+	}
+	alt := make([]*trace.Array, len(leaves))
+	for i, a := range leaves {
+		alt[i] = a
+		if l.hostArgs[i] && a != nil {
+			t := a.Type()
+			t.Space = ir.PinnedHost
+			alt[i] = trace.Abstract(t)
+		}
+	}
+	return appendSignature(nil, defs, alt)
+}
