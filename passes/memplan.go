@@ -68,15 +68,23 @@ type PlannedValue struct {
 // values').
 const ActionHostArgument = "host argument"
 
+// ActionHostState is the Action of an argument leaf of optimizer state the
+// plan places in pinned_host (Scope -1, Index the leaf): a donated argument
+// the program reads only elementwise and returns updated at the same place
+// among its results (Adam's moments). The program copies it to device where
+// it is used and writes the new value to pinned_host, where the next call
+// finds it. Seconds estimates both copies.
+const ActionHostState = "host state"
+
 // HostArguments returns the argument leaves the plan places in pinned_host
-// (ActionHostArgument), in order; nil for none.
+// (ActionHostArgument and ActionHostState), in order; nil for none.
 func (p *MemoryPlan) HostArguments() []int {
 	if p == nil {
 		return nil
 	}
 	var out []int
 	for _, v := range p.Values {
-		if v.Action == ActionHostArgument {
+		if v.Action == ActionHostArgument || v.Action == ActionHostState {
 			out = append(out, v.Index)
 		}
 	}
@@ -96,8 +104,12 @@ func (p *MemoryPlan) String() string {
 		if v.Carry {
 			what = "scan carry"
 		}
-		if v.Action == ActionHostArgument {
-			fmt.Fprintf(&b, "\n  %s %d (%s): %s = %s to pinned_host, streamed into its scans, +%.3gs", v.Action, v.Index, v.Loc, v.Type, byteUnits(v.Bytes), v.Seconds)
+		switch v.Action {
+		case ActionHostArgument:
+			fmt.Fprintf(&b, "\n  %s %d (%s): %s = %s in pinned_host, streamed into its scans, +%.3gs", v.Action, v.Index, v.Loc, v.Type, byteUnits(v.Bytes), v.Seconds)
+			continue
+		case ActionHostState:
+			fmt.Fprintf(&b, "\n  %s %d (%s): %s = %s in pinned_host, copied in where used and its new value out, +%.3gs", v.Action, v.Index, v.Loc, v.Type, byteUnits(v.Bytes), v.Seconds)
 			continue
 		}
 		fmt.Fprintf(&b, "\n  %-9s scope %d value %d: %s %s ×%d = %s, +%.3gs (%s)", v.Action, v.Scope, v.Index, what, v.Type, v.Iterations, byteUnits(v.Bytes), v.Seconds, v.Loc)

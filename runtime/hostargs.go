@@ -59,6 +59,85 @@ func streamedArgs(f *ir.Func, n int, weakArgs []bool) []int {
 	return out
 }
 
+// replacedLeaves returns, for result i of tree structure out, which of its
+// leaves replace an argument leaf hostArgs places in pinned_host (nil for
+// none): result i replaces argument i when both have the same structure
+// and the argument is donated (a training step's new state).
+func replacedLeaves(argDefs []*trace.TreeDef, out *trace.TreeDef, i int, hostArgs, donated []bool) []bool {
+	if len(hostArgs) == 0 || i >= len(argDefs) || argDefs[i].String() != out.String() {
+		return nil
+	}
+	k := 0
+	for _, d := range argDefs[:i] {
+		k += d.NumLeaves()
+	}
+	var q []bool
+	for n := range out.NumLeaves() {
+		if k+n < len(hostArgs) && hostArgs[k+n] && k+n < len(donated) && donated[k+n] {
+			if q == nil {
+				q = make([]bool, out.NumLeaves())
+			}
+			q[n] = true
+		}
+	}
+	return q
+}
+
+// stateArgs returns the leaves of the arguments of f (traced with every
+// argument on device) that are optimizer state passed in: argument i is
+// donated and result i has its structure and leaf types (the new state),
+// and the program reads the leaf only elementwise (as Adam's moments). The
+// memory budget may place them in pinned_host: the program copies each to
+// device where used, and writes the new state back to pinned_host.
+func stateArgs(f *ir.Func, argDefs, outDefs []*trace.TreeDef, donated, weakArgs []bool) []int {
+	params := f.Body.Params
+	elementwise := func(op *ir.Op) bool {
+		switch op.Code.Info().Class {
+		case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare:
+			return true
+		}
+		return op.Code == ir.Select || op.Code == ir.Convert
+	}
+	bad := map[*ir.Value]bool{}
+	used := map[*ir.Value]bool{}
+	for _, op := range f.Body.Ops {
+		for _, a := range op.Args {
+			used[a] = true
+			if !elementwise(op) {
+				bad[a] = true
+			}
+		}
+	}
+	for _, r := range f.Body.Results {
+		bad[r] = true
+	}
+	var out []int
+	k, rk := 0, 0
+	roff := make([]int, len(outDefs))
+	for i, d := range outDefs {
+		roff[i] = rk
+		rk += d.NumLeaves()
+	}
+	for i, d := range argDefs {
+		n := d.NumLeaves()
+		if i < len(outDefs) && outDefs[i].String() == d.String() {
+			for q := range n {
+				a, r := k+q, roff[i]+q
+				if a >= len(params) || r >= len(f.Body.Results) || a >= len(donated) || !donated[a] || a < len(weakArgs) && weakArgs[a] {
+					continue
+				}
+				p := params[a]
+				if p.Type.Space != ir.Device || p.Type.Sharding != nil || len(p.Type.Shape) == 0 || !used[p] || bad[p] || !f.Body.Results[r].Type.Equal(p.Type) {
+					continue
+				}
+				out = append(out, a)
+			}
+		}
+		k += n
+	}
+	return out
+}
+
 // hostCopies keeps the pinned_host copies of device arguments a Lowered
 // made, per argument leaf: the device array they copy (weakly: the cache
 // does not keep it alive) and the copy.

@@ -586,9 +586,7 @@ func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner, hostArgs [
 			continue
 		}
 		if i < len(hostArgs) && hostArgs[i] {
-			t := l.Type()
-			t.Space = ir.PinnedHost
-			params[i] = tr.Param(t)
+			params[i] = tr.HostParam(l.Type())
 		} else {
 			params[i] = tr.ParamLike(l)
 		}
@@ -638,6 +636,14 @@ func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner, hostArgs [
 				for k, l := range ls {
 					if l != nil {
 						ls[k] = trace.DevicePut(l, sp)
+					}
+				}
+			} else if q := replacedLeaves(defs, d, i, hostArgs, donated); q != nil {
+				// The new value of an argument placed in pinned_host
+				// goes there too: the next call finds it there.
+				for k, l := range ls {
+					if l != nil && q[k] {
+						ls[k] = trace.DevicePut(l, ir.PinnedHost)
 					}
 				}
 			}

@@ -3,6 +3,7 @@ package runtime
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -183,27 +184,62 @@ func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, ba
 func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.TreeDef, error) {
 	rates := measuredRates()
 	compiles := 0
-	base, full, fits, err := j.searchPlans(args, budget, nil, rates, &compiles)
+	base, full, fits, err := j.searchPlans(args, budget, nil, 0, rates, &compiles)
 	if err != nil {
 		return nil, nil, err
 	}
+	host := map[int]string{} // argument leaves placed in pinned_host: the action
 	if len(fits) == 0 {
 		leaves, _, _ := flattenArgs(args)
 		weakArgs := make([]bool, len(leaves))
 		for i, l := range leaves {
 			weakArgs[i] = l != nil && l.IsWeak()
 		}
-		if idx := streamedArgs(base.l.Func, base.l.numArgs, weakArgs); len(idx) > 0 {
-			host := make([]bool, base.l.numArgs)
-			for _, i := range idx {
-				host[i] = true
+		// First the stacked weights; then the optimizer state too.
+		streamed := streamedArgs(base.l.Func, base.l.numArgs, weakArgs)
+		state := stateArgs(base.l.Func, base.l.argDefs, base.outDefs, base.l.donated, weakArgs)
+		var stages []map[int]string
+		if len(streamed) > 0 {
+			m := map[int]string{}
+			for _, i := range streamed {
+				m[i] = passes.ActionHostArgument
+			}
+			stages = append(stages, m)
+		}
+		if len(state) > 0 {
+			m := map[int]string{}
+			for _, i := range streamed {
+				m[i] = passes.ActionHostArgument
+			}
+			for _, i := range state {
+				m[i] = passes.ActionHostState
+			}
+			stages = append(stages, m)
+		}
+		for _, m := range stages {
+			mask := make([]bool, base.l.numArgs)
+			secs := 0.0
+			for i, a := range m {
+				mask[i] = true
+				// Streamed weights are copied in once in the forward
+				// pass (the backward pass's copies are stream values);
+				// state is copied in and its new value out.
+				n := 1.0
+				if a == passes.ActionHostState {
+					n = 2
+				}
+				secs += n * float64(leaves[i].Type().Bytes()) / rates.bw
 			}
 			var hfull *planTry
-			if _, hfull, fits, err = j.searchPlans(args, budget, host, rates, &compiles); err != nil {
+			if _, hfull, fits, err = j.searchPlans(args, budget, mask, secs, rates, &compiles); err != nil {
 				return nil, nil, err
 			}
 			if hfull.total < full.total {
 				full = hfull
+			}
+			if len(fits) > 0 {
+				host = m
+				break
 			}
 		}
 	}
@@ -211,7 +247,7 @@ func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.Tr
 		return nil, nil, j.budgetError(budget, base.total, full)
 	}
 	best := slices.MinFunc(fits, func(a, b *planTry) int { return cmp.Compare(a.cost.step, b.cost.step) })
-	best.l.plan = buildPlan(best, base.total, budget, rates, compiles)
+	best.l.plan = buildPlan(best, host, base.total, budget, rates, compiles)
 	if os.Getenv("FERRY_DUMP_IR") == "" {
 		// Nothing to dump: the try's executable is the one to run.
 		best.prog.Analysis.Plan = best.l.plan
@@ -221,21 +257,12 @@ func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.Tr
 }
 
 // searchPlans plans the residuals with the argument leaves host marks in
-// pinned_host: it returns the plan with everything kept (base), the one with
-// every residual it can plan recomputed or offloaded (full, the smallest
-// total), and the tries that fit budget (none when full does not).
-func (j *Jitted[F]) searchPlans(args []any, budget int64, host []bool, rates budgetRates, compiles *int) (base, full *planTry, fits []*planTry, err error) {
+// pinned_host (their transfers estimated at hostSecs per call): it returns
+// the plan with everything kept (base), the one with every residual it can
+// plan recomputed or offloaded (full, the smallest total), and the tries
+// that fit budget (none when full does not).
+func (j *Jitted[F]) searchPlans(args []any, budget int64, host []bool, hostSecs float64, rates budgetRates, compiles *int) (base, full *planTry, fits []*planTry, err error) {
 	var ref map[candKey]*candInfo
-	// The host arguments' slices are copied in during the forward pass
-	// (the backward pass's copies are the stream values).
-	hostBytes := int64(0)
-	if leaves, _, err := flattenArgs(args); err == nil {
-		for i, h := range host {
-			if h && i < len(leaves) && leaves[i] != nil {
-				hostBytes += leaves[i].Type().Bytes()
-			}
-		}
-	}
 	try := func(dec map[candKey]trace.RematAction) (*planTry, error) {
 		*compiles++
 		pt := &planTrace{decide: dec, cands: map[candKey]*candInfo{}, ref: ref}
@@ -253,7 +280,7 @@ func (j *Jitted[F]) searchPlans(args []any, budget int64, host []bool, rates bud
 		prog := exe.Program()
 		t := &planTry{decide: dec, pt: pt, l: l, outDefs: outDefs, exe: exe, prog: prog, total: prog.Analysis.TotalBytes()}
 		t.cost = estimate(pt.cands, dec, passes.CostAnalysis(l.Func), rates)
-		t.cost.step += float64(hostBytes) / rates.bw
+		t.cost.step += hostSecs
 		return t, nil
 	}
 	if base, err = try(nil); err != nil {
@@ -346,18 +373,20 @@ func (j *Jitted[F]) searchPlans(args []any, budget int64, host []bool, rates bud
 	return base, full, fits, nil
 }
 
-// buildPlan describes try t as a MemoryPlan.
-func buildPlan(t *planTry, baseline, budget int64, r budgetRates, compiles int) *passes.MemoryPlan {
+// buildPlan describes try t, with the argument leaves host places in
+// pinned_host, as a MemoryPlan.
+func buildPlan(t *planTry, host map[int]string, baseline, budget int64, r budgetRates, compiles int) *passes.MemoryPlan {
 	p := &passes.MemoryPlan{Budget: budget, BaselineBytes: baseline, TotalBytes: t.total,
 		ComputeSeconds: t.cost.compute, StepSeconds: t.cost.step,
 		FlopRate: r.flop, ElementRate: r.elem, Bandwidth: r.bw, Compiles: compiles}
-	for i, h := range t.l.hostArgs {
-		if !h {
-			continue
-		}
+	for _, i := range slices.Sorted(maps.Keys(host)) {
 		typ := t.l.Func.Body.Params[i].Type
+		secs := float64(typ.Bytes()) / r.bw
+		if host[i] == passes.ActionHostState {
+			secs *= 2
+		}
 		p.Values = append(p.Values, passes.PlannedValue{Scope: -1, Index: i, Op: "argument", Type: typ.String(), Loc: t.l.leafName(i),
-			Action: passes.ActionHostArgument, Iterations: 1, Bytes: typ.Bytes(), Seconds: float64(typ.Bytes()) / r.bw})
+			Action: host[i], Iterations: 1, Bytes: typ.Bytes(), Seconds: secs})
 	}
 	for _, k := range t.pt.order {
 		ci := t.pt.cands[k]

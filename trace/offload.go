@@ -28,6 +28,26 @@ func DevicePut(x *Array, space ir.MemorySpace) *Array {
 	return Apply1(ir.DevicePut, ir.Attrs{"space": space}, x)
 }
 
+// moveInHostParams returns args with each HostParam an op other than
+// device_put, optimization_barrier and control flow reads replaced by a
+// device copy (args itself when there is none).
+func moveInHostParams(code ir.Code, args []*Array) []*Array {
+	if code == ir.DevicePut || code == ir.OptimizationBarrier || code.Info().Class == ir.ClassRegion {
+		return args
+	}
+	copied := false
+	for i, a := range args {
+		if a == nil || !a.moveIn {
+			continue
+		}
+		if !copied {
+			args, copied = append([]*Array(nil), args...), true
+		}
+		args[i] = Apply1(ir.DevicePut, ir.Attrs{"space": ir.Device}, a)
+	}
+	return args
+}
+
 // checkHostOperands panics with *Error when an op other than device_put,
 // optimization_barrier (an identity that keeps each operand's space) and the
 // control-flow ops (scan, while, cond) reads a pinned_host array, as JAX
