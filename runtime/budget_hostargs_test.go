@@ -207,4 +207,3 @@ func TestMemoryBudgetPlacesOptimizerStateInHost(t *testing.T) {
 	}
 	require.Equal(t, int64(1), j.Stats().Misses, "the returned moments in pinned_host run the same program")
 }
-

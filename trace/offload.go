@@ -28,24 +28,23 @@ func DevicePut(x *Array, space ir.MemorySpace) *Array {
 	return Apply1(ir.DevicePut, ir.Attrs{"space": space}, x)
 }
 
-// moveInHostParams returns args with each HostParam an op other than
-// device_put, optimization_barrier and control flow reads replaced by a
-// device copy (args itself when there is none).
+// moveInHostParams returns a copy of args with each HostParam replaced by
+// a device copy, unless op code (device_put, optimization_barrier, control
+// flow) reads pinned_host arrays itself. The copies are not HostParams, so
+// apply called again with the result does not come back here.
 func moveInHostParams(code ir.Code, args []*Array) []*Array {
-	if code == ir.DevicePut || code == ir.OptimizationBarrier || code.Info().Class == ir.ClassRegion {
-		return args
-	}
-	copied := false
+	out := make([]*Array, len(args))
 	for i, a := range args {
-		if a == nil || !a.moveIn {
-			continue
+		out[i] = a
+		if a != nil && a.moveIn {
+			if code == ir.DevicePut || code == ir.OptimizationBarrier || code.Info().Class == ir.ClassRegion {
+				out[i] = &Array{typ: a.typ, val: a.val, tr: a.tr, weak: a.weak}
+			} else {
+				out[i] = Apply1(ir.DevicePut, ir.Attrs{"space": ir.Device}, a)
+			}
 		}
-		if !copied {
-			args, copied = append([]*Array(nil), args...), true
-		}
-		args[i] = Apply1(ir.DevicePut, ir.Attrs{"space": ir.Device}, a)
 	}
-	return args
+	return out
 }
 
 // checkHostOperands panics with *Error when an op other than device_put,

@@ -242,7 +242,11 @@ func apply(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Array, re
 			target = a.tr
 		}
 	}
-	args = moveInHostParams(code, args)
+	for _, a := range args {
+		if a != nil && a.moveIn {
+			return apply(code, attrs, regions, moveInHostParams(code, args), res)
+		}
+	}
 	checkHostOperands(code, attrs, args)
 	checkCollective(code, attrs)
 	if target == nil {
