@@ -45,10 +45,16 @@ const budgetDevice = -1
 // the residuals again. A call passing such an argument on device copies it
 // to pinned_host first (once for an array passed again undonated; a donated
 // one is consumed); a call passing it in pinned_host (the program's own
-// placement) runs the same program. The plan lists these arguments
-// (MemoryPlan.HostArguments); arguments read otherwise (optimizer state the
-// update reads whole, say) stay on device: place those in pinned_host by
-// hand (optim.InitIn, rt.OutSpace).
+// placement) runs the same program. If that is not enough, it places
+// optimizer state passed in there too: a donated argument the program
+// reads only elementwise and returns updated at the same position among
+// its results (same structure and types: Adam's moments); the program
+// copies it to device where it is used and writes the new value to
+// pinned_host, where the next call finds it. Arguments the caller put in
+// pinned_host stay there, and OutSpace wins over the plan for a result. The
+// plan lists these arguments (MemoryPlan.HostArguments, actions "host
+// argument" and "host state"); other arguments stay where the caller put
+// them.
 //
 // The decisions are in (*Compiled).MemoryPlan and the memory analysis (its
 // Plan, printed by FERRY_DUMP_IR). A budget no plan fits is an error

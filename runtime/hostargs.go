@@ -11,10 +11,11 @@ import (
 // Arguments the memory budget's planner places in pinned_host (see
 // MemoryBudget): the program is traced with those parameters in
 // pinned_host, and a call that passes one of them on device copies it there
-// first. A copy of an argument the call does not donate is kept (for as
-// long as the caller keeps the device array), so that a loop that passes
-// the same weights each step copies them once; a donated one is consumed
-// (its device buffer is freed once copied).
+// first. The copy of an argument the call does not donate is kept, with a
+// weak pointer to the device array it copies, until a call passes another
+// array at that place: a loop that passes the same weights each step copies
+// them once. A donated one is consumed (its device buffer is freed once
+// copied).
 
 // streamedArgs returns the leaves among the first n parameters of f that
 // the program reads only as the xs of top-level scans (stacked layer

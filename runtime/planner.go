@@ -423,7 +423,7 @@ type MemoryBudgetError struct {
 func (e *MemoryBudgetError) Error() string {
 	hint := ""
 	if io := e.Analysis.ArgumentBytes + e.Analysis.OutputBytes - e.Analysis.AliasBytes; 2*io > e.Minimum {
-		hint = fmt.Sprintf("; arguments and results are %s of it, and the planner moves to pinned_host only the arguments the program reads only as scans' xs (stacked layer weights): optimizer state and other arguments read whole can live there by hand (optim.InitIn, rt.OutSpace)", mib(io))
+		hint = fmt.Sprintf("; arguments and results are %s of it, and the planner moves to pinned_host only stacked layer weights (arguments read only as scans' xs) and optimizer state (donated arguments read elementwise and returned updated at the same position): other arguments can live there by hand (rt.DevicePut, optim.InitIn, rt.OutSpace)", mib(io))
 	}
 	return fmt.Sprintf("rt.Jit: %s: no plan fits the memory budget of %d bytes (%s): the smallest budget that fits is %d bytes (%s), with every residual it plans recomputed or offloaded (%d bytes with everything kept); at that plan the device total is argument %s + output %s + temp %s − alias %s; largest device buffers: %s%s",
 		e.Function, e.Budget, mib(e.Budget), e.Minimum, mib(e.Minimum), e.Baseline,
