@@ -272,11 +272,11 @@ func planSummary(p *passes.MemoryPlan) string {
 		if s != "" {
 			s += ", "
 		}
-		what := "values"
+		label, what := a, "values"
 		if a == passes.ActionHostArgument {
-			a, what = "in pinned_host:", "arguments"
+			label, what = "in pinned_host:", "arguments"
 		}
-		s += fmt.Sprintf("%s %d %s (%.2f MiB)", a, n[a], what, float64(b[a])/mib)
+		s += fmt.Sprintf("%s %d %s (%.2f MiB)", label, n[a], what, float64(b[a])/mib)
 	}
 	if s == "" {
 		s = "nothing to plan"
