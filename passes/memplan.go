@@ -47,7 +47,8 @@ type PlannedValue struct {
 	Carry bool
 	// Action is "keep", "recompute" or "offload"; or "stream" for the
 	// device copy of a slice of a pinned_host array a scan streams in (made
-	// again, prefetched, in the backward pass; its bytes are not kept).
+	// again, prefetched, in the backward pass; its bytes are not kept); or
+	// ActionHostArgument.
 	Action string
 	// Iterations is how many copies of the value one call makes (the scan's
 	// length), and Bytes their device bytes in all.
@@ -55,6 +56,39 @@ type PlannedValue struct {
 	Bytes      int64
 	// Seconds estimates what the action adds to a call (0 for keep).
 	Seconds float64
+}
+
+// ActionHostArgument is the Action of an argument leaf the plan places in
+// pinned_host (Scope -1, Index the leaf's number among the arguments' array
+// leaves, Loc naming it): the program reads it only as the xs of scans
+// (stacked layer weights), which stream it in one slice at a time, so it
+// needs no device memory of its own. A call that passes it on device copies
+// it to pinned_host first. Seconds estimates the per-call copies of its
+// slices in the forward pass (those of the backward pass are its stream
+// values').
+const ActionHostArgument = "host argument"
+
+// ActionHostState is the Action of an argument leaf of optimizer state the
+// plan places in pinned_host (Scope -1, Index the leaf): a donated argument
+// the program reads only elementwise and returns updated at the same place
+// among its results (Adam's moments). The program copies it to device where
+// it is used and writes the new value to pinned_host, where the next call
+// finds it. Seconds estimates both copies.
+const ActionHostState = "host state"
+
+// HostArguments returns the argument leaves the plan places in pinned_host
+// (ActionHostArgument and ActionHostState), in order; nil for none.
+func (p *MemoryPlan) HostArguments() []int {
+	if p == nil {
+		return nil
+	}
+	var out []int
+	for _, v := range p.Values {
+		if v.Action == ActionHostArgument || v.Action == ActionHostState {
+			out = append(out, v.Index)
+		}
+	}
+	return out
 }
 
 // String formats the plan: one line of totals, then one line per value.
@@ -69,6 +103,14 @@ func (p *MemoryPlan) String() string {
 		what := v.Op
 		if v.Carry {
 			what = "scan carry"
+		}
+		switch v.Action {
+		case ActionHostArgument:
+			fmt.Fprintf(&b, "\n  %s %d (%s): %s = %s in pinned_host, streamed into its scans, +%.3gs", v.Action, v.Index, v.Loc, v.Type, byteUnits(v.Bytes), v.Seconds)
+			continue
+		case ActionHostState:
+			fmt.Fprintf(&b, "\n  %s %d (%s): %s = %s in pinned_host, copied in where used and its new value out, +%.3gs", v.Action, v.Index, v.Loc, v.Type, byteUnits(v.Bytes), v.Seconds)
+			continue
 		}
 		fmt.Fprintf(&b, "\n  %-9s scope %d value %d: %s %s ×%d = %s, +%.3gs (%s)", v.Action, v.Scope, v.Index, what, v.Type, v.Iterations, byteUnits(v.Bytes), v.Seconds, v.Loc)
 	}

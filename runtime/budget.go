@@ -34,10 +34,27 @@ const budgetDevice = -1
 //
 // What the user wrote still wins: the values of a trace.Checkpoint (Remat)
 // are kept, recomputed or offloaded as its policy says, and arrays placed
-// with DevicePut stay where they were put. Arguments stay where the caller
-// put them: stacked weights the caller keeps in pinned_host stream into a
-// planned scan one layer at a time (no DevicePut needed in the body); the
-// planner does not move parameters or optimizer state by itself.
+// with DevicePut stay where they were put. Stacked weights the caller keeps
+// in pinned_host stream into a planned scan one layer at a time (no
+// DevicePut needed in the body) and stay there.
+//
+// When no plan fits with the arguments where the caller put them, the
+// planner places in pinned_host the device arguments the program reads only
+// as the xs of scans (the parameters of scanned stacks, read by the grad's
+// forward and backward scans), streams them in like the caller's, and plans
+// the residuals again. A call passing such an argument on device copies it
+// to pinned_host first (once for an array passed again undonated; a donated
+// one is consumed); a call passing it in pinned_host (the program's own
+// placement) runs the same program. If that is not enough, it places
+// optimizer state passed in there too: a donated argument the program
+// reads only elementwise and returns updated at the same position among
+// its results (same structure and types: Adam's moments); the program
+// copies it to device where it is used and writes the new value to
+// pinned_host, where the next call finds it. Arguments the caller put in
+// pinned_host stay there, and OutSpace wins over the plan for a result. The
+// plan lists these arguments (MemoryPlan.HostArguments, actions "host
+// argument" and "host state"); other arguments stay where the caller put
+// them.
 //
 // The decisions are in (*Compiled).MemoryPlan and the memory analysis (its
 // Plan, printed by FERRY_DUMP_IR). A budget no plan fits is an error

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
 )
@@ -229,12 +230,21 @@ func TestMemoryBudgetRespectsUserRemat(t *testing.T) {
 		require.Equal(t, "keep", v.Action, "%+v", v)
 	}
 	d.check(t, runBudget(t, c, d))
-	// Under a budget that needs more the user's choice stays: nothing else
-	// is left to plan, so the smallest budget is the user's program's total.
+	// Under a budget that needs more the user's choice stays: nothing is
+	// left to plan but the weights' placement, so at the smallest budget the
+	// weights are in pinned_host and every residual is as the user said.
 	_, err = compileBudget(t, d, user, rt.MemoryBudget(1))
 	var be *rt.MemoryBudgetError
 	require.ErrorAs(t, err, &be)
-	require.Equal(t, plain.MemoryAnalysis().TotalBytes(), be.Minimum)
+	require.Less(t, be.Minimum, plain.MemoryAnalysis().TotalBytes())
+	c, err = compileBudget(t, d, user, rt.MemoryBudget(be.Minimum))
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1}, c.MemoryPlan().HostArguments())
+	for _, v := range c.MemoryPlan().Values {
+		require.Contains(t, []string{"keep", "stream", passes.ActionHostArgument}, v.Action, "%+v", v)
+	}
+	require.Equal(t, plain.MemoryAnalysis().HostTempBytes, c.MemoryAnalysis().HostTempBytes, "the user's offload")
+	d.check(t, runBudget(t, c, d))
 }
 
 // A function that traces differently each time cannot be planned: the

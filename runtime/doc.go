@@ -24,9 +24,13 @@
 // function) makes the compiler decide, for each value the backward pass
 // needs, whether to keep it on device, recompute it, or offload it to
 // pinned_host, choosing the fastest plan it finds that fits by trying plans
-// and reading their memory analysis. (*Compiled).MemoryPlan lists the
-// decisions; a budget too small is a *MemoryBudgetError naming the smallest
-// budget that fits. See MemoryBudget.
+// and reading their memory analysis. When no plan fits with the arguments
+// on device, it places the parameters of scanned stacks (arguments read only
+// as scans' xs, streamed in one layer at a time) and then optimizer state
+// passed in (donated, read elementwise, returned updated: copied in where
+// used, its new value written to pinned_host) in pinned_host.
+// (*Compiled).MemoryPlan lists the decisions; a budget too small is a
+// *MemoryBudgetError naming the smallest budget that fits. See MemoryBudget.
 //
 // # Devices
 //

@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -386,6 +387,17 @@ func (j *Jitted[F]) entryFor(key []byte, args []any) (*entry, error) {
 		delete(j.cache, string(key))
 		j.mu.Unlock()
 	}
+	if e.err == nil {
+		if alt := e.lowered.hostSignature(args); alt != nil {
+			// A call passing the arguments the plan places in pinned_host
+			// there (the previous step's results) runs the same program.
+			j.mu.Lock()
+			if _, ok := j.cache[string(alt)]; !ok {
+				j.cache[string(alt)] = e
+			}
+			j.mu.Unlock()
+		}
+	}
 	close(e.ready)
 	if e.err != nil {
 		return nil, e.err
@@ -541,12 +553,13 @@ func (j *Jitted[F]) lower(args []any) (*Lowered, []*trace.TreeDef, error) {
 	if budget > 0 {
 		return j.lowerBudget(args, budget)
 	}
-	return j.lowerWith(args, nil)
+	return j.lowerWith(args, nil, nil)
 }
 
 // lowerWith traces the function for args, with planner (when not nil)
-// deciding the scan bodies' residuals (trace.Tracer.SetRematPlanner).
-func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner) (*Lowered, []*trace.TreeDef, error) {
+// deciding the scan bodies' residuals (trace.Tracer.SetRematPlanner) and
+// the argument leaves hostArgs marks (when not nil) in pinned_host.
+func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner, hostArgs []bool) (*Lowered, []*trace.TreeDef, error) {
 	if err := j.checkArgs(args); err != nil {
 		return nil, nil, err
 	}
@@ -572,7 +585,11 @@ func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner) (*Lowered,
 		if l == nil {
 			continue
 		}
-		params[i] = tr.ParamLike(l)
+		if i < len(hostArgs) && hostArgs[i] {
+			params[i] = tr.HostParam(l.Type())
+		} else {
+			params[i] = tr.ParamLike(l)
+		}
 		if i < len(j.opts.inShardings) && j.opts.inShardings[i] != nil {
 			if err = constrainIn(tr, params, i, j.opts.inShardings[i]); err != nil {
 				tr.Close()
@@ -621,6 +638,14 @@ func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner) (*Lowered,
 						ls[k] = trace.DevicePut(l, sp)
 					}
 				}
+			} else if q := replacedLeaves(defs, d, i, hostArgs, donated); q != nil {
+				// The new value of an argument placed in pinned_host
+				// goes there too: the next call finds it there.
+				for k, l := range ls {
+					if l != nil && q[k] {
+						ls[k] = trace.DevicePut(l, ir.PinnedHost)
+					}
+				}
 			}
 			outDefs[i], outLeaves[i] = d, ls
 		}
@@ -664,6 +689,9 @@ func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner) (*Lowered,
 	f := tr.Func()
 	f.Body.Results = results
 	l := &Lowered{Func: f, numArgs: len(leaves), consts: tr.Captures(), nilArgs: nilMask(leaves), donated: donated, argDefs: defs, noDump: j.opts.probe}
+	if slices.Contains(hostArgs, true) {
+		l.hostArgs = hostArgs
+	}
 	return l, outDefs, nil
 }
 

@@ -23,6 +23,10 @@ type Lowered struct {
 	plan    *passes.MemoryPlan // the memory budget's plan, or nil
 	noDump  bool               // never written to FERRY_DUMP_IR (rate probes)
 	planned Executable         // the planner's executable of this trace, for the next compile
+	// hostArgs marks the argument leaves the memory budget's planner placed
+	// in pinned_host (nil: none); hostCopies keeps their copies.
+	hostArgs   []bool
+	hostCopies hostCopies
 }
 
 // Lower traces fn for the given arguments (trees of arrays) without running it:
@@ -154,6 +158,19 @@ func (l *Lowered) appendBuffers(bufs []trace.Buffer, leaves []*trace.Array) ([]t
 			return nil, trace.Errorf("rt.Jit", "%s: argument leaf %d (%v) is abstract (trace.Abstract): lower and compile it, but call with concrete arrays", l.Func.Name, i, a.Type())
 		}
 		if want := params[i].Type; !a.HasType(want) {
+			if i < len(l.hostArgs) && l.hostArgs[i] && a.Space() == ir.Device {
+				if t := a.Type(); t.Space == ir.Device {
+					t.Space = ir.PinnedHost
+					if t.Equal(want) {
+						h, err := l.toHost(i, a, i < len(l.donated) && l.donated[i])
+						if err != nil {
+							return nil, trace.Errorf("rt.Jit", "%s: moving argument leaf %d to pinned_host, where the memory budget's plan places it: %v", l.Func.Name, i, err)
+						}
+						bufs = append(bufs, h.Buffer())
+						continue
+					}
+				}
+			}
 			return nil, trace.Errorf("rt.Jit", "%s: argument leaf %d is %v, compiled for %v", l.Func.Name, i, a.Type(), want)
 		}
 		bufs = append(bufs, a.Buffer())

@@ -140,9 +140,12 @@ func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, ba
 		iters[k.scope] = float64(ci.iters)
 	}
 	extra := 0.0
-	for k, a := range dec {
-		ci := cands[k]
-		if ci == nil {
+	for k, ci := range cands {
+		a, ok := dec[k]
+		if !ok && ci.fromHost {
+			a, ok = trace.Recompute, true // copied in again (planTrace.Decide)
+		}
+		if !ok {
 			continue
 		}
 		switch {
@@ -175,14 +178,95 @@ func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, ba
 
 // lowerBudget traces and compiles the function under plans until it finds
 // the fastest that fits budget, and returns its Lowered (with the plan).
+// It plans the residuals with the arguments where the caller put them;
+// when no such plan fits, it places the arguments the program reads only
+// as scans' xs (stacked layer weights) in pinned_host and plans again.
 func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.TreeDef, error) {
 	rates := measuredRates()
-	var ref map[candKey]*candInfo
 	compiles := 0
+	base, full, fits, err := j.searchPlans(args, budget, nil, 0, rates, &compiles)
+	if err != nil {
+		return nil, nil, err
+	}
+	host := map[int]string{} // argument leaves placed in pinned_host: the action
+	if len(fits) == 0 {
+		leaves, _, _ := flattenArgs(args)
+		weakArgs := make([]bool, len(leaves))
+		for i, l := range leaves {
+			weakArgs[i] = l != nil && l.IsWeak()
+		}
+		// First the stacked weights; then the optimizer state too.
+		streamed := streamedArgs(base.l.Func, base.l.numArgs, weakArgs)
+		state := stateArgs(base.l.Func, base.l.argDefs, base.outDefs, base.l.donated, weakArgs)
+		var stages []map[int]string
+		if len(streamed) > 0 {
+			m := map[int]string{}
+			for _, i := range streamed {
+				m[i] = passes.ActionHostArgument
+			}
+			stages = append(stages, m)
+		}
+		if len(state) > 0 {
+			m := map[int]string{}
+			for _, i := range streamed {
+				m[i] = passes.ActionHostArgument
+			}
+			for _, i := range state {
+				m[i] = passes.ActionHostState
+			}
+			stages = append(stages, m)
+		}
+		for _, m := range stages {
+			mask := make([]bool, base.l.numArgs)
+			secs := 0.0
+			for i, a := range m {
+				mask[i] = true
+				// Streamed weights are copied in once in the forward
+				// pass (the backward pass's copies are stream values);
+				// state is copied in and its new value out.
+				n := 1.0
+				if a == passes.ActionHostState {
+					n = 2
+				}
+				secs += n * float64(leaves[i].Type().Bytes()) / rates.bw
+			}
+			var hfull *planTry
+			if _, hfull, fits, err = j.searchPlans(args, budget, mask, secs, rates, &compiles); err != nil {
+				return nil, nil, err
+			}
+			if hfull.total < full.total {
+				full = hfull
+			}
+			if len(fits) > 0 {
+				host = m
+				break
+			}
+		}
+	}
+	if len(fits) == 0 {
+		return nil, nil, j.budgetError(budget, base.total, full)
+	}
+	best := slices.MinFunc(fits, func(a, b *planTry) int { return cmp.Compare(a.cost.step, b.cost.step) })
+	best.l.plan = buildPlan(best, host, base.total, budget, rates, compiles)
+	if os.Getenv("FERRY_DUMP_IR") == "" {
+		// Nothing to dump: the try's executable is the one to run.
+		best.prog.Analysis.Plan = best.l.plan
+		best.l.planned = best.exe
+	}
+	return best.l, best.outDefs, nil
+}
+
+// searchPlans plans the residuals with the argument leaves host marks in
+// pinned_host (their transfers estimated at hostSecs per call): it returns
+// the plan with everything kept (base), the one with every residual it can
+// plan recomputed or offloaded (full, the smallest total), and the tries
+// that fit budget (none when full does not).
+func (j *Jitted[F]) searchPlans(args []any, budget int64, host []bool, hostSecs float64, rates budgetRates, compiles *int) (base, full *planTry, fits []*planTry, err error) {
+	var ref map[candKey]*candInfo
 	try := func(dec map[candKey]trace.RematAction) (*planTry, error) {
-		compiles++
+		*compiles++
 		pt := &planTrace{decide: dec, cands: map[candKey]*candInfo{}, ref: ref}
-		l, outDefs, err := j.lowerWith(args, pt)
+		l, outDefs, err := j.lowerWith(args, pt, host)
 		if err != nil {
 			return nil, err
 		}
@@ -196,24 +280,15 @@ func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.Tr
 		prog := exe.Program()
 		t := &planTry{decide: dec, pt: pt, l: l, outDefs: outDefs, exe: exe, prog: prog, total: prog.Analysis.TotalBytes()}
 		t.cost = estimate(pt.cands, dec, passes.CostAnalysis(l.Func), rates)
+		t.cost.step += hostSecs
 		return t, nil
 	}
-	base, err := try(nil)
-	if err != nil {
-		return nil, nil, err
+	if base, err = try(nil); err != nil {
+		return nil, nil, nil, err
 	}
 	ref = base.pt.cands
-	finish := func(t *planTry) (*Lowered, []*trace.TreeDef, error) {
-		t.l.plan = buildPlan(t, base.total, budget, rates, compiles)
-		if os.Getenv("FERRY_DUMP_IR") == "" {
-			// Nothing to dump: the try's executable is the one to run.
-			t.prog.Analysis.Plan = t.l.plan
-			t.l.planned = t.exe
-		}
-		return t.l, t.outDefs, nil
-	}
 	if base.total <= budget {
-		return finish(base)
+		return base, base, []*planTry{base}, nil
 	}
 
 	// The order: greedily the cheapest option per byte saved, given the
@@ -266,10 +341,10 @@ func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.Tr
 		return m
 	}
 	extend(base)
-	full := base
+	full = base
 	for round := 0; round < 4 && len(seq) > 0; round++ {
 		if full, err = try(prefix(len(seq))); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if extend(full) == 0 {
 			break
@@ -283,7 +358,7 @@ func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.Tr
 		for _, pref := range []trace.RematAction{trace.Offload, trace.Recompute} {
 			alt, altSeq, altAct, err := extremePlan(try, base, pref)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			if alt.total < full.total {
 				full, seq, seqAct = alt, altSeq, altAct
@@ -294,17 +369,17 @@ func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.Tr
 		}
 	}
 	if full.total > budget {
-		return nil, nil, j.budgetError(budget, base.total, full)
+		return base, full, nil, nil
 	}
 	// The shortest prefix that fits, by bisection (the tries that fit are
 	// kept: the fastest estimate wins).
-	fits := []*planTry{full}
+	fits = []*planTry{full}
 	lo, hi := 0, len(seq)
-	for hi-lo > 1 && compiles < maxPlanCompiles {
+	for limit := *compiles + maxPlanCompiles; hi-lo > 1 && *compiles < limit; {
 		mid := (lo + hi) / 2
 		t, err := try(prefix(mid))
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if t.total <= budget {
 			hi = mid
@@ -313,15 +388,24 @@ func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.Tr
 			lo = mid
 		}
 	}
-	best := slices.MinFunc(fits, func(a, b *planTry) int { return cmp.Compare(a.cost.step, b.cost.step) })
-	return finish(best)
+	return base, full, fits, nil
 }
 
-// buildPlan describes try t as a MemoryPlan.
-func buildPlan(t *planTry, baseline, budget int64, r budgetRates, compiles int) *passes.MemoryPlan {
+// buildPlan describes try t, with the argument leaves host places in
+// pinned_host, as a MemoryPlan.
+func buildPlan(t *planTry, host map[int]string, baseline, budget int64, r budgetRates, compiles int) *passes.MemoryPlan {
 	p := &passes.MemoryPlan{Budget: budget, BaselineBytes: baseline, TotalBytes: t.total,
 		ComputeSeconds: t.cost.compute, StepSeconds: t.cost.step,
 		FlopRate: r.flop, ElementRate: r.elem, Bandwidth: r.bw, Compiles: compiles}
+	for _, i := range slices.Sorted(maps.Keys(host)) {
+		typ := t.l.Func.Body.Params[i].Type
+		secs := float64(typ.Bytes()) / r.bw
+		if host[i] == passes.ActionHostState {
+			secs *= 2
+		}
+		p.Values = append(p.Values, passes.PlannedValue{Scope: -1, Index: i, Op: "argument", Type: typ.String(), Loc: t.l.leafName(i),
+			Action: host[i], Iterations: 1, Bytes: typ.Bytes(), Seconds: secs})
+	}
 	for _, k := range t.pt.order {
 		ci := t.pt.cands[k]
 		a, decided := t.decide[k]
@@ -357,7 +441,7 @@ type MemoryBudgetError struct {
 func (e *MemoryBudgetError) Error() string {
 	hint := ""
 	if io := e.Analysis.ArgumentBytes + e.Analysis.OutputBytes - e.Analysis.AliasBytes; 2*io > e.Minimum {
-		hint = fmt.Sprintf("; arguments and results are %s of it, and the planner leaves them where the caller put them: stacked layer weights kept in pinned_host stream into planned scans one layer at a time, and optimizer state can live there too (optim.InitIn, rt.OutSpace)", mib(io))
+		hint = fmt.Sprintf("; arguments and results are %s of it, and the planner moves to pinned_host only stacked layer weights (arguments read only as scans' xs) and optimizer state (donated arguments read elementwise and returned updated at the same position): other arguments can live there by hand (rt.DevicePut, optim.InitIn, rt.OutSpace)", mib(io))
 	}
 	return fmt.Sprintf("rt.Jit: %s: no plan fits the memory budget of %d bytes (%s): the smallest budget that fits is %d bytes (%s), with every residual it plans recomputed or offloaded (%d bytes with everything kept); at that plan the device total is argument %s + output %s + temp %s − alias %s; largest device buffers: %s%s",
 		e.Function, e.Budget, mib(e.Budget), e.Minimum, mib(e.Minimum), e.Baseline,

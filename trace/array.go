@@ -47,6 +47,9 @@ type Array struct {
 	val  *ir.Value
 	tr   *Tracer
 	weak bool
+	// moveIn: a pinned_host parameter that ops other than device_put and
+	// control flow read through a device copy made where used (HostParam).
+	moveIn bool
 }
 
 // Abstract returns an array that has only a type, like jax.ShapeDtypeStruct: it

@@ -28,6 +28,25 @@ func DevicePut(x *Array, space ir.MemorySpace) *Array {
 	return Apply1(ir.DevicePut, ir.Attrs{"space": space}, x)
 }
 
+// moveInHostParams returns a copy of args with each HostParam replaced by
+// a device copy, unless op code (device_put, optimization_barrier, control
+// flow) reads pinned_host arrays itself. The copies are not HostParams, so
+// apply called again with the result does not come back here.
+func moveInHostParams(code ir.Code, args []*Array) []*Array {
+	out := make([]*Array, len(args))
+	for i, a := range args {
+		out[i] = a
+		if a != nil && a.moveIn {
+			if code == ir.DevicePut || code == ir.OptimizationBarrier || code.Info().Class == ir.ClassRegion {
+				out[i] = &Array{typ: a.typ, val: a.val, tr: a.tr, weak: a.weak}
+			} else {
+				out[i] = Apply1(ir.DevicePut, ir.Attrs{"space": ir.Device}, a)
+			}
+		}
+	}
+	return out
+}
+
 // checkHostOperands panics with *Error when an op other than device_put,
 // optimization_barrier (an identity that keeps each operand's space) and the
 // control-flow ops (scan, while, cond) reads a pinned_host array, as JAX

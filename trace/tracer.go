@@ -61,6 +61,18 @@ func (t *Tracer) ParamLike(a *Array) *Array {
 	return p
 }
 
+// HostParam adds a parameter of type typ placed in pinned_host (typ's
+// space is ignored) that the traced function may use as if it were on
+// device: an op other than device_put, optimization_barrier and control
+// flow (which read pinned_host arrays themselves) reads a device copy of it
+// made where it is used. rt.Jit's memory budget places optimizer state so.
+func (t *Tracer) HostParam(typ ir.Type) *Array {
+	typ.Space = ir.PinnedHost
+	p := t.Param(typ)
+	p.moveIn = true
+	return p
+}
+
 // Wrap returns the array of this tracer standing for v (a value of its region).
 func (t *Tracer) Wrap(v *ir.Value) *Array { return &Array{typ: v.Type, val: v, tr: t} }
 
@@ -235,6 +247,11 @@ func apply(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Array, re
 		checkLive(name, a)
 		if a.tr != nil && (target == nil || a.tr.level > target.level) {
 			target = a.tr
+		}
+	}
+	for _, a := range args {
+		if a != nil && a.moveIn {
+			return apply(code, attrs, regions, moveInHostParams(code, args), res)
 		}
 	}
 	checkHostOperands(code, attrs, args)

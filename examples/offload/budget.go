@@ -17,7 +17,8 @@ import (
 
 // The -budget mode: the model under rt.MemoryBudget at 8 budgets from the
 // fully offloaded case's total (activation and parameter offload) up to the
-// baseline's, beside the fastest hand-written choice that fits each budget:
+// baseline's, with the weights passed on device (the planner moves them to
+// pinned_host where no plan fits otherwise), beside the fastest hand-written choice that fits each budget:
 // the nine remat policies of trace (and a plain scan), each with the weights
 // on device and in pinned_host (streamed in by the layer's device_put), all
 // compiled, checked and timed in the same run, the timed runs alternating.
@@ -38,8 +39,8 @@ type BudgetRow struct {
 	Seconds         float64 `json:"seconds"`
 	// EstimatedSeconds is the planner's model of the step.
 	EstimatedSeconds float64 `json:"estimated_seconds"`
-	// HostParams: the weights are in pinned_host (the planner's minimum with
-	// them on device is over the budget).
+	// HostParams: the planner placed the weights (passed on device) in
+	// pinned_host, as no plan fits with them on device.
 	HostParams        bool    `json:"host_params"`
 	MaxAbsGradDiff    float64 `json:"max_abs_grad_diff"`
 	BestManualSeconds float64 `json:"best_manual_seconds"`
@@ -179,23 +180,18 @@ func runBudget(w, wHost Weights, x *trace.Array, asJSON bool) error {
 		b := lo + (baseline-lo)*int64(i)/7
 		row := &BudgetRow{BudgetBytes: b}
 		rows = append(rows, row)
-		var bc *budgetCase
-		var err error
-		for _, host := range []bool{false, true} {
-			if bc, err = compile("budget", baselineLoss, host, rt.MemoryBudget(b)); err == nil {
-				break
-			}
+		// The weights are passed on device: the planner places them.
+		bc, err := compile("budget", baselineLoss, false, rt.MemoryBudget(b))
+		if err != nil {
 			var be *rt.MemoryBudgetError
 			if !errors.As(err, &be) {
 				return err
 			}
-		}
-		if err != nil {
 			row.Error = err.Error()
 			continue
 		}
 		p := bc.c.MemoryPlan()
-		row.TotalBytes, row.EstimatedSeconds, row.HostParams = bc.total, p.StepSeconds, bc.host
+		row.TotalBytes, row.EstimatedSeconds, row.HostParams = bc.total, p.StepSeconds, len(p.HostArguments()) > 0
 		row.Plan = planSummary(p)
 		bc.row = row
 		planned = append(planned, bc)
@@ -269,14 +265,18 @@ func planSummary(p *passes.MemoryPlan) string {
 		b[v.Action] += v.Bytes
 	}
 	s := ""
-	for _, a := range []string{"keep", "recompute", "offload", "stream"} {
+	for _, a := range []string{passes.ActionHostArgument, "keep", "recompute", "offload", "stream"} {
 		if n[a] == 0 {
 			continue
 		}
 		if s != "" {
 			s += ", "
 		}
-		s += fmt.Sprintf("%s %d values (%.2f MiB)", a, n[a], float64(b[a])/mib)
+		label, what := a, "values"
+		if a == passes.ActionHostArgument {
+			label, what = "in pinned_host:", "arguments"
+		}
+		s += fmt.Sprintf("%s %d %s (%.2f MiB)", label, n[a], what, float64(b[a])/mib)
 	}
 	if s == "" {
 		s = "nothing to plan"
