@@ -24,7 +24,11 @@ run() { # name, then the command
   FERRY_MEMORY_REPORT="$dir/$name" "$@" > "$dir/$name.log" 2>&1 || { echo "$name failed:"; tail -5 "$dir/$name.log"; exit 1; }
 }
 run quickstart go run ./examples/quickstart
-run mlp go run ./examples/mlp -epochs 1
+if [ -d /usr/share/datasets/fashion-mnist ]; then
+  run mlp go run ./examples/mlp -epochs 1
+else
+  echo "mlp: skipped (no Fashion-MNIST under /usr/share/datasets/fashion-mnist)"
+fi
 run init go run ./examples/init
 run offload go run ./examples/offload
 run sharded go run ./examples/sharded -steps 1
@@ -33,7 +37,7 @@ pages=0
 failed=0
 for f in "$dir"/*/*.html; do
   pages=$((pages + 1))
-  dom=$(timeout 60 "$browser" --headless --disable-gpu --no-sandbox --no-first-run --user-data-dir="$dir/profile" \
+  dom=$(timeout 60 "$browser" --headless --disable-gpu --no-sandbox --no-first-run --user-data-dir="$dir/.profile" \
     --virtual-time-budget=3000 --dump-dom "file://$f" 2>/dev/null || true)
   errs=$(sed -n 's/.*data-errors="\([0-9]*\)".*/\1/p' <<<"$dom" | head -1)
   bars=$(sed -n 's/.*data-bars="\(-\{0,1\}[0-9]*\)".*/\1/p' <<<"$dom" | head -1)
@@ -42,8 +46,8 @@ for f in "$dir"/*/*.html; do
     failed=$((failed + 1))
   fi
 done
-for e in quickstart mlp init offload sharded transformer; do
-  echo "$e: $(ls "$dir/$e" | wc -l) pages"
+for e in "$dir"/*/; do
+  echo "$(basename "$e"): $(ls "$e" | wc -l) pages"
 done
 echo "$pages pages, $failed failed"
 [ "$failed" = 0 ] && [ "$pages" -gt 0 ]

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The memory viewer opens offline for every example program: each example's
+# FERRY_MEMORY_REPORT pages load in headless chromium (installed by .ci/run)
+# with no script error and bars drawn.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+bash bench/memview/check-examples.sh
+echo "memview: passed in $(( $(date +%s) - start )) s"
