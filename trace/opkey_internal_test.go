@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -68,4 +69,36 @@ func TestOpKeyDistinguishesOps(t *testing.T) {
 		}
 	}
 	t.Logf("%d equal pairs of different cases", nsame)
+}
+
+// TestOpKeySharding: the eager cache key tells sharded operands from
+// unsharded ones and one sharding from another, so that a program built for
+// one never serves the other (the cache poisoning behind TestVmapOps/while
+// with seed 1795653044895154624).
+func TestOpKeySharding(t *testing.T) {
+	m, err := ir.NewMesh([]int{2}, []string{"x"}, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := ir.NewNamedSharding(m, ir.P("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, err := ir.NewNamedSharding(m, ir.P("", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := ir.TypeOf(ir.Float32, 4, 6)
+	key := func(ty ir.Type) []byte { return appendOpKey(nil, ir.Neg, nil, []ir.Type{ty}) }
+	keys := [][]byte{key(plain), key(plain.WithSharding(rows)), key(plain.WithSharding(cols))}
+	for i := range keys {
+		for j := i + 1; j < len(keys); j++ {
+			if bytes.Equal(keys[i], keys[j]) {
+				t.Errorf("keys %d and %d are equal: %q", i, j, keys[i])
+			}
+		}
+	}
+	if !bytes.Equal(key(plain.WithSharding(rows)), keys[1]) {
+		t.Error("the same sharded type gives two keys")
+	}
 }

@@ -473,6 +473,13 @@ func appendOpKey(b []byte, code ir.Code, attrs ir.Attrs, types []ir.Type) []byte
 		for _, d := range t.Shape {
 			b = encbin.AppendVarint(b, int64(d))
 		}
+		// The sharding too (one byte when there is none): a program built for
+		// sharded operands must never serve unsharded ones, or the reverse.
+		if t.Sharding == nil {
+			b = append(b, 0)
+		} else {
+			b = fmt.Appendf(b, "\x01%v;", t.Sharding)
+		}
 	}
 	for _, k := range attrs.Keys() {
 		b = append(b, k...)
