@@ -1,6 +1,7 @@
 package collective
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -264,8 +265,23 @@ func (c *Hybrid) run(ctx context.Context, k kind, fill func(*slot) error) error 
 }
 
 // hdrSize is the size of a call's header: the lengths of its description and
-// of its send buffer, and whether its arguments are invalid.
+// of its send buffer (8 bytes each), whether its arguments are invalid, and
+// the collective, op and dtype (a byte each).
 const hdrSize = 24
+
+// sameAllReduce reports whether the gathered headers are every rank's valid
+// AllReduce of one op, dtype and length: calls that check would pass and
+// whose descriptions are equal, as they hold nothing else.
+func sameAllReduce(hdrs []byte, pos []int) bool {
+	a := hdrs[pos[0]*hdrSize:]
+	for _, p := range pos {
+		h := hdrs[p*hdrSize:]
+		if kind(h[17]) != kAllReduce || h[16] != 0 || !bytes.Equal(h[8:16], a[8:16]) || h[18] != a[18] || h[19] != a[19] {
+			return false
+		}
+	}
+	return true
+}
 
 // do runs one call: it gathers every rank's header, then every rank's call
 // description and send buffer, checks the calls as Local does, and hands the
@@ -301,9 +317,13 @@ func (c *Hybrid) do(ctx context.Context, k kind, fill func(*slot) error, finish 
 	if s.err != nil {
 		hdr[16] = 1
 	}
+	hdr[17], hdr[18], hdr[19] = byte(k), byte(s.op), byte(s.dt)
 	hdrs, err := c.exchange(ctx, k, hdrSize, part{head: hdr})
 	if err != nil {
 		return err
+	}
+	if sameAllReduce(hdrs, g.pos) {
+		return c.allReduceFast(ctx, &s)
 	}
 	// The data travels only when every rank's arguments are valid and its
 	// send buffers have one length; otherwise the check below fails anyway.
@@ -357,13 +377,21 @@ func (c *Hybrid) do(ctx context.Context, k kind, fill func(*slot) error, finish 
 // passes its block, and gets the gathered buffer, in which rank r's block
 // starts at byte g.pos[r]*size. The buffer is new and is not written again.
 func (c *Hybrid) exchange(ctx context.Context, k kind, size int, b part) ([]byte, error) {
+	return c.rendezvous(ctx, k, b, func() ([]byte, error) { return c.gather(ctx, k, size) })
+}
+
+// rendezvous publishes this local member's part, lets the leader compute a
+// buffer from every local member's part with lead (the parts stay readable
+// until lead returns), and gives every member that buffer, which is not
+// written again.
+func (c *Hybrid) rendezvous(ctx context.Context, k kind, b part, lead func() ([]byte, error)) ([]byte, error) {
 	g := c.g
 	g.parts[c.li] = b
 	if err := c.wait(ctx, k); err != nil {
 		return nil, err
 	}
 	if c.li == 0 {
-		g.out, g.err = c.gather(ctx, k, size)
+		g.out, g.err = lead()
 		g.readers.Store(int32(len(g.local)))
 	}
 	if err := c.wait(ctx, k); err != nil {
@@ -438,6 +466,86 @@ func (c *Hybrid) allReduce(slots []slot) {
 		b := min(a+tile, n)
 		k.store(s.recv[a*esz:b*esz], foldRange(k, acc, slots, a, b, esz))
 	}
+}
+
+// allReduceFast is the data phase of an AllReduce that every rank of the
+// group called alike (so that the checks pass): the processes split the
+// elements into one chunk each, and each process folds its chunk over every
+// rank in rank order and shares the result (see reduceChunk).
+func (c *Hybrid) allReduceFast(ctx context.Context, s *slot) error {
+	if len(s.send) == 0 {
+		return nil
+	}
+	out, err := c.rendezvous(ctx, kAllReduce, part{head: s.send}, func() ([]byte, error) {
+		return c.reduceChunks(ctx, s.op, s.dt, len(s.send))
+	})
+	if err != nil {
+		return err
+	}
+	copy(s.recv, out)
+	return nil
+}
+
+// reduceChunks is the leader's part of allReduceFast, on sends of size bytes
+// held in g.parts. The elements are split into one chunk per process (a
+// multiple of 8 elements, so chunks stay aligned): an AllToAll among the
+// processes gives each process its chunk of every rank's send, the process
+// folds it in rank order (the order and precision of Local: every element is
+// folded whole on one process), and an AllGather gives every process every
+// chunk's result. Each process receives about (n/P)·L + L bytes instead of
+// the n·L of the all-gather design. It returns the result (at least size
+// bytes; the rest is padding).
+func (c *Hybrid) reduceChunks(ctx context.Context, op Op, dt ir.DType, size int) ([]byte, error) {
+	g := c.g
+	np, q := g.procs.Size(), g.procs.Rank()
+	esz := dt.Size()
+	n := size / esz
+	ce := roundUp8((n + np - 1) / np) // elements per chunk
+	cb := ce * esz
+	lo := min(n, q*ce)
+	nq := min(n, lo+ce) - lo // the elements of this process's chunk
+	chunks := make([]slot, g.n)
+	if np == 1 {
+		for i, r := range g.local {
+			chunks[r].send = g.parts[i].head
+		}
+	} else {
+		// Block d of the AllToAll goes to process d: chunk d of the
+		// process's members' sends, member i (rank local[i], the i-th of the
+		// process's members in rank order) at slot i.
+		send := alignedBytes(np * g.per * cb)
+		for i := range g.local {
+			for d := range np {
+				a := min(n, d*ce)
+				copy(send[(d*g.per+i)*cb:], g.parts[i].head[a*esz:min(n, a+ce)*esz])
+			}
+		}
+		recv := alignedBytes(len(send))
+		if err := g.procs.AllToAll(ctx, ir.Uint8, nil, 0, 0, send, recv); err != nil {
+			return nil, c.procsFailed(ctx, kAllReduce, err)
+		}
+		for r := range chunks {
+			chunks[r].send = recv[g.pos[r]*cb:]
+		}
+	}
+	for i := range g.parts {
+		g.parts[i] = part{}
+	}
+	mine := alignedBytes(cb)
+	k, _ := kernelFor(dt, op)
+	acc := c.accumulator()
+	for a := 0; a < nq; a += tile {
+		b := min(a+tile, nq)
+		k.store(mine[a*esz:b*esz], foldRange(k, acc, chunks, a, b, esz))
+	}
+	if np == 1 {
+		return mine, nil
+	}
+	out := alignedBytes(np * cb)
+	if err := g.procs.AllGather(ctx, ir.Uint8, nil, 0, mine, out); err != nil {
+		return nil, c.procsFailed(ctx, kAllReduce, err)
+	}
+	return out, nil
 }
 
 // split makes this rank's new communicator: the process's leader splits the
