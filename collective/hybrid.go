@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -505,6 +506,13 @@ func (c *Hybrid) reduceChunks(ctx context.Context, op Op, dt ir.DType, size int)
 	lo := min(n, q*ce)
 	nq := min(n, lo+ce) - lo // the elements of this process's chunk
 	chunks := make([]slot, g.n)
+	// The AllToAll's send and recv and this process's result chunk, from
+	// scratch memory: every byte read is written first (padding, and the
+	// slots of members a process lacks, hold junk no fold reads).
+	a2a := np * g.per * cb
+	buf := getScratch(2*a2a + cb)
+	defer putScratch(buf)
+	mine := buf.b[2*a2a:]
 	if np == 1 {
 		for i, r := range g.local {
 			chunks[r].send = g.parts[i].head
@@ -513,14 +521,13 @@ func (c *Hybrid) reduceChunks(ctx context.Context, op Op, dt ir.DType, size int)
 		// Block d of the AllToAll goes to process d: chunk d of the
 		// process's members' sends, member i (rank local[i], the i-th of the
 		// process's members in rank order) at slot i.
-		send := alignedBytes(np * g.per * cb)
+		send, recv := buf.b[:a2a], buf.b[a2a:2*a2a]
 		for i := range g.local {
 			for d := range np {
 				a := min(n, d*ce)
 				copy(send[(d*g.per+i)*cb:], g.parts[i].head[a*esz:min(n, a+ce)*esz])
 			}
 		}
-		recv := alignedBytes(len(send))
 		if err := g.procs.AllToAll(ctx, ir.Uint8, nil, 0, 0, send, recv); err != nil {
 			return nil, c.procsFailed(ctx, kAllReduce, err)
 		}
@@ -531,21 +538,46 @@ func (c *Hybrid) reduceChunks(ctx context.Context, op Op, dt ir.DType, size int)
 	for i := range g.parts {
 		g.parts[i] = part{}
 	}
-	mine := alignedBytes(cb)
 	k, _ := kernelFor(dt, op)
 	acc := c.accumulator()
 	for a := 0; a < nq; a += tile {
 		b := min(a+tile, nq)
 		k.store(mine[a*esz:b*esz], foldRange(k, acc, chunks, a, b, esz))
 	}
-	if np == 1 {
-		return mine, nil
-	}
 	out := alignedBytes(np * cb)
+	if np == 1 {
+		copy(out, mine)
+		return out, nil
+	}
 	if err := g.procs.AllGather(ctx, ir.Uint8, nil, 0, mine, out); err != nil {
 		return nil, c.procsFailed(ctx, kAllReduce, err)
 	}
 	return out, nil
+}
+
+// scratch holds reusable 8-byte-aligned buffers of the AllReduce chunks, so
+// that the hot path neither allocates nor zeroes them; a sync.Pool, so the
+// garbage collector still frees what is not in use.
+var scratch sync.Pool
+
+type scratchBuf struct {
+	w []uint64
+	b []byte
+}
+
+// getScratch returns an aligned buffer of n bytes, not zeroed.
+func getScratch(n int) *scratchBuf {
+	s, _ := scratch.Get().(*scratchBuf)
+	if s == nil || 8*len(s.w) < n {
+		s = &scratchBuf{w: make([]uint64, (n+7)/8+1)}
+	}
+	s.b = unsafe.Slice((*byte)(unsafe.Pointer(&s.w[0])), n)
+	return s
+}
+
+func putScratch(s *scratchBuf) {
+	s.b = nil
+	scratch.Put(s)
 }
 
 // split makes this rank's new communicator: the process's leader splits the

@@ -55,3 +55,54 @@ func BenchmarkMPIAllReduce(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMPIHybridAllReduce measures the f32 sum all-reduce of a
+// collective.Hybrid world of 2 devices per process over the job's processes
+// (rt.InitDistributed's communicator), per rank and bytes per rank:
+//
+//	go test -c -o /tmp/mpi.test ./collective/mpi
+//	mpirun -np 2 /tmp/mpi.test -test.run '^$' -test.bench MPIHybrid -test.benchtime 50x
+func BenchmarkMPIHybridAllReduce(b *testing.B) {
+	if job.err != nil {
+		b.Skip(job.err)
+	}
+	const local = 2
+	ctx := context.Background()
+	hs, err := collective.NewHybrid(ctx, job.world, local)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, size := range []int{4, 16 << 10, 256 << 10, 4 << 20} {
+		b.Run(fmt.Sprintf("f32/devices=%dx%d/bytes=%d", job.world.Size(), local, size), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			errs := make([]error, local)
+			start := time.Now()
+			done := make(chan int)
+			for d, h := range hs {
+				go func() {
+					defer func() { done <- d }()
+					send, recv := alloc(size), alloc(size)
+					for range b.N {
+						if err := h.AllReduce(ctx, collective.Sum, ir.Float32, send, recv); err != nil {
+							errs[d] = err
+							return
+						}
+					}
+				}()
+			}
+			for range hs {
+				<-done
+			}
+			elapsed := time.Since(start)
+			for _, err := range errs {
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(elapsed.Microseconds())/float64(b.N), "µs/op")
+			if job.world.Rank() == 0 {
+				fmt.Printf("mpibench %s: %d iterations, %.1f µs/op\n", b.Name(), b.N, float64(elapsed.Nanoseconds())/1e3/float64(b.N))
+			}
+		})
+	}
+}
