@@ -60,6 +60,22 @@ import (
 // in-process barriers per call (six for Split). It is the correctness
 // baseline that faster schedules must match bit for bit.
 //
+// # AllReduce: chunks
+//
+// An AllReduce whose headers (which also hold each rank's collective, op
+// and dtype) show every rank's valid call of one op, dtype and length, the
+// calls the check would pass, skips the second exchange: the elements are
+// split into one chunk per process of the group, an AllToAll among the
+// processes gives each process its chunk of every rank's send, the process's
+// leader folds the chunk over all n ranks in rank order (Local's kernels,
+// order and precision: each element is folded whole on one process, so the
+// bits are Local's whatever the group's order of processes), and an
+// AllGather among the processes gives every process every chunk's result.
+// A process receives about (n/P)·L + L bytes instead of n·L, in three calls
+// of the processes communicator (the header's all-gather, the AllToAll and
+// the AllGather) and the same four in-process barriers. Every other call,
+// a mismatched or invalid AllReduce included, takes the baseline path above.
+//
 // Abort and contexts: aborting any of a process's Hybrid ranks (or a context
 // done while a rank waits) fails every pending and later call of every
 // communicator of the world in this process with [ErrAborted], and aborts the
