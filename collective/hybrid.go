@@ -73,8 +73,11 @@ import (
 // AllGather among the processes gives every process every chunk's result.
 // A process receives about (n/P)·L + L bytes instead of n·L, in three calls
 // of the processes communicator (the header's all-gather, the AllToAll and
-// the AllGather) and the same four in-process barriers. Every other call,
-// a mismatched or invalid AllReduce included, takes the baseline path above.
+// the AllGather) and the same four in-process barriers. Below 64 KiB of
+// sends in all, where latency rules, the sends are all-gathered whole
+// instead (still without the descriptions) and every rank folds them. Every
+// other call, a mismatched or invalid AllReduce included, takes the baseline
+// path above.
 //
 // Abort and contexts: aborting any of a process's Hybrid ranks (or a context
 // done while a rank waits) fails every pending and later call of every
@@ -493,6 +496,9 @@ func (c *Hybrid) allReduceFast(ctx context.Context, s *slot) error {
 	if len(s.send) == 0 {
 		return nil
 	}
+	if c.g.n*len(s.send) <= gatherAllReduce {
+		return c.allReduceGathered(ctx, s)
+	}
 	out, err := c.rendezvous(ctx, kAllReduce, part{head: s.send}, func() ([]byte, error) {
 		return c.reduceChunks(ctx, s.op, s.dt, len(s.send))
 	})
@@ -500,6 +506,35 @@ func (c *Hybrid) allReduceFast(ctx context.Context, s *slot) error {
 		return err
 	}
 	copy(s.recv, out)
+	return nil
+}
+
+// gatherAllReduce is the most bytes (ranks × bytes per rank) that
+// allReduceFast all-gathers whole, where the latency of the chunks' two calls
+// of the processes communicator would cost more than the data they save.
+const gatherAllReduce = 64 << 10
+
+// allReduceGathered is allReduceFast on small buffers: one all-gather of the
+// ranks' sends (no descriptions), then every rank folds them in rank order.
+func (c *Hybrid) allReduceGathered(ctx context.Context, s *slot) error {
+	g := c.g
+	size := roundUp8(len(s.send))
+	blocks, err := c.exchange(ctx, kAllReduce, size, part{head: s.send})
+	if err != nil {
+		return err
+	}
+	slots := make([]slot, g.n)
+	for r := range slots {
+		slots[r].send = blocks[g.pos[r]*size:]
+	}
+	esz := s.dt.Size()
+	k, _ := kernelFor(s.dt, s.op)
+	acc := c.accumulator()
+	n := len(s.send) / esz
+	for a := 0; a < n; a += tile {
+		b := min(a+tile, n)
+		k.store(s.recv[a*esz:b*esz], foldRange(k, acc, slots, a, b, esz))
+	}
 	return nil
 }
 
