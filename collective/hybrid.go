@@ -562,7 +562,15 @@ func (c *Hybrid) reduceChunks(ctx context.Context, op Op, dt ir.DType, size int)
 	// slots of members a process lacks, hold junk no fold reads).
 	a2a := np * g.per * cb
 	buf := getScratch(2*a2a + cb)
-	defer putScratch(buf)
+	// Back to the pool only when the processes' calls completed: one that
+	// failed may leave a transfer into the buffer in flight (the Open MPI
+	// engine keeps such buffers pinned for good).
+	ok := false
+	defer func() {
+		if ok {
+			putScratch(buf)
+		}
+	}()
 	mine := buf.b[2*a2a:]
 	if np == 1 {
 		for i, r := range g.local {
@@ -598,11 +606,10 @@ func (c *Hybrid) reduceChunks(ctx context.Context, op Op, dt ir.DType, size int)
 	out := alignedBytes(np * cb)
 	if np == 1 {
 		copy(out, mine)
-		return out, nil
-	}
-	if err := g.procs.AllGather(ctx, ir.Uint8, nil, 0, mine, out); err != nil {
+	} else if err := g.procs.AllGather(ctx, ir.Uint8, nil, 0, mine, out); err != nil {
 		return nil, c.procsFailed(ctx, kAllReduce, err)
 	}
+	ok = true
 	return out, nil
 }
 
