@@ -478,14 +478,7 @@ func (c *Hybrid) accumulator() []byte {
 // allReduce folds every rank's send in rank order into this rank's recv.
 func (c *Hybrid) allReduce(slots []slot) {
 	s := &slots[c.rank]
-	esz := s.dt.Size()
-	k, _ := kernelFor(s.dt, s.op)
-	acc := c.accumulator()
-	n := len(s.send) / esz
-	for a := 0; a < n; a += tile {
-		b := min(a+tile, n)
-		k.store(s.recv[a*esz:b*esz], foldRange(k, acc, slots, a, b, esz))
-	}
+	foldInto(s.recv[:len(s.send)], s.dt, s.op, c.accumulator(), slots)
 }
 
 // allReduceFast is the data phase of an AllReduce that every rank of the
@@ -527,14 +520,7 @@ func (c *Hybrid) allReduceGathered(ctx context.Context, s *slot) error {
 	for r := range slots {
 		slots[r].send = blocks[g.pos[r]*size:]
 	}
-	esz := s.dt.Size()
-	k, _ := kernelFor(s.dt, s.op)
-	acc := c.accumulator()
-	n := len(s.send) / esz
-	for a := 0; a < n; a += tile {
-		b := min(a+tile, n)
-		k.store(s.recv[a*esz:b*esz], foldRange(k, acc, slots, a, b, esz))
-	}
+	foldInto(s.recv[:len(s.send)], s.dt, s.op, c.accumulator(), slots)
 	return nil
 }
 
@@ -597,12 +583,7 @@ func (c *Hybrid) reduceChunks(ctx context.Context, op Op, dt ir.DType, size int)
 	for i := range g.parts {
 		g.parts[i] = part{}
 	}
-	k, _ := kernelFor(dt, op)
-	acc := c.accumulator()
-	for a := 0; a < nq; a += tile {
-		b := min(a+tile, nq)
-		k.store(mine[a*esz:b*esz], foldRange(k, acc, chunks, a, b, esz))
-	}
+	foldInto(mine[:nq*esz], dt, op, c.accumulator(), chunks)
 	out := alignedBytes(np * cb)
 	if np == 1 {
 		copy(out, mine)

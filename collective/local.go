@@ -471,6 +471,18 @@ func foldRange(k kernel, acc []byte, slots []slot, a, b, esz int) []byte {
 	return x
 }
 
+// foldInto reduces the first len(dst) bytes of every slot's send with (dt,
+// op), in rank order, into dst, a tile at a time through acc.
+func foldInto(dst []byte, dt ir.DType, op Op, acc []byte, slots []slot) {
+	esz := dt.Size()
+	k, _ := kernelFor(dt, op)
+	n := len(dst) / esz
+	for a := 0; a < n; a += tile {
+		b := min(a+tile, n)
+		k.store(dst[a*esz:b*esz], foldRange(k, acc, slots, a, b, esz))
+	}
+}
+
 // allReduce reduces this rank's slice of the elements and writes it to every
 // rank's recv.
 func (c *Local) allReduce(slots []slot) {
