@@ -58,14 +58,9 @@ func (e *shardedExecutable) deviceComms(ctx context.Context) ([]map[string]backe
 	if len(e.part.Axes) == 0 {
 		return make([]map[string]backend.DeviceCommunicator, len(pos)), nil
 	}
-	e.mu.Lock()
-	if k := len(e.freeDev); k > 0 {
-		set := e.freeDev[k-1]
-		e.freeDev = e.freeDev[:k-1]
-		e.mu.Unlock()
+	if set, ok := takeIdle(&e.mu, &e.freeDev); ok {
 		return set, nil
 	}
-	e.mu.Unlock()
 	maker := backend.DeviceCommMakerFor(e.be.Name())
 	if maker == nil {
 		return nil, fmt.Errorf("the %s backend runs collectives on device memory, and no maker of its communicators is registered: import github.com/ferryml/ferry/cuda/nccl (NCCL)", e.be.Name())

@@ -213,13 +213,15 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 		}
 		return nil, err
 	}
-	e.mu.Lock()
-	if dcomms != nil {
-		e.freeDev = append(e.freeDev, dcomms)
-	} else {
-		e.free = append(e.free, comms)
+	if len(e.part.Axes) > 0 { // sets without communicators are not kept
+		e.mu.Lock()
+		if dcomms != nil {
+			e.freeDev = append(e.freeDev, dcomms)
+		} else if comms != nil {
+			e.free = append(e.free, comms)
+		}
+		e.mu.Unlock()
 	}
-	e.mu.Unlock()
 	for _, sb := range given {
 		sb.mu.Lock()
 		sb.deleted = true // its blocks were handed to the results
@@ -257,6 +259,18 @@ func firstError(errs []error, devs []int) error {
 	return aborted
 }
 
+// takeIdle pops a communicator set an earlier call left in free (guarded
+// by mu).
+func takeIdle[T any](mu *sync.Mutex, free *[]T) (set T, ok bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	if k := len(*free); k > 0 {
+		set, *free = (*free)[k-1], (*free)[:k-1]
+		return set, true
+	}
+	return set, false
+}
+
 // comms returns a set of communicators, one map per device of this
 // process (in mesh order) from each axis string of the program to the
 // device's communicator of that group: an idle set of an earlier call, or a
@@ -269,14 +283,9 @@ func (e *shardedExecutable) comms(ctx context.Context) ([]map[string]collective.
 	if len(e.part.Axes) == 0 {
 		return make([]map[string]collective.Communicator, n), nil
 	}
-	e.mu.Lock()
-	if k := len(e.free); k > 0 {
-		set := e.free[k-1]
-		e.free = e.free[:k-1]
-		e.mu.Unlock()
+	if set, ok := takeIdle(&e.mu, &e.free); ok {
 		return set, nil
 	}
-	e.mu.Unlock()
 	axesOf := func(ax string) []int {
 		var idx []int
 		for _, name := range strings.Split(ax, ",") {
