@@ -455,7 +455,13 @@ func iotaInts(n int) []int {
 func (c *testCase) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "options: %+v donated %v, %d concurrent runs\n%s", c.opts, c.donated, c.concurrent, c.f)
-	for i, a := range c.args {
+	writeArgs(&b, c.args)
+	return b.String()
+}
+
+// writeArgs writes each argument's type and first 16 values to b.
+func writeArgs(b *strings.Builder, args []*ir.Literal) {
+	for i, a := range args {
 		n := min(a.Type.Size(), 16)
 		vals := make([]float64, n)
 		for j := range vals {
@@ -465,9 +471,8 @@ func (c *testCase) String() string {
 		if n < a.Type.Size() {
 			more = " ..."
 		}
-		fmt.Fprintf(&b, "arg %d %v: %v%s\n", i, a.Type, vals, more)
+		fmt.Fprintf(b, "arg %d %v: %v%s\n", i, a.Type, vals, more)
 	}
-	return b.String()
 }
 
 // TestCPUExecRandom runs random programs through passes and cpuexec

@@ -578,18 +578,7 @@ func describeSharded(c *testCase) string {
 	} else {
 		fmt.Fprintf(&b, "per-device program (results laid out as %v):\n%s", part.Results, part.Func)
 	}
-	for i, a := range c.args {
-		n := min(a.Type.Size(), 16)
-		vals := make([]float64, n)
-		for j := range vals {
-			vals[j] = a.Float64At(j)
-		}
-		more := ""
-		if n < a.Type.Size() {
-			more = " ..."
-		}
-		fmt.Fprintf(&b, "arg %d %v: %v%s\n", i, a.Type, vals, more)
-	}
+	writeArgs(&b, c.args)
 	return b.String()
 }
 
