@@ -8,11 +8,7 @@
 #   bash bench/memview/check-examples.sh    # prints "N pages, 0 failed"
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-browser=${FERRY_CHROMIUM:-$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)}
-if [ -z "$browser" ]; then
-  echo "no chromium: apt-get install chromium (or set FERRY_CHROMIUM)" >&2
-  exit 1
-fi
+. bench/memview/browser.sh
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 text="$dir/text.txt"

@@ -6,11 +6,7 @@
 #   bash bench/memview/screenshot.sh    # writes bench/memview/activation_offload.png
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-browser=${FERRY_CHROMIUM:-$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)}
-if [ -z "$browser" ]; then
-  echo "no chromium: apt-get install chromium (or set FERRY_CHROMIUM)" >&2
-  exit 1
-fi
+. bench/memview/browser.sh
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 go run ./examples/offload -html "$dir/html" >/dev/null
