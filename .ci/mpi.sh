@@ -52,6 +52,17 @@ for np in 2 4 4a; do
     exit 1
   fi
 done
+# passed_everywhere TEST NP WHAT: $log holds TEST's PASS line from each of the
+# NP processes and no SKIP, or the log is shown and the check fails.
+passed_everywhere() {
+  local passes
+  passes=$(grep -c -- "^--- PASS: $1 " "$log" || true)
+  if [ "$passes" != "$2" ] || grep -q -- '--- SKIP' "$log"; then
+    cat "$log"
+    echo "mpi: $3 passed on $passes of $2 processes"
+    exit 1
+  fi
+}
 # One sharded program over the devices of several processes
 # (rt.InitDistributed): 2 and 4 processes of 2 virtual CPU devices each,
 # jitted sharded functions and the sharded training example, compared with
@@ -67,12 +78,7 @@ for np in 2 4; do
       echo "mpi: $test failed with $np processes"
       exit 1
     fi
-    passes=$(grep -c -- "^--- PASS: $test " "$log" || true)
-    if [ "$passes" != "$np" ] || grep -q -- '--- SKIP' "$log"; then
-      cat "$log"
-      echo "mpi: $test passed on $passes of $np processes"
-      exit 1
-    fi
+    passed_everywhere "$test" "$np" "$test"
     grep -- "^    --- PASS" "$log" | sed 's/ (.*//' | sort | uniq -c | sed "s/^ *\([0-9]*\) *\(.*\)/  \2 on \1 processes/"
   done
 done
@@ -89,12 +95,7 @@ for phase in save:2 load:4; do
     echo "mpi: the sharded checkpoint test ($phase) failed with $np processes"
     exit 1
   fi
-  passes=$(grep -c -- "^--- PASS: TestMPIShardedCheckpoint " "$log" || true)
-  if [ "$passes" != "$np" ] || grep -q -- '--- SKIP' "$log"; then
-    cat "$log"
-    echo "mpi: TestMPIShardedCheckpoint ($phase) passed on $passes of $np processes"
-    exit 1
-  fi
+  passed_everywhere TestMPIShardedCheckpoint "$np" "TestMPIShardedCheckpoint ($phase)"
 done
 echo "== mpirun -np 1 (2 devices) : -np 1 (3 devices): InitDistributed refuses different counts"
 if ! FERRY_DIST_TEST_MISMATCH=1 timeout 120 "${run[@]}" -x FERRY_DIST_TEST_MISMATCH -np 1 -x FERRY_CPU_DEVICES=2 "$bin/dist.test" : \
