@@ -526,6 +526,12 @@ func (a *Asm) VCMPPS(imm uint8, src2 Operand, src1 Z, k K) {
 	a.evex(ppNone, m0F, 0xc2, byte(k), byte(src1), src2, 0, false, int(imm))
 }
 
+// VPTESTMD sets opmask k to the lanes where src1 & src2 is not zero.
+func (a *Asm) VPTESTMD(src2 Operand, src1 Z, k K) {
+	a.evexOnly()
+	a.evex(pp66, m0F38, 0x27, byte(k), byte(src1), src2, 0, false, -1)
+}
+
 // VMOVAPS copies register src to dst.
 func (a *Asm) VMOVAPS(src, dst Z) { a.evex(ppNone, m0F, 0x29, byte(src), 0, dst, 0, false, -1) }
 

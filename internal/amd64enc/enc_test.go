@@ -83,6 +83,8 @@ var encCases = []encCase{
 	{"VMOVNTPS Z6, (DI)(AX*1)", func(a *Asm) { a.VMOVNTPS(6, mi(RDI, RAX, 0)) }},
 	{"VMOVNTPS Z22, 64(R9)(AX*1)", func(a *Asm) { a.VMOVNTPS(22, mi(R9, RAX, 64)) }},
 	{"VCMPPS $0x11, Z10, Z8, K2", func(a *Asm) { a.VCMPPS(0x11, Z(10), 8, 2) }},
+	{"VPTESTMD Z10, Z8, K2", func(a *Asm) { a.VPTESTMD(Z(10), 8, 2) }},
+	{"VPTESTMD.BCST (R10), Z24, K7", func(a *Asm) { a.VPTESTMD(bc(m(R10, 0)), 24, 7) }},
 	{"VCMPPS.BCST $0x1d, (R10), Z24, K2", func(a *Asm) { a.VCMPPS(0x1d, bc(m(R10, 0)), 24, 2) }},
 	{"VCMPPS $3, Z24, Z24, K1", func(a *Asm) { a.VCMPPS(3, Z(24), 24, 1) }},
 	{"VMOVAPS Z20, Z24", func(a *Asm) { a.VMOVAPS(20, 24) }},

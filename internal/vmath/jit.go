@@ -138,13 +138,6 @@ func compileChain(code []Instr, nvals int, uniform []bool, vex, fuse bool) (*Cha
 	if err != nil {
 		return nil, err
 	}
-	if !vex {
-		for _, in := range code {
-			if isMaskOp(in.Code()) {
-				return nil, errMaskAVX512
-			}
-		}
-	}
 	cc, fused := contract(code, vals, fuse)
 	c, err := generateChain(cc, vals, vex)
 	if err != nil {
@@ -1279,9 +1272,11 @@ func (g *gen) logBody(in []e.Z, out e.Z, r []e.Z) {
 	a.VADDPS(f, y, out)
 	a.VFMADD231PS(g.c(ln2Hi), ex, out)
 	if g.vex {
-		// +inf, and NaN (whose bits the reduction took apart), give x.
+		// +inf, and NaN (whose bits the reduction took apart), give x + x
+		// (+inf, or x's NaN quieted).
+		a.VADDPS(x, x, y)
 		g.cmp(cmpNLT, g.cbits(0x7f800000), x, r[3:])
-		g.blend(x, out, r[3:])
+		g.blend(y, out, r[3:])
 	} else {
 		a.VCMPPS(cmpEQ, g.cbits(0x7f800000), x, g.km)
 		a.VMOVAPSk(x, g.km, out)

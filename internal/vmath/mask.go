@@ -1,7 +1,6 @@
 package vmath
 
 import (
-	"fmt"
 	"math"
 
 	e "github.com/ferryml/ferry/internal/amd64enc"
@@ -12,10 +11,10 @@ import (
 // bit pattern 0xffffffff, a NaN) where the predicate holds, zero where not;
 // compares are ordered (false when an operand is NaN) except OpNe (true).
 // OpSelect's result is B where its mask A has the sign bit set, C elsewhere
-// (Instr.C is its third operand); A should be a compare's result. They
-// compile only to AVX2 code (compare masks in vector registers, VBLENDVPS);
-// AVX-512 chains holding them are refused, and RunProgram then leaves them
-// to the kernels (CompareKernel, Select).
+// (Instr.C is its third operand); A should be a compare's result. AVX2
+// code keeps compare masks in vector registers and selects by VBLENDVPS;
+// AVX-512 code compares into an opmask and selects by VBLENDMPS under the
+// opmask of the mask's sign bit.
 const (
 	OpEq int32 = 0x20 + iota
 	OpNe
@@ -99,14 +98,23 @@ func Select(dst, mask, a, b []float32) {
 	}
 }
 
-// maskBody emits a compare or select (AVX2 only).
+// maskBody emits a compare or select. AVX2: the compare's vector mask
+// (VCMPPS), VBLENDVPS on the mask's sign bit. AVX-512: the compare into
+// the opmask, whose lanes then set every bit of the result (zeroed first),
+// and the select's opmask from the mask's sign bit (VPTESTMD) for a
+// VBLENDMPS.
 func (g *gen) maskBody(code int32, in []e.Z, out e.Z) {
-	if code == OpSelect {
+	switch {
+	case g.vex && code == OpSelect:
 		g.a.VBLENDVPS(in[0], in[1], in[2], out)
-		return
+	case g.vex:
+		g.a.VCMPPSv(maskOps[code-OpEq].imm, in[1], in[0], out)
+	case code == OpSelect:
+		g.a.VPTESTMD(g.cbits(signBit), in[0], g.km)
+		g.a.VBLENDMPSk(in[1], in[2], g.km, out)
+	default:
+		g.a.VCMPPS(maskOps[code-OpEq].imm, in[1], in[0], g.km)
+		g.a.VPXORD(out, out, out)
+		g.a.VBLENDMPSk(g.cbits(0xffffffff), out, g.km, out)
 	}
-	g.a.VCMPPSv(maskOps[code-OpEq].imm, in[1], in[0], out)
 }
-
-// errMaskAVX512 refuses compares and selects in AVX-512 chains.
-var errMaskAVX512 = fmt.Errorf("vmath: compare and select compile only to AVX2 chains")

@@ -64,79 +64,100 @@ func randMaskChain(r *rand.Rand, nin, nins int) (code []Instr, mask []bool) {
 	return code, mask
 }
 
-// TestMaskChainMatchesReference checks AVX2 chains with compares and selects
-// bit for bit against a reference (float64 compares, a Go select, the
-// kernels for the other ops; contraction off), over inputs with NaNs, ±0
-// and infinities, and that AVX-512 chains refuse them.
+// TestMaskChainMatchesReference checks chains with compares and selects,
+// AVX2 and AVX-512 code where the CPU runs them, bit for bit against a
+// reference (float64 compares, a Go select, the kernels for the other ops;
+// contraction off), over inputs with NaNs, ±0 and infinities.
 func TestMaskChainMatchesReference(t *testing.T) {
-	if !JITAvailable() || !avx2OK() {
-		t.Skip("no AVX2 code generation here")
+	widths := map[string]bool{}
+	for _, im := range available() {
+		switch im {
+		case avx2Impl:
+			widths["avx2"] = true
+		case avx512Impl:
+			widths["avx512"] = true
+		}
 	}
-	r := rand.New(rand.NewPCG(rand.Uint64(), 11))
+	if !JITAvailable() || len(widths) == 0 {
+		t.Skip("no code generation here")
+	}
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 11))
 	for trial := 0; trial < 60; trial++ {
 		nin, nins := 1+r.IntN(6), 1+r.IntN(40)
 		code, mask := randMaskChain(r, nin, nins)
 		nv := nin + nins
-		ch, err := compileChain(code, nv, nil, true, false)
-		if err != nil {
-			t.Fatal(err)
+		for _, vex := range []bool{true, false} {
+			if !widths[map[bool]string{true: "avx2", false: "avx512"}[vex]] {
+				continue
+			}
+			ch, err := compileChain(code, nv, nil, vex, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkMaskChain(t, r, ch, code, mask, nin)
 		}
-		if _, err := compileChain(code, nv, nil, false, false); err == nil && hasMask(code) {
-			t.Fatal("an AVX-512 chain with compares compiled")
+	}
+}
+
+// checkMaskChain runs ch (compiled from code) over random inputs of
+// several lengths and compares it bit for bit with the reference.
+func checkMaskChain(t *testing.T, r *rand.Rand, ch *Chain, code []Instr, mask []bool, nin int) {
+	t.Helper()
+	nv := len(mask)
+	for _, n := range []int{1, 7, 8, 9, 33, 100, 1031} {
+		got, want := make([][]float32, nv), make([][]float32, nv)
+		for i := range got {
+			got[i] = make([]float32, n)
+			if i < nin {
+				copy(got[i], randVec(r, n))
+				for j := range got[i] {
+					if i > 0 && r.IntN(4) == 0 { // equal operands are common in ReLU's max gradient
+						got[i][j] = got[i-1][j]
+					}
+				}
+			}
+			want[i] = append([]float32(nil), got[i]...)
 		}
-		for _, n := range []int{1, 7, 8, 9, 33, 100, 1031} {
-			got, want := make([][]float32, nv), make([][]float32, nv)
-			for i := range got {
-				got[i] = make([]float32, n)
-				if i < nin {
-					copy(got[i], randVec(r, n))
-					for j := range got[i] {
-						if i > 0 && r.IntN(4) == 0 { // equal operands are common in ReLU's max gradient
-							got[i][j] = got[i-1][j]
-						}
+		ptrs := make([]*float32, nv)
+		for i := range ptrs {
+			ptrs[i] = &got[i][0]
+		}
+		if !ch.Run(ptrs, n) {
+			t.Fatal("Run refused")
+		}
+		for _, in := range code {
+			dst, a, b := want[in.Dst], want[in.A], want[in.B]
+			switch cd := in.Code(); {
+			case isCompare(cd):
+				for j := range dst {
+					dst[j] = 0
+					if cmp64(cd, a[j], b[j]) {
+						dst[j] = math.Float32frombits(0xffffffff)
 					}
 				}
-				want[i] = append([]float32(nil), got[i]...)
-			}
-			ptrs := make([]*float32, nv)
-			for i := range ptrs {
-				ptrs[i] = &got[i][0]
-			}
-			if !ch.Run(ptrs, n) {
-				t.Fatal("Run refused")
-			}
-			for _, in := range code {
-				dst, a, b := want[in.Dst], want[in.A], want[in.B]
-				switch cd := in.Code(); {
-				case isCompare(cd):
-					for j := range dst {
-						dst[j] = 0
-						if cmp64(cd, a[j], b[j]) {
-							dst[j] = math.Float32frombits(0xffffffff)
-						}
+			case cd == OpSelect:
+				for j := range dst {
+					dst[j] = want[in.C][j]
+					if math.Float32bits(a[j]) == 0xffffffff {
+						dst[j] = b[j]
 					}
-				case cd == OpSelect:
-					for j := range dst {
-						dst[j] = want[in.C][j]
-						if math.Float32bits(a[j]) == 0xffffffff {
-							dst[j] = b[j]
-						}
-					}
-				case kernel1[cd] != nil:
-					kernel1[cd](dst, a)
-				default:
-					kernel2[cd](dst, a, b)
 				}
+			case kernel1[cd] != nil:
+				kernel1[cd](dst, a)
+			default:
+				kernel2[cd](dst, a, b)
 			}
-			for k, in := range code {
-				if in.Op&NoStore != 0 {
-					continue
-				}
-				for j := 0; j < n; j++ {
-					if g, w := got[in.Dst][j], want[in.Dst][j]; math.Float32bits(g) != math.Float32bits(w) {
-						t.Fatalf("n=%d instruction %d (op %#x, mask %v, a=%v b=%v): element %d got %#x, want %#x",
-							n, k, in.Code(), mask[in.Dst], want[in.A][j], want[in.B][j], j, math.Float32bits(g), math.Float32bits(w))
-					}
+		}
+		for k, in := range code {
+			if in.Op&NoStore != 0 {
+				continue
+			}
+			for j := 0; j < n; j++ {
+				if g, w := got[in.Dst][j], want[in.Dst][j]; math.Float32bits(g) != math.Float32bits(w) {
+					t.Fatalf("%d lanes, n=%d instruction %d (op %#x, mask %v, a=%v b=%v): element %d got %#x, want %#x",
+						ch.lanes, n, k, in.Code(), mask[in.Dst], want[in.A][j], want[in.B][j], j, math.Float32bits(g), math.Float32bits(w))
 				}
 			}
 		}
@@ -185,14 +206,4 @@ func TestMaskKernels(t *testing.T) {
 	if CompareKernel(OpAdd) != nil || CompareByName("add") != 0 {
 		t.Error("add is a compare")
 	}
-}
-
-// avx2OK reports whether AVX2 chains may run here.
-func avx2OK() bool {
-	for _, im := range available() {
-		if im == avx2Impl {
-			return true
-		}
-	}
-	return false
 }

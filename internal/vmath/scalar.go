@@ -97,7 +97,7 @@ var exp2Tab, exp2Err = func() (t, d [16]float32) {
 
 func exp32(x float32) float32 {
 	if x != x {
-		return x
+		return x + x // quiet NaN (see NaNs in the package doc)
 	}
 	return expCore(min(max(x, expLo), expHi))
 }
@@ -105,7 +105,7 @@ func exp32(x float32) float32 {
 func log32(x float32) float32 {
 	switch {
 	case x != x:
-		return x
+		return x + x
 	case x < 0:
 		return float32(math.NaN())
 	case x == 0:
@@ -152,8 +152,8 @@ func tanh32(x float32) float32 {
 }
 
 func logistic32(x float32) float32 {
-	if x != x {
-		return x
+	if x != x { // quieted, sign bit set (the vector code's -|x|)
+		return f32frombits(f32bits(x) | signBit | 0x00400000)
 	}
 	e := expCore(max(-abs32(x), expLo))
 	num := float32(1)
@@ -170,7 +170,7 @@ func erf32(x float32) float32 {
 	}
 	if a >= erfHi {
 		if x != x {
-			return x
+			return x + x
 		}
 		return copysign32(1, x)
 	}

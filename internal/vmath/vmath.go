@@ -10,6 +10,14 @@
 // see vmath_test.go), with IEEE special values (±0, ±inf, NaN, subnormal
 // inputs and results). Log1p and Expm1 round math.Log1p/math.Expm1.
 //
+// NaNs follow one rule on every path (AVX-512, AVX2, pure Go), the one
+// x86 arithmetic and XLA's CPU backend follow: Max, Min, Neg, Abs and
+// selects move bits (a NaN operand comes out as it went in, a signalling
+// NaN included); every other op returns a quiet NaN for a NaN operand, the
+// operand's sign and payload with the quiet bit set (Logistic's with the
+// sign bit set; a NaN made from numbers, such as Log of a negative, is the
+// default 0x7fc00000). TestNaNRule checks it on every path.
+//
 // Implementations: on linux/amd64 CPUs with AVX-512, or with AVX2 and FMA,
 // every kernel is generated code: the op alone compiled on first use by the
 // run-time code generator (jit.go; CompileChain) to AVX-512 code over
