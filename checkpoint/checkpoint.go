@@ -36,11 +36,13 @@
 package checkpoint
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"os"
@@ -123,56 +125,62 @@ func Save(w io.Writer, tree any, metadata map[string]string) error {
 		}
 		lits[i] = l
 	}
-	if err := writeTensors(w, paths, lits, metadata); err != nil {
+	if err := writeTensors(w, paths, lits, metadata, nil); err != nil {
 		return fmt.Errorf("checkpoint.Save: %w", err)
 	}
 	return nil
 }
 
 // writeTensors writes the literals lits named names to w in the
-// safetensors format, with metadata (may be nil) as "__metadata__".
-func writeTensors(w io.Writer, names []string, lits []*ir.Literal, metadata map[string]string) error {
-	seen := make(map[string]bool, len(names))
-	var hdr bytes.Buffer
-	hdr.WriteByte('{')
-	if len(metadata) > 0 {
-		hdr.WriteString(`"__metadata__":{`)
-		keys := make([]string, 0, len(metadata))
-		for k := range metadata {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for i, k := range keys {
-			if i > 0 {
-				hdr.WriteByte(',')
-			}
-			writeJSONString(&hdr, k)
-			hdr.WriteByte(':')
-			writeJSONString(&hdr, metadata[k])
-		}
-		hdr.WriteByte('}')
-	}
+// safetensors format, with the user's metadata (may be nil) and the
+// internal keys (saveIDKey) in "__metadata__", beside a CRC-32C per tensor
+// and one of the header's content.
+func writeTensors(w io.Writer, names []string, lits []*ir.Literal, metadata, internal map[string]string) error {
+	tensors := make(map[string]TensorInfo, len(names))
+	sums := make(map[string]uint32, len(names))
 	var off int64
 	for i, l := range lits {
 		name := names[i]
-		if name == "__metadata__" || seen[name] {
+		if _, dup := tensors[name]; dup || name == "__metadata__" {
 			return fmt.Errorf("duplicate or reserved tensor name %q", name)
 		}
-		seen[name] = true
-		if len(metadata) > 0 || i > 0 {
+		n := int64(len(l.Data))
+		tensors[name] = TensorInfo{DType: dtypeNames[l.Type.DType], Shape: l.Type.Shape, DataOffsets: [2]int64{off, off + n}}
+		sums[name] = crc32.Checksum(l.Data, castagnoli)
+		off += n
+	}
+	metadata, err := fullMetadata(metadata, internal, tensors, sums)
+	if err != nil {
+		return err
+	}
+	var hdr bytes.Buffer
+	hdr.WriteString(`{"__metadata__":{`)
+	keys := make([]string, 0, len(metadata))
+	for k := range metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		if i > 0 {
 			hdr.WriteByte(',')
 		}
+		writeJSONString(&hdr, k)
+		hdr.WriteByte(':')
+		writeJSONString(&hdr, metadata[k])
+	}
+	hdr.WriteByte('}')
+	for _, name := range names {
+		ti := tensors[name]
+		hdr.WriteByte(',')
 		writeJSONString(&hdr, name)
-		fmt.Fprintf(&hdr, `:{"dtype":"%s","shape":[`, dtypeNames[l.Type.DType])
-		for j, d := range l.Type.Shape {
+		fmt.Fprintf(&hdr, `:{"dtype":"%s","shape":[`, ti.DType)
+		for j, d := range ti.Shape {
 			if j > 0 {
 				hdr.WriteByte(',')
 			}
 			fmt.Fprint(&hdr, d)
 		}
-		n := int64(len(l.Data))
-		fmt.Fprintf(&hdr, `],"data_offsets":[%d,%d]}`, off, off+n)
-		off += n
+		fmt.Fprintf(&hdr, `],"data_offsets":[%d,%d]}`, ti.DataOffsets[0], ti.DataOffsets[1])
 	}
 	hdr.WriteByte('}')
 	for hdr.Len()%8 != 0 {
@@ -186,6 +194,7 @@ func writeTensors(w io.Writer, names []string, lits []*ir.Literal, metadata map[
 	if _, err := w.Write(hdr.Bytes()); err != nil {
 		return err
 	}
+	step("wrote the header")
 	for i, l := range lits {
 		// Literal data is little-endian (Ferry runs on little-endian machines).
 		if _, err := w.Write(l.Data); err != nil {
@@ -203,30 +212,29 @@ func writeJSONString(b *bytes.Buffer, s string) {
 	b.Write(bytes.TrimSuffix(tmp.Bytes(), []byte("\n")))
 }
 
-// SaveFile is Save to a file at path, which it creates or truncates. The file
-// is written to a temporary file beside it and renamed, so a crash never
-// leaves a partial checkpoint at path.
-func SaveFile(path string, tree any, metadata map[string]string) (err error) {
-	f, err := os.CreateTemp(dirOf(path), ".checkpoint-*.tmp")
-	if err != nil {
-		return fmt.Errorf("checkpoint.SaveFile: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
+// SaveFile is Save to a file at path, which it creates or replaces. The
+// file is written to a temporary file beside it (".checkpoint-*.tmp"),
+// synced to storage, renamed to path and the directory synced, so that
+// after a crash path holds the previous checkpoint or the new one, never a
+// part. Temporary files left in the directory by saves that died are
+// removed. The file is created with mode 0644 (less the umask) unless
+// WithFileMode says otherwise.
+func SaveFile(path string, tree any, metadata map[string]string, opts ...Option) error {
+	o := makeOptions(opts)
+	dir := dirOf(path)
+	removeStale(dir)
+	var saveErr error
+	err := writeAtomic(path, o.perm, func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 1<<20)
+		if saveErr = Save(bw, tree, metadata); saveErr != nil {
+			return saveErr
 		}
-	}()
-	if err = Save(f, tree, metadata); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
+		return bw.Flush()
+	})
+	if err != nil && err != saveErr {
 		return fmt.Errorf("checkpoint.SaveFile: %w", err)
 	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("checkpoint.SaveFile: %w", err)
-	}
-	return nil
+	return err
 }
 
 func dirOf(path string) string {
@@ -245,9 +253,15 @@ func dirOf(path string) string {
 // header is a parsed and checked safetensors header.
 type header struct {
 	tensors  map[string]TensorInfo
-	meta     map[string]string
+	meta     map[string]string // the user's metadata, once verifyHeader ran
 	dataSize int64
 	order    []string // tensor names by data offset
+
+	verified bool              // the header holds Ferry's checksums and they matched
+	sums     map[string]uint32 // each tensor's CRC-32C, when verified
+	saveID   string            // saveIDKey's value, when verified
+	size     int64             // the bytes of the length and the header
+	crc      uint32            // their CRC-32C
 }
 
 // readHeader reads and checks the header. size is the number of bytes left in
@@ -287,6 +301,14 @@ func readHeader(r io.Reader, size int64) (*header, error) {
 	if size >= 0 && h.dataSize > size-8-int64(n) {
 		return nil, fmt.Errorf("truncated file: the header describes %d bytes of data but only %d follow", h.dataSize, size-8-int64(n))
 	}
+	if size >= 0 && h.dataSize < size-8-int64(n) {
+		return nil, fmt.Errorf("%d bytes of trailing data after the last tensor (the header describes %d bytes of data)", size-8-int64(n)-h.dataSize, h.dataSize)
+	}
+	if err := verifyHeader(h); err != nil {
+		return nil, err
+	}
+	h.size = 8 + int64(n)
+	h.crc = crc32.Update(crc32.Checksum(lenBuf[:], castagnoli), castagnoli, hb)
 	return h, nil
 }
 
@@ -485,7 +507,10 @@ func parseHeader(b []byte) (*header, error) {
 
 // ReadHeader reads the header of a safetensors stream: the tensors by name and
 // the metadata (empty if none). It checks the header as Load does (dtypes,
-// shapes against offsets, offsets contiguous) but reads no tensor data.
+// shapes against offsets, offsets contiguous, its checksum, and, where the
+// stream's size is known, no data after the last tensor) but reads no
+// tensor data. The metadata is the user's: Ferry's checksum keys ("ferry.")
+// are left out.
 func ReadHeader(r io.Reader) (map[string]TensorInfo, map[string]string, error) {
 	h, err := readHeader(r, readsize.Remaining(r))
 	if err != nil {
@@ -511,9 +536,11 @@ func Load[T any](r io.Reader, like T) (T, error) {
 	return trace.UnflattenAs[T](v.def, v.leaves)
 }
 
-// LoadFile is Load from the file at path.
+// LoadFile is Load from the file at path. Temporary files left beside it by
+// saves that died (SaveFile) are removed.
 func LoadFile[T any](path string, like T) (T, error) {
 	var z T
+	removeStale(dirOf(path))
 	f, err := os.Open(path)
 	if err != nil {
 		return z, fmt.Errorf("checkpoint.LoadFile: %w", err)
@@ -575,12 +602,25 @@ func load(r io.Reader, size int64, like any) (*loaded, error) {
 		return nil, errors.Join(errs...)
 	}
 	out := make([]*trace.Array, len(leaves))
+	ok := false
+	defer func() {
+		if !ok {
+			for _, a := range out {
+				if a != nil {
+					_ = a.Delete()
+				}
+			}
+		}
+	}()
 	for _, name := range h.order {
 		i := index[name]
 		want := leaves[i]
 		l := ir.NewLiteral(ir.Type{DType: want.DType(), Shape: want.Shape()})
 		if _, err := io.ReadFull(r, l.Data); err != nil {
 			return nil, fmt.Errorf("truncated file: reading tensor %q: %w", name, err)
+		}
+		if err := checkTensor(h, name, l.Data); err != nil {
+			return nil, err
 		}
 		if l.Type.DType == ir.Bool {
 			for j, b := range l.Data { // Ferry's bools are 0 or 1
@@ -600,5 +640,13 @@ func load(r io.Reader, size int64, like any) (*loaded, error) {
 		}
 		out[i] = a
 	}
+	if size < 0 {
+		// A stream of unknown size: it must end after the last tensor.
+		var b [1]byte
+		if n, _ := io.ReadFull(r, b[:]); n > 0 {
+			return nil, errors.New("trailing data after the last tensor")
+		}
+	}
+	ok = true
 	return &loaded{leaves: out, def: def}, nil
 }

@@ -3,6 +3,8 @@ package checkpoint_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -27,20 +29,32 @@ func TestSaveBytesExact(t *testing.T) {
 	var buf bytes.Buffer
 	require.NoError(t, checkpoint.Save(&buf, tree, map[string]string{"format": "pt"}))
 
-	hdr := `{"__metadata__":{"format":"pt"},` +
+	// Each tensor's CRC-32C (Castagnoli) of its data bytes is in the
+	// metadata, beside the header's checksum (checked by TestHeaderFlips).
+	crcA := crc32.Checksum([]byte("\x00\x00\x80\x3f\x00\x00\x00\x40"), crc32.MakeTable(crc32.Castagnoli))
+	crcB := crc32.Checksum([]byte("\x07\x00\x00\x00"), crc32.MakeTable(crc32.Castagnoli))
+	out := buf.String()
+	i := strings.Index(out, `"ferry.header_crc32c":"`) + len(`"ferry.header_crc32c":"`)
+	require.Greater(t, i, 30)
+	headerSum := out[i : i+8]
+	hdr := fmt.Sprintf(`{"__metadata__":{"ferry.crc32c.A":"%08x","ferry.crc32c.B":"%08x","ferry.header_crc32c":"%s","format":"pt"},`, crcA, crcB, headerSum) +
 		`"A":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},` +
 		`"B":{"dtype":"I32","shape":[],"data_offsets":[8,12]}}` +
-		"      " // 138 bytes padded to 144
-	want := "\x90\x00\x00\x00\x00\x00\x00\x00" + hdr +
+		"     " // 227 bytes padded to 232
+	want := "\xe8\x00\x00\x00\x00\x00\x00\x00" + hdr +
 		"\x00\x00\x80\x3f" + "\x00\x00\x00\x40" + // f32 1, 2
 		"\x07\x00\x00\x00" // i32 7
-	require.Equal(t, want, buf.String())
+	require.Equal(t, want, out)
 
-	// Without metadata there is no __metadata__ entry.
+	// Without metadata, __metadata__ holds only the checksums.
 	buf.Reset()
 	require.NoError(t, checkpoint.Save(&buf, struct{ X *trace.Array }{rt.FromSlice([]uint8{1, 2, 3})}, nil))
-	hdr = `{"X":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}}` // 53 bytes
-	require.Equal(t, "\x38\x00\x00\x00\x00\x00\x00\x00"+hdr+"   "+"\x01\x02\x03", buf.String())
+	require.Contains(t, buf.String(), fmt.Sprintf(`{"__metadata__":{"ferry.crc32c.X":"%08x","ferry.header_crc32c":"`,
+		crc32.Checksum([]byte{1, 2, 3}, crc32.MakeTable(crc32.Castagnoli))))
+	n := binary.LittleEndian.Uint64(buf.Bytes())
+	require.Zero(t, n%8, "the header is padded to a multiple of 8 bytes")
+	require.Equal(t, `"X":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}}`, strings.TrimRight(buf.String()[8:8+n], " ")[strings.Index(buf.String(), `"X":`)-8:])
+	require.Equal(t, "\x01\x02\x03", buf.String()[8+n:])
 
 	// And it reads back.
 	infos, meta, err := checkpoint.ReadHeader(bytes.NewReader([]byte(want)))

@@ -71,7 +71,7 @@ func ExampleSaveSharded() {
 	}
 	idx, _ := checkpoint.ReadIndex(dir)
 	a := idx.Arrays[0]
-	fmt.Println(idx.Files, idx.Metadata["step"], a.Sharding, len(a.Blocks), a.Blocks[5].Start, a.Blocks[5].Tensor)
+	fmt.Println(idx.SaveID, idx.Files[0].Name, idx.Metadata["step"], a.Sharding, len(a.Blocks), a.Blocks[5].Start, a.Blocks[5].Tensor)
 
 	four, _ := ir.NewMesh([]int{4}, []string{"d"})
 	byColumns, _ := ir.NewNamedSharding(four, ir.P("", "d"))
@@ -83,6 +83,6 @@ func ExampleSaveSharded() {
 	shards, _ := rt.Shards(got.W)
 	fmt.Println(got.W.Type(), shards[1].Array.Float32s())
 	// Output:
-	// [process-0-of-1.safetensors] 100 sharding<mesh[x=2,y=4], [x,y]> 8 [1 2] W@1,2
+	// 1 process-0-of-1.save1.safetensors 100 sharding<mesh[x=2,y=4], [x,y]> 8 [1 2] W@1,2
 	// f32[2,8]{sharding<mesh[d=4], [{},d]>} [2 3 10 11]
 }

@@ -1,13 +1,18 @@
 package checkpoint
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/ferryml/ferry/ir"
@@ -19,25 +24,49 @@ import (
 // (SaveSharded).
 const IndexFile = "index.json"
 
-// indexFormat names the layout of index files, checked on load.
-const indexFormat = "ferry-sharded-checkpoint/1"
+// indexFormat names the layout of index files; legacyIndexFormat is the
+// layout of earlier versions, without checksums or save ids, still read.
+const (
+	indexFormat       = "ferry-sharded-checkpoint/2"
+	legacyIndexFormat = "ferry-sharded-checkpoint/1"
+)
 
 // MaxIndexBytes is the largest index file LoadSharded reads.
 const MaxIndexBytes = 1 << 30
 
 // Index describes a sharded checkpoint (SaveSharded): it is the content of
-// dir/index.json.
+// dir/index.json, the checkpoint's manifest.
 type Index struct {
-	// Format is "ferry-sharded-checkpoint/1".
+	// Format is "ferry-sharded-checkpoint/2" ("/1" for checkpoints of
+	// earlier versions, which have no save id or checksums).
 	Format string `json:"format"`
+	// SaveID tells this save from the others in the directory: every data
+	// file carries it in its metadata, and its name.
+	SaveID string `json:"save_id,omitempty"`
 	// Processes is the process count of the job that saved it.
 	Processes int `json:"processes"`
-	// Files are the data files, one per process, relative to the directory.
-	Files []string `json:"files"`
+	// Files are the data files, one per process.
+	Files []IndexDataFile `json:"files"`
 	// Metadata is SaveSharded's metadata.
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Arrays are the tree's leaves in leaf order.
 	Arrays []IndexArray `json:"arrays"`
+	// Checksum is the CRC-32C (8 hex digits) of the index's JSON written
+	// with Checksum empty (encoding/json, fields in this order).
+	Checksum string `json:"checksum,omitempty"`
+}
+
+// IndexDataFile names a data file of a sharded checkpoint and what it must
+// hold.
+type IndexDataFile struct {
+	// Name is the file's name in the directory.
+	Name string `json:"name"`
+	// Size is its size in bytes (-1 in a "/1" index: unknown).
+	Size int64 `json:"size"`
+	// HeaderCRC32C is the CRC-32C of its first bytes, the header length
+	// and the header, which holds the save id and each tensor's CRC-32C
+	// (empty in a "/1" index).
+	HeaderCRC32C string `json:"header_crc32c,omitempty"`
 }
 
 // IndexArray describes one leaf of a sharded checkpoint.
@@ -67,8 +96,15 @@ type IndexBlock struct {
 	Tensor string `json:"tensor"`
 }
 
-// dataFile names process p's data file of a job of n processes.
-func dataFile(p, n int) string { return fmt.Sprintf("process-%d-of-%d.safetensors", p, n) }
+// dataFile names process p's data file of a job of n processes in the save
+// of id id.
+func dataFile(p, n int, id string) string {
+	return fmt.Sprintf("process-%d-of-%d.save%s.safetensors", p, n, id)
+}
+
+// dataPattern matches the names of data files of sharded checkpoints, of
+// this version and earlier ones.
+var dataPattern = regexp.MustCompile(`^process-[0-9]+-of-[0-9]+(\.save[0-9]+)?\.safetensors$`)
 
 // blockName names the tensor of a leaf's block in a data file: the leaf's
 // path, then "@" and the block's start ("W@0,4"); an unsharded leaf's
@@ -89,19 +125,30 @@ func blockName(path string, start []int) string {
 // same tree structure, shapes and shardings; dir is a directory that every
 // process sees (a shared file system).
 //
-// Process p of n writes dir/process-<p>-of-<n>.safetensors holding the
-// blocks its devices hold, each distinct block once: of the devices holding
-// replicas of a block, the one of lowest device ID writes it. A block's
-// tensor is named by the leaf's path and the block's start ("Layers[0].W@0,4").
-// Unsharded arrays are written whole by process 0, named by their path.
-// Then process 0 writes dir/index.json (the Index: each leaf's path, dtype,
-// global shape, sharding and blocks with their files and tensor names,
-// and metadata). The files are written to temporary files and renamed;
-// the index is written after every process wrote its data, and SaveSharded
-// returns in every process once it is in place (rt.ProcessBarrier), with an
+// Process p of n writes dir/process-<p>-of-<n>.save<id>.safetensors
+// holding the blocks its devices hold, each distinct block once: of the
+// devices holding replicas of a block, the one of lowest device ID writes
+// it. A block's tensor is named by the leaf's path and the block's start
+// ("Layers[0].W@0,4"). Unsharded arrays are written whole by process 0,
+// named by their path. The save id id is one more than the id of the
+// checkpoint in dir (1 in a new directory), so the files of the previous
+// checkpoint are not touched; every data file carries it in its metadata,
+// with a CRC-32C of each tensor and of its header.
+//
+// The save commits when process 0 writes dir/index.json (the Index: the
+// save id, each data file's size and header checksum, each leaf's path,
+// dtype, global shape, sharding and blocks, the metadata, and a checksum
+// of the index), after every process wrote its data file: each file is
+// written to a temporary file, synced, renamed and its directory synced.
+// Then process 0 removes the files of earlier saves and temporary files
+// of saves that died. A save that dies part-way leaves the previous
+// checkpoint in place, and LoadSharded loads it. SaveSharded returns in
+// every process once the index is in place (rt.ProcessBarrier), with an
 // error in every process if any process failed.
-func SaveSharded(dir string, tree any, metadata map[string]string) error {
-	idx, err := saveLocal(dir, tree, metadata)
+func SaveSharded(dir string, tree any, metadata map[string]string, opts ...Option) error {
+	o := makeOptions(opts)
+	id := nextSaveID(dir)
+	idx, err := saveLocal(dir, tree, metadata, id, o)
 	failed, berr := rt.ProcessBarrier(err == nil)
 	if err != nil {
 		return fmt.Errorf("checkpoint.SaveSharded: %w", err)
@@ -113,15 +160,11 @@ func SaveSharded(dir string, tree any, metadata map[string]string) error {
 		return fmt.Errorf("checkpoint.SaveSharded: processes %v failed to write their data files", failed)
 	}
 	if rt.ProcessIndex() == 0 {
-		err = writeAtomic(filepath.Join(dir, IndexFile), func(w io.Writer) error {
-			enc := json.NewEncoder(w)
-			enc.SetIndent("", " ")
-			return enc.Encode(idx)
-		})
+		err = commit(dir, idx, o)
 	}
 	failed, berr = rt.ProcessBarrier(err == nil)
 	if err != nil {
-		return fmt.Errorf("checkpoint.SaveSharded: writing the index: %w", err)
+		return fmt.Errorf("checkpoint.SaveSharded: %w", err)
 	}
 	if berr != nil {
 		return fmt.Errorf("checkpoint.SaveSharded: %w", berr)
@@ -132,20 +175,90 @@ func SaveSharded(dir string, tree any, metadata map[string]string) error {
 	return nil
 }
 
+// nextSaveID returns the id of the next save in dir: one more than the
+// committed checkpoint's, 1 if there is none (or none of this format).
+// Every process of a job reads the same index (it changes only between the
+// two barriers of SaveSharded), so they agree.
+func nextSaveID(dir string) string {
+	idx, err := readIndex(dir)
+	if err != nil || idx.Format != indexFormat {
+		return "1"
+	}
+	v, err := strconv.ParseUint(idx.SaveID, 10, 63)
+	if err != nil {
+		return "1"
+	}
+	return strconv.FormatUint(v+1, 10)
+}
+
+// commit checks the data files of idx that every process wrote (their
+// headers: the save id and checksums), records their sizes and header
+// checksums in idx, writes idx as the index, and removes the files of
+// earlier saves and stale temporary files.
+func commit(dir string, idx *Index, o options) error {
+	for i := range idx.Files {
+		f := &idx.Files[i]
+		r, err := openData(dir, f.Name)
+		if err != nil {
+			return err
+		}
+		r.f.Close()
+		if !r.h.verified || r.h.saveID != idx.SaveID {
+			return fmt.Errorf("data file %s is not of this save (save id %q, want %q)", f.Name, r.h.saveID, idx.SaveID)
+		}
+		f.Size, f.HeaderCRC32C = r.size, crcHex(r.h.crc)
+	}
+	idx.Checksum = ""
+	b, err := json.Marshal(idx)
+	if err != nil {
+		return err
+	}
+	idx.Checksum = crcHex(crc32.Checksum(b, castagnoli))
+	err = writeAtomic(filepath.Join(dir, IndexFile), o.perm, func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", " ")
+		return enc.Encode(idx)
+	})
+	if err != nil {
+		return fmt.Errorf("writing the index: %w", err)
+	}
+	// Committed: the files of earlier saves can go.
+	keep := map[string]bool{}
+	for _, f := range idx.Files {
+		keep[f.Name] = true
+	}
+	if entries, err := os.ReadDir(dir); err == nil {
+		for _, e := range entries {
+			if e.Type().IsRegular() && dataPattern.MatchString(e.Name()) && !keep[e.Name()] {
+				if os.Remove(filepath.Join(dir, e.Name())) == nil {
+					step("removed " + e.Name())
+				}
+			}
+		}
+	}
+	removeStale(dir)
+	return nil
+}
+
 // saveLocal writes this process's data file and returns the index (the
 // same in every process).
-func saveLocal(dir string, tree any, metadata map[string]string) (*Index, error) {
+func saveLocal(dir string, tree any, metadata map[string]string, id string, o options) (*Index, error) {
 	leaves, def, err := trace.Flatten(tree)
 	if err != nil {
 		return nil, err
 	}
 	p, n := rt.ProcessIndex(), rt.ProcessCount()
 	devs := rt.Devices()
-	idx := &Index{Format: indexFormat, Processes: n, Metadata: metadata}
-	for q := range n {
-		idx.Files = append(idx.Files, dataFile(q, n))
+	for k := range metadata {
+		if strings.HasPrefix(k, reservedPrefix) {
+			return nil, fmt.Errorf("metadata key %q: keys beginning with %q are reserved for Ferry's checksums", k, reservedPrefix)
+		}
 	}
-	mine := dataFile(p, n)
+	idx := &Index{Format: indexFormat, SaveID: id, Processes: n, Metadata: metadata}
+	for q := range n {
+		idx.Files = append(idx.Files, IndexDataFile{Name: dataFile(q, n, id)})
+	}
+	mine := dataFile(p, n, id)
 	var names []string
 	var lits []*ir.Literal
 	for i, path := range def.Paths() {
@@ -161,7 +274,7 @@ func saveLocal(dir string, tree any, metadata map[string]string) (*Index, error)
 		ia := IndexArray{Path: path, DType: dt, Shape: slices.Clone(typ.Shape)}
 		s := typ.Sharding
 		if s == nil {
-			ia.Blocks = []IndexBlock{{Start: make([]int, len(typ.Shape)), Limit: slices.Clone(typ.Shape), File: idx.Files[0], Tensor: path}}
+			ia.Blocks = []IndexBlock{{Start: make([]int, len(typ.Shape)), Limit: slices.Clone(typ.Shape), File: idx.Files[0].Name, Tensor: path}}
 			if p == 0 {
 				l, err := a.Literal()
 				if err != nil {
@@ -195,7 +308,7 @@ func saveLocal(dir string, tree any, metadata map[string]string) (*Index, error)
 			if owner[k] >= len(devs) {
 				return nil, fmt.Errorf("%s: %v names device %d, the job has %d", path, s, owner[k], len(devs))
 			}
-			ia.Blocks = append(ia.Blocks, IndexBlock{Start: b[0], Limit: b[1], File: idx.Files[devs[owner[k]].Process], Tensor: blockName(path, b[0])})
+			ia.Blocks = append(ia.Blocks, IndexBlock{Start: b[0], Limit: b[1], File: idx.Files[devs[owner[k]].Process].Name, Tensor: blockName(path, b[0])})
 		}
 		shards, err := rt.Shards(a)
 		if err != nil {
@@ -217,35 +330,17 @@ func saveLocal(dir string, tree any, metadata map[string]string) (*Index, error)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	err = writeAtomic(filepath.Join(dir, mine), func(w io.Writer) error {
-		return writeTensors(w, names, lits, nil)
+	err = writeAtomic(filepath.Join(dir, mine), o.perm, func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 1<<20)
+		if err := writeTensors(bw, names, lits, nil, map[string]string{saveIDKey: id}); err != nil {
+			return err
+		}
+		return bw.Flush()
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("writing %s: %w", mine, err)
 	}
 	return idx, nil
-}
-
-// writeAtomic writes the file at path through write, into a temporary file
-// beside it renamed to path when complete.
-func writeAtomic(path string, write func(io.Writer) error) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), ".checkpoint-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = write(f); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
 
 // ReadIndex reads and checks the index of a sharded checkpoint directory
@@ -272,18 +367,87 @@ func readIndex(dir string) (*Index, error) {
 	if len(b) > MaxIndexBytes {
 		return nil, fmt.Errorf("%s is over %d bytes", path, MaxIndexBytes)
 	}
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	var idx Index
-	if err := dec.Decode(&idx); err != nil {
+	var probe struct {
+		Format string `json:"format"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
 		return nil, fmt.Errorf("%s: invalid index: %w", path, err)
 	}
-	if idx.Format != indexFormat {
-		return nil, fmt.Errorf("%s: format %q, want %q", path, idx.Format, indexFormat)
+	strict := func(v any) error {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(v); err != nil {
+			return err
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return errors.New("data after the index's JSON object")
+		}
+		return nil
+	}
+	var idx Index
+	switch probe.Format {
+	case indexFormat:
+		if err := strict(&idx); err != nil {
+			return nil, fmt.Errorf("%s: invalid index: %w", path, err)
+		}
+		rec := idx.Checksum
+		idx.Checksum = ""
+		m, err := json.Marshal(&idx)
+		if err != nil {
+			return nil, err
+		}
+		idx.Checksum = rec
+		want, ok := parseCRC(rec)
+		if !ok {
+			return nil, fmt.Errorf("%s: corrupt index: its checksum %q is not 8 hex digits", path, rec)
+		}
+		if got := crc32.Checksum(m, castagnoli); got != want {
+			return nil, fmt.Errorf("%s: corrupt index: its content has CRC-32C %08x, it records %08x", path, got, want)
+		}
+		if _, err := strconv.ParseUint(idx.SaveID, 10, 63); err != nil {
+			return nil, fmt.Errorf("%s: invalid save id %q", path, idx.SaveID)
+		}
+		for _, df := range idx.Files {
+			if _, ok := parseCRC(df.HeaderCRC32C); !ok || df.Size < 0 {
+				return nil, fmt.Errorf("%s: data file %q has size %d and header checksum %q", path, df.Name, df.Size, df.HeaderCRC32C)
+			}
+		}
+	case legacyIndexFormat:
+		var old struct {
+			Format    string            `json:"format"`
+			Processes int               `json:"processes"`
+			Files     []string          `json:"files"`
+			Metadata  map[string]string `json:"metadata,omitempty"`
+			Arrays    []IndexArray      `json:"arrays"`
+		}
+		if err := strict(&old); err != nil {
+			return nil, fmt.Errorf("%s: invalid index: %w", path, err)
+		}
+		idx = Index{Format: old.Format, Processes: old.Processes, Metadata: old.Metadata, Arrays: old.Arrays}
+		for _, name := range old.Files {
+			idx.Files = append(idx.Files, IndexDataFile{Name: name, Size: -1})
+		}
+	default:
+		return nil, fmt.Errorf("%s: format %q, want %q", path, probe.Format, indexFormat)
+	}
+	if len(idx.Files) != idx.Processes {
+		return nil, fmt.Errorf("%s: %d data files for %d processes", path, len(idx.Files), idx.Processes)
+	}
+	names := map[string]bool{}
+	for _, df := range idx.Files {
+		if df.Name != filepath.Base(df.Name) || !dataPattern.MatchString(df.Name) || names[df.Name] {
+			return nil, fmt.Errorf("%s: invalid or repeated data file name %q", path, df.Name)
+		}
+		names[df.Name] = true
 	}
 	for i := range idx.Arrays {
 		if err := checkArray(&idx.Arrays[i]); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		for _, bl := range idx.Arrays[i].Blocks {
+			if !names[bl.File] {
+				return nil, fmt.Errorf("%s: array %q: a block in %q, not one of the data files", path, idx.Arrays[i].Path, bl.File)
+			}
 		}
 	}
 	return &idx, nil
@@ -346,6 +510,13 @@ func overlaps(a, b IndexBlock) bool {
 // of several processes every process calls it with like's shardings the
 // same. The checkpoint must hold exactly the leaves of like with the same
 // dtypes and shapes; otherwise the error names the leaf.
+//
+// Nothing loads unless it is what the save wrote: the index's checksum,
+// every data file's size, header checksum and save id, and the CRC-32C of
+// each saved block this process reads are checked, and a mismatch is an
+// error naming the file (and the tensor). Checkpoints of the "/1" format
+// (earlier versions) have no checksums and load unverified. Temporary
+// files of saves that died in dir are removed.
 func LoadSharded[T any](dir string, like T) (T, error) {
 	var z T
 	leaves, def, err := trace.Flatten(like)
@@ -361,12 +532,51 @@ func LoadSharded[T any](dir string, like T) (T, error) {
 
 // dataReader reads tensors of one data file.
 type dataReader struct {
-	f    *os.File
-	h    *header
-	base int64 // the file offset of the data
+	f       *os.File
+	h       *header
+	base    int64 // the file offset of the data
+	size    int64 // the file's size
+	checked map[string]bool
+}
+
+// openData opens the data file name of dir and reads and checks its header.
+func openData(dir, name string) (*dataReader, error) {
+	f, err := os.Open(filepath.Join(dir, name))
+	if err != nil {
+		return nil, fmt.Errorf("data file: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	h, err := readHeader(f, st.Size())
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("data file %s: %w", name, err)
+	}
+	return &dataReader{f: f, h: h, base: h.size, size: st.Size(), checked: map[string]bool{}}, nil
+}
+
+// checkData checks the CRC-32C of tensor name's data, once.
+func (r *dataReader) checkData(file, name string, ti TensorInfo) error {
+	if !r.h.verified || r.checked[name] {
+		return nil
+	}
+	hw := crc32.New(castagnoli)
+	n := ti.DataOffsets[1] - ti.DataOffsets[0]
+	if _, err := io.Copy(hw, io.NewSectionReader(r.f, r.base+ti.DataOffsets[0], n)); err != nil {
+		return fmt.Errorf("data file %s: reading tensor %q: %w", file, name, err)
+	}
+	if got, want := hw.Sum32(), r.h.sums[name]; got != want {
+		return fmt.Errorf("data file %s: tensor %q is corrupt: its data has CRC-32C %08x, the header records %08x", file, name, got, want)
+	}
+	r.checked[name] = true
+	return nil
 }
 
 func loadSharded(dir string, leaves []*trace.Array, paths []string) (out []*trace.Array, err error) {
+	removeStale(dir)
 	idx, err := readIndex(dir)
 	if err != nil {
 		return nil, err
@@ -407,35 +617,31 @@ func loadSharded(dir string, leaves []*trace.Array, paths []string) (out []*trac
 			r.f.Close()
 		}
 	}()
+	// Every data file is checked against the index before any is read.
+	for _, df := range idx.Files {
+		r, err := openData(dir, df.Name)
+		if err != nil {
+			return nil, err
+		}
+		files[df.Name] = r
+		if idx.Format == legacyIndexFormat {
+			continue
+		}
+		if r.size != df.Size {
+			return nil, fmt.Errorf("data file %s has %d bytes, the index records %d", df.Name, r.size, df.Size)
+		}
+		if got := crcHex(r.h.crc); got != df.HeaderCRC32C {
+			return nil, fmt.Errorf("data file %s: its header has CRC-32C %s, the index records %s (a file of another save, or corrupt)", df.Name, got, df.HeaderCRC32C)
+		}
+		if !r.h.verified || r.h.saveID != idx.SaveID {
+			return nil, fmt.Errorf("data file %s is of save %q, the index is of save %q", df.Name, r.h.saveID, idx.SaveID)
+		}
+	}
 	open := func(name string) (*dataReader, error) {
 		if r := files[name]; r != nil {
 			return r, nil
 		}
-		if name != filepath.Base(name) || !slices.Contains(idx.Files, name) {
-			return nil, fmt.Errorf("the index names data file %q, not one of its files %v", name, idx.Files)
-		}
-		f, err := os.Open(filepath.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("data file: %w", err)
-		}
-		st, err := f.Stat()
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		h, err := readHeader(f, st.Size())
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("data file %s: %w", name, err)
-		}
-		base, err := f.Seek(0, io.SeekCurrent)
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		r := &dataReader{f: f, h: h, base: base}
-		files[name] = r
-		return r, nil
+		return nil, fmt.Errorf("the index names data file %q, not one of its files", name)
 	}
 	out = make([]*trace.Array, len(leaves))
 	defer func() {
@@ -523,6 +729,9 @@ func readPart(open func(string) (*dataReader, error), a *IndexArray, b IndexBloc
 	}
 	if ti.DType != a.DType || !slices.Equal(ti.Shape, bshape) {
 		return fmt.Errorf("tensor %q of %s is %s%v, the index says %s%v", b.Tensor, b.File, ti.DType, ti.Shape, a.DType, bshape)
+	}
+	if err := r.checkData(b.File, b.Tensor, ti); err != nil {
+		return err
 	}
 	es := int64(dst.Type.DType.Size())
 	// Row-major offsets (in elements) of the part's first and last elements

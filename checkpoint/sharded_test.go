@@ -161,7 +161,7 @@ func checkOwners(t *testing.T, dir string, want []*ir.Literal, meshes []*ir.Mesh
 		if meshes[i] == nil {
 			require.Empty(t, a.Sharding)
 			require.Len(t, a.Blocks, 1)
-			require.Equal(t, fmt.Sprintf("process-0-of-%d.safetensors", n), a.Blocks[0].File)
+			require.Equal(t, fmt.Sprintf("process-0-of-%d.save%s.safetensors", n, idx.SaveID), a.Blocks[0].File)
 		} else {
 			s, err := ir.ParseSharding(a.Sharding)
 			require.NoError(t, err)
@@ -180,7 +180,7 @@ func checkOwners(t *testing.T, dir string, want []*ir.Literal, meshes []*ir.Mesh
 			for _, b := range a.Blocks {
 				g, ok := owner[fmt.Sprint(b.Start)]
 				require.True(t, ok)
-				require.Equal(t, fmt.Sprintf("process-%d-of-%d.safetensors", devs[g].Process, n), b.File, "%s block %v", a.Path, b.Start)
+				require.Equal(t, fmt.Sprintf("process-%d-of-%d.save%s.safetensors", devs[g].Process, n, idx.SaveID), b.File, "%s block %v", a.Path, b.Start)
 			}
 		}
 		for _, b := range a.Blocks {
@@ -190,8 +190,10 @@ func checkOwners(t *testing.T, dir string, want []*ir.Literal, meshes []*ir.Mesh
 			inFile[b.File][b.Tensor] = b
 		}
 	}
+	require.Len(t, idx.Files, n)
 	for q := range n {
-		name := fmt.Sprintf("process-%d-of-%d.safetensors", q, n)
+		name := fmt.Sprintf("process-%d-of-%d.save%s.safetensors", q, n, idx.SaveID)
+		require.Equal(t, name, idx.Files[q].Name)
 		data, err := os.ReadFile(filepath.Join(dir, name))
 		require.NoError(t, err)
 		hdr, _, err := checkpoint.ReadHeader(bytes.NewReader(data))
@@ -325,10 +327,10 @@ func TestShardedCheckpointErrors(t *testing.T) {
 	require.ErrorContains(t, err, `array "C" is i32[4,8] in the checkpoint, want f32[4,8]`)
 
 	// A missing data file.
-	require.NoError(t, os.Rename(filepath.Join(dir, "process-0-of-1.safetensors"), filepath.Join(dir, "moved")))
+	require.NoError(t, os.Rename(filepath.Join(dir, "process-0-of-1.save1.safetensors"), filepath.Join(dir, "moved")))
 	_, err = checkpoint.LoadSharded(dir, like)
-	require.ErrorContains(t, err, "process-0-of-1.safetensors")
-	require.NoError(t, os.Rename(filepath.Join(dir, "moved"), filepath.Join(dir, "process-0-of-1.safetensors")))
+	require.ErrorContains(t, err, "process-0-of-1.save1.safetensors")
+	require.NoError(t, os.Rename(filepath.Join(dir, "moved"), filepath.Join(dir, "process-0-of-1.save1.safetensors")))
 	_, err = checkpoint.LoadSharded(dir, like)
 	require.NoError(t, err)
 
