@@ -2,9 +2,10 @@
 # CI: the Open MPI engine of package collective (collective/mpi) between real
 # processes. Installs Debian's Open MPI (openmpi-bin, libopenmpi-dev) when
 # mpirun is missing, builds the test binary and runs its MPI tests under
-# mpirun with 2 and 4 ranks, then kills one rank of 3 mid-collective and
-# checks that the two survivors fail with the timeout error instead of
-# hanging; then runs one sharded program over the devices of 2 and 4
+# mpirun with 2 and 4 ranks, then kills one rank mid-collective and checks
+# that the survivors fail at once with an error naming the dead rank and its
+# host (the liveness connections; the time from the kill is printed), and,
+# with those off, with the timeout error naming it; then runs one sharded program over the devices of 2 and 4
 # processes (rt.InitDistributed: internal/disttest and examples/sharded),
 # and a sharded checkpoint saved by 2 processes loaded resharded by 4.
 # Any failure fails, and so does a skip.
@@ -105,24 +106,45 @@ if ! FERRY_DIST_TEST_MISMATCH=1 timeout 120 "${run[@]}" -x FERRY_DIST_TEST_MISMA
   exit 1
 fi
 sed -n 's/^dist: //p' "$log" | head -n1
-echo "== mpirun --enable-recovery -np 3, the last rank killed mid-collective"
-FERRY_MPI_KILL_TEST=1 FERRY_COLLECTIVE_TIMEOUT=2s timeout 120 "${run[@]}" --enable-recovery -np 3 \
-  "$bin/mpi.test" -test.run '^TestRankDeath$' -test.v -test.count=1 >"$log" 2>&1 || true
-survivors=$(grep -c -- '--- PASS: TestRankDeath' "$log" || true)
-if [ "$survivors" != 2 ] || grep -q -- '--- FAIL' "$log"; then
-  cat "$log"
-  echo "mpi: $survivors of the 2 surviving ranks reported the timeout"
-  exit 1
-fi
-grep 'AllReduce returned' "$log" | sed 's/^ *//'
+# kill_check NP WHICH ENV...: kill rank WHICH (last or first) of NP under
+# --enable-recovery with the environment changed by env's arguments ENV; every survivor must pass
+# TestRankDeath (the error names the dead rank), and the time from the kill
+# to each survivor's error is printed.
+kill_check() {
+  local np=$1 which=$2
+  shift 2
+  echo "== mpirun --enable-recovery -np $np, the $which rank killed mid-collective ($*)"
+  env "$@" FERRY_MPI_KILL_TEST="$which" timeout 120 "${run[@]}" --enable-recovery -np "$np" \
+    "$bin/mpi.test" -test.run '^TestRankDeath$' -test.v -test.count=1 >"$log" 2>&1 || true
+  local survivors
+  survivors=$(grep -c -- '--- PASS: TestRankDeath' "$log" || true)
+  if [ "$survivors" != $((np - 1)) ] || grep -q -- '--- FAIL' "$log"; then
+    cat "$log"
+    echo "mpi: $survivors of the $((np - 1)) surviving ranks named the dead rank"
+    exit 1
+  fi
+  grep 'AllReduce returned' "$log" | sed 's/^ *//; s/ returned at [0-9]* / returned /' | head -n1
+  local killed
+  killed=$(sed -n 's/^mpi: rank [0-9]* killed at \([0-9]*\)$/\1/p' "$log")
+  sed -n 's/.*AllReduce returned at \([0-9]*\) .*/\1/p' "$log" |
+    awk -v k="$killed" '{ d = ($1 - k) / 1e6; if (NR == 1 || d > m) m = d } END { printf "  named %.1f ms after the kill (the slowest of %d survivors)\n", m, NR }'
+}
+# The liveness connections name a killed rank (the last, or rank 0 which
+# holds the others' connections) at once: with the default timeout (5m) and
+# with 60s, long before either (a timeout error fails the test). Then,
+# without them, the 2s timeout names the rank that never joined.
+kill_check 3 last FERRY_COLLECTIVE_TIMEOUT=60s
+kill_check 3 first FERRY_COLLECTIVE_TIMEOUT=60s
+kill_check 2 last -u FERRY_COLLECTIVE_TIMEOUT
+kill_check 3 last FERRY_MPI_LIVENESS=off FERRY_COLLECTIVE_TIMEOUT=2s
 echo "== mpirun --enable-recovery -np 3, the last process killed between two sharded steps"
-FERRY_DIST_KILL_TEST=1 FERRY_COLLECTIVE_TIMEOUT=2s FERRY_CPU_DEVICES=2 timeout 120 "${run[@]}" --enable-recovery \
+FERRY_DIST_KILL_TEST=1 FERRY_COLLECTIVE_TIMEOUT=60s FERRY_CPU_DEVICES=2 timeout 120 "${run[@]}" --enable-recovery \
   -x FERRY_DIST_KILL_TEST -x FERRY_COLLECTIVE_TIMEOUT -x FERRY_CPU_DEVICES -np 3 \
   "$bin/dist.test" -test.run '^TestMPIProcessDeath$' -test.v -test.count=1 >"$log" 2>&1 || true
 survivors=$(grep -c -- '--- PASS: TestMPIProcessDeath' "$log" || true)
 if [ "$survivors" != 2 ] || grep -q -- '--- FAIL' "$log"; then
   cat "$log"
-  echo "mpi: $survivors of the 2 surviving processes reported the timeout"
+  echo "mpi: $survivors of the 2 surviving processes named the dead process"
   exit 1
 fi
 grep 'the step returned' "$log" | sed 's/^ *//'

@@ -14,7 +14,10 @@ import (
 const TimeoutEnv = "FERRY_COLLECTIVE_TIMEOUT"
 
 // DefaultTimeout is the collective timeout when $FERRY_COLLECTIVE_TIMEOUT is
-// unset.
+// unset: five minutes, long enough for the slowest process of a job to
+// reach a collective after a long step. A dead process is found sooner than
+// that where the engine watches the processes (collective/mpi's liveness
+// connections name it within milliseconds).
 const DefaultTimeout = 5 * time.Minute
 
 // TimeoutFromEnv returns the collective timeout that $FERRY_COLLECTIVE_TIMEOUT

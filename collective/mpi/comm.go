@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -275,14 +276,29 @@ func (c *Comm) exchange(ctx context.Context, k kind) error {
 		m++
 	}
 	c.missing = func() string {
-		var absent []int
-		for i, r := range from {
+		// Receive i and send len(from)+i are rank from[i]'s: a rank whose
+		// descriptor never came did not join; one whose descriptor came but
+		// that never took this rank's joined and then stopped (dead).
+		done := func(i int) bool {
 			var flag int32
-			if c.l.call(c.l.test, uintptr(unsafe.Pointer(&c.reqs[i])), uintptr(unsafe.Pointer(&flag)), 0) != mpiSuccess || flag == 0 {
+			return c.l.call(c.l.test, uintptr(unsafe.Pointer(&c.reqs[i])), uintptr(unsafe.Pointer(&flag)), 0) == mpiSuccess && flag != 0
+		}
+		var absent, stopped []int
+		for i, r := range from {
+			if !done(i) {
 				absent = append(absent, r)
+			} else if !done(len(from) + i) {
+				stopped = append(stopped, r)
 			}
 		}
-		return fmt.Sprintf("rank(s) %v of %d did not join it (still busy elsewhere, or dead)", absent, c.size)
+		var why []string
+		if len(absent) > 0 || len(stopped) == 0 {
+			why = append(why, fmt.Sprintf("rank(s) %v of %d did not join it (still busy elsewhere, or dead)", absent, c.size))
+		}
+		if len(stopped) > 0 {
+			why = append(why, fmt.Sprintf("rank(s) %v of %d sent their part but never took this rank's (dead?)", stopped, c.size))
+		}
+		return strings.Join(why, "; ")
 	}
 	defer func() { c.missing = nil }()
 	return c.wait(ctx, k, c.reqs[:m], mine, all)

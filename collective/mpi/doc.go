@@ -23,7 +23,11 @@
 //     libmpi.so.40 and libmpi.so (see [Load]; a [LoadError] lists every
 //     attempt).
 //   - FERRY_COLLECTIVE_TIMEOUT: how long a collective waits for the other
-//     ranks, a Go duration (default 5m; 0 or off: no limit). See Failures.
+//     ranks, a Go duration (default 5m, [DefaultTimeout]; 0 or off: no
+//     limit). See Failures.
+//   - FERRY_MPI_LIVENESS: how the processes watch each other for death
+//     (default on; off, or the silence bound as a Go duration). See
+//     Failures and [LivenessEnv].
 //   - FERRY_MPI_REDUCE: native (default) or ordered, how reductions of the
 //     dtypes MPI has are computed (see Reductions).
 //   - FERRY_MPI_SPIN (default 1ms) and FERRY_MPI_MAX_SLEEP (default 1ms):
@@ -98,14 +102,30 @@
 // by default ends the whole job: it kills the other processes and prints
 // "mpirun noticed that process rank R with PID P on node N exited on signal
 // S", exiting non-zero; the survivors print nothing more. Under mpirun
-// --enable-recovery the survivors keep running: the collective waiting for
-// the dead rank fails after FERRY_COLLECTIVE_TIMEOUT with the timeout error
-// above, which names the ranks that never joined the collective ("rank(s)
-// [2] of 3 did not join it (still busy elsewhere, or dead)"; in groups of
-// over 64 ranks it cannot say which), and the others learn of it by the
-// abort message. A rank that dies in the middle of a transfer, after every
-// rank joined, is reported as "every rank joined it, but the transfer did
-// not finish".
+// --enable-recovery the survivors keep running, and a liveness side channel
+// names the dead process within milliseconds, whatever the timeout: the
+// first World of each process opens a TCP connection to process 0 (process
+// 0 listens on a free port of every interface and broadcasts its addresses
+// over MPI), and both ends send a heartbeat byte and, on Finalize, a bye.
+// A connection that ends without the bye (the kernel closes a killed
+// process's sockets) or stays silent longer than the silence bound (30 s,
+// or half of FERRY_COLLECTIVE_TIMEOUT when that is shorter, at least 5 s: a
+// host down, a network cut) loses its process: every pending and later
+// collective of every World returns an error wrapping
+// collective.ErrAborted and [ErrProcessLost] that names it by rank, host and
+// pid ("process 2 of 3 (host node1, pid 4242) died: its liveness connection
+// to process 0 ended without Finalize (EOF)"). Process 0 sees the others'
+// deaths and passes them on by the abort message; the others see process
+// 0's. World fails on every process, naming the processes, when one cannot
+// connect to process 0; FERRY_MPI_LIVENESS=off turns the connections off
+// (process 0's setting decides), and then a dead process is found by the
+// timeout: the collective waiting for it fails after
+// FERRY_COLLECTIVE_TIMEOUT (default 5 minutes) with the timeout error above,
+// which names the ranks that never joined the collective ("rank(s) [2] of 3
+// did not join it (still busy elsewhere, or dead)", or, for a rank that
+// sent its part and died, "sent their part but never took this rank's"; in
+// groups of over 64 ranks it cannot say which), or says "every rank joined
+// it, but the transfer did not finish" for a death mid-transfer.
 // MPI errors are returned as errors (communicators use MPI_ERRORS_RETURN),
 // not fatal.
 //

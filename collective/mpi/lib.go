@@ -292,7 +292,8 @@ func Init() error {
 	return initErr
 }
 
-// Finalize ends MPI (MPI_Finalize) after cancelling the receives this package
+// Finalize ends MPI (MPI_Finalize) after saying goodbye on the liveness
+// connections (see LivenessEnv) and cancelling the receives this package
 // keeps posted for abort messages. Call it once, after the last collective,
 // before the process exits; communicators must not be used afterwards. MPI
 // cannot be initialized again in the same process.
@@ -302,6 +303,7 @@ func Finalize() error {
 	if !initDone || initErr != nil {
 		return errors.New("mpi: Finalize without a successful Init")
 	}
+	closeLiveness()
 	closeWorlds()
 	l := loaded
 	var err error

@@ -18,7 +18,8 @@ import (
 const TimeoutEnv = collective.TimeoutEnv
 
 // DefaultTimeout is the collective timeout when $FERRY_COLLECTIVE_TIMEOUT is
-// unset.
+// unset: 5 minutes. A dead process is named long before it by the liveness
+// connections (see LivenessEnv).
 const DefaultTimeout = collective.DefaultTimeout
 
 // ReduceEnv names the environment variable choosing how AllReduce and
@@ -88,6 +89,9 @@ func (w *world) abort(err error, tell bool) {
 			return
 		}
 		msg := []byte(fmt.Sprintf("mpi: process %d of %d aborted: %v", w.rank, w.size, err))
+		if errors.Is(err, ErrProcessLost) {
+			msg = []byte(string(lostMark) + err.Error()) // the loss, as found here
+		}
 		if len(msg) > ctrlBytes {
 			msg = msg[:ctrlBytes]
 		}
@@ -135,7 +139,11 @@ func (w *world) poll() {
 	}
 	w.mu.Unlock()
 	if msg != "" {
-		w.abort(errors.New(msg), false)
+		e := &remoteAbort{msg: msg}
+		if msg[0] == lostMark {
+			e.msg, e.lost = msg[1:], true
+		}
+		w.abort(e, false)
 	}
 }
 
@@ -183,7 +191,9 @@ func settings() (timeout time.Duration, ordered bool, err error) {
 // duplicate of MPI_COMM_WORLD, ranked like it), after Init. Every process
 // calls it, the same number of times. Each call makes a new abort domain: the
 // communicator and those split from it fail together. It reads TimeoutEnv
-// and ReduceEnv; the duplication itself is bounded by the timeout.
+// and ReduceEnv; the duplication itself is bounded by the timeout. The
+// first World of a process also opens its liveness connection (see
+// LivenessEnv), and fails when a process cannot open one.
 func World() (collective.Communicator, error) {
 	c, err := newWorld()
 	if err != nil {
@@ -256,7 +266,14 @@ func newWorld() (*Comm, error) {
 	worldsMu.Lock()
 	worlds = append(worlds, w)
 	worldsMu.Unlock()
-	return newComm(l, w, comm, w.rank, w.size, timeout, ordered), nil
+	c := newComm(l, w, comm, w.rank, w.size, timeout, ordered)
+	if err := startLiveness(c); err != nil {
+		return nil, err
+	}
+	if err := liveLoss(); err != nil {
+		w.abort(err, false) // a process was lost before this World
+	}
+	return c, nil
 }
 
 // mpiAnySourceArg is MPI_ANY_SOURCE as a register argument (a C int).

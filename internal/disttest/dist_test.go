@@ -354,7 +354,8 @@ func TestJobOfOne(t *testing.T) {
 // --enable-recovery and a short FERRY_COLLECTIVE_TIMEOUT, kills the last
 // process between two steps of a sharded jitted function whose sum
 // all-reduces over every device: the other processes' next step must fail
-// with the timeout error naming the dead process, instead of hanging.
+// with an error naming the dead process and its host (collective/mpi's
+// liveness connections), instead of hanging.
 //
 //	FERRY_DIST_KILL_TEST=1 FERRY_COLLECTIVE_TIMEOUT=2s mpirun --enable-recovery -np 3 /tmp/dist.test -test.run ProcessDeath
 func TestMPIProcessDeath(t *testing.T) {
@@ -382,5 +383,5 @@ func TestMPIProcessDeath(t *testing.T) {
 	t.Logf("process %d of %d: the step returned after %v: %v", rt.ProcessIndex(), np, time.Since(start), err)
 	require.Error(t, err)
 	require.ErrorIs(t, err, collective.ErrAborted)
-	require.ErrorContains(t, err, fmt.Sprintf("rank(s) [%d] of %d did not join it", np-1, np))
+	require.ErrorContains(t, err, fmt.Sprintf("a process of the job is gone: process %d of %d (host ", np-1, np))
 }
