@@ -63,6 +63,7 @@ func Eval(part *passes.Partitioned, global []ir.Type, args []*ir.Literal, timeou
 			}
 			in := make([]*ir.Literal, len(args))
 			for i, l := range args {
+				var err error // each device's own: the goroutines run at once
 				if in[i], err = Block(l, part.Params[i], dev); err != nil {
 					errs[rank] = fmt.Errorf("argument %d: %w", i, err)
 					return
