@@ -319,7 +319,7 @@ func init() {
 	unary(Log1p, "log1p", FloatDTypes, true, math.Log1p, transc, Lowering{CUDA: "log1p"})
 	unary(Expm1, "expm1", FloatDTypes, true, math.Expm1, transc, Lowering{CUDA: "expm1"})
 	unary(Sqrt, "sqrt", FloatDTypes, true, math.Sqrt, transc, Lowering{CUDA: "sqrt", VMath: "sqrt"})
-	unary(Rsqrt, "rsqrt", FloatDTypes, true, rsqrt, transc, Lowering{})
+	unary(Rsqrt, "rsqrt", FloatDTypes, true, rsqrt, transc, Lowering{VMath: "rsqrt"})
 	unary(Tanh, "tanh", FloatDTypes, true, math.Tanh, transc, Lowering{CUDA: "tanh", VMath: "tanh"})
 	unary(Logistic, "logistic", FloatDTypes, true, logistic, transc, Lowering{VMath: "logistic"})
 	unary(Sin, "sin", FloatDTypes, true, math.Sin, transc, Lowering{CUDA: "sin"})

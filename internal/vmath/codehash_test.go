@@ -17,6 +17,8 @@ func codeHashCases() map[string]func() ([]Instr, int, []bool) {
 		"geluCode":          geluCode,
 		"geluTanhChain":     func() ([]Instr, int, []bool) { return geluTanhChain, 18, nil },
 		"geluLogisticChain": func() ([]Instr, int, []bool) { return geluLogisticChain, 16, nil },
+		"rsqrt":             func() ([]Instr, int, []bool) { return []Instr{{Op: OpRsqrt, Dst: 1}}, 2, nil },
+		"maskChain":         maskHashChain,
 	}
 	for op := OpAdd; op <= OpErf; op++ {
 		nvals := 2
@@ -93,6 +95,8 @@ func TestCodeHashes(t *testing.T) {
 		"rand1":             {"2c11323634bb71e4", "a60392229357b87c"},
 		"rand2":             {"959c2fad9a6a9fbc", "d8daac804493fb4f"},
 		"rand3":             {"cb2cc11d91b57c57", "6e1e7934728d7833"},
+		"rsqrt":             {"23ac18573b3014fa", "cfbbf2477c9c22fb"},
+		"maskChain":         {"b5c0ff1fadaa8d32", "8d69a1444b119ad0"},
 	}
 	cases := codeHashCases()
 	print := os.Getenv("VMATH_CODEHASH") == "print"
@@ -107,4 +111,15 @@ func TestCodeHashes(t *testing.T) {
 			t.Errorf("%s: generated code hashes %v, want %v", name, got, want[name])
 		}
 	}
+}
+
+// maskHashChain is where(a > b, a*b, -a) with the compare's mask kept in
+// registers.
+func maskHashChain() ([]Instr, int, []bool) {
+	return []Instr{
+		{Op: OpGt | NoStore, Dst: 2, A: 0, B: 1},
+		{Op: OpMul | NoStore, Dst: 3, A: 0, B: 1},
+		{Op: OpNeg | NoStore, Dst: 4, A: 0},
+		{Op: OpSelect, Dst: 5, A: 2, B: 3, C: 4},
+	}, 6, nil
 }

@@ -51,7 +51,7 @@ func randVec(r *rand.Rand, n int) []float32 {
 }
 
 var kernel1 = map[int32]func(dst, x []float32){OpNeg: Neg, OpAbs: Abs, OpSqrt: Sqrt, OpExp: Exp, OpLog: Log,
-	OpTanh: Tanh, OpLogistic: Logistic, OpErf: Erf}
+	OpTanh: Tanh, OpLogistic: Logistic, OpErf: Erf, OpRsqrt: Rsqrt}
 var kernel2 = map[int32]func(dst, a, b []float32){OpAdd: Add, OpSub: Sub, OpMul: Mul, OpDiv: Div, OpMax: Max, OpMin: Min}
 
 // randChain builds a random SSA chain over nin inputs (the first nuni of

@@ -20,6 +20,7 @@ const (
 	OpTanh
 	OpLogistic
 	OpErf
+	OpRsqrt
 	opEnd // one past the last opcode
 )
 
@@ -60,6 +61,12 @@ var ops = [opEnd]opDef{
 	OpTanh:     {name: "tanh", arity: 1, temps: 8, tempsVEX: 10, go1: map1(tanh32), body: (*gen).tanhBody},
 	OpLogistic: {name: "logistic", arity: 1, temps: 6, tempsVEX: 8, go1: map1(logistic32), body: (*gen).logisticBody},
 	OpErf:      {name: "erf", arity: 1, temps: 9, tempsVEX: 11, go1: map1(erf32), body: (*gen).erfBody},
+	// rsqrt as XLA's CPU backend computes it: 1/sqrt(x), two roundings.
+	OpRsqrt: {name: "rsqrt", arity: 1, temps: 1, tempsVEX: 1, go1: rsqrtGo,
+		body: func(g *gen, in []e.Z, out e.Z, t []e.Z) {
+			g.a.VSQRTPS(in[0], t[0])
+			g.a.VDIVPS(t[0], g.creg(g.c(1), out), out)
+		}},
 }
 
 // validOp reports whether code is an opcode.

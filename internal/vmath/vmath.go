@@ -1,7 +1,7 @@
 // Package vmath holds float32 vector kernels over slices: the
 // transcendental functions of Ferry's elementwise ops (Exp, Log, Log1p,
 // Expm1, Tanh, Erf, Logistic) and plain arithmetic (Add, Sub, Mul, Div,
-// Max, Min, Neg, Abs, Sqrt).
+// Max, Min, Neg, Abs, Sqrt, Rsqrt).
 //
 // Numerics: arithmetic, Neg, Abs and Sqrt are exact (IEEE single rounding,
 // as Go's float32 operators); Max and Min follow eval (x > y ? x : y, x when x
@@ -15,8 +15,8 @@
 // selects move bits (a NaN operand comes out as it went in, a signalling
 // NaN included); every other op returns a quiet NaN for a NaN operand, the
 // operand's sign and payload with the quiet bit set (Logistic's with the
-// sign bit set; a NaN made from numbers, such as Log of a negative, is the
-// default 0x7fc00000). TestNaNRule checks it on every path.
+// sign bit set; a NaN made from numbers, such as Log of a negative, is a
+// quiet NaN without payload). TestNaNRule checks it on every path.
 //
 // Implementations: on linux/amd64 CPUs with AVX-512, or with AVX2 and FMA,
 // every kernel is generated code: the op alone compiled on first use by the
@@ -144,6 +144,11 @@ func Logistic(dst, x []float32) { cur.f1[OpLogistic](dst, x) }
 // Erf sets dst[i] = erf x[i].
 func Erf(dst, x []float32) { cur.f1[OpErf](dst, x) }
 
+// Rsqrt sets dst[i] = 1/sqrt(x[i]) as XLA's CPU backend computes it: the
+// correctly rounded square root, then a correctly rounded division (within
+// 1 ulp of the correctly rounded reciprocal square root).
+func Rsqrt(dst, x []float32) { cur.f1[OpRsqrt](dst, x) }
+
 // Log1p sets dst[i] = ln(1+x[i]).
 func Log1p(dst, x []float32) { map1(log1p32)(dst, x) }
 
@@ -198,6 +203,13 @@ func sqrtGo(dst, x []float32) {
 	dst = dst[:len(x)]
 	for i, v := range x {
 		dst[i] = float32(sqrt64(float64(v))) // exact: double rounding of sqrt is innocuous
+	}
+}
+
+func rsqrtGo(dst, x []float32) {
+	dst = dst[:len(x)]
+	for i, v := range x {
+		dst[i] = 1 / float32(sqrt64(float64(v)))
 	}
 }
 

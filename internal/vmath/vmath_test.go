@@ -57,6 +57,7 @@ var fns = []fn{
 	{"Log1p", Log1p, math.Log1p, 0},
 	{"Expm1", Expm1, math.Expm1, 0},
 	{"Sqrt", Sqrt, math.Sqrt, 0},
+	{"Rsqrt", Rsqrt, func(x float64) float64 { return 1 / math.Sqrt(x) }, 1},
 	{"Abs", Abs, math.Abs, 0},
 	{"Neg", Neg, func(x float64) float64 { return -x }, 0},
 }
