@@ -46,7 +46,6 @@ func TestFileModes(t *testing.T) {
 	require.Equal(t, os.FileMode(0o600), mode("c"))
 }
 
-
 // killEnv makes TestKilledSave the process it launches: a save killed
 // (SIGKILL) at its Nth step. Its value is "kind:N:dir:seed".
 const killEnv = "FERRY_CKPT_KILL"
