@@ -342,7 +342,7 @@ func shiftExec(ext int, cnt func(m *Machine, in *Inst) uint64) func(m *Machine, 
 			m.CF = v>>(n-1)&1 != 0
 			m.OF = v>>(size-1)&1 != 0
 		default:
-			sv := int64(v << (64 - size)) >> (64 - size)
+			sv := int64(v<<(64-size)) >> (64 - size)
 			r = uint64(sv>>n) & mask
 			m.CF = uint64(sv>>(n-1))&1 != 0
 			m.OF = false
