@@ -19,6 +19,7 @@ func codeHashCases() map[string]func() ([]Instr, int, []bool) {
 		"geluLogisticChain": func() ([]Instr, int, []bool) { return geluLogisticChain, 16, nil },
 		"rsqrt":             func() ([]Instr, int, []bool) { return []Instr{{Op: OpRsqrt, Dst: 1}}, 2, nil },
 		"maskChain":         maskHashChain,
+		"maskShared":        maskSharedChain,
 	}
 	for op := OpAdd; op <= OpErf; op++ {
 		nvals := 2
@@ -96,7 +97,8 @@ func TestCodeHashes(t *testing.T) {
 		"rand2":             {"959c2fad9a6a9fbc", "d8daac804493fb4f"},
 		"rand3":             {"cb2cc11d91b57c57", "6e1e7934728d7833"},
 		"rsqrt":             {"23ac18573b3014fa", "cfbbf2477c9c22fb"},
-		"maskChain":         {"b5c0ff1fadaa8d32", "8d69a1444b119ad0"},
+		"maskChain":         {"f20a5766fa72d7f0", "a4e4bb50f2b657f7"},
+		"maskShared":        {"c643a32fb03d6358", "77cf6b967a0dd2bc"},
 	}
 	cases := codeHashCases()
 	print := os.Getenv("VMATH_CODEHASH") == "print"
@@ -122,4 +124,14 @@ func maskHashChain() ([]Instr, int, []bool) {
 		{Op: OpNeg | NoStore, Dst: 4, A: 0},
 		{Op: OpSelect, Dst: 5, A: 2, B: 3, C: 4},
 	}, 6, nil
+}
+
+// maskSharedChain reads one compare's mask in two selects (so it is a
+// value: all bits set where true).
+func maskSharedChain() ([]Instr, int, []bool) {
+	return []Instr{
+		{Op: OpGe | NoStore, Dst: 2, A: 0, B: 1},
+		{Op: OpSelect, Dst: 3, A: 2, B: 0, C: 1},
+		{Op: OpSelect, Dst: 4, A: 2, B: 1, C: 0},
+	}, 5, nil
 }

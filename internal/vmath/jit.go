@@ -461,6 +461,8 @@ func generateUnrolled(code []cins, vals []valInfo, nt bool, u int, vex bool) (c 
 
 func (in cins) operands() []int {
 	switch cd := in.Code(); {
+	case cd == opCmpSel:
+		return []int{int(in.A), int(in.B), int(in.C), int(in.D)}
 	case cd == OpSelect:
 		return []int{int(in.A), int(in.B), int(in.C)}
 	case isCompare(cd):
@@ -494,11 +496,16 @@ func (g *gen) reuse(in cins, off int, regs []e.Z) e.Z {
 	return g.alloc(d)
 }
 
-// cins is a chain instruction as the generator sees it: an Instr, or a
+// cins is a chain instruction as the generator sees it: an Instr, a
 // multiply-add contracted from a multiply and the add or subtract that
-// reads it (opFMA: A*B + C, opFMS: A*B - C, opFNMA: C - A*B).
+// reads it (opFMA: A*B + C, opFMS: A*B - C, opFNMA: C - A*B), or a compare
+// joined to the one select that reads its mask (opCmpSel: Pred(A, B) ? C :
+// D), whose mask then never becomes a value: it stays in an opmask
+// (AVX-512) or in the result register (AVX2).
 type cins struct {
 	Instr
+	D    int32 // opCmpSel's false operand
+	Pred int32 // opCmpSel's compare opcode
 }
 
 // Opcodes of contracted multiply-adds (generator only; never in an Instr
@@ -507,6 +514,7 @@ const (
 	opFMA int32 = 0x40 + iota
 	opFMS
 	opFNMA
+	opCmpSel
 )
 
 var contractOff atomic.Bool
@@ -563,6 +571,20 @@ func contract(code []Instr, vals []valInfo, on bool) ([]cins, int) {
 		out[k] = cins{Instr: Instr{Op: fop | in.Op&^0xff, Dst: in.Dst, A: code[m].A, B: code[m].B, C: c}}
 		drop[m] = true
 		n++
+	}
+	// A compare whose mask is NoStore and read once, as a select's
+	// mask, joins the select (exact: no rounding is involved).
+	for k, in := range code {
+		if in.Code() != OpSelect {
+			continue
+		}
+		v := vals[in.A]
+		if v.def < 0 || v.store || len(v.uses) != 1 || !isCompare(code[v.def].Code()) {
+			continue
+		}
+		cm := code[v.def]
+		out[k] = cins{Instr: Instr{Op: opCmpSel | in.Op&^0xff, Dst: in.Dst, A: cm.A, B: cm.B, C: in.B}, D: in.C, Pred: cm.Code()}
+		drop[v.def] = true
 	}
 	kept := out[:0]
 	for k, in := range out {
@@ -797,7 +819,7 @@ func (g *gen) body(u int, mask e.K) {
 		for i, r := range rs {
 			g.a.NextStream()
 			g.km = e.K(2 + i) // each stream its own opmask
-			g.op(in.Code(), r.regs, r.out, r.temps)
+			g.op(in, r.regs, r.out, r.temps)
 		}
 		g.km = 2
 		if err := g.a.EndWeave(); err != nil {
@@ -971,11 +993,17 @@ const (
 	cmpNLT = 0x05 // not less than (true for NaN)
 )
 
-// op emits one op's body (its row's in ops, or a contracted multiply-add),
+// op emits one op's body (its row's in ops, a contracted multiply-add, a
+// compare or select, or a compare joined to its select),
 // in the Go assembler's operand order, with the temporaries t.
-func (g *gen) op(code int32, in []e.Z, out e.Z, t []e.Z) {
+func (g *gen) op(ci cins, in []e.Z, out e.Z, t []e.Z) {
+	code := ci.Code()
 	if isMaskOp(code) {
 		g.maskBody(code, in, out)
+		return
+	}
+	if code == opCmpSel {
+		g.cmpSelBody(ci.Pred, in, out)
 		return
 	}
 	if !validOp(code) {

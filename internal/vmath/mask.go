@@ -118,3 +118,17 @@ func (g *gen) maskBody(code int32, in []e.Z, out e.Z) {
 		g.a.VBLENDMPSk(g.cbits(0xffffffff), out, g.km, out)
 	}
 }
+
+// cmpSelBody emits a compare joined to its select: pred(in[0], in[1]) ?
+// in[2] : in[3]. AVX-512: the compare into the opmask and one VBLENDMPS
+// under it; AVX2: the compare's vector mask in out, then VBLENDVPS.
+func (g *gen) cmpSelBody(pred int32, in []e.Z, out e.Z) {
+	imm := maskOps[pred-OpEq].imm
+	if g.vex {
+		g.a.VCMPPSv(imm, in[1], in[0], out)
+		g.a.VBLENDVPS(out, in[2], in[3], out)
+		return
+	}
+	g.a.VCMPPS(imm, in[1], in[0], g.km)
+	g.a.VBLENDMPSk(in[2], in[3], g.km, out)
+}
