@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -413,7 +414,7 @@ func TestConcurrentUseOfOneRank(t *testing.T) {
 // every rank) with ranks racing ahead of each other, some calls invalid on one
 // rank, over the world and over two sub-groups, and checks every result.
 func TestInterleaved(t *testing.T) {
-	seed := rand.Uint64()
+	seed := testseed.Uint64(t)
 	t.Logf("seed %d", seed)
 	noErrors(t, ranks(t, 4, func(ctx context.Context, c *Local) error { return interleaved(ctx, c, seed, 300) }))
 }

@@ -3,6 +3,7 @@ package collective
 import (
 	"context"
 	"encoding/binary"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -17,7 +18,7 @@ var sizes = []int{1, 2, 3, 4, 8}
 
 // newRand returns a generator with a fresh seed, logged for reproduction.
 func newRand(t testing.TB) *rand.Rand {
-	seed := rand.Uint64()
+	seed := testseed.Uint64(t)
 	t.Logf("seed %d", seed)
 	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 }

@@ -6,8 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
-	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -295,7 +295,7 @@ func TestHybridSplit(t *testing.T) {
 		world, _ := hybridWorld(t, lay[0], lay[1])
 		noErrors(t, runOn(asComms(world), splitUndefined))
 		noErrors(t, runOn(asComms(world), twoStreams))
-		seed := rand.Uint64()
+		seed := testseed.Uint64(t)
 		t.Logf("%v: interleaved seed %d", lay, seed)
 		noErrors(t, runOn(asComms(world), func(ctx context.Context, c Communicator) error {
 			return interleaved(ctx, c, seed, 100)

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math/rand/v2"
 	"testing"
 
@@ -139,7 +140,7 @@ func TestBFCUnlimitedGrowth(t *testing.T) {
 }
 
 func TestBFCRandomized(t *testing.T) {
-	seed := rand.Uint64()
+	seed := testseed.Uint64(t)
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 2))
 	for _, grow := range []bool{false, true} {

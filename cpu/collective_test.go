@@ -2,8 +2,8 @@ package cpu
 
 import (
 	"context"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
-	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -69,7 +69,7 @@ func TestCollectivesOnDevices(t *testing.T) {
 	exe, err := cpuBackend{}.Compile(f, backend.CompileOptions{BoundAxes: []string{"x"}})
 	require.NoError(t, err)
 
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 12))
+	rng := testseed.Rand(t, 12)
 	args := make([][]float32, 4)
 	for d := range args {
 		for range 64 {

@@ -2,7 +2,7 @@ package cpu
 
 import (
 	"errors"
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,7 +19,7 @@ func TestDevicesHaveTheirOwnPools(t *testing.T) {
 	be := cpuBackend{}
 	require.Equal(t, 3, MemoryPools().NumDevices())
 	require.Equal(t, []backend.Device{{Platform: "cpu", ID: 0, Kind: "cpu"}, {Platform: "cpu", ID: 1, Kind: "cpu"}, {Platform: "cpu", ID: 2, Kind: "cpu"}}, be.Devices())
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 11))
+	rng := testseed.Rand(t, 11)
 	want := map[[2]int]int64{}
 	var rels []func()
 	for range 20 {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -36,7 +37,7 @@ func randomSource(rng *rand.Rand) string {
 }
 
 func TestCacheMemoryAndDisk(t *testing.T) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 7))
+	rng := testseed.Rand(t, 7)
 	dir := t.TempDir()
 	fc := &fakeCompiler{}
 	c := NewCache(dir, "nvrtc-13.0", fc.compile)
@@ -74,7 +75,7 @@ func TestCacheMemoryAndDisk(t *testing.T) {
 }
 
 func TestCacheCorruptFileRewritten(t *testing.T) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 8))
+	rng := testseed.Rand(t, 8)
 	dir := t.TempDir()
 	fc := &fakeCompiler{}
 	src := randomSource(rng)

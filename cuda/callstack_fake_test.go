@@ -4,7 +4,7 @@ package cuda
 
 import (
 	"fmt"
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"os"
 	"os/exec"
 	"strings"
@@ -128,7 +128,7 @@ func TestDriverArgumentsSurviveStackGrowth(t *testing.T) {
 			f := traceFn(t, []ir.Type{f32(4, 8), f32(8, 2)}, func(x []*trace.Array) []*trace.Array {
 				return []*trace.Array{trace.Tanh(trace.MatMul(x[0], x[1]))}
 			})
-			rng := rand.New(rand.NewPCG(rand.Uint64(), 9))
+			rng := testseed.Rand(t, 9)
 			var ins []*ir.Literal
 			var bufs []trace.Buffer
 			for _, p := range f.Body.Params {

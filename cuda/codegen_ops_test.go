@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math/rand/v2"
 	"testing"
 
@@ -98,7 +99,7 @@ func opCases() []opCase {
 func TestGenerateOpsHostC(t *testing.T) {
 	b := newHostBatch(needGCC(t))
 	defer b.run()
-	seed := rand.Uint64()
+	seed := testseed.Uint64(t)
 	t.Logf("seed %d", seed)
 	for ci, c := range opCases() {
 		f := ir.NewFunc("probe")

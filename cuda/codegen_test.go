@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"regexp"
@@ -225,7 +226,7 @@ func TestGenerateErrors(t *testing.T) {
 func TestGenerateTracedHostC(t *testing.T) {
 	b := newHostBatch(needGCC(t))
 	defer b.run()
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 2))
+	rng := testseed.Rand(t, 2)
 	for _, c := range genCases {
 		t.Run(c.name, func(t *testing.T) {
 			var checks []*hostCheck

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -243,7 +244,7 @@ func TestCollectivesOnDevice(t *testing.T) {
 	for _, c := range collCases {
 		t.Run(c.name, func(t *testing.T) {
 			fake, bs, g := fakeRanks(t, 2)
-			rng := rand.New(rand.NewPCG(rand.Uint64(), 5))
+			rng := testseed.Rand(t, 5)
 			args := make([][]*ir.Literal, 2)
 			sq := make([][]float64, 2)
 			for r := range 2 {
@@ -351,7 +352,7 @@ func TestCollectiveErrors(t *testing.T) {
 		t32 := ir.TypeOf(ir.Float32, 3, 4).WithSpace(ir.PinnedHost)
 		return [][]*ir.Literal{{randomLiteral(rng, t32)}, {randomLiteral(rng, t32)}}
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 9))
+	rng := testseed.Rand(t, 9)
 
 	t.Run("no communicator", func(t *testing.T) {
 		_, bs, g := fakeRanks(t, 2)
@@ -479,7 +480,7 @@ func TestCollectivesInControlFlowOnDevice(t *testing.T) {
     }) : i32[], f32[4]
   return %3, %4, %5, %20, %21
 }`
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 17))
+	rng := testseed.Rand(t, 17)
 	for _, pred := range []bool{true, false} {
 		t.Run(fmt.Sprint(pred), func(t *testing.T) { runControlFlowRanks(t, src, pred, rng) })
 	}

@@ -3,7 +3,7 @@
 package cuda
 
 import (
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"runtime"
 	"strings"
 	"sync"
@@ -66,7 +66,7 @@ func TestContextCurrentOnEveryThread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	rng := testseed.Rand(t, 3)
 	f32 := func(d ...int) ir.Type { return ir.TypeOf(ir.Float32, d...) }
 	f := traceFn(t, []ir.Type{f32(8, 16), f32(16, 4), f32(4)}, func(x []*trace.Array) []*trace.Array {
 		return []*trace.Array{trace.Gelu(trace.Add(trace.MatMul(x[0], x[1]), x[2]), true)}
@@ -243,7 +243,7 @@ func TestBackendWithoutCublasLt(t *testing.T) {
 	if dot == nil || dot.kind != stepKernel {
 		t.Fatalf("the dot_general is not a generated kernel step: %+v", dot)
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 5))
+	rng := testseed.Rand(t, 5)
 	bufs := uploadRandom(t, b, f, rng)
 	if _, err := exe.Execute(bufs, rt.ExecOptions{}); err != nil {
 		t.Fatal(err)
@@ -318,7 +318,7 @@ func TestBackendMatmulAlignment(t *testing.T) {
 	if len(aligns) == 0 || heuristics != len(aligns) {
 		t.Fatalf("%d cuBLASLt steps, %d heuristic calls", len(aligns), heuristics)
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 7))
+	rng := testseed.Rand(t, 7)
 	bufs := uploadRandom(t, b, f, rng)
 	if _, err := exe.Execute(bufs, rt.ExecOptions{}); err != nil {
 		t.Fatal(err)

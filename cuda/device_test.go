@@ -1,8 +1,8 @@
 package cuda
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -43,7 +43,7 @@ func TestDeviceMatmulAndTimer(t *testing.T) {
 	if n == 0 {
 		t.Fatalf("no step uses cuBLASLt in\n%v", e.prog.Func)
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 13))
+	rng := testseed.Rand(t, 13)
 	var ins []*ir.Literal
 	var bufs []trace.Buffer
 	for _, p := range f.Body.Params {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -459,7 +460,7 @@ func needGCC(t *testing.T) string {
 // or that aborts fails alone, with the others' results intact.
 func TestRunHostKernels(t *testing.T) {
 	gcc := needGCC(t)
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 21))
+	rng := testseed.Rand(t, 21)
 	add := buildOp(t, opCase{name: "add", params: []ir.Type{f32(3, 5), f32(3, 5)}, code: ir.Add})
 	sum := buildOp(t, opCase{name: "sum", params: []ir.Type{f64(4, 70)}, code: ir.ReduceSum, attrs: ir.Attrs{"axes": []int{1}}})
 	gen := func(op *ir.Op) *Kernel {

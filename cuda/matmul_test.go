@@ -3,8 +3,8 @@ package cuda
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"testing"
 	"unsafe"
@@ -159,7 +159,7 @@ func (m ltMatrix) at(data []float64, b, i, j int64) float64 {
 // the attribute sizes, compute and scale types, the algorithm pointer and
 // alpha/beta are the documented ones.
 func TestLtMatmulDescriptors(t *testing.T) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 11))
+	rng := testseed.Rand(t, 11)
 	type c struct {
 		dt             ir.DType
 		tf32           bool
@@ -385,7 +385,7 @@ func TestLtMatmulFallbacks(t *testing.T) {
 func TestOutputFusionEpilogueHostC(t *testing.T) {
 	b := newHostBatch(needGCC(t))
 	defer b.run()
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 12))
+	rng := testseed.Rand(t, 12)
 	f32 := func(d ...int) ir.Type { return ir.TypeOf(ir.Float32, d...) }
 	progs := []struct {
 		name   string
@@ -453,7 +453,7 @@ func TestOutputFusionEpilogueHostC(t *testing.T) {
 // ltAlignment is the largest power of two up to 256 dividing the address of
 // every batch's matrix, checked against a search over the batches.
 func TestLtAlignment(t *testing.T) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 17))
+	rng := testseed.Rand(t, 17)
 	for range 2000 {
 		p := uintptr(rng.IntN(1<<20)) << rng.IntN(10)
 		stride := int64(rng.IntN(1<<12)) << rng.IntN(9)

@@ -5,7 +5,7 @@ package cuda
 import (
 	"bytes"
 	"errors"
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"strings"
 	"testing"
 
@@ -53,7 +53,7 @@ func TestRuntimeReportsCUDAMemory(t *testing.T) {
 		t.Fatal("the CUDA backend is not the default")
 	}
 	const slab = 3 << 18
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 9))
+	rng := testseed.Rand(t, 9)
 	var bufs []*Buffer
 	var want, peak int64
 	for range 6 {

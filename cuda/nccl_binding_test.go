@@ -3,8 +3,8 @@
 package cuda_test
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -184,8 +184,9 @@ func TestCollectivesThroughNCCLBinding(t *testing.T) {
 			t.Fatal(err)
 		}
 		in := ir.NewLiteral(ir.TypeOf(ir.Float32, 3, 4))
+		rng := testseed.Rand(t, 1)
 		for i := range 12 {
-			v := float32(rand.Float64()*4 - 2)
+			v := float32(rng.Float64()*4 - 2)
 			in.SetFloat64At(i, float64(v))
 			sq[r] = append(sq[r], float64(v*v))
 		}

@@ -1,7 +1,7 @@
 package cuda
 
 import (
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"testing"
 
 	"github.com/ferryml/ferry/internal/eval"
@@ -35,7 +35,7 @@ func TestConfigFor(t *testing.T) {
 // PlanMatmul's layout, applied by a column-major reference GEMM written
 // here, reproduces eval's dot_general.
 func TestPlanMatmulLayouts(t *testing.T) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 4))
+	rng := testseed.Rand(t, 4)
 	type c struct {
 		ls, rs         []int
 		lb, rb, lc, rc []int
@@ -117,7 +117,7 @@ func orEmpty(x []int) []int {
 // The allocator never hands out overlapping ranges, coalesces on free, and
 // reports exhaustion with the numbers.
 func TestDeviceAllocator(t *testing.T) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 5))
+	rng := testseed.Rand(t, 5)
 	const size = 1 << 20
 	a := NewDeviceAllocator(size)
 	live := map[int64]int64{}

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -135,7 +136,7 @@ func TestControlFlowOnDevice(t *testing.T) {
 	fake, b := fakeBackend(t, true)
 	for _, p := range controlPrograms {
 		t.Run(p.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(rand.Uint64(), 21))
+			rng := testseed.Rand(t, 21)
 			f := traceFn(t, p.params, p.fn)
 			args := randomArgs(rng, f)
 			runAgainstEval(t, b, f, args, 1e-5, fake)
@@ -185,7 +186,7 @@ func TestScanLaunchPointers(t *testing.T) {
 	if len(body) != 1 {
 		t.Fatalf("body has %d kernels (%v), want one fused kernel", len(body), body)
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 22))
+	rng := testseed.Rand(t, 22)
 	bufs := uploadRandom(t, b, f, rng)
 	outs, err := exe.Execute(bufs, rt.ExecOptions{})
 	if err != nil {
@@ -297,7 +298,7 @@ func trainSteps(t *testing.T) []trainStep {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 23))
+	rng := testseed.Rand(t, 23)
 	xf := make([]float32, batch*features)
 	for i := range xf {
 		xf[i] = float32(rng.NormFloat64())
@@ -482,7 +483,7 @@ func TestDeviceControlFlow(t *testing.T) {
 	}
 	for _, p := range controlPrograms {
 		t.Run(p.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(rand.Uint64(), 24))
+			rng := testseed.Rand(t, 24)
 			f := traceFn(t, p.params, p.fn)
 			args := randomArgs(rng, f)
 			runAgainstEval(t, b, f, args, 1e-4, nil)
@@ -526,7 +527,7 @@ func TestScanPrefetch(t *testing.T) {
 	if body == nil || !slices.Contains(body.prefetched, true) {
 		t.Fatalf("the weights' copy is not double buffered")
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 25))
+	rng := testseed.Rand(t, 25)
 	var args []*ir.Literal
 	var bufs []trace.Buffer
 	for _, p := range f.Body.Params {
@@ -626,7 +627,7 @@ func TestScanMatmulInBody(t *testing.T) {
 	if body == nil || len(body.steps) != 1 || body.steps[0].kind != stepMatmul {
 		t.Fatalf("the scan body's dot is not a cuBLASLt step")
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 26))
+	rng := testseed.Rand(t, 26)
 	bufs := uploadRandom(t, b, f, rng)
 	if _, err := exe.Execute(bufs, rt.ExecOptions{}); err != nil {
 		t.Fatal(err)

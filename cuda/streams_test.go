@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -395,7 +396,7 @@ func randomSteps(rng *rand.Rand) []StepAccess {
 // check), every random interleaving the events allow runs conflicting
 // accesses in program order, and no wait can be dropped.
 func TestPlanAccessesRandom(t *testing.T) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 7))
+	rng := testseed.Rand(t, 7)
 	waits := 0
 	for it := range 300 {
 		st := randomSteps(rng)

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"github.com/ferryml/ferry/internal/testseed"
 	"io"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -33,10 +33,11 @@ func gzStored(t *testing.T, p []byte) []byte {
 	return b.Bytes()
 }
 
-func randomBytes(n int) []byte {
+func randomBytes(t *testing.T, n int) []byte {
+	rng := testseed.Rand(t, 1)
 	p := make([]byte, n)
 	for i := range p {
-		p[i] = byte(rand.Uint32())
+		p[i] = byte(rng.Uint32())
 	}
 	return p
 }
@@ -45,7 +46,7 @@ func randomBytes(n int) []byte {
 // so damaged and truncated files are errors, not wrong data.
 func TestReadIDXGzipIntegrity(t *testing.T) {
 	shape := []int{7, 5, 3}
-	data := randomBytes(7 * 5 * 3)
+	data := randomBytes(t, 7*5*3)
 	raw := idx(shape, data)
 	z := gz(t, raw)
 	stored := gzStored(t, raw)
@@ -53,6 +54,7 @@ func TestReadIDXGzipIntegrity(t *testing.T) {
 	if at < 0 {
 		t.Fatal("stored gzip does not hold the payload verbatim")
 	}
+	rng := testseed.Rand(t, 2)
 	flip := func(p []byte, i int, bit byte) []byte {
 		q := bytes.Clone(p)
 		q[i] ^= 1 << bit
@@ -64,9 +66,9 @@ func TestReadIDXGzipIntegrity(t *testing.T) {
 	}{
 		"truncated trailer":      {z[:len(z)-4], "truncated"},
 		"no trailer":             {z[:len(z)-8], "truncated"},
-		"flipped payload bit":    {flip(stored, at+rand.IntN(len(data)), byte(rand.IntN(8))), "checksum"},
-		"flipped CRC bit":        {flip(z, len(z)-8+rand.IntN(4), byte(rand.IntN(8))), "checksum"},
-		"flipped size bit":       {flip(z, len(z)-4+rand.IntN(4), byte(rand.IntN(8))), "checksum"},
+		"flipped payload bit":    {flip(stored, at+rng.IntN(len(data)), byte(rng.IntN(8))), "checksum"},
+		"flipped CRC bit":        {flip(z, len(z)-8+rng.IntN(4), byte(rng.IntN(8))), "checksum"},
+		"flipped size bit":       {flip(z, len(z)-4+rng.IntN(4), byte(rng.IntN(8))), "checksum"},
 		"trailing garbage":       {append(bytes.Clone(z), "garbage"...), "trailing garbage after the gzip stream"},
 		"trailing zero byte":     {append(bytes.Clone(z), 0), "trailing garbage after the gzip stream"},
 		"payload too long (gz)":  {gz(t, append(bytes.Clone(raw), 9)), "trailing data after the IDX payload"},
@@ -131,7 +133,7 @@ func TestReadIDXHugeHeaderSmallFile(t *testing.T) {
 // buffer grows, in both encodings.
 func TestReadIDXLarge(t *testing.T) {
 	shape := []int{3, 500, 1001}
-	data := randomBytes(3 * 500 * 1001)
+	data := randomBytes(t, 3*500*1001)
 	raw := idx(shape, data)
 	for name, in := range map[string][]byte{"plain": raw, "gzip": gz(t, raw)} {
 		for _, sized := range []bool{true, false} {

@@ -1,6 +1,7 @@
 package ir
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -77,7 +78,7 @@ func TestFloat16ExhaustiveRoundTrip(t *testing.T) {
 }
 
 func TestSmallFloatRoundingAgainstExactReference(t *testing.T) {
-	seed := rand.Uint64()
+	seed := testseed.Uint64(t)
 	r := rand.New(rand.NewPCG(seed, 7))
 	cases := []float64{1 + math.Ldexp(1, -11), 1 + 3*math.Ldexp(1, -11), 65504, 65519.99, 65520, 1e-8, 5.960464477539063e-08, 2.98e-8, 2.9802322387695312e-08, -0.0, 3.4e38, 1e-40}
 	for i := 0; i < 20000; i++ {
@@ -173,7 +174,7 @@ func contains(s, sub string) bool {
 
 // TestTypeAppendText checks AppendText against String on random types.
 func TestTypeAppendText(t *testing.T) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 5))
+	r := testseed.Rand(t, 5)
 	for i := 0; i < 200; i++ {
 		shape := make(Shape, r.IntN(5))
 		for d := range shape {

@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -181,7 +182,7 @@ func nestedBlock(m *Mesh, coords []int, axes []string, n int) (lo, hi int) {
 // ReplicaGroups and IsFullyReplicated on random meshes and specs against an
 // element-by-element enumeration: which devices hold each element.
 func TestShardBoundsBruteForce(t *testing.T) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	rng := rand.New(rand.NewPCG(testseed.Uint64(t), testseed.Uint64(t)))
 	for iter := range 300 {
 		m := randMesh(t, rng)
 		rank := rng.IntN(4)
@@ -345,7 +346,7 @@ func padAndInsertUnit(rng *rand.Rand, m *Mesh, spec PartitionSpec, rank int) Par
 }
 
 func TestAxisGroups(t *testing.T) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	rng := rand.New(rand.NewPCG(testseed.Uint64(t), testseed.Uint64(t)))
 	for range 200 {
 		m := randMesh(t, rng)
 		names := m.AxisNames()

@@ -1,6 +1,7 @@
 package nn_test
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math/rand/v2"
 	"testing"
 
@@ -25,7 +26,7 @@ func randIDs(r *rand.Rand, vocab int, shape ...int) *trace.Array {
 // positions), its matmul FLOPs against the formula written out here, and
 // that bad ids are errors.
 func TestTransformerLM(t *testing.T) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 2))
+	r := testseed.Rand(t, 2)
 	vocab, seq, layers, d, heads, batch := 5+r.IntN(20), 4+r.IntN(5), 1+r.IntN(3), 8, 2, 1+r.IntN(3)
 	m := rt.Jit(func(k *trace.Array) nn.TransformerLM {
 		return nn.NewTransformerLM(k, ir.Float32, vocab, seq, layers, d, heads, 4*d)

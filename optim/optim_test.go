@@ -2,6 +2,7 @@ package optim_test
 
 import (
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -22,7 +23,7 @@ type Params struct {
 }
 
 func newRand(t *testing.T) *rand.Rand {
-	seed := rand.Uint64()
+	seed := testseed.Uint64(t)
 	t.Logf("seed %d", seed)
 	return rand.New(rand.NewPCG(seed, 7))
 }

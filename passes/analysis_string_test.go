@@ -2,7 +2,7 @@ package passes
 
 import (
 	"fmt"
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"strings"
 	"testing"
 )
@@ -34,7 +34,7 @@ func TestMemoryAnalysisStringUnitsAndFields(t *testing.T) {
 	if got != want {
 		t.Fatalf("String() =\n%s\nwant\n%s", got, want)
 	}
-	r := rand.New(rand.NewPCG(rand.Uint64(), 7))
+	r := testseed.Rand(t, 7)
 	for range 50 {
 		m := MemoryAnalysis{}
 		fields := []*int64{&m.ArgumentBytes, &m.OutputBytes, &m.AliasBytes, &m.TempBytes,

@@ -2,7 +2,7 @@ package passes_test
 
 import (
 	"fmt"
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"testing"
 
 	"github.com/ferryml/ferry/ir"
@@ -14,7 +14,7 @@ import (
 // product, an add and a tanh in its body, a reduction and a while loop, at
 // fresh random sizes, against the counts written out here.
 func TestCostAnalysis(t *testing.T) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 1))
+	r := testseed.Rand(t, 1)
 	b, m, k, n, layers := 1+r.IntN(4), 1+r.IntN(9), 1+r.IntN(9), 1+r.IntN(9), 1+r.IntN(5)
 	src := fmt.Sprintf(`func @f(%%0: f32[%[1]d,%[2]d,%[3]d], %%1: f32[%[1]d,%[3]d,%[4]d], %%2: f32[%[5]d,%[4]d,%[4]d]) -> (f32[%[1]d,%[2]d,%[4]d], f32[], i32[]) {
   %%3 = dot_general(%%0, %%1) {lhs_batch=[0], lhs_contract=[2], rhs_batch=[0], rhs_contract=[1]} : f32[%[1]d,%[2]d,%[4]d]

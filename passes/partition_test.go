@@ -2,6 +2,7 @@ package passes_test
 
 import (
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -142,7 +143,7 @@ func TestPartitionCases(t *testing.T) {
   return %3, %4, %5
 }`,
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 5))
+	rng := testseed.Rand(t, 5)
 	for i, src := range cases {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			src = strings.ReplaceAll(src, "@S[]", "{sharding<"+shardMesh+", []>}")

@@ -1,7 +1,7 @@
 package passes_test
 
 import (
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"testing"
 
 	"github.com/ferryml/ferry/internal/eval"
@@ -59,7 +59,7 @@ func reservedCopy(t *testing.T, p *passes.Program) (put *ir.Op, alone bool) {
 
 func checkAgainstEval(t *testing.T, f *ir.Func, p *passes.Program) {
 	t.Helper()
-	args := randprog.Args(rand.New(rand.NewPCG(rand.Uint64(), 3)), f)
+	args := randprog.Args(testseed.Rand(t, 3), f)
 	want, err := eval.Run(f, args)
 	require.NoError(t, err)
 	got, err := runPlan(p, args)

@@ -1,6 +1,7 @@
 package passes_test
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -137,7 +138,7 @@ func TestShardRulesComputeLocally(t *testing.T) {
   return %3
 }`,
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 2))
+	rng := testseed.Rand(t, 2)
 	for _, src := range cases {
 		f, a := propagate(t, src)
 		for _, op := range f.Body.Ops {

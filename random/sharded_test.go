@@ -3,7 +3,7 @@ package random_test
 import (
 	"bytes"
 	"fmt"
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"os"
 	"testing"
 
@@ -86,7 +86,7 @@ func TestShardedGenerationIsUnsharded(t *testing.T) {
 	for _, partitionable := range []bool{true, false} {
 		prev := random.SetPartitionable(partitionable)
 		for _, c := range cases {
-			seed := rand.Uint64()
+			seed := testseed.Uint64(t)
 			key := random.NewKey(seed)
 			sh := sharding(t, c.mesh, c.spec)
 			for _, g := range gens {

@@ -1,7 +1,7 @@
 package runtime_test
 
 import (
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,7 +19,7 @@ func TestCPUBackendReportsMemory(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{})
 	m, ok := backend.Lookup("cpu").(backend.Memory)
 	require.True(t, ok, "the CPU backend does not implement backend.Memory")
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 4))
+	rng := testseed.Rand(t, 4)
 	var want int64
 	var sites []string
 	for range 4 {

@@ -2,8 +2,8 @@ package runtime_test
 
 import (
 	"errors"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -20,7 +20,7 @@ import (
 // planned scans stream them in one layer at a time. The caller passes them
 // on device; the gradients are unchanged.
 func TestMemoryBudgetPlacesScannedWeightsInHost(t *testing.T) {
-	d := newBudgetData(budgetModel{L: 8, B: 4, D: 32, H: 64}, rand.Uint64())
+	d := newBudgetData(budgetModel{L: 8, B: 4, D: 32, H: 64}, testseed.Uint64(t))
 	wBytes := d.w.W1.Type().Bytes() + d.w.W2.Type().Bytes()
 	base, err := compileBudget(t, d, budgetLayer)
 	require.NoError(t, err)
@@ -128,8 +128,8 @@ func requireNear64(t *testing.T, want []float64, got []float32, what string) {
 // the step copies them in where the update reads them and writes the new
 // moments to pinned_host, where the next step takes them from.
 func TestMemoryBudgetPlacesOptimizerStateInHost(t *testing.T) {
-	d := newBudgetData(budgetModel{L: 4, B: 4, D: 32, H: 64}, rand.Uint64())
-	r := rand.New(rand.NewPCG(rand.Uint64(), 9))
+	d := newBudgetData(budgetModel{L: 4, B: 4, D: 32, H: 64}, testseed.Uint64(t))
+	r := testseed.Rand(t, 9)
 	moment := func(n int, scale float64) []float64 {
 		s := make([]float64, n)
 		for i := range s {

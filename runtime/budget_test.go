@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"errors"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -177,7 +178,7 @@ func runBudget(t *testing.T, c *rt.Compiled, d *budgetData) budgetW {
 }
 
 func TestMemoryBudgetFitsAndKeepsGradients(t *testing.T) {
-	d := newBudgetData(budgetModel{L: 6, B: 16, D: 32, H: 64}, rand.Uint64())
+	d := newBudgetData(budgetModel{L: 6, B: 16, D: 32, H: 64}, testseed.Uint64(t))
 	base, err := compileBudget(t, d, budgetLayer)
 	require.NoError(t, err)
 	require.Nil(t, base.MemoryPlan())
@@ -214,7 +215,7 @@ func TestMemoryBudgetFitsAndKeepsGradients(t *testing.T) {
 }
 
 func TestMemoryBudgetRespectsUserRemat(t *testing.T) {
-	d := newBudgetData(budgetModel{L: 4, B: 8, D: 16, H: 32}, rand.Uint64())
+	d := newBudgetData(budgetModel{L: 4, B: 8, D: 16, H: 32}, testseed.Uint64(t))
 	// The user offloads the layer input and recomputes the rest.
 	user := trace.Remat(func(x *trace.Array, w budgetW) *trace.Array {
 		return budgetLayer(trace.CheckpointName(x, "x"), w)
@@ -250,7 +251,7 @@ func TestMemoryBudgetRespectsUserRemat(t *testing.T) {
 // A function that traces differently each time cannot be planned: the
 // error says so instead of mixing up the decisions.
 func TestMemoryBudgetUnstableTrace(t *testing.T) {
-	d := newBudgetData(budgetModel{L: 3, B: 64, D: 16, H: 32}, rand.Uint64())
+	d := newBudgetData(budgetModel{L: 3, B: 64, D: 16, H: 32}, testseed.Uint64(t))
 	traces := 0
 	unstable := func(x *trace.Array, w budgetW) *trace.Array {
 		traces++
@@ -282,7 +283,7 @@ func TestParseMemoryBudget(t *testing.T) {
 }
 
 func TestMemoryBudgetEnv(t *testing.T) {
-	d := newBudgetData(budgetModel{L: 3, B: 8, D: 16, H: 32}, rand.Uint64())
+	d := newBudgetData(budgetModel{L: 3, B: 8, D: 16, H: 32}, testseed.Uint64(t))
 	t.Setenv(rt.EnvMemoryBudget, "lots")
 	_, err := compileBudget(t, d, budgetLayer)
 	require.Error(t, err)
@@ -308,7 +309,7 @@ func TestMemoryBudgetEnv(t *testing.T) {
 // needs no device_put of its own, the argument bytes on device drop, and the
 // gradients are unchanged.
 func TestMemoryBudgetStreamsHostParams(t *testing.T) {
-	d := newBudgetData(budgetModel{L: 4, B: 8, D: 16, H: 32}, rand.Uint64())
+	d := newBudgetData(budgetModel{L: 4, B: 8, D: 16, H: 32}, testseed.Uint64(t))
 	hw := budgetW{W1: trace.DevicePut(d.w.W1, ir.PinnedHost), W2: trace.DevicePut(d.w.W2, ir.PinnedHost)}
 	// Without a budget the layer's matrix product refuses host operands.
 	_, err := rt.NewJitted(budgetGrad(budgetLayer)).Lower(hw, d.xa)
@@ -336,7 +337,7 @@ func TestMemoryBudgetStreamsHostParams(t *testing.T) {
 
 // FERRY_DUMP_IR writes the plan beside the buffer plan's analysis.
 func TestMemoryBudgetDumpsPlan(t *testing.T) {
-	d := newBudgetData(budgetModel{L: 3, B: 8, D: 16, H: 32}, rand.Uint64())
+	d := newBudgetData(budgetModel{L: 3, B: 8, D: 16, H: 32}, testseed.Uint64(t))
 	dir := t.TempDir()
 	t.Setenv("FERRY_DUMP_IR", dir)
 	_, err := compileBudget(t, d, budgetLayer, rt.MemoryBudget(1<<30), rt.WithName("dumped"))
@@ -358,7 +359,7 @@ func TestMemoryBudgetDumpsPlan(t *testing.T) {
 // A scan body with control flow of its own is left as written; the scan
 // nested in it is planned. The gradients stay those of the plain program.
 func TestMemoryBudgetNestedScan(t *testing.T) {
-	d := newBudgetData(budgetModel{L: 4, B: 8, D: 16, H: 32}, rand.Uint64())
+	d := newBudgetData(budgetModel{L: 4, B: 8, D: 16, H: 32}, testseed.Uint64(t))
 	nested := func(w budgetW, x *trace.Array) budgetW {
 		return trace.Grad(func(w budgetW) *trace.Array {
 			// Two outer iterations of two layers each.
@@ -405,7 +406,7 @@ func TestMemoryBudgetDeviceCapacity(t *testing.T) {
 		collectGarbage()
 		require.NoError(t, rt.ConfigureMemory(rt.MemoryConfig{}))
 	}()
-	d := newBudgetData(budgetModel{L: 3, B: 8, D: 16, H: 32}, rand.Uint64())
+	d := newBudgetData(budgetModel{L: 3, B: 8, D: 16, H: 32}, testseed.Uint64(t))
 	defer func() {
 		for _, a := range []*trace.Array{d.xa, d.w.W1, d.w.W2} {
 			_ = a.Delete()
@@ -420,7 +421,7 @@ func TestMemoryBudgetDeviceCapacity(t *testing.T) {
 // A function differentiated at the top level without scans (layers
 // unrolled in Go) is planned too.
 func TestMemoryBudgetUnrolled(t *testing.T) {
-	d := newBudgetData(budgetModel{L: 4, B: 256, D: 16, H: 64}, rand.Uint64())
+	d := newBudgetData(budgetModel{L: 4, B: 256, D: 16, H: 64}, testseed.Uint64(t))
 	unrolled := func(w budgetW, x *trace.Array) budgetW {
 		return trace.Grad(func(w budgetW) *trace.Array {
 			for i := range d.m.L {
@@ -457,7 +458,7 @@ func TestMemoryBudgetUnrolled(t *testing.T) {
 // the planner between recomputing and offloading, but not what fits: the
 // smallest minimum any rates reach fits under every rates.
 func TestMemoryBudgetMinimumIndependentOfRates(t *testing.T) {
-	d := newBudgetData(budgetModel{L: 4, B: 16, D: 32, H: 64}, rand.Uint64())
+	d := newBudgetData(budgetModel{L: 4, B: 16, D: 32, H: 64}, testseed.Uint64(t))
 	settings := []string{"1e11,2e9,5e9", "1e10,1e10,1e8", "1e12,1e12,1e6", "1e12,1e6,1e12"}
 	least := int64(math.MaxInt64)
 	for _, r := range settings {

@@ -2,8 +2,8 @@ package runtime_test
 
 import (
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,7 +18,7 @@ import (
 // float64 arithmetic written here.
 func TestCompileIR(t *testing.T) {
 	withDevices(t, 8)
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	rng := testseed.Rand(t, 3)
 	f, err := ir.Parse(`func @f(%0: f32[8,4], %1: f32[4]) -> (f32[8,4], f32[4]) {
   %2 = broadcast_in_dim(%1) {dims=[1], shape=[8,4]} : f32[8,4]
   %3 = mul(%0, %2) : f32[8,4]

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -55,7 +56,7 @@ func TestVirtualDevicesPlacement(t *testing.T) {
 		require.Equal(t, cpuDev(i), d)
 		require.Equal(t, fmt.Sprintf("cpu:%d(cpu)", i), d.String())
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
+	rng := testseed.Rand(t, 1)
 	var keep []*trace.Array
 	for range 12 {
 		d := devs[rng.IntN(4)]
@@ -138,7 +139,7 @@ func TestVirtualDeviceOutOfMemory(t *testing.T) {
 				require.Equal(t, wantLimit, s.Limit, "%v", d)
 				require.Zero(t, s.Reserved, "%v: nothing reserved before first use", d)
 			}
-			rng := rand.New(rand.NewPCG(rand.Uint64(), 2))
+			rng := testseed.Rand(t, 2)
 			n := int(wantLimit/4) - 16*(1+rng.IntN(100)) // fills most of a device
 			big := &ir.Literal{Type: ir.TypeOf(ir.Float32, n), Data: make([]byte, 4*n)}
 			x1, err := rt.FromLiteralOn(big, cpuDev(1))
@@ -182,7 +183,7 @@ func TestVirtualDeviceOutOfMemory(t *testing.T) {
 // too. Scalars made on the default device follow the committed operand.
 func TestJitRunsOnArgumentsDevice(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 4})
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	rng := testseed.Rand(t, 3)
 	n := 100 + rng.IntN(2000)
 	xs, ys := randFloats(rng, n), randFloats(rng, n)
 	dev2 := rt.Devices()[2]
@@ -256,7 +257,7 @@ func TestJitRunsOnArgumentsDevice(t *testing.T) {
 // copy is made.
 func TestMixedDeviceArguments(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 4})
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 5))
+	rng := testseed.Rand(t, 5)
 	x, err := rt.ToDevice(rt.FromSlice(randFloats(rng, 8)), rt.Devices()[1])
 	require.NoError(t, err)
 	y, err := rt.ToDevice(rt.FromSlice(randFloats(rng, 8)), rt.Devices()[3])
@@ -301,7 +302,7 @@ func TestMixedDeviceArguments(t *testing.T) {
 // ResetPeakMemory resets the peaks of every device's pools.
 func TestResetPeakAllDevices(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 4})
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 6))
+	rng := testseed.Rand(t, 6)
 	var keep []*trace.Array
 	for _, d := range rt.Devices() {
 		tmp, err := rt.ToDevice(rt.FromSlice(randFloats(rng, 1000+rng.IntN(1000))), d)
@@ -328,7 +329,7 @@ func TestResetPeakAllDevices(t *testing.T) {
 // LiveArrays attributes every array to its device.
 func TestLiveArraysDevices(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 4})
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 7))
+	rng := testseed.Rand(t, 7)
 	want := map[int]int{}
 	var keep []*trace.Array
 	for range 10 {
@@ -432,7 +433,7 @@ func TestCPUDevicesFromEnv(t *testing.T) {
 // argument committed elsewhere is an error.
 func TestCompiledCallOn(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 4})
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 8))
+	rng := testseed.Rand(t, 8)
 	n := 10 + rng.IntN(1000)
 	low, err := rt.Lower(func() *trace.Array {
 		return trace.Mul(trace.Iota(ir.Float32, []int{n}, 0), trace.Full([]int{n}, 2, ir.Float32))
@@ -485,7 +486,7 @@ func TestCompiledCallOn(t *testing.T) {
 func TestDevicesRunConcurrently(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 4})
 	f := rt.Jit(func(x, y *trace.Array) *trace.Array { return trace.Sub(trace.Mul(x, x), y) })
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 9))
+	rng := testseed.Rand(t, 9)
 	const n = 257
 	type job struct {
 		x, y   *trace.Array

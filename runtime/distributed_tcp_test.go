@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"errors"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -127,7 +128,7 @@ func tcpJobProcess(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{1}, failed)
 
-	rng := rand.New(rand.NewPCG(rand.Uint64(), uint64(p)))
+	rng := rand.New(rand.NewPCG(testseed.Uint64(t), uint64(p)))
 	random := func(rows, cols int) (*trace.Array, []float64) {
 		f, v := make([]float32, rows*cols), make([]float64, rows*cols)
 		for i := range f {

@@ -2,7 +2,7 @@ package runtime_test
 
 import (
 	"fmt"
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,7 +15,7 @@ import (
 // purpose (every other block freed) and asks for more than any free block but
 // less than the free total: the report says fragmentation, with the numbers.
 func TestOutOfMemorySaysFragmentation(t *testing.T) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	r := testseed.Rand(t, 3)
 	blocks := 6 + r.IntN(6)                  // 6..11 blocks
 	block := int64(64 * (64 + r.IntN(1024))) // 4 KiB .. 68 KiB, a multiple of 64
 	rt.SetMemoryForTest(t, exact(int64(blocks)*block))

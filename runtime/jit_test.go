@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"errors"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	goruntime "runtime"
@@ -25,7 +26,7 @@ func randSlice(r *rand.Rand, n int) []float32 {
 }
 
 func newRand(t *testing.T) *rand.Rand {
-	seed := rand.Uint64()
+	seed := testseed.Uint64(t)
 	t.Logf("seed %d", seed)
 	return rand.New(rand.NewPCG(seed, 1))
 }

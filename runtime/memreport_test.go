@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -247,7 +248,7 @@ func compileReport(t *testing.T, c *rt.Compiled, baseline *rt.Compiled) (*report
 // its aliased result, the plain argument, a temp made by a matrix product
 // at a known line and the result have the right kinds and Go lines.
 func TestMemoryReportDonation(t *testing.T) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 7))
+	r := testseed.Rand(t, 7)
 	var dotLine string
 	step := func(p, x *trace.Array) (*trace.Array, *trace.Array) {
 		dotLine = lineAfter()
@@ -366,7 +367,7 @@ func compileGrad(t *testing.T, name string, loss func(memWeights, *trace.Array) 
 
 // offloadPrograms compiles the baseline and the two offload variants.
 func offloadPrograms(t *testing.T, layers, d, h int) (base, act, param *rt.Compiled) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 9))
+	r := testseed.Rand(t, 9)
 	x := memRand(r, d, d)
 	w := memWeights{W1: memRand(r, layers, d, h), W2: memRand(r, layers, h, d)}
 	wh := memWeights{W1: trace.DevicePut(w.W1, ir.PinnedHost), W2: trace.DevicePut(w.W2, ir.PinnedHost)}
@@ -468,7 +469,7 @@ func TestMemoryReportOffload(t *testing.T) {
 func TestMemoryReportEnv(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv(rt.EnvMemoryReport, dir)
-	r := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	r := testseed.Rand(t, 3)
 	x := memRand(r, 8, 8)
 	f := rt.Jit(func(x *trace.Array) (*trace.Array, error) { return trace.Sum(trace.MatMul(x, x)), nil }, rt.WithName("env report/1</script>"))
 	if _, err := f(x); err != nil {
@@ -602,7 +603,7 @@ func TestLiveMemoryReport(t *testing.T) {
 // first one; while and cond bodies are drawn after the op that runs them;
 // every buffer of the plan is there once.
 func TestMemoryReportLoops(t *testing.T) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 5))
+	r := testseed.Rand(t, 5)
 	x, xs := memRand(r, 4, 4), memRand(r, 1000, 4, 4)
 	long := func(x, xs *trace.Array) *trace.Array {
 		c, _ := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {

@@ -1,7 +1,7 @@
 package runtime_test
 
 import (
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -35,7 +35,7 @@ func waitInUse(t *testing.T, want int64) {
 // collecting its buffer later frees nothing more.
 func TestJitResultLiteralKeepsMemory(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{})
-	r := rand.New(rand.NewPCG(rand.Uint64(), 7))
+	r := testseed.Rand(t, 7)
 	xs, ys := make([]float32, 40), make([]float32, 40)
 	for i := range xs {
 		xs[i], ys[i] = r.Float32()*8-4, r.Float32()*8-4
@@ -80,7 +80,7 @@ func TestJitResultLiteralKeepsMemory(t *testing.T) {
 // and size, whatever the record described before.
 func TestRecycledRecordsDescribeNewAllocation(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{})
-	r := rand.New(rand.NewPCG(rand.Uint64(), 11))
+	r := testseed.Rand(t, 11)
 	n := 1 + r.IntN(50)
 	xs := make([]float32, n)
 	for i := range xs {

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"errors"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	goruntime "runtime"
@@ -151,7 +152,7 @@ func held(n int) int64 { return (int64(4*n) + 63) / 64 * 64 }
 // of the original; gathering back is bit-exact; Delete frees every pool.
 func TestDevicePutShards(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 8})
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 2))
+	rng := testseed.Rand(t, 2)
 	for _, c := range shardCases() {
 		t.Run(c.name, func(t *testing.T) {
 			s := c.sharding(t)
@@ -252,7 +253,7 @@ func TestDevicePutShards(t *testing.T) {
 // other devices too) and keeps its values; pinned_host arrays stay there.
 func TestDevicePutReshardAndSpace(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 8})
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	rng := testseed.Rand(t, 3)
 	m8, err := ir.NewMesh([]int{8}, []string{"x"})
 	require.NoError(t, err)
 	m24, err := ir.NewMesh([]int{2, 2}, []string{"a", "b"}, 6, 4, 2, 5)
@@ -366,7 +367,7 @@ func TestShardedArraysComputed(t *testing.T) {
 	require.NoError(t, err)
 	s, err := ir.NewNamedSharding(mesh, ir.P("x", "y"))
 	require.NoError(t, err)
-	x := trace.Reshape(rt.FromSlice(randFloats(rand.New(rand.NewPCG(rand.Uint64(), 2)), 32)), 4, 8)
+	x := trace.Reshape(rt.FromSlice(randFloats(testseed.Rand(t, 2), 32)), 4, 8)
 	y, err := rt.DevicePut(x, s)
 	require.NoError(t, err)
 	xv := x.Float32s()
@@ -435,7 +436,7 @@ func TestShardedArraysComputed(t *testing.T) {
 // Element sizes of 1, 2 and 8 bytes shard and gather alike.
 func TestDevicePutDTypes(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 8})
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 4))
+	rng := testseed.Rand(t, 4)
 	mesh, err := ir.NewMesh([]int{4, 2}, []string{"x", "y"}, 5, 1, 7, 3, 0, 6, 4, 2)
 	require.NoError(t, err)
 	s, err := ir.NewNamedSharding(mesh, ir.P("y", "", "x"))
@@ -590,7 +591,7 @@ func TestShardedJitErrors(t *testing.T) {
 // device holding it, and gives the array DevicePut gives.
 func TestMakeShardedArray(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 8})
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	rng := testseed.Rand(t, 3)
 	for _, c := range shardCases() {
 		t.Run(c.name, func(t *testing.T) {
 			s := c.sharding(t)

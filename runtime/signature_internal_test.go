@@ -1,7 +1,7 @@
 package runtime
 
 import (
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"strings"
 	"testing"
 
@@ -30,7 +30,7 @@ func refSignature(defs []*trace.TreeDef, leaves []*trace.Array) string {
 // from ir.Type.String, on random shapes, weak scalars, pinned-host arrays and
 // nested argument trees.
 func TestAppendSignature(t *testing.T) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	r := testseed.Rand(t, 3)
 	toHost := Jit(func(x *trace.Array) *trace.Array { return trace.Neg(x) }, OutSpaces(ir.PinnedHost))
 	for i := 0; i < 20; i++ {
 		var args []any

@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -47,7 +48,7 @@ func randArray(rng *rand.Rand, shape ...int) (*trace.Array, []float64) {
 // argument: no communication, each device computes its block.
 func TestShardedJitElementwise(t *testing.T) {
 	withDevices(t, 8)
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
+	rng := testseed.Rand(t, 1)
 	x, xv := randArray(rng, 16, 8)
 	s := mustSharding(t, []int{2, 4}, []string{"x", "y"}, ir.P("x", "y"))
 	xs, err := rt.DevicePut(x, s)

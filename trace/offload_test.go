@@ -1,7 +1,7 @@
 package trace_test
 
 import (
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"reflect"
 	goruntime "runtime"
 	"strings"
@@ -16,10 +16,11 @@ import (
 
 // hostWeights returns a fresh random f32[n,d,h] array in pinned_host and its
 // values.
-func hostWeights(n, d, h int) (*trace.Array, []float32) {
+func hostWeights(t *testing.T, n, d, h int) (*trace.Array, []float32) {
+	rng := testseed.Rand(t, 1)
 	v := make([]float32, n*d*h)
 	for i := range v {
-		v[i] = float32(rand.NormFloat64())
+		v[i] = float32(rng.NormFloat64())
 	}
 	return trace.DevicePut(rt.FromSlice(v, n, d, h), ir.PinnedHost), v
 }
@@ -28,7 +29,7 @@ func hostWeights(n, d, h int) (*trace.Array, []float32) {
 // traced or eager, that names the op, the operand, the memory space and the
 // caller's line and says what to do, instead of a silent copy to device.
 func TestHostOperandErrors(t *testing.T) {
-	w, _ := hostWeights(3, 4, 5)
+	w, _ := hostWeights(t, 3, 4, 5)
 	x := rt.FromSlice([]float32{1, 2, 3, 4}, 4)
 	m := trace.DevicePut(rt.FromSlice(make([]float32, 20), 5, 4), ir.PinnedHost)
 	dev := trace.DevicePut(w, ir.Device)
@@ -74,7 +75,7 @@ func TestHostOperandErrors(t *testing.T) {
 // result is the float64 reference's.
 func TestHostOperandScanAxis0(t *testing.T) {
 	const n, d, h = 3, 2, 4
-	w, wv := hostWeights(n, d, h)
+	w, wv := hostWeights(t, n, d, h)
 	x := []float32{0.5, -1}
 	got, err := rt.Jit(func(w, x *trace.Array) (*trace.Array, error) {
 		c, _ := trace.Scan(func(c, ws []*trace.Array) ([]*trace.Array, []*trace.Array) {

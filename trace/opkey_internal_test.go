@@ -3,7 +3,7 @@ package trace
 import (
 	"bytes"
 	"fmt"
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"testing"
 
 	"github.com/ferryml/ferry/ir"
@@ -33,7 +33,7 @@ func (a opKeyCase) same(b opKeyCase) bool {
 // codes, operand counts, dtypes, spaces, ranks (0 to 3), dimensions (with
 // large ones, whose varints take several bytes) and attributes.
 func TestOpKeyDistinguishesOps(t *testing.T) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	r := testseed.Rand(t, 3)
 	codes := []ir.Code{ir.Add, ir.Mul, ir.Sub}
 	dims := []int{0, 1, 2, 3, 127, 128, 300, 1 << 20}
 	gen := func() opKeyCase {

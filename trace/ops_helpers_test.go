@@ -6,14 +6,12 @@ package trace_test
 import (
 	"errors"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
-	"os"
 	goruntime "runtime"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
@@ -124,19 +122,10 @@ func otMap1(a otTensor, f func(float64) float64) otTensor {
 	return out
 }
 
-// otRand returns a generator seeded from FERRY_TEST_SEED or the clock; the seed
-// is logged so that failures can be repeated.
+// otRand returns a generator seeded from the test's seed (internal/testseed:
+// fresh, or $FERRY_TEST_SEED; printed when the test fails).
 func otRand(t testing.TB) *rand.Rand {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("FERRY_TEST_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("bad FERRY_TEST_SEED %q", s)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (FERRY_TEST_SEED=%d repeats this run)", seed, seed)
-	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	return testseed.Rand(t, 0x9e3779b97f4a7c15)
 }
 
 type otGen func(r *rand.Rand) float64

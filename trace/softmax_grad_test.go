@@ -1,8 +1,8 @@
 package trace_test
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -16,7 +16,7 @@ import (
 // against the max (the VJP of reduce_max).
 func TestSoftmaxGradStopsMax(t *testing.T) {
 	const rows, cols = 3, 5
-	r := rand.New(rand.NewPCG(rand.Uint64(), 7))
+	r := testseed.Rand(t, 7)
 	xs, ws := make([]float64, rows*cols), make([]float64, rows*cols)
 	x32, w32 := make([]float32, rows*cols), make([]float32, rows*cols)
 	for i := range xs {

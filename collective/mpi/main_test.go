@@ -3,9 +3,9 @@ package mpi
 import (
 	"context"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/ferryml/ferry/collective"
 )
@@ -46,10 +46,16 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	job.world = w
-	// Fresh inputs every run: rank 0 picks the seed and broadcasts it.
+	// Fresh inputs every run (or $FERRY_TEST_SEED's): rank 0 picks the
+	// seed and broadcasts it.
 	seed := alloc(8)
 	if w.Rank() == 0 {
-		*(*uint64)(ptr(seed)) = uint64(time.Now().UnixNano())
+		s, err := testseed.Fresh()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mpi:", err)
+			os.Exit(1)
+		}
+		*(*uint64)(ptr(seed)) = s
 	}
 	if err := w.Broadcast(context.Background(), u64, 0, seed); err != nil {
 		fmt.Fprintln(os.Stderr, "mpi: broadcasting the seed:", err)
@@ -57,7 +63,7 @@ func TestMain(m *testing.M) {
 	}
 	job.seed = *(*uint64)(ptr(seed))
 	if w.Rank() == 0 {
-		fmt.Printf("mpi: %d processes, %s, seed %d, descriptors exchanged by %s\n", w.Size(), LibraryPath(), job.seed,
+		fmt.Printf("mpi: %d processes, %s, seed %d (FERRY_TEST_SEED=%d replays it), descriptors exchanged by %s\n", w.Size(), LibraryPath(), job.seed, job.seed,
 			map[bool]string{true: "point-to-point messages", false: "MPI_Iallgather"}[w.Size() <= p2pDescMax])
 	}
 	code := m.Run()

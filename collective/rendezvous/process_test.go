@@ -7,7 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"net"
 	"os"
 	"os/exec"
@@ -164,8 +164,9 @@ func bootstrap(t *testing.T, c *rendezvous.Comm, procs []*proc) {
 	t.Helper()
 	ctx := context.Background()
 	id := make([]byte, 128)
+	rng := testseed.Rand(t, 1)
 	for i := range id {
-		id[i] = byte(rand.Uint32())
+		id[i] = byte(rng.Uint32())
 	}
 	send, recv := make([]byte, 8), make([]byte, 8*c.Size())
 	binary.LittleEndian.PutUint64(send, uint64(os.Getpid()))

@@ -6,7 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"net"
 	"strings"
 	"testing"
@@ -30,15 +30,16 @@ func TestBootstrap(t *testing.T) {
 		}
 	}
 	ids := make([][]byte, n)
+	rng := testseed.Rand(t, 1)
 	for root := range n {
 		ids[root] = make([]byte, 128)
 		for i := range ids[root] {
-			ids[root][i] = byte(rand.Uint32())
+			ids[root][i] = byte(rng.Uint32())
 		}
 	}
 	counts := make([]uint64, n)
 	for p := range counts {
-		counts[p] = rand.Uint64()
+		counts[p] = testseed.Uint64(t)
 	}
 	errs := onEach(n, func(p int) error {
 		c := comms[p]

@@ -3,6 +3,7 @@ package nccl
 import (
 	"bytes"
 	"errors"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -219,7 +220,7 @@ func TestLoadErrors(t *testing.T) {
 // and the rank that follows the struct.
 func TestCommInitRankPassesIDByValue(t *testing.T) {
 	l, r, _, _ := loadFake(t)
-	rnd := rand.New(rand.NewPCG(rand.Uint64(), 1))
+	rnd := testseed.Rand(t, 1)
 	for range 20 {
 		nranks := 1 + rnd.IntN(1000)
 		rank := rnd.IntN(nranks)
@@ -244,7 +245,7 @@ func TestPuregoStructArgAgrees(t *testing.T) {
 	l, r, _, _ := loadFake(t)
 	var initRank func(comm *uintptr, nranks int32, id struct{ Internal [128]byte }, rank int32) int32
 	purego.RegisterFunc(&initRank, l.procs["ncclCommInitRank"])
-	id := randomID(rand.New(rand.NewPCG(rand.Uint64(), 2)))
+	id := randomID(testseed.Rand(t, 2))
 	var h uintptr
 	if res := initRank(&h, 9, struct{ Internal [128]byte }{id}, 5); res != 0 || r.NRanks != 9 || r.Rank != 5 || UniqueID(r.ID) != id {
 		t.Fatalf("purego.RegisterFunc: result %d, nranks %d rank %d id %x; want 9 5 %x", res, r.NRanks, r.Rank, r.ID[:], id[:])
@@ -301,7 +302,7 @@ func TestCommInitAll(t *testing.T) {
 // arguments and checks what the C side received.
 func TestCollectivesPassArguments(t *testing.T) {
 	l, r, _, _ := loadFake(t)
-	rnd := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	rnd := testseed.Rand(t, 3)
 	c, err := l.CommInitRank(8, randomID(rnd), 2)
 	if err != nil {
 		t.Fatal(err)

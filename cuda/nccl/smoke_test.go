@@ -1,7 +1,7 @@
 package nccl
 
 import (
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"runtime"
 	"testing"
 	"unsafe"
@@ -55,8 +55,9 @@ func TestSmokeRealNCCL(t *testing.T) {
 
 	const n = 4096
 	in := make([]float32, n)
+	rng := testseed.Rand(t, 1)
 	for i := range in {
-		in[i] = rand.Float32()*2 - 1
+		in[i] = rng.Float32()*2 - 1
 	}
 	send, err := d.MemAlloc(4 * n)
 	must(err)

@@ -3,7 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"os"
 	"slices"
 	"strings"
@@ -179,7 +179,7 @@ func checkStacks(t *testing.T, rows []row) {
 // must not hide the case's output: measure reports the peak with the output
 // in it, or an error, never a smaller peak.
 func TestMeasureEarlierMemoryFreedDuring(t *testing.T) {
-	n := 1<<14 + rand.IntN(1<<14)
+	n := 1<<14 + testseed.Rand(t, 1).IntN(1<<14)
 	earlier := rt.FromSlice(make([]float32, n))
 	peak, out, err := measure(func() []*trace.Array {
 		if err := earlier.Delete(); err != nil {
@@ -217,7 +217,7 @@ func perLayerStack(key *trace.Array, L int, layer func(k *trace.Array) nn.Block)
 // fresh seed.
 func checkVmapStack(t *testing.T, L, d, heads, hidden int, layer func(k *trace.Array) nn.Block) {
 	t.Helper()
-	seed := rand.Uint64()
+	seed := testseed.Uint64(t)
 	key := random.NewKey(seed)
 	want := perLayerStack(key, L, layer)
 	for _, dt := range []ir.DType{ir.BFloat16, ir.Float32} {
@@ -345,7 +345,7 @@ func checkShardedRow(t *testing.T, r row) {
 // (compiling them costs what compiling a small one does).
 func TestShardedAnalysisFullSize(t *testing.T) {
 	s := programSizes
-	key := random.NewKey(rand.Uint64())
+	key := random.NewKey(testseed.Uint64(t))
 	for _, in := range shardInits {
 		for _, l := range shardLayouts {
 			sh, err := l.sharding()
@@ -411,7 +411,7 @@ func TestShardedInitBitIdentical(t *testing.T) {
 		{"random.Uniform", func(k *trace.Array) *trace.Array { return random.Uniform(k, ir.Float32, ir.Shape{rows, cols}, -1, 2) }},
 		{"random.Bits", func(k *trace.Array) *trace.Array { return random.Bits(k, rows, cols) }},
 	}
-	seed := rand.Uint64()
+	seed := testseed.Uint64(t)
 	key := random.NewKey(seed)
 	for _, in := range inits {
 		want, err := rt.Jit(in.fn)(key).Literal()

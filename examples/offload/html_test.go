@@ -2,8 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,7 +19,7 @@ import (
 func TestHTML(t *testing.T) {
 	htmlDir = t.TempDir()
 	defer func() { htmlDir, htmlBaseline = "", nil }()
-	r := rand.New(rand.NewPCG(rand.Uint64(), 2))
+	r := testseed.Rand(t, 2)
 	const layers, d, h = 3, 8, 16
 	x := randn(r, 1, d, d)
 	w := Weights{W1: randn(r, 1/math.Sqrt(d), layers, d, h), W2: randn(r, 1/math.Sqrt(h), layers, h, d)}

@@ -1,8 +1,8 @@
 package backendtest
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/ferryml/ferry/internal/eval"
@@ -138,7 +138,7 @@ func TestProgramsOnBackends(t *testing.T) {
 			}
 			for _, p := range programs {
 				t.Run(p.name, func(t *testing.T) {
-					rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
+					rng := testseed.Rand(t, 1)
 					f := traceFn(t, p)
 					var ins []*ir.Literal
 					var bufs []trace.Buffer

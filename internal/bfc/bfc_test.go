@@ -1,6 +1,7 @@
 package bfc
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math/rand/v2"
 	"testing"
 )
@@ -186,7 +187,7 @@ func TestFragmentedOutOfMemory(t *testing.T) {
 // per-unit occupancy map in which the best fit is found by scanning every
 // maximal free run (smallest, then lowest region and offset).
 func TestRandomAgainstReference(t *testing.T) {
-	seed := rand.Uint64()
+	seed := testseed.Uint64(t)
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 3))
 	for _, align := range []int64{64, 256} {

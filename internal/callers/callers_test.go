@@ -1,7 +1,7 @@
 package callers
 
 import (
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"runtime"
 	"sync"
 	"testing"
@@ -66,7 +66,7 @@ func check(t *testing.T, what string, got, want []uintptr) {
 // one inlined helper reached from two functions, recursion deeper than
 // MaxDepth), repeated so that the cached results are used.
 func TestRecordMatchesCallers(t *testing.T) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 2))
+	r := testseed.Rand(t, 2)
 	for i := 0; i < 300; i++ {
 		skip := r.IntN(3)
 		switch r.IntN(5) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -333,7 +334,7 @@ func TestCollectiveOps(t *testing.T) {
 		{mesh{[]int{2, 4}, []string{"x", "y"}}, "x"},
 		{mesh{[]int{2, 4}, []string{"x", "y"}}, "x,y"},
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 5))
+	rng := testseed.Rand(t, 5)
 	dims := func(s []int) string { return strings.Trim(strings.ReplaceAll(fmt.Sprint(s), " ", ","), "[]") }
 	for _, mc := range meshes {
 		n := 1
@@ -419,7 +420,7 @@ func TestCollectiveInScan(t *testing.T) {
 	codes := codesIn(e.prog.Func.Body, "")
 	require.Contains(t, codes, "scan>all_gather", "the gather stays in the body: %s", e.prog.Func)
 	require.Contains(t, codes, "scan>all_reduce", "%s", e.prog.Func)
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 6))
+	rng := testseed.Rand(t, 6)
 	n := m.size()
 	args := make([][]*ir.Literal, n)
 	for d := range args {
@@ -507,7 +508,7 @@ func TestCollectiveWithFusion(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"all_reduce", "reduce_scatter"}, colls, "one of each, at top level: %s", e.prog.Func)
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 7))
+	rng := testseed.Rand(t, 7)
 	n := m.size()
 	args := make([][]*ir.Literal, n)
 	for d := range args {
@@ -561,7 +562,7 @@ func TestCollectiveMissingAxis(t *testing.T) {
 	bound := []string{"x", "y"}
 	e := compileColl(t, twoAxes, bound...)
 	require.True(t, e.HasCollectives())
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 8))
+	rng := testseed.Rand(t, 8)
 	const bad = 5
 	_, errs := runMesh(t, e, m, bound, func(int) []*ir.Literal { return []*ir.Literal{randLit(rng, e.params[0])} },
 		devRun{comms: func(d int, c map[string]collective.Communicator) {
@@ -596,7 +597,7 @@ func TestCollectiveSizeMismatch(t *testing.T) {
 	m := mesh{[]int{4, 2}, []string{"x", "y"}} // "y" has 2 members, the program says 4
 	bound := []string{"x", "y"}
 	e := compileColl(t, twoAxes, bound...)
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 9))
+	rng := testseed.Rand(t, 9)
 	_, errs := runMesh(t, e, m, bound, func(int) []*ir.Literal { return []*ir.Literal{randLit(rng, e.params[0])} }, devRun{})
 	for d, err := range errs {
 		require.Error(t, err, "device %d", d)
@@ -617,7 +618,7 @@ func TestCollectiveAbortOnError(t *testing.T) {
   %2 = tanh(%1) : f32[6]
   return %2
 }`, "x")
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 10))
+	rng := testseed.Rand(t, 10)
 	args := func(int) []*ir.Literal { return []*ir.Literal{randLit(rng, e.params[0])} }
 	const bad = 2
 	_, errs := runMesh(t, e, m, []string{"x"}, args, devRun{alloc: func(d int) Allocator {
@@ -680,7 +681,7 @@ func TestCollectiveInControlFlow(t *testing.T) {
 }`
 	m := mesh{[]int{4}, []string{"x"}}
 	e := compileColl(t, src, "x")
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 13))
+	rng := testseed.Rand(t, 13)
 	xs := make([]*ir.Literal, 4)
 	for d := range xs {
 		xs[d] = randLit(rng, e.params[0])
@@ -730,7 +731,7 @@ func TestCollectiveOverlappingPlan(t *testing.T) {
 	p.Plan.Values[ops[1].Result()] = b2
 	e, err := New(p)
 	require.NoError(t, err)
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 14))
+	rng := testseed.Rand(t, 14)
 	xs := []*ir.Literal{randLit(rng, e.params[0]), randLit(rng, e.params[0])}
 	outs, errs := runMesh(t, e, mesh{[]int{2}, []string{"x"}}, []string{"x"}, func(d int) []*ir.Literal { return []*ir.Literal{xs[d].Clone()} }, devRun{})
 	for d := range 2 {

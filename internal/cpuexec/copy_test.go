@@ -2,10 +2,10 @@ package cpuexec
 
 import (
 	"bytes"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/ir"
@@ -15,7 +15,7 @@ import (
 
 // freshRand returns a generator with a new seed, logged for reproduction.
 func freshRand(t *testing.T) *rand.Rand {
-	seed := uint64(time.Now().UnixNano())
+	seed := testseed.Uint64(t)
 	t.Logf("seed %d", seed)
 	return rand.New(rand.NewPCG(seed, 7))
 }

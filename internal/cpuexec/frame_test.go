@@ -3,6 +3,7 @@ package cpuexec
 import (
 	"bytes"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -58,11 +59,12 @@ func TestFrameReuse(t *testing.T) {
 		require.NoError(t, err)
 		var wg sync.WaitGroup
 		errs := make(chan error, 4)
+		seed := testseed.Uint64(t)
 		for g := range 4 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r := rand.New(rand.NewPCG(uint64(g), rand.Uint64()))
+				r := rand.New(rand.NewPCG(uint64(g), seed))
 				for it := range 6 {
 					args := frameReuseArgs(r, fn)
 					want, err := eval.Run(fn, cloneAll(args))

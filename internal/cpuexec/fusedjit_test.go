@@ -2,6 +2,7 @@ package cpuexec
 
 import (
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -108,7 +109,7 @@ func f32Args(f *ir.Func, next func() float32) []*ir.Literal {
 // CPU allows and ran over spans (with periodic rows shorter and longer than
 // spanTarget) in some groups.
 func TestJITRandomChains(t *testing.T) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 11))
+	r := testseed.Rand(t, 11)
 	sizes := [][]int{{3, 5}, {4, 16}, {7, 33}, {2, 1024}, {3, 1000}, {5, 4099}, {257, 129}, {9, 5000}}
 	compiled, spans, masked, boolMasked := 0, 0, 0, 0
 	defer func() {
@@ -177,7 +178,7 @@ func TestJITGelu(t *testing.T) {
 	if chains, _ := compiledChains(t, p); vmath.JITAvailable() && chains == 0 {
 		t.Fatal("no compiled chain for gelu")
 	}
-	runBoth(t, p, edgeArgs(rand.New(rand.NewPCG(rand.Uint64(), 3)), p.Func))
+	runBoth(t, p, edgeArgs(testseed.Rand(t, 3), p.Func))
 }
 
 // TestJITGeluLarge is TestJITGelu with a result above ntMinBytes (stored
@@ -190,7 +191,7 @@ func TestJITGeluLarge(t *testing.T) {
 	require.GreaterOrEqual(t, 1031*2053*4, ntMinBytes)
 	p, err := passes.Compile(f, passes.Options{})
 	require.NoError(t, err)
-	runBoth(t, p, edgeArgs(rand.New(rand.NewPCG(rand.Uint64(), 5)), p.Func))
+	runBoth(t, p, edgeArgs(testseed.Rand(t, 5), p.Func))
 }
 
 // normalArgs fills f32 operands with standard normal values.
@@ -231,7 +232,7 @@ func TestContractedGelu(t *testing.T) {
 	if _, fused := compiledChains(t, p); vmath.JITAvailable() && fused < 2 {
 		t.Fatalf("%d multiply-adds in the gelu chain, want 2", fused)
 	}
-	runClose(t, p, normalArgs(rand.New(rand.NewPCG(rand.Uint64(), 13)), p.Func), 1e-5, 1e-6)
+	runClose(t, p, normalArgs(testseed.Rand(t, 13), p.Func), 1e-5, 1e-6)
 }
 
 // TestContractedRandomChains runs random chains of multiplies read by adds
@@ -241,7 +242,7 @@ func TestContractedGelu(t *testing.T) {
 // on, within float32 tolerance of the reference executor.
 func TestContractedRandomChains(t *testing.T) {
 	defer vmath.SetContract(vmath.SetContract(true))
-	r := rand.New(rand.NewPCG(rand.Uint64(), 17))
+	r := testseed.Rand(t, 17)
 	saveU, saveB := jitUnary, jitBinary
 	defer func() { jitUnary, jitBinary = saveU, saveB }()
 	jitUnary = []ir.Code{ir.Neg, ir.Abs, ir.Tanh, ir.Logistic, ir.Erf}

@@ -1,6 +1,7 @@
 package cpuexec
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -59,7 +60,7 @@ func size(shape []int) int {
 // turn, over random views and reshapes, and that the composable chains the
 // attention head split makes do compose.
 func TestComposeMatchesChain(t *testing.T) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 5))
+	r := testseed.Rand(t, 5)
 	composed := 0
 	for range 4000 {
 		src := randomShape(r)

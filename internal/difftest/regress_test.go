@@ -1,7 +1,7 @@
 package difftest
 
 import (
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"testing"
 
 	"github.com/ferryml/ferry/internal/randprog"
@@ -40,7 +40,7 @@ func TestRegressions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rng := rand.New(rand.NewPCG(rand.Uint64(), 7))
+			rng := testseed.Rand(t, 7)
 			for range 4 {
 				c := &testCase{f: f, args: randprog.Args(rng, f), concurrent: 1, donated: make([]bool, len(f.Body.Params)),
 					opts: passes.Options{Verify: true, FusionInPlace: true}}

@@ -3,6 +3,7 @@ package difftest
 import (
 	"bytes"
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -648,7 +649,7 @@ func TestAsAccurate(t *testing.T) {
 	}
 	// Small integers: the float64 sum is exact, and so are the f32 values
 	// a few units from it.
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 5))
+	rng := testseed.Rand(t, 5)
 	x := ir.NewLiteral(f.Body.Params[0].Type)
 	exact := 0.0
 	for i := range x.Type.Size() {

@@ -2,6 +2,7 @@ package disttest
 
 import (
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -100,12 +101,13 @@ func gatherPerDevice(v []int32) ([]int32, error) {
 	return x.Int32s(), nil
 }
 
-// jobSeed returns a seed chosen by process 0, the same in every process.
+// jobSeed returns a seed chosen by process 0 (its test's seed, see
+// internal/testseed), the same in every process.
 func jobSeed(t *testing.T) uint64 {
 	n := len(rt.Devices())
 	mine := make([]int32, n)
 	for i := range mine {
-		mine[i] = int32(time.Now().UnixNano())
+		mine[i] = int32(uint32(testseed.Uint64(t)))
 	}
 	all, err := gatherPerDevice(mine)
 	require.NoError(t, err)

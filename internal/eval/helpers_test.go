@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"hash/fnv"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/big"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/ferryml/ferry/internal/randprog"
@@ -22,30 +19,11 @@ import (
 
 // ---- seeds ----
 
-// baseSeed is fresh for every run unless FERRY_EVAL_SEED fixes it.
-var baseSeed = func() uint64 {
-	if s := os.Getenv("FERRY_EVAL_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err == nil {
-			return v
-		}
-	}
-	return uint64(time.Now().UnixNano())
-}()
-
-// newRand returns a generator seeded from the run seed and the test name, and
-// prints the seed when the test fails.
+// newRand returns a generator seeded from the test's seed (internal/testseed:
+// fresh, or $FERRY_TEST_SEED; printed when the test fails).
 func newRand(t *testing.T) *rand.Rand {
 	t.Helper()
-	h := fnv.New64a()
-	h.Write([]byte(t.Name()))
-	s := baseSeed ^ h.Sum64()
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("random seed: FERRY_EVAL_SEED=%d (test %s, derived seed %d)", baseSeed, t.Name(), s)
-		}
-	})
-	return rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15))
+	return testseed.Rand(t, 0x9e3779b97f4a7c15)
 }
 
 // ---- op coverage registry ----

@@ -2,7 +2,7 @@ package gemm
 
 import (
 	"fmt"
-	"math/rand/v2"
+	"github.com/ferryml/ferry/internal/testseed"
 	"testing"
 )
 
@@ -11,7 +11,7 @@ import (
 // partial slivers and the tile widths of every kernel (the fast paths:
 // whole 64-byte B rows, transposed A by stored rows).
 func TestPackLayout(t *testing.T) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 0))
+	rng := testseed.Rand(t, 0)
 	for _, w := range []int{4, 6, 8, 16, 32, 64} {
 		for _, trans := range []bool{false, true} {
 			for _, s := range [][2]int{{1, 1}, {5, 7}, {6, 16}, {12, 33}, {18, 352}, {47, 64}, {70, 9}} {

@@ -1,6 +1,7 @@
 package randprog
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -26,7 +27,7 @@ func intAt(l *ir.Literal, i int) int64 {
 // Elements drawn from ranges lie in them, bools are 0/1, integers are
 // integers; ByDType overrides the range of its dtype only.
 func TestValuesRanges(t *testing.T) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
+	rng := testseed.Rand(t, 1)
 	v := Values{Float: Range{-3, 3}, Int: Range{-10, 11}, Uint: Range{0, 40}, ByDType: map[ir.DType]Range{ir.Uint8: {0, 256}}}
 	want := map[ir.DType][2]float64{
 		ir.Bool: {0, 1}, ir.Uint8: {0, 255}, ir.Uint32: {0, 39}, ir.Int32: {-10, 10}, ir.Int64: {-10, 10},
@@ -58,7 +59,7 @@ func TestValuesRanges(t *testing.T) {
 // Special values: NaN, both infinities, both zeros, subnormal-range and
 // huge floats; integer extremes stored exactly (never through float64).
 func TestValuesSpecial(t *testing.T) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 2))
+	rng := testseed.Rand(t, 2)
 	v := Values{Special: true}
 	l := v.Literal(rng, ir.TypeOf(ir.Float64, 4000))
 	seen := map[string]bool{}
@@ -103,7 +104,7 @@ func TestValuesSpecial(t *testing.T) {
 // Default draws what RandomLiteral always drew: the same elements for the
 // same seed as this independent transcription of its old body.
 func TestDefaultUnchanged(t *testing.T) {
-	seed := rand.Uint64()
+	seed := testseed.Uint64(t)
 	for _, dt := range kitDTypes {
 		typ := ir.TypeOf(dt, 300)
 		got := RandomLiteral(rand.New(rand.NewPCG(seed, 3)), typ)

@@ -1,8 +1,8 @@
 package vmath
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -19,7 +19,7 @@ func TestAVX2JITOff(t *testing.T) {
 	if Impl() != "go" || JITAvailable() {
 		t.Fatalf("JIT off: Impl %q, JITAvailable %v", Impl(), JITAvailable())
 	}
-	r := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	r := testseed.Rand(t, 3)
 	x := randVec(r, 100)
 	got, want := make([]float32, len(x)), make([]float32, len(x))
 	Logistic(got, x)

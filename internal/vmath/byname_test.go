@@ -1,8 +1,8 @@
 package vmath
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
-	"math/rand/v2"
 	"testing"
 )
 
@@ -16,7 +16,7 @@ func TestOpByNameAndKernels(t *testing.T) {
 	if u, b := Kernels(0); u != nil || b != nil {
 		t.Fatal("opcode 0 has kernels")
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 2))
+	rng := testseed.Rand(t, 2)
 	a, b := make([]float32, 77), make([]float32, 77)
 	for i := range a {
 		a[i], b[i] = rng.Float32()*4-2, rng.Float32()*4-2

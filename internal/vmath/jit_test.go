@@ -1,6 +1,7 @@
 package vmath
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -165,7 +166,7 @@ func TestChainMatchesKernels(t *testing.T) {
 }
 
 func testChainMatches(t *testing.T, fuse bool) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 7))
+	r := testseed.Rand(t, 7)
 	shapes := []struct{ nin, nuni, nins int }{
 		{1, 0, 1}, {2, 0, 14}, {3, 1, 20}, {2, 2, 14}, {12, 3, 40}, {30, 4, 60}, {4, 0, 120},
 	}
@@ -338,7 +339,7 @@ func TestChainSwitch(t *testing.T) {
 func TestChainContractionForms(t *testing.T) {
 	forJIT(t, func(t *testing.T) {
 		defer SetContract(SetContract(true))
-		r := rand.New(rand.NewPCG(rand.Uint64(), 11))
+		r := testseed.Rand(t, 11)
 		const x, y, c, m, s = 0, 1, 2, 3, 4 // inputs x, y, c; m = x*y; s = m ± c (or c ± m)
 		for _, form := range []Instr{{Op: OpAdd, A: m, B: c}, {Op: OpAdd, A: c, B: m}, {Op: OpSub, A: m, B: c}, {Op: OpSub, A: c, B: m}} {
 			for keep := 0; keep < 8; keep++ { // bit 0: c read later, bit 1: x, bit 2: y

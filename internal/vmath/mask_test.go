@@ -1,6 +1,7 @@
 package vmath
 
 import (
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -81,7 +82,7 @@ func TestMaskChainMatchesReference(t *testing.T) {
 	if !JITAvailable() || len(widths) == 0 {
 		t.Skip("no code generation here")
 	}
-	seed := rand.Uint64()
+	seed := testseed.Uint64(t)
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 11))
 	for trial := 0; trial < 60; trial++ {
@@ -177,7 +178,7 @@ func hasMask(code []Instr) bool {
 // and that RunProgram computes chains with compares (the pure-Go kernels
 // where it leaves them).
 func TestMaskKernels(t *testing.T) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 12))
+	r := testseed.Rand(t, 12)
 	a, b := randVec(r, 77), randVec(r, 77)
 	for i := 0; i < 77; i += 5 {
 		b[i] = a[i]

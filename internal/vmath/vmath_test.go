@@ -2,6 +2,7 @@ package vmath
 
 import (
 	"fmt"
+	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -281,7 +282,7 @@ func TestImplsAgree(t *testing.T) {
 	if len(vec) < 2 {
 		t.Skip("one vector implementation here")
 	}
-	r := rand.New(rand.NewPCG(rand.Uint64(), 9))
+	r := testseed.Rand(t, 9)
 	xs := specials()
 	for range 1 << 16 {
 		xs = append(xs, math.Float32frombits(r.Uint32()), float32(r.NormFloat64()*8))
