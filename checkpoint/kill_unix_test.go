@@ -125,7 +125,7 @@ func killedSave(t *testing.T, v string) {
 	require.NoError(t, err)
 	count := 0
 	checkpoint.SetStepHook(func(step string) {
-		if count++; count == n {
+		if count++; count == n { // n = 0 when strace kills the process
 			fmt.Printf("killed at %q\n", step)
 			p, _ := os.FindProcess(os.Getpid())
 			_ = p.Kill()
@@ -142,7 +142,8 @@ func killedSave(t *testing.T, v string) {
 // directory then loads step 1 or step 2, its values and metadata alike,
 // never a mix; step 2 once the save committed; the load removes the
 // temporary file the save left, and the next save leaves only its own
-// files.
+// files. Where strace runs, the same again with the process killed by
+// strace at its Nth rename system call instead.
 func TestKilledSave(t *testing.T) {
 	if v := os.Getenv(killEnv); v != "" {
 		killedSave(t, v)
@@ -152,15 +153,27 @@ func TestKilledSave(t *testing.T) {
 		t.Skip("one process")
 	}
 	seed := testSeed(t)
-	for _, kind := range []string{"file", "sharded"} {
+	strace := exec.Command("strace", "-f", "-qq", "-o", "/dev/null", "true").Run() == nil
+	for _, kind := range []string{"file", "sharded", "file/strace", "sharded/strace"} {
 		t.Run(kind, func(t *testing.T) {
+			kind, byStrace := strings.CutSuffix(kind, "/strace")
+			if byStrace && !strace {
+				t.Skip("strace cannot run here")
+			}
 			committed := false
 			for n := 1; ; n++ {
 				require.Less(t, n, 40, "the save never completed")
 				dir := t.TempDir()
 				require.NoError(t, saveStep(t, kind, dir, seed, 1))
-				cmd := exec.Command(os.Args[0], "-test.run=^TestKilledSave$", "-test.count=1", "-test.v")
-				cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%d:%s:%d", killEnv, kind, n, dir, seed))
+				args := []string{os.Args[0], "-test.run=^TestKilledSave$", "-test.count=1", "-test.v"}
+				hookAt := n
+				if byStrace {
+					hookAt = 0
+					args = append([]string{"strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=rename,renameat,renameat2",
+						"-e", fmt.Sprintf("inject=rename,renameat,renameat2:signal=SIGKILL:when=%d", n)}, args...)
+				}
+				cmd := exec.Command(args[0], args[1:]...)
+				cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%d:%s:%d", killEnv, kind, hookAt, dir, seed))
 				out, err := cmd.CombinedOutput()
 				completed := err == nil && strings.Contains(string(out), "save completed")
 				where := "completed"
@@ -169,9 +182,13 @@ func TestKilledSave(t *testing.T) {
 					require.ErrorAs(t, err, &ee, "%s", out)
 					ws, ok := ee.Sys().(syscall.WaitStatus)
 					require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "not killed: %v\n%s", err, out)
-					i := strings.Index(string(out), "killed at ")
-					require.GreaterOrEqual(t, i, 0, "%s", out)
-					where = strings.SplitN(string(out[i:]), "\n", 2)[0]
+					if byStrace {
+						where = fmt.Sprintf("killed at rename %d", n)
+					} else {
+						i := strings.Index(string(out), "killed at ")
+						require.GreaterOrEqual(t, i, 0, "%s", out)
+						where = strings.SplitN(string(out[i:]), "\n", 2)[0]
+					}
 				}
 				left := len(tempFiles(t, dir))
 				values, meta, err := loadStep(t, kind, dir, seed)
