@@ -2,7 +2,10 @@
 // backend: random programs (internal/randprog) compiled by package passes
 // and run by the optimised CPU executor (internal/cpuexec, asynchronous
 // copies on), with fused multiply-add contraction off (compared bit for bit)
-// and on (compared within a tolerance), against the reference executor
+// and on (compared within a tolerance, fmaTol in the tests, whose comment
+// gives the bound; results that depend on an op that jumps when a float
+// changes in its last bit, such as a bitcast or a comparison, are held to
+// the run without contraction alone), against the reference executor
 // (internal/eval) on the uncompiled program. It has no API; see its tests.
 //
 // Its sharded mode (TestShardedRandom) gives the random programs' parameters
@@ -17,7 +20,8 @@
 // bit. They must equal, bit for bit, the per-device program interpreted by
 // eval (collectives through package collective), and eval on the whole
 // unsharded program: bit for bit where no partial sum is combined across
-// devices, else within the tolerance (sums in another order; beyond it only
+// devices (by an all_reduce of "sum" or a reduce_scatter), else within the
+// tolerance (sums in another order; beyond it only
 // through an op that is not continuous, such as a bitcast, or where the
 // results are as close to the program computed in float64 as the whole
 // program's).

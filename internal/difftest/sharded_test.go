@@ -221,16 +221,19 @@ func unsharded(f *ir.Func) *ir.Func {
 }
 
 // combines reports whether the per-device program f combines partial
-// sums or products across devices (an all_reduce of "sum", or the gather
-// and local product of a partial product): they then run in another order
-// than the whole program's, and its float results are compared within a
-// tolerance. A max or min is the same in any order.
+// sums or products across devices (an all_reduce of "sum", a
+// reduce_scatter, which always sums, or the gather and local product of a
+// partial product): they then run in another order than the whole
+// program's, and its float results are compared within fmaTol (see there
+// for the bound). A max or min is the same in any order.
 func combines(f *ir.Func) bool {
 	found := false
 	f.Body.Walk(func(op *ir.Op) {
 		switch op.Code {
 		case ir.AllReduce:
 			found = found || op.Attrs.String("reduction") == "sum"
+		case ir.ReduceScatter:
+			found = true
 		case ir.ReduceProd:
 			if a := op.Args[0]; a.Op != nil && a.Op.Code == ir.AllGather {
 				found = true
@@ -405,16 +408,50 @@ func widenLiteral(l *ir.Literal) *ir.Literal {
 // a rem, control flow on values.
 func discontinuous(f *ir.Func) bool {
 	found := false
-	f.Body.Walk(func(op *ir.Op) {
-		switch op.Code {
-		case ir.Floor, ir.Ceil, ir.Round, ir.Sign, ir.BitcastConvert, ir.Sort, ir.ArgMax, ir.ArgMin, ir.Rem, ir.While, ir.Cond,
-			ir.Eq, ir.Ne, ir.Lt, ir.Le, ir.Gt, ir.Ge:
-			found = true
-		case ir.Convert:
-			found = found || op.Args[0].Type.DType.IsFloat() && !op.Results[0].Type.DType.IsFloat()
-		}
-	})
+	f.Body.Walk(func(op *ir.Op) { found = found || jumps(op) })
 	return found
+}
+
+// jumps reports whether op's result can jump when its float operands change
+// in the last bit (see discontinuous).
+func jumps(op *ir.Op) bool {
+	switch op.Code {
+	case ir.Floor, ir.Ceil, ir.Round, ir.Sign, ir.BitcastConvert, ir.Sort, ir.ArgMax, ir.ArgMin, ir.Rem, ir.While, ir.Cond,
+		ir.Eq, ir.Ne, ir.Lt, ir.Le, ir.Gt, ir.Ge:
+		return true
+	case ir.Convert:
+		return op.Args[0].Type.DType.IsFloat() && !op.Results[0].Type.DType.IsFloat()
+	}
+	return false
+}
+
+// throughJumps reports, for each result of f, whether it depends on an op
+// that jumps (see jumps): through the op's results, an op with a region
+// holding one, or a value a region reads from outside.
+func throughJumps(f *ir.Func) []bool {
+	dep := map[*ir.Value]bool{}
+	for _, op := range f.Body.Ops {
+		d := jumps(op)
+		for _, a := range op.Args {
+			d = d || dep[a]
+		}
+		for _, sub := range op.Regions {
+			sub.Walk(func(in *ir.Op) {
+				d = d || jumps(in)
+				for _, a := range in.Args {
+					d = d || dep[a]
+				}
+			})
+		}
+		for _, r := range op.Results {
+			dep[r] = d
+		}
+	}
+	out := make([]bool, len(f.Body.Results))
+	for i, v := range f.Body.Results {
+		out[i] = dep[v]
+	}
+	return out
 }
 
 // callSharded runs comp on args, each laid out as f's parameter says, and
@@ -672,5 +709,72 @@ func TestAsAccurate(t *testing.T) {
 	}
 	if err := asAccurate(f, args, want, results(exact+4, 8), 0); err == nil {
 		t.Error("another integer result accepted")
+	}
+}
+
+// A reduce_scatter sums partial results across devices as an all_reduce of
+// "sum" does: both are compared within the tolerance; gathers and max
+// reductions are exact in any order.
+func TestCombines(t *testing.T) {
+	for _, c := range []struct {
+		op   string
+		want bool
+	}{
+		{`reduce_scatter(%0) {axis="x", dimension=0, size=2, tiled=true} : f32[2]`, true},
+		{`all_reduce(%0) {axis="x", reduction="sum", size=2} : f32[4]`, true},
+		{`all_reduce(%0) {axis="x", reduction="max", size=2} : f32[4]`, false},
+		{`all_gather(%0) {axis="x", dimension=0, size=2, tiled=true} : f32[8]`, false},
+	} {
+		typ := c.op[strings.LastIndex(c.op, ": ")+2:]
+		f, err := ir.Parse("func @f(%0: f32[4]) -> (" + typ + ") {\n  %1 = " + c.op + "\n  return %1\n}")
+		if err != nil {
+			t.Fatalf("%s: %v", c.op, err)
+		}
+		if got := combines(f); got != c.want {
+			t.Errorf("combines(%s) = %v, want %v", c.op, got, c.want)
+		}
+	}
+}
+
+// Contraction may change a result through a bitcast beyond any tolerance;
+// only such results are spared the tolerance, the others are still held
+// to it.
+func TestThroughJumps(t *testing.T) {
+	f, err := ir.Parse(`func @f(%0: f32[2], %1: f32[2]) -> (f32[2], i32[2], f32[2]) {
+  %2 = mul(%0, %1) : f32[2]
+  %3 = add(%2, %0) : f32[2]
+  %4 = bitcast_convert(%3) {dtype=i32} : i32[2]
+  %5 = bitcast_convert(%4) {dtype=f32} : f32[2]
+  return %3, %4, %5
+}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skip := throughJumps(f)
+	if want := []bool{false, true, true}; !slices.Equal(skip, want) {
+		t.Fatalf("throughJumps = %v, want %v", skip, want)
+	}
+	lit := func(dt ir.DType, vs ...float64) *ir.Literal {
+		l := ir.NewLiteral(ir.TypeOf(dt, len(vs)))
+		for i, v := range vs {
+			l.SetFloat64At(i, v)
+		}
+		return l
+	}
+	want := []*ir.Literal{lit(ir.Float32, 1, 2), lit(ir.Int32, 1065353216, 7), lit(ir.Float32, 1, 2)}
+	// The bitcast results one unit in the last place off: beyond any
+	// tolerance for the integers, spared.
+	got := []*ir.Literal{lit(ir.Float32, 1, 2), lit(ir.Int32, 1065353217, 7), lit(ir.Float32, 1.0000001, 2)}
+	if err := compare(want, got, fmaTol); err == nil {
+		t.Fatal("compare accepted an integer one off")
+	}
+	if err := compareExcept(want, got, fmaTol, skip); err != nil {
+		t.Fatalf("the results through a bitcast are not spared: %v", err)
+	}
+	// A result that does not go through one is still held to the
+	// tolerance.
+	got[0] = lit(ir.Float32, 1.1, 2)
+	if err := compareExcept(want, got, fmaTol, skip); err == nil {
+		t.Fatal("a float result off by 10% was accepted")
 	}
 }
