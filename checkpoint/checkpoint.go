@@ -23,6 +23,24 @@
 // and within the input. A header over a limit is rejected in one pass over
 // its bytes, with an error naming the tensor.
 //
+// # Integrity
+//
+// Every file Save writes carries, in "__metadata__" (string values, so
+// other safetensors readers still read it), the CRC-32C (Castagnoli) of
+// each tensor's data under "ferry.crc32c.<name>" and one of the header's
+// content (every metadata key and value, every tensor's name, dtype, shape
+// and offsets) under "ferry.header_crc32c"; user metadata keys may not
+// begin with "ferry.". Load checks them and refuses a changed byte of data
+// or a changed metadata value (such as "step"), naming the tensor, and
+// refuses data after the last tensor. Files without "ferry." keys (written
+// by other tools, such as Hugging Face's) load unverified. SaveFile and
+// SaveSharded write each file to a temporary file (".checkpoint-*.tmp"),
+// fsync it, rename it and fsync the directory, creating it with mode 0644
+// less the umask (WithFileMode to change it); the next save or load of the
+// directory removes the temporary files of saves that died (those no live
+// save holds locked). A sharded save commits when its index is written;
+// see SaveSharded.
+//
 // Supported dtypes: F32, F16, BF16, F64, I32, I64, U8, U32 and BOOL (Ferry's
 // dtypes). Files with other dtypes can be inspected with ReadHeader but not
 // loaded.
@@ -30,9 +48,13 @@
 // Sharded arrays (rt.DevicePut, and jobs of several processes:
 // rt.InitDistributed) are saved with SaveSharded into a directory: one
 // safetensors file per process holding the blocks of its devices, each
-// block once, and an index (Index, dir/index.json). LoadSharded reads it
-// back laid out as the tree it is given, which may shard the arrays
-// otherwise or run on another process count.
+// block once, and an index (Index, dir/index.json), written last, that
+// commits the save: it names every data file with its size and header
+// checksum and the save id every data file carries. A save killed at any
+// point leaves the previous checkpoint loadable, and LoadSharded refuses a
+// missing file, a wrong checksum or a file of another save, naming it. It
+// reads the checkpoint back laid out as the tree it is given, which may
+// shard the arrays otherwise or run on another process count.
 package checkpoint
 
 import (

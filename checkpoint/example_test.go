@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/ferryml/ferry/checkpoint"
 	"github.com/ferryml/ferry/ir"
@@ -85,4 +86,21 @@ func ExampleSaveSharded() {
 	// Output:
 	// 1 process-0-of-1.save1.safetensors 100 sharding<mesh[x=2,y=4], [x,y]> 8 [1 2] W@1,2
 	// f32[2,8]{sharding<mesh[d=4], [{},d]>} [2 3 10 11]
+}
+
+// Save a checkpoint readable only by its owner: WithFileMode sets the mode
+// of the files SaveFile and SaveSharded create (0644 by default; the umask
+// applies).
+func ExampleWithFileMode() {
+	dir, _ := os.MkdirTemp("", "ckpt")
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "params.safetensors")
+	params := struct{ W *trace.Array }{rt.FromSlice([]float32{1, 2, 3})}
+	if err := checkpoint.SaveFile(path, params, nil, checkpoint.WithFileMode(0o600)); err != nil {
+		panic(err)
+	}
+	st, _ := os.Stat(path)
+	fmt.Println(st.Mode().Perm())
+	// Output:
+	// -rw-------
 }

@@ -144,7 +144,9 @@ func blockName(path string, start []int) string {
 // of saves that died. A save that dies part-way leaves the previous
 // checkpoint in place, and LoadSharded loads it. SaveSharded returns in
 // every process once the index is in place (rt.ProcessBarrier), with an
-// error in every process if any process failed.
+// error in every process if any process failed (if process 0 died after
+// writing the index, the new checkpoint is in place, whole, although the
+// others report an error).
 func SaveSharded(dir string, tree any, metadata map[string]string, opts ...Option) error {
 	o := makeOptions(opts)
 	id := nextSaveID(dir)
