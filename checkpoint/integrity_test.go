@@ -3,6 +3,7 @@ package checkpoint_test
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -367,4 +368,42 @@ func TestStaleTempFilesRemoved(t *testing.T) {
 	got, err := checkpoint.LoadFile(filepath.Join(dir, "b"), like)
 	require.NoError(t, err)
 	require.True(t, sameValues(t, got, randomLiterals(6)))
+}
+
+// TestLegacyShardedIndex: a checkpoint of the "/1" format (no save id, no
+// checksums in its index) still loads, unverified, and the next save
+// replaces it, removing its files.
+func TestLegacyShardedIndex(t *testing.T) {
+	if inJob {
+		t.Skip("one process")
+	}
+	want := randomLiterals(8)
+	m8 := mesh(t, []int{8}, []string{"x"})
+	meshes := []*ir.Mesh{m8, m8, nil, nil, nil, nil, nil}
+	specs := []ir.PartitionSpec{ir.P("x"), ir.P("x"), nil, nil, nil, nil, nil}
+	dir := t.TempDir()
+	require.NoError(t, checkpoint.SaveSharded(dir, place(t, want, meshes, specs), map[string]string{"step": "1"}))
+	idx, err := checkpoint.ReadIndex(dir)
+	require.NoError(t, err)
+	// Rewrite it as an earlier version wrote it.
+	const old = "process-0-of-1.safetensors"
+	require.NoError(t, os.Rename(filepath.Join(dir, idx.Files[0].Name), filepath.Join(dir, old)))
+	arrays, err := json.Marshal(idx.Arrays)
+	require.NoError(t, err)
+	legacy := strings.ReplaceAll(string(arrays), idx.Files[0].Name, old)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, checkpoint.IndexFile),
+		[]byte(`{"format":"ferry-sharded-checkpoint/1","processes":1,"files":["`+old+`"],"metadata":{"step":"1"},"arrays":`+legacy+`}`), 0o644))
+	like := place(t, zeros(), unsharded, unspecs)
+	got, err := checkpoint.LoadSharded(dir, like)
+	require.NoError(t, err)
+	require.True(t, sameValues(t, got, want))
+
+	require.NoError(t, checkpoint.SaveSharded(dir, place(t, randomLiterals(9), meshes, specs), nil))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	require.Equal(t, "process-0-of-1.save1.safetensors", entries[1].Name())
+	got, err = checkpoint.LoadSharded(dir, like)
+	require.NoError(t, err)
+	require.True(t, sameValues(t, got, randomLiterals(9)))
 }
