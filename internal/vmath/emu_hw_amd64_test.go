@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	e "github.com/ferryml/ferry/internal/amd64enc"
+	"github.com/ferryml/ferry/internal/testseed"
 	"github.com/ferryml/ferry/internal/x86emu"
 )
 
@@ -152,7 +153,7 @@ func TestEmuInstructionsMatchHardware(t *testing.T) {
 			if !hwRuns(vex) {
 				t.Skip("the CPU does not run this code here")
 			}
-			seed := testSeed(t)
+			seed := testseed.Uint64(t)
 			r := rand.New(rand.NewPCG(seed, 21))
 			lanes := 16
 			if vex {
