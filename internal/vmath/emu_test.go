@@ -360,7 +360,6 @@ func emuRef(code []cins, vals [][]float32, n int, vex bool) error {
 	return nil
 }
 
-
 // emuOpRef is op's reference for x (and y): Go's float64 math rounded to
 // float32 with its tolerance in ulp (TestAccuracy's), or the pure-Go
 // kernel's bits (the arithmetic, exact in both) with tolerance -1.
