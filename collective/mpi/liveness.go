@@ -71,7 +71,8 @@ func liveSettings(timeout time.Duration) (on bool, silence time.Duration, err er
 // to process 0. Both ends send a heartbeat byte every silence/5 and a bye
 // byte on Finalize; a connection that ends without the bye, or stays silent
 // for longer than silence, loses its process: onLost is called once with an
-// error wrapping ErrProcessLost.
+// error wrapping ErrProcessLost. Process 0 sends its losses to the others
+// on their connections.
 type monitor struct {
 	rank, size int
 	silence    time.Duration
@@ -97,6 +98,11 @@ const (
 	liveMagic = "ferry-mpi-liveness/1"
 	beatByte  = 'h'
 	byeByte   = 'b'
+	// lostByte starts process 0's notice to the others that it lost a
+	// process: the error's text follows, up to a newline. Sent on the
+	// connection, it arrives before the end of the connection should
+	// process 0 exit next.
+	lostByte = 'L'
 	// liveRecord is the size of process 0's broadcast record: its silence
 	// bound, port, host, pid and addresses.
 	liveRecord = 1024
@@ -281,17 +287,24 @@ func dialHub(rec string, rank, size int, wait time.Duration, onLost func(error))
 
 // watch reads process r's heartbeats until its bye, the end of the
 // connection, or a silence longer than m.silence (the last two lose it).
+// From process 0 it also reads the notices of the processes it lost.
 func (m *monitor) watch(r int, conn net.Conn, br *bufio.Reader) {
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(m.silence))
 		b, err := br.ReadByte()
-		if err == nil {
-			if b == byeByte {
-				m.mu.Lock()
-				m.peers[r].bye = true
-				m.mu.Unlock()
-				return
+		if err == nil && b == byeByte {
+			m.mu.Lock()
+			m.peers[r].bye = true
+			m.mu.Unlock()
+			return
+		}
+		if err == nil && b == lostByte {
+			var msg string
+			if msg, err = br.ReadString('\n'); err == nil {
+				m.report(&remoteAbort{msg: strings.TrimSuffix(msg, "\n"), lost: true})
 			}
+		}
+		if err == nil {
 			continue
 		}
 		var ne net.Error
@@ -313,9 +326,34 @@ func (m *monitor) lose(r int, why string) {
 		m.mu.Unlock()
 		return
 	}
-	m.lost = fmt.Errorf("%w: process %d of %d (host %s, pid %d) %s", ErrProcessLost, r, m.size, p.host, p.pid, why)
-	err := m.lost
 	m.mu.Unlock()
+	m.report(fmt.Errorf("%w: process %d of %d (host %s, pid %d) %s", ErrProcessLost, r, m.size, p.host, p.pid, why))
+}
+
+// report keeps err as the first loss (unless this process is closing or
+// has one), passes it on to the other processes when this is process 0,
+// then gives it to onLost.
+func (m *monitor) report(err error) {
+	m.mu.Lock()
+	if m.closed || m.lost != nil {
+		m.mu.Unlock()
+		return
+	}
+	m.lost = err
+	var cs []net.Conn
+	if m.rank == 0 {
+		for _, p := range m.peers {
+			if p.conn != nil && !p.bye {
+				cs = append(cs, p.conn)
+			}
+		}
+	}
+	m.mu.Unlock()
+	notice := append([]byte{lostByte}, strings.ReplaceAll(err.Error(), "\n", " ")+"\n"...)
+	for _, c := range cs {
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = c.Write(notice)
+	}
 	if m.onLost != nil {
 		m.onLost(err)
 	}

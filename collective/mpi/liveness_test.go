@@ -208,3 +208,18 @@ func TestLiveSettings(t *testing.T) {
 		}
 	}
 }
+
+// Process 0 passes a loss on to the others on their connections, ahead of
+// its own end: a process that hears of process 2's death and then loses
+// process 0 (which exits next) reports process 2.
+func TestLivenessLossPassedOn(t *testing.T) {
+	ms, chs := startJob(t, 3, time.Hour)
+	kill(ms[2])
+	wantLost(t, next(t, chs[0], "process 2's death in process 0"), 2, 3)
+	kill(ms[0])
+	err := next(t, chs[1], "process 2's death in process 1")
+	wantLost(t, err, 2, 3)
+	if got := ms[1].err(); got != err {
+		t.Fatalf("process 1 keeps %v, want its first loss %v", got, err)
+	}
+}
