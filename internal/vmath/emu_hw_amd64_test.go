@@ -105,6 +105,14 @@ func instrCases(vex bool) []instrCase {
 	for imm := range 256 {
 		add(fmt.Sprintf("VPTERNLOGD %#x", imm), func(a *e.Asm) { a.VPTERNLOGD(uint8(imm), e.Z(2), 1, 3) })
 	}
+	add("VPTESTMD", func(a *e.Asm) {
+		a.VPTESTMD(e.Z(2), 1, 3)
+		a.VBLENDMPSk(e.Z(4), 5, 3, 3)
+	})
+	add("VPTESTMD const", func(a *e.Asm) {
+		a.VPTESTMD(a.Const(0x80000000), 1, 3)
+		a.VBLENDMPSk(e.Z(4), 5, 3, 3)
+	})
 	add("VBLENDMPSk", func(a *e.Asm) { a.VBLENDMPSk(e.Z(2), 1, 2, 3) })
 	add("VBLENDMPSk const", func(a *e.Asm) { a.VBLENDMPSk(a.Const(0x12345678), 1, 2, 3) })
 	add("VADDPSk", func(a *e.Asm) { a.VADDPSk(e.Z(2), 1, 2, 3) })

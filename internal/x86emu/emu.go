@@ -24,14 +24,18 @@
 //     zeroing, embedded {1toN} broadcasts and compressed displacements),
 //     float32 and int32 lanes: VADDPS, VSUBPS, VMULPS, VDIVPS, VMAXPS,
 //     VMINPS, VSQRTPS, VFMADD/VFMSUB/VFNMADD/VFNMSUB in the 132, 213 and 231
-//     forms, VCMPPS (all 32 predicates, into an opmask or a vector), VBLENDVPS,
-//     VBLENDMPS, VPBLENDMD, VPERMPS, VPTERNLOGD, VSCALEFPS, VGETEXPPS,
-//     VGETMANTPS, VRNDSCALEPS, VCVTDQ2PS, VCVTPS2DQ, VCVTTPS2DQ, VPADDD,
-//     VPSUBD, VPAND(D), VPANDN(D), VPOR(D), VPXOR(D), VANDPS, VANDNPS, VORPS,
-//     VXORPS, VPSLLD, VPSRLD, VPSRAD, VPCMPEQD, VPCMPGTD, VMOVAPS, VMOVUPS,
-//     VMOVDQA32, VMOVDQU32, VMOVNTPS, VBROADCASTSS, VZEROUPPER;
-//   - opmask: KMOVW (to and from general-purpose and opmask registers),
-//     KANDW, KANDNW, KORW, KXORW, KXNORW, KNOTW, KORTESTW.
+//     forms, VCMPPS (all 32 predicates, into an opmask or a vector),
+//     VPCMPEQD, VPCMPGTD, VPTESTMD, VBLENDVPS, VBLENDMPS, VPBLENDMD,
+//     VPERMPS, VPTERNLOGD, VSCALEFPS, VGETEXPPS, VGETMANTPS, VRNDSCALEPS,
+//     VROUNDPS, VCVTDQ2PS, VCVTPS2DQ, VCVTTPS2DQ, VPADDD, VPSUBD, VPAND(D),
+//     VPANDN(D), VPOR(D), VPXOR(D), VANDPS, VANDNPS, VORPS, VXORPS, VPSLLD,
+//     VPSRLD, VPSRAD (immediate counts), VMOVAPS, VMOVUPS, VMOVDQA32,
+//     VMOVDQU32, VMOVNTPS, VBROADCASTSS, VPBROADCASTD, VPMOVM2D, VPMOVD2M,
+//     VZEROUPPER (not VRCP14PS, whose result Intel defines by a table);
+//   - opmask: KMOVW (to and from general-purpose and opmask registers and
+//     memory), KANDW, KANDNW, KORW, KXORW, KXNORW, KNOTW, KORTESTW.
+//
+// Instructions lists the mnemonics.
 //
 // Floating point follows the instructions' definitions with the MXCSR Go
 // runs with (0x1F80: round to nearest even, exceptions masked, no
