@@ -15,7 +15,12 @@
 // unsharded init; and analysed per device at f32[32768, 262144], 4 GiB a
 // device.
 //
-//	go run ./examples/init [-json]
+//	go run ./examples/init [-json] [-quiet]
+//
+// While it runs it says on standard error which case it is at ("case 3/20
+// attention_jit: compiling and running…"), in place on a terminal, as lines
+// otherwise (internal/progress; -quiet or FERRY_PROGRESS=0 silences it). The
+// table gives sizes in binary units (KiB, MiB, GiB); -json gives bytes.
 //
 // Every measured case resets the device pool's peak (rt.ResetPeakMemory) and
 // reads rt.MemoryStats(ir.Device).PeakBytesInUse after the call, minus the
@@ -32,6 +37,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	goruntime "runtime"
@@ -39,6 +45,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ferryml/ferry/backend"
+	"github.com/ferryml/ferry/internal/progress"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
 	"github.com/ferryml/ferry/passes"
@@ -395,12 +403,36 @@ func analysed(name, note string, m passes.MemoryAnalysis) row {
 	return r
 }
 
+// status reports which case the program is at; nil (the tests) reports
+// nothing.
+var status *progress.Reporter
+
+// caseLog numbers the cases as run goes through them, for the status line.
+type caseLog struct{ n, total int }
+
+// begin says that case name starts, doing what.
+func (c *caseLog) begin(name, what string) {
+	c.n++
+	status.Phase("case %d/%d %s: %s…", c.n, c.total, name, what)
+}
+
+// caseCount is the number of rows run returns.
+func caseCount(analyses bool) int {
+	sharded := len(shardInits) * len(shardLayouts)
+	n := 3 + 1 + sharded + 2 + 2 // attention ×3, random_matrix, sharded, stacks, vmap stacks
+	if analyses {
+		n += 1 + sharded + 3 // random_matrix_full, sharded _full, the 7B stacks
+	}
+	return n
+}
+
 // run measures every case in sequence, in this process, at sizes s, and,
 // when analyses is set, adds the analysis-only rows (lowered and compiled,
 // never run).
 func run(s sizes, analyses bool) ([]row, error) {
 	key := random.NewKey(0)
 	var rows []row
+	cases := &caseLog{total: caseCount(analyses)}
 	add := func(r row, err error) error {
 		if err == nil {
 			rows = append(rows, r)
@@ -410,6 +442,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 	one := func(a *trace.Array) []*trace.Array { return []*trace.Array{a} }
 
 	// Attention, eager, references dropped as the user's code goes.
+	cases.begin("attention_eager", "running op by op")
 	if err := add(measureCase("attention_eager", "eager, op by op; intermediates are freed only when garbage collected",
 		func() []*trace.Array { return one(attention(key, s.Nodes, s.Channels, nil)) })); err != nil {
 		return nil, err
@@ -417,6 +450,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 
 	// Attention, eager, the user keeps every intermediate (the JAX report).
 	var kept int
+	cases.begin("attention_eager_kept", "running op by op")
 	r, err := measureCase("attention_eager_kept", "", func() []*trace.Array {
 		var held []*trace.Array
 		out := attention(key, s.Nodes, s.Channels, func(a *trace.Array) { held = append(held, a) })
@@ -434,6 +468,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 
 	// Attention, jitted.
 	attn := func(k *trace.Array) *trace.Array { return attention(k, s.Nodes, s.Channels, nil) }
+	cases.begin("attention_jit", "compiling and running")
 	ja, m, err := jitted(fmt.Sprint("attention", s.Nodes, s.Channels), attn, key)
 	if err != nil {
 		return nil, err
@@ -446,6 +481,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 	rows = append(rows, withAnalysis(r, m))
 
 	// A large random matrix, jitted, measured.
+	cases.begin("random_matrix", "compiling and running")
 	jm, m, err := jitted(fmt.Sprint("random_matrix", s.MatRows, s.MatCols), randomMatrix(s.MatRows, s.MatCols), key)
 	if err != nil {
 		return nil, err
@@ -459,6 +495,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 
 	// The full f32[32768, 262144] of the JAX report: analysis only.
 	if analyses {
+		cases.begin("random_matrix_full", "compiling (analysis only)")
 		if _, m, err = jitted(fmt.Sprint("random_matrix", s.FullRows, s.FullCols), randomMatrix(s.FullRows, s.FullCols), key); err != nil {
 			return nil, err
 		}
@@ -466,7 +503,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 	}
 
 	// Sharded initialisers over 8 devices (issue 21's seed scenario).
-	sr, err := shardedRows(s, key, analyses)
+	sr, err := shardedRows(s, key, analyses, cases)
 	if err != nil {
 		return nil, err
 	}
@@ -476,6 +513,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 	stack := func(key *trace.Array) nn.Stack {
 		return nn.NewStack(key, ir.BFloat16, s.Layers, s.DModel, s.Heads, s.Hidden)
 	}
+	cases.begin("stack_bf16", "compiling and running")
 	js, m, err := jitted(fmt.Sprint("stack", s.Layers, s.DModel, s.Heads, s.Hidden), stack, key)
 	if err != nil {
 		return nil, err
@@ -498,6 +536,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 		}
 		return out
 	}
+	cases.begin("stack_f32_cast", "compiling and running")
 	jc, m, err := jitted(fmt.Sprint("stack f32 cast", s.Layers, s.DModel, s.Heads, s.Hidden), stackCast, key)
 	if err != nil {
 		return nil, err
@@ -520,6 +559,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 		{"stack_vmap_f32_cast", ir.Float32, "trace.Vmap(nn.NewBlock(f32)) over random.Split(key, %d), d=%d, hidden=%d, then trace.Convert to bf16 in the same jit: the cast is fused into the generator"},
 	}
 	for _, c := range vmapCases {
+		cases.begin(c.name, "compiling and running")
 		jv, m, err := jitted(vmapID(c.dt, s.Layers, s.DModel, s.Heads, s.Hidden), vmapStack(c.dt, s.Layers, s.DModel, s.Heads, s.Hidden), key)
 		if err != nil {
 			return nil, err
@@ -541,11 +581,13 @@ func run(s sizes, analyses bool) ([]row, error) {
 	bigStack := func(key *trace.Array) nn.Stack {
 		return nn.NewStack(key, ir.BFloat16, s.BigLayers, s.BigDModel, s.BigHeads, s.BigHidden)
 	}
+	cases.begin("stack_bf16_7b", "compiling (analysis only)")
 	if _, m, err = jitted(fmt.Sprint("stack", s.BigLayers, s.BigDModel, s.BigHeads, s.BigHidden), bigStack, key); err != nil {
 		return nil, err
 	}
 	rows = append(rows, analysed("stack_bf16_7b", "nn.NewStack, "+big, m))
 	for _, c := range vmapCases {
+		cases.begin(c.name+"_7b", "compiling (analysis only)")
 		if _, m, err = jitted(vmapID(c.dt, s.BigLayers, s.BigDModel, s.BigHeads, s.BigHidden), vmapStack(c.dt, s.BigLayers, s.BigDModel, s.BigHeads, s.BigHidden), key); err != nil {
 			return nil, err
 		}
@@ -561,7 +603,11 @@ func run(s sizes, analyses bool) ([]row, error) {
 func main() {
 	asJSON := flag.Bool("json", false, "print one JSON array of rows")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	quiet := flag.Bool("quiet", false, "no progress lines on standard error")
 	flag.Parse()
+	start := time.Now()
+	status = progress.New(os.Stderr).SetQuiet(*quiet)
+	status.Phase("measuring %d initialisation cases (compiling each takes a moment)…", caseCount(true))
 	// The sharded cases need a mesh of meshDevices devices: give the CPU
 	// backend that many before any array is made.
 	if len(rt.Devices()) < meshDevices {
@@ -581,8 +627,10 @@ func main() {
 	}
 	rows, err := run(programSizes, true)
 	if err != nil {
+		status.Clear()
 		log.Fatal(err)
 	}
+	status.Done("%d cases done in %s", len(rows), progress.Seconds(time.Since(start)))
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -591,13 +639,24 @@ func main() {
 		}
 		return
 	}
-	fmt.Printf("%-26s %14s %12s %14s %12s %8s  %s\n", "case", "output", "shard", "peak", "temp", "ratio", "note")
+	printTable(os.Stdout, rows)
+}
+
+// printTable writes the rows as a table, sizes in binary units; a peak of
+// "-" is a case analysed, never run, and its ratio is the analysed total
+// over the output (or the block, if sharded).
+func printTable(w io.Writer, rows []row) {
+	fmt.Fprintf(w, "%-26s %10s %10s %10s %10s %12s  %s\n", "case", "output", "shard", "peak", "temp", "ratio", "note")
 	for _, r := range rows {
-		shard := "-"
+		shard, peak := "-", "-"
 		if r.ShardBytes > 0 {
-			shard = fmt.Sprint(r.ShardBytes)
+			shard = backend.FormatBytes(r.ShardBytes)
 		}
-		fmt.Printf("%-26s %14d %12s %14d %12d %8.4f  %s\n", r.Case, r.OutputBytes, shard, r.PeakDeviceBytes, r.TempBytes, r.Ratio, r.Note)
+		if r.PeakDeviceBytes > 0 {
+			peak = backend.FormatBytes(r.PeakDeviceBytes)
+		}
+		fmt.Fprintf(w, "%-26s %10s %10s %10s %10s %12.9f  %s\n", r.Case, backend.FormatBytes(r.OutputBytes), shard, peak,
+			backend.FormatBytes(r.TempBytes), r.Ratio, r.Note)
 	}
 }
 
@@ -661,7 +720,7 @@ func shardBytes(sh *ir.NamedSharding, rows, cols int) (int64, error) {
 // bit for bit, with the same initialiser jitted unsharded. With analyses,
 // the same cases at f32[FullRows, FullCols] are lowered and compiled, never
 // run (rows named with the suffix _full).
-func shardedRows(s sizes, key *trace.Array, analyses bool) ([]row, error) {
+func shardedRows(s sizes, key *trace.Array, analyses bool, cases *caseLog) ([]row, error) {
 	var rows, full []row
 	for _, in := range shardInits {
 		for _, l := range shardLayouts {
@@ -670,6 +729,7 @@ func shardedRows(s sizes, key *trace.Array, analyses bool) ([]row, error) {
 				return nil, err
 			}
 			name := in.name + "_sharded_" + l.name
+			cases.begin(name, fmt.Sprintf("compiling and running on %d devices", sh.Mesh.NumDevices()))
 			r, err := measureSharded(name, in.init, sh, s.MatRows, s.MatCols, key)
 			if err != nil {
 				return nil, err
@@ -678,6 +738,7 @@ func shardedRows(s sizes, key *trace.Array, analyses bool) ([]row, error) {
 			if !analyses {
 				continue
 			}
+			cases.begin(name+"_full", "compiling (analysis only)")
 			_, m, err := jitted(fmt.Sprint(name, " ", sh, " ", s.FullRows, s.FullCols), initMatrix(in.init, s.FullRows, s.FullCols), key, rt.OutShardings(sh))
 			if err != nil {
 				return nil, fmt.Errorf("%s_full: %w", name, err)

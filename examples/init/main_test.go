@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
 	"github.com/ferryml/ferry/random"
@@ -97,6 +98,10 @@ func TestPeaksHoldTheirOutputs(t *testing.T) {
 		if len(rows) != n {
 			t.Fatalf("round %d: %d rows, want %d", round, len(rows), n)
 		}
+		if c := caseCount(analyses); c != n {
+			t.Errorf("round %d: caseCount %d (the status line's total), want %d", round, c, n)
+		}
+		checkTable(t, rows)
 		for _, r := range rows {
 			if w, ok := want[r.Case]; !ok || r.OutputBytes != w {
 				t.Errorf("round %d: %s: output %d bytes, want %d", round, r.Case, r.OutputBytes, w)
@@ -123,6 +128,29 @@ func TestPeaksHoldTheirOutputs(t *testing.T) {
 		}
 		checkStacks(t, rows)
 		checkSharded(t, rows, analyses)
+	}
+}
+
+// checkTable checks the printed table: a header and a line per row whose
+// sizes carry binary units, never a bare byte count.
+func checkTable(t *testing.T, rows []row) {
+	t.Helper()
+	var b bytes.Buffer
+	printTable(&b, rows)
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) != len(rows)+1 {
+		t.Fatalf("table of %d lines for %d rows:\n%s", len(lines), len(rows), b.String())
+	}
+	for i, r := range rows {
+		line := lines[i+1]
+		for _, n := range []int64{r.OutputBytes, r.TempBytes} {
+			if !strings.Contains(line, backend.FormatBytes(n)) {
+				t.Errorf("%s: %q lacks %s", r.Case, line, backend.FormatBytes(n))
+			}
+		}
+		if f := strings.Fields(line); len(f) < 6 || !strings.HasPrefix(line, r.Case+" ") || r.OutputBytes >= 1<<10 && strings.Contains(line, fmt.Sprint(r.OutputBytes)) {
+			t.Errorf("%s: table line %q", r.Case, line)
+		}
 	}
 }
 
