@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	rt "github.com/ferryml/ferry/runtime"
@@ -138,7 +139,9 @@ func runBudget(w, wHost Weights, x *trace.Array, asJSON bool) error {
 	}
 	// The hand-written cases.
 	var manual []*budgetCase
+	nManual := 2 * (1 + len(manualPolicies))
 	add := func(name string, loss func(Weights, *trace.Array) *trace.Array, host bool) error {
+		status.Phase("hand-written case %d/%d: compiling %s…", len(manual)+1, nManual, name)
 		bc, err := compile(name, loss, host)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -180,6 +183,7 @@ func runBudget(w, wHost Weights, x *trace.Array, asJSON bool) error {
 		b := lo + (baseline-lo)*int64(i)/7
 		row := &BudgetRow{BudgetBytes: b}
 		rows = append(rows, row)
+		status.Phase("budget %d/8 (%s): planning and compiling…", i+1, backend.FormatBytes(b))
 		// The weights are passed on device: the planner places them.
 		bc, err := compile("budget", baselineLoss, false, rt.MemoryBudget(b))
 		if err != nil {
@@ -201,6 +205,7 @@ func runBudget(w, wHost Weights, x *trace.Array, asJSON bool) error {
 	all := append(append([]*budgetCase{}, manual...), planned...)
 	var ref hostGrads
 	for i, bc := range all {
+		status.Update("checking and measuring case %d/%d (%s)", i+1, len(all), bc.name)
 		g, secs, peak, err := bc.measure(args(bc.host), x)
 		if err != nil {
 			return fmt.Errorf("%s: %w", bc.name, err)
@@ -210,7 +215,8 @@ func runBudget(w, wHost Weights, x *trace.Array, asJSON bool) error {
 		}
 		bc.peak, bc.secs, bc.diff = peak, secs, maxDiff(g, ref)
 	}
-	for range *budgetReps {
+	for rep := range *budgetReps {
+		status.Phase("timed runs, round %d/%d of %d cases…", rep+1, *budgetReps, len(all))
 		for _, bc := range all {
 			_, secs, _, err := bc.measure(args(bc.host), x)
 			if err != nil {
@@ -235,23 +241,24 @@ func runBudget(w, wHost Weights, x *trace.Array, asJSON bool) error {
 		}
 	}
 
+	status.Clear()
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	}
-	f := func(b int64) string { return fmt.Sprintf("%7.2f", float64(b)/mib) }
-	fmt.Printf("hand-written cases (MiB; seconds: fastest of %d):\n", *budgetReps+1)
+	f := func(b int64) string { return fmt.Sprintf("%10s", backend.FormatBytes(b)) }
+	fmt.Printf("hand-written cases (device memory; seconds: fastest of %d):\n", *budgetReps+1)
 	for _, m := range manual {
-		fmt.Printf("  %-62s total %s  peak %s  %7.4fs  max|Δgrad| %.3g\n", m.name, f(m.total), f(m.peak), m.secs, m.diff)
+		fmt.Printf("  %-62s total %s  peak %s  %7.4f s  max|Δgrad| %.3g\n", m.name, f(m.total), f(m.peak), m.secs, m.diff)
 	}
-	fmt.Printf("\nrt.MemoryBudget (MiB):\n%8s %8s %8s %9s %9s %6s %10s %9s  %s\n", "budget", "total", "peak", "seconds", "estimate", "host", "max|Δgrad|", "best man.", "best manual case; plan")
+	fmt.Printf("\nrt.MemoryBudget (device memory; seconds a call):\n%10s %10s %10s %9s %9s %6s %10s %9s  %s\n", "budget", "total", "peak", "seconds", "estimate", "host", "max|Δgrad|", "best man.", "best manual case; plan")
 	for _, r := range rows {
 		if r.Error != "" {
 			fmt.Printf("%s  error: %s\n", f(r.BudgetBytes), r.Error)
 			continue
 		}
-		fmt.Printf("%s  %s  %s %9.4f %9.4f %6v %10.3g %9.4f  %s; %s\n", f(r.BudgetBytes), f(r.TotalBytes), f(r.PeakDeviceBytes), r.Seconds, r.EstimatedSeconds, r.HostParams, r.MaxAbsGradDiff, r.BestManualSeconds, r.BestManualCase, r.Plan)
+		fmt.Printf("%s %s %s %9.4f %9.4f %6v %10.3g %9.4f  %s; %s\n", f(r.BudgetBytes), f(r.TotalBytes), f(r.PeakDeviceBytes), r.Seconds, r.EstimatedSeconds, r.HostParams, r.MaxAbsGradDiff, r.BestManualSeconds, r.BestManualCase, r.Plan)
 	}
 	return nil
 }

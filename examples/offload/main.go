@@ -8,6 +8,11 @@
 //	go run ./examples/offload -html d  # and d/CASE.html, each case's memory report
 //	go run ./examples/offload -budget  # rt.MemoryBudget against hand-written choices (budget.go)
 //
+// Sizes in the tables are in binary units (KiB, MiB, GiB); -json gives bytes.
+// While it compiles and runs it says what it is doing on standard error, in
+// place on a terminal, as lines otherwise (internal/progress; -quiet or
+// FERRY_PROGRESS=0 silences it).
+//
 // Cases (REFERENCES.md §1):
 //
 //   - baseline: a plain scan;
@@ -23,6 +28,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"math"
 	"math/rand/v2"
@@ -30,6 +36,8 @@ import (
 	goruntime "runtime"
 	"time"
 
+	"github.com/ferryml/ferry/backend"
+	"github.com/ferryml/ferry/internal/progress"
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
@@ -180,10 +188,14 @@ func collect() {
 	}
 }
 
+// status says what the program is doing; nil (the tests) says nothing.
+var status *progress.Reporter
+
 // run compiles and runs one case and fills its row.
 // Only the arguments may be live while a case runs, so that the measured peak
 // is the program's own.
 func run(name string, loss func(Weights, *trace.Array) *trace.Array, w Weights, x *trace.Array) (Row, Weights, error) {
+	status.Phase("%s: tracing and compiling jit(grad(loss))…", name)
 	j := rt.NewJitted(gradOf(loss), rt.WithName(name))
 	low, err := j.Lower(w, x)
 	if err != nil {
@@ -197,6 +209,7 @@ func run(name string, loss func(Weights, *trace.Array) *trace.Array, w Weights, 
 		return Row{}, Weights{}, err
 	}
 	m := c.MemoryAnalysis()
+	status.Update("%s: running…", name)
 	collect()
 	rt.ResetPeakMemory()
 	start := time.Now()
@@ -225,7 +238,11 @@ func main() {
 	optDim := flag.Int("opt-dim", 7168, "optimizer cases: width analysed")
 	optExec := flag.Int("opt-exec-dim", 256, "optimizer cases: width executed and compared")
 	flag.StringVar(&htmlDir, "html", "", "write each case's memory report (CASE.html) into this directory")
+	quiet := flag.Bool("quiet", false, "no progress lines on standard error")
 	flag.Parse()
+	start := time.Now()
+	status = progress.New(os.Stderr).SetQuiet(*quiet)
+	status.Phase("making the %d-layer model's weights…", *layers)
 
 	r := rand.New(rand.NewPCG(*seed, 2))
 	x := randn(r, 1, *d, *d)
@@ -235,6 +252,7 @@ func main() {
 	wHost := Weights{W1: trace.DevicePut(w.W1, ir.PinnedHost), W2: trace.DevicePut(w.W2, ir.PinnedHost)}
 	if *budgetFlag { // budget.go
 		if err := runBudget(w, wHost, x, *asJSON); err != nil {
+			status.Clear()
 			log.Fatal(err)
 		}
 		return
@@ -256,6 +274,7 @@ func main() {
 		}
 		row, g, err := run(c.name, c.loss, cw, x)
 		if err != nil {
+			status.Clear()
 			log.Fatal(err)
 		}
 		// Keep the gradients on the host side of the comparison only: copy them
@@ -264,9 +283,11 @@ func main() {
 	}
 	// The reference: the unrolled program's gradient, computed after the
 	// measured runs (from the host copy of the weights, moved back).
+	status.Phase("the reference: compiling and running the unrolled loop's gradient…")
 	w = Weights{W1: trace.DevicePut(wHost.W1, ir.Device), W2: trace.DevicePut(wHost.W2, ir.Device)}
 	ref, err := rt.Jit(func(w Weights, x *trace.Array) (Weights, error) { return gradOf(unrolledLoss)(w, x), nil })(w, x)
 	if err != nil {
+		status.Clear()
 		log.Fatal(err)
 	}
 	for i := range rows {
@@ -275,9 +296,11 @@ func main() {
 	ref, w, wHost, x = Weights{}, Weights{}, Weights{}, nil
 	optRows, err := optimizerRows(*optDim, *optExec, *seed)
 	if err != nil {
+		status.Clear()
 		log.Fatal(err)
 	}
 	rows = append(rows, optRows...)
+	status.Done("%d cases compiled and run in %s", len(rows), progress.Seconds(time.Since(start)))
 
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -287,17 +310,24 @@ func main() {
 		}
 		return
 	}
-	f := func(b int64) string { return fmt.Sprintf("%8.2f", float64(b)/mib) }
-	fmt.Printf("jit(grad(loss)) of the %d-layer scanned model, x f32[%d,%d], w1 f32[%d,%d,%d], w2 f32[%d,%d,%d] (MiB)\n\n",
+	fmt.Printf("jit(grad(loss)) of the %d-layer scanned model, x f32[%d,%d], w1 f32[%d,%d,%d], w2 f32[%d,%d,%d]; device memory:\n\n",
 		*layers, *d, *d, *layers, *d, *h, *layers, *h, *d)
-	fmt.Printf("%-26s %8s %8s %8s %8s %8s %8s %10s %10s %12s\n", "case", "temp", "arg", "output", "alias", "total", "peak", "XLA temp", "XLA total", "max|Δgrad|")
+	printTables(os.Stdout, rows)
+	fmt.Printf("\noptimizer cases: analysis at DIM = %d, executed (peak, max|Δ| of params and state vs the device-only run after 3 steps) at DIM = %d\n", *optDim, *optExec)
+}
+
+// printTables writes the rows' device memory (analysis, measured peak, XLA's
+// figures) and then their host memory, sizes in binary units.
+func printTables(w io.Writer, rows []Row) {
+	f := func(b int64) string { return fmt.Sprintf("%10s", backend.FormatBytes(b)) }
+	fmt.Fprintf(w, "%-26s %10s %10s %10s %10s %10s %10s %10s %10s %12s\n", "case", "temp", "argument", "output", "alias", "total", "peak", "XLA temp", "XLA total", "max|Δgrad|")
 	for _, r := range rows {
-		fmt.Printf("%-26s %s %s %s %s %s %s %10s %10s %12.3g\n", r.Case, f(r.TempBytes), f(r.ArgumentBytes), f(r.OutputBytes),
+		fmt.Fprintf(w, "%-26s %s %s %s %s %s %s %s %s %12.3g\n", r.Case, f(r.TempBytes), f(r.ArgumentBytes), f(r.OutputBytes),
 			f(r.AliasBytes), f(r.TotalBytes), f(r.PeakDeviceBytes), f(r.XLATempBytes), f(r.XLATotalBytes), r.MaxAbsGradDiff)
 	}
-	fmt.Println("\nhost (pinned_host) bytes:")
+	fmt.Fprintln(w, "\nhost (pinned_host) memory:")
+	fmt.Fprintf(w, "%-26s %10s %10s %10s\n", "case", "temp", "argument", "output")
 	for _, r := range rows {
-		fmt.Printf("%-26s temp %s  argument %s  output %s\n", r.Case, f(r.HostTempBytes), f(r.HostArgumentBytes), f(r.HostOutputBytes))
+		fmt.Fprintf(w, "%-26s %s %s %s\n", r.Case, f(r.HostTempBytes), f(r.HostArgumentBytes), f(r.HostOutputBytes))
 	}
-	fmt.Printf("\noptimizer cases: analysis at DIM = %d, executed (peak, max|Δ| of params and state vs the device-only run after 3 steps) at DIM = %d\n", *optDim, *optExec)
 }

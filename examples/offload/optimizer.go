@@ -98,6 +98,7 @@ func optimizerRows(fullWidth, execWidth int, seed uint64) ([]Row, error) {
 		if offload {
 			name = "optimizer_offload"
 		}
+		status.Phase("%s: tracing and compiling the step at DIM = %d (analysis only)…", name, fullWidth)
 		step := newOptStep(offload)
 		p, s, in, err := optArgs(nil, fullWidth, true, offload)
 		if err != nil {
@@ -120,6 +121,7 @@ func optimizerRows(fullWidth, execWidth int, seed uint64) ([]Row, error) {
 		}
 
 		// Execute at a small width with the same seed for both cases.
+		status.Phase("%s: compiling and running 3 steps at DIM = %d…", name, execWidth)
 		r := rand.New(rand.NewPCG(seed, 3))
 		p, s, in, err = optArgs(r, execWidth, false, offload)
 		if err != nil {
