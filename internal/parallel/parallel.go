@@ -5,7 +5,8 @@
 // spin beside the other's.
 //
 // Workers are started on demand and never exit. An idle worker polls for
-// new work for a while (SpinTime) before it blocks: waking a blocked
+// new work for a while (SpinTime, shorter after its idle gaps outlasted
+// that: see nextSpin) before it blocks: waking a blocked
 // thread (and its idle CPU) took 150 µs on the project machine, more than a
 // small product and a sixth of a 1 ms fused call, while back-to-back calls
 // (a training step, a benchmark loop) find the workers still polling.
@@ -79,28 +80,48 @@ func Run(nt int, f func(t int)) {
 	}
 	// The parts not yet done run on workers: poll for them (as long as
 	// an idle worker polls for work) before blocking.
-	poll(func() bool { return pending.Load() == 0 })
+	poll(SpinTime, func() bool { return pending.Load() == 0 })
 	<-done
 }
 
 func worker() {
+	spin := SpinTime
 	for {
 		var f func()
 		select {
 		case f = <-work:
 		default:
-			f = spinRecv()
+			t0 := time.Now()
+			f = spinRecv(spin)
+			spin = nextSpin(spin, time.Since(t0))
 		}
 		f()
 	}
 }
 
-// spinRecv polls for work for SpinTime, then blocks until some comes.
+// minSpin is the shortest an idle worker polls (see nextSpin).
+const minSpin = 20 * time.Microsecond
+
+// nextSpin is how long an idle worker polls next time, after it polled for
+// spin and found work gap after it went idle: SpinTime again when polling
+// that long would have caught the work, a quarter of spin (down to minSpin)
+// when the work came later. A worker whose idle gaps are longer than
+// SpinTime (the serial stretches of a training step, the time between
+// steps) then burns minSpin per gap instead of SpinTime, while one whose
+// gaps are short keeps catching its work by polling.
+func nextSpin(spin, gap time.Duration) time.Duration {
+	if gap <= SpinTime {
+		return SpinTime
+	}
+	return max(spin/4, minSpin)
+}
+
+// spinRecv polls for work for about d, then blocks until some comes.
 // A poll reads the queue's length (no lock); only a non-empty queue is
 // received from.
-func spinRecv() func() {
+func spinRecv(d time.Duration) func() {
 	var f func()
-	if poll(func() bool {
+	if poll(d, func() bool {
 		if len(work) == 0 {
 			return false
 		}
@@ -116,9 +137,9 @@ func spinRecv() func() {
 	return <-work
 }
 
-// poll calls ready until it returns true, for at most about SpinTime, and
+// poll calls ready until it returns true, for at most about d, and
 // reports whether it did.
-func poll(ready func() bool) bool {
+func poll(d time.Duration, ready func() bool) bool {
 	var deadline time.Time
 	for i := 1; ; i++ {
 		if ready() {
@@ -127,7 +148,7 @@ func poll(ready func() bool) bool {
 		pause(pauseN)
 		if i%yieldEvery == 0 {
 			if now := time.Now(); deadline.IsZero() {
-				deadline = now.Add(SpinTime)
+				deadline = now.Add(d)
 			} else if now.After(deadline) {
 				return false
 			}

@@ -91,7 +91,7 @@ func BenchmarkRun(b *testing.B) {
 		for t0 := time.Now(); time.Since(t0) < d; {
 		}
 	}
-	for _, gap := range []time.Duration{0, 50 * time.Microsecond} {
+	for _, gap := range []time.Duration{0, 50 * time.Microsecond, time.Millisecond} {
 		b.Run("gap="+gap.String(), func(b *testing.B) {
 			cpu0 := CPUTime()
 			for i := 0; i < b.N; i++ {
@@ -104,5 +104,23 @@ func BenchmarkRun(b *testing.B) {
 				b.ReportMetric(cpu/float64(b.N)*1e9, "cpu-ns/op")
 			}
 		})
+	}
+}
+
+// An idle worker polls for SpinTime while its work comes within that, and
+// shortens its polling (down to minSpin) while the work comes later.
+func TestNextSpin(t *testing.T) {
+	spin := SpinTime
+	for range 10 {
+		spin = nextSpin(spin, 3*SpinTime)
+	}
+	if spin != minSpin {
+		t.Fatalf("after long gaps the worker polls %v, want %v", spin, minSpin)
+	}
+	if s := nextSpin(spin, SpinTime/2); s != SpinTime {
+		t.Fatalf("after a gap of %v (within SpinTime) it polls %v, want %v", SpinTime/2, s, SpinTime)
+	}
+	if s := nextSpin(SpinTime, 2*SpinTime); s != SpinTime/4 {
+		t.Fatalf("after one long gap it polls %v, want %v", s, SpinTime/4)
 	}
 }
