@@ -7,9 +7,13 @@
 //	go run ./examples/mlp                         # progress per epoch
 //	go run ./examples/mlp -json                   # one JSON object at the end
 //
-// On a terminal each epoch is a progress line updated in place; otherwise one
-// line per epoch. With -json the progress goes to stderr and stdout holds only
-// the final JSON object (test_accuracy, epochs, seconds, ...).
+// It first says what it is doing (loading the data, tracing and compiling the
+// training step: the first call takes a while). On a terminal each epoch is
+// then a progress line updated in place; otherwise one line per epoch (and a
+// line every 10 s within a long epoch). With -json the progress goes to stderr
+// and stdout holds only the final JSON object (test_accuracy, epochs,
+// seconds, ...). -quiet (or FERRY_PROGRESS=0) prints only the result
+// (internal/progress).
 package main
 
 import (
@@ -23,6 +27,7 @@ import (
 	"time"
 
 	"github.com/ferryml/ferry/datasets"
+	"github.com/ferryml/ferry/internal/progress"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
 	"github.com/ferryml/ferry/optim"
@@ -42,8 +47,10 @@ type Config struct {
 	Seed      uint64  // parameter initialisation and shuffling
 }
 
-// Progress is reported during training.
+// Progress is reported during training: either a Phase that starts, or how
+// far an epoch is.
 type Progress struct {
+	Phase         string // when not empty, the work that starts ("compiling the training step…"); the other fields are unset
 	Epoch, Epochs int
 	Step, Steps   int     // steps done in this epoch, of Steps
 	Loss          float64 // mean training loss of the epoch so far
@@ -85,7 +92,13 @@ func Train(train, test *datasets.ImageSet, cfg Config, progress func(Progress)) 
 	if cfg.Batch <= 0 || cfg.Batch > train.N {
 		return Result{}, Model{}, fmt.Errorf("batch %d: want 1..%d (the training set size)", cfg.Batch, train.N)
 	}
+	phase := func(what string) {
+		if progress != nil {
+			progress(Progress{Phase: what})
+		}
+	}
 	sizes := []int{features, cfg.Hidden, cfg.Classes}
+	phase("initialising the parameters (jitted)…")
 	params := rt.Jit(func(key *trace.Array) Model {
 		return nn.NewMLP(key, ir.Float32, sizes, nn.Relu)
 	})(random.NewKey(cfg.Seed))
@@ -141,6 +154,9 @@ func Train(train, test *datasets.ImageSet, cfg Config, progress func(Progress)) 
 		var lossSum float64
 		lastReport := time.Time{}
 		for s := range steps {
+			if epoch == 1 && s == 0 {
+				phase("tracing and compiling the training step (the first call takes a while)…")
+			}
 			for i, j := range perm[s*cfg.Batch : (s+1)*cfg.Batch] {
 				copy(xb[i*features:(i+1)*features], train.Image(j))
 				yb[i] = train.Labels[j]
@@ -166,6 +182,9 @@ func Train(train, test *datasets.ImageSet, cfg Config, progress func(Progress)) 
 		trainTime += elapsed
 		res.Steps += steps
 		res.TrainLoss = lossSum / float64(steps)
+		if epoch == 1 {
+			phase(fmt.Sprintf("epoch 1/%d: compiling the evaluation and evaluating on %d test examples…", cfg.Epochs, test.N))
+		}
 		res.TestAccuracy, res.TestLoss = evaluate(params, test)
 		if progress != nil {
 			progress(Progress{Epoch: epoch, Epochs: cfg.Epochs, Step: steps, Steps: steps, Loss: res.TrainLoss,
@@ -180,21 +199,28 @@ func Train(train, test *datasets.ImageSet, cfg Config, progress func(Progress)) 
 	return res, params, nil
 }
 
-// isTerminal reports whether f is a character device (a terminal).
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+// printer returns a progress reporter writing to w, a terminal if tty (see
+// report).
+func printer(w io.Writer, tty bool) func(Progress) {
+	return report(progress.NewWriter(w, tty))
 }
 
-// printer returns a progress reporter writing to w: on a terminal one line per
-// epoch redrawn in place with \r, otherwise a line per finished epoch.
-func printer(w io.Writer, tty bool) func(Progress) {
-	const width = 30
+// report returns a progress reporter writing through r: phases as they start;
+// on a terminal one line per epoch redrawn in place, otherwise a line per
+// finished epoch (and one every 10 s within an epoch).
+func report(r *progress.Reporter) func(Progress) {
+	const width = 20 // the line fits 80 columns
 	return func(p Progress) {
-		if !tty {
+		if p.Phase != "" {
+			r.Phase("%s", p.Phase)
+			return
+		}
+		if !r.Terminal() {
 			if p.Done {
-				fmt.Fprintf(w, "epoch %d/%d: %d steps, train loss %.4f, %.1f steps/s, test accuracy %.2f%%\n",
+				r.Done("epoch %d/%d: %d steps, train loss %.4f, %.1f steps/s, test accuracy %.2f%%",
 					p.Epoch, p.Epochs, p.Steps, p.Loss, p.StepsPerSec, 100*p.TestAccuracy)
+			} else {
+				r.Update("epoch %d/%d: step %d/%d, train loss %.4f, %.1f steps/s", p.Epoch, p.Epochs, p.Step, p.Steps, p.Loss, p.StepsPerSec)
 			}
 			return
 		}
@@ -206,9 +232,9 @@ func printer(w io.Writer, tty bool) func(Progress) {
 		line := fmt.Sprintf("epoch %d/%d [%s] %d/%d loss %.4f %.1f steps/s",
 			p.Epoch, p.Epochs, bar, p.Step, p.Steps, p.Loss, p.StepsPerSec)
 		if p.Done {
-			fmt.Fprintf(w, "\r%s test accuracy %.2f%%\033[K\n", line, 100*p.TestAccuracy)
+			r.Done("%s test accuracy %.2f%%", line, 100*p.TestAccuracy)
 		} else {
-			fmt.Fprintf(w, "\r%s\033[K", line)
+			r.Update("%s", line)
 		}
 	}
 }
@@ -222,25 +248,35 @@ func main() {
 		hidden = flag.Int("hidden", 512, "hidden layer width")
 		seed   = flag.Uint64("seed", 0, "random seed (initialisation and shuffling)")
 		asJSON = flag.Bool("json", false, "print one JSON object with the results (progress goes to stderr)")
+		quiet  = flag.Bool("quiet", false, "print only the result, no progress")
 	)
 	flag.Parse()
 	start := time.Now()
-	train, test, err := datasets.LoadFashionMNIST(*dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "mlp:", err)
-		os.Exit(1)
-	}
 	out := os.Stdout
 	if *asJSON {
 		out = os.Stderr
 	}
+	rep := progress.New(out).SetQuiet(*quiet)
+	where := *dir
+	if where == "" {
+		where = datasets.DefaultFashionMNISTDir
+	}
+	rep.Phase("loading Fashion-MNIST from %s…", where)
+	train, test, err := datasets.LoadFashionMNIST(*dir)
+	if err != nil {
+		rep.Clear()
+		fmt.Fprintln(os.Stderr, "mlp:", err)
+		os.Exit(1)
+	}
 	if !*asJSON {
+		rep.Clear()
 		fmt.Fprintf(out, "Fashion-MNIST: %d train, %d test; MLP %d-%d-10 ReLU, Adam lr %g, batch %d, %d epochs\n",
 			train.N, test.N, train.Features(), *hidden, *lr, *batch, *epochs)
 	}
 	cfg := Config{Hidden: *hidden, Classes: 10, Epochs: *epochs, Batch: *batch, EvalBatch: 1000, LR: *lr, Seed: *seed}
-	res, _, err := Train(train, test, cfg, printer(out, isTerminal(out)))
+	res, _, err := Train(train, test, cfg, report(rep))
 	if err != nil {
+		rep.Clear()
 		fmt.Fprintln(os.Stderr, "mlp:", err)
 		os.Exit(1)
 	}

@@ -58,8 +58,14 @@ func TestTrainSeparable(t *testing.T) {
 	if len(model.Layers) != 2 || model.Layers[0].W.Shape()[1] != 32 {
 		t.Errorf("model %v", model.Layers)
 	}
-	if n := strings.Count(lines.String(), "\n"); n != 3 {
-		t.Errorf("%d progress lines, want one per epoch:\n%s", n, lines.String())
+	if n := strings.Count(lines.String(), "test accuracy"); n != 3 {
+		t.Errorf("%d epoch lines, want one per epoch:\n%s", n, lines.String())
+	}
+	if !strings.HasPrefix(lines.String(), "initialising the parameters") || !strings.Contains(lines.String(), "\ntracing and compiling the training step") {
+		t.Errorf("the phases are not reported before the epochs:\n%s", lines.String())
+	}
+	if strings.ContainsAny(lines.String(), "\r\x1b") {
+		t.Errorf("carriage return or escape in the lines for a log:\n%q", lines.String())
 	}
 	t.Logf("losses %v, accuracy %.3f\n%s", losses, res.TestAccuracy, lines.String())
 }

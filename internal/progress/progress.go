@@ -152,7 +152,9 @@ func (r *Reporter) Update(format string, args ...any) {
 
 // Done ends the current work with a line that stays ("compiled in 4.1 s"): on
 // a terminal the status line is replaced by it and ended, elsewhere it is
-// written as a line.
+// written as a line. Phase and Update lines on a terminal are cut to its width
+// ($COLUMNS, else 80) so that they can be rewritten in place; Done lines are
+// not.
 func (r *Reporter) Done(format string, args ...any) {
 	if r == nil || r.quiet {
 		return
@@ -161,7 +163,8 @@ func (r *Reporter) Done(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.terminal {
-		fmt.Fprintf(r.w, "\r%s\x1b[K\n", r.cut(text))
+		// The line is ended, so it may wrap: it is not cut.
+		fmt.Fprintf(r.w, "\r%s\x1b[K\n", oneLine(text))
 	} else {
 		fmt.Fprintf(r.w, "%s\n", oneLine(text))
 	}

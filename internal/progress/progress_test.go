@@ -114,6 +114,12 @@ func TestTerminalLineFitsTheWidth(t *testing.T) {
 	if n := len([]rune(line)); n != 39 || !strings.HasSuffix(line, "…") {
 		t.Errorf("status line of %d runes %q, want 39 ending in …", n, line)
 	}
+	b.Reset()
+	long := strings.Repeat("x", 100)
+	r.Done("%s", long)
+	if b.String() != "\r"+long+"\x1b[K\n" {
+		t.Errorf("Done cut its line: %q", b.String())
+	}
 }
 
 func TestQuiet(t *testing.T) {
