@@ -169,7 +169,8 @@ func sameRandom(got, want *ir.Literal) (int, error) {
 
 // randomULPBound is the largest error allowed for a floating-point random
 // case, in ulps of max(1, |x|, |lo|, |hi|) (the size of the terms XLA fuses,
-// see scaledULP), with the reason; 0 means bit for bit.
+// see scaledULP), with the reason; 0 means bit for bit (gen.py --check
+// holds every jax.random golden bit for bit across CPUs too).
 //
 // XLA:CPU contracts a*b+c into a fused multiply-add (LLVM's fp-contract), so
 // JAX computes uniform's scaling u·(hi-lo)+lo, the Horner steps of the erfinv
