@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferryml/ferry/backend"
+	"github.com/ferryml/ferry/internal/progress"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
 	"github.com/ferryml/ferry/optim"
@@ -38,11 +40,11 @@ type Config struct {
 	Samples               int
 	Prompt                string
 	Temperature           float64
-	Log                   *Progress // nil: silent
-	LossEvery             int       // record the training loss every LossEvery steps in Result.Losses (0: never)
-	WarmupSteps           int       // 0: min(100, Steps/10)
-	ValFraction           float64   // 0: 0.05
-	WeightDecay, ClipNorm float64   // 0: 0.01 and 1.0
+	Log                   *progress.Reporter // what Run is doing and how far it is; nil: silent
+	LossEvery             int                // record the training loss every LossEvery steps in Result.Losses (0: never)
+	WarmupSteps           int                // 0: min(100, Steps/10)
+	ValFraction           float64            // 0: 0.05
+	WeightDecay, ClipNorm float64            // 0: 0.01 and 1.0
 }
 
 var defaultConfig = Config{
@@ -287,6 +289,7 @@ func Run(cfg Config, text string) (res Result, err error) {
 
 	key := random.NewKey(cfg.Seed)
 	ks := random.Keys(key, 2)
+	cfg.Log.Phase("initialising the parameters (jitted)…")
 	params := rt.Jit(func(k *trace.Array) Model {
 		return nn.NewTransformerLM(k, ir.Float32, V, cfg.Seq, cfg.Layers, cfg.D, cfg.Heads, 4*cfg.D)
 	})(ks[0])
@@ -342,6 +345,7 @@ func Run(cfg Config, text string) (res Result, err error) {
 	tb := newBatcher(train, cfg.Batch, cfg.Seq, cfg.Seed+1)
 
 	// The train step's memory analysis.
+	cfg.Log.Phase("tracing and compiling the training step (the first call takes a while)…")
 	x0, y0 := tb.random()
 	low, err := jstep.Lower(params, state, x0, y0)
 	if err != nil {
@@ -355,6 +359,7 @@ func Run(cfg Config, text string) (res Result, err error) {
 		// The same step under a budget: a fraction of this one's total.
 		res.BaselineTotalBytes = comp.MemoryAnalysis().TotalBytes()
 		res.BudgetBytes = int64(cfg.Budget * float64(res.BaselineTotalBytes))
+		cfg.Log.Phase("planning and compiling the training step under a budget of %s…", backend.FormatBytes(res.BudgetBytes))
 		jstep = rt.NewJitted(step, append(jopts, rt.MemoryBudget(res.BudgetBytes))...)
 		if low, err = jstep.Lower(params, state, x0, y0); err != nil {
 			return res, err
@@ -369,11 +374,8 @@ func Run(cfg Config, text string) (res Result, err error) {
 	ma := comp.MemoryAnalysis()
 	res.Memory, res.MemoryString = memoryOf(ma), ma.String()
 
-	every := 100
-	if cfg.Log != nil && cfg.Log.Every > 0 {
-		every = cfg.Log.Every
-	}
 	fn := jstep.Fn()
+	cfg.Log.Phase("training %d steps…", cfg.Steps)
 	rt.ResetPeakMemory()
 	t0 := time.Now()
 	var tFirst time.Time
@@ -388,7 +390,10 @@ func Run(cfg Config, text string) (res Result, err error) {
 		}
 		last := i == cfg.Steps-1
 		record := cfg.LossEvery > 0 && i%cfg.LossEvery == 0
-		show := cfg.Log != nil && (cfg.Log.TTY && i%10 == 0 || i%every == 0 || last)
+		// Reading the loss waits for the step: only every tenth (the
+		// Reporter shows at most ten lines a second on a terminal, one
+		// every 10 s in a log).
+		show := !cfg.Log.Quiet() && (i%10 == 0 || last)
 		if record || show || last {
 			l := loss.Item()
 			if record {
@@ -401,13 +406,10 @@ func Run(cfg Config, text string) (res Result, err error) {
 				if i > 0 {
 					sps = float64(i) / time.Since(tFirst).Seconds()
 				}
-				if cfg.Log.TTY {
-					fmt.Fprintf(cfg.Log.W, "\rstep %d/%d  loss %.4f  %.2f steps/s   ", i+1, cfg.Steps, l, sps)
-					if last {
-						fmt.Fprintln(cfg.Log.W)
-					}
+				if last {
+					cfg.Log.Done("step %d/%d, loss %.4f, %.2f steps/s; trained in %s", i+1, cfg.Steps, l, sps, progress.Seconds(time.Since(t0)))
 				} else {
-					fmt.Fprintf(cfg.Log.W, "step %d/%d loss %.4f %.2f steps/s\n", i+1, cfg.Steps, l, sps)
+					cfg.Log.Update("step %d/%d, loss %.4f, %.2f steps/s", i+1, cfg.Steps, l, sps)
 				}
 			}
 		}
@@ -425,6 +427,7 @@ func Run(cfg Config, text string) (res Result, err error) {
 	if cfg.OffloadParams {
 		evalParams.Blocks = toSpace(params.Blocks, ir.Device)
 	}
+	cfg.Log.Phase("evaluating on %d validation batches…", max(cfg.EvalBatches, 1))
 	evalLoss := rt.Jit(func(p Model, x, y *trace.Array) *trace.Array { return p.Loss(x, y) })
 	vb := newBatcher(val, cfg.Batch, cfg.Seq, 0)
 	nb := max(cfg.EvalBatches, 1)
@@ -436,6 +439,7 @@ func Run(cfg Config, text string) (res Result, err error) {
 	res.ValLoss = sum / float64(nb)
 
 	if cfg.Samples > 0 {
+		cfg.Log.Phase("sampling %d characters…", cfg.Samples)
 		res.SampleText = sample(evalParams, vocab, cfg, ks[1])
 	}
 	return res, nil
