@@ -206,7 +206,9 @@ func (a *execAlloc) releaseAll() {
 // Execute runs the program on device opts.Device, where every argument must
 // be; the results are allocated there, committed to it if opts.Commit. The
 // collectives of a per-device program use opts.Comms and opts.Context; when
-// such an execution fails, it aborts opts.Comms (backend.ExecOptions).
+// such an execution fails, it aborts opts.Comms (backend.ExecOptions). The
+// caller holds the arguments while it runs (backend.HoldArgs), so that a
+// Delete or a donation in another goroutine does not free them under it.
 func (e *cpuExecutable) Execute(args []trace.Buffer, opts backend.ExecOptions) (res []trace.Buffer, err error) {
 	if e.exe.HasCollectives() {
 		defer func() {
@@ -238,12 +240,18 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts backend.ExecOptions) (
 		execAllocs.Put(a)
 	}()
 	for i, arg := range args {
-		l, err := arg.Literal()
+		var l *ir.Literal
+		if cb, ok := arg.(*cpuBuffer); ok {
+			l, err = cb.heldLiteral() // the caller holds it (backend.HoldArgs)
+		} else {
+			l, err = arg.Literal()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("argument %d: %w", i, err)
 		}
 		a.lits = append(a.lits, l)
 	}
+	holdEvent(HoldEventRun)
 	n := e.exe.NumResults()
 	a.outs, a.rels = slices.Grow(a.outs[:0], n)[:n], slices.Grow(a.rels[:0], n)[:n]
 	a.bufs = slices.Grow(a.bufs[:0], n)[:n]

@@ -6,6 +6,7 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"sync"
+	"unique"
 
 	"github.com/ferryml/ferry/internal/callers"
 	"github.com/ferryml/ferry/ir"
@@ -104,12 +105,61 @@ type cpuBuffer struct {
 	// the buffer is made and never change.
 	dev       uint16
 	committed bool
-	where     string // where it was donated (a Go file:line)
+	// donating says a donation hold is taken or awaited (trace.Holder);
+	// delLater says Delete was called while a donating call held the
+	// buffer: if that call fails, the buffer is deleted when it lets go.
+	// waiter says a donation hold waits for uses to fall to 0 (on
+	// holdWait).
+	donating donation
+	delLater bool
+	waiter   bool
+	// where is where it was donated, or is being donated (a Go file:line),
+	// interned: a pointer, which keeps the buffer in a 128-byte allocation.
+	where unique.Handle[string]
 	// err is why the buffer has no memory (bufFailed) or, as a *deletedAt,
-	// where it was deleted (bufDeleted): one field for both keeps the
-	// buffer in a 128-byte allocation.
+	// where it was deleted (bufDeleted, or delLater): one field for both
+	// keeps the buffer small.
 	err error
+	// uses counts the usage holds of running executions and reads; while
+	// it is not 0 a deleted buffer keeps its memory, and a donation hold
+	// waits.
+	uses int32
 }
+
+// holdWait is where donation holds wait for a buffer's usage holds to end:
+// a waiter holds holdWaitMu from before it looks at the buffer's uses to
+// its Wait, and the Unhold that ends the last usage hold broadcasts under
+// it, so no wake-up is lost. Waits are rare (a donation racing a read), so
+// one condition for all buffers costs nothing.
+var (
+	holdWaitMu sync.Mutex
+	holdWait   = sync.NewCond(&holdWaitMu)
+)
+
+// site is an interned Go file:line ("" is the zero Handle's value).
+func siteOf(s string) unique.Handle[string] {
+	if s == "" {
+		return unique.Handle[string]{}
+	}
+	return unique.Make(s)
+}
+
+// siteString is the text of an interned site.
+func siteString(h unique.Handle[string]) string {
+	if h == (unique.Handle[string]{}) {
+		return ""
+	}
+	return h.Value()
+}
+
+// donation is the state of a buffer's donation hold.
+type donation uint8
+
+const (
+	donNone    donation = iota
+	donWaiting          // a donating call waits for the usage holds to end
+	donHeld             // a donating call holds the buffer
+)
 
 // deletedAt is where a buffer was deleted, symbolised only when reported.
 // It is an error only so that it can share cpuBuffer.err (converting the
@@ -126,6 +176,7 @@ func finalizeBuffer(b *cpuBuffer) {
 	b.mu.Lock()
 	rec, rel := b.rec, b.rel
 	b.fin = false
+	b.rec = nil
 	b.mu.Unlock()
 	if rec != nil {
 		rec.release()
@@ -242,19 +293,165 @@ func (b *cpuBuffer) Committed() bool { return b.committed }
 func (b *cpuBuffer) Literal() (*ir.Literal, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch b.state {
-	case bufLive:
+	return b.literalLocked(false)
+}
+
+// heldLiteral is Literal for an execution that holds the buffer (a usage
+// or donation hold): a buffer deleted while held keeps its memory until
+// its holds end, and the execution reads it.
+func (b *cpuBuffer) heldLiteral() (*ir.Literal, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.literalLocked(true)
+}
+
+func (b *cpuBuffer) literalLocked(held bool) (*ir.Literal, error) {
+	switch {
+	case b.state == bufLive, held && b.state == bufDeleted && b.uses > 0:
 		return &b.lit, nil
-	case bufFailed:
+	case b.state == bufFailed:
 		return nil, b.err
 	default:
 		return nil, &freedError{typ: b.lit.Type, donated: b.state == bufDonated, where: b.whereLocked()}
 	}
 }
 
+// Hold takes a usage hold (donate false) or a donation hold (donate true) on
+// the buffer for a running execution (trace.Holder): while a usage hold is
+// held, Delete leaves the memory in place until the hold ends; a donation
+// hold waits until no usage hold is held. Both fail if the buffer is
+// deleted, donated, or being donated at another site.
+func (b *cpuBuffer) Hold(donate bool, where string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.holdErrLocked(); err != nil {
+		return err
+	}
+	if !donate {
+		b.uses++
+		return nil
+	}
+	b.donating, b.where = donWaiting, siteOf(where)
+	if b.uses > 0 {
+		b.mu.Unlock()
+		holdEvent(HoldEventWait)
+		holdWaitMu.Lock()
+		b.mu.Lock()
+		for b.uses > 0 {
+			b.waiter = true
+			b.mu.Unlock()
+			holdWait.Wait()
+			b.mu.Lock()
+		}
+		holdWaitMu.Unlock()
+	}
+	if b.state != bufLive { // deleted while waiting
+		b.donating, b.where = donNone, unique.Handle[string]{}
+		return b.holdErrLocked()
+	}
+	b.donating = donHeld
+	return nil
+}
+
+// holdErrLocked is why a hold cannot be taken, or nil (b.mu held).
+func (b *cpuBuffer) holdErrLocked() error {
+	switch {
+	case b.state == bufFailed:
+		return b.err
+	case b.state != bufLive:
+		return &freedError{typ: b.lit.Type, donated: b.state == bufDonated, where: b.whereLocked()}
+	case b.donating != donNone:
+		return &donatingError{typ: b.lit.Type, where: siteString(b.where)}
+	}
+	return nil
+}
+
+// Unhold ends a hold taken by Hold (trace.Holder). The end of the last
+// usage hold frees the memory of a buffer deleted meanwhile and wakes a
+// donation waiting for it; the end of a donation hold whose call did not
+// take the buffer (it failed) deletes it if Delete was called meanwhile.
+func (b *cpuBuffer) Unhold(donate bool) {
+	b.mu.Lock()
+	if !donate {
+		if b.uses <= 0 {
+			b.mu.Unlock()
+			panic("cpu: Unhold without a usage hold")
+		}
+		b.uses--
+		if b.uses > 0 {
+			b.mu.Unlock()
+			return
+		}
+		if b.waiter {
+			b.waiter = false
+			b.mu.Unlock()
+			holdWaitMu.Lock()
+			holdWait.Broadcast()
+			holdWaitMu.Unlock()
+			b.mu.Lock()
+		}
+		if b.state != bufDeleted || b.uses > 0 {
+			b.mu.Unlock()
+			return
+		}
+	} else {
+		if b.donating != donHeld {
+			b.mu.Unlock()
+			panic("cpu: Unhold without a donation hold")
+		}
+		b.donating = donNone
+		del := b.delLater && b.state == bufLive
+		b.delLater = false
+		if b.state == bufLive {
+			b.where = unique.Handle[string]{}
+		}
+		if !del {
+			b.mu.Unlock()
+			return
+		}
+		b.state = bufDeleted // b.err is where Delete was called
+	}
+	b.freeLocked() // unlocks
+}
+
+// freeLocked frees the memory of a deleted buffer (b.mu held; it unlocks
+// it). It does nothing if the memory was freed or handed on before.
+func (b *cpuBuffer) freeLocked() {
+	b.lit.Data = nil
+	b.stopFinalizerLocked()
+	rec, rel := b.rec, b.rel
+	b.rec = nil
+	b.mu.Unlock()
+	if rec != nil {
+		rec.release()
+	} else {
+		rel.release()
+	}
+}
+
+// donatingError reports a hold on a buffer that a running call is taking
+// as a donation.
+type donatingError struct {
+	typ   ir.Type
+	where string
+}
+
+func (e *donatingError) Error() string {
+	at := ""
+	if e.where != "" {
+		at = " at " + e.where
+	}
+	return fmt.Sprintf("array %v is being donated to a running call%s: its buffer belongs to that call's results and the array can no longer be used", e.typ, at)
+}
+
+func (e *donatingError) Is(target error) bool { return target == ErrDonated }
+
 // Delete frees the buffer's memory now (trace.Deleter). Reading it afterwards
 // fails with an error naming the line of the Delete call. Deleting twice, or
-// deleting a donated buffer, does nothing.
+// deleting a donated buffer, does nothing. A buffer a running execution
+// holds (Hold) is unusable at once but keeps its memory until the
+// execution lets go of it; one a running call is taking as a donation is
+// that call's, and is deleted only if the call fails.
 func (b *cpuBuffer) Delete() error {
 	at := callers.Record(2)
 	b.mu.Lock()
@@ -262,15 +459,17 @@ func (b *cpuBuffer) Delete() error {
 		b.mu.Unlock()
 		return nil
 	}
-	b.state, b.err, b.lit.Data = bufDeleted, (*deletedAt)(at), nil
-	b.stopFinalizerLocked()
-	rec, rel := b.rec, b.rel
-	b.mu.Unlock()
-	if rec != nil {
-		rec.release()
-	} else {
-		rel.release()
+	if b.donating == donHeld {
+		b.delLater, b.err = true, (*deletedAt)(at)
+		b.mu.Unlock()
+		return nil
 	}
+	b.state, b.err = bufDeleted, (*deletedAt)(at)
+	if b.uses > 0 {
+		b.mu.Unlock() // the last Unhold frees the memory
+		return nil
+	}
+	b.freeLocked()
 	return nil
 }
 
@@ -279,7 +478,7 @@ func (b *cpuBuffer) whereLocked() string {
 	if b.state == bufDeleted {
 		return b.err.Error()
 	}
-	return b.where
+	return siteString(b.where)
 }
 
 // donate marks the buffer donated at where (a Go file:line) and hands its
@@ -312,10 +511,15 @@ func (b *cpuBuffer) handOver(where string) (mem []byte, rec *allocRecord, releas
 	case bufDeleted, bufDonated:
 		return nil, nil, nil, &freedError{typ: b.lit.Type, donated: b.state == bufDonated, where: b.whereLocked()}
 	}
+	if b.uses > 0 {
+		// A running execution reads it: the caller did not take a
+		// donation hold (backend.HoldArgs), which would have waited.
+		return nil, nil, nil, fmt.Errorf("array %v is read by a running call and cannot be donated now", b.lit.Type)
+	}
 	// The memory now belongs to the caller: the finalizer must not free it.
 	b.stopFinalizerLocked()
 	mem = b.lit.Data
-	b.state, b.where = bufDonated, where
+	b.state, b.where = bufDonated, siteOf(where)
 	if b.rec != nil {
 		rec, b.rec = b.rec, nil
 		return mem, rec, nil, nil

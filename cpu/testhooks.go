@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"sync/atomic"
 	"testing"
 
 	"github.com/ferryml/ferry/backend"
@@ -31,3 +32,35 @@ func ResetMemoryForTest() { _ = memPools.configure(nil, true) }
 // write shows up in a test's results. Call it before the tests run
 // (TestMain).
 func PoisonUninitForTest() { poisonUninit = true }
+
+// HoldEvent is a point of an execution's life that a test hook
+// (SetHoldHookForTest) sees.
+type HoldEvent int
+
+const (
+	// HoldEventRun: an execution has read its arguments and is about to
+	// run its steps.
+	HoldEventRun HoldEvent = iota
+	// HoldEventWait: a donation hold waits for the usage holds of running
+	// executions to end.
+	HoldEventWait
+)
+
+// holdHook is the test hook of SetHoldHookForTest.
+var holdHook atomic.Pointer[func(HoldEvent)]
+
+// SetHoldHookForTest makes every execution and every waiting donation
+// call hook (from its own goroutine) at the events of HoldEvent, until t
+// ends, so that a test can stop an execution while it holds its arguments
+// and delete or donate them meanwhile. It is for tests only.
+func SetHoldHookForTest(t testing.TB, hook func(HoldEvent)) {
+	holdHook.Store(&hook)
+	t.Cleanup(func() { holdHook.Store(nil) })
+}
+
+// holdEvent calls the test hook, if any.
+func holdEvent(e HoldEvent) {
+	if h := holdHook.Load(); h != nil {
+		(*h)(e)
+	}
+}

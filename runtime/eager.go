@@ -2,9 +2,11 @@ package runtime
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
+	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/trace"
 )
@@ -48,6 +50,18 @@ func (eagerExecutor) execute(key []byte, build func() *ir.Func, args []trace.Buf
 	if clash[0] >= 0 {
 		return nil, fmt.Errorf("%s", clashError(args, clash[0], clash[1], opts.Device, operandName))
 	}
+	// The op holds its operands while it runs (see entry.execute).
+	if err := backend.HoldArgs(args, nil, ""); err != nil {
+		if he, ok := err.(*backend.HoldError); ok && he.Err != nil {
+			return nil, fmt.Errorf("%s: %w", operandName(he.Arg), he.Err)
+		}
+		return nil, err
+	}
+	held := args
+	if move {
+		held = slices.Clone(args)
+	}
+	defer backend.ReleaseArgs(held, nil)
 	if move {
 		copies, err := moveArgs(args, opts.Device, nil, operandName)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/trace"
 )
@@ -739,6 +740,17 @@ func (e *entry) execute(s *callScratch, site string, want int) error {
 	if clash[0] >= 0 {
 		return trace.Errorf("rt.Jit", "%s: %s", e.lowered.Func.Name, clashError(bufs, clash[0], clash[1], dev, e.lowered.leafName))
 	}
+	// The call holds its arguments while it runs: a Delete in another
+	// goroutine leaves their memory in place until it is done, and a
+	// donation waits for the calls that read the donated array.
+	if err := backend.HoldArgs(bufs, e.lowered.donated, site); err != nil {
+		return holdError("rt.Jit", e.lowered.Func.Name, err, e.lowered.leafName)
+	}
+	held := bufs
+	if move {
+		held = slices.Clone(bufs) // moveArgs replaces some of bufs by copies
+	}
+	defer backend.ReleaseArgs(held, e.lowered.donated)
 	if move {
 		copies, err := moveArgs(bufs, dev, e.lowered.donated, e.lowered.leafName)
 		if err != nil {
@@ -766,6 +778,20 @@ func (e *entry) execute(s *callScratch, site string, want int) error {
 		s.arrays = append(s.arrays, trace.FromBuffer(b))
 	}
 	return nil
+}
+
+// holdError is the error of op (on function fn, if named) for an error of
+// backend.HoldArgs, with name naming the arguments; errors.Is still sees
+// the reason (cpu.ErrDeleted, cpu.ErrDonated).
+func holdError(op, fn string, err error, name func(int) string) *trace.Error {
+	te := trace.WrapError(op, err)
+	if he, ok := err.(*backend.HoldError); ok {
+		te.Msg = he.Describe(name)
+	}
+	if fn != "" {
+		te.Msg = fn + ": " + te.Msg
+	}
+	return te
 }
 
 // results builds the function's results from the result leaves.

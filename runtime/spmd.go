@@ -167,6 +167,21 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 			local[r] = append(local[r], sb.shards[r].Array.Buffer())
 		}
 	}
+	// Every device's blocks are held before any device runs (see
+	// backend.HoldArgs), so that a running device never waits for a hold.
+	for r := range n {
+		if err := backend.HoldArgs(local[r], e.donated, opts.DonationSite); err != nil {
+			for q := range r {
+				backend.ReleaseArgs(local[q], e.donated)
+			}
+			return nil, fmt.Errorf("on %s: %w", backend.DeviceName(e.be.Name(), devs[r]), err)
+		}
+	}
+	defer func() {
+		for r := range n {
+			backend.ReleaseArgs(local[r], e.donated)
+		}
+	}()
 	ctx := opts.Context
 	if ctx == nil {
 		ctx = context.Background()

@@ -24,9 +24,33 @@ type Deleter interface {
 	Delete() error
 }
 
+// Holder is implemented by buffers that a running execution (a jitted call,
+// an eager op, a read of the values) holds, so that the buffer's memory is
+// not freed or handed to another call under it, as JAX's buffers are
+// reference-counted with usage holds:
+//
+//   - A usage hold (donate false) keeps the memory alive: a Delete while it
+//     is held makes the array unusable at once but frees the memory when the
+//     last usage hold ends. It fails if the buffer is deleted, donated or
+//     being donated.
+//   - A donation hold (donate true) is taken by a call that donates the
+//     buffer: it waits for the usage holds to end, after which the call owns
+//     the memory. It fails if the buffer is deleted, donated or being
+//     donated to another call; site (a Go file:line) names the donating call
+//     in the errors of the holds it makes fail.
+//
+// Unhold ends a hold Hold took, with the same donate.
+type Holder interface {
+	Hold(donate bool, site string) error
+	Unhold(donate bool)
+}
+
 // Delete frees a concrete array's memory now instead of when it becomes garbage
 // (like jax.Array.delete). Using the array afterwards is an error. Deleting a
-// traced array is an error.
+// traced array is an error. An array that a running call (in another
+// goroutine) reads stays in memory until that call is done: Delete does not
+// wait, the array is unusable at once, and its memory is freed when the call
+// ends.
 func (a *Array) Delete() error {
 	if a == nil || a.tr != nil || a.buf == nil {
 		return fmt.Errorf("Delete: not a concrete array")
@@ -124,7 +148,24 @@ func (a *Array) mustLiteral(op string) *ir.Literal {
 	return l
 }
 
+// hold takes a usage hold on a concrete array's buffer, if it has holds
+// (Holder), for a read of its values; the returned function ends it.
+func (a *Array) hold(op string) func() {
+	if a == nil || a.tr != nil {
+		return func() {}
+	}
+	h, ok := a.buf.(Holder)
+	if !ok {
+		return func() {}
+	}
+	if err := h.Hold(false, ""); err != nil {
+		panic(Errorf(op, "%v", err))
+	}
+	return func() { h.Unhold(false) }
+}
+
 func values[T any](a *Array, op string, conv func(l *ir.Literal, i int) T) []T {
+	defer a.hold(op)()
 	l := a.mustLiteral(op)
 	out := make([]T, l.Type.Size())
 	for i := range out {
@@ -137,6 +178,7 @@ func values[T any](a *Array, op string, conv func(l *ir.Literal, i int) T) []T {
 // traced array.
 func (a *Array) Float32s() []float32 {
 	if a.typ.DType == ir.Float32 {
+		defer a.hold("Float32s")()
 		return append([]float32{}, ir.View[float32](a.mustLiteral("Float32s"))...)
 	}
 	return values(a, "Float32s", func(l *ir.Literal, i int) float32 { return float32(l.Float64At(i)) })
@@ -195,6 +237,7 @@ func (a *Array) Item() float64 {
 	if a.Size() != 1 {
 		panic(Errorf("Item", "array %v has %d elements, not 1", a.typ, a.Size()))
 	}
+	defer a.hold("Item")()
 	return a.mustLiteral("Item").Float64At(0)
 }
 
@@ -219,6 +262,12 @@ func (a *Array) String() string {
 	}
 	if a.tr != nil {
 		return "Traced<" + a.typ.String() + ">"
+	}
+	if h, ok := a.buf.(Holder); ok {
+		if err := h.Hold(false, ""); err != nil {
+			return a.typ.String() + " <" + err.Error() + ">"
+		}
+		defer h.Unhold(false)
 	}
 	l, err := a.Literal()
 	if err != nil {
