@@ -28,6 +28,12 @@
 //
 //	go build -o /tmp/sharded ./examples/sharded
 //	mpirun -np 2 /tmp/sharded -devices 2          # 4 devices in 2 processes
+//
+// Sizes are printed in binary units (KiB, MiB, GiB); -json gives bytes. While
+// it compiles and trains it says what it is doing on standard error
+// ("dp on 8 devices: step 3/5, 2.1 ms"), in place on a terminal, as lines
+// otherwise (internal/progress; -quiet or FERRY_PROGRESS=0 silences it; under
+// mpirun only process 0 reports).
 package main
 
 import (
@@ -40,7 +46,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/collective/mpi"
+	"github.com/ferryml/ferry/internal/progress"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
 	"github.com/ferryml/ferry/optim"
@@ -113,7 +121,11 @@ func main() {
 	mode := flag.String("mode", "all", "dp, tp, fsdp, fsdp_analysis or all")
 	steps := flag.Int("steps", 5, "training steps")
 	asJSON := flag.Bool("json", false, "print one JSON object per mode")
+	quiet := flag.Bool("quiet", false, "no progress lines on standard error")
 	flag.Parse()
+	start := time.Now()
+	status = progress.New(os.Stderr).SetQuiet(*quiet)
+	status.Phase("starting %d virtual CPU devices…", *devices)
 	if err := setup(*devices); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -131,7 +143,9 @@ func main() {
 			}
 		}()
 		*devices *= rt.ProcessCount()
+		status.SetQuiet(*quiet || rt.ProcessIndex() != 0)
 		if rt.ProcessIndex() == 0 {
+			status.Clear()
 			fmt.Printf("%d processes, %d devices each\n", rt.ProcessCount(), len(rt.LocalDevices()))
 		}
 	}
@@ -145,6 +159,7 @@ func main() {
 			sizes = Large
 		}
 		r, err := Run(m, *devices, *steps, sizes)
+		status.Clear()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", m, err)
 			os.Exit(1)
@@ -159,7 +174,11 @@ func main() {
 		}
 		print(r)
 	}
+	status.Done("%d modes done in %s", len(modes), progress.Seconds(time.Since(start)))
 }
+
+// status says what the program is doing; nil (the tests) says nothing.
+var status *progress.Reporter
 
 // setup gives the CPU backend n devices (before any array exists).
 func setup(n int) error {
@@ -173,7 +192,7 @@ func setup(n int) error {
 }
 
 func print(r Row) {
-	mib := func(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }
+	mib := backend.FormatBytes
 	fmt.Printf("%s on %s (%d devices), %d steps\n", r.Mode, r.Mesh, r.Devices, r.Steps)
 	fmt.Printf("  parameters %s, optimizer state %s", mib(r.ParamBytes), mib(r.StateBytes))
 	if r.LayerBytes > 0 {
@@ -182,19 +201,16 @@ func print(r Row) {
 	fmt.Println()
 	fmt.Printf("  per device: arguments %s, temp %s, output %s, total %s (one device: total %s)\n",
 		mib(r.PerDevice.Argument), mib(r.PerDevice.Temp), mib(r.PerDevice.Output), mib(r.PerDevice.Total), mib(r.Single.Total))
-	fmt.Printf("  measured peak per device: %v bytes\n", r.PeakDeviceBytes)
-	keys := make([]string, 0, len(r.Collectives))
-	for k := range r.Collectives {
-		keys = append(keys, k)
+	if len(r.PeakDeviceBytes) > 0 {
+		peaks := make([]string, len(r.PeakDeviceBytes))
+		for i, p := range r.PeakDeviceBytes {
+			peaks[i] = mib(p)
+		}
+		fmt.Printf("  measured peak per device: %s\n", strings.Join(peaks, ", "))
 	}
-	slices.Sort(keys)
-	var cs []string
-	for _, k := range keys {
-		cs = append(cs, fmt.Sprintf("%d %s", r.Collectives[k], k))
-	}
-	fmt.Printf("  collectives in the per-device program: %s\n", strings.Join(cs, ", "))
+	fmt.Printf("  collectives in the per-device program: %s\n", collectives(r.Collectives))
 	if r.ForwardCollectives != nil {
-		fmt.Printf("  collectives of the forward pass alone: %v\n", r.ForwardCollectives)
+		fmt.Printf("  collectives of the forward pass alone: %s\n", collectives(r.ForwardCollectives))
 	}
 	if r.ExpectedPerDevice > 0 {
 		fmt.Printf("  (parameters + state)/%d + one layer = %s; per-device total / that = %.2f\n", r.Devices, mib(r.ExpectedPerDevice), float64(r.PerDevice.Total)/float64(r.ExpectedPerDevice))
@@ -204,6 +220,24 @@ func print(r Row) {
 	}
 	fmt.Printf("  step %.2f ms (one device %.2f ms); loss %.6f (one device %.6f); max |Δparam| %.3g of max |param| %.3g\n",
 		r.StepMillis, r.SingleStepMillis, r.Loss, r.SingleLoss, r.MaxAbsDiff, r.MaxAbsParam)
+}
+
+// collectives lists counts of collectives by name: "2 all_gather, 1
+// all_reduce".
+func collectives(counts map[string]int) string {
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var cs []string
+	for _, k := range keys {
+		cs = append(cs, fmt.Sprintf("%d %s", counts[k], k))
+	}
+	if len(cs) == 0 {
+		return "none"
+	}
+	return strings.Join(cs, ", ")
 }
 
 // Sizes are the models' dimensions.
@@ -273,7 +307,8 @@ type trainer[P, S any] struct {
 	state   S
 	step    func(P, S, *trace.Array, *trace.Array) (P, S, *trace.Array)
 	batches [][2]*trace.Array
-	analyse bool // lower and compile only
+	analyse bool   // lower and compile only
+	name    string // for the status line: the mode and its devices
 }
 
 // result is a training run.
@@ -292,6 +327,7 @@ type result[P any] struct {
 // tr.analyse it only lowers and compiles the step.
 func train[P, S any](tr trainer[P, S], devs int, opts ...rt.Option) (res result[P], err error) {
 	defer trace.Recover(&err)
+	status.Phase("%s: tracing and compiling the training step…", tr.name)
 	// The parameters and state are donated: each step writes the new ones
 	// over the old (on every device, its blocks).
 	j := rt.NewJitted(tr.step, append(opts, rt.Donate(0, 1))...)
@@ -328,12 +364,13 @@ func train[P, S any](tr trainer[P, S], devs int, opts ...rt.Option) (res result[
 	}
 	rt.ResetPeakMemory()
 	var times []float64
-	for _, b := range tr.batches {
+	for i, b := range tr.batches {
 		start := time.Now()
 		var loss *trace.Array
 		p, s, loss = step(p, s, b[0], b[1])
 		res.loss = loss.Item()
 		times = append(times, float64(time.Since(start).Microseconds())/1000)
+		status.Update("%s: step %d/%d, %.1f ms", tr.name, i+1, len(tr.batches), times[len(times)-1])
 	}
 	for i, d := range mine {
 		st, err := rt.DeviceMemoryStats(d, ir.Device)
@@ -354,6 +391,8 @@ func train[P, S any](tr trainer[P, S], devs int, opts ...rt.Option) (res result[
 // trainBoth trains sharded with opts on n devices, then single on one
 // device, and fills r from both.
 func trainBoth[P, S any](r *Row, sharded, single trainer[P, S], n int, opts ...rt.Option) error {
+	sharded.name = fmt.Sprintf("%s on %d devices", r.Mode, n)
+	single.name = fmt.Sprintf("%s on one device", r.Mode)
 	a, err := train(sharded, n, opts...)
 	if err != nil {
 		return err
