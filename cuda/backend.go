@@ -281,18 +281,118 @@ func (b *Backend) release(m mem) error {
 
 // Buffer is an array in device or pinned_host memory.
 type Buffer struct {
-	b     *Backend
-	t     ir.Type
-	m     mem
-	freed bool
+	b  *Backend
+	t  ir.Type
+	m  mem
+	mu sync.Mutex
+	// freed says the buffer was deleted or donated; held says its memory
+	// is kept for the executions that hold it (trace.Holder) and freed
+	// when the last hold ends. uses counts usage holds; donating is set
+	// while a donation hold is taken or awaited (at site), wake is closed
+	// when uses falls to 0, and delLater says Delete was called while a
+	// donating call held it.
+	freed, held        bool
+	uses               int
+	donating, delLater bool
+	site               string
+	wake               chan struct{}
 }
 
 // Type is the buffer's type.
 func (x *Buffer) Type() ir.Type { return x.t }
 
+// isFreed reports whether the buffer was deleted or donated.
+func (x *Buffer) isFreed() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.freed
+}
+
+// Hold takes a usage hold (donate false) or a donation hold (donate true)
+// for a running execution (trace.Holder): a Delete while a usage hold is
+// held frees the memory when the hold ends (after the execution, which
+// synchronises its streams before it returns); a donation hold waits for
+// the usage holds to end. Both fail on a deleted or donated buffer, or one
+// being donated.
+func (x *Buffer) Hold(donate bool, site string) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if err := x.holdErrLocked(); err != nil {
+		return err
+	}
+	if !donate {
+		x.uses++
+		return nil
+	}
+	x.donating, x.site = true, site
+	for x.uses > 0 {
+		if x.wake == nil {
+			x.wake = make(chan struct{})
+		}
+		w := x.wake
+		x.mu.Unlock()
+		<-w
+		x.mu.Lock()
+	}
+	if x.freed { // deleted while waiting: free it now, unless another reader came
+		x.donating, x.site = false, ""
+		if x.held && x.uses == 0 {
+			x.held = false
+			defer func() { _ = x.free() }() // free does not take x.mu
+		}
+		return x.holdErrLocked()
+	}
+	return nil
+}
+
+func (x *Buffer) holdErrLocked() error {
+	switch {
+	case x.freed:
+		return fmt.Errorf("cuda: buffer of type %v was deleted or donated", x.t)
+	case x.donating:
+		return fmt.Errorf("cuda: buffer of type %v is being donated to a running call at %s", x.t, x.site)
+	}
+	return nil
+}
+
+// Unhold ends a hold taken by Hold (trace.Holder), freeing the memory of
+// a buffer deleted meanwhile once no hold is left.
+func (x *Buffer) Unhold(donate bool) {
+	x.mu.Lock()
+	if donate {
+		x.donating, x.site = false, ""
+		if x.delLater && !x.freed { // the donating call did not take it
+			x.freed, x.held = true, true
+		}
+		x.delLater = false
+	} else {
+		x.uses--
+		if x.uses == 0 && x.wake != nil {
+			close(x.wake)
+			x.wake = nil
+		}
+	}
+	free := x.held && x.uses == 0 && !x.donating
+	if free {
+		x.held = false
+	}
+	x.mu.Unlock()
+	if free {
+		_ = x.free()
+	}
+}
+
+// isHeld reports whether the buffer was deleted while an execution holds
+// it: its memory is still there for that execution.
+func (x *Buffer) isHeld() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.held && x.uses > 0
+}
+
 // Literal copies the buffer to a new host literal (waiting for the streams).
 func (x *Buffer) Literal() (*ir.Literal, error) {
-	if x.freed {
+	if x.isFreed() {
 		return nil, fmt.Errorf("cuda: buffer of type %v was deleted or donated", x.t)
 	}
 	l := ir.NewLiteral(x.t)
@@ -332,12 +432,30 @@ func (b *Backend) writeFrom(p uintptr, host bool, src []byte, stream uintptr) er
 	return b.d.CopyHtoD(p, unsafe.Pointer(&src[0]), int64(len(src)), stream, true)
 }
 
-// Delete frees the buffer's memory.
+// Delete frees the buffer's memory; while an execution holds the buffer
+// (Hold), the memory is freed when the execution lets go of it.
 func (x *Buffer) Delete() error {
-	if x.freed {
+	x.mu.Lock()
+	switch {
+	case x.freed:
+		x.mu.Unlock()
+		return nil
+	case x.donating && x.uses == 0: // a donating call holds it
+		x.delLater = true
+		x.mu.Unlock()
+		return nil
+	case x.uses > 0:
+		x.freed, x.held = true, true
+		x.mu.Unlock()
 		return nil
 	}
 	x.freed = true
+	x.mu.Unlock()
+	return x.free()
+}
+
+// free releases the buffer's memory.
+func (x *Buffer) free() error {
 	if x.m.host || x.m.off < 0 { // cuMemFreeHost or cuMemFree
 		if err := x.b.enter(); err != nil {
 			return err
@@ -531,7 +649,7 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) (_ [
 	in := make([]*Buffer, len(args))
 	for i, a := range args {
 		x, ok := a.(*Buffer)
-		if ok && x.freed {
+		if ok && x.isFreed() && !x.isHeld() {
 			return nil, fmt.Errorf("cuda: argument %d (%v) was deleted or donated to an earlier call", i, x.t)
 		}
 		if ok && i < len(e.prog.Donated) && e.prog.Donated[i] {

@@ -448,7 +448,9 @@ func (x *execution) output(v *ir.Value, buf passes.Buffer) (loc, error) {
 		}
 		a := x.in[buf.Param]
 		x.results[buf.Index] = x.b.newBuffer(body.Results[buf.Index].Type, a.m)
+		a.mu.Lock()
 		a.freed = true // donated: its memory now belongs to the result
+		a.mu.Unlock()
 		return loc{a.m.ptr, a.m.host}, nil
 	}
 	m, err := x.b.allocate(v.Type.Bytes(), v.Type.Space, fmt.Sprintf("output %d%s", buf.Index, x.e.suffix))
