@@ -6,6 +6,7 @@
 # and so does a skip (NVRTC not found). No GPU or driver is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "nvrtc: preparing the pinned NVRTC wheel (scripts/venv; installing from PyPI the first time takes about 1.5 min)…"
 venv=$(bash scripts/venv)
 # The pinned wheel's library, searched first (before any CUDA toolkit).
 lib=$(ls -d "$venv"/lib/python3*/site-packages/nvidia/*/lib/libnvrtc.so.* 2>/dev/null | head -n1 || true)
@@ -19,6 +20,7 @@ echo "nvrtc: $lib"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 start=$(date +%s)
+echo "nvrtc: building the cuda tests and compiling every generated kernel for sm_80 and sm_90 (go test -run '^TestNVRTC' ./cuda/)…"
 go test -count=1 -v -run '^TestNVRTC' ./cuda/ 2>&1 | tee "$log" | grep -v '^=== RUN' || {
   echo "nvrtc: the NVRTC compile tests failed"
   exit 1
