@@ -305,6 +305,7 @@ func TestGuides(t *testing.T) {
 			}
 			cmd := exec.CommandContext(ctx, exe)
 			cmd.Dir = root
+			cmd.Env = cleanEnv()
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
@@ -332,4 +333,16 @@ func normalize(s string) string {
 		lines[i] = strings.TrimRight(l, " \t")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// cleanEnv is the environment without FERRY_* settings, so that a program
+// prints what the guide says whatever the caller's environment holds.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FERRY_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
