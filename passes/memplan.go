@@ -42,6 +42,9 @@ type PlannedValue struct {
 	// Op is the op that makes the value, Type its result type and Loc the
 	// user's file:line that traced it.
 	Op, Type, Loc string
+	// Name is the value's checkpoint name (trace.CheckpointName), if the
+	// op that makes it is one.
+	Name string
 	// Carry is true when the value is the carry of the scan at the start of
 	// an iteration (a layer's input).
 	Carry bool
@@ -56,6 +59,12 @@ type PlannedValue struct {
 	Bytes      int64
 	// Seconds estimates what the action adds to a call (0 for keep).
 	Seconds float64
+	// Flops is, for a recomputed value, the arithmetic the recomputation
+	// adds to a call as the planner counts it (matrix-product and
+	// elementwise FLOPs, at least one per element written), which Seconds
+	// prices at the measured rates; 0 for the other actions (a streamed
+	// value's cost is its copy).
+	Flops float64
 }
 
 // ActionHostArgument is the Action of an argument leaf the plan places in

@@ -33,7 +33,8 @@ type candKey struct{ scope, index int }
 // candInfo is what one trace learns about a candidate.
 type candInfo struct {
 	op, typ, loc string
-	bytes        int64 // device bytes per iteration
+	name         string // the checkpoint name of a checkpoint_name op
+	bytes        int64  // device bytes per iteration
 	iters        int
 	dot, elem    float64 // FLOPs per iteration (matrix products, the rest)
 	carry        bool
@@ -66,6 +67,9 @@ func (p *planTrace) Decide(c trace.RematCandidate) trace.RematDecision {
 		}
 	}
 	info.typ = strings.Join(types, ", ")
+	if op.Code == ir.CheckpointName && !c.Carry {
+		info.name = op.Attrs.String("name")
+	}
 	cost := passes.OpCost(op)
 	info.dot, info.elem = cost.DotFlops, cost.Flops-cost.DotFlops+cost.Transcendentals
 	// Shape ops and copies count no FLOPs but write their results: at
@@ -421,8 +425,12 @@ func buildPlan(t *planTry, host map[int]string, baseline, budget int64, r budget
 		case decided && a == trace.Recompute && !ci.carry:
 			action = "recompute"
 		}
-		p.Values = append(p.Values, passes.PlannedValue{Scope: k.scope, Index: k.index, Op: ci.op, Type: ci.typ, Loc: ci.loc,
-			Carry: ci.carry, Action: action, Iterations: ci.iters, Bytes: ci.bytes * int64(ci.iters), Seconds: t.cost.per[k]})
+		flops := 0.0
+		if action == "recompute" {
+			flops = (ci.dot + ci.elem) * float64(ci.iters)
+		}
+		p.Values = append(p.Values, passes.PlannedValue{Scope: k.scope, Index: k.index, Op: ci.op, Type: ci.typ, Loc: ci.loc, Name: ci.name,
+			Carry: ci.carry, Action: action, Iterations: ci.iters, Bytes: ci.bytes * int64(ci.iters), Seconds: t.cost.per[k], Flops: flops})
 	}
 	return p
 }
