@@ -30,14 +30,29 @@ const MemoryReportDataID = memview.DataID
 // value's op, dtype and shape, the Go file:line that made it and its first
 // and last use; the memory analysis is beside it. The data is embedded as
 // JSON in the element with id MemoryReportDataID.
+//
+// The page's title names the function with its memory budget
+// ("main_gradFn — budget 48 MiB", or "main_gradFn — no budget"). A program
+// compiled under MemoryBudget draws the budget as a labelled line on its
+// device chart, and below the charts lists the plan (MemoryPlan) as the
+// planner reported it: each residual (its checkpoint name, or the op and
+// Go file:line that made it, and its type), the decision (kept,
+// recomputed, offloaded, streamed; or an argument placed in pinned_host),
+// its bytes and the seconds the planner estimated it adds (with the
+// recomputation's FLOPs, or the transfers the compute does not hide), and
+// totals per decision. The data has the plan under "budget".
 func (c *Compiled) WriteMemoryReport(w io.Writer) error {
 	return writeMemoryReport(w, c.Program(), nil)
 }
 
 // WriteMemoryReportCompare is WriteMemoryReport with the picture of
-// baseline (the same function compiled without remat or offload, say) beside
-// it on demand: a button on the page, or #baseline at the end of its
-// address, shows it, and the analysis table compares the two.
+// baseline (the same function compiled without remat or offload, or
+// without a memory budget, say) beside it on demand: a button on the page,
+// or #baseline at the end of its address, shows it, and the analysis table
+// compares the two. The titles tell them apart by their budgets
+// ("main_gradFn — budget 48 MiB, beside main_gradFn — no budget"); a
+// budget is drawn on both device charts (on the other one's marked as the
+// budgeted program's), and each program's plan, if it has one, is listed.
 func (c *Compiled) WriteMemoryReportCompare(w io.Writer, baseline *Compiled) error {
 	if baseline == nil {
 		return fmt.Errorf("rt.WriteMemoryReportCompare: no baseline program")

@@ -104,9 +104,11 @@ func spans(d *reportJSON) int {
 
 // TestMemoryReportInBrowser renders memory reports in headless Chromium:
 // the parameter-offload variant with its baseline beside it and without,
-// the activation-offload variant alone, the live pools; each draws as many bars as its data has, without a
-// script error, and the screenshot shows the colours of arguments and
-// offloaded buffers. A page with a broken script shows that errors are seen.
+// the activation-offload variant alone, a program under a memory budget
+// beside its baseline (with the budget line and the plan), the live pools;
+// each draws as many bars as its data has, without a script error, and the
+// screenshot shows the colours of arguments and offloaded buffers. A page
+// with a broken script shows that errors are seen.
 func TestMemoryReportInBrowser(t *testing.T) {
 	bin := chromium(t)
 	dir := t.TempDir()
@@ -155,6 +157,32 @@ func TestMemoryReportInBrowser(t *testing.T) {
 	_, act, _ := offloadPrograms(t, 3, 4, 8)
 	da, pa := compileReport(t, act, nil)
 	checkRendered(t, bin, write("activation_offload.html", pa), "", spans(da))
+
+	// A program under a memory budget beside its baseline: the device
+	// charts draw the budget (the baseline's marked as the other's), the
+	// analysis table gives it, and the plan's table is there.
+	bbase, bc, _, label, _ := budgetPrograms(t)
+	db, pb := compileReport(t, bc, bbase)
+	bf := write("budget.html", pb)
+	checkRendered(t, bin, bf, "", spans(db))
+	checkRendered(t, bin, bf, "#baseline", spans(db)+spans(db.Baseline))
+	for _, c := range []struct {
+		hash  string
+		lines int
+	}{{"", 1}, {"#baseline", 2}} {
+		dom, _ := browse(t, bin, bf, c.hash, "")
+		if n := strings.Count(dom, `<line class="budget"`); n != c.lines {
+			t.Errorf("budget.html%s: %d budget lines drawn, want %d", c.hash, n, c.lines)
+		}
+		for _, want := range []string{">budget " + label + "</text>", "<td>memory budget</td>", "<td>" + label + "</td>", `data-budget="`, `id="plan-program"`} {
+			if !strings.Contains(dom, want) {
+				t.Errorf("budget.html%s: the rendered page has no %q", c.hash, want)
+			}
+		}
+		if c.lines == 2 && !strings.Contains(dom, ">the program's budget "+label+"</text>") {
+			t.Errorf("budget.html#baseline: the baseline's chart does not mark the budget as the program's")
+		}
+	}
 
 	var live bytes.Buffer
 	keep := rt.FromSlice(make([]float32, 1000), 1000)

@@ -24,6 +24,8 @@ import (
 // with the field names the page documents.
 type reportJSON struct {
 	Name     string           `json:"name"`
+	Title    string           `json:"title"`
+	Budget   *budgetJSON      `json:"budget"`
 	Analysis map[string]int64 `json:"analysis"`
 	Steps    []struct {
 		Op, Loc, Path, Iter string

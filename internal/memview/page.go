@@ -26,25 +26,38 @@ var programJS string
 var liveJS string
 
 // WriteProgramPage writes the page of p (and of p.Baseline beside it, on
-// demand: a button, or #baseline in the page's address, shows it).
+// demand: a button, or #baseline in the page's address, shows it). Its
+// title names each program with its budget (Program.Title). When a
+// program was compiled under a memory budget (Program.Budget), its device
+// chart draws the budget as a line and the page has a section with the
+// plan's decisions, as a table with totals; in a comparison, each
+// program's section follows the other's.
 func WriteProgramPage(w io.Writer, p *Program) error {
-	title := "Ferry memory: " + p.Name
+	title := "Ferry memory: " + p.title()
 	if p.Baseline != nil {
-		title += ", beside " + p.Baseline.Name
+		title += ", beside " + p.Baseline.title()
 	}
-	return writePage(w, title, p, programJS)
+	var plan bytes.Buffer
+	if p.Budget != nil || p.Baseline != nil && p.Baseline.Budget != nil {
+		writeBudgetSection(&plan, p, "program")
+		if p.Baseline != nil {
+			writeBudgetSection(&plan, p.Baseline, "baseline")
+		}
+	}
+	return writePage(w, title, p, programJS, plan.String())
 }
 
 // WriteLivePage writes the page of the live pools.
 func WriteLivePage(w io.Writer, l *Live) error {
-	return writePage(w, "Ferry live memory", l, liveJS)
+	return writePage(w, "Ferry live memory", l, liveJS, "")
 }
 
-// writePage writes a self-contained page: the style, the data as JSON and
-// the script that draws it, nothing loaded from elsewhere. The page sets
-// data-bars on <body> to the number of bars it drew and data-errors to the
-// number of script errors (their messages go to #ferry-errors).
-func writePage(w io.Writer, title string, data any, script string) error {
+// writePage writes a self-contained page: the style, the data as JSON, the
+// script that draws it and after the drawing extra (HTML), nothing loaded
+// from elsewhere. The page sets data-bars on <body> to the number of bars
+// it drew and data-errors to the number of script errors (their messages
+// go to #ferry-errors).
+func writePage(w io.Writer, title string, data any, script, extra string) error {
 	js, err := json.Marshal(data) // escapes <, > and &: safe inside <script>
 	if err != nil {
 		return fmt.Errorf("memview: %w", err)
@@ -58,13 +71,13 @@ func writePage(w io.Writer, title string, data any, script string) error {
 <h1>%s</h1>
 <pre id="ferry-errors"></pre>
 <div id="app"></div>
-<div id="tip" class="tip"></div>
+%s<div id="tip" class="tip"></div>
 <script type="application/json" id="%s">%s</script>
 <script>(function () {
 'use strict';
 %s%s})();</script>
 </body></html>
-`, html.EscapeString(title), pageCSS, html.EscapeString(title), DataID, js, commonJS, script)
+`, html.EscapeString(title), pageCSS, html.EscapeString(title), extra, DataID, js, commonJS, script)
 	_, err = w.Write(b.Bytes())
 	return err
 }

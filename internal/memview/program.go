@@ -32,6 +32,13 @@ const MaxUnrolledSteps = 600
 // Program is the data of one compiled program's page.
 type Program struct {
 	Name string `json:"name"`
+	// Title is Name with the program's memory budget: "main_gradFn —
+	// budget 48 MiB", or "main_gradFn — no budget" for a program compiled
+	// without one, so that a budgeted program and its baseline differ.
+	Title string `json:"title"`
+	// Budget is the memory budget's plan when the program was compiled
+	// under one (rt.MemoryBudget), else nil.
+	Budget *Budget `json:"budget,omitempty"`
 	// Analysis is the program's memory analysis (passes.MemoryAnalysis).
 	Analysis Analysis `json:"analysis"`
 	// Steps are the columns of the picture: the ops of the schedule in
@@ -150,7 +157,8 @@ func Build(p *passes.Program) (*Program, error) {
 		ArgumentBytes: m.ArgumentBytes, OutputBytes: m.OutputBytes, AliasBytes: m.AliasBytes, TempBytes: m.TempBytes, TotalBytes: m.TotalBytes(),
 		HostArgumentBytes: m.HostArgumentBytes, HostOutputBytes: m.HostOutputBytes, HostAliasBytes: m.HostAliasBytes, HostTempBytes: m.HostTempBytes,
 		HostTotalBytes: m.HostTotalBytes(),
-	}}
+	}, Budget: budgetOf(m.Plan)}
+	out.Title = out.title()
 	w := &walker{prog: p, bufs: map[bufKey]*entry{}, aliased: map[*ir.Value]bool{}, byID: map[string]*entry{}}
 	var sp [2]*Space
 	for _, s := range ir.AllSpaces {

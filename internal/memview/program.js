@@ -15,12 +15,24 @@
       (b.of ? 'slice of ' + b.of + '\n' : '') + 'region: ' + b.region;
   }
 
+  // budgetOf returns the budget to draw on prog's chart of space: prog's
+  // own, or beside a budgeted program the other's (marked so); else null.
+  function budgetOf(prog, space) {
+    if (space.space !== 'device') return null;
+    if (prog.budget) return {bytes: prog.budget.bytes, text: 'budget ' + prog.budget.label, own: true};
+    var other = shown.filter(function (p) { return p !== prog && p.budget; })[0];
+    if (other) return {bytes: other.budget.bytes, text: 'the program\'s budget ' + other.budget.label, own: false};
+    return null;
+  }
+
   function chart(prog, space, parent, details, W) {
     var H = 300, L = 62, R = 8, T = 18, B = 26;
     var n = Math.max(1, prog.steps.length);
+    var budget = budgetOf(prog, space);
     var total = Math.max(1, space.total_bytes, space.peak_bytes, scale[space.space] || 0);
     var sx = (W - L - R) / n, sy = (H - T - B) / total;
     var svg = svgEl('svg', {width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, 'data-space': space.space}, parent);
+    if (budget) svg.setAttribute('data-budget', String(budget.bytes));
     // Axes: bytes on the left, steps below.
     for (var i = 0; i <= 4; i++) {
       var v = total * i / 4, y = H - B - v * sy;
@@ -79,6 +91,13 @@
     svgEl('line', {x1: px, x2: px, y1: T - 4, y2: H - B, stroke: '#c00', 'stroke-dasharray': '4,2'}, svg);
     svgEl('text', {x: Math.min(px + 3, W - 190), y: T - 6 + 10, fill: '#c00'}, svg,
       'peak ' + fmt(space.peak_bytes) + ' at step ' + space.peak_step);
+    // The memory budget: what the plan's total must fit.
+    if (budget) {
+      var yb = H - B - budget.bytes * sy, col = budget.own ? '#6a3d9a' : '#9e86b8';
+      svgEl('line', {'class': 'budget', x1: L, x2: W - R, y1: yb, y2: yb, stroke: col, 'stroke-width': budget.own ? 2 : 1.5,
+        'stroke-dasharray': budget.own ? '8,3' : '3,3'}, svg);
+      svgEl('text', {'class': 'budget', x: L + 4, y: yb - 3, fill: col, 'font-weight': 'bold'}, svg, budget.text);
+    }
     svg.addEventListener('click', function (ev) {
       if (ev.target.tagName !== 'rect') {
         var box = svg.getBoundingClientRect();
@@ -93,7 +112,11 @@
     var t = el('table', {}, parent);
     var head = el('tr', {}, t);
     el('th', {}, head, '');
-    progs.forEach(function (p) { el('th', {}, head, p.name); });
+    // The columns' titles are above the charts: here their roles.
+    progs.forEach(function (p) { el('th', {title: p.title || p.name}, head, p === data ? 'program' : 'baseline'); });
+    var br = el('tr', {'class': 'budget'}, t);
+    el('td', {}, br, 'memory budget');
+    progs.forEach(function (p) { el('td', {}, br, p.budget ? p.budget.label : 'none'); });
     var rows = [['device argument', 'argument_bytes'], ['device output', 'output_bytes'], ['device alias', 'alias_bytes'],
       ['device temp', 'temp_bytes'], ['device total', 'total_bytes'], ['host argument', 'host_argument_bytes'],
       ['host output', 'host_output_bytes'], ['host alias', 'host_alias_bytes'], ['host temp', 'host_temp_bytes'], ['host total', 'host_total_bytes']];
@@ -117,10 +140,11 @@
 
   function column(prog, parent, label, details, W) {
     var col = el('div', {'class': 'col', 'data-program': label, style: 'width:' + (W + 4) + 'px'}, parent);
-    el('h2', {}, col, label + ': ' + prog.name);
+    el('h2', {}, col, label + ': ' + (prog.title || prog.name));
     var bars = 0;
     prog.spaces.forEach(function (s) {
-      el('h3', {}, col, s.space + ': ' + fmt(s.total_bytes) + ' planned (argument ' + fmt(s.argument_bytes) + ', output ' +
+      var budget = s.space === 'device' && prog.budget ? ' of a ' + prog.budget.label + ' budget' : '';
+      el('h3', {}, col, s.space + ': ' + fmt(s.total_bytes) + ' planned' + budget + ' (argument ' + fmt(s.argument_bytes) + ', output ' +
         fmt(s.output_bytes) + ', alias ' + fmt(s.alias_bytes) + ', temp ' + fmt(s.temp_bytes) + '), peak in use ' + fmt(s.peak_bytes) +
         ' at step ' + s.peak_step + ', ' + s.buffers.length + ' buffers');
       bars += chart(prog, s, col, details, W);
@@ -136,6 +160,7 @@
     s.appendChild(document.createTextNode(k));
   });
   el('span', {'class': 'note'}, legend, 'x: step of the compiled program (scan bodies per iteration); y: byte address (arguments, outputs, then the arena); black line: bytes in use. Hover or click a bar.');
+  if (data.budget || data.baseline && data.baseline.budget) el('a', {href: '#plan-program'}, legend, 'memory budget plan ↓');
   var row = el('div', {'class': 'row'}, app);
   var main = el('div', {'class': 'cols'}, row);
   var side = el('div', {'class': 'side'}, row);
@@ -145,14 +170,18 @@
   var details = el('div', {id: 'details'}, side, 'Click a bar or a step.');
   var mine = null, base = null;
   var scale = {}; // bytes of the y axis per space: the same for both programs
+  var shown = []; // the programs drawn
   // render draws the program, and the baseline before it when on.
   function render(on) {
     main.textContent = '';
     var cols = on ? 2 : 1;
     var W = Math.max(420, Math.min(900, Math.floor((window.innerWidth - 380) / cols) - 20));
     scale = {};
-    (on ? [data, data.baseline] : [data]).forEach(function (p) {
+    shown = on ? [data, data.baseline] : [data];
+    shown.forEach(function (p) {
       p.spaces.forEach(function (s) { scale[s.space] = Math.max(scale[s.space] || 0, s.total_bytes, s.peak_bytes); });
+      // Room above a budget line for its label.
+      if (p.budget) scale.device = Math.max(scale.device || 0, p.budget.bytes * 1.12);
     });
     base = on ? column(data.baseline, main, 'baseline', details, W) : null;
     mine = column(data, main, 'program', details, W);
