@@ -2,8 +2,11 @@
 // README: every Go block is compiled, and the complete programs are run.
 //
 // A ```go block that declares `package main` is a complete program. All of
-// them are built by one `go build`; each is then run (with a timeout) unless
-// it carries the comment `// docs: build-only`. A program that ends with an
+// them are built into one binary by one `go build` (each becomes a package
+// whose main is renamed Main, so a program must not make arrays in package
+// variables); each is then run in a process of its own, with a timeout and
+// without FERRY_* settings, unless it carries the comment
+// `// docs: build-only`. A program that ends with an
 // `// Output:` comment, as a Go example does, must print exactly those lines.
 //
 // A block without `package main` is a fragment. A fragment whose first line
@@ -29,7 +32,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -241,7 +243,6 @@ func TestGuides(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(root) })
 
 	var pkgs []string
-	byName := map[string]block{}
 	nProg, nFrag, nShown := 0, 0, 0
 	for _, b := range blocks {
 		var src string
@@ -260,32 +261,47 @@ func TestGuides(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(asLibrary(src, b.name())), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		pkgs = append(pkgs, "./"+filepath.ToSlash(dir))
-		byName[b.name()] = b
+		pkgs = append(pkgs, b.name())
 	}
 	t.Logf("%d Go blocks: %d programs, %d checked fragments, %d shown only", len(blocks), nProg, nFrag, nShown)
 	if len(pkgs) == 0 {
 		t.Fatal("no program or checked fragment in the guides")
 	}
 
-	bin, err := filepath.Abs(filepath.Join(root, "bin"))
-	if err != nil {
+	// One binary holds every program, each a package whose main became
+	// Main: one link instead of one per program. It runs the program its
+	// argument names, each in a process of its own.
+	var driver strings.Builder
+	driver.WriteString("package main\n\nimport (\n\t\"os\"\n\n")
+	for i, name := range pkgs {
+		fmt.Fprintf(&driver, "\tp%d %q\n", i, modulePath+"/docs/"+filepath.ToSlash(filepath.Join(root, name)))
+	}
+	driver.WriteString(")\n\nvar programs = map[string]func(){\n")
+	for i, name := range pkgs {
+		fmt.Fprintf(&driver, "\t%q: p%d.Main,\n", name, i)
+	}
+	driver.WriteString("}\n\nfunc main() { programs[os.Args[1]]() }\n")
+	if err := os.MkdirAll(filepath.Join(root, "driver"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(bin, 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "driver", "main.go"), []byte(driver.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := filepath.Abs(filepath.Join(root, "guides.exe"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", bin + string(os.PathSeparator)}, pkgs...)...)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, "./"+filepath.ToSlash(filepath.Join(root, "driver")))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the guides' code failed (%v); the errors name the guide and line:\n%s", err, out)
 	}
-	t.Logf("built %d packages in %v", len(pkgs), time.Since(start).Round(time.Millisecond))
+	t.Logf("built %d programs and fragments in %v", len(pkgs), time.Since(start).Round(time.Millisecond))
 
 	for _, b := range blocks {
 		if !b.isProgram() {
@@ -299,11 +315,7 @@ func TestGuides(t *testing.T) {
 			start := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			exe := filepath.Join(bin, b.name())
-			if runtime.GOOS == "windows" {
-				exe += ".exe"
-			}
-			cmd := exec.CommandContext(ctx, exe)
+			cmd := exec.CommandContext(ctx, exe, b.name())
 			cmd.Dir = root
 			cmd.Env = cleanEnv()
 			var stdout, stderr bytes.Buffer
@@ -324,6 +336,16 @@ func TestGuides(t *testing.T) {
 			t.Logf("%s ran in %v", b.where(), time.Since(start).Round(time.Millisecond))
 		})
 	}
+}
+
+// modulePath is the module the guides' code is built in.
+const modulePath = "github.com/ferryml/ferry"
+
+// asLibrary turns a generated main package into package name with its main
+// function renamed Main, keeping every line where it was.
+func asLibrary(src, name string) string {
+	src = regexp.MustCompile(`(?m)^package main\s*$`).ReplaceAllString(src, "package "+name)
+	return regexp.MustCompile(`(?m)^func main\(\)`).ReplaceAllString(src, "func Main()")
 }
 
 // normalize drops trailing spaces of each line.
