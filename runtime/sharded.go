@@ -163,11 +163,11 @@ func copyBlock(global []byte, shape ir.Shape, block []byte, start, limit []int, 
 // an array on one device. x is returned as it is when it already has
 // sharding s; an array with another sharding is gathered and split anew.
 //
-// Eager ops and jitted functions do not compute on sharded arrays yet (the
-// partitioner will): given one, they return an error naming the argument
-// and its sharding. Errors name the problem: a spec that does not fit x's
-// shape (ir.NamedSharding.Validate), or a mesh with devices the backend
-// does not have (set FERRY_CPU_DEVICES or SetCPUDeviceCount).
+// Jitted functions and eager ops given sharded arrays run partitioned over
+// their mesh, each device computing its block (see Jit). Errors name the
+// problem: a spec that does not fit x's shape (ir.NamedSharding.Validate), or
+// a mesh with devices the backend does not have (set FERRY_CPU_DEVICES or
+// SetCPUDeviceCount).
 func DevicePut(x *trace.Array, s *ir.NamedSharding) (*trace.Array, error) {
 	const op = "DevicePut"
 	b, err := concreteBuffer(op, x)
