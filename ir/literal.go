@@ -63,13 +63,11 @@ func alignedBytes(n int) []byte {
 // LiteralOf copies data into a new literal of the given shape.
 func LiteralOf[T Native](shape Shape, data []T) (*Literal, error) {
 	dt := DTypeOf[T]()
+	if err := CheckShape(shape, dt); err != nil {
+		return nil, err
+	}
 	if shape.Size() != len(data) {
 		return nil, fmt.Errorf("shape %v holds %d elements, got %d values", shape, shape.Size(), len(data))
-	}
-	for _, d := range shape {
-		if d < 0 {
-			return nil, fmt.Errorf("negative dimension in shape %v", shape)
-		}
 	}
 	l := NewLiteral(Type{DType: dt, Shape: shape})
 	copy(View[T](l), data)

@@ -17,6 +17,9 @@ func NewArray[T ir.Native](data []T, shape ...int) (*trace.Array, error) {
 }
 
 func newArray[T ir.Native](data []T, shape ir.Shape) (*trace.Array, error) {
+	if err := ir.CheckShape(shape, ir.DTypeOf[T]()); err != nil {
+		return nil, err
+	}
 	l, err := ir.LiteralOf(shape, data)
 	if err != nil {
 		return nil, err
@@ -59,6 +62,9 @@ func ScalarOf[T ir.Native](v T) *trace.Array {
 
 // FromLiteral copies a host literal into a new concrete array.
 func FromLiteral(l *ir.Literal) (*trace.Array, error) {
+	if err := ir.CheckShape(l.Type.Shape, l.Type.DType); err != nil {
+		return nil, err
+	}
 	b, err := DefaultBackend().FromLiteral(l)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -84,13 +85,20 @@ func ParseMemoryBudget(s string) (int64, error) {
 	if n := len(t); n > 1 {
 		if shift, ok := map[byte]uint{'k': 10, 'm': 20, 'g': 30, 't': 40}[t[n-1]|0x20]; ok && (t[n-2] >= '0' && t[n-2] <= '9' || t[n-2] == '.' || t[n-2] == ' ') {
 			f, err := strconv.ParseFloat(strings.TrimSpace(t[:n-1]), 64)
-			if err != nil || f <= 0 {
+			if err != nil || math.IsNaN(f) || f <= 0 {
 				return 0, fmt.Errorf("%s=%q: want a positive number of bytes like 3000000, 512M, 64MiB or 1.5GB, or \"device\"", EnvMemoryBudget, s)
 			}
-			return int64(f * float64(uint64(1)<<shift)), nil
+			v := math.Floor(f * float64(uint64(1)<<shift))
+			if v >= math.MaxInt64 { // +Inf too
+				return 0, fmt.Errorf("%s=%q: too large: at most %d bytes (8 EiB)", EnvMemoryBudget, s, int64(math.MaxInt64))
+			}
+			if v < 1 {
+				return 0, fmt.Errorf("%s=%q: less than one byte", EnvMemoryBudget, s)
+			}
+			return int64(v), nil
 		}
 	}
-	n, err := ParseMemorySize(t)
+	n, err := ParseMemorySize(s)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %v (or \"device\" for the device's capacity)", EnvMemoryBudget, err)
 	}

@@ -56,11 +56,11 @@ func checkDType(op string, dt ir.DType) {
 	}
 }
 
-func checkShape(op string, shape ir.Shape) {
-	for _, d := range shape {
-		if d < 0 {
-			panic(Errorf(op, "shape %v has a negative dimension", shape))
-		}
+// checkShape panics with *Error if no array of shape and dtype dt can
+// exist: a negative dimension, or more elements or bytes than an int holds.
+func checkShape(op string, shape ir.Shape, dt ir.DType) {
+	if err := ir.CheckShape(shape, dt); err != nil {
+		panic(Errorf(op, "%v", err))
 	}
 }
 
@@ -69,7 +69,7 @@ func checkShape(op string, shape ir.Shape) {
 // inside a traced function both are recorded ops.
 func Full(shape ir.Shape, v float64, dt ir.DType) *Array {
 	checkDType("Full", dt)
-	checkShape("Full", shape)
+	checkShape("Full", shape, dt)
 	c := Apply1(ir.Constant, ir.Attrs{"value": scalarLiteral(v, dt)})
 	if len(shape) == 0 {
 		return c
@@ -105,7 +105,7 @@ func OnesLike(x *Array) *Array {
 // their index along dimension dim (negative counts from the end).
 func Iota(dt ir.DType, shape ir.Shape, dim int) *Array {
 	checkDType("Iota", dt)
-	checkShape("Iota", shape)
+	checkShape("Iota", shape, dt)
 	if dt == ir.Bool {
 		panic(Errorf("Iota", "dtype must be numeric, got bool"))
 	}

@@ -39,6 +39,10 @@ func Reshape(x *Array, shape ...int) *Array {
 		}
 		s[i] = d
 	}
+	if infer >= 0 {
+		s[infer] = 1 // the product of the others must not overflow
+	}
+	checkShape("Reshape", s, x.typ.DType)
 	n := x.Size()
 	if infer >= 0 {
 		if known == 0 || n%known != 0 {
@@ -142,7 +146,7 @@ func Squeeze(x *Array, axes ...int) *Array {
 func BroadcastTo(x *Array, shape ...int) *Array {
 	needArrays("BroadcastTo", x)
 	s := ir.Shape(shape).Clone()
-	checkShape("BroadcastTo", s)
+	checkShape("BroadcastTo", s, x.typ.DType)
 	r := x.Rank()
 	if r > len(s) {
 		panic(Errorf("BroadcastTo", "cannot broadcast %v to the lower rank shape %v", x.typ, s))
@@ -160,7 +164,7 @@ func BroadcastTo(x *Array, shape ...int) *Array {
 // lax.broadcast_in_dim.
 func BroadcastInDim(x *Array, shape ir.Shape, dims []int) *Array {
 	needArrays("BroadcastInDim", x)
-	checkShape("BroadcastInDim", shape)
+	checkShape("BroadcastInDim", shape, x.typ.DType)
 	if len(dims) != x.Rank() {
 		panic(Errorf("BroadcastInDim", "%d dims for %v (rank %d)", len(dims), x.typ, x.Rank()))
 	}

@@ -270,6 +270,9 @@ func apply(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Array, re
 	if err != nil {
 		panic(Errorf(name, "%v", err))
 	}
+	for _, r := range op.Results {
+		checkShape(name, r.Type.Shape, r.Type.DType)
+	}
 	file, line := CallerLocation()
 	op.Loc = file + ":" + strconv.Itoa(line)
 	target.region.Ops = append(target.region.Ops, op)
@@ -327,6 +330,9 @@ func NewFromLiteral(l *ir.Literal) (*Array, error) {
 	if e == nil {
 		return nil, fmt.Errorf("no executor registered: import github.com/ferryml/ferry/runtime to run arrays")
 	}
+	if err := ir.CheckShape(l.Type.Shape, l.Type.DType); err != nil {
+		return nil, err
+	}
 	b, err := (*e).FromLiteral(l)
 	if err != nil {
 		return nil, err
@@ -354,8 +360,12 @@ func applyEager(code ir.Code, attrs ir.Attrs, regions []*ir.Region, args []*Arra
 		bufs[i] = a.buf
 		types[i] = a.typ
 	}
-	if _, err := ir.InferTypes(code, types, attrs, regions); err != nil {
+	if ts, err := ir.InferTypes(code, types, attrs, regions); err != nil {
 		panic(Errorf(name, "%v", err))
+	} else {
+		for _, t := range ts {
+			checkShape(name, t.Shape, t.DType)
+		}
 	}
 	key := ""
 	if len(regions) == 0 {
@@ -430,8 +440,12 @@ func (op *EagerOp) Build() *ir.Func {
 	if attrs == nil {
 		attrs = ir.Attrs{}
 	}
-	if _, err := ir.InferTypes(op.Code, op.Types, attrs, op.Regions); err != nil {
+	if ts, err := ir.InferTypes(op.Code, op.Types, attrs, op.Regions); err != nil {
 		panic(Errorf(name, "%v", err))
+	} else {
+		for _, t := range ts {
+			checkShape(name, t.Shape, t.DType)
+		}
 	}
 	f := ir.NewFunc(name)
 	// Regions of eager region ops were recorded in functions of their own:
