@@ -44,7 +44,8 @@ func warn(msg string) {
 
 // compile compiles the traced function with the default backend, warns
 // about donated arguments the executable does not reuse and writes the
-// memory report when FERRY_MEMORY_REPORT asks for it.
+// memory report when FERRY_MEMORY_REPORT asks for it (not for the memory
+// budget's rate probes).
 func (l *Lowered) compile() (Executable, error) {
 	exe := l.planned // the memory budget's planner compiled it already
 	l.planned = nil
@@ -57,7 +58,9 @@ func (l *Lowered) compile() (Executable, error) {
 	if msg := unusedDonations(l, exe.Program()); msg != "" {
 		warn(msg)
 	}
-	maybeWriteMemoryReport(l.Func.Name, exe.Program())
+	if !l.noDump { // the budget's rate probes are not the user's programs
+		maybeWriteMemoryReport(l.Func.Name, exe.Program())
+	}
 	return exe, nil
 }
 
