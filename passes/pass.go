@@ -144,6 +144,9 @@ var Pipeline = []Pass{
 // dumpSeq numbers the compilations of this process in dump file names.
 var dumpSeq atomic.Int64
 
+// dumpWarned says the failure of a $FERRY_DUMP_IR dump was reported.
+var dumpWarned atomic.Bool
+
 // Compile runs the pipeline on a clone of f (f is never changed) and returns
 // the program. f must verify; len(opts.Donated) must not exceed the number of
 // parameters.
@@ -153,7 +156,9 @@ var dumpSeq atomic.Int64
 // as NNN-<func>-PP-<pass>.ir, where NNN counts the compilations of the process
 // and PP is the pass's 1-based position in Pipeline. After buffer assignment
 // and memory analysis the file ends with the plan (PlanString) as // comments,
-// so every file still parses.
+// so every file still parses. A dump that cannot be written fails the compile
+// for opts.DumpDir; for $FERRY_DUMP_IR it is a warning on standard error
+// (once per process) and the compile goes on without dumping.
 func Compile(f *ir.Func, opts Options) (*Program, error) {
 	if err := ir.Verify(f); err != nil {
 		return nil, fmt.Errorf("passes: input: %w", err)
@@ -180,18 +185,33 @@ func Compile(f *ir.Func, opts Options) (*Program, error) {
 	st.Options.Donated = make([]bool, len(f.Body.Params))
 	copy(st.Options.Donated, opts.Donated)
 
-	dir := opts.DumpDir
+	dir, fromEnv := opts.DumpDir, false
 	if dir == "" {
-		dir = os.Getenv("FERRY_DUMP_IR")
+		dir, fromEnv = os.Getenv("FERRY_DUMP_IR"), true
 	}
 	if opts.NoDump {
 		dir = ""
 	}
 	var d *dumper
+	// dumpFailed handles a failed dump: an error for Options.DumpDir; for
+	// $FERRY_DUMP_IR, a debugging aid, a warning (once per process) and no
+	// more dumps of this compile, which goes on.
+	dumpFailed := func(err error) error {
+		if !fromEnv {
+			return err
+		}
+		if !dumpWarned.Swap(true) {
+			fmt.Fprintf(os.Stderr, "ferry: warning: FERRY_DUMP_IR=%s: %v; compiling without dumping the IR\n", dir, err)
+		}
+		d = nil
+		return nil
+	}
 	if dir != "" {
 		d = &dumper{dir: dir, seq: dumpSeq.Add(1) - 1, name: FileName(f.Name)}
 		if err := d.write(0, "input", st, false); err != nil {
-			return nil, err
+			if err := dumpFailed(err); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for i, p := range Pipeline {
@@ -213,7 +233,9 @@ func Compile(f *ir.Func, opts Options) (*Program, error) {
 		}
 		if d != nil {
 			if err := d.write(i+1, p.Name, st, st.Program != nil && st.Program.Plan != nil); err != nil {
-				return nil, err
+				if err := dumpFailed(err); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}

@@ -44,7 +44,7 @@ func putScratch(s *callScratch) {
 func fastWrapper[F any](j *Jitted[F]) (f F, ok bool) {
 	must := func(out *trace.Array, err error) *trace.Array {
 		if err != nil {
-			panic(err)
+			panic(asTraceError(err))
 		}
 		return out
 	}

@@ -168,8 +168,9 @@ func (e *entry) matches(defs []*trace.TreeDef, leaves []*trace.Array) bool {
 // Arguments and results may be any trees of *trace.Array (structs, slices, maps,
 // pointers); other values in them are static and part of the cache key. If fn's
 // last result is an error, failures are returned there; otherwise they panic with
-// a *trace.Error naming the caller's line. Called while another function is being
-// traced, the jitted function is inlined.
+// a *trace.Error naming the caller's line (which wraps the error it reports, such
+// as a *MemoryBudgetError: errors.As finds it). Called while another function is
+// being traced, the jitted function is inlined.
 func Jit[F any](fn F, opts ...Option) F { return NewJitted(fn, opts...).Fn() }
 
 // NewJitted is Jit returning the *Jitted, which also gives the error-returning
@@ -204,7 +205,7 @@ func NewJitted[F any](fn F, opts ...Option) *Jitted[F] {
 		res := make([]reflect.Value, nres)
 		if err != nil {
 			if !j.errLast {
-				panic(err)
+				panic(asTraceError(err))
 			}
 			for i := range res {
 				res[i] = reflect.Zero(t.Out(i))
@@ -279,6 +280,14 @@ func (j *Jitted[F]) checkArgs(args []any) error {
 		}
 	} else if len(args) != t.NumIn() {
 		return trace.Errorf("rt.Jit", "%s takes %d arguments, got %d", j.opts.name, t.NumIn(), len(args))
+	}
+	for i, a := range args {
+		if a == nil {
+			continue
+		}
+		if at, want := reflect.TypeOf(a), j.argType(i); !at.AssignableTo(want) {
+			return trace.Errorf("rt.Jit", "%s: argument %d has type %v, but the function takes %v there", j.opts.name, i, at, want)
+		}
 	}
 	return nil
 }
@@ -778,6 +787,17 @@ func (e *entry) execute(s *callScratch, site string, want int) error {
 		s.arrays = append(s.arrays, trace.FromBuffer(b))
 	}
 	return nil
+}
+
+// asTraceError is err as the *trace.Error a jitted function without an error
+// result panics with: err itself if it is one, else a *trace.Error naming
+// the caller's line and wrapping err.
+func asTraceError(err error) *trace.Error {
+	te := trace.WrapError("rt.Jit", err)
+	if te.Err == err {
+		te.Msg = strings.TrimPrefix(te.Msg, "rt.Jit: ")
+	}
+	return te
 }
 
 // holdError is the error of op (on function fn, if named) for an error of
