@@ -158,6 +158,10 @@ func TestMemoryReportBudget(t *testing.T) {
 		if v.Action == "recompute" && !(v.Flops > 0 && g.Cost == "recompute") || v.Action == "offload" && g.Cost != "transfer" {
 			t.Errorf("decision %d: %s with %g FLOPs, cost %q", i, v.Action, v.Flops, g.Cost)
 		}
+		// The planner counts at least one FLOP per element it writes again.
+		if v.Action == "recompute" && strings.HasPrefix(v.Type, "f32[") && v.Flops < float64(v.Bytes/4) {
+			t.Errorf("decision %d: recomputing %s (%d bytes) counts %g FLOPs", i, v.Type, v.Bytes, v.Flops)
+		}
 		if v.Action != "keep" {
 			moved++
 		}
