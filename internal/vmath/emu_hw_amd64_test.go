@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	e "github.com/ferryml/ferry/internal/amd64enc"
@@ -207,7 +208,11 @@ func TestEmuInstructionsMatchHardware(t *testing.T) {
 					ex.call(&args[0])
 					args[3] = uint64(uintptrOf32(&em[0]))
 					m.R[x86emu.RDI] = uint64(uintptrOf64(&args[0]))
-					if err := m.Call(code, 0); err != nil {
+					err := m.Call(code, 0)
+					runtime.KeepAlive(args) // the interpreter holds only addresses
+					runtime.KeepAlive(in)
+					runtime.KeepAlive(em)
+					if err != nil {
 						t.Fatalf("%s: %v", c.name, err)
 					}
 					for i := range hw {

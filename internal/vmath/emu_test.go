@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"unsafe"
 
@@ -70,9 +71,14 @@ func (ec *emuChain) run(vals []*float32, n int, nt bool) error {
 		}
 	}
 	args := make([]uint64, 1+len(c.used)) // heap: the interpreter keeps its address
+	// The interpreter holds only addresses: keep what they point to alive
+	// through every call (the garbage collector may run in one).
 	call := func() error {
 		ec.m.R[x86emu.RDI] = uint64(uintptrOf64(&args[0]))
-		return ec.m.Call(code, 0)
+		err := ec.m.Call(code, 0)
+		runtime.KeepAlive(args)
+		runtime.KeepAlive(vals)
+		return err
 	}
 	whole := n &^ (c.lanes - 1)
 	if c.lanes == 16 {
@@ -111,7 +117,9 @@ func (ec *emuChain) run(vals []*float32, n int, nt bool) error {
 		}
 		args[1+s] = uint64(uintptrOf(&sc[0]))
 	}
-	if err := call(); err != nil {
+	err := call()
+	runtime.KeepAlive(buf)
+	if err != nil {
 		return err
 	}
 	for s, v := range c.used {

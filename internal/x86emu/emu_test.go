@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/big"
+	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
@@ -105,7 +106,9 @@ func callAsm(t *testing.T, m *Machine, a *e.Asm, args []uint64) error {
 		t.Fatal(err)
 	}
 	m.R[RDI] = uint64(uintptr(unsafe.Pointer(&args[0])))
-	return m.Call(code, 0)
+	err = m.Call(code, 0)
+	runtime.KeepAlive(args) // the interpreter holds only its address
+	return err
 }
 
 // TestLoopProgram runs an encoder-built loop (y[i] = x[i]*c + y[i] over n
@@ -172,6 +175,7 @@ func TestLoopProgram(t *testing.T) {
 			if err := callAsm(t, &m, &a, args); err != nil {
 				t.Fatal(err)
 			}
+			runtime.KeepAlive(xs)
 			for i := range ys {
 				if math.Float32bits(ys[i]) != math.Float32bits(want[i]) {
 					t.Fatalf("vex %v n=%d: y[%d] = %v, want %v", vex, n, i, ys[i], want[i])
