@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"fmt"
 	"reflect"
 
 	"github.com/ferryml/ferry/ir"
@@ -199,6 +200,7 @@ func ValueAndGradAux[P, A any](fn func(params P) (*Array, A)) func(params P) (*A
 		if err != nil {
 			panic(Errorf("Grad", "flattening the argument: %v", err))
 		}
+		adCheckParams("Grad", "the argument", def, leaves)
 		var auxDef *TreeDef
 		outs, pb := VJP(func(ls []*Array) []*Array {
 			p, err := UnflattenAs[P](def, ls)
@@ -226,6 +228,27 @@ func ValueAndGradAux[P, A any](fn func(params P) (*Array, A)) func(params P) (*A
 			panic(Errorf("Grad", "%v", err))
 		}
 		return outs[0], aux, g
+	}
+}
+
+// adCheckParams checks that the leaves a gradient is taken with respect to
+// are floats, as jax.grad requires ("grad requires real- or complex-valued
+// inputs"): the gradient with respect to an integer or bool has no meaning,
+// and zeros would hide the mistake. what names the argument, def its tree.
+func adCheckParams(op, what string, def *TreeDef, leaves []*Array) {
+	var paths []string
+	for i, l := range leaves {
+		if l == nil || adFloat(l.DType()) {
+			continue
+		}
+		if paths == nil {
+			paths = def.Paths()
+		}
+		name := what
+		if i < len(paths) && paths[i] != "" {
+			name += " " + paths[i]
+		}
+		panic(Errorf(op, "grad requires float inputs, but %s is %v: differentiate with respect to float arrays only (close over the others, or use VJP, whose cotangent for an integer input is nil)", name, l.Type()))
 	}
 }
 
@@ -298,6 +321,7 @@ func adGradN(name string, fn any, argnums []int, withValue bool) any {
 			if err != nil {
 				panic(Errorf(name, "flattening argument %d: %v", a, err))
 			}
+			adCheckParams(name, fmt.Sprintf("argument %d", a), d, ls)
 			defs[q] = d
 			leaves = append(leaves, ls...)
 		}

@@ -276,11 +276,15 @@ func Reciprocal(x *Array) *Array {
 	return markWeak(Apply1(ir.Div, nil, FullLike(x, 1), x), x.weak)
 }
 
-// Relu returns max(x, 0) elementwise (NaN propagates).
+// Relu returns max(x, 0) elementwise (NaN propagates). Its derivative is 1
+// where x > 0 and 0 elsewhere, 0 at x = 0 included, as jax.nn.relu defines it
+// (Maximum's derivative at a tie is 1/2 for each side).
 func Relu(x *Array) *Array {
 	needArrays("Relu", x)
 	checkKind("Relu", ir.NumericDTypes, x)
-	return Maximum(x, scalarLike(x, 0))
+	zero := scalarLike(x, 0)
+	// x <= 0 is false for NaN, which passes through.
+	return markWeak(Where(LessEqual(x, zero), zero, x), x.weak && x.Rank() == 0)
 }
 
 // Gelu returns the Gaussian error linear unit of a float array: with approximate,
