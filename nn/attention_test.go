@@ -348,11 +348,19 @@ func TestDotProductAttentionErrors(t *testing.T) {
 		want string
 	}{
 		{func() { nn.DotProductAttention(q, k, k, nn.AttentionOptions{}) }, "not a multiple"},
-		{func() { nn.DotProductAttention(q, q, trace.Zeros(ir.Shape{1, 2, 3, 4}, ir.BFloat16), nn.AttentionOptions{}) }, "share a float dtype"},
-		{func() { nn.DotProductAttention(q, q, q, nn.AttentionOptions{Mask: trace.Zeros(ir.Shape{2, 2}, ir.Float32)}) }, "must be bool"},
-		{func() { nn.DotProductAttention(q, q, q, nn.AttentionOptions{Bias: trace.Zeros(ir.Shape{3, 3}, ir.Float32)}) }, "not broadcastable"},
+		{func() {
+			nn.DotProductAttention(q, q, trace.Zeros(ir.Shape{1, 2, 3, 4}, ir.BFloat16), nn.AttentionOptions{})
+		}, "share a float dtype"},
+		{func() {
+			nn.DotProductAttention(q, q, q, nn.AttentionOptions{Mask: trace.Zeros(ir.Shape{2, 2}, ir.Float32)})
+		}, "must be bool"},
+		{func() {
+			nn.DotProductAttention(q, q, q, nn.AttentionOptions{Bias: trace.Zeros(ir.Shape{3, 3}, ir.Float32)})
+		}, "not broadcastable"},
 		{func() { nn.DotProductAttention(q, q, q, nn.AttentionOptions{BlockSize: 3}) }, "does not divide"},
-		{func() { nn.DotProductAttention(q, q, trace.Zeros(ir.Shape{1, 2, 4}, ir.Float32), nn.AttentionOptions{}) }, "[B, T, N, H]"},
+		{func() {
+			nn.DotProductAttention(q, q, trace.Zeros(ir.Shape{1, 2, 4}, ir.Float32), nn.AttentionOptions{})
+		}, "[B, T, N, H]"},
 	} {
 		var err error
 		func() {
