@@ -279,13 +279,31 @@ func Reciprocal(x *Array) *Array {
 // Relu returns max(x, 0) elementwise (NaN propagates). Its derivative is 1
 // where x > 0 and 0 elsewhere, 0 at x = 0 included, as jax.nn.relu defines it
 // (Maximum's derivative at a tie is 1/2 for each side).
+//
+// The forward pass is one max (one instruction of a fused chain); the
+// backward pass is select(y > 0, g, 0) over the output y, which the
+// gradient of a following matrix product keeps anyway, so Relu saves no
+// array of its own and its gradient fuses as a compare joined to a select.
 func Relu(x *Array) *Array {
 	needArrays("Relu", x)
 	checkKind("Relu", ir.NumericDTypes, x)
-	zero := scalarLike(x, 0)
-	// x <= 0 is false for NaN, which passes through.
-	return markWeak(Where(LessEqual(x, zero), zero, x), x.weak && x.Rank() == 0)
+	if !adFloat(x.DType()) {
+		return Maximum(x, scalarLike(x, 0))
+	}
+	return reluVJP(x)[0]
 }
+
+// reluVJP is Relu of a float array with its derivative, 0 at 0.
+var reluVJP = CustomVJP(
+	func(x []*Array) (outs, residuals []*Array) {
+		y := markWeak(Maximum(x[0], scalarLike(x[0], 0)), x[0].weak && x[0].Rank() == 0)
+		return []*Array{y}, []*Array{y}
+	},
+	func(res, cts []*Array) []*Array {
+		y, g := res[0], cts[0]
+		// y > 0 is false at 0 and for NaN: those get a zero cotangent.
+		return []*Array{Where(Greater(y, scalarLike(y, 0)), g, ZerosLike(g))}
+	})
 
 // Gelu returns the Gaussian error linear unit of a float array: with approximate,
 // the tanh form 0.5x(1+tanh(√(2/π)(x+0.044715x³))), computed as the equal
