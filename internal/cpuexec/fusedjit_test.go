@@ -291,3 +291,22 @@ func hasMaskOps(code []vmath.Instr) bool {
 	}
 	return false
 }
+
+// boolMasks gives every bit set for any nonzero byte and zero for zero.
+func TestBoolMasks(t *testing.T) {
+	src := make([]byte, 256)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	dst := make([]float32, len(src))
+	boolMasks(dst, src)
+	for i, v := range dst {
+		want := uint32(0xffffffff)
+		if i == 0 {
+			want = 0
+		}
+		if math.Float32bits(v) != want {
+			t.Fatalf("byte %d: mask %#x, want %#x", i, math.Float32bits(v), want)
+		}
+	}
+}
