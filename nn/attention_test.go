@@ -381,3 +381,42 @@ func containsStr(s, sub string) bool {
 	}
 	return false
 }
+
+// The blocked form never holds the logits of all keys: its compiled
+// program's temporaries are under half the size of the [B, N, T, S] f32
+// logits forward, and under that size backward (where the running output of
+// every block is kept), while the plain form's are at least that size.
+func TestDotProductAttentionBlockedMemory(t *testing.T) {
+	const B, T, N, H, bs = 1, 512, 4, 16, 64
+	logits := int64(B * N * T * T * 4)
+	q := trace.Zeros(ir.Shape{B, T, N, H}, ir.Float32)
+	temp := func(bs int, grad bool) int64 {
+		f := func(q, k, v *trace.Array) *trace.Array {
+			return nn.DotProductAttention(q, k, v, nn.AttentionOptions{IsCausal: true, BlockSize: bs})
+		}
+		fn := f
+		if grad {
+			fn = func(q, k, v *trace.Array) *trace.Array {
+				return trace.Grad(func(q *trace.Array) *trace.Array { return trace.Sum(f(q, k, v)) })(q)
+			}
+		}
+		low, err := rt.Lower(fn, q, q, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := low.Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.MemoryAnalysis().TempBytes
+	}
+	if p := temp(0, false); p < logits {
+		t.Fatalf("the plain form's temporaries (%d bytes) are less than its logits (%d): the check below would prove nothing", p, logits)
+	}
+	if b := temp(bs, false); b > logits/2 {
+		t.Errorf("blocked: temporaries %d bytes, more than half the logits' %d", b, logits)
+	}
+	if b := temp(bs, true); b > logits {
+		t.Errorf("blocked gradient: temporaries %d bytes, more than the logits' %d", b, logits)
+	}
+}

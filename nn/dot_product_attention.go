@@ -33,8 +33,8 @@ type AttentionOptions struct {
 	// block, [B, N, T, BlockSize], exist at a time instead of [B, N, T, S].
 	// S must be a multiple of BlockSize. The result equals the plain
 	// computation up to rounding. Under autodiff each block's step is
-	// rematerialised, so the backward pass does not keep every block's
-	// logits either.
+	// rematerialised, so the backward pass keeps no block's logits; it
+	// keeps each step's running output ([B, T, N, Hv] per block of keys).
 	BlockSize int
 }
 
