@@ -90,7 +90,9 @@ func TestModelFamilies(t *testing.T) {
 			first.data = append(first.data, x.data[b*T*8:b*T*8+8]...)
 		}
 		checkClose(t, "Bert.Pool", m.Pool(h), ir.Float32, mapT(refLinear(first, m.Pooler), math.Tanh), tol)
-		checkPaddedPrefix(t, "bert", func(ids *trace.Array, ctx nn.Context, _ ...nn.StackOption) *trace.Array { return m.Encode(ids, nil, ctx) }, r, V, T)
+		checkPaddedPrefix(t, "bert", func(ids *trace.Array, ctx nn.Context, _ ...nn.StackOption) *trace.Array {
+			return m.Encode(ids, nil, ctx)
+		}, r, V, T)
 	})
 	t.Run("gpt2", func(t *testing.T) {
 		c := nn.GPT2Config{Vocab: V, MaxPositions: 8, Layers: 2, D: 8, Heads: 2}
