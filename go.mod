@@ -6,6 +6,7 @@ require (
 	github.com/ebitengine/purego v0.11.3
 	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/text v0.23.0
 	gonum.org/v1/gonum v0.17.0
 	gorgonia.org/tensor v0.9.24
 )
