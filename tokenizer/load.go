@@ -437,11 +437,11 @@ func parsePost(raw json.RawMessage) (postProcessor, error) {
 		}, nil
 	case "TemplateProcessing":
 		var p struct {
-			Single        []map[string]struct {
+			Single []map[string]struct {
 				ID     string `json:"id"`
 				TypeID int    `json:"type_id"`
 			} `json:"single"`
-			Pair          []map[string]struct {
+			Pair []map[string]struct {
 				ID     string `json:"id"`
 				TypeID int    `json:"type_id"`
 			} `json:"pair"`

@@ -292,4 +292,3 @@ func (m *bpe) mergeWord(word string) ([]piece, error) {
 	}
 	return out, nil
 }
-
