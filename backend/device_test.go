@@ -21,7 +21,7 @@ func TestOutOfMemoryNamesDevice(t *testing.T) {
 	if e.Device != 2 || len(e.Largest) != 1 || e.Largest[0].What != "a" || e.Largest[0].Device != 2 {
 		t.Fatalf("report %+v lists %+v, want device 2's device allocation a only", e, e.Largest)
 	}
-	if msg := e.Error(); !strings.HasPrefix(msg, "out of memory in device memory of cpu:2: cannot allocate 200 B (200 bytes) for output 0 of f") {
+	if msg := e.Error(); !strings.HasPrefix(msg, "out of memory in device memory of cpu:2: cannot allocate 200 B for output 0 of f") {
 		t.Errorf("report does not name the device:\n%s", msg)
 	}
 	one := &OutOfMemoryError{Platform: "cpu", Space: ir.Device, Requested: 10, Devices: 1}

@@ -269,18 +269,51 @@ func DeviceName(platform string, id int) string {
 	return platform + ":" + strconv.Itoa(id)
 }
 
-// FormatBytes prints a byte count for humans: "512 B", "4.00 KiB", "1.50 GiB".
+// FormatBytes prints a byte count for humans in the binary unit that fits it,
+// with three significant digits and no trailing zeros: "0 B", "512 B",
+// "4.5 KiB", "48.1 MiB", "1.23 GiB", "1 TiB". Counts below 1 KiB are exact;
+// larger ones are rounded (use the exact count beside it where it matters, as
+// the out-of-memory report does). A negative count prints with a minus sign.
 func FormatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
+	if n < 0 {
+		if n == math.MinInt64 {
+			return "-8 EiB"
+		}
+		return "-" + FormatBytes(-n)
 	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
-		div *= unit
-		exp++
+	if n < 1024 {
+		return strconv.FormatInt(n, 10) + " B"
 	}
-	return fmt.Sprintf("%.2f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+	const units = "KMGTPE"
+	v, u := float64(n)/1024, 0
+	for v >= 1024 && u < len(units)-1 {
+		v /= 1024
+		u++
+	}
+	prec := 0
+	switch {
+	case v < 10:
+		prec = 2
+	case v < 100:
+		prec = 1
+	}
+	s := strconv.FormatFloat(v, 'f', prec, 64)
+	if s == "1024" && u < len(units)-1 { // 1023.5 KiB and up round to the next unit
+		s, u = "1", u+1
+	}
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s + " " + units[u:u+1] + "iB"
+}
+
+// formatExact prints a byte count as FormatBytes does, followed by the exact
+// count where FormatBytes rounds it: "512 B", "4.5 KiB (4608 bytes)".
+func formatExact(n int64) string {
+	if n > -1024 && n < 1024 {
+		return FormatBytes(n)
+	}
+	return fmt.Sprintf("%s (%d bytes)", FormatBytes(n), n)
 }
 
 // formatLimit prints a capacity or limit, 0 meaning unlimited.
@@ -288,7 +321,7 @@ func formatLimit(n int64) string {
 	if n == 0 {
 		return "unlimited"
 	}
-	return fmt.Sprintf("%s (%d bytes)", FormatBytes(n), n)
+	return formatExact(n)
 }
 
 // MemStats describes one memory pool (see MemoryStats).
@@ -388,15 +421,15 @@ func (e *OutOfMemoryError) Error() string {
 	if e.Devices > 1 || e.Device != 0 {
 		of = " of " + DeviceName(e.Platform, e.Device)
 	}
-	fmt.Fprintf(&b, "out of memory in %s memory%s: cannot allocate %s (%d bytes)%s\n", e.Space, of, FormatBytes(e.Requested), e.Requested, what)
+	fmt.Fprintf(&b, "out of memory in %s memory%s: cannot allocate %s%s\n", e.Space, of, formatExact(e.Requested), what)
 	fmt.Fprintf(&b, "  allocator %s: capacity %s, limit %s, reserved %s, in use %s, largest free block %s",
 		e.Allocator, formatLimit(e.Capacity), formatLimit(e.Limit), FormatBytes(e.Reserved), FormatBytes(e.InUse), FormatBytes(e.LargestFree))
 	if e.Note != "" {
 		fmt.Fprintf(&b, "\n  %s", e.Note)
 	}
 	if e.Fragmented {
-		fmt.Fprintf(&b, "\n  fragmentation: %s (%d bytes) is free in %d blocks, enough in total, but the largest free block is %s (%d bytes)",
-			FormatBytes(e.FreeBytes), e.FreeBytes, e.FreeBlocks, FormatBytes(e.LargestFree), e.LargestFree)
+		fmt.Fprintf(&b, "\n  fragmentation: %s is free in %d blocks, enough in total, but the largest free block is %s",
+			formatExact(e.FreeBytes), e.FreeBlocks, formatExact(e.LargestFree))
 		if e.FreeBytes > e.LargestFree && e.Limit > e.Reserved {
 			fmt.Fprintf(&b, " and a new region may take only %s", FormatBytes(e.Limit-e.Reserved))
 		}
@@ -465,7 +498,7 @@ func (l LiveArray) Describe() string {
 	return l.What
 }
 
-// String formats the entry as "4.00 KiB f32[1024] at x_test.go:12".
+// String formats the entry as "4 KiB f32[1024] at x_test.go:12".
 func (l LiveArray) String() string {
 	return fmt.Sprintf("%s %s at %s", FormatBytes(l.Bytes), l.Describe(), l.Site)
 }

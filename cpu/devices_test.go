@@ -133,7 +133,7 @@ func TestDevicePreallocationAndOOM(t *testing.T) {
 	require.True(t, errors.As(err, &oom))
 	require.Equal(t, 2, oom.Device)
 	require.Equal(t, 4, oom.Devices)
-	require.Contains(t, oom.Error(), "out of memory in device memory of cpu:2: cannot allocate 768.00 KiB")
+	require.Contains(t, oom.Error(), "out of memory in device memory of cpu:2: cannot allocate 768 KiB")
 	_, rel3, err := MemoryPools().AllocOn(3, ir.Device, 3<<18, "fits")
 	require.NoError(t, err)
 	rel3()

@@ -47,7 +47,7 @@ func TestAlignedBytes(t *testing.T) {
 }
 
 func TestFormatBytes(t *testing.T) {
-	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.00 KiB", 3 << 29: "1.50 GiB", 5 << 40: "5.00 TiB"} {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1 KiB", 3 << 29: "1.5 GiB", 5 << 40: "5 TiB"} {
 		require.Equal(t, want, backend.FormatBytes(n))
 	}
 }

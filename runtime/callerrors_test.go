@@ -45,6 +45,12 @@ func TestImpossibleBudgetErrorPaths(t *testing.T) {
 	var mbe *rt.MemoryBudgetError
 	_, err := rt.NewJitted(fn, rt.MemoryBudget(16)).Call(x)
 	require.True(t, errors.As(err, &mbe), "%T %v", err, err)
+	// Every figure is printed in a unit that fits it: the budget in bytes,
+	// the 4 KiB matrices in KiB, never as "0.00 MiB".
+	require.Contains(t, err.Error(), "no plan fits the memory budget of 16 B: the smallest budget that fits is ")
+	require.Contains(t, err.Error(), "argument 4 KiB + output ")
+	require.NotContains(t, err.Error(), "0.00")
+	require.NotContains(t, err.Error(), "MiB")
 	withErr := rt.Jit(func(x *trace.Array) (*trace.Array, error) { return fn(x), nil }, rt.MemoryBudget(16))
 	_, err = withErr(x)
 	require.True(t, errors.As(err, &mbe), "%T %v", err, err)
@@ -61,7 +67,7 @@ func TestImpossibleBudgetErrorPaths(t *testing.T) {
 				require.True(t, ok, "%s: panicked with %T, want *trace.Error", name, r)
 				require.True(t, errors.As(te, &mbe), name)
 				require.Contains(t, te.Error(), "callerrors_test.go", name)
-				require.Contains(t, te.Error(), "no plan fits the memory budget of 16 bytes", name)
+				require.Contains(t, te.Error(), "no plan fits the memory budget of 16 B:", name)
 				require.NotContains(t, te.Error(), "rt.Jit: rt.Jit", name)
 			}()
 			call()

@@ -80,16 +80,22 @@ func TestOutOfMemoryFragmentationGrowth(t *testing.T) {
 	rel1()
 }
 
-// fmtBytes is the report's byte format, written independently: two decimals
-// in the largest binary unit reached, plain bytes below 1 KiB.
+// fmtBytes is the report's byte format, written independently: plain bytes
+// below 1 KiB, else three significant digits (%.3g, whole units from 1000
+// on) in the largest binary unit reached.
 func fmtBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.2f KiB", float64(n)/(1<<10))
+	if n < 1<<10 {
+		return fmt.Sprintf("%d B", n)
 	}
-	return fmt.Sprintf("%d B", n)
+	v, unit := float64(n), ""
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		if v < 1<<10 {
+			break
+		}
+		v, unit = v/(1<<10), u
+	}
+	if v >= 1000 {
+		return fmt.Sprintf("%.0f %s", v, unit)
+	}
+	return fmt.Sprintf("%.3g %s", v, unit)
 }

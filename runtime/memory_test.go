@@ -256,9 +256,9 @@ func TestOutOfMemoryReport(t *testing.T) {
 	msg := err.Error()
 	t.Log(msg)
 	for _, want := range []string{
-		"out of memory in device memory: cannot allocate 600.00 KiB (614400 bytes) for output 0 of f",
-		"capacity 1.00 MiB (1048576 bytes)",
-		"512.00 KiB  f32[131072]  made at " + bigSite,
+		"out of memory in device memory: cannot allocate 600 KiB (614400 bytes) for output 0 of f",
+		"capacity 1 MiB (1048576 bytes)",
+		"512 KiB  f32[131072]  made at " + bigSite,
 		"temp arena of g",
 		"i32[10,100]  made at " + smallSite,
 		rt.EnvDeviceMemory,

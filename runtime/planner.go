@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"
@@ -449,14 +450,24 @@ type MemoryBudgetError struct {
 func (e *MemoryBudgetError) Error() string {
 	hint := ""
 	if io := e.Analysis.ArgumentBytes + e.Analysis.OutputBytes - e.Analysis.AliasBytes; 2*io > e.Minimum {
-		hint = fmt.Sprintf("; arguments and results are %s of it, and the planner moves to pinned_host only stacked layer weights (arguments read only as scans' xs) and optimizer state (donated arguments read elementwise and returned updated at the same position): other arguments can live there by hand (rt.DevicePut, optim.InitIn, rt.OutSpace)", mib(io))
+		hint = fmt.Sprintf("; arguments and results are %s of it, and the planner moves to pinned_host only stacked layer weights (arguments read only as scans' xs) and optimizer state (donated arguments read elementwise and returned updated at the same position): other arguments can live there by hand (rt.DevicePut, optim.InitIn, rt.OutSpace)", fmtBytes(io))
 	}
-	return fmt.Sprintf("rt.Jit: %s: no plan fits the memory budget of %d bytes (%s): the smallest budget that fits is %d bytes (%s), with every residual it plans recomputed or offloaded (%d bytes with everything kept); at that plan the device total is argument %s + output %s + temp %s − alias %s; largest device buffers: %s%s",
-		e.Function, e.Budget, mib(e.Budget), e.Minimum, mib(e.Minimum), e.Baseline,
-		mib(e.Analysis.ArgumentBytes), mib(e.Analysis.OutputBytes), mib(e.Analysis.TempBytes), mib(e.Analysis.AliasBytes), strings.Join(e.Dominant, "; "), hint)
+	return fmt.Sprintf("rt.Jit: %s: no plan fits the memory budget of %s: the smallest budget that fits is %s, with every residual it plans recomputed or offloaded (%s with everything kept); at that plan the device total is argument %s + output %s + temp %s − alias %s; largest device buffers: %s%s",
+		e.Function, exactBytes(e.Budget), exactBytes(e.Minimum), exactBytes(e.Baseline),
+		fmtBytes(e.Analysis.ArgumentBytes), fmtBytes(e.Analysis.OutputBytes), fmtBytes(e.Analysis.TempBytes), fmtBytes(e.Analysis.AliasBytes), strings.Join(e.Dominant, "; "), hint)
 }
 
-func mib(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
+// fmtBytes prints a byte count in the unit that fits it ("512 B", "48.1 MiB").
+func fmtBytes(n int64) string { return backend.FormatBytes(n) }
+
+// exactBytes is fmtBytes followed by the exact count where fmtBytes rounds
+// it: "512 B", "4.5 KiB (4608 bytes)".
+func exactBytes(n int64) string {
+	if n > -1024 && n < 1024 {
+		return fmtBytes(n)
+	}
+	return fmt.Sprintf("%s (%d bytes)", fmtBytes(n), n)
+}
 
 // budgetError builds the error for a budget below the minimum plan t.
 func (j *Jitted[F]) budgetError(budget, baseline int64, t *planTry) error {
@@ -504,7 +515,7 @@ func (j *Jitted[F]) budgetError(budget, baseline int64, t *planTry) error {
 		if i == 5 {
 			break
 		}
-		e.Dominant = append(e.Dominant, fmt.Sprintf("%s %s", mib(b.size), b.what))
+		e.Dominant = append(e.Dominant, fmt.Sprintf("%s %s", fmtBytes(b.size), b.what))
 	}
 	return e
 }

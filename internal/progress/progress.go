@@ -22,7 +22,7 @@
 // reports progress can be given none.
 //
 // Byte counts in reports are printed with backend.FormatBytes ("512 B",
-// "4.00 KiB", "1.50 GiB"); this package does not format them again.
+// "4.5 KiB", "1.23 GiB"); this package does not format them again.
 package progress
 
 import (
