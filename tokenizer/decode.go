@@ -141,3 +141,129 @@ func runeLen(r rune) int {
 }
 
 func encodeRune(p []byte, r rune) int { return utf8.EncodeRune(p, r) }
+
+// replaceDecoder replaces a string in every token.
+type replaceDecoder struct{ old, new string }
+
+func (d replaceDecoder) decode(toks []string) []string {
+	out := make([]string, len(toks))
+	for i, t := range toks {
+		out[i] = strings.ReplaceAll(t, d.old, d.new)
+	}
+	return out
+}
+
+// byteFallbackDecoder turns runs of <0xNN> tokens into the text their
+// bytes spell, or one U+FFFD per byte when they are not valid UTF-8.
+type byteFallbackDecoder struct{}
+
+func (byteFallbackDecoder) decode(toks []string) []string {
+	var out []string
+	var bytes []byte
+	flush := func() {
+		if len(bytes) == 0 {
+			return
+		}
+		if utf8.Valid(bytes) {
+			out = append(out, string(bytes))
+		} else {
+			for range bytes {
+				out = append(out, "\ufffd")
+			}
+		}
+		bytes = bytes[:0]
+	}
+	for _, t := range toks {
+		if b, ok := byteToken(t); ok {
+			bytes = append(bytes, b)
+			continue
+		}
+		flush()
+		out = append(out, t)
+	}
+	flush()
+	return out
+}
+
+// byteToken parses a byte-fallback token "<0xNN>".
+func byteToken(t string) (byte, bool) {
+	if len(t) != 6 || !strings.HasPrefix(t, "<0x") || t[5] != '>' {
+		return 0, false
+	}
+	var v byte
+	for _, c := range []byte(t[3:5]) {
+		switch {
+		case c >= '0' && c <= '9':
+			v = v<<4 | (c - '0')
+		case c >= 'a' && c <= 'f':
+			v = v<<4 | (c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			v = v<<4 | (c - 'A' + 10)
+		default:
+			return 0, false
+		}
+	}
+	return v, true
+}
+
+// fuseDecoder joins all tokens into one.
+type fuseDecoder struct{}
+
+func (fuseDecoder) decode(toks []string) []string { return []string{strings.Join(toks, "")} }
+
+// stripDecoder removes up to start leading and stop trailing occurrences of
+// a character from every token.
+type stripDecoder struct {
+	content     rune
+	start, stop int
+}
+
+func (d stripDecoder) decode(toks []string) []string {
+	out := make([]string, len(toks))
+	for i, t := range toks {
+		rs := []rune(t)
+		a, b := 0, len(rs)
+		for a < len(rs) && a < d.start && rs[a] == d.content {
+			a++
+		}
+		for k := 0; k < d.stop && b > a && rs[b-1] == d.content; k++ {
+			b--
+		}
+		out[i] = string(rs[a:b])
+	}
+	return out
+}
+
+// metaspaceDecoder turns the replacement character back into spaces; in the
+// first token it is dropped unless the prepend scheme is "never".
+type metaspaceDecoder struct {
+	replacement rune
+	prepend     string
+}
+
+func (d metaspaceDecoder) decode(toks []string) []string {
+	out := make([]string, len(toks))
+	for i, t := range toks {
+		var sb strings.Builder
+		for _, r := range t {
+			if r == d.replacement {
+				if i == 0 && d.prepend != "never" {
+					continue
+				}
+				r = ' '
+			}
+			sb.WriteRune(r)
+		}
+		out[i] = sb.String()
+	}
+	return out
+}
+
+type sequenceDecoder []decoder
+
+func (s sequenceDecoder) decode(toks []string) []string {
+	for _, d := range s {
+		toks = d.decode(toks)
+	}
+	return toks
+}

@@ -62,6 +62,9 @@ var goldenTokenizers = []struct{ name, file string }{
 	{"wp-cased", "wp-cased.json"},
 	{"wp-uncased", "wp-uncased.json"},
 	{"bbpe", "bbpe.json"},
+	{"llama2", "llama2.json"},
+	{"metaspace", "metaspace.json"},
+	{"llama3", "llama3.json"},
 }
 
 // charOffsets converts byte offsets into text to character offsets, as

@@ -356,7 +356,38 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 	return nil, unsupported("normalizer", typ, supportedNormalizers)
 }
 
-const supportedPreTokenizers = "BertPreTokenizer, ByteLevel, Whitespace, WhitespaceSplit, Sequence"
+const supportedPreTokenizers = "BertPreTokenizer, ByteLevel, Metaspace, Split with the regex of GPT-2 or Llama 3, Whitespace, WhitespaceSplit, Sequence"
+
+// prependScheme reads Metaspace's prepend_scheme, or the older
+// add_prefix_space.
+func prependScheme(scheme *string, addPrefixSpace *bool) (string, error) {
+	if scheme != nil {
+		switch s := strings.ToLower(*scheme); s {
+		case "always", "first", "never":
+			return s, nil
+		}
+		return "", fmt.Errorf("tokenizer: tokenizer.json Metaspace prepend_scheme %q is not always, first or never", *scheme)
+	}
+	if addPrefixSpace != nil && !*addPrefixSpace {
+		return "never", nil
+	}
+	return "always", nil
+}
+
+type jsonMetaspace struct {
+	Replacement    string  `json:"replacement"`
+	PrependScheme  *string `json:"prepend_scheme"`
+	AddPrefixSpace *bool   `json:"add_prefix_space"`
+	Split          *bool   `json:"split"`
+}
+
+func (m jsonMetaspace) replacement() (rune, error) {
+	rs := []rune(m.Replacement)
+	if len(rs) != 1 {
+		return 0, fmt.Errorf("tokenizer: tokenizer.json Metaspace replacement %q is not one character", m.Replacement)
+	}
+	return rs[0], nil
+}
 
 func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 	if isNull(raw) {
@@ -379,6 +410,41 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 			return nil, err
 		}
 		return byteLevelPre{addPrefixSpace: p.AddPrefixSpace == nil || *p.AddPrefixSpace, useRegex: p.UseRegex == nil || *p.UseRegex}, nil
+	case "Metaspace":
+		var m jsonMetaspace
+		if err := decodeComponent("pre-tokenizer", typ, raw, &m); err != nil {
+			return nil, err
+		}
+		r, err := m.replacement()
+		if err != nil {
+			return nil, err
+		}
+		scheme, err := prependScheme(m.PrependScheme, m.AddPrefixSpace)
+		if err != nil {
+			return nil, err
+		}
+		return metaspacePre{replacement: r, prepend: scheme, split: m.Split == nil || *m.Split}, nil
+	case "Split":
+		var p struct {
+			Pattern  map[string]string `json:"pattern"`
+			Behavior string            `json:"behavior"`
+			Invert   bool              `json:"invert"`
+		}
+		if err := decodeComponent("pre-tokenizer", typ, raw, &p); err != nil {
+			return nil, err
+		}
+		re, isRe := p.Pattern["Regex"]
+		switch {
+		case !isRe:
+			return nil, unsupported("pre-tokenizer", fmt.Sprintf("Split with the pattern %v", p.Pattern), supportedPreTokenizers)
+		case p.Behavior != "Isolated" || p.Invert:
+			return nil, unsupported("pre-tokenizer", fmt.Sprintf("Split with behavior %s and invert %v", p.Behavior, p.Invert), supportedPreTokenizers)
+		case re == gpt2Pattern:
+			return regexSplit{gpt2Match}, nil
+		case re == llama3Pattern:
+			return regexSplit{llama3Match}, nil
+		}
+		return nil, unsupported("pre-tokenizer", fmt.Sprintf("Split with the regex %q", re), supportedPreTokenizers)
 	case "Sequence":
 		var p struct {
 			PreTokenizers []json.RawMessage `json:"pretokenizers"`
@@ -524,7 +590,7 @@ func parsePost(raw json.RawMessage) (postProcessor, error) {
 	return nil, unsupported("post-processor", typ, supportedPost)
 }
 
-const supportedDecoders = "WordPiece, ByteLevel"
+const supportedDecoders = "WordPiece, ByteLevel, Metaspace, Replace with a string pattern, ByteFallback, Fuse, Strip, Sequence"
 
 func parseDecoder(raw json.RawMessage) (decoder, error) {
 	if isNull(raw) {
@@ -547,6 +613,69 @@ func parseDecoder(raw json.RawMessage) (decoder, error) {
 		return w, nil
 	case "ByteLevel":
 		return byteLevelDecoder{}, nil
+	case "Metaspace":
+		var m jsonMetaspace
+		if err := decodeComponent("decoder", typ, raw, &m); err != nil {
+			return nil, err
+		}
+		r, err := m.replacement()
+		if err != nil {
+			return nil, err
+		}
+		scheme, err := prependScheme(m.PrependScheme, m.AddPrefixSpace)
+		if err != nil {
+			return nil, err
+		}
+		return metaspaceDecoder{replacement: r, prepend: scheme}, nil
+	case "Replace":
+		var d struct {
+			Pattern map[string]string `json:"pattern"`
+			Content string            `json:"content"`
+		}
+		if err := decodeComponent("decoder", typ, raw, &d); err != nil {
+			return nil, err
+		}
+		p, ok := d.Pattern["String"]
+		if !ok {
+			return nil, unsupported("decoder", "Replace with a regex pattern", supportedDecoders)
+		}
+		return replaceDecoder{p, d.Content}, nil
+	case "ByteFallback":
+		return byteFallbackDecoder{}, nil
+	case "Fuse":
+		return fuseDecoder{}, nil
+	case "Strip":
+		var d struct {
+			Content string `json:"content"`
+			Start   int    `json:"start"`
+			Stop    int    `json:"stop"`
+		}
+		if err := decodeComponent("decoder", typ, raw, &d); err != nil {
+			return nil, err
+		}
+		rs := []rune(d.Content)
+		if len(rs) != 1 {
+			return nil, fmt.Errorf("tokenizer: tokenizer.json decoder Strip content %q is not one character", d.Content)
+		}
+		return stripDecoder{content: rs[0], start: d.Start, stop: d.Stop}, nil
+	case "Sequence":
+		var d struct {
+			Decoders []json.RawMessage `json:"decoders"`
+		}
+		if err := decodeComponent("decoder", typ, raw, &d); err != nil {
+			return nil, err
+		}
+		var seq sequenceDecoder
+		for _, r := range d.Decoders {
+			x, err := parseDecoder(r)
+			if err != nil {
+				return nil, err
+			}
+			if x != nil {
+				seq = append(seq, x)
+			}
+		}
+		return seq, nil
 	}
 	return nil, unsupported("decoder", typ, supportedDecoders)
 }

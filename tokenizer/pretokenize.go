@@ -241,3 +241,135 @@ func toByteLevel(cs []nchar) []nchar {
 	}
 	return out
 }
+
+// metaspacePre is the Metaspace pre-tokenizer (SentencePiece's "▁" for
+// spaces): spaces become the replacement, which is prepended to the text
+// (always, or only to the first piece of the text), and with split each
+// replacement starts a new word.
+type metaspacePre struct {
+	replacement rune
+	prepend     string // "always", "first" or "never"
+	split       bool
+}
+
+func (p metaspacePre) preTokenize(cs []nchar, emit func([]nchar)) {
+	if len(cs) == 0 {
+		return
+	}
+	out := make([]nchar, 0, len(cs)+1)
+	for _, c := range cs {
+		if c.r == ' ' {
+			c.r = p.replacement
+		}
+		out = append(out, c)
+	}
+	if out[0].r != p.replacement && (p.prepend == "always" || p.prepend == "first" && out[0].start == 0) {
+		out = append([]nchar{{p.replacement, out[0].start, out[0].end}}, out...)
+	}
+	if !p.split {
+		emit(out)
+		return
+	}
+	start := 0
+	for i := 1; i < len(out); i++ {
+		if out[i].r == p.replacement {
+			emit(out[start:i])
+			start = i
+		}
+	}
+	emit(out[start:])
+}
+
+// regexSplit is the Split pre-tokenizer with a regex this package knows
+// (Go's regexp has no lookahead, so each is matched by hand), isolating
+// every match.
+type regexSplit struct {
+	match func(cs []nchar, i int) int
+}
+
+func (p regexSplit) preTokenize(cs []nchar, emit func([]nchar)) {
+	for i := 0; i < len(cs); {
+		j := p.match(cs, i)
+		emit(cs[i:j])
+		i = j
+	}
+}
+
+// gpt2Pattern and llama3Pattern are the split regexes of GPT-2 and Llama 3.
+const (
+	gpt2Pattern   = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+	llama3Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+)
+
+// llama3Match returns the end of Llama 3's pattern (llama3Pattern) matched
+// at cs[i], trying the alternatives in order.
+func llama3Match(cs []nchar, i int) int {
+	n := len(cs)
+	c := cs[i].r
+	if c == '\'' && i+1 < n {
+		switch unicode.ToLower(cs[i+1].r) {
+		case 's', 't', 'm', 'd':
+			return i + 2
+		case 'r', 'v':
+			if i+2 < n && unicode.ToLower(cs[i+2].r) == 'e' {
+				return i + 3
+			}
+		case 'l':
+			if i+2 < n && unicode.ToLower(cs[i+2].r) == 'l' {
+				return i + 3
+			}
+		}
+	}
+	letters := func(j int) int {
+		for j < n && unicode.IsLetter(cs[j].r) {
+			j++
+		}
+		return j
+	}
+	isNL := func(r rune) bool { return r == '\r' || r == '\n' }
+	// [^\r\n\p{L}\p{N}]?\p{L}+
+	if unicode.IsLetter(c) {
+		return letters(i + 1)
+	}
+	if !isNL(c) && !unicode.IsNumber(c) && i+1 < n && unicode.IsLetter(cs[i+1].r) {
+		return letters(i + 2)
+	}
+	// \p{N}{1,3}
+	if unicode.IsNumber(c) {
+		j := i + 1
+		for j < n && j < i+3 && unicode.IsNumber(cs[j].r) {
+			j++
+		}
+		return j
+	}
+	// ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+	k := i
+	if c == ' ' && i+1 < n {
+		k = i + 1
+	}
+	if isGPT2Other(cs[k].r) {
+		j := k + 1
+		for j < n && isGPT2Other(cs[j].r) {
+			j++
+		}
+		for j < n && isNL(cs[j].r) {
+			j++
+		}
+		return j
+	}
+	// c is whitespace. \s*[\r\n]+ ends after the run's last newline.
+	j := i + 1
+	for j < n && unicode.IsSpace(cs[j].r) {
+		j++
+	}
+	for p := j - 1; p >= i; p-- {
+		if isNL(cs[p].r) {
+			return p + 1
+		}
+	}
+	// \s+(?!\S), then \s+.
+	if j < n && j-i >= 2 {
+		return j - 1
+	}
+	return j
+}

@@ -21,7 +21,16 @@ The tokenizers:
                    24 and padding to a multiple of 8;
   bbpe             a byte-level BPE trained here (add_prefix_space, trimmed
                    offsets) with added tokens that use lstrip, rstrip and
-                   single_word.
+                   single_word;
+  llama2           a BPE trained here laid out as Llama 2's tokenizer.json:
+                   Prepend("▁") and Replace(" ", "▁") normalizers, <0xNN>
+                   byte fallback, fused <unk>, and the Replace, ByteFallback,
+                   Fuse, Strip decoders;
+  metaspace        the same model with a Metaspace pre-tokenizer and decoder
+                   (the newer layout of Llama and Mistral tokenizers);
+  llama3           a byte-level BPE trained here laid out as Llama 3's: the
+                   Split regex of Llama 3, ByteLevel without its regex,
+                   ignore_merges, a Sequence post-processor.
 
 Usage (with the pinned virtualenv of conformance/requirements.txt):
   python tokenizer/testdata/gen.py            # write the goldens
@@ -286,6 +295,67 @@ def train_bbpe(corpus):
     return tok
 
 
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_sentencepiece_bpe(corpus):
+    """A Llama-2-like BPE: "▁" for spaces, <0xNN> byte fallback, fused unknowns."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=1500, min_frequency=2, limit_alphabet=150, show_progress=False)
+    tok.train_from_iterator(corpus, trainer=trainer)
+    trained = json.loads(tok.to_str())["model"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    for t, _ in sorted(trained["vocab"].items(), key=lambda kv: kv[1]):
+        vocab.setdefault(t, len(vocab))
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in trained["merges"]]
+    return vocab, merges
+
+
+def llama2_like(vocab, merges):
+    """Llama 2's layout: Prepend and Replace normalizers, no pre-tokenizer."""
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in ["<unk>", "<s>", "</s>"]])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B:1",
+                                                       special_tokens=[("<s>", 1)])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(content=" ", left=1, right=0)])
+    return tok
+
+
+def metaspace_like(vocab, merges):
+    """The newer layout of the same model: a Metaspace pre-tokenizer and decoder."""
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in ["<unk>", "<s>", "</s>"]])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 1), ("</s>", 2)])
+    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    return tok
+
+
+def train_llama3_like(corpus):
+    """A Llama-3-like byte-level BPE: its split regex, ignore_merges, <|begin_of_text|>."""
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(tokenizers.Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    trainer = trainers.BpeTrainer(vocab_size=1500, min_frequency=2, show_progress=False,
+                                  special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer=trainer)
+    bot = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+                                      special_tokens=[("<|begin_of_text|>", bot)])])
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
 # ---------------------------------------------------------------- goldens
 
 
@@ -339,9 +409,19 @@ def main():
         toks["minilm"] = Tokenizer.from_str(f.read())
     with gzip.open(gpt2_path, "rt", encoding="utf-8") as f:
         toks["gpt2"] = Tokenizer.from_str(f.read())
+    sp = {}
+
+    def sentencepiece():
+        if not sp:
+            sp["vm"] = train_sentencepiece_bpe(corpus)
+        return sp["vm"]
+
     trained = [("wp-cased", lambda: train_wordpiece(corpus, False)),
                ("wp-uncased", lambda: train_wordpiece(corpus, True)),
-               ("bbpe", lambda: train_bbpe(corpus))]
+               ("bbpe", lambda: train_bbpe(corpus)),
+               ("llama2", lambda: llama2_like(*sentencepiece())),
+               ("metaspace", lambda: metaspace_like(*sentencepiece())),
+               ("llama3", lambda: train_llama3_like(corpus))]
     for name, train in trained:
         path = os.path.join(HERE, name + ".json")
         if args.train or not os.path.exists(path):
@@ -355,7 +435,7 @@ def main():
             toks[name] = Tokenizer.from_str(f.read())
 
     for name, tok in toks.items():
-        pairs = name.startswith("wp") or name == "minilm"
+        pairs = name.startswith("wp") or name in ("minilm", "llama2", "llama3")
         files[os.path.join(HERE, "golden-" + name + ".jsonl.gz")] = gz_jsonl(goldens(tok, corpus, pairs))
 
     if args.check:
