@@ -168,7 +168,7 @@ func broadcastShape(r *rand.Rand, full []int) []int {
 
 // DotProductAttention against the float64 definition: random sizes, grouped
 // heads, biases and masks of random broadcast shapes, causal masks, sequence
-// lengths, scales, in f32 and bf16, plain and blocked.
+// lengths, scales, in f32, f16 and bf16, plain and blocked.
 func TestDotProductAttention(t *testing.T) {
 	r := testseed.Rand(t, 1)
 	for it := range 24 {
@@ -180,8 +180,11 @@ func TestDotProductAttention(t *testing.T) {
 		N := K * G
 		dt := ir.Float32
 		tol := 2e-5
-		if it%4 == 3 {
-			dt, tol = ir.BFloat16, 3e-2
+		switch it % 4 {
+		case 2:
+			dt, tol = ir.Float16, 5e-3
+		case 3:
+			dt, tol = ir.BFloat16, 1e-2
 		}
 		q, qr := randT(r, dt, 1.5, B, T, N, H)
 		k, kr := randT(r, dt, 1.5, B, S, K, H)
