@@ -28,6 +28,7 @@ type AddedToken struct {
 // position, as an Aho-Corasick automaton in LeftmostLongest mode does.
 type matcher struct {
 	byFirst map[byte][]int // first byte -> indices of pats, longest first
+	first   [256]bool      // the first bytes of pats
 	pats    []string
 	toks    []*AddedToken
 }
@@ -39,6 +40,7 @@ func newMatcher(toks []*AddedToken, pats []string) *matcher {
 			continue
 		}
 		m.byFirst[p[0]] = append(m.byFirst[p[0]], i)
+		m.first[p[0]] = true
 	}
 	for _, l := range m.byFirst {
 		sort.SliceStable(l, func(a, b int) bool { return len(pats[l[a]]) > len(pats[l[b]]) })
@@ -60,6 +62,23 @@ func (m *matcher) find(cs []nchar, out []split) []split {
 			out = append(out, split{cs: cs})
 		}
 		return out
+	}
+	// Most texts hold no character an added token starts with.
+	maybe := false
+	var lead [utf8.UTFMax]byte
+	for _, c := range cs {
+		b := byte(c.r)
+		if c.r >= utf8.RuneSelf {
+			utf8.EncodeRune(lead[:], c.r)
+			b = lead[0]
+		}
+		if m.first[b] {
+			maybe = true
+			break
+		}
+	}
+	if !maybe {
+		return append(out, split{cs: cs})
 	}
 	s := str(cs)
 	// pos[b] is the index in cs of the character at byte b of s.

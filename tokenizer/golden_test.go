@@ -67,24 +67,19 @@ var goldenTokenizers = []struct{ name, file string }{
 	{"llama3", "llama3.json"},
 }
 
-// charOffsets converts byte offsets into text to character offsets, as
-// the Python binding of tokenizers gives them.
-func charOffsets(text string, off Offset) [2]int {
-	m := map[int]int{}
+// charIndex maps every byte offset of text, and len(text), to the index of
+// the character it is in: Python's offsets count characters.
+func charIndex(text string) []int {
+	m := make([]int, len(text)+1)
 	ci := 0
 	for b, r := range text {
-		for k := 0; k < runeLen(r); k++ {
+		for k := 0; k < runeLen(r) && b+k < len(text); k++ {
 			m[b+k] = ci
 		}
 		ci++
 	}
 	m[len(text)] = ci
-	s, okS := m[off.Start]
-	e, okE := m[off.End]
-	if !okS || !okE {
-		return [2]int{-1, -1}
-	}
-	return [2]int{s, e}
+	return m
 }
 
 // sameInts compares int slices, nil and empty being the same.
@@ -108,7 +103,10 @@ func TestGoldens(t *testing.T) {
 			gs := readJSONLines[golden](t, filepath.Join("testdata", "golden-"+gt.name+".jsonl.gz"))
 			bad := map[string]int{}
 			n := 0
-			for _, g := range gs {
+			for k, g := range gs {
+				if testing.Short() && k%4 != 0 {
+					continue // -short: every fourth line
+				}
 				n++
 				var enc *Encoding
 				var err error
@@ -142,12 +140,20 @@ func TestGoldens(t *testing.T) {
 					report("special tokens mask", enc.SpecialTokensMask, g.SpecialTokensMask)
 				}
 				offs := make([][2]int, len(enc.Offsets))
+				idx := [2][]int{charIndex(corpus[g.I]), nil}
+				if g.J != nil {
+					idx[1] = charIndex(corpus[*g.J])
+				}
 				for k, o := range enc.Offsets {
-					text := corpus[g.I]
+					m := idx[0]
 					if enc.SequenceIDs[k] == 1 {
-						text = corpus[*g.J]
+						m = idx[1]
 					}
-					offs[k] = charOffsets(text, o)
+					if o.Start < 0 || o.End > len(m)-1 || o.Start > o.End {
+						offs[k] = [2]int{o.Start, o.End}
+						continue
+					}
+					offs[k] = [2]int{m[o.Start], m[o.End]}
 				}
 				if len(offs) == 0 && len(g.Offsets) == 0 {
 					offs = g.Offsets

@@ -15,7 +15,7 @@ type piece struct {
 
 // model turns one word into tokens (Hugging Face's Model).
 type model interface {
-	tokenize(word string, out []piece) ([]piece, error)
+	tokenize(word []byte, out []piece) ([]piece, error)
 	vocab() *vocabulary
 }
 
@@ -58,19 +58,19 @@ type wordPiece struct {
 	maxInputChar int
 }
 
-func (m *wordPiece) unkPiece(word string, out []piece) ([]piece, error) {
+func (m *wordPiece) unkPiece(word []byte, out []piece) ([]piece, error) {
 	if !m.hasUnk {
 		return out, fmt.Errorf("WordPiece: the unknown token %q is not in the vocabulary", m.unk)
 	}
 	return append(out, piece{m.unkID, 0, len(word)}), nil
 }
 
-func (m *wordPiece) tokenize(word string, out []piece) ([]piece, error) {
-	if utf8.RuneCountInString(word) > m.maxInputChar {
+func (m *wordPiece) tokenize(word []byte, out []piece) ([]piece, error) {
+	if utf8.RuneCount(word) > m.maxInputChar {
 		return m.unkPiece(word, out)
 	}
 	n0 := len(out)
-	buf := make([]byte, 0, len(m.prefix)+len(word))
+	var buf []byte
 	for start := 0; start < len(word); {
 		end := len(word)
 		found := -1
@@ -78,16 +78,19 @@ func (m *wordPiece) tokenize(word string, out []piece) ([]piece, error) {
 			var id int
 			var ok bool
 			if start > 0 {
+				if buf == nil {
+					buf = make([]byte, 0, len(m.prefix)+len(word))
+				}
 				buf = append(append(buf[:0], m.prefix...), word[start:end]...)
 				id, ok = m.ids[string(buf)]
 			} else {
-				id, ok = m.ids[word[start:end]]
+				id, ok = m.ids[string(word[start:end])]
 			}
 			if ok {
 				found = id
 				break
 			}
-			_, w := utf8.DecodeLastRuneInString(word[start:end])
+			_, w := utf8.DecodeLastRune(word[start:end])
 			end -= w
 		}
 		if found < 0 {
@@ -122,28 +125,29 @@ type merge struct{ rank, id int }
 // bpeCacheSize is how many words the cache holds (as Hugging Face's).
 const bpeCacheSize = 10000
 
-func (m *bpe) tokenize(word string, out []piece) ([]piece, error) {
-	if word == "" {
+func (m *bpe) tokenize(word []byte, out []piece) ([]piece, error) {
+	if len(word) == 0 {
 		return out, nil
 	}
 	if m.ignoreMerges {
-		if id, ok := m.ids[word]; ok {
+		if id, ok := m.ids[string(word)]; ok {
 			return append(out, piece{id, 0, len(word)}), nil
 		}
 	}
 	m.mu.RLock()
-	ps, ok := m.cache[word]
+	ps, ok := m.cache[string(word)]
 	m.mu.RUnlock()
 	if ok {
 		return append(out, ps...), nil
 	}
-	ps, err := m.mergeWord(word)
+	w := string(word)
+	ps, err := m.mergeWord(w)
 	if err != nil {
 		return out, err
 	}
 	m.mu.Lock()
 	if len(m.cache) < bpeCacheSize {
-		m.cache[word] = ps
+		m.cache[w] = ps
 	}
 	m.mu.Unlock()
 	return append(out, ps...), nil

@@ -53,29 +53,24 @@ type bertNormalizer struct {
 }
 
 func (n bertNormalizer) normalize(cs []nchar) []nchar {
-	if n.cleanText {
-		out := cs[:0:0]
+	if n.cleanText || n.handleChinese {
+		out := make([]nchar, 0, len(cs)+len(cs)/8+2)
 		for _, c := range cs {
-			if c.r == 0 || c.r == 0xfffd || isBertControl(c.r) {
-				continue
+			if n.cleanText {
+				if c.r == 0 || c.r == 0xfffd || isBertControl(c.r) {
+					continue
+				}
+				if isBertWhitespace(c.r) {
+					c.r = ' '
+				}
 			}
-			if isBertWhitespace(c.r) {
-				c.r = ' '
-			}
-			out = append(out, c)
-		}
-		cs = out
-	}
-	if n.handleChinese {
-		out := make([]nchar, 0, len(cs))
-		for _, c := range cs {
-			if isChineseChar(c.r) {
+			if n.handleChinese && isChineseChar(c.r) {
 				sp := c
 				sp.r = ' '
 				out = append(out, sp, c, sp)
-			} else {
-				out = append(out, c)
+				continue
 			}
+			out = append(out, c)
 		}
 		cs = out
 	}

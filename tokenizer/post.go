@@ -8,7 +8,9 @@ import (
 // postProcessor adds the special tokens around one text or a pair
 // (Hugging Face's PostProcessor). b is nil for a single text.
 type postProcessor interface {
-	process(a, b *Encoding) *Encoding
+	// process may return a or b themselves; capacity is a hint for the
+	// result's (padding may follow).
+	process(a, b *Encoding, capacity int) *Encoding
 }
 
 // templatePiece is one element of a template: a sequence (A or B) or a
@@ -26,12 +28,23 @@ type templateProcessing struct {
 	single, pair []templatePiece
 }
 
-func (p *templateProcessing) process(a, b *Encoding) *Encoding {
+func (p *templateProcessing) process(a, b *Encoding, capacity int) *Encoding {
 	tmpl := p.single
 	if b != nil {
 		tmpl = p.pair
 	}
-	out := &Encoding{}
+	total := 0
+	for _, tp := range tmpl {
+		switch {
+		case tp.seq < 0:
+			total += len(tp.ids)
+		case tp.seq == 0:
+			total += a.Len()
+		case b != nil:
+			total += b.Len()
+		}
+	}
+	out := newEncoding(0, max(total, capacity))
 	for _, tp := range tmpl {
 		if tp.seq < 0 {
 			for i, id := range tp.ids {
@@ -61,7 +74,7 @@ type byteLevelPost struct {
 	trimOffsets, addPrefixSpace bool
 }
 
-func (p byteLevelPost) process(a, b *Encoding) *Encoding {
+func (p byteLevelPost) process(a, b *Encoding, capacity int) *Encoding {
 	if p.trimOffsets {
 		for _, e := range []*Encoding{a, b} {
 			if e != nil {
@@ -69,7 +82,7 @@ func (p byteLevelPost) process(a, b *Encoding) *Encoding {
 			}
 		}
 	}
-	return mergePair(a, b)
+	return mergePair(a, b, capacity)
 }
 
 func (p byteLevelPost) trim(e *Encoding) {
@@ -103,11 +116,11 @@ func (p byteLevelPost) trim(e *Encoding) {
 }
 
 // mergePair concatenates a pair (the default post-processing).
-func mergePair(a, b *Encoding) *Encoding {
+func mergePair(a, b *Encoding, capacity int) *Encoding {
 	if b == nil {
 		return a
 	}
-	out := &Encoding{}
+	out := newEncoding(0, max(a.Len()+b.Len(), capacity))
 	out.appendRange(a, 0, a.Len())
 	out.appendRange(b, 0, b.Len())
 	return out
@@ -117,10 +130,10 @@ func mergePair(a, b *Encoding) *Encoding {
 // pair separately, the last one joins it.
 type sequencePost []postProcessor
 
-func (s sequencePost) process(a, b *Encoding) *Encoding {
+func (s sequencePost) process(a, b *Encoding, capacity int) *Encoding {
 	for i, p := range s {
 		if i == len(s)-1 {
-			return p.process(a, b)
+			return p.process(a, b, capacity)
 		}
 		if bl, ok := p.(byteLevelPost); ok {
 			// ByteLevel only trims offsets; keep the pair apart.
@@ -132,9 +145,9 @@ func (s sequencePost) process(a, b *Encoding) *Encoding {
 			}
 			continue
 		}
-		a, b = p.process(a, b), nil
+		a, b = p.process(a, b, capacity), nil
 	}
-	return mergePair(a, b)
+	return mergePair(a, b, capacity)
 }
 
 // TruncationStrategy says which text of a pair loses tokens.
@@ -297,15 +310,22 @@ func (p *Padding) apply(encs []*Encoding) {
 			continue
 		}
 		k := n - e.Len()
-		pad := &Encoding{}
+		if p.Direction != Left && cap(e.IDs) >= n && cap(e.TypeIDs) >= n && cap(e.Tokens) >= n {
+			for i := 0; i < k; i++ {
+				e.push(p.ID, p.Token, p.TypeID, 0, 1, Offset{}, -1)
+			}
+			continue
+		}
+		out := newEncoding(0, n)
+		if p.Direction != Left {
+			out.appendRange(e, 0, e.Len())
+		}
 		for i := 0; i < k; i++ {
-			pad.push(p.ID, p.Token, p.TypeID, 0, 1, Offset{}, -1)
+			out.push(p.ID, p.Token, p.TypeID, 0, 1, Offset{}, -1)
 		}
 		if p.Direction == Left {
-			pad.appendRange(e, 0, e.Len())
-			*e = *pad
-		} else {
-			e.appendRange(pad, 0, k)
+			out.appendRange(e, 0, e.Len())
 		}
+		*e = *out
 	}
 }

@@ -131,13 +131,21 @@ func (p byteLevelPre) preTokenize(cs []nchar, emit func([]nchar)) {
 	if p.addPrefixSpace && cs[0].r != ' ' {
 		cs = append([]nchar{{' ', cs[0].start, cs[0].end}}, cs...)
 	}
+	mapped := toByteLevel(cs)
 	if !p.useRegex {
-		emit(toByteLevel(cs))
+		emit(mapped)
 		return
 	}
+	// Split cs with the regex; mapped[at:] holds the bytes of cs[i:].
+	at := 0
 	for i := 0; i < len(cs); {
 		j := gpt2Match(cs, i)
-		emit(toByteLevel(cs[i:j]))
+		n := 0
+		for _, c := range cs[i:j] {
+			n += runeLen(c.r)
+		}
+		emit(mapped[at : at+n])
+		at += n
 		i = j
 	}
 }

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Tokenizer encodes text to token ids and decodes ids to text, as the
@@ -46,6 +47,25 @@ type Encoding struct {
 	// SequenceIDs says which text a token comes from: 0 or 1, or -1 for a
 	// special token or padding.
 	SequenceIDs []int
+}
+
+// newEncoding makes an encoding of n zero tokens with room for capacity.
+// The int slices share one allocation, each capped at its own part.
+func newEncoding(n, capacity int) *Encoding {
+	if capacity < n {
+		capacity = n
+	}
+	ints := make([]int, 5*capacity)
+	part := func(k int) []int { return ints[k*capacity : k*capacity+n : (k+1)*capacity] }
+	return &Encoding{
+		IDs:               part(0),
+		TypeIDs:           part(1),
+		AttentionMask:     part(2),
+		SpecialTokensMask: part(3),
+		SequenceIDs:       part(4),
+		Tokens:            make([]string, n, capacity),
+		Offsets:           make([]Offset, n, capacity),
+	}
 }
 
 // Len is the number of tokens.
@@ -186,16 +206,14 @@ func (t *Tokenizer) encodeUnpadded(a string, b *string) (*Encoding, error) {
 			return nil, err
 		}
 	}
-	if t.post == nil {
-		if eb == nil {
-			return ea, nil
-		}
-		out := &Encoding{}
-		out.appendRange(ea, 0, ea.Len())
-		out.appendRange(eb, 0, eb.Len())
-		return out, nil
+	capacity := 0
+	if t.pad != nil {
+		capacity = t.pad.Length + t.pad.MultipleOf
 	}
-	return t.post.process(ea, eb), nil
+	if t.post == nil {
+		return mergePair(ea, eb, capacity), nil
+	}
+	return t.post.process(ea, eb, capacity), nil
 }
 
 // addedByPost is the number of tokens the post-processor adds.
@@ -207,7 +225,7 @@ func (t *Tokenizer) addedByPost(pair bool) int {
 	if pair {
 		b = &Encoding{}
 	}
-	return t.post.process(&Encoding{}, b).Len()
+	return t.post.process(&Encoding{}, b, 0).Len()
 }
 
 // encodeSequence runs one text through added tokens, normalizer,
@@ -237,37 +255,33 @@ func (t *Tokenizer) encodeSequence(text string, seq int) (*Encoding, error) {
 			normed = append(normed, split{cs: n})
 		}
 	}
-	e := &Encoding{}
+	e := newEncoding(0, len(text)/3+4)
 	var pieces []piece
 	var err error
-	var sb strings.Builder
+	var wb []byte
+	v := t.model.vocab()
 	word := func(w []nchar) {
 		if err != nil || len(w) == 0 {
 			return
 		}
-		sb.Reset()
+		wb = wb[:0]
 		for _, c := range w {
-			sb.WriteRune(c.r)
+			wb = utf8.AppendRune(wb, c.r)
 		}
-		ws := sb.String()
-		pieces, err = t.model.tokenize(ws, pieces[:0])
+		pieces, err = t.model.tokenize(wb, pieces[:0])
 		if err != nil {
 			return
 		}
-		if len(pieces) == 0 {
-			return
-		}
-		// charAt maps a byte of ws to its character in w.
-		charAt := make([]int, len(ws))
-		k := 0
-		for i := range w {
-			n := runeLen(w[i].r)
-			for j := 0; j < n; j++ {
-				charAt[k+j] = i
+		// Walk w and the pieces together: ci is the character at byte
+		// offset cb of the word.
+		ci, cb := 0, 0
+		charAt := func(b int) int {
+			for ci+1 < len(w) && cb+runeLen(w[ci].r) <= b {
+				cb += runeLen(w[ci].r)
+				ci++
 			}
-			k += n
+			return ci
 		}
-		v := t.model.vocab()
 		for _, p := range pieces {
 			tok := ""
 			if p.id < len(v.tokens) {
@@ -275,7 +289,9 @@ func (t *Tokenizer) encodeSequence(text string, seq int) (*Encoding, error) {
 			}
 			off := Offset{}
 			if p.end > p.start {
-				off = Offset{w[charAt[p.start]].start, w[charAt[p.end-1]].end}
+				// The pieces come in order: charAt's queries never go back.
+				first := w[charAt(p.start)].start
+				off = Offset{first, w[charAt(p.end-1)].end}
 			}
 			e.push(p.id, tok, seq, 1, 0, off, seq)
 		}
