@@ -7,7 +7,7 @@ import (
 
 // NewArray copies data into a new concrete array of the given shape; with no
 // shape, a 1-D array of len(data) elements. It returns an error if the shape does
-// not hold len(data) elements. Use ScalarOf (or the weakly typed Scalar) for
+// not hold len(data) elements. Use FromScalar (or the weakly typed Scalar) for
 // rank-0 arrays.
 func NewArray[T ir.Native](data []T, shape ...int) (*trace.Array, error) {
 	if shape == nil {
@@ -44,21 +44,29 @@ func FromSlice[T ir.Native](data []T, shape ...int) *trace.Array {
 // Scalar returns a weakly typed scalar holding v, the same as trace.Scalar: like
 // a Python float in JAX it takes the dtype of the array it meets, so
 // trace.Add(x, rt.Scalar(0.5)) stays f32 for an f32 x (and bf16 for bf16). Use
-// ScalarOf for a scalar of a fixed dtype.
+// FromScalar for a scalar of a fixed dtype.
 func Scalar(v float64) *trace.Array { return trace.Scalar(v) }
 
-// ScalarOf returns a strongly typed rank-0 concrete array holding v exactly, of
-// v's Go type's dtype: rt.ScalarOf(int32(0)) is an i32 step counter,
-// rt.ScalarOf(float32(1)) an f32 parameter. Like any f64 array,
-// rt.ScalarOf(0.5) promotes an f32 array it meets to f64. trace.ScalarOf(v,
-// dtype) is the same with the dtype as a value.
-func ScalarOf[T ir.Native](v T) *trace.Array {
+// FromScalar returns a strongly typed rank-0 concrete array holding v exactly,
+// of v's Go type's dtype, as FromSlice does for slices (jnp.int32(0),
+// np.float32(1)): rt.FromScalar(int32(0)) is an i32 step counter,
+// rt.FromScalar(float32(1)) an f32 parameter. Like any f64 array,
+// rt.FromScalar(0.5) promotes an f32 array it meets to f64: use Scalar for a
+// constant that takes the dtype of the array it meets, and trace.ScalarAs
+// for a scalar of a dtype given as a value.
+func FromScalar[T ir.Native](v T) *trace.Array {
 	a, err := newArray([]T{v}, ir.Shape{})
 	if err != nil {
-		panic(trace.Errorf("ScalarOf", "%v", err))
+		panic(trace.Errorf("FromScalar", "%v", err))
 	}
 	return a
 }
+
+// ScalarOf is FromScalar.
+//
+// Deprecated: use FromScalar (the dtype of v's Go type), or trace.ScalarAs
+// for a dtype given as a value.
+func ScalarOf[T ir.Native](v T) *trace.Array { return FromScalar(v) }
 
 // FromLiteral copies a host literal into a new concrete array.
 func FromLiteral(l *ir.Literal) (*trace.Array, error) {

@@ -11,7 +11,7 @@ import (
 // a+b on two float32 scalars, deleting the result as a user loop would.
 func BenchmarkJitScalarAdd(b *testing.B) {
 	add := rt.Jit(func(x, y *trace.Array) *trace.Array { return trace.Add(x, y) })
-	x, y := rt.ScalarOf(float32(1.5)), rt.ScalarOf(float32(2.25))
+	x, y := rt.FromScalar(float32(1.5)), rt.FromScalar(float32(2.25))
 	if got := add(x, y).Float32s(); got[0] != 3.75 {
 		b.Fatalf("1.5+2.25 = %v", got)
 	}

@@ -186,7 +186,7 @@ func TestJitSignatureChangesBetweenCalls(t *testing.T) {
 		ds[i] = r.NormFloat64()
 	}
 	d3 := rt.FromSlice(ds, 3)
-	weak, strong := rt.Scalar(0.5), rt.ScalarOf(0.5) // f32 (weak) and f64
+	weak, strong := rt.Scalar(0.5), rt.FromScalar(0.5) // f32 (weak) and f64
 	for range 3 {
 		got := add(x3, weak)
 		require.Equal(t, ir.Float32, got.DType())
@@ -201,7 +201,7 @@ func TestJitSignatureChangesBetweenCalls(t *testing.T) {
 		// part of the signature: two entries (see the misses below).
 		h := trace.Convert(x3, ir.Float16)
 		add(h, weak)
-		add(h, rt.ScalarOf(float32(0.5)))
+		add(h, rt.FromScalar(float32(0.5)))
 		got = add(d3, weak)
 		require.Equal(t, ir.Float64, got.DType())
 		for i, v := range got.Float64s() {

@@ -10,8 +10,8 @@
 //	z := f(rt.FromSlice([]float32{1, 2}), rt.FromSlice([]float32{3, 4}))
 //
 // rt.Scalar(0.5) is weakly typed like trace.Scalar (a Python float in JAX):
-// it takes the dtype of the array it meets. rt.ScalarOf(float32(0.5)) and
-// rt.ScalarOf(int32(0)) are strongly typed scalars of their Go type's dtype.
+// it takes the dtype of the array it meets. rt.FromScalar(float32(0.5)) and
+// rt.FromScalar(int32(0)) are strongly typed scalars of their Go type's dtype.
 //
 // A jitted function is safe for concurrent use: concurrent first calls with one
 // signature compile it once and share the executable.

@@ -256,7 +256,7 @@ func TestArrayConstructionErrors(t *testing.T) {
 	_, err := rt.NewArray([]float32{1, 2, 3}, 2, 2)
 	require.ErrorContains(t, err, "holds 4 elements, got 3")
 	require.Panics(t, func() { rt.FromSlice([]int32{1}, 2) })
-	s := rt.ScalarOf(float64(2.5))
+	s := rt.FromScalar(float64(2.5))
 	require.Equal(t, 0, s.Rank())
 	require.Equal(t, 2.5, s.Item())
 	require.True(t, strings.HasPrefix(rt.FromSlice([]int32{1, 2, 3, 4}, 2, 2).String(), "i32[2,2] [[1 2] [3 4]]"))

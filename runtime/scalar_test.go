@@ -41,18 +41,18 @@ func TestScalarIsWeak(t *testing.T) {
 	require.Equal(t, 1+0.1, d.Float64s()[0])
 }
 
-// TestScalarOfIsStrong: rt.ScalarOf keeps its Go type's dtype and promotes.
-func TestScalarOfIsStrong(t *testing.T) {
+// TestFromScalarIsStrong: rt.FromScalar keeps its Go type's dtype and promotes.
+func TestFromScalarIsStrong(t *testing.T) {
 	x := rt.FromSlice([]float32{1, 2})
-	s := rt.ScalarOf(0.5) // float64: f64
+	s := rt.FromScalar(0.5) // float64: f64
 	require.False(t, s.IsWeak())
 	require.Equal(t, ir.Float64, s.DType())
 	require.Equal(t, ir.Float64, trace.Add(x, s).DType())
 	require.Equal(t, []float64{1.5, 2.5}, trace.Add(x, s).Float64s())
-	i := rt.ScalarOf(int32(7))
+	i := rt.FromScalar(int32(7))
 	require.Equal(t, ir.Int32, i.DType())
 	require.Equal(t, int64(7), int64(i.Int32s()[0]))
-	b := rt.ScalarOf[int64](1 << 60) // exact, not through float64
+	b := rt.FromScalar[int64](1 << 60) // exact, not through float64
 	require.Equal(t, []int64{1 << 60}, b.Int64s())
-	require.Equal(t, ir.Float32, rt.ScalarOf(float32(0)).DType())
+	require.Equal(t, ir.Float32, rt.FromScalar(float32(0)).DType())
 }

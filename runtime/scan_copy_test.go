@@ -177,16 +177,16 @@ func TestLoopCopyRoundTrip(t *testing.T) {
 			// even, via cond), i++.
 			fn := func(x *trace.Array) *trace.Array {
 				st := trace.While(func(s []*trace.Array) *trace.Array {
-					return trace.Less(s[0], trace.ScalarOf(n, ir.Int32))
+					return trace.Less(s[0], trace.ScalarAs(n, ir.Int32))
 				}, func(s []*trace.Array) []*trace.Array {
-					even := trace.Equal(trace.Rem(s[0], trace.ScalarOf(2, ir.Int32)), trace.ScalarOf(0, ir.Int32))
+					even := trace.Equal(trace.Rem(s[0], trace.ScalarAs(2, ir.Int32)), trace.ScalarAs(0, ir.Int32))
 					x := trace.Cond(even, func(o []*trace.Array) []*trace.Array {
 						return []*trace.Array{roundTrip(o[0])}
 					}, func(o []*trace.Array) []*trace.Array {
 						return []*trace.Array{trace.Neg(roundTrip(trace.Neg(o[0])))}
 					}, s[1])[0]
-					return []*trace.Array{trace.Add(s[0], trace.ScalarOf(1, ir.Int32)), trace.Add(roundTrip(x), trace.OnesLike(x))}
-				}, trace.ScalarOf(0, ir.Int32), x)
+					return []*trace.Array{trace.Add(s[0], trace.ScalarAs(1, ir.Int32)), trace.Add(roundTrip(x), trace.OnesLike(x))}
+				}, trace.ScalarAs(0, ir.Int32), x)
 				return st[1]
 			}
 			x := rt.FromSlice(xv, m)
@@ -245,7 +245,7 @@ func constOuts() []constOut {
 			v = 7
 		}
 		out = append(out,
-			constOut{name: "scalar " + dt.String(), dt: dt, sh: ir.Shape{}, make: func() *trace.Array { return trace.ScalarOf(v, dt) }, at: func(int) float64 { return v }},
+			constOut{name: "scalar " + dt.String(), dt: dt, sh: ir.Shape{}, make: func() *trace.Array { return trace.ScalarAs(v, dt) }, at: func(int) float64 { return v }},
 			constOut{name: "full " + dt.String(), dt: dt, sh: ir.Shape{3}, make: func() *trace.Array { return trace.Full(ir.Shape{3}, 5, dt) }, at: func(int) float64 { return 5 }},
 			constOut{name: "iota " + dt.String(), dt: dt, sh: ir.Shape{3}, make: func() *trace.Array { return trace.Iota(dt, ir.Shape{3}, 0) }, at: func(i int) float64 { return float64(i) }},
 			constOut{name: "iota+1 " + dt.String(), dt: dt, sh: ir.Shape{3}, make: func() *trace.Array {
@@ -255,7 +255,7 @@ func constOuts() []constOut {
 		)
 	}
 	out = append(out,
-		constOut{name: "scalar bool", dt: ir.Bool, sh: ir.Shape{}, make: func() *trace.Array { return trace.ScalarOf(1, ir.Bool) }, at: func(int) float64 { return 1 }},
+		constOut{name: "scalar bool", dt: ir.Bool, sh: ir.Shape{}, make: func() *trace.Array { return trace.ScalarAs(1, ir.Bool) }, at: func(int) float64 { return 1 }},
 		constOut{name: "full bool", dt: ir.Bool, sh: ir.Shape{3}, make: func() *trace.Array { return trace.Full(ir.Shape{3}, 1, ir.Bool) }, at: func(int) float64 { return 1 }})
 	return out
 }

@@ -11,13 +11,13 @@ import (
 
 // TestJitWeakScalarArgument checks that a weakly typed scalar argument
 // (rt.Scalar) takes the other operand's dtype inside a jitted function as it
-// does eagerly, and a strong one (rt.ScalarOf) promotes, with the values of
+// does eagerly, and a strong one (rt.FromScalar) promotes, with the values of
 // float64 math.
 func TestJitWeakScalarArgument(t *testing.T) {
 	add := rt.Jit(func(x, s *trace.Array) *trace.Array { return trace.Add(x, s) })
 	for _, dt := range []ir.DType{ir.Float16, ir.BFloat16, ir.Float32, ir.Float64} {
 		x := trace.Convert(rt.FromSlice([]float32{1, -2.5, 4}, 3), dt)
-		for _, s := range []*trace.Array{rt.Scalar(0.5), rt.ScalarOf(float32(0.5))} {
+		for _, s := range []*trace.Array{rt.Scalar(0.5), rt.FromScalar(float32(0.5))} {
 			eager := trace.Add(x, s)
 			jitted := add(x, s)
 			require.Equal(t, eager.Type(), jitted.Type(), "%v + scalar (weak %v)", dt, s.IsWeak())

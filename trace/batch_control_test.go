@@ -198,11 +198,11 @@ func TestVmapScanCarryFixedPoint(t *testing.T) {
 	r := otRand(t)
 	const B, N, D = 3, 6, 2
 	f := func(a []*trace.Array) []*trace.Array {
-		init := []*trace.Array{trace.ZerosLike(a[1]), trace.OnesLike(a[1]), trace.ScalarOf(0, ir.Int32)}
+		init := []*trace.Array{trace.ZerosLike(a[1]), trace.OnesLike(a[1]), trace.ScalarAs(0, ir.Int32)}
 		c, ys := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
 			acc := trace.Add(c[0], c[1])                      // batched once c[1] is
 			prod := trace.Mul(c[1], trace.Cos(x[0]))          // batched through x
-			k := trace.Add(c[2], trace.ScalarOf(1, ir.Int32)) // never batched
+			k := trace.Add(c[2], trace.ScalarAs(1, ir.Int32)) // never batched
 			return []*trace.Array{acc, prod, k}, []*trace.Array{trace.Mul(acc, trace.Convert(k, ir.Float32))}
 		}, init, []*trace.Array{a[0]})
 		return append(c, ys...)
@@ -263,7 +263,7 @@ func TestVmapScanNesting(t *testing.T) {
 		return trace.ForLoop(1, 5, func(i *trace.Array, s []*trace.Array) []*trace.Array {
 			fi := trace.Convert(i, ir.Float32)
 			return []*trace.Array{trace.Add(trace.Mul(trace.Sin(s[0]), a[1]), fi), trace.Add(s[1], i)}
-		}, a[0], trace.ScalarOf(0, ir.Int32))
+		}, a[0], trace.ScalarAs(0, ir.Int32))
 	}
 	bcCheck(t, "ForLoop, batched state", loop, []*trace.Array{gtF32(r, 1, B, D), gtF32(r, 1, D)}, []int{0, nM}, B)
 	bcCheck(t, "ForLoop, batched closure", loop, []*trace.Array{gtF32(r, 1, D), gtF32(r, 1, B, D)}, []int{nM, 0}, B)
@@ -321,9 +321,9 @@ func bcGrowLoop(a []*trace.Array) []*trace.Array {
 	return trace.While(func(s []*trace.Array) *trace.Array {
 		return trace.Less(s[0], limit)
 	}, func(s []*trace.Array) []*trace.Array {
-		return []*trace.Array{trace.Add(trace.Mul(s[0], trace.ScalarOf(1.5, ir.Float32)), trace.ScalarOf(1, ir.Float32)),
-			trace.Add(s[1], trace.ScalarOf(1, ir.Int32))}
-	}, x, trace.ScalarOf(0, ir.Int32))
+		return []*trace.Array{trace.Add(trace.Mul(s[0], trace.ScalarAs(1.5, ir.Float32)), trace.ScalarAs(1, ir.Float32)),
+			trace.Add(s[1], trace.ScalarAs(1, ir.Int32))}
+	}, x, trace.ScalarAs(0, ir.Int32))
 }
 
 func TestVmapWhile(t *testing.T) {
@@ -336,10 +336,10 @@ func TestVmapWhile(t *testing.T) {
 	}
 	xs[0] = 100 // no iteration at all in lane 0
 	bx := rt.FromSlice(xs, B)
-	limit := trace.ScalarOf(40, ir.Float32)
+	limit := trace.ScalarAs(40, ir.Float32)
 	blimit := rt.FromSlice([]float32{10, 50, 80, 5, 40, 20, 60}, B)
 	bcCheck(t, "batched state", bcGrowLoop, []*trace.Array{bx, limit}, []int{0, nM}, B)
-	bcCheck(t, "batched limit", bcGrowLoop, []*trace.Array{trace.ScalarOf(1, ir.Float32), blimit}, []int{nM, 0}, B)
+	bcCheck(t, "batched limit", bcGrowLoop, []*trace.Array{trace.ScalarAs(1, ir.Float32), blimit}, []int{nM, 0}, B)
 	trips := trace.VmapFlat(bcGrowLoop, []*trace.Array{bx, limit}, trace.InAxes(0, nM))[1].Int32s()
 	distinct := map[int32]bool{}
 	for _, n := range trips {
@@ -353,10 +353,10 @@ func TestVmapWhile(t *testing.T) {
 	// unbatched counter.
 	counted := func(a []*trace.Array) []*trace.Array {
 		return trace.While(func(s []*trace.Array) *trace.Array {
-			return trace.Less(s[0], trace.ScalarOf(5, ir.Int32))
+			return trace.Less(s[0], trace.ScalarAs(5, ir.Int32))
 		}, func(s []*trace.Array) []*trace.Array {
-			return []*trace.Array{trace.Add(s[0], trace.ScalarOf(1, ir.Int32)), trace.Sin(trace.Add(s[1], a[1]))}
-		}, trace.ScalarOf(0, ir.Int32), a[0])
+			return []*trace.Array{trace.Add(s[0], trace.ScalarAs(1, ir.Int32)), trace.Sin(trace.Add(s[1], a[1]))}
+		}, trace.ScalarAs(0, ir.Int32), a[0])
 	}
 	args := []*trace.Array{gtF32(r, 1, B, 3), gtF32(r, 1, 3)}
 	bcCheck(t, "unbatched predicate", counted, args, []int{0, nM}, B)
@@ -371,10 +371,10 @@ func TestVmapWhile(t *testing.T) {
 	// counter steps by a batched amount.
 	stepped := func(a []*trace.Array) []*trace.Array {
 		return trace.While(func(s []*trace.Array) *trace.Array {
-			return trace.Less(s[0], trace.ScalarOf(20, ir.Int32))
+			return trace.Less(s[0], trace.ScalarAs(20, ir.Int32))
 		}, func(s []*trace.Array) []*trace.Array {
 			return []*trace.Array{trace.Add(s[0], a[0]), trace.Add(s[1], trace.Convert(s[0], ir.Float32))}
-		}, trace.ScalarOf(0, ir.Int32), trace.ScalarOf(0, ir.Float32))
+		}, trace.ScalarAs(0, ir.Int32), trace.ScalarAs(0, ir.Float32))
 	}
 	bcCheck(t, "predicate batched through the body", stepped, []*trace.Array{rt.FromSlice([]int32{1, 2, 3, 5, 7, 9, 30}, B)}, []int{0}, B)
 }
@@ -454,11 +454,11 @@ func TestVmapGradControl(t *testing.T) {
 // custom backward is visibly the one that runs), and a second output 2*w
 // that does not depend on x.
 var bcScaled = trace.CustomVJP(func(a []*trace.Array) ([]*trace.Array, []*trace.Array) {
-	return []*trace.Array{trace.Mul(a[0], a[1]), trace.Mul(a[1], trace.ScalarOf(2, ir.Float32))}, a
+	return []*trace.Array{trace.Mul(a[0], a[1]), trace.Mul(a[1], trace.ScalarAs(2, ir.Float32))}, a
 }, func(res, ct []*trace.Array) []*trace.Array {
-	three := trace.ScalarOf(3, ir.Float32)
+	three := trace.ScalarAs(3, ir.Float32)
 	dx := trace.Mul(trace.Mul(ct[0], res[1]), three)
-	dw := trace.Mul(trace.Add(trace.Mul(ct[0], res[0]), trace.Mul(ct[1], trace.ScalarOf(2, ir.Float32))), three)
+	dw := trace.Mul(trace.Add(trace.Mul(ct[0], res[0]), trace.Mul(ct[1], trace.ScalarAs(2, ir.Float32))), three)
 	return []*trace.Array{dx, dw}
 })
 
@@ -635,7 +635,7 @@ func bcScanLayers(layer func(x, w *trace.Array) (*trace.Array, *trace.Array)) fu
 		c, _ := trace.Scan(func(c, w []*trace.Array) ([]*trace.Array, []*trace.Array) {
 			h, pen := layer(c[0], w[0])
 			return []*trace.Array{h, trace.Add(c[1], pen)}, nil
-		}, []*trace.Array{x, trace.ScalarOf(0, ir.Float32)}, []*trace.Array{ws})
+		}, []*trace.Array{x, trace.ScalarAs(0, ir.Float32)}, []*trace.Array{ws})
 		return trace.Add(trace.Sum(c[0]), c[1])
 	}
 }
@@ -681,7 +681,7 @@ func TestVmapAxisIndexInScan(t *testing.T) {
 	f := func(xs, lane *trace.Array) *trace.Array {
 		c, _ := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
 			return []*trace.Array{trace.Add(trace.Mul(c[0], x[0]), trace.Convert(lane, ir.Float32))}, nil
-		}, []*trace.Array{trace.ScalarOf(1, ir.Float32)}, []*trace.Array{xs})
+		}, []*trace.Array{trace.ScalarAs(1, ir.Float32)}, []*trace.Array{xs})
 		return c[0]
 	}
 	xs := gtF32(r, 1, N)
@@ -689,7 +689,7 @@ func TestVmapAxisIndexInScan(t *testing.T) {
 		trace.InAxes(nM), trace.AxisSize(B), trace.AxisName("i"))(xs)
 	rows := make([]*trace.Array, B)
 	for b := range rows {
-		rows[b] = f(xs, trace.ScalarOf(float64(b), ir.Int32))
+		rows[b] = f(xs, trace.ScalarAs(float64(b), ir.Int32))
 	}
 	bcSame(t, "axis index in a scan", got, trace.Stack(0, rows...))
 }
@@ -864,19 +864,19 @@ func TestVmapNestedLoopCounters(t *testing.T) {
 	bcExact(t)
 	r := otRand(t)
 	const B, N, D = 3, 4, 2
-	one := trace.ScalarOf(1, ir.Int32)
+	one := trace.ScalarAs(1, ir.Int32)
 	f := func(a []*trace.Array) []*trace.Array {
 		c, ys := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
 			in := trace.ForLoop(0, 2, func(_ *trace.Array, s []*trace.Array) []*trace.Array {
 				return []*trace.Array{trace.Add(s[0], one), trace.Tanh(trace.Mul(s[1], x[0]))}
 			}, c[0], c[1])
-			w := trace.While(func(s []*trace.Array) *trace.Array { return trace.Less(s[0], trace.ScalarOf(3, ir.Int32)) },
+			w := trace.While(func(s []*trace.Array) *trace.Array { return trace.Less(s[0], trace.ScalarAs(3, ir.Int32)) },
 				func(s []*trace.Array) []*trace.Array {
 					return []*trace.Array{trace.Add(s[0], one), trace.Sin(trace.Add(s[1], in[1]))}
-				}, trace.ScalarOf(0, ir.Int32), in[1])
+				}, trace.ScalarAs(0, ir.Int32), in[1])
 			k := trace.Add(in[0], w[0])
 			return []*trace.Array{k, w[1]}, []*trace.Array{trace.Mul(w[1], trace.Convert(k, ir.Float32))}
-		}, []*trace.Array{trace.ScalarOf(0, ir.Int32), a[0]}, []*trace.Array{a[1]})
+		}, []*trace.Array{trace.ScalarAs(0, ir.Int32), a[0]}, []*trace.Array{a[1]})
 		return append(c, ys...)
 	}
 	args := []*trace.Array{gtF32(r, 1, D), gtF32(r, 1, B, N, D)}

@@ -335,7 +335,7 @@ func TestVmapIndexGrad(t *testing.T) {
 	idx := bixIndices(r, ir.Int32, ir.Shape{b, 6}, n)()
 	w := bixValues(r, ir.Float64, ir.Shape{b, 6, d})()
 	starts := bixIndices(r, ir.Int64, ir.Shape{b}, n)()
-	zero := trace.ScalarOf(0, ir.Int32)
+	zero := trace.ScalarAs(0, ir.Int32)
 	sizes := []int{2, d}
 	wd := bixValues(r, ir.Float64, ir.Shape{b, 2, d})()
 
@@ -432,7 +432,7 @@ func TestVmapIndexOneOp(t *testing.T) {
 		}},
 		{"DynamicSlice", ir.Gather, func(a ...*trace.Array) *trace.Array {
 			return trace.Vmap(func(x, s *trace.Array) *trace.Array {
-				return trace.DynamicSlice(x, []*trace.Array{s, trace.ScalarOf(0, ir.Int32)}, []int{2, 3})
+				return trace.DynamicSlice(x, []*trace.Array{s, trace.ScalarAs(0, ir.Int32)}, []int{2, 3})
 			})(a[0], a[1])
 		}, func(b int) []ir.Type { return []ir.Type{ir.TypeOf(ir.Float32, b, 6, 3), ir.TypeOf(ir.Int32, b)} }},
 	} {

@@ -86,10 +86,10 @@ func TestVmapShardingConstraintEager(t *testing.T) {
 	var res []*trace.Array
 	msg := vtRecover(func() {
 		res = trace.VmapFlat(func(a []*trace.Array) []*trace.Array {
-			return trace.While(func(st []*trace.Array) *trace.Array { return trace.Less(st[0], trace.ScalarOf(2, ir.Int32)) },
+			return trace.While(func(st []*trace.Array) *trace.Array { return trace.Less(st[0], trace.ScalarAs(2, ir.Int32)) },
 				func(st []*trace.Array) []*trace.Array {
-					return []*trace.Array{trace.Add(st[0], trace.ScalarOf(1, ir.Int32)), trace.Add(st[1], st[1])}
-				}, trace.ScalarOf(0, ir.Int32), a[0])
+					return []*trace.Array{trace.Add(st[0], trace.ScalarAs(1, ir.Int32)), trace.Add(st[1], st[1])}
+				}, trace.ScalarAs(0, ir.Int32), a[0])
 		}, []*trace.Array{x}, trace.InAxes(1), trace.OutAxes(trace.NotMapped, 0))
 	})
 	if msg != "" {

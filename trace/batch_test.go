@@ -511,8 +511,8 @@ func vtCases() []vtCase {
 				n, x0, w := a[0], a[1], a[2]
 				out := trace.While(func(st []*trace.Array) *trace.Array { return trace.Less(st[0], n) },
 					func(st []*trace.Array) []*trace.Array {
-						return []*trace.Array{trace.Add(st[0], trace.ScalarOf(1, ir.Int32)), trace.Add(trace.Mul(st[1], trace.ScalarOf(0.5, dt)), w)}
-					}, trace.ScalarOf(0, ir.Int32), x0)
+						return []*trace.Array{trace.Add(st[0], trace.ScalarAs(1, ir.Int32)), trace.Add(trace.Mul(st[1], trace.ScalarAs(0.5, dt)), w)}
+					}, trace.ScalarAs(0, ir.Int32), x0)
 				return out
 			}}
 		}},
@@ -1169,7 +1169,7 @@ func TestVmapAxisSize(t *testing.T) {
 func TestVmapAxisIndex(t *testing.T) {
 	x := rt.FromSlice([]int32{0, 0, 0, 0, 0, 0}, 2, 3)
 	f := trace.Vmap(trace.Vmap(func(x *trace.Array) *trace.Array {
-		return trace.Add(x, trace.Add(trace.Mul(trace.AxisIndex("row"), trace.ScalarOf(10, ir.Int32)), trace.AxisIndex("col")))
+		return trace.Add(x, trace.Add(trace.Mul(trace.AxisIndex("row"), trace.ScalarAs(10, ir.Int32)), trace.AxisIndex("col")))
 	}, trace.AxisName("col")), trace.AxisName("row"))
 	want := []int32{0, 1, 2, 10, 11, 12}
 	if got := f(x).Int32s(); !slices.Equal(got, want) {
@@ -1398,7 +1398,7 @@ func TestVmapComposesCustomVJP(t *testing.T) {
 	mul3 := trace.CustomVJP(func(a []*trace.Array) ([]*trace.Array, []*trace.Array) {
 		return []*trace.Array{trace.Mul(a[0], a[1])}, []*trace.Array{a[0], a[1]}
 	}, func(res, ct []*trace.Array) []*trace.Array {
-		three := trace.ScalarOf(3, ir.Float64)
+		three := trace.ScalarAs(3, ir.Float64)
 		return []*trace.Array{trace.Mul(trace.Mul(ct[0], res[1]), three), trace.Mul(trace.Mul(ct[0], res[0]), three)}
 	})
 	loss := func(x, w *trace.Array) *trace.Array { return trace.Sum(trace.Sin(mul3(x, w)[0])) }
@@ -1457,7 +1457,7 @@ func TestVmapPassThrough(t *testing.T) {
 	x, _ := otMake(r, ir.Float32, otNormal, 2, 3)
 	c, _ := otMake(r, ir.Int32, otInts(-5, 5), 4)
 	fn := func(a []*trace.Array) []*trace.Array {
-		return []*trace.Array{a[0], a[1], a[0], c, trace.ScalarOf(7, ir.Int64)}
+		return []*trace.Array{a[0], a[1], a[0], c, trace.ScalarAs(7, ir.Int64)}
 	}
 	args := []*trace.Array{x, c}
 	for _, jit := range []bool{false, true} {
@@ -1467,7 +1467,7 @@ func TestVmapPassThrough(t *testing.T) {
 			got = rt.Jit(func(a []*trace.Array) []*trace.Array { return trace.VmapFlat(fn, a, opts...) })(args)
 		}
 		xt := trace.Transpose(x, 1, 0)
-		want := []*trace.Array{xt, trace.Stack(1, c, c, c), x, trace.Stack(0, c, c, c), trace.Stack(0, trace.ScalarOf(7, ir.Int64), trace.ScalarOf(7, ir.Int64), trace.ScalarOf(7, ir.Int64))}
+		want := []*trace.Array{xt, trace.Stack(1, c, c, c), x, trace.Stack(0, c, c, c), trace.Stack(0, trace.ScalarAs(7, ir.Int64), trace.ScalarAs(7, ir.Int64), trace.ScalarAs(7, ir.Int64))}
 		for i := range want {
 			if d := vtCompare(got[i], want[i].Type(), want[i], 0); d != "" {
 				t.Errorf("jit %v, output %d: %s", jit, i, d)
@@ -1496,9 +1496,9 @@ func TestVmapInsideTransforms(t *testing.T) {
 	_, ys := trace.Scan(func(c, xs []*trace.Array) ([]*trace.Array, []*trace.Array) {
 		y := trace.Vmap(func(e *trace.Array) *trace.Array { return trace.Mul(e, c[0]) })(xs[0])
 		return []*trace.Array{trace.Add(c[0], trace.Scalar(1))}, []*trace.Array{y}
-	}, []*trace.Array{trace.ScalarOf(1, ir.Float32)}, []*trace.Array{x})
+	}, []*trace.Array{trace.ScalarAs(1, ir.Float32)}, []*trace.Array{x})
 	want := vtStackLoop(3, func(i int) *trace.Array {
-		return trace.Mul(trace.Index(x, i), trace.ScalarOf(float64(i+1), ir.Float32))
+		return trace.Mul(trace.Index(x, i), trace.ScalarAs(float64(i+1), ir.Float32))
 	})
 	if d := vtCompare(ys[0], want.Type(), want, 0); d != "" {
 		t.Errorf("Vmap in a Scan body: %s", d)

@@ -27,7 +27,7 @@ func ckLayer(x *trace.Array, w ckWeights) *trace.Array {
 	// see both kinds.
 	bx := trace.Reshape(y, 2, 2, 3)
 	bb := trace.Einsum("bij,bkj->bik", bx, bx)
-	return trace.Add(trace.Sin(y), trace.Mul(trace.Sum(bb), trace.ScalarOf(0.01, ir.Float64)))
+	return trace.Add(trace.Sin(y), trace.Mul(trace.Sum(bb), trace.ScalarAs(0.01, ir.Float64)))
 }
 
 func ckPolicies() map[string]trace.CheckpointPolicy {
@@ -78,7 +78,7 @@ func TestCheckpointPoliciesGradients(t *testing.T) {
 	want := trace.Grad(plain)(w)
 	scanLoss := func(layer func(*trace.Array, ckWeights) *trace.Array) func(w ckWeights) *trace.Array {
 		return func(w ckWeights) *trace.Array {
-			ws := ckWeights{W1: trace.Stack(0, w.W1, trace.Mul(w.W1, trace.ScalarOf(0.5, ir.Float64)), w.W1),
+			ws := ckWeights{W1: trace.Stack(0, w.W1, trace.Mul(w.W1, trace.ScalarAs(0.5, ir.Float64)), w.W1),
 				W2: trace.Stack(0, w.W2, w.W2, trace.Neg(w.W2)), B: trace.Stack(0, w.B, w.B, w.B)}
 			out, _ := trace.ScanTree(func(c *trace.Array, w ckWeights) (*trace.Array, struct{}) {
 				return layer(c, w), struct{}{}

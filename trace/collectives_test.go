@@ -270,7 +270,7 @@ func TestVmapCollectivesNested(t *testing.T) {
 		for s := range n1 {
 			shift = append(shift, [2]int{s, (s + 1) % n1})
 		}
-		idx := trace.Add(trace.AxisIndex("i"), trace.Mul(trace.AxisIndex("j"), trace.ScalarOf(10, ir.Int32)))
+		idx := trace.Add(trace.AxisIndex("i"), trace.Mul(trace.AxisIndex("j"), trace.ScalarAs(10, ir.Int32)))
 		return []*trace.Array{
 			trace.PSum(x, "i"), trace.PSum(x, "j"), trace.AllGather(x, "i", 1, false),
 			idx, trace.PPermute(x, "i", shift), trace.PSumScatter(x, "i", 0, true), trace.AllToAll(x, "i", 0, 0),
@@ -332,7 +332,7 @@ func TestVmapCollectivesUnbatched(t *testing.T) {
 	f := trace.Vmap(func(x *trace.Array) []*trace.Array {
 		counted, _ := trace.Scan(func(c, _ []*trace.Array) ([]*trace.Array, []*trace.Array) {
 			return []*trace.Array{trace.Add(c[0], trace.Convert(trace.AxisIndex("i"), ir.Float64))}, nil
-		}, []*trace.Array{trace.ScalarOf(0, ir.Float64)}, nil, trace.ScanLength(3))
+		}, []*trace.Array{trace.ScalarAs(0, ir.Float64)}, nil, trace.ScanLength(3))
 		return []*trace.Array{trace.PSum(w, "i"), trace.PPermute(w, "i", [][2]int{{0, n - 1}}), counted[0], trace.Add(x, trace.PMax(w, "i"))}
 	}, trace.AxisName("i"))
 	x := gtRand(r, -1, 1, n, 3)

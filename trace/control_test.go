@@ -19,7 +19,7 @@ func TestScanForward(t *testing.T) {
 		s := trace.Add(c[0], x[0])
 		return []*trace.Array{s}, []*trace.Array{s, trace.Mul(x[0], x[0])}
 	}
-	init := []*trace.Array{trace.ScalarOf(10, ir.Float64)}
+	init := []*trace.Array{trace.ScalarAs(10, ir.Float64)}
 	c, ys := trace.Scan(body, init, []*trace.Array{xs})
 	gtExpectClose(t, "carry", c[0].Float64s(), []float64{20}, 0)
 	gtExpectClose(t, "cumsum", ys[0].Float64s(), []float64{11, 13, 16, 20}, 0)
@@ -32,17 +32,17 @@ func TestScanForward(t *testing.T) {
 		c, ys := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
 			s := trace.Add(c[0], trace.Mul(x[0], k))
 			return []*trace.Array{s}, []*trace.Array{s}
-		}, []*trace.Array{trace.ScalarOf(0, ir.Float64)}, []*trace.Array{xs})
+		}, []*trace.Array{trace.ScalarAs(0, ir.Float64)}, []*trace.Array{xs})
 		return c[0], ys[0]
 	})
-	jc, jys := j(xs, trace.ScalarOf(2, ir.Float64))
+	jc, jys := j(xs, trace.ScalarAs(2, ir.Float64))
 	gtExpectClose(t, "jit carry", jc.Float64s(), []float64{20}, 0)
 	gtExpectClose(t, "jit ys", jys.Float64s(), []float64{2, 6, 12, 20}, 0)
 	// No xs: ScanLength.
 	c, ys = trace.Scan(func(c, _ []*trace.Array) ([]*trace.Array, []*trace.Array) {
-		d := trace.Mul(c[0], trace.ScalarOf(2, ir.Float64))
+		d := trace.Mul(c[0], trace.ScalarAs(2, ir.Float64))
 		return []*trace.Array{d}, []*trace.Array{c[0]}
-	}, []*trace.Array{trace.ScalarOf(1, ir.Float64)}, nil, trace.ScanLength(5))
+	}, []*trace.Array{trace.ScalarAs(1, ir.Float64)}, nil, trace.ScanLength(5))
 	gtExpectClose(t, "powers", ys[0].Float64s(), []float64{1, 2, 4, 8, 16}, 0)
 	gtExpectClose(t, "powers carry", c[0].Float64s(), []float64{32}, 0)
 }
@@ -56,7 +56,7 @@ func TestScanTree(t *testing.T) {
 	st, ys := trace.ScanTree(func(s State, x In) (State, []*trace.Array) {
 		n := State{Sum: trace.Add(s.Sum, x.A), Prod: trace.Mul(s.Prod, x.B)}
 		return n, []*trace.Array{n.Sum}
-	}, State{Sum: trace.ScalarOf(0, ir.Float64), Prod: gtF([]float64{1, 1}, 2)}, xs)
+	}, State{Sum: trace.ScalarAs(0, ir.Float64), Prod: gtF([]float64{1, 1}, 2)}, xs)
 	gtExpectClose(t, "sum", st.Sum.Float64s(), []float64{6}, 0)
 	gtExpectClose(t, "prod", st.Prod.Float64s(), []float64{12, 18}, 0)
 	gtExpectClose(t, "ys", ys[0].Float64s(), []float64{1, 3, 6}, 0)
@@ -67,7 +67,7 @@ func TestScanErrors(t *testing.T) {
 	e := gtCatch(t, func() {
 		trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
 			return []*trace.Array{trace.Convert(c[0], ir.Float32)}, nil
-		}, []*trace.Array{trace.ScalarOf(0, ir.Float64)}, []*trace.Array{xs})
+		}, []*trace.Array{trace.ScalarAs(0, ir.Float64)}, []*trace.Array{xs})
 	})
 	if e == nil || !strings.Contains(e.Msg, "carry[0] as f32[]") || !strings.Contains(e.Msg, "f64[]") || !strings.HasSuffix(e.File, "control_test.go") {
 		t.Errorf("carry type change: got %v", e)
@@ -294,7 +294,7 @@ func TestCond(t *testing.T) {
 	gtExpectClose(t, "true (jit)", jf(yes, x).Float64s(), []float64{10, 40}, 0)
 	gtExpectClose(t, "false (jit)", jf(no, x).Float64s(), []float64{-9, -18}, 0)
 	// A numeric predicate is compared with zero.
-	gtExpectClose(t, "int pred", f(trace.ScalarOf(3, ir.Int32), x).Float64s(), []float64{10, 40}, 0)
+	gtExpectClose(t, "int pred", f(trace.ScalarAs(3, ir.Int32), x).Float64s(), []float64{10, 40}, 0)
 	// Gradients through both branches and their closures, eagerly and jitted.
 	g := func(p *trace.Array) func(x *trace.Array) *trace.Array {
 		return trace.Grad(func(x *trace.Array) *trace.Array { return trace.Sum(trace.Mul(f(p, x), x)) })
@@ -326,8 +326,8 @@ func TestWhile(t *testing.T) {
 		return trace.While(func(s []*trace.Array) *trace.Array {
 			return trace.Reshape(trace.Less(s[0], gtF([]float64{10}, 1)))
 		}, func(s []*trace.Array) []*trace.Array {
-			return []*trace.Array{trace.Add(s[0], step), trace.Add(s[1], trace.ScalarOf(1, ir.Int32))}
-		}, x, trace.ScalarOf(0, ir.Int32))
+			return []*trace.Array{trace.Add(s[0], step), trace.Add(s[1], trace.ScalarAs(1, ir.Int32))}
+		}, x, trace.ScalarAs(0, ir.Int32))
 	}
 	x := gtF([]float64{1}, 1)
 	out := f(x)
@@ -360,7 +360,7 @@ func TestForLoop(t *testing.T) {
 	unrolled := func(w *trace.Array) *trace.Array {
 		s := gtF([]float64{0.1, 0.2}, 2)
 		for i := 2; i < 6; i++ {
-			s = trace.Add(trace.Mul(trace.Sin(s), w), trace.Mul(trace.ScalarOf(float64(i), ir.Float64), w))
+			s = trace.Add(trace.Mul(trace.Sin(s), w), trace.Mul(trace.ScalarAs(float64(i), ir.Float64), w))
 		}
 		return trace.Sum(s)
 	}
@@ -383,7 +383,7 @@ func TestControlComposition(t *testing.T) {
 	xs := gtF([]float64{0.5, -0.3, 0.8, -1.1, 0.2}, 5)
 	type P struct{ Table, S *trace.Array }
 	p := P{Table: gtF(gtRandData(r, 6, -1, 1), 6), S: gtF([]float64{0.4}, 1)}
-	zero := trace.ScalarOf(0, ir.Float64)
+	zero := trace.ScalarAs(0, ir.Float64)
 	scanned := func(p P) *trace.Array {
 		c, _ := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
 			i, s := c[0], c[1]
@@ -393,8 +393,8 @@ func TestControlComposition(t *testing.T) {
 			}, func(o []*trace.Array) []*trace.Array {
 				return []*trace.Array{trace.Add(trace.Mul(o[0], x[0]), w)}
 			}, s)[0]
-			return []*trace.Array{trace.Add(i, trace.ScalarOf(1, ir.Int32)), s}, nil
-		}, []*trace.Array{trace.ScalarOf(0, ir.Int32), p.S}, []*trace.Array{xs})
+			return []*trace.Array{trace.Add(i, trace.ScalarAs(1, ir.Int32)), s}, nil
+		}, []*trace.Array{trace.ScalarAs(0, ir.Int32), p.S}, []*trace.Array{xs})
 		return trace.Sum(c[1])
 	}
 	unrolled := func(p P) *trace.Array {
@@ -402,7 +402,7 @@ func TestControlComposition(t *testing.T) {
 		xv := xs.Float64s()
 		for k := 0; k < 5; k++ {
 			w := trace.SliceAxis(p.Table, 0, k, k+1)
-			x := trace.ScalarOf(xv[k], ir.Float64)
+			x := trace.ScalarAs(xv[k], ir.Float64)
 			if xv[k] > 0 {
 				s = trace.Sin(trace.Mul(s, w))
 			} else {
@@ -535,7 +535,7 @@ func TestGradThroughInnerOptimization(t *testing.T) {
 		d := trace.Sub(trace.Tanh(trace.Mul(w, x)), target)
 		return trace.Sum(trace.Mul(d, d))
 	}
-	lr := trace.ScalarOf(0.3, ir.Float64)
+	lr := trace.ScalarAs(0.3, ir.Float64)
 	sgd := func(w *trace.Array) *trace.Array { return trace.Sub(w, trace.Mul(lr, trace.Grad(inner)(w))) }
 	looped := func(w *trace.Array) *trace.Array {
 		s := trace.ForLoop(0, 3, func(_ *trace.Array, s []*trace.Array) []*trace.Array {

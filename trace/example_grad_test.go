@@ -17,7 +17,7 @@ func ExampleGrad() {
 		d := trace.Sub(trace.Add(trace.Mul(p.W, x), p.B), y)
 		return trace.Mean(trace.Mul(d, d))
 	}
-	p := Params{W: rt.ScalarOf[float32](1), B: rt.ScalarOf[float32](0)}
+	p := Params{W: rt.FromScalar[float32](1), B: rt.FromScalar[float32](0)}
 	g := trace.Grad(loss)(p)
 	fmt.Println("dW:", g.W)
 	fmt.Println("dB:", g.B)
@@ -46,7 +46,7 @@ func ExampleScan() {
 		c, ys := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
 			s := trace.Add(c[0], x[0])
 			return []*trace.Array{s}, []*trace.Array{s}
-		}, []*trace.Array{rt.ScalarOf[float32](0)}, []*trace.Array{xs})
+		}, []*trace.Array{rt.FromScalar[float32](0)}, []*trace.Array{xs})
 		return c[0], ys[0]
 	}
 	total, running := cumsum(xs)

@@ -16,8 +16,8 @@ func ExampleVmap_while() {
 		s := trace.While(func(s []*trace.Array) *trace.Array {
 			return trace.GreaterEqual(s[0], trace.Scalar(1))
 		}, func(s []*trace.Array) []*trace.Array {
-			return []*trace.Array{trace.Div(s[0], trace.Scalar(2)), trace.Add(s[1], trace.ScalarOf(1, ir.Int32))}
-		}, x, trace.ScalarOf(0, ir.Int32))
+			return []*trace.Array{trace.Div(s[0], trace.Scalar(2)), trace.Add(s[1], trace.ScalarAs(1, ir.Int32))}
+		}, x, trace.ScalarAs(0, ir.Int32))
 		return s[1]
 	})
 	fmt.Println(halvings(rt.FromSlice([]float32{0.5, 3, 100, 1}, 4)).Int32s())

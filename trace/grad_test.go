@@ -158,7 +158,7 @@ func TestGradOfGradElementwise(t *testing.T) {
 		d2     func(x float64) float64
 		lo, hi float64
 	}
-	c3 := func(v float64) *trace.Array { return trace.ScalarOf(v, ir.Float64) }
+	c3 := func(v float64) *trace.Array { return trace.ScalarAs(v, ir.Float64) }
 	cases := []fcase{
 		{"exp", trace.Exp, math.Exp, -1, 1},
 		{"log", trace.Log, func(x float64) float64 { return -1 / (x * x) }, 0.5, 2},
@@ -353,7 +353,7 @@ func TestCustomVJP(t *testing.T) {
 	sin3 := trace.CustomVJP(func(a []*trace.Array) ([]*trace.Array, []*trace.Array) {
 		return []*trace.Array{trace.Sin(a[0])}, []*trace.Array{trace.Cos(a[0])}
 	}, func(res, ct []*trace.Array) []*trace.Array {
-		return []*trace.Array{trace.Mul(trace.Mul(ct[0], res[0]), trace.ScalarOf(3, ir.Float64))}
+		return []*trace.Array{trace.Mul(trace.Mul(ct[0], res[0]), trace.ScalarAs(3, ir.Float64))}
 	})
 	xd := []float64{0.3, -1.2, 2}
 	x := gtF(xd, 3)

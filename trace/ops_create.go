@@ -28,9 +28,22 @@ func ScalarInt(v int) *Array {
 	return a
 }
 
-// ScalarOf returns a strongly typed scalar of dtype dt holding v (converted as the
-// convert op does: rounded for floats, truncated and saturated for integers,
-// nonzero is true for bool). It is a concrete array.
+// ScalarAs returns a strongly typed scalar of dtype dt holding v (converted as
+// the convert op does: rounded for floats, truncated and saturated for
+// integers, nonzero is true for bool), like jnp.asarray(v, dtype=dt):
+// trace.ScalarAs(0.5, ir.BFloat16), trace.ScalarAs(3, ir.Int32). It is a
+// concrete array. Use Scalar for a weakly typed scalar that takes the dtype
+// of the array it meets, and rt.FromScalar for a scalar of a Go value's
+// dtype.
+func ScalarAs(v float64, dt ir.DType) *Array {
+	checkDType("ScalarAs", dt)
+	return FromLiteral(scalarLiteral(v, dt))
+}
+
+// ScalarOf is ScalarAs.
+//
+// Deprecated: use ScalarAs (the dtype as a value) or rt.FromScalar (the
+// dtype of a Go value's type).
 func ScalarOf(v float64, dt ir.DType) *Array {
 	checkDType("ScalarOf", dt)
 	return FromLiteral(scalarLiteral(v, dt))

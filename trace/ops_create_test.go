@@ -27,7 +27,7 @@ func TestOpsCreate(t *testing.T) {
 			otCheck(t, name("OnesLike"), trace.OnesLike(like), dt, otFill(1, s...), 0)
 			otCheck(t, name("FullLike"), trace.FullLike(like, -3), dt, otFill(-3, s...), 0)
 		}
-		otCheck(t, otName("ScalarOf", dt), trace.ScalarOf(3.25, dt), dt, otFill(3.25), 0)
+		otCheck(t, otName("ScalarAs", dt), trace.ScalarAs(3.25, dt), dt, otFill(3.25), 0)
 		eye := otNew(3, 3)
 		for i := 0; i < 3; i++ {
 			eye.data[i*3+i] = 1

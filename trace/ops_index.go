@@ -35,7 +35,7 @@ func checkStarts(op string, x *Array, starts []*Array) {
 			panic(Errorf(op, "start index %d is a nil array", i))
 		}
 		if s.Rank() != 0 || !s.typ.DType.IsInteger() {
-			panic(Errorf(op, "start index %d must be an integer scalar, got %v (use ScalarOf(v, ir.Int32))", i, s.typ))
+			panic(Errorf(op, "start index %d must be an integer scalar, got %v (use ScalarAs(v, ir.Int32))", i, s.typ))
 		}
 	}
 }

@@ -25,7 +25,7 @@ func TestOpsIndex(t *testing.T) {
 	otExpectError(t, "Index", func() { trace.Index(trace.Scalar(1), 0) }, "cannot index a scalar")
 }
 
-func otI32(v int) *trace.Array { return trace.ScalarOf(float64(v), ir.Int32) }
+func otI32(v int) *trace.Array { return trace.ScalarAs(float64(v), ir.Int32) }
 
 func TestOpsDynamicSlice(t *testing.T) {
 	r := otRand(t)
@@ -36,7 +36,7 @@ func TestOpsDynamicSlice(t *testing.T) {
 			c0 := min(max(s0, 0), 5-n0)
 			c1 := min(max(s1, 0), 6-n1)
 			want := otIndexMap(xr, []int{n0, n1}, 0, func(idx []int) []int { return []int{c0 + idx[0], c1 + idx[1]} })
-			got := trace.DynamicSlice(x, []*trace.Array{otI32(s0), trace.ScalarOf(float64(s1), ir.Int64)}, []int{n0, n1})
+			got := trace.DynamicSlice(x, []*trace.Array{otI32(s0), trace.ScalarAs(float64(s1), ir.Int64)}, []int{n0, n1})
 			otCheck(t, otName("DynamicSlice", dt, c), got, dt, want, 0)
 
 			u, ur := otMake(r, dt, otGenFor(dt), n0, n1)

@@ -51,8 +51,8 @@ func TestOpsWeakPromotion(t *testing.T) {
 	if !wf.IsWeak() || !wi.IsWeak() || wf.DType() != ir.Float32 || wi.DType() != ir.Int32 {
 		t.Fatalf("Scalar/ScalarInt: %v weak=%v, %v weak=%v", wf.Type(), wf.IsWeak(), wi.Type(), wi.IsWeak())
 	}
-	if trace.ScalarOf(1, ir.Float32).IsWeak() {
-		t.Errorf("ScalarOf is weak")
+	if trace.ScalarAs(1, ir.Float32).IsWeak() {
+		t.Errorf("ScalarAs is weak")
 	}
 	cases := []struct {
 		x, y *trace.Array
@@ -71,7 +71,7 @@ func TestOpsWeakPromotion(t *testing.T) {
 		{arr(ir.Bool), wi, ir.Int32},
 		{wf, wi, ir.Float32},
 		{wi, wi, ir.Int32},
-		{arr(ir.Int32), trace.ScalarOf(1, ir.Float16), ir.Float16}, // strong scalar: the lattice
+		{arr(ir.Int32), trace.ScalarAs(1, ir.Float16), ir.Float16}, // strong scalar: the lattice
 		{arr(ir.Uint32), arr(ir.Int32), ir.Int64},
 	}
 	for _, c := range cases {

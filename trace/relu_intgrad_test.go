@@ -72,7 +72,7 @@ func TestGradOfIntegerParamRefused(t *testing.T) {
 	require.Contains(t, msg, "relu_intgrad_test.go")
 
 	type params struct{ W, Step *trace.Array }
-	p := params{W: rt.FromSlice([]float32{1, 2}, 2), Step: rt.ScalarOf(int32(4))}
+	p := params{W: rt.FromSlice([]float32{1, 2}, 2), Step: rt.FromScalar(int32(4))}
 	msg = catch(func() {
 		trace.Grad(func(p params) *trace.Array { return trace.Sum(trace.Mul(p.W, p.W)) })(p)
 	})

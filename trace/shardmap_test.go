@@ -301,7 +301,7 @@ func newSm2D(t *testing.T, r *rand.Rand) *sm2D {
 
 func (*sm2D) fn(in sm2DIn) []*trace.Array {
 	a, c, e, w := in.A, in.C, in.E, in.W
-	scale := trace.Add(trace.Mul(smAxisIndex("x"), trace.ScalarOf(10, ir.Float64)), smAxisIndex("y"))
+	scale := trace.Add(trace.Mul(smAxisIndex("x"), trace.ScalarAs(10, ir.Float64)), smAxisIndex("y"))
 	r3 := trace.Mul(a, scale)
 	return []*trace.Array{
 		trace.PSum(trace.PSum(trace.Sum(a), "x"), "y"),
