@@ -17,7 +17,7 @@
 //   - elementwise: Neg, Abs, Exp, Log, Tanh, ..., Add, Sub, Mul, Div, Pow,
 //     Maximum, comparisons (Equal, Less, ...), Where, Clip, Convert, and
 //     composites such as Relu, Gelu, Softplus, Softmax and LogSoftmax;
-//   - creation: Scalar, ScalarOf, Const, Full, Zeros, Ones, Iota, Arange, Eye;
+//   - creation: Scalar, ScalarAs, Const, Full, Zeros, Ones, Iota, Arange, Eye;
 //   - shape: Reshape, Transpose, ExpandDims, Squeeze, BroadcastTo, Slice,
 //     SliceAxis, Concatenate, Stack, Split, Pad, Ravel;
 //   - indexing: Index, DynamicSlice, DynamicUpdateSlice, Take, ScatterAdd, OneHot;
@@ -29,8 +29,11 @@
 // (shapes aligned at the last axis, size-1 axes stretch) and promote their dtypes
 // with JAX's rules (see PromoteDTypes and ResultDType). Scalar(2.5) and
 // ScalarInt(2) are weakly typed, like Python numbers in JAX: Mul(x, Scalar(2))
-// keeps x's dtype. Axes may be negative (counted from the end) wherever an op
-// takes one.
+// keeps x's dtype. The ops that compute in floats only (Exp, Log, Sqrt, Rsqrt,
+// Tanh, Logistic, Sin, Cos, Erf, Softmax, Gelu, Mean, Var, LogSumExp, ...)
+// promote an integer or bool array to DefaultFloat (f32) first, as jax.numpy
+// does (jnp.exp(int32) is float32; lax.exp would refuse it). Axes may be
+// negative (counted from the end) wherever an op takes one.
 //
 // Memory matters: Full, Zeros and Ones emit a scalar constant and a broadcast,
 // never a large literal, so inside a traced function they cost nothing until the
@@ -49,8 +52,8 @@
 //
 // # Errors
 //
-// A programming error — shapes that do not broadcast, an axis out of range, an
-// integer array passed to Exp — panics with a *Error that names the op and the Go
+// A programming error — shapes that do not broadcast, an axis out of range, a
+// bool array passed to Add — panics with a *Error that names the op and the Go
 // file:line of the user's call, for example
 //
 //	model.go:42: Add: shapes f32[2,3] and f32[4] do not broadcast

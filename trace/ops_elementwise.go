@@ -25,6 +25,29 @@ func unary(op string, code ir.Code, x *Array) *Array {
 	return markWeak(Apply1(code, nil, x), x.weak)
 }
 
+// DefaultFloat is the float dtype integer and bool arrays are promoted to by
+// the ops that compute in floats only (Exp, Log, Sqrt, Tanh, Sin, Erf, Softmax,
+// Mean, ...), as jax.numpy promotes them to its default float dtype:
+// jnp.exp(int32) is float32.
+const DefaultFloat = ir.Float32
+
+// inexact returns x converted to DefaultFloat if it is an integer or bool
+// array (jax.numpy's promote_args_inexact), else x. A weak x stays weak, as
+// jnp.exp(2) is a weak float32.
+func inexact(op string, x *Array) *Array {
+	if x == nil || x.typ.DType.IsFloat() || !x.typ.DType.IsInteger() && x.typ.DType != ir.Bool {
+		return x
+	}
+	return markWeak(convertTo(op, x, DefaultFloat), x.weak)
+}
+
+// transcendental is unary for the ops jax.numpy computes in floats only: an
+// integer or bool x is promoted to DefaultFloat first.
+func transcendental(op string, code ir.Code, x *Array) *Array {
+	needArrays(op, x)
+	return unary(op, code, inexact(op, x))
+}
+
 // Neg returns -x elementwise (wrapping for unsigned integers).
 func Neg(x *Array) *Array { return unary("Neg", ir.Neg, x) }
 
@@ -34,41 +57,52 @@ func Abs(x *Array) *Array { return unary("Abs", ir.Abs, x) }
 // Sign returns -1, 0 or 1 by the sign of x (NaN stays NaN).
 func Sign(x *Array) *Array { return unary("Sign", ir.Sign, x) }
 
-// Exp returns e**x elementwise. x must be a float array.
-func Exp(x *Array) *Array { return unary("Exp", ir.Exp, x) }
+// Exp returns e**x elementwise. An integer or bool x is promoted to
+// DefaultFloat (f32) first, as jnp.exp promotes it.
+func Exp(x *Array) *Array { return transcendental("Exp", ir.Exp, x) }
 
-// Log returns the natural logarithm elementwise. x must be a float array.
-func Log(x *Array) *Array { return unary("Log", ir.Log, x) }
+// Log returns the natural logarithm elementwise. An integer or bool x is promoted to
+// DefaultFloat (f32) first, as jnp.log promotes it.
+func Log(x *Array) *Array { return transcendental("Log", ir.Log, x) }
 
-// Log1p returns log(1+x), accurate for small x. x must be a float array.
-func Log1p(x *Array) *Array { return unary("Log1p", ir.Log1p, x) }
+// Log1p returns log(1+x), accurate for small x. An integer or bool x is promoted to
+// DefaultFloat (f32) first, as jnp.log1p promotes it.
+func Log1p(x *Array) *Array { return transcendental("Log1p", ir.Log1p, x) }
 
-// Expm1 returns e**x - 1, accurate for small x. x must be a float array.
-func Expm1(x *Array) *Array { return unary("Expm1", ir.Expm1, x) }
+// Expm1 returns e**x - 1, accurate for small x. An integer or bool x is promoted to
+// DefaultFloat (f32) first, as jnp.expm1 promotes it.
+func Expm1(x *Array) *Array { return transcendental("Expm1", ir.Expm1, x) }
 
-// Sqrt returns the square root elementwise. x must be a float array.
-func Sqrt(x *Array) *Array { return unary("Sqrt", ir.Sqrt, x) }
+// Sqrt returns the square root elementwise. An integer or bool x is promoted to
+// DefaultFloat (f32) first, as jnp.sqrt promotes it.
+func Sqrt(x *Array) *Array { return transcendental("Sqrt", ir.Sqrt, x) }
 
-// Rsqrt returns 1/sqrt(x) elementwise. x must be a float array.
-func Rsqrt(x *Array) *Array { return unary("Rsqrt", ir.Rsqrt, x) }
+// Rsqrt returns 1/sqrt(x) elementwise. An integer or bool x is promoted to
+// DefaultFloat (f32) first, as jnp.sqrt promotes it (lax.rsqrt refuses it).
+func Rsqrt(x *Array) *Array { return transcendental("Rsqrt", ir.Rsqrt, x) }
 
-// Tanh returns the hyperbolic tangent elementwise. x must be a float array.
-func Tanh(x *Array) *Array { return unary("Tanh", ir.Tanh, x) }
+// Tanh returns the hyperbolic tangent elementwise. An integer or bool x is promoted to
+// DefaultFloat (f32) first, as jnp.tanh promotes it.
+func Tanh(x *Array) *Array { return transcendental("Tanh", ir.Tanh, x) }
 
-// Logistic returns 1/(1+e**-x) elementwise. x must be a float array.
-func Logistic(x *Array) *Array { return unary("Logistic", ir.Logistic, x) }
+// Logistic returns 1/(1+e**-x) elementwise. An integer or bool x is promoted to
+// DefaultFloat (f32) first, as jax.scipy.special.expit promotes it.
+func Logistic(x *Array) *Array { return transcendental("Logistic", ir.Logistic, x) }
 
 // Sigmoid is Logistic.
-func Sigmoid(x *Array) *Array { return unary("Sigmoid", ir.Logistic, x) }
+func Sigmoid(x *Array) *Array { return transcendental("Sigmoid", ir.Logistic, x) }
 
-// Sin returns the sine elementwise. x must be a float array.
-func Sin(x *Array) *Array { return unary("Sin", ir.Sin, x) }
+// Sin returns the sine elementwise. An integer or bool x is promoted to
+// DefaultFloat (f32) first, as jnp.sin promotes it.
+func Sin(x *Array) *Array { return transcendental("Sin", ir.Sin, x) }
 
-// Cos returns the cosine elementwise. x must be a float array.
-func Cos(x *Array) *Array { return unary("Cos", ir.Cos, x) }
+// Cos returns the cosine elementwise. An integer or bool x is promoted to
+// DefaultFloat (f32) first, as jnp.cos promotes it.
+func Cos(x *Array) *Array { return transcendental("Cos", ir.Cos, x) }
 
-// Erf returns the error function elementwise. x must be a float array.
-func Erf(x *Array) *Array { return unary("Erf", ir.Erf, x) }
+// Erf returns the error function elementwise. An integer or bool x is promoted to
+// DefaultFloat (f32) first, as jax.scipy.special.erf promotes it.
+func Erf(x *Array) *Array { return transcendental("Erf", ir.Erf, x) }
 
 // roundOp rounds floats and returns integer arrays unchanged.
 func roundOp(op string, code ir.Code, x *Array) *Array {
@@ -305,12 +339,14 @@ var reluVJP = CustomVJP(
 		return []*Array{Where(Greater(y, scalarLike(y, 0)), g, ZerosLike(g))}
 	})
 
-// Gelu returns the Gaussian error linear unit of a float array: with approximate,
+// Gelu returns the Gaussian error linear unit elementwise (of DefaultFloat,
+// f32, for an integer or bool x, as jax.nn.gelu promotes it): with approximate,
 // the tanh form 0.5x(1+tanh(√(2/π)(x+0.044715x³))), computed as the equal
 // x·logistic(2√(2/π)(x+0.044715x³)), otherwise the exact form 0.5x(1+erf(x/√2)).
 // (jax.nn.gelu's approximate defaults to true.)
 func Gelu(x *Array, approximate bool) *Array {
 	needArrays("Gelu", x)
+	x = inexact("Gelu", x)
 	checkKind("Gelu", ir.FloatDTypes, x)
 	if approximate {
 		return geluTanhVJP(x)[0]
@@ -370,9 +406,11 @@ func geluDerivative(x *Array, approximate bool) *Array {
 }
 
 // Softplus returns log(1+e**x) elementwise, computed stably as
-// max(x,0) + log1p(e**-|x|).
+// max(x,0) + log1p(e**-|x|) (of DefaultFloat, f32, for an integer or bool x,
+// as jax.nn.softplus promotes it).
 func Softplus(x *Array) *Array {
 	needArrays("Softplus", x)
+	x = inexact("Softplus", x)
 	checkKind("Softplus", ir.FloatDTypes, x)
 	return Add(Maximum(x, scalarLike(x, 0)), Log1p(Exp(Neg(Abs(x)))))
 }
@@ -407,9 +445,11 @@ func stableMax(x *Array, axes []int) *Array {
 }
 
 // LogSoftmax returns x - log(sum(exp(x), axis)) along axis, computed stably by
-// subtracting the maximum first. x must be a float array.
+// subtracting the maximum first. An integer or bool x is promoted to
+// DefaultFloat (f32) first, as jax.nn.log_softmax promotes it.
 func LogSoftmax(x *Array, axis int) *Array {
 	needArrays("LogSoftmax", x)
+	x = inexact("LogSoftmax", x)
 	checkKind("LogSoftmax", ir.FloatDTypes, x)
 	axes := []int{normAxis("LogSoftmax", x, axis)}
 	shifted := Sub(x, stableMax(x, axes))
@@ -418,9 +458,11 @@ func LogSoftmax(x *Array, axis int) *Array {
 }
 
 // Softmax returns exp(x) / sum(exp(x), axis) along axis, computed stably by
-// subtracting the maximum first. x must be a float array.
+// subtracting the maximum first. An integer or bool x is promoted to
+// DefaultFloat (f32) first, as jax.nn.softmax promotes it.
 func Softmax(x *Array, axis int) *Array {
 	needArrays("Softmax", x)
+	x = inexact("Softmax", x)
 	checkKind("Softmax", ir.FloatDTypes, x)
 	axes := []int{normAxis("Softmax", x, axis)}
 	e := Exp(Sub(x, stableMax(x, axes)))

@@ -396,7 +396,10 @@ func TestOpsSoftmax(t *testing.T) {
 	otCheck(t, "Softmax/extreme", trace.Softmax(x, 1), ir.Float32, otSoftmaxRef(xr, 1, false), 1e-6)
 	otCheck(t, "LogSoftmax/extreme", trace.LogSoftmax(x, 1), ir.Float32, otSoftmaxRef(xr, 1, true), 1e-6)
 	otExpectError(t, "Softmax", func() { trace.Softmax(x, 2) }, "axis 2 out of range for f32[2,3]")
-	otExpectError(t, "Softmax", func() { trace.Softmax(otFrom(ir.Int32, []float64{1}, 1), 0) }, "float dtype")
+	// An integer array is promoted to f32 first, as jax.nn.softmax does.
+	xi := otTensor{[]int{2, 3}, []float64{1, 2, 3, -4, 0, 4}}
+	otCheck(t, "Softmax/i32", trace.Softmax(otFrom(ir.Int32, xi.data, 2, 3), 1), ir.Float32, otSoftmaxRef(xi, 1, false), 1e-6)
+	otCheck(t, "LogSoftmax/i32", trace.LogSoftmax(otFrom(ir.Int32, xi.data, 2, 3), 1), ir.Float32, otSoftmaxRef(xi, 1, true), 1e-6)
 }
 
 func TestOpsElementwiseErrors(t *testing.T) {
@@ -419,7 +422,7 @@ func TestOpsElementwiseErrors(t *testing.T) {
 	if err == nil || err.Line != line {
 		t.Errorf("Softmax error %v, want line %d", err, line)
 	}
-	otExpectError(t, "Exp", func() { trace.Exp(i) }, "needs a float dtype, got i32[4]", "Convert")
+	otExpectError(t, "Reciprocal", func() { trace.Reciprocal(i) }, "needs a float dtype, got i32[4]", "Convert")
 	otExpectError(t, "Pow", func() { trace.Pow(i, i) }, "float dtype")
 	otExpectError(t, "Add", func() { trace.Add(otFrom(ir.Bool, []float64{1}, 1), otFrom(ir.Bool, []float64{1}, 1)) }, "numeric dtype")
 	otExpectError(t, "Mul", func() { trace.Mul(a, nil) }, "nil array")

@@ -179,21 +179,24 @@ func mean(x *Array, ax []int) *Array {
 	return Div(s, scalarLike(s, float64(count(x, ax))))
 }
 
-// Mean returns the arithmetic mean of a float array over axes (none = all); f16
-// and bf16 accumulate in f32. The mean over an empty axis is NaN. Integer arrays
-// are an error (Convert them first).
+// Mean returns the arithmetic mean of an array over axes (none = all); f16
+// and bf16 accumulate in f32. The mean over an empty axis is NaN. An integer or
+// bool array is promoted to DefaultFloat (f32) first, as jnp.mean promotes it.
 func Mean(x *Array, axes ...int) *Array {
 	needArrays("Mean", x)
+	x = inexact("Mean", x)
 	checkKind("Mean", ir.FloatDTypes, x)
 	ax := reduceAxes("Mean", x, axes)
 	xf, dt := upcast(x)
 	return markWeak(downcast(mean(xf, ax), dt), x.weak)
 }
 
-// Var returns the population variance (ddof 0, like jnp.var) of a float array
-// over axes (none = all).
+// Var returns the population variance (ddof 0, like jnp.var) of an array
+// over axes (none = all); an integer or bool array is promoted to
+// DefaultFloat (f32) first, as jnp.var promotes it.
 func Var(x *Array, axes ...int) *Array {
 	needArrays("Var", x)
+	x = inexact("Var", x)
 	checkKind("Var", ir.FloatDTypes, x)
 	ax := reduceAxes("Var", x, axes)
 	xf, dt := upcast(x)
@@ -201,9 +204,11 @@ func Var(x *Array, axes ...int) *Array {
 	return downcast(mean(Mul(d, d), ax), dt)
 }
 
-// Std returns the population standard deviation, Sqrt(Var(x, axes...)).
+// Std returns the population standard deviation, Sqrt(Var(x, axes...)) (f32
+// for an integer or bool array).
 func Std(x *Array, axes ...int) *Array {
 	needArrays("Std", x)
+	x = inexact("Std", x)
 	checkKind("Std", ir.FloatDTypes, x)
 	ax := reduceAxes("Std", x, axes)
 	xf, dt := upcast(x)
@@ -211,10 +216,13 @@ func Std(x *Array, axes ...int) *Array {
 	return downcast(Sqrt(mean(Mul(d, d), ax)), dt)
 }
 
-// LogSumExp returns log(sum(exp(x))) over axes (none = all) of a float array,
-// computed stably by factoring out the maximum; -inf over an empty axis.
+// LogSumExp returns log(sum(exp(x))) over axes (none = all), computed stably
+// by factoring out the maximum; -inf over an empty axis. An integer or bool
+// array is promoted to DefaultFloat (f32) first, as jax.nn.logsumexp
+// promotes it.
 func LogSumExp(x *Array, axes ...int) *Array {
 	needArrays("LogSumExp", x)
+	x = inexact("LogSumExp", x)
 	checkKind("LogSumExp", ir.FloatDTypes, x)
 	ax := reduceAxes("LogSumExp", x, axes)
 	m := stableMax(x, ax)
