@@ -42,7 +42,7 @@ func ExampleLower() {
 // array it meets. FromScalar has the dtype of its Go type.
 func ExampleFromScalar() {
 	x := rt.FromSlice([]float32{1, 2}, 2)
-	fmt.Println(trace.Add(x, rt.Scalar(0.5)).DType())            // stays f32
+	fmt.Println(trace.Add(x, rt.Scalar(0.5)).DType())              // stays f32
 	fmt.Println(trace.Add(x, rt.FromScalar(float64(0.5))).DType()) // promoted to f64
 	fmt.Println(rt.FromScalar(int32(7)).DType(), rt.FromScalar(int32(7)).Item())
 	// Output:
