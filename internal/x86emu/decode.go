@@ -271,7 +271,7 @@ func (d *decoder) decodeVector(in *Inst, c byte) error {
 	if d.i < len(d.b) {
 		peek = d.b[d.i] >> 3 & 7
 	}
-	def := lookupVector(in.enc, in.mm, in.pp, in.opc, peek)
+	def := lookupVector(in.enc, in.mm, in.pp, in.opc, peek, in.w)
 	if def == nil {
 		return fmt.Errorf("unknown %s instruction (map %d, pp %d, opcode %#02x)", encName[in.enc], in.mm, in.pp, in.opc)
 	}

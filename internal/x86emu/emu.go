@@ -1,8 +1,9 @@
 // Package x86emu interprets the x86-64 machine code Ferry generates at run
-// time, so that tests can check the AVX-512 code (and the AVX2 code) on any
-// host: one without AVX-512 runs the AVX-512 chains of internal/vmath here
-// and compares their results with the references, and a host with the
-// features compares the interpreter with the hardware bit for bit.
+// time, and the Go assembly micro-kernels of internal/gemm, so that tests
+// can check the AVX-512 code (and the AVX2 code) on any host: one without
+// AVX-512 runs the AVX-512 chains of internal/vmath and the GEMM kernels
+// here and compares their results with the references, and a host with
+// the features compares the interpreter with the hardware bit for bit.
 //
 // The interpreter decodes the bytes themselves (checking what the encoder
 // produced, not what it was asked for) and executes them against real
@@ -18,7 +19,7 @@
 //   - general-purpose: MOV (load, store, register, immediate), LEA, ADD, SUB,
 //     AND, OR, XOR, CMP, TEST, INC, DEC, SHL, SHR, SAR (by 1, an immediate or
 //     CL), Jcc and JMP (rel8 and rel32), RET, NOP and the prefetches, in 32-
-//     and 64-bit operand sizes;
+//     and 64-bit operand sizes; SSE MOVUPS (bits 128 and up kept);
 //   - vector, as VEX (AVX, AVX2, FMA on XMM and YMM) and as EVEX (AVX-512F
 //     and VL on XMM, YMM and ZMM registers 0–31, with opmask merging and
 //     zeroing, embedded {1toN} broadcasts and compressed displacements),
@@ -32,6 +33,10 @@
 //     VPSRLD, VPSRAD (immediate counts), VMOVAPS, VMOVUPS, VMOVDQA32,
 //     VMOVDQU32, VMOVNTPS, VBROADCASTSS, VPBROADCASTD, VPMOVM2D, VPMOVD2M,
 //     VZEROUPPER (not VRCP14PS, whose result Intel defines by a table);
+//     float64 lanes (opmask bits, {1to2/4/8} broadcasts and scalar operands
+//     per 64-bit element): VADDPD, VSUBPD, VMULPD, VDIVPD, the
+//     VFMADD/VFMSUB/VFNMADD/VFNMSUB PD forms, VXORPD, VMOVUPD, VBROADCASTSD
+//     (what Ferry's float64 GEMM kernels use);
 //   - opmask: KMOVW (to and from general-purpose and opmask registers and
 //     memory), KANDW, KANDNW, KORW, KXORW, KXNORW, KNOTW, KORTESTW.
 //
@@ -41,10 +46,11 @@
 // runs with (0x1F80: round to nearest even, exceptions masked, no
 // flush-to-zero and no denormals-are-zero): every result rounded once (a
 // fused multiply-add included), NaN operands quieted and propagated in the
-// order the instruction defines, the default NaN (0xFFC00000) for invalid
-// operations, MAXPS and MINPS returning their second source for NaNs and
-// equal zeros. Anything outside the subset (an opcode, a prefix, an
-// encoding such as embedded rounding or 64-bit lanes) stops the run with an
+// order the instruction defines, the default NaN (0xFFC00000;
+// 0xFFF8000000000000 in float64) for invalid operations, MAXPS and MINPS
+// returning their second source for NaNs and equal zeros. Anything
+// outside the subset (an opcode, a prefix, an encoding such as embedded
+// rounding or 64-bit lanes in other instructions) stops the run with an
 // error naming its address and bytes, and a step limit stops runaway loops.
 package x86emu
 

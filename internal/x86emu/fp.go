@@ -345,3 +345,85 @@ func cvtF2I(a uint32, trunc bool) uint32 {
 
 // cvtI2F is VCVTDQ2PS: the int32 rounded once to float32.
 func cvtI2F(a uint32) uint32 { return round32(float64(int32(a))) }
+
+// Float64 lane semantics (the PD instructions), the same rules on 64-bit
+// patterns: a NaN operand is quieted and propagated (the first source
+// first), an invalid operation gives the default NaN 0xFFF8000000000000,
+// every result is rounded once to nearest even.
+
+const defaultNaN64 = 0xfff8000000000000
+
+func isNaN64(x uint64) bool   { return x&(1<<63-1) > 0x7ff0000000000000 }
+func quiet64(x uint64) uint64 { return x | 1<<51 }
+func d64(x uint64) float64    { return math.Float64frombits(x) }
+
+// result64 returns the bits of v, or the default NaN when the operation
+// was invalid (v is NaN with no NaN operand).
+func result64(v float64) uint64 {
+	if v != v {
+		return defaultNaN64
+	}
+	return math.Float64bits(v)
+}
+
+// nan2d is nan2 for float64 patterns.
+func nan2d(a, b uint64) (uint64, bool) {
+	switch {
+	case isNaN64(a):
+		return quiet64(a), true
+	case isNaN64(b):
+		return quiet64(b), true
+	}
+	return 0, false
+}
+
+// The four operations: Go's float64 arithmetic is IEEE 754's, correctly
+// rounded to nearest even.
+func addD(a, b uint64) uint64 {
+	if r, ok := nan2d(a, b); ok {
+		return r
+	}
+	return result64(d64(a) + d64(b))
+}
+
+func subD(a, b uint64) uint64 {
+	if r, ok := nan2d(a, b); ok {
+		return r
+	}
+	return result64(d64(a) - d64(b))
+}
+
+func mulD(a, b uint64) uint64 {
+	if r, ok := nan2d(a, b); ok {
+		return r
+	}
+	return result64(d64(a) * d64(b))
+}
+
+func divD(a, b uint64) uint64 {
+	if r, ok := nan2d(a, b); ok {
+		return r
+	}
+	return result64(d64(a) / d64(b))
+}
+
+// fmaD is fmaF for float64: x*y + z rounded once (math.FMA), the signs
+// negating the product and the addend, NaNs propagated in the order x, y,
+// z, quieted, unnegated.
+func fmaD(x, y, z uint64, negMul, negAdd bool) uint64 {
+	switch {
+	case isNaN64(x):
+		return quiet64(x)
+	case isNaN64(y):
+		return quiet64(y)
+	case isNaN64(z):
+		return quiet64(z)
+	}
+	if negMul {
+		x ^= 1 << 63
+	}
+	if negAdd {
+		z ^= 1 << 63
+	}
+	return result64(math.FMA(d64(x), d64(y), d64(z)))
+}

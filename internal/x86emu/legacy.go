@@ -132,6 +132,31 @@ func init() {
 		m.szp(r, in.op32)
 		return next, nil
 	}}
+	// SSE MOVUPS: 16 bytes, bits 128 and up of the register kept.
+	t[0x110] = &ldef{name: "MOVUPS", modrm: true, exec: func(m *Machine, in *Inst, next uintptr) (uintptr, error) {
+		dst := &m.Z[in.reg&15]
+		if !in.mem {
+			copy(dst[:4], m.Z[in.rm&15][:4])
+			return next, nil
+		}
+		a := in.ea(m)
+		for i := range 4 {
+			dst[i] = load32(a + 4*uint64(i))
+		}
+		return next, nil
+	}}
+	t[0x111] = &ldef{name: "MOVUPS", modrm: true, exec: func(m *Machine, in *Inst, next uintptr) (uintptr, error) {
+		src := m.Z[in.reg&15]
+		if !in.mem {
+			copy(m.Z[in.rm&15][:4], src[:4])
+			return next, nil
+		}
+		a := in.ea(m)
+		for i := range 4 {
+			store32(a+4*uint64(i), src[i])
+		}
+		return next, nil
+	}}
 	// Jumps and RET.
 	for cc := range 16 {
 		t[uint16(0x70+cc)] = &ldef{name: "J" + condName[cc], imm: imm8, exec: jcc(cc)}

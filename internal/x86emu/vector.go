@@ -77,6 +77,7 @@ type vdef struct {
 	align bool // a memory operand must be aligned to the vector length
 	mem   bool // the rm operand must be memory
 	min   int  // smallest vector length in bytes (0: any)
+	q     bool // 64-bit elements: opmask bits, broadcasts and T1S operands are per 64 bits
 	fn    func(x *vctx)
 	raw   func(m *Machine, in *Inst) error
 }
@@ -85,7 +86,8 @@ type vdef struct {
 // c the /is4 source, d the destination's old value, r the result.
 type vctx struct {
 	a, b, c, d, r [16]uint32
-	n             int
+	n             int  // 32-bit lanes
+	q             bool // 64-bit elements (pairs of lanes)
 	imm           uint8
 	sel           uint64 // mSel: the lanes taking b
 	kout          uint64 // mCmp: the result
@@ -95,15 +97,30 @@ type vkey struct {
 	enc        int
 	mm, pp, op byte
 	ext        int8
+	w          int8 // the row's W (0 or 1), -1 either
 }
 
 var vectorTable = map[vkey]*vdef{}
 
-func lookupVector(enc int, mm, pp, op, reg byte) *vdef {
-	if d := vectorTable[vkey{enc, mm, pp, op, int8(reg)}]; d != nil {
-		return d
+// lookupVector finds the row of an instruction: by its ModRM.reg
+// extension or none, and by its W bit (the PS and PD forms of an FMA share
+// an opcode) or either. A row for the other W is returned when there is
+// no other, for the decoder to name the unsupported W.
+func lookupVector(enc int, mm, pp, op, reg byte, w bool) *vdef {
+	wk := int8(0)
+	if w {
+		wk = 1
 	}
-	return vectorTable[vkey{enc, mm, pp, op, -1}]
+	for _, ww := range [][]int8{{wk, -1}, {1 - wk}} {
+		for _, ext := range []int8{int8(reg), -1} {
+			for _, w := range ww {
+				if d := vectorTable[vkey{enc, mm, pp, op, ext, w}]; d != nil {
+					return d
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // addRows enters rows into vectorTable.
@@ -114,7 +131,7 @@ func addRows(rows []vdef) {
 			if d.encs&(1<<enc) == 0 {
 				continue
 			}
-			k := vkey{enc, d.mm, d.pp, d.op, d.ext}
+			k := vkey{enc, d.mm, d.pp, d.op, d.ext, d.w}
 			if vectorTable[k] != nil {
 				panic("x86emu: two rows for " + d.name)
 			}
@@ -149,6 +166,16 @@ func lane1imm(f func(imm uint8, b uint32) uint32) func(*vctx) {
 	}
 }
 
+// lane2q is lane2 over 64-bit elements (pairs of 32-bit lanes, low first).
+func lane2q(f func(a, b uint64) uint64) func(*vctx) {
+	return func(x *vctx) {
+		for i := 0; i+1 < x.n; i += 2 {
+			r := f(uint64(x.a[i])|uint64(x.a[i+1])<<32, uint64(x.b[i])|uint64(x.b[i+1])<<32)
+			x.r[i], x.r[i+1] = uint32(r), uint32(r>>32)
+		}
+	}
+}
+
 func mask32(b bool) uint32 {
 	if b {
 		return 0xffffffff
@@ -176,6 +203,39 @@ func fmaRow(name string, op byte, form int, negMul, negAdd bool) vdef {
 		}
 	}
 	return vdef{name: name, encs: bBoth, mm: m0F38, pp: p66, op: op, ext: -1, w: 0, mask: mWrite, fn: fn}
+}
+
+// fmaRowPD is fmaRow for the PD form (W1) of the same opcode.
+func fmaRowPD(name string, op byte, form int, negMul, negAdd bool) vdef {
+	fn := func(x *vctx) {
+		for i := 0; i+1 < x.n; i += 2 {
+			d := uint64(x.d[i]) | uint64(x.d[i+1])<<32
+			a := uint64(x.a[i]) | uint64(x.a[i+1])<<32
+			b := uint64(x.b[i]) | uint64(x.b[i+1])<<32
+			var p, q, s uint64 // p*q + s
+			switch form {
+			case 132:
+				p, q, s = d, b, a
+			case 213:
+				p, q, s = a, d, b
+			default:
+				p, q, s = a, b, d
+			}
+			r := fmaD(p, q, s, negMul, negAdd)
+			x.r[i], x.r[i+1] = uint32(r), uint32(r>>32)
+		}
+	}
+	return vdef{name: name, encs: bBoth, mm: m0F38, pp: p66, op: op, ext: -1, w: 1, q: true, mask: mWrite, fn: fn}
+}
+
+// pdRows returns the VEX (W ignored) and EVEX (W1) rows of a PD
+// instruction with 64-bit elements.
+func pdRows(d vdef) []vdef {
+	d.q = true
+	v, e := d, d
+	v.encs, v.w = bVEX, -1
+	e.encs, e.w = bEVEX, 1
+	return []vdef{v, e}
 }
 
 func init() {
@@ -211,6 +271,18 @@ func init() {
 		fmaRow("VFNMSUB132PS", 0x9e, 132, true, true),
 		fmaRow("VFNMSUB213PS", 0xae, 213, true, true),
 		fmaRow("VFNMSUB231PS", 0xbe, 231, true, true),
+		fmaRowPD("VFMADD132PD", 0x98, 132, false, false),
+		fmaRowPD("VFMADD213PD", 0xa8, 213, false, false),
+		fmaRowPD("VFMADD231PD", 0xb8, 231, false, false),
+		fmaRowPD("VFMSUB132PD", 0x9a, 132, false, true),
+		fmaRowPD("VFMSUB213PD", 0xaa, 213, false, true),
+		fmaRowPD("VFMSUB231PD", 0xba, 231, false, true),
+		fmaRowPD("VFNMADD132PD", 0x9c, 132, true, false),
+		fmaRowPD("VFNMADD213PD", 0xac, 213, true, false),
+		fmaRowPD("VFNMADD231PD", 0xbc, 231, true, false),
+		fmaRowPD("VFNMSUB132PD", 0x9e, 132, true, true),
+		fmaRowPD("VFNMSUB213PD", 0xae, 213, true, true),
+		fmaRowPD("VFNMSUB231PD", 0xbe, 231, true, true),
 
 		// compares and blends
 		{name: "VCMPPS", encs: bEVEX, mm: m0F, op: 0xc2, form: fKVM, imm: true, mask: mCmp, fn: func(x *vctx) {
@@ -315,6 +387,8 @@ func init() {
 		{name: "VMOVNTPS", encs: bBoth, mm: m0F, op: 0x2b, form: fMR, tuple: tFVM, align: true, mem: true, mask: mNone, fn: move},
 		{name: "VBROADCASTSS", encs: bBoth, mm: m0F38, pp: p66, op: 0x18, form: fRM, tuple: tT1S, fn: bcast},
 		{name: "VPBROADCASTD", encs: bBoth, mm: m0F38, pp: p66, op: 0x58, form: fRM, tuple: tT1S, fn: bcast},
+		{name: "VBROADCASTSD", encs: bVEX, mm: m0F38, pp: p66, op: 0x19, form: fRM, tuple: tT1S, q: true, min: 32, fn: bcast},
+		{name: "VBROADCASTSD", encs: bEVEX, mm: m0F38, pp: p66, op: 0x19, form: fRM, tuple: tT1S, w: 1, q: true, min: 32, fn: bcast},
 		{name: "VPMOVM2D", encs: bEVEX, mm: m0F38, pp: pF3, op: 0x38, form: fRaw, tuple: tReg, raw: func(m *Machine, in *Inst) error {
 			n := in.vl / 4
 			k := m.K[in.rm&7]
@@ -372,6 +446,18 @@ func init() {
 			return nil
 		}},
 	}
+	// float64 elements
+	for _, d := range []vdef{
+		{name: "VADDPD", mm: m0F, pp: p66, op: 0x58, fn: lane2q(addD)},
+		{name: "VMULPD", mm: m0F, pp: p66, op: 0x59, fn: lane2q(mulD)},
+		{name: "VSUBPD", mm: m0F, pp: p66, op: 0x5c, fn: lane2q(subD)},
+		{name: "VDIVPD", mm: m0F, pp: p66, op: 0x5e, fn: lane2q(divD)},
+		{name: "VXORPD", mm: m0F, pp: p66, op: 0x57, fn: lane2(func(a, b uint32) uint32 { return a ^ b })},
+		{name: "VMOVUPD", mm: m0F, pp: p66, op: 0x10, form: fRM, tuple: tFVM, fn: move},
+		{name: "VMOVUPD", mm: m0F, pp: p66, op: 0x11, form: fMR, tuple: tFVM, fn: move},
+	} {
+		rows = append(rows, pdRows(d)...)
+	}
 	for i := range rows {
 		if rows[i].ext == 0 && rows[i].form != fVM {
 			rows[i].ext = -1
@@ -393,9 +479,14 @@ func kRow(name string, op byte, f func(a, b uint64) uint64) vdef {
 
 func move(x *vctx) { x.r = x.b }
 
+// bcast copies element 0 of b (lanes 0 and 1 for 64-bit elements) to
+// every element.
 func bcast(x *vctx) {
 	for i := range x.n {
 		x.r[i] = x.b[0]
+		if x.q {
+			x.r[i] = x.b[i&1]
+		}
 	}
 }
 
@@ -444,6 +535,9 @@ func checkVector(in *Inst, d *vdef) error {
 		n := int64(in.vl)
 		if in.bcst || d.tuple == tT1S {
 			n = 4
+			if d.q {
+				n = 8
+			}
 		}
 		in.disp *= n
 	}
@@ -460,10 +554,18 @@ func execVector(m *Machine, in *Inst, next uintptr) (uintptr, error) {
 	all := uint64(1)<<n - 1
 	kmask := all
 	if in.k != 0 {
-		kmask &= m.K[in.k]
+		k := m.K[in.k]
+		if d.q { // a bit per 64-bit element: spread it over its two lanes
+			var k2 uint64
+			for i := range n / 2 {
+				k2 |= (k >> i & 1) * 3 << (2 * i)
+			}
+			k = k2
+		}
+		kmask &= k
 	}
 	var x vctx
-	x.n, x.imm = n, uint8(in.imm)
+	x.n, x.q, x.imm = n, d.q, uint8(in.imm)
 	var dst *[16]uint32
 	switch d.form {
 	case fRVM, fKVM, fRVMR:
@@ -536,6 +638,14 @@ func (m *Machine) source(in *Inst, d *vdef, kmask uint64, b *[16]uint32) error {
 	switch {
 	case d.tuple == tT1S:
 		b[0] = load32(a)
+		if d.q {
+			b[1] = load32(a + 4)
+		}
+	case in.bcst && d.q:
+		lo, hi := load32(a), load32(a+4)
+		for i := 0; i+1 < n; i += 2 {
+			b[i], b[i+1] = lo, hi
+		}
 	case in.bcst:
 		v := load32(a)
 		for i := range n {
