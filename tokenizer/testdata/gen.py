@@ -4,8 +4,10 @@ For every tokenizer.json under tokenizer/testdata/ and every line of the
 corpus (tokenizer/testdata/corpus.jsonl.gz), the expected ids, type ids,
 attention mask, special-tokens mask, offsets (in characters, as the Python
 binding gives them) and the decoded text, written as gzip'd JSON lines to
-tokenizer/testdata/golden-<name>.jsonl.gz. `go test ./tokenizer` reads them;
-it never runs Python.
+tokenizer/testdata/golden-<name>.jsonl.gz. golden-options.jsonl.gz holds
+the wp-cased tokenizer's encodings of pairs and batches under truncation and
+padding options set by the caller. `go test ./tokenizer` reads them; it
+never runs Python.
 
 The tokenizers:
   minilm           the real sentence-transformers/all-MiniLM-L6-v2 tokenizer
@@ -384,6 +386,53 @@ def goldens(tok, corpus, pairs):
     return recs
 
 
+def option_goldens(tok, corpus):
+    """Truncation and padding options set by the caller, on singles, pairs and batches."""
+    rng = random.Random(7)
+    lines = [i for i, l in enumerate(corpus) if l.strip()]
+    pairs = [(rng.choice(lines), rng.choice(lines)) for _ in range(40)]
+    singles = [rng.choice(lines) for _ in range(24)]
+    truncs = [None] + [dict(max_length=m, strategy=s, direction=d)
+                       for m in (5, 12, 40) for s in ("longest_first", "only_first", "only_second")
+                       for d in ("right", "left")]
+    pads = [None, dict(direction="left", pad_id=0, pad_type_id=1, pad_token="[PAD]", length=48),
+            dict(direction="right", pad_id=0, pad_type_id=0, pad_token="[PAD]", length=None, pad_to_multiple_of=16)]
+    recs = []
+    for trunc in truncs:
+        for pad in pads:
+            tok.no_truncation()
+            tok.no_padding()
+            if trunc:
+                tok.enable_truncation(**trunc)
+            if pad:
+                tok.enable_padding(**pad)
+            opts = {"truncation": trunc, "padding": pad}
+            for i, j in pairs:
+                r = {"opts": opts, "i": i, "j": j}
+                try:
+                    enc = tok.encode(corpus[i], corpus[j])
+                except Exception as e:
+                    r["error"] = str(e)
+                    recs.append(r)
+                    continue
+                r.update({"ids": enc.ids, "type_ids": enc.type_ids, "attention_mask": enc.attention_mask,
+                          "special_tokens_mask": enc.special_tokens_mask})
+                recs.append(r)
+            for k in range(0, len(singles), 4):
+                batch = singles[k:k + 4]
+                try:
+                    encs = tok.encode_batch([corpus[i] for i in batch])
+                except Exception as e:
+                    recs.append({"opts": opts, "batch": batch, "error": str(e)})
+                    continue
+                recs.append({"opts": opts, "batch": batch, "batch_ids": [e.ids for e in encs],
+                             "batch_attention_mask": [e.attention_mask for e in encs],
+                             "batch_type_ids": [e.type_ids for e in encs]})
+    tok.no_truncation()
+    tok.no_padding()
+    return recs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="regenerate in memory and fail on any difference")
@@ -437,6 +486,8 @@ def main():
     for name, tok in toks.items():
         pairs = name.startswith("wp") or name in ("minilm", "llama2", "llama3")
         files[os.path.join(HERE, "golden-" + name + ".jsonl.gz")] = gz_jsonl(goldens(tok, corpus, pairs))
+
+    files[os.path.join(HERE, "golden-options.jsonl.gz")] = gz_jsonl(option_goldens(toks["wp-cased"], corpus))
 
     if args.check:
         bad = 0
