@@ -41,10 +41,10 @@
 //
 // # Transformations
 //
-// Grad, ValueAndGrad, GradN, VJP and JVP differentiate; Vmap vectorises (jax.vmap,
-// with InAxes, OutAxes, AxisSize, AxisName and AxisIndex, and the collectives
-// over a named axis: PSum, PMean, PMax, PMin, AllGather, PSumScatter,
-// AllToAll, PPermute); Scan, Cond, While
+// Grad, ValueAndGrad, GradFirst, Grad2, Grad3, GradN, VJP and JVP
+// differentiate; Vmap vectorises (jax.vmap, with InAxes, OutAxes, AxisSize,
+// AxisName and AxisIndex, and the collectives over a named axis: PSum, PMean,
+// PMax, PMin, AllGather, PSumScatter, AllToAll, PPermute); Scan, Cond, While
 // and ForLoop are structured control flow; Remat and Checkpoint trade memory
 // for recomputation; CustomVJP gives an op its own derivative. They all work at
 // trace time on the same IR, so they compose in any order, eagerly or under

@@ -164,10 +164,11 @@ func JVP(fn func(primals []*Array) []*Array, primals, tangents []*Array) (outs, 
 //	loss := func(p Params) *trace.Array { ... }
 //	g := trace.Grad(loss)(params) // g.W, g.B
 //
-// To differentiate with respect to one argument of a function of several,
-// close over the others (trace.Grad(func(p Params) *trace.Array { return
-// loss(p, batch) })), or use GradN. Grad works eagerly, under rt.Jit, and nested
-// (Grad of Grad).
+// For a function of several arguments use GradFirst (loss(params, batch),
+// differentiated with respect to params), Grad2 or Grad3 (every argument),
+// or close over the arguments not differentiated (trace.Grad(func(p Params)
+// *trace.Array { return loss(p, batch) })); GradN takes any argnums, untyped.
+// Grad works eagerly, under rt.Jit, and nested (Grad of Grad).
 func Grad[P any](fn func(params P) *Array) func(params P) P {
 	vg := ValueAndGrad(fn)
 	return func(params P) P {
@@ -274,6 +275,10 @@ var adArrayType = reflect.TypeFor[*Array]()
 //	loss := func(w1, w2 *trace.Array, x *trace.Array) *trace.Array { ... }
 //	g := trace.GradN(loss, 0, 1).(func(w1, w2, x *trace.Array) (*trace.Array, *trace.Array))
 //	g1, g2 := g(w1, w2, x)
+//
+// The result must be asserted to its function type: GradFirst, Grad2 and
+// Grad3 (and their ValueAndGrad forms) are the typed forms of the common
+// argnums, checked by the compiler.
 func GradN(fn any, argnums ...int) any { return adGradN("GradN", fn, argnums, false) }
 
 // ValueAndGradN is GradN whose function also returns fn's value, first:
