@@ -471,3 +471,32 @@ func TestMOVUPSMatchHardware(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeByW checks that W tells the PS and PD forms of an opcode apart
+// and that the encodings outside the subset are refused by name.
+func TestDecodeByW(t *testing.T) {
+	fma := venc{evex: true, pp: 1, mm: 2, op: 0xb8, reg: 3, vvvv: 1, rm: 2, vl: 64}
+	for _, c := range []struct {
+		v    venc
+		name string // "" : refused, the error naming want
+		want string
+	}{
+		{fma, "VFMADD231PS", ""},
+		{func() venc { v := fma; v.w = true; return v }(), "VFMADD231PD", ""},
+		{func() venc { v := fma; v.evex, v.vl, v.w = false, 32, true; return v }(), "VFMADD231PD", ""},
+		{venc{pp: 1, mm: 2, op: 0x19, reg: 3, rm: 2, vl: 32}, "VBROADCASTSD", ""},
+		{venc{pp: 1, mm: 2, op: 0x19, reg: 3, rm: 2, vl: 16}, "", "no 128-bit form"},
+		{venc{pp: 1, mm: 2, op: 0x19, reg: 3, rm: 2, vl: 32, w: true}, "", "W1"},
+		{venc{evex: true, pp: 1, mm: 2, op: 0x19, reg: 3, rm: 2, vl: 64}, "", "W0"},
+		{venc{evex: true, pp: 1, mm: 1, op: 0x59, reg: 3, vvvv: 1, rm: 2, vl: 64}, "", "W0"},
+		{venc{evex: true, pp: 1, mm: 1, op: 0x59, reg: 3, vvvv: 1, rm: 2, vl: 64, w: true}, "VMULPD", ""},
+	} {
+		in, err := Decode(c.v.bytes(), 0)
+		switch {
+		case c.name != "" && (err != nil || in.Name != c.name):
+			t.Errorf("% x: %v %v, want %s", c.v.bytes(), in, err, c.name)
+		case c.name == "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("% x: %v %v, want an error naming %q", c.v.bytes(), in, err, c.want)
+		}
+	}
+}
