@@ -267,3 +267,19 @@ func (s sequenceDecoder) decode(toks []string) []string {
 	}
 	return toks
 }
+
+// bpeDecoder replaces the end-of-word suffix with a space (with nothing in
+// the last token).
+type bpeDecoder struct{ suffix string }
+
+func (d bpeDecoder) decode(toks []string) []string {
+	out := make([]string, len(toks))
+	for i, t := range toks {
+		rep := " "
+		if i == len(toks)-1 {
+			rep = ""
+		}
+		out[i] = strings.ReplaceAll(t, d.suffix, rep)
+	}
+	return out
+}

@@ -65,6 +65,8 @@ var goldenTokenizers = []struct{ name, file string }{
 	{"llama2", "llama2.json"},
 	{"metaspace", "metaspace.json"},
 	{"llama3", "llama3.json"},
+	{"ws-nfkc", "ws-nfkc.json"},
+	{"ws-nfd", "ws-nfd.json"},
 }
 
 // charIndex maps every byte offset of text, and len(text), to the index of

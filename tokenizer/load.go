@@ -590,7 +590,7 @@ func parsePost(raw json.RawMessage) (postProcessor, error) {
 	return nil, unsupported("post-processor", typ, supportedPost)
 }
 
-const supportedDecoders = "WordPiece, ByteLevel, Metaspace, Replace with a string pattern, ByteFallback, Fuse, Strip, Sequence"
+const supportedDecoders = "WordPiece, BPEDecoder, ByteLevel, Metaspace, Replace with a string pattern, ByteFallback, Fuse, Strip, Sequence"
 
 func parseDecoder(raw json.RawMessage) (decoder, error) {
 	if isNull(raw) {
@@ -640,6 +640,18 @@ func parseDecoder(raw json.RawMessage) (decoder, error) {
 			return nil, unsupported("decoder", "Replace with a regex pattern", supportedDecoders)
 		}
 		return replaceDecoder{p, d.Content}, nil
+	case "BPEDecoder":
+		var d struct {
+			Suffix *string `json:"suffix"`
+		}
+		if err := decodeComponent("decoder", typ, raw, &d); err != nil {
+			return nil, err
+		}
+		b := bpeDecoder{suffix: "</w>"}
+		if d.Suffix != nil {
+			b.suffix = *d.Suffix
+		}
+		return b, nil
 	case "ByteFallback":
 		return byteFallbackDecoder{}, nil
 	case "Fuse":

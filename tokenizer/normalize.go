@@ -150,9 +150,8 @@ func lowercase(cs []nchar) []nchar {
 // forms (NFD, NFKD) decompose character by character, each output character
 // aligned with the input character it came from, then put the combining
 // marks in canonical order. The composing forms (NFC, NFKC) work segment by
-// segment (a starter and the marks that follow it): a segment that keeps its
-// number of characters keeps its alignment one to one, otherwise every
-// output character spans the whole segment.
+// segment (a starter and the marks that follow it), the k-th output
+// character of a segment aligned with its k-th input character.
 func unicodeNormalize(cs []nchar, form norm.Form) []nchar {
 	ascii := true
 	for _, c := range cs {
@@ -183,28 +182,42 @@ func unicodeNormalize(cs []nchar, form norm.Form) []nchar {
 	out := make([]nchar, 0, len(cs)+len(cs)/4)
 	var it norm.Iter
 	it.InitString(form, s)
+	var seg []rune // the output of the segment so far
 	for !it.Done() {
-		from := it.Pos()
-		seg := it.Next()
-		to := it.Pos()
-		in := cs[idx[from]:idx[to]]
-		n := utf8.RuneCount(seg)
-		if n == len(in) {
-			j := 0
-			for len(seg) > 0 {
-				r, w := utf8.DecodeRune(seg)
-				seg = seg[w:]
-				out = append(out, nchar{r, in[j].start, in[j].end})
-				j++
+		from := idx[it.Pos()]
+		piece := it.Next()
+		to := idx[it.Pos()]
+		if to == from {
+			// The iterator inserts U+034F between runs of more than 30
+			// combining marks (the stream-safe format); Hugging Face
+			// does not.
+			if string(piece) == "\u034f" && (from >= len(cs) || cs[from].r != 0x34f) {
+				continue
+			}
+			// A character's expansion may come in several pieces before
+			// the iterator moves past it.
+			for len(piece) > 0 {
+				r, w := utf8.DecodeRune(piece)
+				piece = piece[w:]
+				seg = append(seg, r)
 			}
 			continue
 		}
-		start, end := in[0].start, in[len(in)-1].end
-		for len(seg) > 0 {
-			r, w := utf8.DecodeRune(seg)
-			seg = seg[w:]
-			out = append(out, nchar{r, start, end})
+		for len(piece) > 0 {
+			r, w := utf8.DecodeRune(piece)
+			piece = piece[w:]
+			seg = append(seg, r)
 		}
+		// Align as Hugging Face does: output characters one to one with
+		// the input ones, the extra characters of an expansion with the
+		// first input character.
+		in := cs[from:to]
+		extra := max(len(seg)-len(in), 0)
+		for k, r := range seg {
+			c := in[min(max(k-extra, 0), len(in)-1)]
+			out = append(out, nchar{r, c.start, c.end})
+		}
+		seg = seg[:0]
 	}
 	return out
 }
@@ -265,9 +278,19 @@ type lowercaseNormalizer struct{}
 
 func (lowercaseNormalizer) normalize(cs []nchar) []nchar { return lowercase(cs) }
 
+// stripAccentsNormalizer is the StripAccents normalizer: it drops every
+// combining mark (Mn, Mc, Me), where BertNormalizer drops only Mn.
 type stripAccentsNormalizer struct{}
 
-func (stripAccentsNormalizer) normalize(cs []nchar) []nchar { return stripAccents(cs) }
+func (stripAccentsNormalizer) normalize(cs []nchar) []nchar {
+	out := cs[:0]
+	for _, c := range cs {
+		if c.r < 0x300 || !unicode.Is(unicode.M, c.r) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
 
 type sequenceNormalizer []normalizer
 
@@ -293,9 +316,9 @@ func (n prependNormalizer) normalize(cs []nchar) []nchar {
 	return append(out, cs...)
 }
 
-// replaceNormalizer replaces every occurrence of a literal string. A
-// replacement as long as the pattern keeps the alignment one to one;
-// otherwise its characters span the matched input.
+// replaceNormalizer replaces every occurrence of a literal string; the new
+// characters are aligned with the last character of the match, as Hugging
+// Face's.
 type replaceNormalizer struct {
 	pattern []rune
 	content []rune
@@ -308,13 +331,9 @@ func (n replaceNormalizer) normalize(cs []nchar) []nchar {
 	var out []nchar
 	for i := 0; i < len(cs); {
 		if i+len(n.pattern) <= len(cs) && matchRunes(cs[i:], n.pattern) {
-			m := cs[i : i+len(n.pattern)]
-			for j, r := range n.content {
-				if len(n.content) == len(n.pattern) {
-					out = append(out, nchar{r, m[j].start, m[j].end})
-				} else {
-					out = append(out, nchar{r, m[0].start, m[len(m)-1].end})
-				}
+			last := cs[i+len(n.pattern)-1]
+			for _, r := range n.content {
+				out = append(out, nchar{r, last.start, last.end})
 			}
 			i += len(n.pattern)
 			continue

@@ -32,7 +32,11 @@ The tokenizers:
                    (the newer layout of Llama and Mistral tokenizers);
   llama3           a byte-level BPE trained here laid out as Llama 3's: the
                    Split regex of Llama 3, ByteLevel without its regex,
-                   ignore_merges, a Sequence post-processor.
+                   ignore_merges, a Sequence post-processor;
+  ws-nfkc          NFKC and Lowercase normalizers, the Whitespace
+                   pre-tokenizer, a BPE with "##" and "</w>", the BPE decoder;
+  ws-nfd           Strip, NFD, StripAccents and Replace normalizers,
+                   WhitespaceSplit, a WordPiece without post-processor.
 
 Usage (with the pinned virtualenv of conformance/requirements.txt):
   python tokenizer/testdata/gen.py            # write the goldens
@@ -358,6 +362,31 @@ def train_llama3_like(corpus):
     return tok
 
 
+def train_ws_nfkc(corpus):
+    """NFKC and Lowercase, the Whitespace pre-tokenizer, BPE with ## and </w>, the BPE decoder."""
+    tok = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##", end_of_word_suffix="</w>"))
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=2000, min_frequency=2, limit_alphabet=200, special_tokens=["[UNK]"],
+                                  continuing_subword_prefix="##", end_of_word_suffix="</w>", show_progress=False)
+    tok.train_from_iterator(corpus, trainer=trainer)
+    tok.decoder = decoders.BPEDecoder(suffix="</w>")
+    return tok
+
+
+def train_ws_nfd(corpus):
+    """Strip, NFD, StripAccents and Replace normalizers, WhitespaceSplit, WordPiece."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=30))
+    tok.normalizer = normalizers.Sequence([normalizers.Strip(), normalizers.NFD(), normalizers.StripAccents(),
+                                           normalizers.Replace("``", '"')])
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    trainer = trainers.WordPieceTrainer(vocab_size=2500, min_frequency=2, special_tokens=["[UNK]"],
+                                        show_progress=False)
+    tok.train_from_iterator(corpus, trainer=trainer)
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    return tok
+
+
 # ---------------------------------------------------------------- goldens
 
 
@@ -470,7 +499,9 @@ def main():
                ("bbpe", lambda: train_bbpe(corpus)),
                ("llama2", lambda: llama2_like(*sentencepiece())),
                ("metaspace", lambda: metaspace_like(*sentencepiece())),
-               ("llama3", lambda: train_llama3_like(corpus))]
+               ("llama3", lambda: train_llama3_like(corpus)),
+               ("ws-nfkc", lambda: train_ws_nfkc(corpus)),
+               ("ws-nfd", lambda: train_ws_nfd(corpus))]
     for name, train in trained:
         path = os.path.join(HERE, name + ".json")
         if args.train or not os.path.exists(path):
