@@ -12,11 +12,11 @@ package backend
 import (
 	"context"
 	"fmt"
-	"os"
 	"sort"
 	"sync"
 
 	"github.com/ferryml/ferry/collective"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"
@@ -139,7 +139,7 @@ func Register(b Backend) {
 	mu.Lock()
 	defer mu.Unlock()
 	backends[b.Name()] = b
-	if want := os.Getenv(EnvBackend); want == "" || want == b.Name() {
+	if want := settings.Backend.Get(); want == "" || want == b.Name() {
 		if defaultBE == nil || b.Name() != "cpu" {
 			defaultBE = b
 		}
@@ -194,7 +194,7 @@ func Unregister(b Backend) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	want := os.Getenv(EnvBackend)
+	want := settings.Backend.Get()
 	for _, n := range names {
 		if n != "cpu" && (want == "" || want == n) {
 			defaultBE = backends[n]

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/trace"
 )
@@ -153,46 +153,34 @@ func (c MemoryConfig) Normalized() (MemoryConfig, error) {
 func MemoryConfigFromEnv() (MemoryConfig, error) {
 	var c MemoryConfig
 	var errs []error
-	size := func(name string, dst *int64) {
-		v, ok := os.LookupEnv(name)
-		if !ok || strings.TrimSpace(v) == "" || strings.EqualFold(strings.TrimSpace(v), "unlimited") {
-			return
+	size := func(s *settings.Setting[int64], dst *int64) {
+		if n, set, err := s.Lookup(); err != nil {
+			errs = append(errs, err)
+		} else if set {
+			*dst = n
 		}
-		n, err := ParseMemorySize(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %v", name, v, err))
-			return
-		}
-		*dst = n
 	}
-	size(EnvDeviceMemory, &c.Capacity)
-	size(EnvHostMemory, &c.HostCapacity)
-	if v, ok := os.LookupEnv(EnvAllocator); ok {
+	size(settings.DeviceMemory, &c.Capacity)
+	size(settings.HostMemory, &c.HostCapacity)
+	if v, set, err := settings.Allocator.Lookup(); err != nil {
+		errs = append(errs, err)
+	} else if set {
 		c.Allocator = v
 	}
-	if v, ok := os.LookupEnv(EnvPreallocate); ok && strings.TrimSpace(v) != "" {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: want true or false", EnvPreallocate, v))
-		} else {
-			c.Preallocate = &b
-		}
+	if b, set, err := settings.Preallocate.Lookup(); err != nil {
+		errs = append(errs, err)
+	} else if set {
+		c.Preallocate = &b
 	}
-	if v, ok := os.LookupEnv(EnvMemFraction); ok && strings.TrimSpace(v) != "" {
-		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil || !(f > 0 && f <= 1) {
-			errs = append(errs, fmt.Errorf("%s=%q: want a number in (0, 1]", EnvMemFraction, v))
-		} else {
-			c.Fraction = f
-		}
+	if f, set, err := settings.MemFraction.Lookup(); err != nil {
+		errs = append(errs, err)
+	} else if set {
+		c.Fraction = f
 	}
-	if v, ok := os.LookupEnv(EnvCPUDevices); ok && strings.TrimSpace(v) != "" {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 1 || n > MaxCPUDevices {
-			errs = append(errs, fmt.Errorf("%s=%q: want a number of devices in [1, %d]", EnvCPUDevices, v, MaxCPUDevices))
-		} else {
-			c.Devices = n
-		}
+	if n, set, err := settings.CPUDevices.Lookup(); err != nil {
+		errs = append(errs, err)
+	} else if set {
+		c.Devices = int(n)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return MemoryConfig{}, err
@@ -204,62 +192,11 @@ func MemoryConfigFromEnv() (MemoryConfig, error) {
 	return n, nil
 }
 
-var sizeUnits = map[string]float64{
-	"": 1, "b": 1,
-	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-}
-
 // ParseMemorySize parses a positive byte count: "123", "1e9", "64MiB", "1.5GiB",
 // "512MB" (KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB powers of 1024; units
 // are case-insensitive and may follow a space). Fractional byte counts round
-// down.
-func ParseMemorySize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	end := len(t)
-	for end > 0 {
-		ch := t[end-1]
-		if (ch|0x20) >= 'a' && (ch|0x20) <= 'z' {
-			end--
-			continue
-		}
-		break
-	}
-	num, unit := strings.TrimSpace(t[:end]), strings.ToLower(t[end:])
-	if num == "" {
-		return 0, fmt.Errorf("bad memory size %q: want a number of bytes like 123, 1e9, 64MiB or 1.5GiB", s)
-	}
-	mult, ok := sizeUnits[unit]
-	if !ok {
-		hint := ""
-		if len(unit) == 1 {
-			hint = fmt.Sprintf(" (write %siB for powers of 1024 or %sB for powers of 1000)", strings.ToUpper(unit), strings.ToUpper(unit))
-		}
-		return 0, fmt.Errorf("bad memory size %q: unknown unit %q%s", s, t[end:], hint)
-	}
-	if mult == 1 && !strings.ContainsAny(num, ".eE") {
-		n, err := strconv.ParseInt(num, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("bad memory size %q: %v", s, errors.Unwrap(err))
-		}
-		if n <= 0 {
-			return 0, fmt.Errorf("bad memory size %q: must be positive", s)
-		}
-		return n, nil
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || strings.HasPrefix(num, "0x") || strings.HasPrefix(num, "0X") {
-		return 0, fmt.Errorf("bad memory size %q: %q is not a number", s, num)
-	}
-	v := math.Floor(f * mult)
-	if math.IsNaN(v) || v >= math.MaxInt64 {
-		return 0, fmt.Errorf("bad memory size %q: too large", s)
-	}
-	if v < 1 {
-		return 0, fmt.Errorf("bad memory size %q: must be at least one byte", s)
-	}
-	return int64(v), nil
-}
+// down. It is the parser of the size settings (FERRY_DEVICE_MEMORY).
+func ParseMemorySize(s string) (int64, error) { return settings.ParseSize(s) }
 
 // DeviceName names a device as "platform:id", e.g. "cpu:2".
 func DeviceName(platform string, id int) string {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/internal/callers"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -137,7 +137,7 @@ func newPool(device int, space ir.MemorySpace, cfg backend.MemoryConfig) *pool {
 }
 
 // poisonUninit (FERRY_POISON_UNINIT=1): AllocUninit fills memory with 0xff.
-var poisonUninit = os.Getenv("FERRY_POISON_UNINIT") == "1"
+var poisonUninit = settings.PoisonUninit.Get()
 
 var (
 	errRetired = errors.New("pool retired")
