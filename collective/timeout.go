@@ -1,9 +1,9 @@
 package collective
 
 import (
-	"fmt"
-	"os"
 	"time"
+
+	"github.com/ferryml/ferry/internal/settings"
 )
 
 // TimeoutEnv names the environment variable bounding how long the engines
@@ -24,16 +24,6 @@ const DefaultTimeout = 5 * time.Minute
 // sets (0: no limit), DefaultTimeout when it is unset, and an error naming the
 // variable when it is neither a non-negative duration nor "off".
 func TimeoutFromEnv() (time.Duration, error) {
-	switch v := os.Getenv(TimeoutEnv); v {
-	case "":
-		return DefaultTimeout, nil
-	case "0", "off":
-		return 0, nil
-	default:
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return 0, fmt.Errorf("%s=%q: want a duration such as 30s or 5m, or 0 or off for none", TimeoutEnv, v)
-		}
-		return d, nil
-	}
+	d, _, err := settings.CollectiveTimeout.Lookup()
+	return d, err
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/collective/internal/bufs"
+	table "github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -615,16 +615,9 @@ func (c *Comm) AllToAll(ctx context.Context, dt ir.DType, shape []int, splitAxis
 // keeps small collectives fast; sleeping keeps long waits from burning a core
 // that the process's other goroutines (and co-located ranks) need.
 var (
-	spinFor  = envDuration("FERRY_MPI_SPIN", time.Millisecond)
-	maxSleep = envDuration("FERRY_MPI_MAX_SLEEP", time.Millisecond)
+	spinFor  = table.MPISpin.Get()
+	maxSleep = table.MPIMaxSleep.Get()
 )
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d >= 0 {
-		return d
-	}
-	return def
-}
 
 // permuteTag tags CollectivePermute's messages.
 const permuteTag = 11

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferryml/ferry/collective"
+	table "github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -33,7 +34,7 @@ const killEnv = "FERRY_MPI_KILL_TEST"
 func TestRankDeath(t *testing.T) {
 	w := jobWorld(t)
 	var victim int
-	switch os.Getenv(killEnv) {
+	switch table.MPIKillTest.Get() {
 	case "1", "last":
 		victim = w.Size() - 1
 	case "first":
@@ -56,7 +57,7 @@ func TestRankDeath(t *testing.T) {
 	err := w.AllReduce(ctx, collective.Sum, ir.Float32, alloc(64), alloc(64))
 	end := time.Now()
 	t.Logf("rank %d of %d: AllReduce returned at %d after %v: %v", w.Rank(), w.Size(), end.UnixNano(), end.Sub(start), err)
-	if os.Getenv(LivenessEnv) == "off" {
+	if d, set, _ := table.MPILiveness.Lookup(); set && d == 0 {
 		absent := fmt.Sprintf("rank(s) [%d] of %d ", victim, w.Size())
 		if !errors.Is(err, collective.ErrAborted) || !strings.Contains(err.Error(), ErrTimeout.Error()) ||
 			!strings.Contains(err.Error(), "AllReduce") || !strings.Contains(err.Error(), absent) {

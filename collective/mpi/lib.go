@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	table "github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -62,7 +63,7 @@ func (e *LoadError) Error() string {
 // loader's libmpi.so.40 and libmpi.so.
 func candidates() []string {
 	var c []string
-	if p := os.Getenv(LibEnv); p != "" {
+	if p := table.MPILib.Get(); p != "" {
 		c = append(c, p)
 	}
 	return append(c, "libmpi.so.40", "libmpi.so")

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	table "github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -48,22 +49,20 @@ var ErrProcessLost = errors.New("mpi: a process of the job is gone")
 // liveSettings reads LivenessEnv: whether the connections are kept, and the
 // silence bound.
 func liveSettings(timeout time.Duration) (on bool, silence time.Duration, err error) {
-	switch v := os.Getenv(LivenessEnv); v {
-	case "off", "0":
-		return false, 0, nil
-	case "":
+	d, set, err := table.MPILiveness.Lookup()
+	switch {
+	case err != nil:
+		return false, 0, fmt.Errorf("mpi: %w", err)
+	case !set:
 		silence = DefaultSilence
 		if timeout > 0 {
 			silence = min(silence, max(timeout/2, minSilence))
 		}
 		return true, silence, nil
-	default:
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return false, 0, fmt.Errorf("mpi: %s=%q: want a positive duration such as 20s (the silence after which a process is lost), or off", LivenessEnv, v)
-		}
-		return true, d, nil
+	case d == 0:
+		return false, 0, nil
 	}
+	return true, d, nil
 }
 
 // monitor is this process's liveness side channel: in process 0 (the hub)

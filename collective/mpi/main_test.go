@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ferryml/ferry/collective"
+	table "github.com/ferryml/ferry/internal/settings"
 )
 
 // The tests named TestMPI* need a job of several processes: build the test
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 		job.err = fmt.Errorf("not started by mpirun; run: go test -c -o /tmp/mpi.test ./collective/mpi && mpirun --oversubscribe -np 4 /tmp/mpi.test -test.run MPI")
 		os.Exit(m.Run())
 	}
-	if os.Getenv("FERRY_MPI_TEST_ALLGATHER_DESC") == "1" {
+	if table.MPITestAllgatherDesc.Get() {
 		p2pDescMax = 0 // test the exchange of large groups
 	}
 	if err := Init(); err != nil {

@@ -3,13 +3,13 @@ package mpi
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/ferryml/ferry/collective"
+	table "github.com/ferryml/ferry/internal/settings"
 )
 
 // TimeoutEnv names the environment variable bounding every collective's wait
@@ -177,14 +177,11 @@ func settings() (timeout time.Duration, ordered bool, err error) {
 	if timeout, err = collective.TimeoutFromEnv(); err != nil {
 		return 0, false, fmt.Errorf("mpi: %w", err)
 	}
-	switch v := os.Getenv(ReduceEnv); v {
-	case "", "native":
-	case "ordered":
-		ordered = true
-	default:
-		return 0, false, fmt.Errorf("mpi: %s=%q: want native or ordered", ReduceEnv, v)
+	reduce, _, err := table.MPIReduce.Lookup()
+	if err != nil {
+		return 0, false, fmt.Errorf("mpi: %w", err)
 	}
-	return timeout, ordered, nil
+	return timeout, reduce == "ordered", nil
 }
 
 // World returns a communicator over every process of the MPI job (a

@@ -4,10 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ferryml/ferry/internal/settings"
 )
 
 // The environment variables that describe a job without MPI (read by
@@ -81,9 +82,9 @@ var (
 // It is an error when some but not all are set or a number does not parse;
 // the values themselves are checked by Join (see Config.Validate).
 func ConfigFromEnv() (cfg Config, ok bool, err error) {
-	addr, hasAddr := os.LookupEnv(AddressEnv)
-	count, hasCount := os.LookupEnv(NumProcessesEnv)
-	id, hasID := os.LookupEnv(ProcessIDEnv)
+	addr, hasAddr := settings.CoordinatorAddress.Raw()
+	_, hasCount := settings.NumProcesses.Raw()
+	_, hasID := settings.ProcessID.Raw()
 	if !hasAddr && !hasCount && !hasID {
 		return Config{}, false, nil
 	}
@@ -100,12 +101,15 @@ func ConfigFromEnv() (cfg Config, ok bool, err error) {
 		return Config{}, true, fmt.Errorf("rendezvous: %s must be set together; %s is not set", strings.Join([]string{AddressEnv, NumProcessesEnv, ProcessIDEnv}, ", "), strings.Join(missing, " and "))
 	}
 	cfg.CoordinatorAddress = addr
-	if cfg.NumProcesses, err = strconv.Atoi(strings.TrimSpace(count)); err != nil {
-		return Config{}, true, fmt.Errorf("rendezvous: %s=%q: want the number of processes", NumProcessesEnv, count)
+	count, _, err := settings.NumProcesses.Lookup()
+	if err != nil {
+		return Config{}, true, fmt.Errorf("rendezvous: %w", err)
 	}
-	if cfg.ProcessID, err = strconv.Atoi(strings.TrimSpace(id)); err != nil {
-		return Config{}, true, fmt.Errorf("rendezvous: %s=%q: want this process's id, 0 to %s-1", ProcessIDEnv, id, NumProcessesEnv)
+	id, _, err := settings.ProcessID.Lookup()
+	if err != nil {
+		return Config{}, true, fmt.Errorf("rendezvous: %w", err)
 	}
+	cfg.NumProcesses, cfg.ProcessID = int(count), int(id)
 	return cfg, true, nil
 }
 

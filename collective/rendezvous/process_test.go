@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/collective/rendezvous"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -27,7 +28,7 @@ import (
 const childEnv = "FERRY_RENDEZVOUS_TEST_CHILD"
 
 func TestMain(m *testing.M) {
-	if role := os.Getenv(childEnv); role != "" {
+	if role := settings.RendezvousTestChild.Get(); role != "" {
 		os.Exit(child(role))
 	}
 	os.Exit(m.Run())
