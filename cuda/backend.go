@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"
@@ -115,7 +116,7 @@ func newBackend(d *Driver) (*Backend, error) {
 	if err := b.reserve(); err != nil {
 		return nil, err
 	}
-	b.allowTF32 = os.Getenv(TF32Env) == "1"
+	b.allowTF32 = settings.CUDAAllowTF32.Get()
 	var h uintptr
 	if d.Lt == nil {
 		b.ltErr = fmt.Errorf("cuda: cuBLASLt did not load: %w", d.LtErr)
@@ -886,7 +887,7 @@ func Register() (*Backend, error) {
 }
 
 func init() {
-	if os.Getenv("FERRY_BACKEND") == "cuda" {
+	if settings.Backend.Get() == "cuda" {
 		if _, err := Register(); err != nil {
 			fmt.Fprintf(os.Stderr, "ferry: FERRY_BACKEND=cuda but the CUDA backend is unavailable; using cpu: %v\n", err)
 		}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/ferryml/ferry/internal/settings"
 )
 
 // CacheDirEnv names the environment variable that sets the on-disk kernel
@@ -39,7 +41,7 @@ type Cache struct {
 // DefaultCacheDir returns $FERRY_CACHE_DIR, or os.UserCacheDir()/ferry/cuda,
 // or "" when neither is available.
 func DefaultCacheDir() string {
-	if d := os.Getenv(CacheDirEnv); d != "" {
+	if d := settings.CacheDir.Get(); d != "" {
 		return d
 	}
 	if d, err := os.UserCacheDir(); err == nil {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
@@ -27,7 +28,7 @@ const efenceChildEnv = "FERRY_TEST_EFENCE_CHILD"
 // returns true in the child, where the test body should run; in the parent
 // it reports the child's failure and returns false.
 func inEfenceChild(t *testing.T) bool {
-	if os.Getenv(efenceChildEnv) != "" {
+	if settings.TestEfenceChild.Get() {
 		return true
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
 	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/collective"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -390,16 +390,9 @@ var ErrCollectiveTimeout = errors.New("cuda: collectives timed out")
 
 // collectiveTimeout reads $FERRY_COLLECTIVE_TIMEOUT (0: no bound).
 func collectiveTimeout() (time.Duration, error) {
-	v := os.Getenv(CollectiveTimeoutEnv)
-	switch v {
-	case "":
-		return DefaultCollectiveTimeout, nil
-	case "off", "0":
-		return 0, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("cuda: $%s=%q is not a duration (want 30s, 5m, 0 or off)", CollectiveTimeoutEnv, v)
+	d, _, err := settings.CollectiveTimeout.Lookup()
+	if err != nil {
+		return 0, fmt.Errorf("cuda: %w", err)
 	}
 	return d, nil
 }

@@ -423,7 +423,7 @@ func TestCollectiveErrors(t *testing.T) {
 		}
 		t.Setenv(CollectiveTimeoutEnv, "soon")
 		_, _, errs = runRanks(t, bs, newFakeNCCL(fake, 2), src, mk(rng), nil, true)
-		if errs[0] == nil || !strings.Contains(errs[0].Error(), "not a duration") {
+		if errs[0] == nil || !strings.Contains(errs[0].Error(), CollectiveTimeoutEnv+`="soon": want a duration`) {
 			t.Errorf("a bad timeout: %v", errs[0])
 		}
 	})

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/ferryml/ferry/internal/settings"
 )
 
 // PinnedCUDAVersion is the driver ABI version entry points are resolved for
@@ -82,7 +83,7 @@ func SearchDirs() []string {
 		sort.Sort(sort.Reverse(sort.StringSlice(m))) // newest version first
 		return m
 	}
-	if d := os.Getenv(LibDirEnv); d != "" {
+	if d := settings.CUDALibDir.Get(); d != "" {
 		add(filepath.SplitList(d)...)
 	}
 	add(glob("/usr/local/cuda*/lib64")...)

@@ -5,7 +5,6 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"runtime"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
 	"github.com/ferryml/ferry/optim"
@@ -49,7 +49,7 @@ func needNVRTC(t *testing.T) *NVRTC {
 			"(installs the pinned nvidia-cuda-nvrtc wheel into .venv) and run with VIRTUAL_ENV=$PWD/.venv (the repository root's), " +
 			"or set " + LibDirEnv + " to the directory holding libnvrtc.so* (for example .venv/lib/python3.*/site-packages/nvidia/cu13/lib); " +
 			".ci/nvrtc.sh does this.\n" + err.Error()
-		if os.Getenv(requireNVRTCEnv) == "1" {
+		if settings.RequireNVRTC.Get() {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)

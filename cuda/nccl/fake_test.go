@@ -17,6 +17,7 @@ import (
 	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/cuda"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -171,8 +172,8 @@ func TestLoadFakeAndVersion(t *testing.T) {
 	if err != nil || v != 22304 || r.Fn != 1 {
 		t.Fatalf("Version = %d, %v (fn %d); want 22304", v, err, r.Fn)
 	}
-	if l.Path != os.Getenv(LibEnv) {
-		t.Errorf("loaded %s, want %s", l.Path, os.Getenv(LibEnv))
+	if l.Path != settings.NCCLLib.Get() {
+		t.Errorf("loaded %s, want %s", l.Path, settings.NCCLLib.Get())
 	}
 }
 

@@ -4,13 +4,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/cuda"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -165,7 +165,7 @@ func Load() (*Lib, error) {
 		lib *cuda.Library
 		err error
 	)
-	if p := os.Getenv(LibEnv); p != "" {
+	if p := settings.NCCLLib.Get(); p != "" {
 		// RTLD_LOCAL: a library named here (a test double, say) must not
 		// interpose its symbols on a real NCCL loaded later.
 		h, derr := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_LOCAL)
