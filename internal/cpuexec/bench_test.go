@@ -1,13 +1,13 @@
 package cpuexec
 
 import (
-	"os"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/internal/vmath"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
@@ -287,7 +287,7 @@ func BenchmarkCopyBandwidth(b *testing.B) {
 //
 // It never fails on time.
 func TestGeluBandwidthRatio(t *testing.T) {
-	if os.Getenv("FERRY_BENCH_RATIO") == "" {
+	if !settings.BenchRatio.Get() {
 		t.Skip("set FERRY_BENCH_RATIO=1")
 	}
 	gbs := func(r testing.BenchmarkResult) float64 { return float64(r.Bytes) * float64(r.N) / r.T.Seconds() / 1e9 }

@@ -1,15 +1,12 @@
 package cpuexec
 
 import (
-	"fmt"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 )
@@ -73,46 +70,27 @@ type copyConfig struct {
 // defaultCopyConfig is the configuration of programs without copies.
 var defaultCopyConfig = copyConfig{async: true}
 
-// lastCopyConfig caches copyConfigFromEnv's result for the environment values
-// it was parsed from (read on every execution; parsed when they change).
-var lastCopyConfig atomic.Pointer[parsedCopyConfig]
+// lastCopyConfig caches copyConfigFromEnv's result for the values it was
+// made from (read on every execution; made anew when they change).
+var lastCopyConfig atomic.Pointer[copyConfig]
 
-type parsedCopyConfig struct {
-	async, gbps string
-	cfg         *copyConfig
-}
-
-// copyConfigFromEnv reads FERRY_ASYNC_COPY and FERRY_HOST_COPY_GBPS. The
-// result is shared and must not be modified.
+// copyConfigFromEnv reads FERRY_ASYNC_COPY and FERRY_HOST_COPY_GBPS; a bad
+// value is an error naming it. The result is shared and must not be
+// modified.
 func copyConfigFromEnv() (*copyConfig, error) {
-	async, gbps := os.Getenv("FERRY_ASYNC_COPY"), os.Getenv("FERRY_HOST_COPY_GBPS")
+	async, _, err := settings.AsyncCopy.Lookup()
+	if err != nil {
+		return nil, err
+	}
+	gbps, _, err := settings.HostCopyGBPS.Lookup()
+	if err != nil {
+		return nil, err
+	}
 	if p := lastCopyConfig.Load(); p != nil && p.async == async && p.gbps == gbps {
-		return p.cfg, nil
+		return p, nil
 	}
-	c, err := parseCopyConfig(async, gbps)
-	if err == nil {
-		lastCopyConfig.Store(&parsedCopyConfig{async, gbps, c})
-	}
-	return c, err
-}
-
-// parseCopyConfig parses the values of FERRY_ASYNC_COPY and FERRY_HOST_COPY_GBPS.
-func parseCopyConfig(async, gbps string) (*copyConfig, error) {
-	c := &copyConfig{async: true}
-	if s := strings.TrimSpace(async); s != "" {
-		on, err := strconv.ParseBool(s)
-		if err != nil {
-			return nil, fmt.Errorf("FERRY_ASYNC_COPY=%q: want 0 or 1", s)
-		}
-		c.async = on
-	}
-	if s := strings.TrimSpace(gbps); s != "" {
-		g, err := strconv.ParseFloat(s, 64)
-		if err != nil || !(g > 0) || g > 1e9 {
-			return nil, fmt.Errorf("FERRY_HOST_COPY_GBPS=%q: want a positive number of GB/s", s)
-		}
-		c.gbps = g
-	}
+	c := &copyConfig{async: async, gbps: gbps}
+	lastCopyConfig.Store(c)
 	return c, nil
 }
 

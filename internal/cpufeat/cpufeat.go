@@ -24,6 +24,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/ferryml/ferry/internal/settings"
 )
 
 // The features in force, set once at package initialisation: what the host
@@ -65,7 +67,12 @@ var Setting string
 
 func init() {
 	Host.AVX2FMA, Host.AVX512F, Host.BMI2 = detect()
-	f, setting, warn := Apply(Host, os.Getenv("FERRY_CPU"), os.Getenv("GODEBUG"))
+	cpu, _, err := settings.CPU.Lookup()
+	if err != nil {
+		settings.Warn(err, Host.Path())
+		cpu = ""
+	}
+	f, setting, warn := Apply(Host, cpu, os.Getenv("GODEBUG"))
 	if warn != "" {
 		fmt.Fprintln(os.Stderr, "ferry:", warn)
 	}

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/ferryml/ferry/internal/settings"
 )
 
 // The flags agree with the kernel's view of the CPU in /proc/cpuinfo
@@ -87,9 +89,9 @@ func TestApply(t *testing.T) {
 
 // A process started with FERRY_CPU=go runs with every feature off.
 func TestSettingInForce(t *testing.T) {
-	if os.Getenv("FERRY_CPUFEAT_CHILD") == "1" {
-		if Path() != os.Getenv("FERRY_CPUFEAT_WANT") {
-			t.Fatalf("path %s, want %s (setting %q)", Path(), os.Getenv("FERRY_CPUFEAT_WANT"), Setting)
+	if settings.CPUFeatChild.Get() {
+		if Path() != settings.CPUFeatWant.Get() {
+			t.Fatalf("path %s, want %s (setting %q)", Path(), settings.CPUFeatWant.Get(), Setting)
 		}
 		return
 	}

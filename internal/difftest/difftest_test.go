@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"github.com/ferryml/ferry/internal/cpuexec"
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/internal/randprog"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/internal/vmath"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
@@ -28,14 +27,13 @@ import (
 // iteration 1). FERRY_RANDOM_FEATURES narrows it (-name, none, +name).
 func defaultFeatures() randprog.Features { return randprog.All() }
 
-func envInt(t *testing.T, name string, def uint64) uint64 {
-	s := strings.TrimSpace(os.Getenv(name))
-	if s == "" {
-		return def
-	}
-	n, err := strconv.ParseUint(s, 10, 64)
+func envInt(t *testing.T, s *settings.Setting[uint64], def uint64) uint64 {
+	n, set, err := s.Lookup()
 	if err != nil {
-		t.Fatalf("%s=%q: want a non-negative integer", name, s)
+		t.Fatal(err)
+	}
+	if !set {
+		return def
 	}
 	return n
 }
@@ -517,16 +515,16 @@ func writeArgs(b *strings.Builder, args []*ir.Literal) {
 // bit, and on, compared within fmaTol) and compares them with eval on the
 // uncompiled program. See the package documentation for its environment.
 func TestCPUExecRandom(t *testing.T) {
-	n := envInt(t, "FERRY_RANDOM_PROGRAMS", 400)
-	if testing.Short() && os.Getenv("FERRY_RANDOM_PROGRAMS") == "" {
+	n := envInt(t, settings.RandomPrograms, 400)
+	if testing.Short() && !settings.RandomPrograms.IsSet() {
 		n = 60
 	}
-	first := envInt(t, "FERRY_RANDOM_SEED", 1)
-	feat, err := randprog.ParseFeatures(defaultFeatures(), os.Getenv("FERRY_RANDOM_FEATURES"))
+	first := envInt(t, settings.RandomSeed, 1)
+	feat, err := randprog.ParseFeatures(defaultFeatures(), settings.RandomFeatures.Get())
 	if err != nil {
 		t.Fatalf("FERRY_RANDOM_FEATURES: %v", err)
 	}
-	if os.Getenv("FERRY_ASYNC_COPY") == "" {
+	if !settings.AsyncCopy.IsSet() {
 		t.Setenv("FERRY_ASYNC_COPY", "1") // the default, said out loud
 	}
 	var mismatches, internal, remat, aliased, fmaDiffers, fmaJumps, shown int
@@ -579,7 +577,7 @@ func TestCPUExecRandom(t *testing.T) {
 // FuzzCPUExec ./internal/difftest): the input is the seed, the features are
 // the default mix with FERRY_RANDOM_FEATURES applied.
 func FuzzCPUExec(f *testing.F) {
-	feat, err := randprog.ParseFeatures(defaultFeatures(), os.Getenv("FERRY_RANDOM_FEATURES"))
+	feat, err := randprog.ParseFeatures(defaultFeatures(), settings.RandomFeatures.Get())
 	if err != nil {
 		f.Fatalf("FERRY_RANDOM_FEATURES: %v", err)
 	}

@@ -6,7 +6,6 @@ import (
 	"github.com/ferryml/ferry/internal/testseed"
 	"math"
 	"math/rand/v2"
-	"os"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/internal/randprog"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/internal/spmdref"
 	"github.com/ferryml/ferry/internal/vmath"
 	"github.com/ferryml/ferry/ir"
@@ -627,12 +627,12 @@ func describeSharded(c *testCase) string {
 // run on its 8 virtual devices, against eval on the unsharded program. See
 // the package documentation for its environment.
 func TestShardedRandom(t *testing.T) {
-	n := envInt(t, "FERRY_SHARDED_PROGRAMS", 60)
-	if testing.Short() && os.Getenv("FERRY_SHARDED_PROGRAMS") == "" {
+	n := envInt(t, settings.ShardedPrograms, 60)
+	if testing.Short() && !settings.ShardedPrograms.IsSet() {
 		n = 20
 	}
-	first := envInt(t, "FERRY_RANDOM_SEED", 1)
-	feat, err := randprog.ParseFeatures(shardedFeatures(), os.Getenv("FERRY_RANDOM_FEATURES"))
+	first := envInt(t, settings.RandomSeed, 1)
+	feat, err := randprog.ParseFeatures(shardedFeatures(), settings.RandomFeatures.Get())
 	if err != nil {
 		t.Fatalf("FERRY_RANDOM_FEATURES: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/collective/mpi"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
@@ -31,14 +32,14 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	inJob = true
-	if os.Getenv(rt.EnvCPUDevices) == "" {
+	if !settings.CPUDevices.IsSet() {
 		if err := rt.SetCPUDeviceCount(2); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
 	}
 	err := rt.InitDistributed(rt.DistributedConfig{})
-	if os.Getenv("FERRY_DIST_TEST_MISMATCH") == "1" {
+	if settings.DistTestMismatch.Get() {
 		// Launched with different device counts per process (.ci/mpi.sh):
 		// every process must refuse, naming the counts.
 		if err == nil || !strings.Contains(err.Error(), "every process must have the same number") {
@@ -361,7 +362,7 @@ func TestJobOfOne(t *testing.T) {
 //
 //	FERRY_DIST_KILL_TEST=1 FERRY_COLLECTIVE_TIMEOUT=2s mpirun --enable-recovery -np 3 /tmp/dist.test -test.run ProcessDeath
 func TestMPIProcessDeath(t *testing.T) {
-	if !inJob || os.Getenv("FERRY_DIST_KILL_TEST") != "1" {
+	if !inJob || !settings.DistKillTest.Get() {
 		t.Skip("set FERRY_DIST_KILL_TEST=1 under mpirun --enable-recovery to kill the last process mid-job")
 	}
 	killed = true

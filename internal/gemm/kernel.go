@@ -2,9 +2,10 @@ package gemm
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
+
+	"github.com/ferryml/ferry/internal/settings"
 )
 
 // float is the element type constraint of the generic driver.
@@ -51,10 +52,14 @@ var active atomic.Pointer[kernelSet]
 
 func init() {
 	active.Store(kernels[0])
-	if name := os.Getenv("FERRY_GEMM_KERNEL"); name != "" {
-		if err := SetKernel(name); err != nil {
-			fmt.Fprintf(os.Stderr, "ferry: FERRY_GEMM_KERNEL: %v; using %s\n", err, kernels[0].name)
+	name, set, err := settings.GemmKernel.Lookup()
+	if err == nil && set {
+		if err = SetKernel(name); err != nil {
+			err = fmt.Errorf("%s=%q: %w", settings.GemmKernel.Name, name, err)
 		}
+	}
+	if err != nil {
+		settings.Warn(err, kernels[0].name)
 	}
 }
 

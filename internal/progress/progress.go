@@ -34,6 +34,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ferryml/ferry/internal/settings"
 )
 
 // Env is the environment variable that silences progress: "0" (or "off",
@@ -76,7 +78,7 @@ func IsTerminal(f *os.File) bool {
 // whole lines otherwise; quiet when the environment has FERRY_PROGRESS=0.
 func New(f *os.File) *Reporter {
 	r := NewWriter(f, IsTerminal(f))
-	r.quiet = off(os.Getenv(Env))
+	r.quiet = !settings.Progress.Get()
 	return r
 }
 
@@ -88,15 +90,6 @@ func NewWriter(w io.Writer, terminal bool) *Reporter {
 		width = c
 	}
 	return &Reporter{w: w, terminal: terminal, interval: DefaultInterval, width: width, now: time.Now}
-}
-
-// off reports whether the value of FERRY_PROGRESS asks for silence.
-func off(v string) bool {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "0", "off", "false", "no":
-		return true
-	}
-	return false
 }
 
 // SetQuiet silences the Reporter (q true) or lets it report again (q false,

@@ -11,12 +11,11 @@
 package testseed
 
 import (
-	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
+
+	"github.com/ferryml/ferry/internal/settings"
 )
 
 // Env names the environment variable that replays a seed.
@@ -37,13 +36,12 @@ var (
 // outside a test (a TestMain): the caller prints it. A malformed variable is
 // an error naming it.
 func Fresh() (uint64, error) {
-	s := os.Getenv(Env)
-	if s == "" {
+	v, set, err := settings.TestSeed.Lookup()
+	switch {
+	case err != nil:
+		return 0, err
+	case !set:
 		return rand.Uint64(), nil
-	}
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%s=%q: want an unsigned decimal integer", Env, s)
 	}
 	return v, nil
 }

@@ -4,13 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
 	e "github.com/ferryml/ferry/internal/amd64enc"
+	"github.com/ferryml/ferry/internal/settings"
 )
 
 // Run-time code generation for chains of ops.
@@ -68,7 +68,7 @@ var ErrNoJIT = errors.New("vmath: run-time code generation not available")
 
 var jitOff atomic.Bool
 
-func init() { jitOff.Store(os.Getenv("FERRY_CPU_JIT") == "0") }
+func init() { jitOff.Store(!settings.CPUJIT.Get()) }
 
 // SetJIT turns run-time code generation on or off (FERRY_CPU_JIT=0 starts
 // with it off) and returns the previous setting. Compiled chains refuse to
@@ -519,7 +519,7 @@ const (
 
 var contractOff atomic.Bool
 
-func init() { contractOff.Store(os.Getenv("FERRY_CPU_FMA") == "0") }
+func init() { contractOff.Store(!settings.CPUFMA.Get()) }
 
 // SetContract turns the contraction of multiplies into fused multiply-adds
 // on or off for chains compiled from now on (FERRY_CPU_FMA=0 starts with it

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	e "github.com/ferryml/ferry/internal/amd64enc"
+	"github.com/ferryml/ferry/internal/settings"
 )
 
 // Instruction microbenchmarks: loops of generated code that time one
@@ -184,7 +184,7 @@ func geluDraw(r *rand.Rand, v int) float32 {
 }
 
 func TestInstrTable(t *testing.T) {
-	if os.Getenv("FERRY_BENCH_INSTR") == "" {
+	if !settings.BenchInstr.Get() {
 		t.Skip("set FERRY_BENCH_INSTR=1")
 	}
 	if !JITAvailable() {

@@ -63,7 +63,7 @@
 // other operands as well). dst may be the same slice as an operand.
 package vmath
 
-import "os"
+import "github.com/ferryml/ferry/internal/settings"
 
 // impl is a set of kernels, by opcode (f1 for unary ops, f2 for binary
 // ones).
@@ -73,7 +73,7 @@ type impl struct {
 	f2   [opEnd]func(dst, a, b []float32)
 }
 
-var cur = choose(os.Getenv("FERRY_VMATH") == "go")
+var cur = choose(settings.VMath.Get() == "go")
 
 // Impl names the kernels in use: "avx512", "avx2" or "go".
 func Impl() string {
