@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -106,7 +107,7 @@ func Partition(f *ir.Func) (*Partitioned, error) {
 // the per-device program (NNN-<func>-partitioned.ir), as Compile writes
 // each pass's IR; compiling the per-device program then dumps its passes.
 func dumpPartition(f *ir.Func, part *Partitioned) error {
-	dir := os.Getenv("FERRY_DUMP_IR")
+	dir := settings.DumpIR.Get()
 	if dir == "" {
 		return nil
 	}

@@ -55,6 +55,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -122,7 +123,7 @@ const EnvVerifyIR = "FERRY_VERIFY_IR"
 // VerifyFromEnv reports whether $FERRY_VERIFY_IR is set to a non-empty
 // value. Every backend passes it as Options.Verify, so the one setting turns
 // verification on whichever backend compiles.
-func VerifyFromEnv() bool { return os.Getenv(EnvVerifyIR) != "" }
+func VerifyFromEnv() bool { return settings.VerifyIR.Get() }
 
 // Pipeline is the compiler: every pass in the order Compile runs them.
 var Pipeline = []Pass{
@@ -187,7 +188,7 @@ func Compile(f *ir.Func, opts Options) (*Program, error) {
 
 	dir, fromEnv := opts.DumpDir, false
 	if dir == "" {
-		dir, fromEnv = os.Getenv("FERRY_DUMP_IR"), true
+		dir, fromEnv = settings.DumpIR.Get(), true
 	}
 	if opts.NoDump {
 		dir = ""

@@ -2,17 +2,14 @@ package passes_test
 
 import (
 	"encoding/binary"
-	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/internal/randprog"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/stretchr/testify/require"
@@ -82,9 +79,9 @@ func TestPipelineRandom(t *testing.T) {
 	if testing.Short() {
 		budget = time.Second
 	}
-	count, err := envUint("FERRY_RANDOM_PROGRAMS", 0)
+	count, err := envUint(settings.RandomPrograms, 0)
 	require.NoError(t, err)
-	first, err := envUint("FERRY_RANDOM_SEED", 1)
+	first, err := envUint(settings.RandomSeed, 1)
 	require.NoError(t, err)
 	start := time.Now()
 	n := uint64(0)
@@ -95,17 +92,13 @@ func TestPipelineRandom(t *testing.T) {
 	t.Logf("%d random programs from seed %d", n, first)
 }
 
-// envUint reads a non-negative integer from the environment.
-func envUint(name string, def uint64) (uint64, error) {
-	s := strings.TrimSpace(os.Getenv(name))
-	if s == "" {
-		return def, nil
+// envUint reads a non-negative integer setting, def when it is unset.
+func envUint(s *settings.Setting[uint64], def uint64) (uint64, error) {
+	v, set, err := s.Lookup()
+	if !set {
+		return def, err
 	}
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%s=%q: want a non-negative integer", name, s)
-	}
-	return v, nil
+	return v, err
 }
 
 // FuzzPipeline is TestPipelineRandom driven by the fuzzer: the input bytes

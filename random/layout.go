@@ -2,9 +2,9 @@ package random
 
 import (
 	"math"
-	"os"
 	"sync/atomic"
 
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/trace"
 )
@@ -16,8 +16,7 @@ const PartitionableEnv = "FERRY_THREEFRY_PARTITIONABLE"
 var partitionable atomic.Bool
 
 func init() {
-	v := os.Getenv(PartitionableEnv)
-	partitionable.Store(v != "0" && v != "false")
+	partitionable.Store(settings.ThreefryPartitionable.Get())
 }
 
 // SetPartitionable chooses the Threefry bit layout and returns the previous

@@ -2,11 +2,9 @@ package runtime
 
 import (
 	"fmt"
-	"math"
-	"os"
-	"strconv"
 	"strings"
 
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -18,7 +16,7 @@ import (
 const EnvMemoryBudget = "FERRY_MEMORY_BUDGET"
 
 // budgetDevice is the budget that stands for the device's capacity.
-const budgetDevice = -1
+const budgetDevice = settings.BudgetDevice
 
 // MemoryBudget gives the jitted function a device memory budget in bytes:
 // the compiler decides, for every value the backward pass needs from the
@@ -78,31 +76,10 @@ func MemoryBudgetDeviceCapacity() Option {
 // count with an optional unit (as ParseMemorySize, and K, M, G, T alone as
 // powers of 1024), or "device" for the device's capacity (returned as -1).
 func ParseMemoryBudget(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	if strings.EqualFold(t, "device") {
-		return budgetDevice, nil
+	if strings.TrimSpace(s) == "" {
+		return 0, &settings.Error{Name: EnvMemoryBudget, Value: s, Want: settings.MemoryBudget.Want}
 	}
-	if n := len(t); n > 1 {
-		if shift, ok := map[byte]uint{'k': 10, 'm': 20, 'g': 30, 't': 40}[t[n-1]|0x20]; ok && (t[n-2] >= '0' && t[n-2] <= '9' || t[n-2] == '.' || t[n-2] == ' ') {
-			f, err := strconv.ParseFloat(strings.TrimSpace(t[:n-1]), 64)
-			if err != nil || math.IsNaN(f) || f <= 0 {
-				return 0, fmt.Errorf("%s=%q: want a positive number of bytes like 3000000, 512M, 64MiB or 1.5GB, or \"device\"", EnvMemoryBudget, s)
-			}
-			v := math.Floor(f * float64(uint64(1)<<shift))
-			if v >= math.MaxInt64 { // +Inf too
-				return 0, fmt.Errorf("%s=%q: too large: at most %d bytes (8 EiB)", EnvMemoryBudget, s, int64(math.MaxInt64))
-			}
-			if v < 1 {
-				return 0, fmt.Errorf("%s=%q: less than one byte", EnvMemoryBudget, s)
-			}
-			return int64(v), nil
-		}
-	}
-	n, err := ParseMemorySize(s)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %v (or \"device\" for the device's capacity)", EnvMemoryBudget, err)
-	}
-	return n, nil
+	return settings.MemoryBudget.Parse(s)
 }
 
 // resolveBudget returns the jitted function's device budget in bytes, or 0
@@ -113,14 +90,11 @@ func (o *jitOptions) resolveBudget() (int64, error) {
 		return 0, nil
 	}
 	if !o.budgetSet {
-		s, ok := os.LookupEnv(EnvMemoryBudget)
-		if !ok || strings.TrimSpace(s) == "" {
-			return 0, nil
-		}
-		var err error
-		if b, err = ParseMemoryBudget(s); err != nil {
+		v, set, err := settings.MemoryBudget.Lookup()
+		if err != nil || !set {
 			return 0, err
 		}
+		b = v
 	}
 	switch {
 	case b == budgetDevice:

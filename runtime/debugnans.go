@@ -4,12 +4,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
 
 	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/trace"
 )
@@ -31,15 +31,11 @@ const (
 )
 
 func init() {
-	for _, c := range []struct {
-		env string
-		bit uint32
-	}{{EnvDebugNans, checkNaN}, {EnvDebugInfs, checkInf}} {
-		v := strings.TrimSpace(os.Getenv(c.env))
-		on, err := strconv.ParseBool(v)
-		if v != "" && (err != nil || on) {
-			debugChecks.Or(c.bit)
-		}
+	if settings.DebugNans.Get() {
+		debugChecks.Or(checkNaN)
+	}
+	if settings.DebugInfs.Get() {
+		debugChecks.Or(checkInf)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
@@ -268,7 +269,7 @@ func TestDebugNansScan(t *testing.T) {
 // TestDebugNansEnv runs this test binary again with FERRY_DEBUG_NANS and
 // FERRY_DEBUG_INFS set.
 func TestDebugNansEnv(t *testing.T) {
-	if os.Getenv("FERRY_TEST_DEBUG_NANS_CHILD") != "" {
+	if settings.TestDebugNansChild.Get() {
 		x := rt.FromSlice([]float32{1, 2})
 		nanErr := catch(t, func() { _ = trace.Log(trace.Neg(x)) }) != nil
 		infErr := catch(t, func() { _ = trace.Log(trace.Sub(x, x)) }) != nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/collective/rendezvous"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
@@ -29,7 +30,7 @@ const tcpChildEnv = "FERRY_RT_TEST_TCP_CHILD"
 // by FERRY_COORDINATOR_ADDRESS, FERRY_NUM_PROCESSES and FERRY_PROCESS_ID
 // (this test binary again, running tcpJobProcess).
 func TestTCPJob(t *testing.T) {
-	switch os.Getenv(tcpChildEnv) {
+	switch settings.RTTestTCPChild.Get() {
 	case "1":
 		tcpJobProcess(t)
 	case "dies":
@@ -42,7 +43,7 @@ func TestTCPJob(t *testing.T) {
 // TestTCPJobDeviceMismatch: processes with different device counts are
 // refused in both, naming the counts.
 func TestTCPJobDeviceMismatch(t *testing.T) {
-	switch os.Getenv(tcpChildEnv) {
+	switch settings.RTTestTCPChild.Get() {
 	case "mismatch":
 		err := rt.InitDistributed(rt.DistributedConfig{})
 		require.ErrorContains(t, err, "process 0 has 2 local devices but process 1 has 3; every process must have the same number")
@@ -55,7 +56,7 @@ func TestTCPJobDeviceMismatch(t *testing.T) {
 // TestTCPJobProcessDies: process 1 of a job joined over TCP exits in the
 // middle of the job; process 0's next ProcessBarrier fails naming it.
 func TestTCPJobProcessDies(t *testing.T) {
-	switch os.Getenv(tcpChildEnv) {
+	switch settings.RTTestTCPChild.Get() {
 	case "dies":
 		tcpJobDeath(t)
 	case "":

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ferryml/ferry/internal/memview"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/passes"
 )
 
@@ -93,7 +94,7 @@ var memoryReportSeq atomic.Int64
 // (NNN counting the reports of the process, <func> the function's name made
 // safe as FERRY_DUMP_IR does). A failure is a warning, not an error.
 func maybeWriteMemoryReport(name string, p *passes.Program) {
-	dir := os.Getenv(EnvMemoryReport)
+	dir := settings.MemoryReport.Get()
 	if dir == "" || p == nil {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryml/ferry/internal/settings"
 	rt "github.com/ferryml/ferry/runtime"
 )
 
@@ -22,7 +23,7 @@ import (
 // FERRY_REQUIRE_CHROMIUM is set (CI), where it fails.
 func chromium(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("FERRY_CHROMIUM"); p != "" {
+	if p := settings.Chromium.Get(); p != "" {
 		return p
 	}
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -30,7 +31,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	if os.Getenv("FERRY_REQUIRE_CHROMIUM") != "" {
+	if settings.RequireChromium.Get() {
 		t.Fatal("no chromium on the PATH and FERRY_REQUIRE_CHROMIUM is set (apt-get install chromium)")
 	}
 	t.Skip("no headless browser: install Debian's chromium (apt-get install chromium) or set FERRY_CHROMIUM to run the memory viewer's browser test")

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/ferryml/ferry/backend"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"
@@ -253,7 +253,7 @@ func (j *Jitted[F]) lowerBudget(args []any, budget int64) (*Lowered, []*trace.Tr
 	}
 	best := slices.MinFunc(fits, func(a, b *planTry) int { return cmp.Compare(a.cost.step, b.cost.step) })
 	best.l.plan = buildPlan(best, host, base.total, budget, rates, compiles)
-	if os.Getenv("FERRY_DUMP_IR") == "" {
+	if !settings.DumpIR.IsSet() {
 		// Nothing to dump: the try's executable is the one to run.
 		best.prog.Analysis.Plan = best.l.plan
 		best.l.planned = best.exe

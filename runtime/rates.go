@@ -1,15 +1,10 @@
 package runtime
 
 import (
-	"fmt"
-	"log"
-	"math"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/trace"
 )
@@ -27,26 +22,6 @@ var fallbackRates = budgetRates{flop: 50e9, elem: 2e9, bw: 5e9}
 // budget planner's rates (see MemoryBudget).
 const EnvBudgetRates = "FERRY_BUDGET_RATES"
 
-var warnBudgetRates sync.Once
-
-// parseBudgetRates parses "matmul,elementwise,bandwidth": three positive
-// numbers.
-func parseBudgetRates(v string) (budgetRates, error) {
-	f := strings.Split(v, ",")
-	if len(f) != 3 {
-		return budgetRates{}, fmt.Errorf("%q: want three numbers, matmul FLOP/s, elementwise FLOP/s and device↔host bytes/s, separated by commas", v)
-	}
-	var x [3]float64
-	for i, s := range f {
-		n, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-		if err != nil || !(n > 0) || math.IsInf(n, 0) {
-			return budgetRates{}, fmt.Errorf("%q: %q is not a positive number", v, s)
-		}
-		x[i] = n
-	}
-	return budgetRates{flop: x[0], elem: x[1], bw: x[2]}, nil
-}
-
 var rates struct {
 	once sync.Once
 	r    budgetRates
@@ -62,12 +37,10 @@ var rates struct {
 // depend on how busy the machine was when it was measured (tests, or a plan
 // reproduced on another machine); a malformed value is ignored with a warning.
 func measuredRates() budgetRates {
-	if v := os.Getenv(EnvBudgetRates); v != "" {
-		r, err := parseBudgetRates(v)
-		if err == nil {
-			return r
-		}
-		warnBudgetRates.Do(func() { log.Printf("ferry: %s ignored: %v", EnvBudgetRates, err) })
+	if x, set, err := settings.BudgetRates.Lookup(); err != nil {
+		settings.Warn(err, "measured rates")
+	} else if set {
+		return budgetRates{flop: x[0], elem: x[1], bw: x[2]}
 	}
 	rates.once.Do(func() {
 		r := fallbackRates
