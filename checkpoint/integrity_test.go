@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryml/ferry/checkpoint"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/trace"
 )
@@ -25,8 +26,7 @@ import (
 func testSeed(t *testing.T) uint64 {
 	t.Helper()
 	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("FERRY_TEST_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
+	if v, set, err := settings.TestSeed.Lookup(); set {
 		require.NoError(t, err, "FERRY_TEST_SEED")
 		seed = v
 	}

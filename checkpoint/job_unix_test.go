@@ -19,6 +19,7 @@ import (
 	"github.com/ferryml/ferry/checkpoint"
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/collective/rendezvous"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
 )
@@ -106,7 +107,7 @@ func runJob(t *testing.T, dir string, seed uint64, victim, n int) [2]string {
 // then loads step 1 or step 2, values and metadata alike, never a mix of
 // the two; the next save leaves only its own files.
 func TestKilledJobSave(t *testing.T) {
-	if v := os.Getenv(jobKillEnv); v != "" {
+	if v := settings.CkptJobKill.Get(); v != "" {
 		jobSave(t, v)
 		return
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryml/ferry/checkpoint"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -145,7 +146,7 @@ func killedSave(t *testing.T, v string) {
 // files. Where strace runs, the same again with the process killed by
 // strace at its Nth rename system call instead.
 func TestKilledSave(t *testing.T) {
-	if v := os.Getenv(killEnv); v != "" {
+	if v := settings.CkptKill.Get(); v != "" {
 		killedSave(t, v)
 		return
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferryml/ferry/checkpoint"
 	"github.com/ferryml/ferry/collective/mpi"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
@@ -32,7 +33,7 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	inJob = true
-	if os.Getenv(rt.EnvCPUDevices) == "" {
+	if !settings.CPUDevices.IsSet() {
 		if err := rt.SetCPUDeviceCount(2); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
@@ -348,7 +349,7 @@ func TestShardedCheckpointErrors(t *testing.T) {
 // over all the devices of this job. The values are drawn from a fixed
 // seed, so every job knows them.
 func TestMPIShardedCheckpoint(t *testing.T) {
-	phase, dir := os.Getenv("FERRY_CKPT_MPI"), os.Getenv("FERRY_CKPT_DIR")
+	phase, dir := settings.CkptMPI.Get(), settings.CkptDir.Get()
 	if !inJob || dir == "" || (phase != "save" && phase != "load") {
 		t.Skip("run under mpirun with FERRY_CKPT_MPI=save|load and FERRY_CKPT_DIR (.ci/mpi.sh)")
 	}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/ferryml/ferry/internal/settings"
 )
 
 // jaxProc is the long-lived Python process running bench/jax/bench.py: one
@@ -44,7 +46,7 @@ func findPython() (python, script string, err error) {
 		return "", "", fmt.Errorf("bench/jax/bench.py not found above %s: run from the Ferry repository", dir)
 	}
 	script = filepath.Join(root, "bench", "jax", "bench.py")
-	if p := os.Getenv("FERRY_PYTHON"); p != "" {
+	if p := settings.Python.Get(); p != "" {
 		return p, script, nil
 	}
 	python = filepath.Join(root, ".venv", "bin", "python")

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ferryml/ferry/backend"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
 	"github.com/ferryml/ferry/random"
@@ -291,7 +292,7 @@ func TestVmapStackIsPerLayerInit(t *testing.T) {
 // minutes). It takes about 30 s on a loaded 2-core machine, so it runs only
 // with FERRY_INIT_PROGRAM_SIZE=1.
 func TestVmapStackIsPerLayerInitProgramSize(t *testing.T) {
-	if os.Getenv("FERRY_INIT_PROGRAM_SIZE") == "" {
+	if !settings.InitProgramSize.Get() {
 		t.Skip("set FERRY_INIT_PROGRAM_SIZE=1 to run it")
 	}
 	s := programSizes

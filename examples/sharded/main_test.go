@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryml/ferry/collective/mpi"
+	"github.com/ferryml/ferry/internal/settings"
 	rt "github.com/ferryml/ferry/runtime"
 )
 
@@ -20,7 +21,7 @@ func TestMain(m *testing.M) {
 	if mpi.InMPIJob() {
 		inJob, devices = true, 2
 	}
-	if !inJob || os.Getenv(rt.EnvCPUDevices) == "" {
+	if !inJob || !settings.CPUDevices.IsSet() {
 		if err := rt.SetCPUDeviceCount(devices); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
