@@ -240,4 +240,3 @@ func newString(v *Var, kind Kind) *Setting[string] {
 	s := newSetting(v, "", func(s string) (string, error) { return s, nil })
 	return s
 }
-
