@@ -5,9 +5,10 @@
 // a few-thousand-line corpus (prose, code, numbers, accents, CJK, emoji,
 // control characters, whitespace runs, very long words) are compared in
 // the tests with what tokenizers 0.23.3 gives, for the real
-// sentence-transformers all-MiniLM-L6-v2 and GPT-2 tokenizers and for
-// WordPiece, byte-level BPE, Llama-2-style and Llama-3-style tokenizers
-// trained for the test.
+// sentence-transformers all-MiniLM-L6-v2 and GPT-2 tokenizers and for eight
+// tokenizers trained for the test (WordPiece cased and uncased, byte-level
+// BPE, Llama-2-style and Llama-3-style BPE, a Metaspace BPE, NFKC and NFD
+// pipelines).
 //
 // The pipeline is Hugging Face's: added tokens ([CLS], <|endoftext|>, ...)
 // are found first, per their single_word, lstrip, rstrip and normalized
@@ -25,8 +26,8 @@
 //     WhitespaceSplit, Sequence;
 //   - post-processors: TemplateProcessing, BertProcessing, ByteLevel,
 //     Sequence;
-//   - decoders: WordPiece, ByteLevel, Metaspace, Replace (string pattern),
-//     ByteFallback, Fuse, Strip, Sequence;
+//   - decoders: WordPiece, BPEDecoder, ByteLevel, Metaspace, Replace
+//     (string pattern), ByteFallback, Fuse, Strip, Sequence;
 //   - truncation (LongestFirst, OnlyFirst, OnlySecond; right or left) and
 //     padding (fixed length or the batch's longest, a multiple, right or
 //     left) from the file, or set with WithTruncation and WithPadding.

@@ -168,8 +168,10 @@ type Direction string
 
 // The two directions.
 const (
+	// Right cuts or pads at the end.
 	Right Direction = "Right"
-	Left  Direction = "Left"
+	// Left cuts or pads at the start.
+	Left Direction = "Left"
 )
 
 // Truncation limits the number of tokens of an encoding, special tokens

@@ -101,8 +101,12 @@ func isWordChar(r rune) bool {
 type sequencePre []preTokenizer
 
 func (s sequencePre) preTokenize(cs []nchar, emit func([]nchar)) {
+	if len(s) == 0 {
+		emit(cs)
+		return
+	}
 	words := [][]nchar{cs}
-	for _, p := range s {
+	for _, p := range s[:len(s)-1] {
 		var next [][]nchar
 		for _, w := range words {
 			p.preTokenize(w, func(x []nchar) {
@@ -113,8 +117,9 @@ func (s sequencePre) preTokenize(cs []nchar, emit func([]nchar)) {
 		}
 		words = next
 	}
+	last := s[len(s)-1]
 	for _, w := range words {
-		emit(w)
+		last.preTokenize(w, emit)
 	}
 }
 
