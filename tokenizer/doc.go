@@ -38,7 +38,8 @@
 // the pipeline left out.
 //
 // Offsets are byte offsets into the text passed to Encode (Python's
-// tokenizers reports them in characters). Decode returns an error for an id
+// tokenizers reports them in characters). Invalid UTF-8 in the text is read
+// as U+FFFD, one per invalid byte. Decode returns an error for an id
 // outside the vocabulary where Hugging Face skips it. Hugging Face's
 // overflowing tokens (truncation's stride) are not kept.
 package tokenizer
