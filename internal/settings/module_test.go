@@ -1,6 +1,7 @@
 package settings
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -36,10 +37,11 @@ var notVariables = map[string]bool{
 
 var ferryWord = regexp.MustCompile(`\bFERRY_[A-Z0-9_]*[A-Z0-9]`)
 
-// TestEveryReadInTable walks the module's Go files: every FERRY_ name in a
-// string literal (tests included) must be declared in the table, and no
-// non-test file outside this package may read a FERRY_ variable with
-// os.Getenv or os.LookupEnv, by literal or by a constant naming it.
+// TestEveryReadInTable walks the module's Go files, tests included: every
+// FERRY_ name in a string literal must be declared in the table, and no file
+// outside this package may read a FERRY_ variable with os.Getenv or
+// os.LookupEnv, by literal or by a constant naming it (tests set variables
+// with t.Setenv or Override and read them through the table too).
 func TestEveryReadInTable(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -48,6 +50,87 @@ func TestEveryReadInTable(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatalf("module root not found: %v", err)
 	}
+	problems, n, err := scanModule(root, filepath.Join(root, "internal", "settings"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if n < 100 {
+		t.Fatalf("walked only %d Go files under %s", n, root)
+	}
+}
+
+// TestScanFindsReads: the scan of a small module finds an undeclared name,
+// and reads of declared ones by literal, by constant and by a constant of
+// another package, and nothing else.
+func TestScanFindsReads(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, src string) {
+		t.Helper()
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module m\n")
+	write("a/a.go", `package a
+
+import "os"
+
+// Env names a variable.
+const Env = "FERRY_CPU"
+
+var (
+	x    = os.Getenv("FERRY_DUMP_IR")
+	y, _ = os.LookupEnv(Env)
+	z    = "FERRY_KERNEL and FERRY_CPU_JIT=0 are fine"
+	w    = os.Getenv("HOME")
+)
+`)
+	write("b/b_test.go", `package b
+
+import (
+	"os"
+	"testing"
+
+	"m/a"
+)
+
+func TestB(t *testing.T) {
+	t.Setenv("FERRY`+`_NOT_DECLARED", "1")
+	_ = os.Getenv(a.Env)
+}
+`)
+	problems, n, err := scanModule(root, filepath.Join(root, "settings"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"a.go:9:9: os.Getenv(FERRY_DUMP_IR)",
+		"a.go:10:9: os.LookupEnv(FERRY_CPU)",
+		"b_test.go:11:11: FERRY" + "_NOT_DECLARED is not declared",
+		"b_test.go:12:6: os.Getenv(FERRY_CPU)",
+	}
+	if n != 2 || len(problems) != len(want) {
+		t.Fatalf("%d files, problems:\n%s\nwant %d", n, strings.Join(problems, "\n"), len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(problems[i], w) {
+			t.Errorf("problem %d: %s\nwant one with %q", i, problems[i], w)
+		}
+	}
+}
+
+// scanModule parses the Go files under root (not those of nested modules,
+// testdata, vendor or hidden directories) and returns the problems
+// TestEveryReadInTable reports and the number of files; self is the
+// directory allowed to read the environment.
+func scanModule(root, self string) (problems []string, nfiles int, err error) {
 	type file struct {
 		path string
 		f    *ast.File
@@ -59,13 +142,14 @@ func TestEveryReadInTable(t *testing.T) {
 			return err
 		}
 		if d.IsDir() {
-			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || n == "testdata" || n == "vendor") {
+			if path == root {
+				return nil
+			}
+			if n := d.Name(); strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || n == "testdata" || n == "vendor" {
 				return filepath.SkipDir
 			}
-			if path != root {
-				if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
-					return filepath.SkipDir // another module
-				}
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+				return filepath.SkipDir // another module
 			}
 			return nil
 		}
@@ -80,15 +164,16 @@ func TestEveryReadInTable(t *testing.T) {
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		return nil, 0, err
 	}
-	// Constants whose value is a FERRY_ name, by directory and name.
-	consts := map[string]map[string]string{}
-	any := map[string]string{}
+	// Constants and variables whose value is a FERRY_ name: by directory
+	// and name, and by name alone for a selector (pkg.Name).
+	local := map[string]map[string]string{}
+	byName := map[string]string{}
 	for _, f := range files {
 		dir := filepath.Dir(f.path)
-		if consts[dir] == nil {
-			consts[dir] = map[string]string{}
+		if local[dir] == nil {
+			local[dir] = map[string]string{}
 		}
 		ast.Inspect(f.f, func(n ast.Node) bool {
 			vs, ok := n.(*ast.ValueSpec)
@@ -97,19 +182,17 @@ func TestEveryReadInTable(t *testing.T) {
 			}
 			for i, name := range vs.Names {
 				if i < len(vs.Values) {
-					if s, ok := literal(vs.Values[i]); ok && ferryWord.FindString(s) == s && s != "" {
-						consts[dir][name.Name] = s
-						any[name.Name] = s
+					if s, ok := literal(vs.Values[i]); ok && s != "" && ferryWord.FindString(s) == s {
+						local[dir][name.Name] = s
+						byName[name.Name] = s
 					}
 				}
 			}
 			return true
 		})
 	}
-	self := filepath.Join(root, "internal", "settings")
 	for _, f := range files {
-		isTest := strings.HasSuffix(f.path, "_test.go")
-		inSelf := filepath.Dir(f.path) == self || strings.HasPrefix(f.path, self+string(filepath.Separator))
+		inSelf := f.path == self || strings.HasPrefix(f.path, self+string(filepath.Separator))
 		ast.Inspect(f.f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.BasicLit:
@@ -119,11 +202,11 @@ func TestEveryReadInTable(t *testing.T) {
 				}
 				for _, w := range ferryWord.FindAllString(s, -1) {
 					if _, declared := Lookup(w); !declared && !notVariables[w] {
-						t.Errorf("%s: %s is not declared in internal/settings (table.go)", fset.Position(n.Pos()), w)
+						problems = append(problems, fmt.Sprintf("%s: %s is not declared in internal/settings (table.go)", fset.Position(n.Pos()), w))
 					}
 				}
 			case *ast.CallExpr:
-				if isTest || inSelf || len(n.Args) == 0 {
+				if inSelf || len(n.Args) == 0 {
 					return true
 				}
 				sel, ok := n.Fun.(*ast.SelectorExpr)
@@ -138,20 +221,18 @@ func TestEveryReadInTable(t *testing.T) {
 				case *ast.BasicLit:
 					name, _ = literal(a)
 				case *ast.Ident:
-					name = consts[filepath.Dir(f.path)][a.Name]
+					name = local[filepath.Dir(f.path)][a.Name]
 				case *ast.SelectorExpr:
-					name = any[a.Sel.Name]
+					name = byName[a.Sel.Name]
 				}
 				if strings.HasPrefix(name, "FERRY_") {
-					t.Errorf("%s: os.%s(%s) outside internal/settings: read it with its accessor in internal/settings", fset.Position(n.Pos()), sel.Sel.Name, name)
+					problems = append(problems, fmt.Sprintf("%s: os.%s(%s) outside internal/settings: read it with its accessor in internal/settings", fset.Position(n.Pos()), sel.Sel.Name, name))
 				}
 			}
 			return true
 		})
 	}
-	if len(files) < 100 {
-		t.Fatalf("walked only %d Go files under %s", len(files), root)
-	}
+	return problems, len(files), nil
 }
 
 // literal returns the value of a string literal.

@@ -175,3 +175,23 @@ func TestTable(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdateDoc: the section between the markers is replaced, the text
+// around it kept, and a page without the markers is an error.
+func TestUpdateDoc(t *testing.T) {
+	page := "# Title\n\nintro\n\n" + BeginMarker + "\n| stale |\n" + EndMarker + "\n\nafter\n"
+	out, err := UpdateDoc([]byte(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# Title\n\nintro\n\n" + BeginMarker + "\n\n" + Markdown() + "\n" + EndMarker + "\n\nafter\n"
+	if string(out) != want {
+		t.Fatalf("got\n%s\nwant\n%s", out, want)
+	}
+	if !strings.Contains(Markdown(), "| `FERRY_TEST_SEED` | integer | a fresh random seed | *tests*: The seed") {
+		t.Errorf("the FERRY_TEST_SEED row is not as written in the table:\n%s", Markdown())
+	}
+	if _, err := UpdateDoc([]byte("# Title\n")); err == nil {
+		t.Error("a page without markers: no error")
+	}
+}
