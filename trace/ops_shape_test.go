@@ -232,7 +232,7 @@ func TestOpsConcatStackSplit(t *testing.T) {
 	i := otFrom(ir.Int32, []float64{1, 2}, 2)
 	f := otFrom(ir.Float32, []float64{0.5}, 1)
 	otCheck(t, "Concatenate/promote", trace.Concatenate(0, i, f), ir.Float32, otTensor{[]int{3}, []float64{1, 2, 0.5}}, 0)
-	otCheck(t, "Stack/scalars", trace.Stack(0, trace.ScalarOf(1, ir.Float32), trace.Scalar(2)), ir.Float32, otTensor{[]int{2}, []float64{1, 2}}, 0)
+	otCheck(t, "Stack/scalars", trace.Stack(0, trace.ScalarAs(1, ir.Float32), trace.Scalar(2)), ir.Float32, otTensor{[]int{2}, []float64{1, 2}}, 0)
 
 	a, _ := otMake(r, ir.Float32, otNormal, 2, 3)
 	b, _ := otMake(r, ir.Float32, otNormal, 3, 3)
