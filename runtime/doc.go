@@ -91,7 +91,9 @@
 // ops on sharded arrays too. Results are sharded arrays, and
 // Compiled.MemoryAnalysis is per device.
 //
-//	step := rt.Jit(trainStep, rt.InShardings(in...), rt.OutShardings(out...), rt.Donate(0, 1))
+//	// one sharding per argument, for every array of it (a tree prefix, as
+//	// jax.jit's in_shardings); InShardingsTree mirrors an argument's tree
+//	step := rt.Jit(trainStep, rt.InShardings(replicated, replicated, rows, rows), rt.Donate(0, 1))
 //	p, s, loss := step(params, state, x, y) // every device computes its blocks
 //
 // # Several processes

@@ -21,30 +21,60 @@ type jitOptions struct {
 	name         string
 	donate       []int
 	outSpaces    map[int]ir.MemorySpace
-	inShardings  []*ir.NamedSharding
-	outShardings []*ir.NamedSharding
+	inShardings  *shardingSpec
+	outShardings *shardingSpec
 	budget       int64 // MemoryBudget: bytes, or budgetDevice
 	budgetSet    bool
 	probe        bool // the rate probes: never planned nor dumped
 }
 
 // InShardings lays the arguments out over a device mesh, like jax.jit's
-// in_shardings: shardings[i] is the layout of argument leaf i (the array
-// leaves of all arguments in order; nil leaves an argument as it comes).
-// The function runs partitioned over the mesh (see OutShardings): an
-// argument laid out otherwise is copied into the layout for each call, so
-// put arrays there once with DevicePut.
+// in_shardings, read as a tree prefix of the arguments:
+//
+//   - one sharding applies to every array of every argument;
+//   - one sharding per argument applies to every array leaf of that
+//     argument, whatever its tree: rt.InShardings(replicated, batchRows) for
+//     f(params Params, batch Batch) replicates every array of params and
+//     splits every array of the batch;
+//   - one sharding per leaf (the array leaves of all arguments in order) is
+//     also accepted when the count is not the number of arguments.
+//
+// nil leaves an argument as it comes. InShardingsTree takes a tree prefix
+// of each argument for finer control. The function runs partitioned over the
+// mesh (see OutShardings): an argument laid out otherwise is copied into the
+// layout for each call, so put arrays there once with DevicePut.
 //
 // A sharding that does not fit its argument (a mesh axis that does not
 // divide the dimension it splits) is an error naming the caller's line;
 // so is a mesh with more devices than the backend has.
 func InShardings(shardings ...*ir.NamedSharding) Option {
-	return func(o *jitOptions) { o.inShardings = shardings }
+	return func(o *jitOptions) {
+		o.inShardings = &shardingSpec{what: "InShardings", flat: slices.Clone(shardings)}
+	}
+}
+
+// InShardingsTree is InShardings given as tree prefixes, as jax.jit's
+// in_shardings takes them: one prefix per argument (or one for all), each a
+// *ir.NamedSharding for every array below it, nil for none, or a container
+// mirroring the argument (a struct or a map[string]any of its field names, a
+// slice of its length, a map of its keys; see trace.BroadcastPrefix):
+//
+//	// step(p Params, b Batch), Params{Embed *trace.Array; Layers []Layer}
+//	rt.InShardingsTree(map[string]any{"Embed": vocabSplit, "Layers": replicated}, batchRows)
+//
+// A prefix that does not fit its argument is an error naming the argument
+// and the path in it.
+func InShardingsTree(prefixes ...any) Option {
+	return func(o *jitOptions) {
+		o.inShardings = &shardingSpec{what: "InShardingsTree", trees: slices.Clone(prefixes), tree: true}
+	}
 }
 
 // OutShardings lays the results out over a device mesh, like jax.jit's
-// out_shardings: shardings[i] is the layout of result leaf i (the array
-// leaves of all results in order; nil lets the compiler choose).
+// out_shardings, read as InShardings reads its values: one for every array,
+// one per result (for every array leaf of it), or one per array leaf of all
+// results; nil lets the compiler choose. OutShardingsTree takes tree
+// prefixes of the results.
 //
 // A function whose arguments are sharded arrays (DevicePut), or that has
 // InShardings, OutShardings or a trace.WithShardingConstraint, runs
@@ -55,7 +85,18 @@ func InShardings(shardings ...*ir.NamedSharding) Option {
 // lists their blocks, ToDevice gathers one). Compiled.MemoryAnalysis is
 // then the memory of each device.
 func OutShardings(shardings ...*ir.NamedSharding) Option {
-	return func(o *jitOptions) { o.outShardings = shardings }
+	return func(o *jitOptions) {
+		o.outShardings = &shardingSpec{what: "OutShardings", flat: slices.Clone(shardings)}
+	}
+}
+
+// OutShardingsTree is OutShardings given as tree prefixes of the results, one
+// per result (or one for all), as InShardingsTree takes them for the
+// arguments.
+func OutShardingsTree(prefixes ...any) Option {
+	return func(o *jitOptions) {
+		o.outShardings = &shardingSpec{what: "OutShardingsTree", trees: slices.Clone(prefixes), tree: true}
+	}
 }
 
 // OutSpaces places results in memory spaces, like jax.jit's out_shardings with a
@@ -587,9 +628,10 @@ func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner, hostArgs [
 		tr.SetRematPlanner(planner)
 	}
 	params := make([]*trace.Array, len(leaves))
-	if len(j.opts.inShardings) > len(leaves) {
+	inShardings, err := j.opts.inShardings.resolve("argument", defs)
+	if err != nil {
 		tr.Close()
-		return nil, nil, trace.Errorf("rt.Jit", "%s: %d InShardings for %d argument leaves", j.opts.name, len(j.opts.inShardings), len(leaves))
+		return nil, nil, trace.Errorf("rt.Jit", "%s: %v", j.opts.name, err)
 	}
 	for i, l := range leaves {
 		if l == nil {
@@ -600,8 +642,8 @@ func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner, hostArgs [
 		} else {
 			params[i] = tr.ParamLike(l)
 		}
-		if i < len(j.opts.inShardings) && j.opts.inShardings[i] != nil {
-			if err = constrainIn(tr, params, i, j.opts.inShardings[i]); err != nil {
+		if i < len(inShardings) && inShardings[i] != nil {
+			if err = constrainIn(tr, params, i, inShardings[i]); err != nil {
 				tr.Close()
 				return nil, nil, err
 			}
@@ -659,17 +701,19 @@ func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner, hostArgs [
 			}
 			outDefs[i], outLeaves[i] = d, ls
 		}
+		outShardings, serr := j.opts.outShardings.resolve("result", outDefs)
+		if serr != nil {
+			err = trace.Errorf("rt.Jit", "%s: %v", j.opts.name, serr)
+			return
+		}
 		k := 0
 		for _, ls := range outLeaves {
 			for q, l := range ls {
-				if k < len(j.opts.outShardings) && j.opts.outShardings[k] != nil && l != nil {
-					ls[q] = trace.WithShardingConstraint(l, j.opts.outShardings[k])
+				if k < len(outShardings) && outShardings[k] != nil && l != nil {
+					ls[q] = trace.WithShardingConstraint(l, outShardings[k])
 				}
 				k++
 			}
-		}
-		if len(j.opts.outShardings) > k {
-			err = trace.Errorf("rt.Jit", "%s: %d OutShardings for %d result leaves", j.opts.name, len(j.opts.outShardings), k)
 		}
 	}()
 	if err != nil {

@@ -574,9 +574,9 @@ func TestShardedJitErrors(t *testing.T) {
 	_, err = rt.Jit(neg, rt.InShardings(both))(x)
 	requireErrorAt(t, err, thisLine()-1, "mesh[x=2,y=4] needs 8 devices, the cpu backend has 4")
 	_, err = rt.Jit(neg, rt.InShardings(cols, cols))(x)
-	requireErrorAt(t, err, thisLine()-1, "2 InShardings for 1 argument leaves")
+	requireErrorAt(t, err, thisLine()-1, "InShardings has 2 entries for 1 arguments (with 1 array leaves)")
 	_, err = rt.Jit(neg, rt.OutShardings(cols, cols))(x)
-	requireErrorAt(t, err, thisLine()-1, "2 OutShardings for 1 result leaves")
+	requireErrorAt(t, err, thisLine()-1, "OutShardings has 2 entries for 1 results (with 1 array leaves)")
 
 	// Laid out as asked, it runs on the mesh.
 	y, err := rt.Jit(neg, rt.InShardings(cols))(x)

@@ -1,9 +1,12 @@
 package trace
 
 import (
+	"fmt"
 	"maps"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/ferryml/ferry/ir"
@@ -38,10 +41,16 @@ const NotMapped = math.MinInt32
 type VmapOption func(*vmapConfig)
 
 type vmapConfig struct {
-	inAxes, outAxes []int
-	size            int
-	hasSize         bool
-	name            string
+	inAxes, outAxes []int // per leaf (nil: 0 for every leaf)
+	// inSpec and outSpec are the options as given, resolved into inAxes
+	// and outAxes per call, against the call's tree structures.
+	inSpec, outSpec *axesSpec
+	// resolveOut, when set, gives the output leaves' axes once the
+	// number of output leaves is known (Vmap resolves outSpec so).
+	resolveOut func(n int) []int
+	size       int
+	hasSize    bool
+	name       string
 	// outFirst marks the output leaves that give example 0's value (the
 	// results of a ShardMap replicated along this axis): batched ones lose
 	// their batch dimension, unbatched ones stay as they are. It is set
@@ -50,20 +59,116 @@ type vmapConfig struct {
 	outFirst []bool
 }
 
-// InAxes gives the mapped axis of each input leaf, in the order of the
-// leaves of all of the function's arguments (Flatten's order, argument by
-// argument): an axis (negative counts from the end) or NotMapped. One value
-// applies to every leaf. The default maps axis 0 of every leaf.
-func InAxes(axes ...int) VmapOption {
-	return func(c *vmapConfig) { c.inAxes = append([]int(nil), axes...) }
+// axesSpec is InAxes or OutAxes (ints) or their Tree forms (trees) as given.
+type axesSpec struct {
+	what  string // the option's name, for errors
+	ints  []int
+	trees []any
+	tree  bool
 }
 
-// OutAxes gives the axis at which each output leaf gets the mapped axis (or
-// NotMapped for an output that must not depend on the example), in the order
-// of the leaves of all results. One value applies to every leaf; the default
-// is 0.
+// InAxes gives the mapped axis of the function's arguments, as jax.vmap's
+// in_axes: an axis (negative counts from the end) or NotMapped.
+//
+//   - One value applies to every leaf of every argument.
+//   - One value per argument applies to every leaf of that argument:
+//     trace.Vmap(f, trace.InAxes(trace.NotMapped, 0)) gives f(params, batch)
+//     all of params and maps axis 0 of every array of the batch.
+//   - One value per leaf (all arguments' leaves in Flatten's order) is also
+//     accepted when the count is not the number of arguments.
+//
+// InAxesTree takes a tree prefix of each argument, for finer control. The
+// default maps axis 0 of every leaf.
+func InAxes(axes ...int) VmapOption {
+	return func(c *vmapConfig) { c.inSpec = &axesSpec{what: "InAxes", ints: slices.Clone(axes)} }
+}
+
+// InAxesTree gives the mapped axis of the function's arguments as tree
+// prefixes, like jax.vmap's in_axes: one prefix per argument (or one for
+// all), each an int axis or NotMapped for every leaf below it, nil for
+// NotMapped, or a container mirroring the argument (a struct or a
+// map[string]any of its field names, a slice of its length, a map of its
+// keys; see BroadcastPrefix):
+//
+//	// f(p Params, batch Batch) with Params{W, B *trace.Array; Layers []Layer}
+//	trace.InAxesTree(map[string]any{"W": 0, "B": nil, "Layers": trace.NotMapped}, 0)
+//
+// A prefix that does not fit its argument is an error naming the path.
+func InAxesTree(prefixes ...any) VmapOption {
+	return func(c *vmapConfig) {
+		c.inSpec = &axesSpec{what: "InAxesTree", trees: slices.Clone(prefixes), tree: true}
+	}
+}
+
+// OutAxes gives the axis at which the function's results get the mapped
+// axis (or NotMapped for a result that must not depend on the example), as
+// jax.vmap's out_axes, read as InAxes reads its values: one for every leaf,
+// one per result, or one per leaf of all results. The default is 0.
 func OutAxes(axes ...int) VmapOption {
-	return func(c *vmapConfig) { c.outAxes = append([]int(nil), axes...) }
+	return func(c *vmapConfig) { c.outSpec = &axesSpec{what: "OutAxes", ints: slices.Clone(axes)} }
+}
+
+// OutAxesTree is OutAxes as tree prefixes of the results, one per result (or
+// one for all), as InAxesTree takes them for the arguments.
+func OutAxesTree(prefixes ...any) VmapOption {
+	return func(c *vmapConfig) {
+		c.outSpec = &axesSpec{what: "OutAxesTree", trees: slices.Clone(prefixes), tree: true}
+	}
+}
+
+// resolve expands the spec over trees of structures defs (the arguments or
+// the results) into one axis per leaf.
+func (sp *axesSpec) resolve(defs []*TreeDef) ([]int, error) {
+	noun := "argument"
+	if strings.HasPrefix(sp.what, "Out") {
+		noun = "result"
+	}
+	if sp.tree {
+		return broadcastArgs(sp.what, noun, sp.trees, defs, NotMapped)
+	}
+	return perArgOrLeaf(sp.what, noun, sp.ints, defs, NotMapped)
+}
+
+// perArgOrLeaf expands values given one for all, one per argument (each for
+// every leaf of its argument) or one per leaf into one per leaf, as InAxes
+// and rt.InShardings read them. none is what a nil prefix means; noun names
+// the trees ("argument", "result").
+func perArgOrLeaf[T comparable](what, noun string, vals []T, defs []*TreeDef, none T) ([]T, error) {
+	leaves := 0
+	for _, d := range defs {
+		leaves += d.NumLeaves()
+	}
+	k := len(vals)
+	if k == 0 {
+		return make([]T, leaves), nil // the default (axis 0, no sharding)
+	}
+	if k == 1 || k == len(defs) {
+		prefixes := make([]any, k)
+		for i, v := range vals {
+			prefixes[i] = v
+		}
+		out, err := broadcastArgs(what, noun, prefixes, defs, none)
+		if err != nil {
+			return nil, err
+		}
+		if k == leaves && !slices.Equal(out, vals) {
+			return nil, fmt.Errorf("%s has %d entries, one per %s and one per leaf, and the two readings differ (the %ss have %s leaves): give them as tree prefixes with %sTree", what, k, noun, noun, leafCounts(defs), what)
+		}
+		return out, nil
+	}
+	if k == leaves {
+		return slices.Clone(vals), nil
+	}
+	return nil, fmt.Errorf("%s has %d entries for %d %ss (with %s leaves): give one for all, one per %s (for every leaf of it), or one per leaf; %sTree takes a tree prefix of each %s", what, k, len(defs), noun, leafCounts(defs), noun, what, noun)
+}
+
+// leafCounts writes the number of leaves of each tree: "2, 0".
+func leafCounts(defs []*TreeDef) string {
+	s := make([]string, len(defs))
+	for i, d := range defs {
+		s[i] = strconv.Itoa(d.NumLeaves())
+	}
+	return strings.Join(s, ", ")
 }
 
 // AxisSize sets the size of the mapped axis (jax.vmap's axis_size). It is
@@ -111,9 +216,46 @@ func Vmap[F any](fn F, opts ...VmapOption) F {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return treeWrap("Vmap", fn, func(flat func([]*Array) []*Array, leaves []*Array) []*Array {
-		return vmapFlat("Vmap", flat, leaves, &cfg)
+	return treeWrapDefs("Vmap", fn, func(flat func([]*Array) []*Array, leaves []*Array, call *treeCall) []*Array {
+		c := cfg.forCall("Vmap", call.in, func() []*TreeDef { return call.out })
+		return vmapFlat("Vmap", flat, leaves, &c)
 	})
+}
+
+// forCall returns the configuration for one call whose arguments have the
+// structures in, and whose results have the structures out() once traced:
+// the options' axes resolved per leaf.
+func (cfg *vmapConfig) forCall(name string, in []*TreeDef, out func() []*TreeDef) vmapConfig {
+	c := *cfg
+	if c.inSpec != nil {
+		ax, err := c.inSpec.resolve(in)
+		if err != nil {
+			panic(Errorf(name, "%v", err))
+		}
+		c.inAxes = ax
+	}
+	if c.outSpec != nil {
+		sp := c.outSpec
+		c.resolveOut = func(int) []int {
+			ax, err := sp.resolve(out())
+			if err != nil {
+				panic(Errorf(name, "%v", err))
+			}
+			return ax
+		}
+	}
+	return c
+}
+
+// leafDefs returns n structures of a single array: the arguments or
+// results of a function of flat lists.
+func leafDefs(n int) []*TreeDef {
+	d := &TreeDef{root: &treeNode{kind: tkLeaf, typ: treeArrayType}, numLeaves: 1}
+	out := make([]*TreeDef, n)
+	for i := range out {
+		out[i] = d
+	}
+	return out
 }
 
 // VmapFlat is Vmap on flat lists of arrays: it returns fn(args) mapped over
@@ -126,7 +268,13 @@ func VmapFlat(fn func(args []*Array) []*Array, args []*Array, opts ...VmapOption
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return vmapFlat("VmapFlat", fn, args, &cfg)
+	var nOut int
+	c := cfg.forCall("VmapFlat", leafDefs(len(args)), func() []*TreeDef { return leafDefs(nOut) })
+	if c.resolveOut != nil {
+		resolve := c.resolveOut
+		c.resolveOut = func(n int) []int { nOut = n; return resolve(n) }
+	}
+	return vmapFlat("VmapFlat", fn, args, &c)
 }
 
 // vmapAxes expands per-leaf axes (one value for all, or one per leaf).
@@ -238,7 +386,15 @@ func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapC
 	}
 	outs, odims := vmapRegion(t.region, in, dims, size, cfg.name)
 
-	outAxes := vmapAxes(name, "OutAxes", cfg.outAxes, len(outs))
+	var outAxes []int
+	if cfg.resolveOut != nil {
+		outAxes = cfg.resolveOut(len(outs))
+		if len(outAxes) != len(outs) {
+			panic(Errorf(name, "OutAxes: %d axes for %d output leaves", len(outAxes), len(outs)))
+		}
+	} else {
+		outAxes = vmapAxes(name, "OutAxes", cfg.outAxes, len(outs))
+	}
 	for i, o := range outs {
 		if cfg.outFirst != nil && cfg.outFirst[i] {
 			if odims[i] >= 0 {

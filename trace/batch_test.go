@@ -1241,7 +1241,7 @@ func TestVmapErrors(t *testing.T) {
 	nm := trace.NotMapped
 
 	err, line := otCatchLine(func() { trace.Vmap(add, trace.InAxes(0, 0, 0))(x, x) })
-	vtCheckError(t, err, line, "Vmap", "InAxes has 3 entries for 2 leaves")
+	vtCheckError(t, err, line, "Vmap", "InAxes has 3 entries for 2 arguments (with 1, 1 leaves)")
 	err, line = otCatchLine(func() { trace.Vmap(add, trace.InAxes(0, 2))(x, x) })
 	vtCheckError(t, err, line, "Vmap", "axis 2 is out of range", "input leaf 1", "f32[2,3]")
 	err, line = otCatchLine(func() { trace.Vmap(add, trace.InAxes(-3, 0))(x, x) })
@@ -1259,7 +1259,7 @@ func TestVmapErrors(t *testing.T) {
 	err, line = otCatchLine(func() { trace.Vmap(add, trace.OutAxes(2))(x, x) })
 	vtCheckError(t, err, line, "Vmap", "OutAxes: axis 2 is out of range for output leaf 0 of rank 1")
 	err, line = otCatchLine(func() { trace.Vmap(add, trace.OutAxes(0, 0))(x, x) })
-	vtCheckError(t, err, line, "Vmap", "OutAxes has 2 entries for 1 leaves")
+	vtCheckError(t, err, line, "Vmap", "OutAxes has 2 entries for 1 results (with 1 leaves)")
 	err, line = otCatchLine(func() { trace.VmapFlat(nil, []*trace.Array{x}) })
 	vtCheckError(t, err, line, "VmapFlat", "nil function")
 	err, line = otCatchLine(func() { trace.VmapFlat(func(a []*trace.Array) []*trace.Array { return a }, []*trace.Array{x, nil}) })

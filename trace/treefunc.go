@@ -9,6 +9,21 @@ import "reflect"
 // transformations over trees (Vmap, Remat) reach their flat cores; name is
 // the transformation's, for errors.
 func treeWrap[F any](name string, fn F, transform func(flat func([]*Array) []*Array, leaves []*Array) []*Array) F {
+	return treeWrapDefs(name, fn, func(flat func([]*Array) []*Array, leaves []*Array, _ *treeCall) []*Array {
+		return transform(flat, leaves)
+	})
+}
+
+// treeCall is what treeWrapDefs tells its transform about one call: the
+// structures of the arguments, and of the results once flat has run.
+type treeCall struct {
+	in, out []*TreeDef
+}
+
+// treeWrapDefs is treeWrap whose transform also gets the call's tree
+// structures (for options given as tree prefixes of the arguments or
+// results).
+func treeWrapDefs[F any](name string, fn F, transform func(flat func([]*Array) []*Array, leaves []*Array, call *treeCall) []*Array) F {
 	v := reflect.ValueOf(fn)
 	if !v.IsValid() || v.Kind() != reflect.Func || v.IsNil() {
 		panic(Errorf(name, "want a non-nil function, got %T", fn))
@@ -28,6 +43,7 @@ func treeWrap[F any](name string, fn F, transform func(flat func([]*Array) []*Ar
 			defs[i], leaves = d, append(leaves, ls...)
 		}
 		outDefs := make([]*TreeDef, ft.NumOut())
+		call := &treeCall{in: defs, out: outDefs}
 		flat := func(ls []*Array) []*Array {
 			var outs []*Array
 			for i, r := range v.Call(treeRebuild(name, "argument", defs, ft.In, ls)) {
@@ -39,7 +55,7 @@ func treeWrap[F any](name string, fn F, transform func(flat func([]*Array) []*Ar
 			}
 			return outs
 		}
-		return treeRebuild(name, "result", outDefs, ft.Out, transform(flat, leaves))
+		return treeRebuild(name, "result", outDefs, ft.Out, transform(flat, leaves, call))
 	}).Interface().(F)
 }
 
