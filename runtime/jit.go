@@ -37,7 +37,8 @@ type jitOptions struct {
 //     f(params Params, batch Batch) replicates every array of params and
 //     splits every array of the batch;
 //   - one sharding per leaf (the array leaves of all arguments in order) is
-//     also accepted when the count is not the number of arguments.
+//     also accepted when the count is not the number of arguments; fewer
+//     lay out the first leaves only.
 //
 // nil leaves an argument as it comes. InShardingsTree takes a tree prefix
 // of each argument for finer control. The function runs partitioned over the
@@ -73,8 +74,8 @@ func InShardingsTree(prefixes ...any) Option {
 // OutShardings lays the results out over a device mesh, like jax.jit's
 // out_shardings, read as InShardings reads its values: one for every array,
 // one per result (for every array leaf of it), or one per array leaf of all
-// results; nil lets the compiler choose. OutShardingsTree takes tree
-// prefixes of the results.
+// results (fewer lay out the first leaves only); nil lets the compiler
+// choose. OutShardingsTree takes tree prefixes of the results.
 //
 // A function whose arguments are sharded arrays (DevicePut), or that has
 // InShardings, OutShardings or a trace.WithShardingConstraint, runs

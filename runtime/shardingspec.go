@@ -50,10 +50,14 @@ func (sp *shardingSpec) resolve(noun string, defs []*trace.TreeDef) ([]*ir.Named
 			return nil, fmt.Errorf("%s has %d entries, one per %s and one per array leaf, and the two readings differ (the %ss have %s leaves): give them as tree prefixes with %sTree", sp.what, k, noun, noun, leafCounts(defs), sp.what)
 		}
 		return out, nil
-	case k == leaves:
-		return slices.Clone(sp.flat), nil
+	case k <= leaves:
+		// The flat form: one per leaf; fewer constrain the first leaves
+		// only.
+		out := make([]*ir.NamedSharding, leaves)
+		copy(out, sp.flat)
+		return out, nil
 	}
-	return nil, fmt.Errorf("%s has %d entries for %d %ss (with %s array leaves): give one for all, one per %s (for every array of it), or one per array leaf; %sTree takes a tree prefix of each %s", sp.what, k, len(defs), noun, leafCounts(defs), noun, sp.what, noun)
+	return nil, fmt.Errorf("%s has %d entries for %d %ss (with %s array leaves): give one for all, one per %s (for every array of it), or at most one per array leaf; %sTree takes a tree prefix of each %s", sp.what, k, len(defs), noun, leafCounts(defs), noun, sp.what, noun)
 }
 
 // prefixesPerTree expands tree prefixes, one per tree or one for all, into

@@ -99,6 +99,18 @@ func TestInShardingsTreePrefix(t *testing.T) {
 	cc, err := c.Compile()
 	require.NoError(t, err)
 	require.Equal(t, paramBytes+batchBytes/4, cc.MemoryAnalysis().ArgumentBytes)
+
+	// The flat form may stop short: the leaves after the last entry (here
+	// the batch's Y) get no sharding of their own (the compiler chooses).
+	constraints := func(opts ...rt.Option) int {
+		l, err := rt.NewJitted(dpStep, opts...).Lower(p, b)
+		require.NoError(t, err)
+		return strings.Count(l.IR(), "sharding_constraint(")
+	}
+	require.Equal(t, 6, constraints(rt.InShardings(repl, rows)))
+	require.Equal(t, 5, constraints(rt.InShardings(repl, repl, repl, repl, rows)))
+	require.Equal(t, 2, constraints(rt.InShardingsTree(nil, rows)))
+	require.Equal(t, 1, constraints(rt.InShardingsTree(nil, map[string]any{"X": rows, "Y": nil})))
 }
 
 // A prefix that does not fit its argument is an error naming the option,
@@ -128,7 +140,7 @@ func TestInShardingsTreeErrors(t *testing.T) {
 		{rt.InShardingsTree(repl, []any{rows, rows}), []string{"argument 1: at the top", "the prefix has a []interface {} where the tree has a struct"}},
 		{rt.InShardingsTree(repl, map[string]any{"X": []any{rows}, "Y": rows}), []string{"argument 1: at X", "where the tree has an array"}},
 		{rt.InShardingsTree(repl, rows, rows), []string{"InShardingsTree has 3 entries for 2 arguments"}},
-		{rt.InShardings(repl, rows, rows), []string{"InShardings has 3 entries for 2 arguments (with 4, 2 array leaves)", "InShardingsTree"}},
+		{rt.InShardings(repl, repl, repl, repl, rows, rows, rows), []string{"InShardings has 7 entries for 2 arguments (with 4, 2 array leaves)", "InShardingsTree"}},
 		{rt.OutShardingsTree(map[string]any{"W1": repl}, repl), []string{"OutShardingsTree: result 0", "has no field B1"}},
 	} {
 		err := lower(c.opt)
