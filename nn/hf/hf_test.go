@@ -7,14 +7,17 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ferryml/ferry/checkpoint"
+	"github.com/ferryml/ferry/internal/testseed"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
 	"github.com/ferryml/ferry/nn/hf"
+	"github.com/ferryml/ferry/random"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
 )
@@ -342,4 +345,66 @@ func ExampleSave() {
 	fmt.Println(len(r.Names()), "tensors; c_attn", info.DType, info.Shape)
 	// Output:
 	// 28 tensors; c_attn F32 [16 48]
+}
+
+// TestLoadPeakMemory loads a BERT of a few MB and measures the device
+// pool's peak (rt.MemoryStats): loading holds the parameters once, each
+// tensor read into its place in the stacked arrays.
+func TestLoadPeakMemory(t *testing.T) {
+	cfg := nn.BertConfig{Vocab: 3000, MaxPositions: 128, TypeVocab: 2, Layers: 4, D: 128, Heads: 4, Hidden: 512}
+	seed := testseed.Seed(t)
+	dir := t.TempDir()
+	m := rt.Jit(func(k *trace.Array) nn.Bert { return nn.NewBert(k, ir.Float32, cfg) })(random.NewKey(seed))
+	if err := hf.Save(filepath.Join(dir, "model.safetensors"), m, hf.BertMapping()); err != nil {
+		t.Fatal(err)
+	}
+	want, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer want.Close()
+	leaves, _, _ := trace.Flatten(m)
+	var params int64
+	for _, a := range leaves {
+		params += a.Type().Bytes()
+		if err := a.Delete(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	like, err := hf.Abstract(func(k *trace.Array) nn.Bert { return nn.NewBert(k, ir.Float32, cfg) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	goruntime.GC()
+	before := rt.MemoryStats(ir.Device).BytesInUse
+	var heap0, heap1 goruntime.MemStats
+	goruntime.ReadMemStats(&heap0)
+	rt.ResetPeakMemory()
+	got, err := checkpoint.LoadMappedFile(dir, like, hf.BertMapping())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peak := rt.MemoryStats(ir.Device).PeakBytesInUse - before
+	goruntime.ReadMemStats(&heap1)
+	heap := int64(heap1.TotalAlloc - heap0.TotalAlloc)
+	t.Logf("parameters %d bytes; device pool peak during the load %d bytes (%.4f×); Go heap allocated %d bytes (%.3f×)",
+		params, peak, float64(peak)/float64(params), heap, float64(heap)/float64(params))
+	if float64(peak) > 1.05*float64(params) {
+		t.Errorf("the load's peak is %d bytes, more than 1.05× the parameters' %d", peak, params)
+	}
+	if float64(heap) > 0.5*float64(params) {
+		t.Errorf("the load allocated %d bytes of Go heap, more than half the parameters' %d: a host copy?", heap, params)
+	}
+	// And it loaded the right values.
+	q := got.Encoder.Blocks.Attn.Q.W.Float32s()
+	for i := range cfg.Layers {
+		l, err := want.Read(fmt.Sprintf("encoder.layer.%d.attention.self.query.weight", i), ir.Float32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := cfg.D * cfg.D
+		if !slices.Equal(q[i*n:(i+1)*n], ir.View[float32](l)) {
+			t.Errorf("seed %d: layer %d's query weight differs from the file's", seed, i)
+		}
+	}
 }
