@@ -55,6 +55,19 @@
 // missing file, a wrong checksum or a file of another save, naming it. It
 // reads the checkpoint back laid out as the tree it is given, which may
 // shard the arrays otherwise or run on another process count.
+//
+// # Other tools' checkpoints
+//
+// Open reads the headers of a safetensors file or of a Hugging Face sharded
+// set (HFIndexFile) and returns a Reader that reads one tensor by name at
+// its offset, converting its dtype. LoadMapped loads such a checkpoint into
+// a Go parameter tree through a Mapping (name patterns such as
+// "encoder.layer.{i}.attention.self.query.weight" → "Encoder.Blocks.Attn.Q.W[{i}]",
+// with splits of fused tensors and transposes), reading each tensor into
+// its part of the leaf's array so that the parameters exist once, and
+// listing everything that does not match in one error; SaveMapped writes a
+// tree back under the mapping's names. Package nn/hf has the mappings of
+// Hugging Face's BERT, GPT-2 and Llama.
 package checkpoint
 
 import (
