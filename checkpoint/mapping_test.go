@@ -319,6 +319,9 @@ func TestOpenIndex(t *testing.T) {
 	if z, err := r.Read("z", ir.Float32); err != nil || ir.View[float32](z)[0] != 3 {
 		t.Errorf("z: %v %v", z, err)
 	}
+	if z, err := r.ReadArray("z", ir.Float16); err != nil || z.Type().String() != "f16[1]" || z.Item() != 3 {
+		t.Errorf("z as an f16 array: %v %v", z, err)
+	}
 	r.Close()
 	index(map[string]string{"x": "a.safetensors", "z": "a.safetensors"})
 	_, err = checkpoint.Open(dir)
