@@ -2,6 +2,7 @@ package vmath
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/ferryml/ferry/internal/testseed"
@@ -66,15 +67,34 @@ func TestEmuCatchesAVX512Mutations(t *testing.T) {
 		// The last case's inputs are dense in ±[0.875, 1.5], where erf's
 		// exp (1 - e^Q) is largest and its correction terms matter most,
 		// and in [-6, 6].
-		for _, n := range []int{149, 1045, 13, dense} {
+		// Then seed-independent inputs (sweepGrid): the whole grid through
+		// the main loop, and 32 slices of 127 elements through the
+		// single-vector loop and the masked tail, which the random cases
+		// reach with a few dozen elements only.
+		const sweep = 8192
+		lens := []int{149, 1045, 13, dense, sweep}
+		for range 32 {
+			lens = append(lens, 127)
+		}
+		for _, n := range lens {
 			cases = append(cases, &emuCase{code: code, nin: 2, uniform: uniform, n: n})
 		}
 		inputs := make([][][]float32, len(cases))
+		slice := 0
 		for i, c := range cases {
 			inputs[i] = c.newVals(r)
 			for k, v := range inputs[i][:2] { // every edge value in every part of the loop
 				for j := k; j < len(v); j += 5 {
 					v[j] = edgeValues[(j/5)%len(edgeValues)]
+				}
+			}
+			if c.n == sweep || c.n == 127 {
+				at := 0
+				if c.n == 127 {
+					at, slice = slice*127, slice+1
+				}
+				for j := range c.n {
+					inputs[i][0][j], inputs[i][1][j] = sweepGrid(at+j, sweep)
 				}
 			}
 			if c.n == dense {
@@ -171,4 +191,16 @@ func nearEquivalent(op int32, in *x86emu.Inst) bool {
 		return in.Name == "VCMPPS" && in.Bytes[in.Len-1] == cmpEQ
 	}
 	return false
+}
+
+// sweepGrid is element j of n of the mutation test's seed-independent
+// inputs: for the first operand, even elements a grid over [-12, 12], odd
+// ones every 64th mantissa in [1, 2) over 64 binades (log's reduction);
+// for the second, magnitudes e^-8 … e^8 of alternating sign.
+func sweepGrid(j, n int) (float32, float32) {
+	x := -12 + 24*float64(j)/float64(n)
+	if j%2 == 1 {
+		x = math.Ldexp(1+float64(j/128)/64, j/2%64-32)
+	}
+	return float32(x), float32(math.Copysign(math.Exp(float64(j%512)/32-8), float64(j%2*2-1)))
 }
