@@ -392,7 +392,7 @@ func TestLoadPeakMemory(t *testing.T) {
 	if float64(peak) > 1.05*float64(params) {
 		t.Errorf("the load's peak is %d bytes, more than 1.05× the parameters' %d", peak, params)
 	}
-	if float64(heap) > 0.5*float64(params) {
+	if float64(heap) > 0.5*float64(params) && !raceEnabled { // -race allocates for its own bookkeeping
 		t.Errorf("the load allocated %d bytes of Go heap, more than half the parameters' %d: a host copy?", heap, params)
 	}
 	// And it loaded the right values.
