@@ -341,17 +341,11 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 		if err := decodeComponent("normalizer", typ, raw, &n); err != nil {
 			return nil, err
 		}
-		var seq sequenceNormalizer
-		for _, r := range n.Normalizers {
-			x, err := parseNormalizer(r)
-			if err != nil {
-				return nil, err
-			}
-			if x != nil {
-				seq = append(seq, x)
-			}
+		seq, err := parseSequence(n.Normalizers, parseNormalizer)
+		if err != nil {
+			return nil, err
 		}
-		return seq, nil
+		return sequenceNormalizer(seq), nil
 	}
 	return nil, unsupported("normalizer", typ, supportedNormalizers)
 }
@@ -452,17 +446,11 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 		if err := decodeComponent("pre-tokenizer", typ, raw, &p); err != nil {
 			return nil, err
 		}
-		var seq sequencePre
-		for _, r := range p.PreTokenizers {
-			x, err := parsePreTokenizer(r)
-			if err != nil {
-				return nil, err
-			}
-			if x != nil {
-				seq = append(seq, x)
-			}
+		seq, err := parseSequence(p.PreTokenizers, parsePreTokenizer)
+		if err != nil {
+			return nil, err
 		}
-		return seq, nil
+		return sequencePre(seq), nil
 	}
 	return nil, unsupported("pre-tokenizer", typ, supportedPreTokenizers)
 }
@@ -572,20 +560,14 @@ func parsePost(raw json.RawMessage) (postProcessor, error) {
 		if err := decodeComponent("post-processor", typ, raw, &p); err != nil {
 			return nil, err
 		}
-		var seq sequencePost
-		for _, r := range p.Processors {
-			x, err := parsePost(r)
-			if err != nil {
-				return nil, err
-			}
-			if x != nil {
-				seq = append(seq, x)
-			}
+		seq, err := parseSequence(p.Processors, parsePost)
+		if err != nil {
+			return nil, err
 		}
 		if len(seq) == 0 {
 			return nil, nil
 		}
-		return seq, nil
+		return sequencePost(seq), nil
 	}
 	return nil, unsupported("post-processor", typ, supportedPost)
 }
@@ -677,17 +659,11 @@ func parseDecoder(raw json.RawMessage) (decoder, error) {
 		if err := decodeComponent("decoder", typ, raw, &d); err != nil {
 			return nil, err
 		}
-		var seq sequenceDecoder
-		for _, r := range d.Decoders {
-			x, err := parseDecoder(r)
-			if err != nil {
-				return nil, err
-			}
-			if x != nil {
-				seq = append(seq, x)
-			}
+		seq, err := parseSequence(d.Decoders, parseDecoder)
+		if err != nil {
+			return nil, err
 		}
-		return seq, nil
+		return sequenceDecoder(seq), nil
 	}
 	return nil, unsupported("decoder", typ, supportedDecoders)
 }
@@ -745,4 +721,21 @@ func parsePadding(raw json.RawMessage) (*Padding, error) {
 		return nil, err
 	}
 	return pad, nil
+}
+
+// parseSequence parses the components of a Sequence with parse, dropping
+// those that parse to nil (components with nothing to do).
+func parseSequence[T comparable](raws []json.RawMessage, parse func(json.RawMessage) (T, error)) ([]T, error) {
+	var seq []T
+	var none T
+	for _, r := range raws {
+		x, err := parse(r)
+		if err != nil {
+			return nil, err
+		}
+		if x != none {
+			seq = append(seq, x)
+		}
+	}
+	return seq, nil
 }
