@@ -317,55 +317,15 @@ func emuKernel(op int32, vex bool, dst, a, b []float32, n int) error {
 }
 
 // emuRef computes code as the generator sees it the way the chain tests'
-// reference (runContractedRef) does, with the kernels of width vex run in
-// the interpreter: contracted multiply-adds by fma32, compares and selects
-// as mask_test's reference.
+// reference does (refChain), with the kernels of width vex run in the
+// interpreter.
 func emuRef(code []cins, vals [][]float32, n int, vex bool) error {
-	for _, in := range code {
-		dst, a, b := vals[in.Dst][:n], vals[in.A][:n], vals[in.B][:n]
-		switch cd := in.Code(); {
-		case cd == opFMA || cd == opFMS || cd == opFNMA:
-			c := vals[in.C][:n]
-			for i := range dst {
-				switch cd {
-				case opFMA:
-					dst[i] = fma32(a[i], b[i], c[i])
-				case opFMS:
-					dst[i] = fma32(a[i], b[i], -c[i])
-				default:
-					dst[i] = fma32(-a[i], b[i], c[i])
-				}
-			}
-		case isCompare(cd):
-			for j := range dst {
-				dst[j] = 0
-				if cmp64(cd, a[j], b[j]) {
-					dst[j] = maskTrue
-				}
-			}
-		case cd == opCmpSel: // Pred(A, B) ? C : D
-			c, d := vals[in.C][:n], vals[in.D][:n]
-			for j := range dst {
-				dst[j] = d[j]
-				if cmp64(in.Pred, a[j], b[j]) {
-					dst[j] = c[j]
-				}
-			}
-		case cd == OpSelect:
-			c := vals[in.C][:n]
-			for j := range dst {
-				dst[j] = c[j]
-				if math.Float32bits(a[j]) == 0xffffffff {
-					dst[j] = b[j]
-				}
-			}
-		default:
-			if err := emuKernel(cd, vex, dst, a, b, n); err != nil {
-				return fmt.Errorf("kernel %s: %v", ops[cd].name, err)
-			}
+	return refChain(code, vals, n, func(op int32, dst, a, b []float32) error {
+		if err := emuKernel(op, vex, dst, a, b, n); err != nil {
+			return fmt.Errorf("kernel %s: %v", ops[op].name, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // emuOpRef is op's reference for x (and y): Go's float64 math rounded to

@@ -98,13 +98,31 @@ func randChain(r *rand.Rand, nin, nuni, nins int, last int32) (code []Instr, uni
 
 // runChainRef computes the chain with the kernels, one op after the other.
 func runChainRef(code []Instr, vals [][]float32, n int) {
-	cc, _ := contract(code, nil, false)
+	cc := make([]cins, len(code))
+	for i, in := range code {
+		cc[i] = cins{Instr: in}
+	}
 	runContractedRef(cc, vals, n)
 }
 
 // runContractedRef computes code as the generator sees it with the
 // kernels, and contracted multiply-adds with fma32.
 func runContractedRef(code []cins, vals [][]float32, n int) {
+	_ = refChain(code, vals, n, func(op int32, dst, a, b []float32) error {
+		if kernel1[op] != nil {
+			kernel1[op](dst, a)
+		} else {
+			kernel2[op](dst, a, b)
+		}
+		return nil
+	})
+}
+
+// refChain computes code as the generator sees it over elements [0, n) of
+// vals: contracted multiply-adds by fma32, compares (float64 predicates,
+// every bit set for true), selects (on an all-ones mask) and joined
+// compare-selects directly, and every op of the table by kernel.
+func refChain(code []cins, vals [][]float32, n int, kernel func(op int32, dst, a, b []float32) error) error {
 	for _, in := range code {
 		dst, a, b := vals[in.Dst][:n], vals[in.A][:n], vals[in.B][:n]
 		switch cd := in.Code(); {
@@ -120,12 +138,36 @@ func runContractedRef(code []cins, vals [][]float32, n int) {
 					dst[i] = fma32(-a[i], b[i], c[i])
 				}
 			}
-		case kernel1[cd] != nil:
-			kernel1[cd](dst, a)
+		case isCompare(cd):
+			for j := range dst {
+				dst[j] = 0
+				if cmp64(cd, a[j], b[j]) {
+					dst[j] = maskTrue
+				}
+			}
+		case cd == opCmpSel: // Pred(A, B) ? C : D
+			c, d := vals[in.C][:n], vals[in.D][:n]
+			for j := range dst {
+				dst[j] = d[j]
+				if cmp64(in.Pred, a[j], b[j]) {
+					dst[j] = c[j]
+				}
+			}
+		case cd == OpSelect:
+			c := vals[in.C][:n]
+			for j := range dst {
+				dst[j] = c[j]
+				if math.Float32bits(a[j]) == 0xffffffff {
+					dst[j] = b[j]
+				}
+			}
 		default:
-			kernel2[cd](dst, a, b)
+			if err := kernel(cd, dst, a, b); err != nil {
+				return err
+			}
 		}
 	}
+	return nil
 }
 
 // fma32 returns a*b + c rounded once to float32: exactly (math/big) for

@@ -128,29 +128,7 @@ func checkMaskChain(t *testing.T, r *rand.Rand, ch *Chain, code []Instr, mask []
 		if !ch.Run(ptrs, n) {
 			t.Fatal("Run refused")
 		}
-		for _, in := range code {
-			dst, a, b := want[in.Dst], want[in.A], want[in.B]
-			switch cd := in.Code(); {
-			case isCompare(cd):
-				for j := range dst {
-					dst[j] = 0
-					if cmp64(cd, a[j], b[j]) {
-						dst[j] = math.Float32frombits(0xffffffff)
-					}
-				}
-			case cd == OpSelect:
-				for j := range dst {
-					dst[j] = want[in.C][j]
-					if math.Float32bits(a[j]) == 0xffffffff {
-						dst[j] = b[j]
-					}
-				}
-			case kernel1[cd] != nil:
-				kernel1[cd](dst, a)
-			default:
-				kernel2[cd](dst, a, b)
-			}
-		}
+		runChainRef(code, want, n)
 		for k, in := range code {
 			if in.Op&NoStore != 0 {
 				continue
