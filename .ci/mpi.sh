@@ -6,7 +6,7 @@
 # that the survivors fail at once with an error naming the dead rank and its
 # host (the liveness connections; the time from the kill is printed), and,
 # with those off, with the timeout error naming it; then runs one sharded program over the devices of 2 and 4
-# processes (rt.InitDistributed: internal/disttest and examples/sharded),
+# processes (rt.InitDistributed: internal/testkit/disttest and examples/sharded),
 # and a sharded checkpoint saved by 2 processes loaded resharded by 4.
 # Any failure fails, and so does a skip.
 set -euo pipefail
@@ -68,7 +68,7 @@ passed_everywhere() {
 # (rt.InitDistributed): 2 and 4 processes of 2 virtual CPU devices each,
 # jitted sharded functions and the sharded training example, compared with
 # one device in each process.
-go test -c -o "$bin/dist.test" ./internal/disttest
+go test -c -o "$bin/dist.test" ./internal/testkit/disttest
 go test -c -o "$bin/sharded.test" ./examples/sharded
 for np in 2 4; do
   for t in dist:TestMPISharded sharded:TestMPIModes; do

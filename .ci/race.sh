@@ -3,18 +3,18 @@
 #
 # Every package of the module takes about 20 minutes under -race on the
 # project's loaded 2-core machine (one package at a time; the slowest:
-# internal/gemm 2.7 min, random 1.9, runtime 1.5, trace 1.3, conformance,
-# interop, internal/eval, cuda, checkpoint and internal/vmath about 1 each),
+# cpu/gemm 2.7 min, random 1.9, runtime 1.5, trace 1.3, conformance,
+# interop, internal/eval, cuda, checkpoint and cpu/vmath about 1 each),
 # too long for every run. So each run races:
 #
 #   - always, the packages whose own code shares memory between goroutines,
 #     where a race is most likely to come in: the collective engines
 #     (collective/...: ranks as goroutines, MPI and TCP pollers, liveness
-#     connections), the SPMD reference (internal/spmdref: one goroutine per
-#     device), the work splitter and allocators (internal/parallel,
+#     connections), the SPMD reference (internal/testkit/spmdref: one goroutine per
+#     device), the work splitter and allocators (cpu/internal/parallel,
 #     internal/bfc, internal/scratch), the backend contract and the CPU
 #     backend (backend, cpu: buffers, donation, device pools), the CPU
-#     executor (internal/cpuexec: asynchronous copies beside compute) and
+#     executor (cpu/cpuexec: asynchronous copies beside compute) and
 #     the runtime (runtime: dispatch, donation, sharded calls, with -short);
 #   - and one of four groups of the other packages, in turn by the day of
 #     the year (FERRY_RACE_GROUP=0..3 picks one), so that each of them is
@@ -22,7 +22,7 @@
 #     -race; a package named in none (a new one) joins the group its name's
 #     checksum picks.
 #
-# A run with group 0, the heaviest (internal/gemm), took 5 min on the
+# A run with group 0, the heaviest (cpu/gemm), took 5 min on the
 # shared 2-core machine at load 12 with 2 min 55 s of CPU time: about 2 min
 # on two idle cores. FERRY_RACE_ALL=1 races every package instead. Tests run with -short (the
 # packages that know it run their quick mix: difftest, passes, runtime,
@@ -32,14 +32,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 always=(
   ./collective ./collective/internal/bufs ./collective/mpi ./collective/rendezvous
-  ./internal/spmdref ./internal/parallel ./internal/bfc ./internal/scratch
-  ./backend ./cpu ./internal/cpuexec ./runtime
+  ./internal/testkit/spmdref ./cpu/internal/parallel ./internal/bfc ./internal/scratch
+  ./backend ./cpu ./cpu/cpuexec ./runtime
 )
 groups=(
-  "./internal/gemm ./conformance ./ir ./internal/amd64enc ./internal/cpufeat ./internal/readsize ./internal/callers"
-  "./random ./interop ./passes ./nn ./internal/backendtest ./internal/memview ./conformance/memory ./datasets ./internal/randprog"
-  "./trace ./internal/eval ./cuda ./cuda/nccl ./examples/init ./optim ./internal/disttest ./bench/cpu ./bench/gpu ./bench/vsjax ./bench/soak ./bench/internal/host ./bench/internal/fmapeak"
-  "./checkpoint ./internal/vmath ./internal/difftest ./examples/mlp ./examples/offload ./examples/quickstart ./examples/sharded ./examples/transformer ./internal/testseed"
+  "./cpu/gemm ./conformance ./ir ./cpu/internal/amd64enc ./cpu/cpufeat ./internal/readsize ./internal/callers"
+  "./random ./interop ./passes ./nn ./internal/testkit/backendtest ./internal/memview ./conformance/memory ./datasets ./internal/testkit/randprog"
+  "./trace ./internal/eval ./cuda ./cuda/nccl ./examples/init ./optim ./internal/testkit/disttest ./bench/cpu ./bench/gpu ./bench/vsjax ./bench/soak ./bench/internal/host ./bench/internal/fmapeak"
+  "./checkpoint ./cpu/vmath ./internal/testkit/difftest ./examples/mlp ./examples/offload ./examples/quickstart ./examples/sharded ./examples/transformer ./internal/testkit/testseed"
 )
 ngroups=${#groups[@]}
 mod=github.com/ferryml/ferry

@@ -15,7 +15,7 @@ venv=$(bash scripts/venv)
 mkdir -p out
 go build -o out/vsjax ./bench/vsjax
 go build -o out/benchcpu ./bench/cpu
-paths=$(go run ./internal/cpufeat/cmd/cpupaths)
+paths=$(go run ./cpu/cpufeat/cmd/cpupaths)
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs; paths: $paths; $(date -u +%F)"
 for p in $paths; do
   if [ "$p" = go ] && [ "${CPUPATHS_GO:-0}" != 1 ]; then continue; fi

@@ -3,7 +3,7 @@ package collective
 import (
 	"context"
 	"encoding/binary"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"math/rand/v2"
 	"sync"

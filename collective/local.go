@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/ferryml/ferry/collective/internal/bufs"
-	"github.com/ferryml/ferry/internal/vmath"
+	"github.com/ferryml/ferry/cpu/vmath"
 	"github.com/ferryml/ferry/ir"
 )
 

@@ -36,11 +36,11 @@ type opsMeta struct {
 var excluded = map[ir.Code]string{
 	// Region ops: their bodies are ordinary ops (checked here); the loop and
 	// branch semantics are checked against float64 references by the
-	// control-flow tests of trace, internal/eval and internal/cpuexec, and
+	// control-flow tests of trace, internal/eval and cpu/cpuexec, and
 	// their gradients by the gradient goldens.
-	ir.Scan:  "region op (lax.scan): control-flow tests in trace, internal/eval, internal/cpuexec",
-	ir.While: "region op (lax.while_loop): control-flow tests in trace, internal/eval, internal/cpuexec",
-	ir.Cond:  "region op (lax.cond): control-flow tests in trace, internal/eval, internal/cpuexec",
+	ir.Scan:  "region op (lax.scan): control-flow tests in trace, internal/eval, cpu/cpuexec",
+	ir.While: "region op (lax.while_loop): control-flow tests in trace, internal/eval, cpu/cpuexec",
+	ir.Cond:  "region op (lax.cond): control-flow tests in trace, internal/eval, cpu/cpuexec",
 	// Fusion groups are made by the compiler (passes) out of the ops checked
 	// here; user programs never contain them, and JAX has no counterpart.
 	ir.Fusion: "compiler-made group of checked ops; no JAX primitive (every rt.Jit run here goes through it)",

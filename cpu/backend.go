@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/ferryml/ferry/backend"
-	"github.com/ferryml/ferry/internal/cpuexec"
+	"github.com/ferryml/ferry/cpu/cpuexec"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"

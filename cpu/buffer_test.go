@@ -168,7 +168,7 @@ func TestLiteralKeepsMemory(t *testing.T) {
 	waitInUse(t, 0)
 }
 
-// executorAllocator is internal/cpuexec's Allocator interface.
+// executorAllocator is cpu/cpuexec's Allocator interface.
 type executorAllocator interface {
 	Alloc(space ir.MemorySpace, size int64, what string) (mem []byte, release func(), err error)
 }

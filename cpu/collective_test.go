@@ -2,7 +2,7 @@ package cpu
 
 import (
 	"context"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"sync"
 	"testing"

@@ -1,5 +1,5 @@
 // Package cpu is Ferry's CPU backend: it compiles IR through the pass
-// pipeline (passes), runs it with the CPU executor (internal/cpuexec), and
+// pipeline (passes), runs it with the CPU executor (cpu/cpuexec), and
 // keeps every concrete array in the memory pool of its memory space
 // (device, pinned_host), ordinary Go memory with a capacity and an
 // allocator (bfc or platform, see backend.MemoryConfig) so that

@@ -2,7 +2,7 @@ package cuda
 
 import (
 	"fmt"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math/rand/v2"
 	"testing"
 

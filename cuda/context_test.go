@@ -3,7 +3,7 @@
 package cuda
 
 import (
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"runtime"
 	"strings"
 	"sync"

@@ -1,7 +1,7 @@
 package cuda
 
 import (
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"strings"
 	"testing"

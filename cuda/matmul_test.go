@@ -3,7 +3,7 @@ package cuda
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"slices"
 	"testing"

@@ -5,7 +5,7 @@ package cuda
 import (
 	"bytes"
 	"errors"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"strings"
 	"testing"
 

@@ -3,7 +3,7 @@
 package cuda_test
 
 import (
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"os"
 	"os/exec"

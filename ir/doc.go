@@ -24,8 +24,8 @@
 //   - Transcendental, read by the cost analysis (passes.CostAnalysis);
 //   - Lower: the names the backends lower it by: Lower.CUDA, the CUDA C math
 //     function the CUDA code generator calls, and Lower.VMath, the
-//     internal/vmath kernel whose opcode and function internal/eval and the
-//     CPU fused executor (internal/cpuexec) use for float32;
+//     cpu/vmath kernel whose opcode and function internal/eval and the
+//     CPU fused executor (cpu/cpuexec) use for float32;
 //   - Shard, the sharding propagation rule (ShardingRule), which
 //     passes.PropagateShardings runs forward and backward; the ops listed in
 //     DefaultShardedOps have the replicating ShardReplicate on purpose. The
@@ -55,14 +55,14 @@
 //     That row is its dtype and shape rule, reference, cost class and its
 //     lowerings: internal/eval computes it from math.Cbrt, the fused CPU
 //     executor runs eval's kernel, CUDA calls cbrtf/cbrt, the printer,
-//     parser, verifier, cost analysis and internal/randprog pick it up.
+//     parser, verifier, cost analysis and internal/testkit/randprog pick it up.
 //  2. trace/ops_elementwise.go, 2 lines: the documented function,
 //     func Cbrt(x *Array) *Array { return unary("Cbrt", ir.Cbrt, x) }.
 //  3. trace/vjp.go, 1 entry in vjpRules: ir.Cbrt's VJP
 //     (ct / (3·out²)). A non-differentiable op passes false in its row
 //     instead and needs none.
 //
-// Plus, if it wants a float32 vector kernel, one row in internal/vmath's ops
+// Plus, if it wants a float32 vector kernel, one row in cpu/vmath's ops
 // table (ops.go) with its body and scalar kernel, and VMath: "cbrt" in its
 // Lowering. Test rows: internal/eval/elementwise_test.go's unaryCases (its
 // independent reference and ulp bound), trace/vjp_fd_test.go's gtCases (a

@@ -1,7 +1,7 @@
 package ir
 
 import (
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"math/big"
 	"math/rand/v2"

@@ -213,7 +213,7 @@ type Lowering struct {
 	// generation appends "f" for float32 operands. Empty when the CUDA
 	// backend emits the op by its own rule (arithmetic, comparisons, ...).
 	CUDA string
-	// VMath is the name of the internal/vmath opcode (its ops table row)
+	// VMath is the name of the cpu/vmath opcode (its ops table row)
 	// whose vector kernel computes the op on float32; empty when there is
 	// none, and the CPU backend then runs the float64 reference.
 	VMath string

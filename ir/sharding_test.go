@@ -2,7 +2,7 @@ package ir
 
 import (
 	"fmt"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math/rand/v2"
 	"slices"
 	"sort"

@@ -1,7 +1,7 @@
 package nn_test
 
 import (
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math/rand/v2"
 	"testing"
 

@@ -2,7 +2,7 @@ package optim_test
 
 import (
 	"fmt"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"math/rand/v2"
 	"strings"

@@ -2,7 +2,7 @@ package passes
 
 import (
 	"fmt"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"strings"
 	"testing"
 )

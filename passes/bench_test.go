@@ -3,7 +3,7 @@ package passes_test
 import (
 	"testing"
 
-	"github.com/ferryml/ferry/internal/randprog"
+	"github.com/ferryml/ferry/internal/testkit/randprog"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 )

@@ -2,7 +2,7 @@ package passes_test
 
 import (
 	"fmt"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"testing"
 
 	"github.com/ferryml/ferry/ir"

@@ -14,7 +14,7 @@ import (
 // and also returns u8[4,10] (a broadcast), 40 bytes both: written over
 // the operand, the executor's first blocks of the u8 result clobbered
 // operand elements still to be read for the f32 result (found by the
-// sharded differential test, internal/difftest, seed 21261).
+// sharded differential test, internal/testkit/difftest, seed 21261).
 func TestFusionInPlaceNeedsSameElements(t *testing.T) {
 	f := parse(t, `func @f(%0: f32[8], %1: f32[], %2: f32[10], %3: u8[]) -> (u8[6,12], f32[12]) {
   %4 = pad(%0, %1) {high=[1], interior=[0], low=[1]} : f32[10]

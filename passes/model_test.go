@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/ferryml/ferry/internal/eval"
-	"github.com/ferryml/ferry/internal/randprog"
+	"github.com/ferryml/ferry/internal/testkit/randprog"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"

@@ -13,7 +13,7 @@ import (
 // every device, exactly the values of the whole iota: each index rounded
 // once to the dtype. bf16 and f16 do not hold every device offset (bf16
 // rounds 3·141 = 423 to 424), so an offset added in the dtype gave other
-// values (found by the sharded differential test, internal/difftest).
+// values (found by the sharded differential test, internal/testkit/difftest).
 func TestPartitionIotaFloatOffset(t *testing.T) {
 	src := `func @f() -> (bf16[1128]@S[{x,y}], f16[4,4104]@S[{},{x,y}], f32[16,8]@S[x,y]) {
   %0 = iota() {dim=0, dtype=bf16, shape=[1128]} : bf16[1128]@S[{x,y}]

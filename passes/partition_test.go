@@ -2,7 +2,7 @@ package passes_test
 
 import (
 	"fmt"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -12,14 +12,14 @@ import (
 	"time"
 
 	"github.com/ferryml/ferry/internal/eval"
-	"github.com/ferryml/ferry/internal/randprog"
-	"github.com/ferryml/ferry/internal/spmdref"
+	"github.com/ferryml/ferry/internal/testkit/randprog"
+	"github.com/ferryml/ferry/internal/testkit/spmdref"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/stretchr/testify/require"
 )
 
-// spmdRun runs part on every device of its mesh (internal/spmdref) on its
+// spmdRun runs part on every device of its mesh (internal/testkit/spmdref) on its
 // blocks of args and returns the global results, of whole's result types.
 func spmdRun(t *testing.T, part *passes.Partitioned, whole *ir.Func, args []*ir.Literal) []*ir.Literal {
 	t.Helper()

@@ -10,7 +10,7 @@ import (
 // that the executor can double buffer it: once iteration i's last reader of
 // the copy has run, the copy of slice i+1 (i-1 in a reverse scan) is started
 // into the same bytes and overlaps the rest of iteration i, and iteration
-// i+1's device_put only waits for it (see internal/cpuexec's copy.go). No
+// i+1's device_put only waits for it (see cpu/cpuexec's copy.go). No
 // second buffer is needed, but the reserved bytes are not reused by other
 // values of the body.
 //

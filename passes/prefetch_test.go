@@ -1,11 +1,11 @@
 package passes_test
 
 import (
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"testing"
 
 	"github.com/ferryml/ferry/internal/eval"
-	"github.com/ferryml/ferry/internal/randprog"
+	"github.com/ferryml/ferry/internal/testkit/randprog"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/ferryml/ferry/trace"

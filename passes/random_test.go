@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/ferryml/ferry/internal/eval"
-	"github.com/ferryml/ferry/internal/randprog"
 	"github.com/ferryml/ferry/internal/settings"
+	"github.com/ferryml/ferry/internal/testkit/randprog"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/stretchr/testify/require"
@@ -68,12 +68,12 @@ func checkProgram(t testing.TB, seed uint64) {
 	require.NoError(t, sameResults(want, planned), "seed %d, options %+v: running by the plan\noriginal\n%s\ncompiled\n%s\nplan\n%s", seed, opts, text, p.Func, p.PlanString())
 }
 
-// TestPipelineRandom compiles random programs (internal/randprog, every
+// TestPipelineRandom compiles random programs (internal/testkit/randprog, every
 // feature on) for a fixed time and checks that every pass keeps the results
 // and that the plan is valid and correct. FERRY_RANDOM_PROGRAMS=n runs n
 // programs instead, from seed FERRY_RANDOM_SEED (default 1). The CPU
 // executor's differential test over the same programs is in
-// internal/difftest.
+// internal/testkit/difftest.
 func TestPipelineRandom(t *testing.T) {
 	budget := 3 * time.Second
 	if testing.Short() {

@@ -1,13 +1,13 @@
 package passes_test
 
 import (
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/ferryml/ferry/internal/eval"
-	"github.com/ferryml/ferry/internal/randprog"
+	"github.com/ferryml/ferry/internal/testkit/randprog"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	"github.com/stretchr/testify/require"

@@ -3,7 +3,7 @@ package random_test
 import (
 	"bytes"
 	"fmt"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"os"
 	"testing"
 

@@ -1,7 +1,7 @@
 package runtime_test
 
 import (
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"testing"
 
 	"github.com/stretchr/testify/require"

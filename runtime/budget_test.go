@@ -2,7 +2,7 @@ package runtime_test
 
 import (
 	"errors"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"math/rand/v2"
 	"os"

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"math/rand/v2"
 	"strings"

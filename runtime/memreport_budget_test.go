@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"github.com/ferryml/ferry/passes"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"

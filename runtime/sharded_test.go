@@ -3,7 +3,7 @@ package runtime_test
 import (
 	"errors"
 	"fmt"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"math/rand/v2"
 	goruntime "runtime"

@@ -1,7 +1,7 @@
 package runtime
 
 import (
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"strings"
 	"testing"
 

@@ -13,7 +13,7 @@ func TestIsLibraryFrame(t *testing.T) {
 		"github.com/ferryml/ferry/backend.Register":      true,
 		"github.com/ferryml/ferry/runtime.FromSlice":     true,
 		"github.com/ferryml/ferry/cuda.(*Backend).alloc": true,
-		"github.com/ferryml/ferry/internal/cpuexec.Run":  true,
+		"github.com/ferryml/ferry/cpu/cpuexec.Run":       true,
 		"github.com/ferryml/ferry/backendx.F":            false,
 		"github.com/ferryml/ferry/examples/mlp.main":     false,
 		"example.com/user.main":                          false,

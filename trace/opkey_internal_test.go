@@ -3,7 +3,7 @@ package trace
 import (
 	"bytes"
 	"fmt"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"testing"
 
 	"github.com/ferryml/ferry/ir"

@@ -6,7 +6,7 @@ package trace_test
 import (
 	"errors"
 	"fmt"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"math/rand/v2"
 	goruntime "runtime"
@@ -122,7 +122,7 @@ func otMap1(a otTensor, f func(float64) float64) otTensor {
 	return out
 }
 
-// otRand returns a generator seeded from the test's seed (internal/testseed:
+// otRand returns a generator seeded from the test's seed (internal/testkit/testseed:
 // fresh, or $FERRY_TEST_SEED; printed when the test fails).
 func otRand(t testing.TB) *rand.Rand {
 	return testseed.Rand(t, 0x9e3779b97f4a7c15)

@@ -1,7 +1,7 @@
 package trace_test
 
 import (
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"strings"
 	"testing"

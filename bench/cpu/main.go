@@ -2,7 +2,7 @@
 // speed":
 //
 //   - sgemm: GFLOP/s of an n×n×n float32 product for n = 256 … 2048 through
-//     internal/gemm directly (ferry_gflops), through a jitted trace.MatMul
+//     cpu/gemm directly (ferry_gflops), through a jitted trace.MatMul
 //     (ferry_jit_gflops, which includes the call overhead and the result's
 //     allocation), and through gonum's pure-Go Sgemm (gonum_gflops);
 //     ratio = ferry_gflops / gonum_gflops;
@@ -41,7 +41,7 @@ import (
 	"time"
 
 	"github.com/ferryml/ferry/bench/internal/host"
-	"github.com/ferryml/ferry/internal/gemm"
+	"github.com/ferryml/ferry/cpu/gemm"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
 	"gonum.org/v1/gonum/blas"

@@ -1,4 +1,4 @@
-// Package gemmcmp measures Ferry's CPU matrix product (internal/gemm)
+// Package gemmcmp measures Ferry's CPU matrix product (cpu/gemm)
 // against gonum's pure-Go BLAS in the same process, so that the ratio holds
 // on a shared, noisy machine. It is its own module so that the main module
 // does not depend on gonum.
@@ -12,7 +12,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/ferryml/ferry/internal/gemm"
+	"github.com/ferryml/ferry/cpu/gemm"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
 )

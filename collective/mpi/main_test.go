@@ -3,7 +3,7 @@ package mpi
 import (
 	"context"
 	"fmt"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"os"
 	"testing"
 

@@ -1,7 +1,7 @@
 package nccl_test
 
 import (
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"testing"
 
 	"github.com/ferryml/ferry/backend"

@@ -3,7 +3,7 @@ package nccl
 import (
 	"bytes"
 	"errors"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math/rand/v2"
 	"os"
 	"os/exec"

@@ -1,7 +1,7 @@
 package nccl
 
 import (
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"runtime"
 	"testing"
 	"unsafe"

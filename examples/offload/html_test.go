@@ -2,7 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"os"
 	"path/filepath"

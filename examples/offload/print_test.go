@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ferryml/ferry/backend"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 )
 
 // TestTablesCarryUnits prints random rows and checks that every size, device

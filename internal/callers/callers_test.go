@@ -1,7 +1,7 @@
 package callers
 
 import (
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"runtime"
 	"sync"
 	"testing"

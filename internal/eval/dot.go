@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sync"
 
-	fgemm "github.com/ferryml/ferry/internal/gemm"
+	fgemm "github.com/ferryml/ferry/cpu/gemm"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -33,7 +33,7 @@ func dimsProduct(shape []int, axes []int) int {
 // [batch, M, K] × [batch, K, N] → [batch, M, N]; the result layout [batch,
 // lhs free, rhs free] is exactly the row-major [batch, M, N].
 //
-// Floating-point products go to internal/gemm (f32 and f64 directly; f16
+// Floating-point products go to cpu/gemm (f32 and f64 directly; f16
 // and bf16 through gemm.SgemmHalf, which widens the operands to float32 a
 // cache block at a time while packing them, accumulates in float32 and
 // rounds each result once from the kernel's tile, so no full-size float32
@@ -182,7 +182,7 @@ func indexed(l *ir.Literal, batch, rowAxes, colAxes []int) fgemm.Indexed {
 	return fgemm.Indexed{Off: axisOffsets(sh, st, batch), Rows: axisOffsets(sh, st, rowAxes), Cols: axisOffsets(sh, st, colAxes)}
 }
 
-// dotFloat runs a floating-point dot_general through internal/gemm (k > 0,
+// dotFloat runs a floating-point dot_general through cpu/gemm (k > 0,
 // non-empty result).
 func dotFloat(lhs, rhs *ir.Literal, g gemm, lb, lf, rb, rf, lc, rc []int, out *ir.Literal) {
 	m, k, n := g.m, g.k, g.n

@@ -6,7 +6,7 @@ import (
 	"math/bits"
 	"unsafe"
 
-	"github.com/ferryml/ferry/internal/vmath"
+	"github.com/ferryml/ferry/cpu/vmath"
 	"github.com/ferryml/ferry/ir"
 )
 

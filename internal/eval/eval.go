@@ -7,7 +7,7 @@
 //
 //   - f32 elementwise ops are computed in float32. neg, abs, sqrt, add, sub,
 //     mul, div, max and min (exact) and exp, log, tanh, logistic and erf are
-//     internal/vmath's float32 vector kernels; those five transcendental
+//     cpu/vmath's float32 vector kernels; those five transcendental
 //     functions are within 2 ulp of the correctly rounded value, not
 //     correctly rounded. The other transcendental functions (log1p, expm1,
 //     rsqrt, sin, cos, pow, rem) go through Go's float64 math and are rounded

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -12,14 +12,14 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/ferryml/ferry/internal/randprog"
+	"github.com/ferryml/ferry/internal/testkit/randprog"
 	"github.com/ferryml/ferry/ir"
 	"github.com/stretchr/testify/require"
 )
 
 // ---- seeds ----
 
-// newRand returns a generator seeded from the test's seed (internal/testseed:
+// newRand returns a generator seeded from the test's seed (internal/testkit/testseed:
 // fresh, or $FERRY_TEST_SEED; printed when the test fails).
 func newRand(t *testing.T) *rand.Rand {
 	t.Helper()

@@ -1,12 +1,12 @@
 package eval
 
 import (
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
 	"math/rand/v2"
 	"testing"
 
-	"github.com/ferryml/ferry/internal/vmath"
+	"github.com/ferryml/ferry/cpu/vmath"
 	"github.com/ferryml/ferry/ir"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 )
 
 // clock is a fake clock the tests advance by hand.

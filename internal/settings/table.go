@@ -60,11 +60,11 @@ var (
 	// AsyncCopy is FERRY_ASYNC_COPY.
 	AsyncCopy = newBool(&Var{Name: "FERRY_ASYNC_COPY", Type: "`0` to turn off", Want: "0 or 1 (true/false, on/off, yes/no)", Default: "on",
 		Doc:     "`0`: copies between memory spaces run synchronously instead of on copy workers overlapping compute (bit-identical results).",
-		Readers: []string{"internal/cpuexec"}}, true)
+		Readers: []string{"cpu/cpuexec"}}, true)
 	// HostCopyGBPS is FERRY_HOST_COPY_GBPS (0: full speed).
 	HostCopyGBPS = newFloat(&Var{Name: "FERRY_HOST_COPY_GBPS", Type: "number (GB/s)", Want: "a positive number of GB/s", Default: "unset (full speed)",
 		Doc:     "Simulates a host link of that bandwidth for copies between memory spaces, to see offload overlap on a CPU.",
-		Readers: []string{"internal/cpuexec"}}, 0, func(f float64) bool { return f > 0 && f <= 1e9 })
+		Readers: []string{"cpu/cpuexec"}}, 0, func(f float64) bool { return f > 0 && f <= 1e9 })
 )
 
 // Backends and CPU kernels.
@@ -76,23 +76,23 @@ var (
 	// CPU is FERRY_CPU.
 	CPU = newEnum(&Var{Name: "FERRY_CPU", Default: "the best the host has",
 		Doc:     "Forces a lower CPU kernel path (gemm, fused chains, vmath). Read at start. See [performance](performance.md#cpu-paths-avx-512-avx2-go).",
-		Readers: []string{"internal/cpufeat"}}, "", "avx512", "avx2", "go")
+		Readers: []string{"cpu/cpufeat"}}, "", "avx512", "avx2", "go")
 	// CPUFMA is FERRY_CPU_FMA.
 	CPUFMA = newBool(&Var{Name: "FERRY_CPU_FMA", Type: "`0` to turn off", Default: "on",
 		Doc:     "`0`: no fused multiply-add contraction in compiled chains; results bit-identical to the reference executor. Read at start.",
-		Readers: []string{"internal/vmath"}}, true)
+		Readers: []string{"cpu/vmath"}}, true)
 	// CPUJIT is FERRY_CPU_JIT.
 	CPUJIT = newBool(&Var{Name: "FERRY_CPU_JIT", Type: "`0` to turn off", Default: "on",
 		Doc:     "`0`: no run-time machine code; fused chains and vmath kernels run as Go. Read at start.",
-		Readers: []string{"internal/vmath"}}, true)
+		Readers: []string{"cpu/vmath"}}, true)
 	// GemmKernel is FERRY_GEMM_KERNEL.
 	GemmKernel = newEnum(&Var{Name: "FERRY_GEMM_KERNEL", Default: "the fastest supported",
 		Doc:     "Forces the matrix-product micro-kernel. Read at start.",
-		Readers: []string{"internal/gemm"}}, "", "avx512", "avx2", "go")
+		Readers: []string{"cpu/gemm"}}, "", "avx512", "avx2", "go")
 	// VMath is FERRY_VMATH.
 	VMath = newEnum(&Var{Name: "FERRY_VMATH", Default: "unset",
 		Doc:     "`go`: the pure-Go vmath kernels, no run-time code. Read at start.",
-		Readers: []string{"internal/vmath"}}, "", "go")
+		Readers: []string{"cpu/vmath"}}, "", "go")
 	// CUDAAllowTF32 is FERRY_CUDA_ALLOW_TF32.
 	CUDAAllowTF32 = newBool(&Var{Name: "FERRY_CUDA_ALLOW_TF32", Type: "`1`", Default: "off",
 		Doc:     "Lets cuBLASLt compute f32 matrix products in TF32 (default: exact f32).",
@@ -183,12 +183,12 @@ var (
 var (
 	// BenchInstr is FERRY_BENCH_INSTR.
 	BenchInstr = newFlag(&Var{Name: "FERRY_BENCH_INSTR", Default: "unset", Scope: Test,
-		Doc:     "Run the vmath instruction-timing table (`go test ./internal/vmath -run InstrTable -v`).",
-		Readers: []string{"internal/vmath"}})
+		Doc:     "Run the vmath instruction-timing table (`go test ./cpu/vmath -run InstrTable -v`).",
+		Readers: []string{"cpu/vmath"}})
 	// BenchRatio is FERRY_BENCH_RATIO.
 	BenchRatio = newFlag(&Var{Name: "FERRY_BENCH_RATIO", Default: "unset", Scope: Test,
-		Doc:     "Run the fused-gelu-against-copy bandwidth benchmark test in `internal/cpuexec`.",
-		Readers: []string{"internal/cpuexec"}})
+		Doc:     "Run the fused-gelu-against-copy bandwidth benchmark test in `cpu/cpuexec`.",
+		Readers: []string{"cpu/cpuexec"}})
 	// Chromium is FERRY_CHROMIUM.
 	Chromium = newString(&Var{Name: "FERRY_CHROMIUM", Type: "path", Default: "`chromium`, `chromium-browser` or `google-chrome` on the PATH", Scope: Test,
 		Doc:     "The browser the memory viewer's browser test and the `bench/memview` scripts use.",
@@ -203,12 +203,12 @@ var (
 		Readers: []string{"checkpoint", ".ci/mpi.sh"}}, "", "save", "load")
 	// DistKillTest is FERRY_DIST_KILL_TEST.
 	DistKillTest = newBool(&Var{Name: "FERRY_DIST_KILL_TEST", Type: "`1`", Default: "unset", Scope: Test,
-		Doc:     "The process-death test of `internal/disttest` under mpirun.",
-		Readers: []string{"internal/disttest", ".ci/mpi.sh"}}, false)
+		Doc:     "The process-death test of `internal/testkit/disttest` under mpirun.",
+		Readers: []string{"internal/testkit/disttest", ".ci/mpi.sh"}}, false)
 	// DistTestMismatch is FERRY_DIST_TEST_MISMATCH.
 	DistTestMismatch = newBool(&Var{Name: "FERRY_DIST_TEST_MISMATCH", Type: "`1`", Default: "unset", Scope: Test,
-		Doc:     "The mismatched-device-count test of `internal/disttest` under mpirun.",
-		Readers: []string{"internal/disttest", ".ci/mpi.sh"}}, false)
+		Doc:     "The mismatched-device-count test of `internal/testkit/disttest` under mpirun.",
+		Readers: []string{"internal/testkit/disttest", ".ci/mpi.sh"}}, false)
 	// HFModels is FERRY_HF_MODELS.
 	HFModels = newString(&Var{Name: "FERRY_HF_MODELS", Type: "directory", Default: "unset", Scope: Test,
 		Doc:     "Where real Hugging Face model directories are (`all-MiniLM-L6-v2/`, as `.ci/hf.sh` makes it): the tests of `nn/hf` and `examples/embed` that need the real weights run when it is set.",
@@ -239,16 +239,16 @@ var (
 		Readers: []string{".ci/race.sh"}}, 0, 0, 3)
 	// RandomFeatures is FERRY_RANDOM_FEATURES.
 	RandomFeatures = newString(&Var{Name: "FERRY_RANDOM_FEATURES", Kind: List, Type: "feature list (`-name`, `+name`, `none`)", Default: "all", Scope: Test,
-		Doc:     "Narrows the random programs of `internal/difftest`.",
-		Readers: []string{"internal/difftest"}}, List)
+		Doc:     "Narrows the random programs of `internal/testkit/difftest`.",
+		Readers: []string{"internal/testkit/difftest"}}, List)
 	// RandomPrograms is FERRY_RANDOM_PROGRAMS (the default is the reader's).
-	RandomPrograms = newUint(&Var{Name: "FERRY_RANDOM_PROGRAMS", Type: "integer", Want: "a non-negative integer", Default: "`400` (`internal/difftest`), `0` extra (`passes`)", Scope: Test,
+	RandomPrograms = newUint(&Var{Name: "FERRY_RANDOM_PROGRAMS", Type: "integer", Want: "a non-negative integer", Default: "`400` (`internal/testkit/difftest`), `0` extra (`passes`)", Scope: Test,
 		Doc:     "Number of random programs the differential tests run.",
-		Readers: []string{"internal/difftest", "passes"}})
+		Readers: []string{"internal/testkit/difftest", "passes"}})
 	// RandomSeed is FERRY_RANDOM_SEED (the default, 1, is the reader's).
 	RandomSeed = newUint(&Var{Name: "FERRY_RANDOM_SEED", Type: "integer", Want: "a non-negative integer", Default: "`1`", Scope: Test,
 		Doc:     "The first seed of the random-program tests.",
-		Readers: []string{"internal/difftest", "passes"}})
+		Readers: []string{"internal/testkit/difftest", "passes"}})
 	// RequireChromium is FERRY_REQUIRE_CHROMIUM.
 	RequireChromium = newFlag(&Var{Name: "FERRY_REQUIRE_CHROMIUM", Default: "unset", Scope: Test,
 		Doc:     "The browser test of the memory viewer fails instead of skipping without Chromium (CI).",
@@ -259,12 +259,12 @@ var (
 		Readers: []string{"cuda", ".ci"}}, false)
 	// ShardedPrograms is FERRY_SHARDED_PROGRAMS (the default is the reader's).
 	ShardedPrograms = newUint(&Var{Name: "FERRY_SHARDED_PROGRAMS", Type: "integer", Want: "a non-negative integer", Default: "`60`", Scope: Test,
-		Doc:     "Number of random sharded programs of `internal/difftest`.",
-		Readers: []string{"internal/difftest"}})
+		Doc:     "Number of random sharded programs of `internal/testkit/difftest`.",
+		Readers: []string{"internal/testkit/difftest"}})
 	// TestSeed is FERRY_TEST_SEED.
 	TestSeed = newUint(&Var{Name: "FERRY_TEST_SEED", Type: "integer", Want: "an unsigned decimal integer", Default: "a fresh random seed", Scope: Test,
 		Doc:     "The seed of every randomised test (printed when a test fails), to replay it.",
-		Readers: []string{"internal/testseed", "checkpoint"}})
+		Readers: []string{"internal/testkit/testseed", "checkpoint"}})
 	// Venv is FERRY_VENV.
 	Venv = newString(&Var{Name: "FERRY_VENV", Type: "directory", Default: "`.venv` in the current directory", Scope: Test,
 		Doc:     "Where `scripts/venv` makes the Python environment with JAX.",
@@ -283,12 +283,12 @@ var (
 		Readers: []string{"checkpoint"}}, String)
 	// CPUFeatChild is FERRY_CPUFEAT_CHILD.
 	CPUFeatChild = newBool(&Var{Name: "FERRY_CPUFEAT_CHILD", Type: "`1`", Default: "unset", Scope: Internal,
-		Doc:     "Marks a child of the `internal/cpufeat` test.",
-		Readers: []string{"internal/cpufeat"}}, false)
+		Doc:     "Marks a child of the `cpu/cpufeat` test.",
+		Readers: []string{"cpu/cpufeat"}}, false)
 	// CPUFeatWant is FERRY_CPUFEAT_WANT.
 	CPUFeatWant = newEnum(&Var{Name: "FERRY_CPUFEAT_WANT", Default: "unset", Scope: Internal,
-		Doc:     "The path a `internal/cpufeat` test child must see.",
-		Readers: []string{"internal/cpufeat"}}, "", "avx512", "avx2", "go")
+		Doc:     "The path a `cpu/cpufeat` test child must see.",
+		Readers: []string{"cpu/cpufeat"}}, "", "avx512", "avx2", "go")
 	// RendezvousTestChild is FERRY_RENDEZVOUS_TEST_CHILD.
 	RendezvousTestChild = newString(&Var{Name: "FERRY_RENDEZVOUS_TEST_CHILD", Type: "test-defined", Default: "unset", Scope: Internal,
 		Doc:     "Marks a child of the `collective/rendezvous` tests.",

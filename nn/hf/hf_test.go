@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/ferryml/ferry/checkpoint"
-	"github.com/ferryml/ferry/internal/testseed"
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
 	"github.com/ferryml/ferry/nn/hf"

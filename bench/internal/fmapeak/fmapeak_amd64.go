@@ -1,6 +1,6 @@
 package fmapeak
 
-import "github.com/ferryml/ferry/internal/cpufeat"
+import "github.com/ferryml/ferry/cpu/cpufeat"
 
 // iterations of the assembly loops per call: about 0.1 ms, short enough
 // for the scheduler to preempt between calls.
