@@ -1,0 +1,278 @@
+package ir
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// StridedView (a view, for short) maps the flat row-major index i of a value to the flat element index
+// Offset + Σ_d coord_d(i)·Strides[d] of the array it reads, where coord(i)
+// is i's coordinate in Shape. It is how a kernel reads an operand through
+// broadcast_in_dim, transpose, slice and reshape without copying: the one
+// place these index formulas are written (ViewOf). Views are kept simple
+// (NewStridedView): size-1 dimensions dropped, contiguous dimensions merged.
+type StridedView struct {
+	Shape   []int
+	Strides []int
+	Offset  int
+}
+
+// NewStridedView returns the simplified view of shape with strides and offset: size-1
+// dimensions dropped and neighbours merged where the outer stride is the
+// inner one times the inner extent.
+func NewStridedView(shape, strides []int, offset int) StridedView {
+	var v StridedView
+	v.Offset = offset
+	for d, n := range shape {
+		if n == 1 {
+			continue
+		}
+		if k := len(v.Shape) - 1; k >= 0 && v.Strides[k] == strides[d]*n {
+			v.Shape[k] *= n
+			v.Strides[k] = strides[d]
+			continue
+		}
+		v.Shape = append(v.Shape, n)
+		v.Strides = append(v.Strides, strides[d])
+	}
+	return v
+}
+
+// ViewOf returns the view through which result 0 of op reads operand 0, for
+// the ops that only move elements: broadcast_in_dim, transpose, slice, and
+// (as the identity) reshape. ok is false for every other op.
+func ViewOf(op *Op) (v StridedView, ok bool) {
+	in := op.Args[0].Type.Shape
+	out := op.Results[0].Type.Shape
+	ist := in.Strides()
+	st := make([]int, len(out))
+	off := 0
+	switch op.Code {
+	case BroadcastInDim:
+		for i, d := range op.Attrs.Ints("dims") {
+			if in[i] != 1 {
+				st[d] = ist[i]
+			}
+		}
+	case Transpose:
+		for i, p := range op.Attrs.Ints("perm") {
+			st[i] = ist[p]
+		}
+	case Slice:
+		start, strides := op.Attrs.Ints("start"), op.Attrs.Ints("strides")
+		for i := range st {
+			st[i] = ist[i] * strides[i]
+			off += start[i] * ist[i]
+		}
+	case Reshape:
+		return StridedView{}, true
+	default:
+		return StridedView{}, false
+	}
+	return NewStridedView(out, st, off), true
+}
+
+// IsIdentity reports whether v maps every index to itself.
+func (v StridedView) IsIdentity() bool {
+	return v.Offset == 0 && (len(v.Shape) == 0 || len(v.Shape) == 1 && v.Strides[0] == 1)
+}
+
+// IsConstant reports whether v maps every index to Offset.
+func (v StridedView) IsConstant() bool {
+	for _, s := range v.Strides {
+		if s != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// At maps one flat index.
+func (v StridedView) At(i int) int {
+	j := v.Offset
+	for d := len(v.Shape) - 1; d >= 0; d-- {
+		n := v.Shape[d]
+		j += (i % n) * v.Strides[d]
+		i /= n
+	}
+	return j
+}
+
+// Indices writes the mapped index of every i in [lo, lo+len(out)), walking
+// the innermost dimension in runs.
+func (v StridedView) Indices(lo int, out []int) {
+	r := len(v.Shape)
+	if r == 0 {
+		for k := range out {
+			out[k] = v.Offset
+		}
+		return
+	}
+	var idxBuf [8]int
+	idx := idxBuf[:0]
+	if r > len(idxBuf) {
+		idx = make([]int, 0, r)
+	}
+	idx = idx[:r]
+	j := v.Offset
+	rem := lo
+	for d := r - 1; d >= 0; d-- {
+		idx[d] = rem % v.Shape[d]
+		rem /= v.Shape[d]
+		j += idx[d] * v.Strides[d]
+	}
+	inner, ist := v.Shape[r-1], v.Strides[r-1]
+	k := 0
+	for k < len(out) {
+		run := min(inner-idx[r-1], len(out)-k)
+		for t := 0; t < run; t++ {
+			out[k+t] = j + t*ist
+		}
+		k += run
+		j += run * ist
+		idx[r-1] += run
+		for d := r - 1; d > 0 && idx[d] == v.Shape[d]; d-- {
+			j -= idx[d] * v.Strides[d]
+			idx[d] = 0
+			idx[d-1]++
+			j += v.Strides[d-1]
+		}
+	}
+}
+
+// String formats v as "off+[shape:stride,...]", the form plan dumps use.
+func (v StridedView) String() string {
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(v.Offset))
+	b.WriteString("+[")
+	for d := range v.Shape {
+		if d > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(v.Shape[d]))
+		b.WriteByte(':')
+		b.WriteString(strconv.Itoa(v.Strides[d]))
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// ComposeViews returns the single view equal to applying a and then b, when
+// one exists: a maps an output index into b's domain (b.Shape flattened
+// row-major), b maps that into its operand. It exists when every dimension of
+// a moves within one mixed-radix digit of b's domain without carrying into
+// the next (a dimension that spans whole digits is split first). A reshape
+// followed by a transpose, broadcast or slice (attention's head split)
+// composes; the caller keeps the chain otherwise.
+func ComposeViews(a, b StridedView) (StridedView, bool) {
+	r := len(b.Shape)
+	if total := Shape(b.Shape).Size(); total == 0 || a.Offset < 0 || a.Offset >= total {
+		return StridedView{}, false
+	}
+	place := Shape(b.Shape).Strides() // place[k] = Π b.Shape[k+1:]
+	c := composer{b: b, place: place, used: make([]int, r)}
+	off := b.Offset
+	for k := range r {
+		c.used[k] = a.Offset / place[k] % b.Shape[k]
+		off += c.used[k] * b.Strides[k]
+	}
+	for d, n := range a.Shape {
+		if !c.add(n, a.Strides[d]) {
+			return StridedView{}, false
+		}
+	}
+	return NewStridedView(c.shape, c.strides, off), true
+}
+
+// composer places a's dimensions on the digits of b's domain.
+type composer struct {
+	b              StridedView
+	place          []int
+	used           []int // per digit: its offset plus the largest step of the dims on it
+	shape, strides []int
+}
+
+// add places one dimension (extent n, stride s in b's domain).
+func (c *composer) add(n, s int) bool {
+	b, r := c.b, len(c.b.Shape)
+	if s < 0 {
+		return false
+	}
+	if s == 0 || n == 1 {
+		c.shape, c.strides = append(c.shape, n), append(c.strides, 0)
+		return true
+	}
+	k := 0
+	for k < r && s%c.place[k] != 0 {
+		k++
+	}
+	if k == r {
+		return false
+	}
+	m := s / c.place[k]
+	if c.used[k]+m*(n-1) < b.Shape[k] {
+		c.used[k] += m * (n - 1)
+		c.shape, c.strides = append(c.shape, n), append(c.strides, m*b.Strides[k])
+		return true
+	}
+	// The dimension covers digit k whole (and more): split it into the outer
+	// part, one step of the next digit up, and the inner part.
+	if c.used[k] != 0 || b.Shape[k]%m != 0 || k == 0 {
+		return false
+	}
+	in := b.Shape[k] / m
+	if n%in != 0 {
+		return false
+	}
+	if !c.add(n/in, s*in) {
+		return false
+	}
+	c.used[k] = m * (in - 1)
+	c.shape, c.strides = append(c.shape, in), append(c.strides, m*b.Strides[k])
+	return true
+}
+
+// ViewChain is a chain of views applied in order (empty: the identity), for
+// reads whose views do not compose into one.
+type ViewChain []StridedView
+
+// Then returns the chain followed by v (composed with the last view when
+// they compose; dropped when v is the identity).
+func (c ViewChain) Then(v StridedView) ViewChain {
+	if v.IsIdentity() {
+		return c
+	}
+	if k := len(c) - 1; k >= 0 {
+		if w, ok := ComposeViews(c[k], v); ok {
+			if w.IsIdentity() {
+				return slices.Clip(c[:k]) // the two cancel
+			}
+			return append(slices.Clip(c[:k]), w)
+		}
+	}
+	return append(slices.Clip(c), v)
+}
+
+// IsConstant reports whether every index maps to the same place.
+func (c ViewChain) IsConstant() bool { return len(c) > 0 && c[0].IsConstant() }
+
+// At maps one flat index through every view.
+func (c ViewChain) At(i int) int {
+	for k := range c {
+		i = c[k].At(i)
+	}
+	return i
+}
+
+// String formats the chain's views joined by " then ", or "id" when empty.
+func (c ViewChain) String() string {
+	if len(c) == 0 {
+		return "id"
+	}
+	parts := make([]string, len(c))
+	for i, v := range c {
+		parts[i] = v.String()
+	}
+	return strings.Join(parts, " then ")
+}
