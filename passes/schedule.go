@@ -230,219 +230,293 @@ func greedyOrder(r *ir.Region, top bool) []*ir.Op { return greedyOrderAfter(r, t
 // greedyOrderAfter is greedyOrder where op i also waits for the ops after[i]
 // (orderings beyond data dependencies; they must make no cycle).
 func greedyOrderAfter(r *ir.Region, top bool, after map[int][]int) []*ir.Op {
-	n := len(r.Ops)
-	def := map[*ir.Value]int{}
-	for i, op := range r.Ops {
-		for _, v := range op.Results {
-			def[v] = i
+	s := newListScheduler(r, top, after)
+	s.releaseRoots()
+	for len(s.ready) > 0 {
+		i := s.pick()
+		for _, p := range s.pending(i) {
+			s.emit(p)
 		}
+		s.emit(i)
 	}
-	ret := returned(r)
+	// Late copies nobody ran with (impossible: every late copy has a
+	// reader) would leave the order incomplete; keep the traced order then.
+	if len(s.out) != len(r.Ops) {
+		return r.Ops
+	}
+	return s.out
+}
+
+// listScheduler is the state of greedyOrderAfter's list scheduling of one
+// region: the dependence graph of its ops, the ready list, and each
+// candidate's cached score.
+type listScheduler struct {
+	r   *ir.Region
+	top bool
+	// def maps each value defined in r to the index of its op.
+	def map[*ir.Value]int
+	ret map[*ir.Value]bool
 	// remaining[v] counts the distinct ops still to run that read v.
-	remaining := map[*ir.Value]int{}
+	remaining map[*ir.Value]int
 	// readers[v] lists the ops of r that read v.
-	readers := map[*ir.Value][]int{}
+	readers map[*ir.Value][]int
 	// waiting[i] counts op i's predecessors that have not run and are not
 	// late copies ready to be emitted with it.
-	waiting := make([]int, n)
-	succs := make([][]int, n)
-	predList := make([][]int, n)
-	distinctArgs := make([][]*ir.Value, n)
+	waiting      []int
+	succs        [][]int
+	predList     [][]int
+	distinctArgs [][]*ir.Value
+	// late[i]: op i is a host→device copy emitted with its first reader.
+	late []bool
+	done []bool
+	// ready lists the ops that may be chosen next.
+	ready []int
+	// A candidate's score depends only on remaining[] of the values it and
+	// its pending copies read, and on which of those copies are done; it
+	// is cached in scores and recomputed only after one of those changed.
+	scores []listScore
+	out    []*ir.Op
+	// reads is scoreOf's scratch list of values read.
+	reads []listRead
+}
+
+// listScore is the cached score of one candidate op.
+type listScore struct {
+	dev, host int64
+	ok        bool
+}
+
+// listRead counts the reads of v by an op and the copies emitted with it.
+type listRead struct {
+	v *ir.Value
+	k int
+}
+
+// newListScheduler builds the dependence graph of r's ops: data
+// dependencies, then the extra orderings after.
+func newListScheduler(r *ir.Region, top bool, after map[int][]int) *listScheduler {
+	n := len(r.Ops)
+	s := &listScheduler{
+		r:            r,
+		top:          top,
+		def:          map[*ir.Value]int{},
+		remaining:    map[*ir.Value]int{},
+		readers:      map[*ir.Value][]int{},
+		waiting:      make([]int, n),
+		succs:        make([][]int, n),
+		predList:     make([][]int, n),
+		distinctArgs: make([][]*ir.Value, n),
+		late:         make([]bool, n),
+		done:         make([]bool, n),
+		scores:       make([]listScore, n),
+		out:          make([]*ir.Op, 0, n),
+	}
 	for i, op := range r.Ops {
-		seen := map[*ir.Value]bool{}
-		predSeen := map[int]bool{}
-		for _, a := range op.Args {
-			if seen[a] {
-				continue
-			}
-			seen[a] = true
-			distinctArgs[i] = append(distinctArgs[i], a)
-			remaining[a]++
-			readers[a] = append(readers[a], i)
-			if p, ok := def[a]; ok && !predSeen[p] {
-				predSeen[p] = true
-				waiting[i]++
-				succs[p] = append(succs[p], i)
-				predList[i] = append(predList[i], p)
-			}
+		for _, v := range op.Results {
+			s.def[v] = i
 		}
+	}
+	s.ret = returned(r)
+	for i, op := range r.Ops {
+		s.addArgs(i, op)
 	}
 	for i, ps := range after {
 		for _, p := range ps {
-			if !slices.Contains(predList[i], p) {
-				waiting[i]++
-				succs[p] = append(succs[p], i)
-				predList[i] = append(predList[i], p)
+			if !slices.Contains(s.predList[i], p) {
+				s.addEdge(p, i)
 			}
 		}
 	}
-	// late[i]: op i is a host→device copy emitted with its first reader.
-	late := make([]bool, n)
 	for i, op := range r.Ops {
-		late[i] = hostToDevice(op) && len(succs[i]) > 0
+		s.late[i] = hostToDevice(op) && len(s.succs[i]) > 0
 	}
-	done := make([]bool, n)
-	// inArena reports whether a value defined in r takes arena bytes.
-	inArena := func(v *ir.Value) bool {
-		_, local := def[v]
-		return local && !(top && ret[v])
-	}
-	var ready []int
-	var release func(i int)
-	release = func(i int) { // op i's predecessors are done (or emitted with it)
-		if !late[i] {
-			ready = append(ready, i)
-			return
+	return s
+}
+
+// addArgs records op i's distinct arguments, their readers, and an edge
+// from each argument's defining op.
+func (s *listScheduler) addArgs(i int, op *ir.Op) {
+	seen := map[*ir.Value]bool{}
+	predSeen := map[int]bool{}
+	for _, a := range op.Args {
+		if seen[a] {
+			continue
 		}
-		for _, s := range succs[i] {
-			if waiting[s]--; waiting[s] == 0 {
-				release(s)
-			}
+		seen[a] = true
+		s.distinctArgs[i] = append(s.distinctArgs[i], a)
+		s.remaining[a]++
+		s.readers[a] = append(s.readers[a], i)
+		if p, ok := s.def[a]; ok && !predSeen[p] {
+			predSeen[p] = true
+			s.addEdge(p, i)
 		}
 	}
-	var roots []int // found first: release lowers waiting
-	for i := range r.Ops {
-		if waiting[i] == 0 {
+}
+
+// addEdge makes op i wait for op p.
+func (s *listScheduler) addEdge(p, i int) {
+	s.waiting[i]++
+	s.succs[p] = append(s.succs[p], i)
+	s.predList[i] = append(s.predList[i], p)
+}
+
+// inArena reports whether a value defined in r takes arena bytes.
+func (s *listScheduler) inArena(v *ir.Value) bool {
+	_, local := s.def[v]
+	return local && !(s.top && s.ret[v])
+}
+
+// releaseRoots releases the ops that wait for nothing. They are all found
+// first, since release lowers waiting.
+func (s *listScheduler) releaseRoots() {
+	var roots []int
+	for i := range s.r.Ops {
+		if s.waiting[i] == 0 {
 			roots = append(roots, i)
 		}
 	}
 	for _, i := range roots {
-		release(i)
+		s.release(i)
 	}
-	// pending lists the late copies op i would emit first, in traced order.
-	pending := func(i int) []int {
-		var out []int
-		for _, p := range predList[i] {
-			if late[p] && !done[p] {
-				out = append(out, p)
-			}
-		}
-		slices.Sort(out)
-		return out
+}
+
+// release is called once op i's predecessors are done (or emitted with it):
+// it makes i ready, or, for a late copy, releases its readers in its place.
+func (s *listScheduler) release(i int) {
+	if !s.late[i] {
+		s.ready = append(s.ready, i)
+		return
 	}
-	// A candidate's score depends only on remaining[] of the values it and
-	// its pending copies read, and on which of those copies are done; it
-	// is cached in scores and recomputed only after one of those changed.
-	type score struct {
-		dev, host int64
-		ok        bool
-	}
-	scores := make([]score, n)
-	stale := func(q int) { // q's reads changed: q and, for a late copy, its readers
-		scores[q].ok = false
-		if late[q] {
-			for _, s := range succs[q] {
-				scores[s].ok = false
-			}
+	s.releaseSuccs(i)
+}
+
+// releaseSuccs counts op i as done for its successors.
+func (s *listScheduler) releaseSuccs(i int) {
+	for _, q := range s.succs[i] {
+		if s.waiting[q]--; s.waiting[q] == 0 {
+			s.release(q)
 		}
 	}
-	out := make([]*ir.Op, 0, n)
-	emit := func(i int) {
-		done[i] = true
-		out = append(out, r.Ops[i])
-		for _, a := range distinctArgs[i] {
-			remaining[a]--
-			for _, q := range readers[a] {
-				stale(q)
-			}
-		}
-		stale(i) // i's readers' pending copies, if i is a late copy
-		if !late[i] {
-			for _, s := range succs[i] {
-				if waiting[s]--; waiting[s] == 0 {
-					release(s)
-				}
-			}
+}
+
+// pending lists the late copies op i would emit first, in traced order.
+func (s *listScheduler) pending(i int) []int {
+	var out []int
+	for _, p := range s.predList[i] {
+		if s.late[p] && !s.done[p] {
+			out = append(out, p)
 		}
 	}
-	type read struct {
-		v *ir.Value
-		k int // reads by op i and the copies emitted with it
+	slices.Sort(out)
+	return out
+}
+
+// stale drops the cached score of q, whose reads changed, and, for a late
+// copy, of its readers.
+func (s *listScheduler) stale(q int) {
+	s.scores[q].ok = false
+	if s.late[q] {
+		for _, x := range s.succs[q] {
+			s.scores[x].ok = false
+		}
 	}
-	var reads []read
-	// scoreOf returns the device and host bytes op i (with its pending
-	// copies) frees minus those it allocates.
-	scoreOf := func(i int) (dev, host int64) {
-		add := func(v *ir.Value, sign int64) {
-			if v.Type.Space == ir.Device {
-				dev += sign * bytesOf(v)
-			} else {
-				host += sign * bytesOf(v)
+}
+
+// emit appends op i to the order.
+func (s *listScheduler) emit(i int) {
+	s.done[i] = true
+	s.out = append(s.out, s.r.Ops[i])
+	for _, a := range s.distinctArgs[i] {
+		s.remaining[a]--
+		for _, q := range s.readers[a] {
+			s.stale(q)
+		}
+	}
+	s.stale(i) // i's readers' pending copies, if i is a late copy
+	if !s.late[i] {
+		s.releaseSuccs(i)
+	}
+}
+
+// pick removes from the ready list and returns the op with the best score:
+// the most device bytes freed, then a device→host copy, then the most host
+// bytes freed, then the traced order.
+func (s *listScheduler) pick() int {
+	best := -1
+	var bestDev, bestHost int64
+	var bestD2H bool
+	for j, i := range s.ready {
+		if !s.scores[i].ok {
+			d, h := s.scoreOf(i)
+			s.scores[i] = listScore{d, h, true}
+		}
+		dev, host := s.scores[i].dev, s.scores[i].host
+		d2h := deviceToHost(s.r.Ops[i])
+		better := best < 0 || dev > bestDev
+		if !better && dev == bestDev {
+			switch {
+			case d2h != bestD2H:
+				better = d2h
+			case host != bestHost:
+				better = host > bestHost
+			default:
+				better = i < s.ready[best]
 			}
 		}
-		// Reads by the late copies emitted first count as reads of op i.
-		reads = reads[:0]
-		note := func(a *ir.Value) {
-			for j := range reads {
-				if reads[j].v == a {
-					reads[j].k++
-					return
-				}
-			}
-			reads = append(reads, read{a, 1})
+		if better {
+			best, bestDev, bestHost, bestD2H = j, dev, host, d2h
 		}
-		for _, p := range pending(i) {
-			for _, a := range distinctArgs[p] {
-				note(a)
-			}
-			for _, v := range r.Ops[p].Results {
-				if inArena(v) {
-					add(v, -1)
-				}
-			}
+	}
+	i := s.ready[best]
+	s.ready = append(s.ready[:best], s.ready[best+1:]...)
+	return i
+}
+
+// noteRead counts one read of a in s.reads.
+func (s *listScheduler) noteRead(a *ir.Value) {
+	for j := range s.reads {
+		if s.reads[j].v == a {
+			s.reads[j].k++
+			return
 		}
-		for _, a := range distinctArgs[i] {
-			note(a)
+	}
+	s.reads = append(s.reads, listRead{a, 1})
+}
+
+// scoreOf returns the device and host bytes op i (with its pending copies)
+// frees minus those it allocates.
+func (s *listScheduler) scoreOf(i int) (dev, host int64) {
+	add := func(v *ir.Value, sign int64) {
+		if v.Type.Space == ir.Device {
+			dev += sign * bytesOf(v)
+		} else {
+			host += sign * bytesOf(v)
 		}
-		for _, rd := range reads {
-			if inArena(rd.v) && remaining[rd.v] == rd.k && !ret[rd.v] {
-				add(rd.v, 1)
-			}
+	}
+	// Reads by the late copies emitted first count as reads of op i.
+	s.reads = s.reads[:0]
+	for _, p := range s.pending(i) {
+		for _, a := range s.distinctArgs[p] {
+			s.noteRead(a)
 		}
-		for _, v := range r.Ops[i].Results {
-			if inArena(v) {
+		for _, v := range s.r.Ops[p].Results {
+			if s.inArena(v) {
 				add(v, -1)
 			}
 		}
-		return dev, host
 	}
-	for len(ready) > 0 {
-		best := -1
-		var bestDev, bestHost int64
-		var bestD2H bool
-		for j, i := range ready {
-			if !scores[i].ok {
-				d, h := scoreOf(i)
-				scores[i] = score{d, h, true}
-			}
-			dev, host := scores[i].dev, scores[i].host
-			d2h := deviceToHost(r.Ops[i])
-			better := best < 0 || dev > bestDev
-			if !better && dev == bestDev {
-				switch {
-				case d2h != bestD2H:
-					better = d2h
-				case host != bestHost:
-					better = host > bestHost
-				default:
-					better = i < ready[best]
-				}
-			}
-			if better {
-				best, bestDev, bestHost, bestD2H = j, dev, host, d2h
-			}
+	for _, a := range s.distinctArgs[i] {
+		s.noteRead(a)
+	}
+	for _, rd := range s.reads {
+		if s.inArena(rd.v) && s.remaining[rd.v] == rd.k && !s.ret[rd.v] {
+			add(rd.v, 1)
 		}
-		i := ready[best]
-		ready = append(ready[:best], ready[best+1:]...)
-		for _, p := range pending(i) {
-			emit(p)
+	}
+	for _, v := range s.r.Ops[i].Results {
+		if s.inArena(v) {
+			add(v, -1)
 		}
-		emit(i)
 	}
-	// Late copies nobody ran with (impossible: every late copy has a
-	// reader) would leave the order incomplete; keep the traced order then.
-	if len(out) != n {
-		return r.Ops
-	}
-	return out
+	return dev, host
 }
