@@ -374,12 +374,11 @@ func (s *scope) fill(n int) {
 // here.
 func (s *scope) copiesAllowed() bool { return s.g.scanDepth == 0 || s.g.feat.ScanCopies }
 
+// step adds one random op (or a few chained ones) built on a picked value.
 func (s *scope) step() {
-	g := s.g
-	rng := g.rng
 	x := s.pick()
 	if !onDevice(x) {
-		if rng.IntN(2) == 0 && s.copiesAllowed() {
+		if s.g.rng.IntN(2) == 0 && s.copiesAllowed() {
 			s.add1(ir.DevicePut, []*ir.Value{x}, ir.Attrs{"space": ir.Device})
 			return
 		}
@@ -387,163 +386,239 @@ func (s *scope) step() {
 			return
 		}
 	}
-	dt := x.Type.DType
 	n := 24
-	if g.feat.Extended {
+	if s.g.feat.Extended {
 		n = 34
 	}
-	switch k := rng.IntN(n); {
-	case k < 5: // unary
-		codes := floatUnary
-		if !dt.IsFloat() {
-			codes = intUnary
-		}
-		if dt == ir.Bool {
-			codes = []ir.Code{ir.Not}
-		}
-		s.add1(codes[rng.IntN(len(codes))], []*ir.Value{x}, nil)
-	case k < 10: // binary, often with a constant
-		if dt == ir.Bool {
-			s.add1([]ir.Code{ir.And, ir.Or, ir.Xor}[rng.IntN(3)], []*ir.Value{x, s.like(x.Type)}, nil)
-			return
-		}
-		codes := floatBin
-		if !dt.IsFloat() {
-			codes = intBin
-		}
-		y := s.like(x.Type)
-		if y == nil {
-			return
-		}
-		args := []*ir.Value{x, y}
-		if rng.IntN(2) == 0 {
-			args[0], args[1] = y, x
-		}
-		s.add1(codes[rng.IntN(len(codes))], args, nil)
-	case k < 11: // compare and select
-		if dt == ir.Bool {
-			return
-		}
-		y := s.like(x.Type)
-		p := s.add1(compares[rng.IntN(len(compares))], []*ir.Value{x, y}, nil)
-		if p != nil && rng.IntN(3) > 0 {
-			s.add1(ir.Select, []*ir.Value{p, x, y}, nil)
-		}
-	case k < 12: // double negation, identity shape ops
-		if dt == ir.Bool {
-			return
-		}
-		switch rng.IntN(4) {
-		case 0:
-			if v := s.add1(ir.Neg, []*ir.Value{x}, nil); v != nil {
-				s.add1(ir.Neg, []*ir.Value{v}, nil)
-			}
-		case 1:
-			lim := []int(x.Type.Shape.Clone())
-			s.add1(ir.Slice, []*ir.Value{x}, ir.Attrs{"start": make([]int, x.Type.Rank()), "limit": lim, "strides": ones(x.Type.Rank())})
-		case 2:
-			s.add1(ir.Convert, []*ir.Value{x}, ir.Attrs{"dtype": dt})
-		default:
-			s.add1(ir.Transpose, []*ir.Value{x}, ir.Attrs{"perm": iotaInts(x.Type.Rank())})
-		}
-	case k < 14: // broadcast to a bigger shape
-		if x.Type.Rank() >= 3 {
-			return
-		}
-		shape := append(ir.Shape{s.g.dim(3)}, x.Type.Shape...)
-		dims := make([]int, x.Type.Rank())
-		for i := range dims {
-			dims[i] = i + 1
-		}
-		if d := slices.Index(x.Type.Shape, 1); d >= 0 && rng.IntN(2) == 0 {
-			// Broadcast along a size-1 dimension (dims the identity).
-			shape = x.Type.Shape.Clone()
-			shape[d] = 2 + rng.IntN(3)
-			if s.g.feat.EvenDims {
-				shape[d] = 2 << rng.IntN(3)
-			}
-			dims = iotaInts(x.Type.Rank())
-		}
-		if shape.Size() > 1<<15 {
-			return
-		}
-		s.add1(ir.BroadcastInDim, []*ir.Value{x}, ir.Attrs{"shape": []int(shape), "dims": dims})
-	case k < 15: // reshape (twice, sometimes)
-		shape := refactor(rng, x.Type.Shape)
-		if v := s.add1(ir.Reshape, []*ir.Value{x}, ir.Attrs{"shape": []int(shape)}); v != nil && rng.IntN(2) == 0 {
-			s.add1(ir.Reshape, []*ir.Value{v}, ir.Attrs{"shape": []int(refactor(rng, shape))})
-		}
-	case k < 16: // transpose (twice, sometimes)
-		if x.Type.Rank() < 2 {
-			return
-		}
-		p := rng.Perm(x.Type.Rank())
-		if v := s.add1(ir.Transpose, []*ir.Value{x}, ir.Attrs{"perm": p}); v != nil && rng.IntN(2) == 0 {
-			s.add1(ir.Transpose, []*ir.Value{v}, ir.Attrs{"perm": rng.Perm(x.Type.Rank())})
-		}
-	case k < 18: // reduction
-		if x.Type.Rank() == 0 || dt == ir.Bool {
-			return
-		}
-		var axes []int
-		for i := range x.Type.Rank() {
-			if rng.IntN(2) == 0 {
-				axes = append(axes, i)
-			}
-		}
-		if axes == nil {
-			axes = []int{x.Type.Rank() - 1}
-		}
-		codes := []ir.Code{ir.ReduceSum, ir.ReduceMax, ir.ReduceMin, ir.ReduceProd}
-		c := codes[rng.IntN(len(codes))]
-		if dt.IsFloat() && rng.IntN(2) == 0 {
-			// Softmax-like: a reduction of an elementwise producer, reused.
-			if e := s.add1(ir.Exp, []*ir.Value{x}, nil); e != nil {
-				x = e
-			}
-		}
-		s.add1(c, []*ir.Value{x}, ir.Attrs{"axes": axes})
-	case k < 20: // dot_general, with an epilogue
+	switch k := s.g.rng.IntN(n); {
+	case k < 5:
+		s.unary(x)
+	case k < 10:
+		s.binary(x)
+	case k < 11:
+		s.compareSelect(x)
+	case k < 12:
+		s.identity(x)
+	case k < 14:
+		s.broadcast(x)
+	case k < 15:
+		s.reshape(x)
+	case k < 16:
+		s.transpose(x)
+	case k < 18:
+		s.reduce(x)
+	case k < 20:
 		s.dot(x)
-	case k < 21: // convert
-		to := ir.Int32
-		if !dt.IsFloat() {
-			to = ir.Float32
-		}
-		if g.feat.Extended && rng.IntN(2) == 0 {
-			to = []ir.DType{ir.Float32, ir.Float64, ir.Float16, ir.BFloat16, ir.Int32, ir.Uint8, ir.Int64, ir.Uint32, ir.Bool}[rng.IntN(9)]
-		}
-		s.add1(ir.Convert, []*ir.Value{x}, ir.Attrs{"dtype": to})
-	case k < 22: // iota feeding an elementwise op, or a device_put round trip
-		if rng.IntN(2) == 0 && x.Type.Rank() > 0 && dt != ir.Bool {
-			io := s.add1(ir.Iota, nil, ir.Attrs{"dtype": dt, "shape": []int(x.Type.Shape.Clone()), "dim": rng.IntN(x.Type.Rank())})
-			if io != nil {
-				s.add1(ir.Add, []*ir.Value{x, io}, nil)
-			}
-			return
-		}
-		if !s.copiesAllowed() {
-			return
-		}
-		if h := s.add1(ir.DevicePut, []*ir.Value{x}, ir.Attrs{"space": ir.PinnedHost}); h != nil {
-			if rng.IntN(2) == 0 {
-				s.add1(ir.DevicePut, []*ir.Value{h}, ir.Attrs{"space": ir.Device})
-			}
-		}
-	case k < 24: // control flow
-		if !g.feat.Control || g.depth >= 2 || g.budget < 4 {
-			return
-		}
-		switch rng.IntN(6) {
-		case 0:
-			s.cond()
-		case 1:
-			s.while()
-		default:
-			s.scan()
-		}
+	case k < 21:
+		s.convert(x)
+	case k < 22:
+		s.iotaOrRoundTrip(x)
+	case k < 24:
+		s.control()
 	default:
 		s.extended(x)
+	}
+}
+
+// unary adds an elementwise unary op of x.
+func (s *scope) unary(x *ir.Value) {
+	dt := x.Type.DType
+	codes := floatUnary
+	if !dt.IsFloat() {
+		codes = intUnary
+	}
+	if dt == ir.Bool {
+		codes = []ir.Code{ir.Not}
+	}
+	s.add1(codes[s.g.rng.IntN(len(codes))], []*ir.Value{x}, nil)
+}
+
+// binary adds an elementwise binary op of x and a value of its type (often
+// a constant), in either order.
+func (s *scope) binary(x *ir.Value) {
+	rng := s.g.rng
+	dt := x.Type.DType
+	if dt == ir.Bool {
+		s.add1([]ir.Code{ir.And, ir.Or, ir.Xor}[rng.IntN(3)], []*ir.Value{x, s.like(x.Type)}, nil)
+		return
+	}
+	codes := floatBin
+	if !dt.IsFloat() {
+		codes = intBin
+	}
+	y := s.like(x.Type)
+	if y == nil {
+		return
+	}
+	args := []*ir.Value{x, y}
+	if rng.IntN(2) == 0 {
+		args[0], args[1] = y, x
+	}
+	s.add1(codes[rng.IntN(len(codes))], args, nil)
+}
+
+// compareSelect adds a comparison of x with a value of its type, and
+// usually a select on it.
+func (s *scope) compareSelect(x *ir.Value) {
+	rng := s.g.rng
+	if x.Type.DType == ir.Bool {
+		return
+	}
+	y := s.like(x.Type)
+	p := s.add1(compares[rng.IntN(len(compares))], []*ir.Value{x, y}, nil)
+	if p != nil && rng.IntN(3) > 0 {
+		s.add1(ir.Select, []*ir.Value{p, x, y}, nil)
+	}
+}
+
+// identity adds ops that leave x unchanged: a double negation, a full
+// slice, a convert to its own dtype or an identity transpose.
+func (s *scope) identity(x *ir.Value) {
+	dt := x.Type.DType
+	if dt == ir.Bool {
+		return
+	}
+	switch s.g.rng.IntN(4) {
+	case 0:
+		if v := s.add1(ir.Neg, []*ir.Value{x}, nil); v != nil {
+			s.add1(ir.Neg, []*ir.Value{v}, nil)
+		}
+	case 1:
+		lim := []int(x.Type.Shape.Clone())
+		s.add1(ir.Slice, []*ir.Value{x}, ir.Attrs{"start": make([]int, x.Type.Rank()), "limit": lim, "strides": ones(x.Type.Rank())})
+	case 2:
+		s.add1(ir.Convert, []*ir.Value{x}, ir.Attrs{"dtype": dt})
+	default:
+		s.add1(ir.Transpose, []*ir.Value{x}, ir.Attrs{"perm": iotaInts(x.Type.Rank())})
+	}
+}
+
+// broadcast adds a broadcast of x to a bigger shape: a new leading
+// dimension, or a size-1 dimension grown.
+func (s *scope) broadcast(x *ir.Value) {
+	rng := s.g.rng
+	if x.Type.Rank() >= 3 {
+		return
+	}
+	shape := append(ir.Shape{s.g.dim(3)}, x.Type.Shape...)
+	dims := make([]int, x.Type.Rank())
+	for i := range dims {
+		dims[i] = i + 1
+	}
+	if d := slices.Index(x.Type.Shape, 1); d >= 0 && rng.IntN(2) == 0 {
+		// Broadcast along a size-1 dimension (dims the identity).
+		shape = x.Type.Shape.Clone()
+		shape[d] = 2 + rng.IntN(3)
+		if s.g.feat.EvenDims {
+			shape[d] = 2 << rng.IntN(3)
+		}
+		dims = iotaInts(x.Type.Rank())
+	}
+	if shape.Size() > 1<<15 {
+		return
+	}
+	s.add1(ir.BroadcastInDim, []*ir.Value{x}, ir.Attrs{"shape": []int(shape), "dims": dims})
+}
+
+// reshape adds a reshape of x (twice, sometimes).
+func (s *scope) reshape(x *ir.Value) {
+	rng := s.g.rng
+	shape := refactor(rng, x.Type.Shape)
+	if v := s.add1(ir.Reshape, []*ir.Value{x}, ir.Attrs{"shape": []int(shape)}); v != nil && rng.IntN(2) == 0 {
+		s.add1(ir.Reshape, []*ir.Value{v}, ir.Attrs{"shape": []int(refactor(rng, shape))})
+	}
+}
+
+// transpose adds a transpose of x (twice, sometimes).
+func (s *scope) transpose(x *ir.Value) {
+	rng := s.g.rng
+	if x.Type.Rank() < 2 {
+		return
+	}
+	p := rng.Perm(x.Type.Rank())
+	if v := s.add1(ir.Transpose, []*ir.Value{x}, ir.Attrs{"perm": p}); v != nil && rng.IntN(2) == 0 {
+		s.add1(ir.Transpose, []*ir.Value{v}, ir.Attrs{"perm": rng.Perm(x.Type.Rank())})
+	}
+}
+
+// reduce adds a reduction of x over random axes, sometimes of an exp of x
+// (softmax-like).
+func (s *scope) reduce(x *ir.Value) {
+	rng := s.g.rng
+	dt := x.Type.DType
+	if x.Type.Rank() == 0 || dt == ir.Bool {
+		return
+	}
+	var axes []int
+	for i := range x.Type.Rank() {
+		if rng.IntN(2) == 0 {
+			axes = append(axes, i)
+		}
+	}
+	if axes == nil {
+		axes = []int{x.Type.Rank() - 1}
+	}
+	codes := []ir.Code{ir.ReduceSum, ir.ReduceMax, ir.ReduceMin, ir.ReduceProd}
+	c := codes[rng.IntN(len(codes))]
+	if dt.IsFloat() && rng.IntN(2) == 0 {
+		// Softmax-like: a reduction of an elementwise producer, reused.
+		if e := s.add1(ir.Exp, []*ir.Value{x}, nil); e != nil {
+			x = e
+		}
+	}
+	s.add1(c, []*ir.Value{x}, ir.Attrs{"axes": axes})
+}
+
+// convert adds a convert of x between float and integer (with Extended,
+// to any dtype).
+func (s *scope) convert(x *ir.Value) {
+	rng := s.g.rng
+	to := ir.Int32
+	if !x.Type.DType.IsFloat() {
+		to = ir.Float32
+	}
+	if s.g.feat.Extended && rng.IntN(2) == 0 {
+		to = []ir.DType{ir.Float32, ir.Float64, ir.Float16, ir.BFloat16, ir.Int32, ir.Uint8, ir.Int64, ir.Uint32, ir.Bool}[rng.IntN(9)]
+	}
+	s.add1(ir.Convert, []*ir.Value{x}, ir.Attrs{"dtype": to})
+}
+
+// iotaOrRoundTrip adds an iota feeding an add with x, or a device_put of x
+// to pinned_host (and back, sometimes).
+func (s *scope) iotaOrRoundTrip(x *ir.Value) {
+	rng := s.g.rng
+	dt := x.Type.DType
+	if rng.IntN(2) == 0 && x.Type.Rank() > 0 && dt != ir.Bool {
+		io := s.add1(ir.Iota, nil, ir.Attrs{"dtype": dt, "shape": []int(x.Type.Shape.Clone()), "dim": rng.IntN(x.Type.Rank())})
+		if io != nil {
+			s.add1(ir.Add, []*ir.Value{x, io}, nil)
+		}
+		return
+	}
+	if !s.copiesAllowed() {
+		return
+	}
+	if h := s.add1(ir.DevicePut, []*ir.Value{x}, ir.Attrs{"space": ir.PinnedHost}); h != nil {
+		if rng.IntN(2) == 0 {
+			s.add1(ir.DevicePut, []*ir.Value{h}, ir.Attrs{"space": ir.Device})
+		}
+	}
+}
+
+// control adds a cond, a while or (most often) a scan, when Control is on,
+// the nesting is shallow and the budget allows.
+func (s *scope) control() {
+	g := s.g
+	if !g.feat.Control || g.depth >= 2 || g.budget < 4 {
+		return
+	}
+	switch g.rng.IntN(6) {
+	case 0:
+		s.cond()
+	case 1:
+		s.while()
+	default:
+		s.scan()
 	}
 }
 
@@ -597,126 +672,189 @@ func (s *scope) dot(x *ir.Value) {
 // extended adds one of the less common ops.
 func (s *scope) extended(x *ir.Value) {
 	rng := s.g.rng
-	dt := x.Type.DType
-	r := x.Type.Rank()
 	switch rng.IntN(11) {
-	case 0: // concatenate along a random axis
-		if r == 0 {
-			return
-		}
-		axis := rng.IntN(r)
-		t := x.Type.WithShape(x.Type.Shape).WithSpace(ir.Device)
-		t.Shape[axis] = s.g.dim(3)
-		y := s.like(t)
-		args := []*ir.Value{x, y}
-		if rng.IntN(2) == 0 {
-			args = append(args, x)
-		}
-		s.add1(ir.Concatenate, args, ir.Attrs{"axis": axis})
-	case 1: // pad (low, high, interior; negative low/high crop)
-		if r == 0 {
-			return
-		}
-		low, high, in := make([]int, r), make([]int, r), make([]int, r)
-		for i := range r {
-			low[i], high[i], in[i] = rng.IntN(3)-rng.IntN(2), rng.IntN(3)-rng.IntN(2), rng.IntN(2)
-		}
-		s.add1(ir.Pad, []*ir.Value{x, s.constant(dt)}, ir.Attrs{"low": low, "high": high, "interior": in})
-	case 2: // gather (jnp.take) with clamped indices
-		if r == 0 {
-			return
-		}
-		axis := rng.IntN(r)
-		if x.Type.Shape[axis] == 0 {
-			return // an error at run time, as in JAX
-		}
-		it := ir.Type{DType: ir.Int32, Shape: s.g.randShape()}
-		if it.Rank() > 2 {
-			it.Shape = it.Shape[:2]
-		}
-		idx := s.add1(ir.Constant, nil, ir.Attrs{"value": indexLiteral(rng, it, x.Type.Shape[axis])})
-		if v := s.pickWhere(func(v *ir.Value) bool { return onDevice(v) && v.Type.DType == ir.Int32 && v.Type.Rank() <= 2 }); v != nil && rng.IntN(2) == 0 {
-			idx = v // out-of-range values are clamped
-		}
-		s.add1(ir.Gather, []*ir.Value{x, idx}, ir.Attrs{"axis": axis})
-	case 3: // scatter_add
-		if r == 0 || dt == ir.Bool {
-			return
-		}
-		axis := rng.IntN(r)
-		it := ir.Type{DType: ir.Int32, Shape: ir.Shape{1 + rng.IntN(4)}}
-		idx := s.add1(ir.Constant, nil, ir.Attrs{"value": indexLiteral(rng, it, x.Type.Shape[axis]+1)})
-		ut := x.Type.WithShape(x.Type.Shape).WithSpace(ir.Device)
-		ut.Shape = slices.Concat(x.Type.Shape[:axis], it.Shape, x.Type.Shape[axis+1:])
-		ut.Space = ir.Device
-		s.add1(ir.ScatterAdd, []*ir.Value{x, idx, s.like(ut)}, ir.Attrs{"axis": axis})
-	case 4: // dynamic_slice or dynamic_update_slice with scalar starts
-		if r == 0 {
-			return
-		}
-		sizes := make([]int, r)
-		var starts []*ir.Value
-		for i := range r {
-			sizes[i] = min(x.Type.Shape[i], 1+rng.IntN(x.Type.Shape[i]+1))
-			st := s.pickWhere(func(v *ir.Value) bool { return onDevice(v) && v.Type.DType == ir.Int32 && v.Type.Rank() == 0 })
-			if st == nil || rng.IntN(2) == 0 {
-				l := ir.NewLiteral(ir.Type{DType: ir.Int32, Shape: ir.Shape{}})
-				l.SetFloat64At(0, float64(rng.IntN(x.Type.Shape[i]+2)-1))
-				st = s.add1(ir.Constant, nil, ir.Attrs{"value": l})
-			}
-			starts = append(starts, st)
-		}
-		if rng.IntN(2) == 0 {
-			s.add1(ir.DynamicSlice, append([]*ir.Value{x}, starts...), ir.Attrs{"sizes": sizes})
-			return
-		}
-		up := s.like(ir.Type{DType: dt, Shape: ir.Shape(sizes)})
-		s.add1(ir.DynamicUpdateSlice, append([]*ir.Value{x, up}, starts...), nil)
-	case 5: // sort, one or two operands
-		if r == 0 || dt == ir.Bool {
-			return
-		}
-		args := []*ir.Value{x}
-		nk := 1
-		if rng.IntN(2) == 0 {
-			args = append(args, s.add1(ir.Iota, nil, ir.Attrs{"dtype": ir.Int32, "shape": []int(x.Type.Shape.Clone()), "dim": rng.IntN(r)}))
-		}
-		s.add(ir.Sort, args, ir.Attrs{"dimension": rng.IntN(r), "num_keys": nk})
-	case 6: // argmax / argmin
-		if r == 0 || dt == ir.Bool {
-			return
-		}
-		c := []ir.Code{ir.ArgMax, ir.ArgMin}[rng.IntN(2)]
-		s.add1(c, []*ir.Value{x}, ir.Attrs{"axis": rng.IntN(r), "dtype": ir.Int32})
-	case 7: // bitcast_convert between same-size dtypes, or shifts on ints
-		switch dt {
-		case ir.Float32, ir.Float64:
-			to := []ir.DType{ir.Int32, ir.Uint32}[rng.IntN(2)]
-			if dt == ir.Float64 {
-				to = ir.Int64
-			}
-			if v := s.add1(ir.BitcastConvert, []*ir.Value{x}, ir.Attrs{"dtype": to}); v != nil && rng.IntN(2) == 0 {
-				s.add1(ir.BitcastConvert, []*ir.Value{v}, ir.Attrs{"dtype": dt})
-			}
-		case ir.Int32, ir.Uint8, ir.Int64, ir.Uint32:
-			amt := s.like(x.Type)
-			s.add1(shifts[rng.IntN(len(shifts))], []*ir.Value{x, amt}, nil)
-		case ir.Float16:
-			s.add1(ir.BitcastConvert, []*ir.Value{x}, ir.Attrs{"dtype": ir.BFloat16})
-		}
-	case 8: // checkpoint_name
+	case 0:
+		s.concatenate(x)
+	case 1:
+		s.pad(x)
+	case 2:
+		s.gather(x)
+	case 3:
+		s.scatterAdd(x)
+	case 4:
+		s.dynamicSlice(x)
+	case 5:
+		s.sort(x)
+	case 6:
+		s.argMinMax(x)
+	case 7:
+		s.bitcastOrShift(x)
+	case 8:
 		s.add1(ir.CheckpointName, []*ir.Value{x}, ir.Attrs{"name": fmt.Sprintf("n%d", rng.IntN(3))})
 	case 9: // sharding_constraint over a one-device mesh
 		s.constrain(x)
-	default: // optimization_barrier of one or two values
-		args := []*ir.Value{x}
-		if y := s.pickWhere(onDevice); y != nil && rng.IntN(2) == 0 {
-			args = append(args, y)
+	default:
+		s.barrier(x)
+	}
+}
+
+// concatenate adds a concatenation of x with a value of another length
+// along a random axis (and x again, sometimes).
+func (s *scope) concatenate(x *ir.Value) {
+	rng := s.g.rng
+	r := x.Type.Rank()
+	if r == 0 {
+		return
+	}
+	axis := rng.IntN(r)
+	t := x.Type.WithShape(x.Type.Shape).WithSpace(ir.Device)
+	t.Shape[axis] = s.g.dim(3)
+	y := s.like(t)
+	args := []*ir.Value{x, y}
+	if rng.IntN(2) == 0 {
+		args = append(args, x)
+	}
+	s.add1(ir.Concatenate, args, ir.Attrs{"axis": axis})
+}
+
+// pad adds a pad of x (low, high, interior; negative low/high crop).
+func (s *scope) pad(x *ir.Value) {
+	rng := s.g.rng
+	r := x.Type.Rank()
+	if r == 0 {
+		return
+	}
+	low, high, in := make([]int, r), make([]int, r), make([]int, r)
+	for i := range r {
+		low[i], high[i], in[i] = rng.IntN(3)-rng.IntN(2), rng.IntN(3)-rng.IntN(2), rng.IntN(2)
+	}
+	s.add1(ir.Pad, []*ir.Value{x, s.constant(x.Type.DType)}, ir.Attrs{"low": low, "high": high, "interior": in})
+}
+
+// gather adds a gather (jnp.take) from x, its indices a constant or an
+// existing int32 value (out-of-range values clamped).
+func (s *scope) gather(x *ir.Value) {
+	rng := s.g.rng
+	r := x.Type.Rank()
+	if r == 0 {
+		return
+	}
+	axis := rng.IntN(r)
+	if x.Type.Shape[axis] == 0 {
+		return // an error at run time, as in JAX
+	}
+	it := ir.Type{DType: ir.Int32, Shape: s.g.randShape()}
+	if it.Rank() > 2 {
+		it.Shape = it.Shape[:2]
+	}
+	idx := s.add1(ir.Constant, nil, ir.Attrs{"value": indexLiteral(rng, it, x.Type.Shape[axis])})
+	if v := s.pickWhere(func(v *ir.Value) bool { return onDevice(v) && v.Type.DType == ir.Int32 && v.Type.Rank() <= 2 }); v != nil && rng.IntN(2) == 0 {
+		idx = v // out-of-range values are clamped
+	}
+	s.add1(ir.Gather, []*ir.Value{x, idx}, ir.Attrs{"axis": axis})
+}
+
+// scatterAdd adds a scatter_add into x along a random axis.
+func (s *scope) scatterAdd(x *ir.Value) {
+	rng := s.g.rng
+	r := x.Type.Rank()
+	if r == 0 || x.Type.DType == ir.Bool {
+		return
+	}
+	axis := rng.IntN(r)
+	it := ir.Type{DType: ir.Int32, Shape: ir.Shape{1 + rng.IntN(4)}}
+	idx := s.add1(ir.Constant, nil, ir.Attrs{"value": indexLiteral(rng, it, x.Type.Shape[axis]+1)})
+	ut := x.Type.WithShape(x.Type.Shape).WithSpace(ir.Device)
+	ut.Shape = slices.Concat(x.Type.Shape[:axis], it.Shape, x.Type.Shape[axis+1:])
+	ut.Space = ir.Device
+	s.add1(ir.ScatterAdd, []*ir.Value{x, idx, s.like(ut)}, ir.Attrs{"axis": axis})
+}
+
+// dynamicSlice adds a dynamic_slice of x or a dynamic_update_slice into x,
+// with scalar starts (constants, some out of range, or existing values).
+func (s *scope) dynamicSlice(x *ir.Value) {
+	rng := s.g.rng
+	r := x.Type.Rank()
+	if r == 0 {
+		return
+	}
+	sizes := make([]int, r)
+	var starts []*ir.Value
+	for i := range r {
+		sizes[i] = min(x.Type.Shape[i], 1+rng.IntN(x.Type.Shape[i]+1))
+		st := s.pickWhere(func(v *ir.Value) bool { return onDevice(v) && v.Type.DType == ir.Int32 && v.Type.Rank() == 0 })
+		if st == nil || rng.IntN(2) == 0 {
+			l := ir.NewLiteral(ir.Type{DType: ir.Int32, Shape: ir.Shape{}})
+			l.SetFloat64At(0, float64(rng.IntN(x.Type.Shape[i]+2)-1))
+			st = s.add1(ir.Constant, nil, ir.Attrs{"value": l})
 		}
-		res := s.add(ir.OptimizationBarrier, args, nil)
-		if len(res) > 0 && dt.IsFloat() {
-			s.add1(ir.Mul, []*ir.Value{res[0], res[0]}, nil)
+		starts = append(starts, st)
+	}
+	if rng.IntN(2) == 0 {
+		s.add1(ir.DynamicSlice, append([]*ir.Value{x}, starts...), ir.Attrs{"sizes": sizes})
+		return
+	}
+	up := s.like(ir.Type{DType: x.Type.DType, Shape: ir.Shape(sizes)})
+	s.add1(ir.DynamicUpdateSlice, append([]*ir.Value{x, up}, starts...), nil)
+}
+
+// sort adds a sort of x, alone or with an iota as a second operand.
+func (s *scope) sort(x *ir.Value) {
+	rng := s.g.rng
+	r := x.Type.Rank()
+	if r == 0 || x.Type.DType == ir.Bool {
+		return
+	}
+	args := []*ir.Value{x}
+	nk := 1
+	if rng.IntN(2) == 0 {
+		args = append(args, s.add1(ir.Iota, nil, ir.Attrs{"dtype": ir.Int32, "shape": []int(x.Type.Shape.Clone()), "dim": rng.IntN(r)}))
+	}
+	s.add(ir.Sort, args, ir.Attrs{"dimension": rng.IntN(r), "num_keys": nk})
+}
+
+// argMinMax adds an argmax or argmin of x along a random axis.
+func (s *scope) argMinMax(x *ir.Value) {
+	rng := s.g.rng
+	r := x.Type.Rank()
+	if r == 0 || x.Type.DType == ir.Bool {
+		return
+	}
+	c := []ir.Code{ir.ArgMax, ir.ArgMin}[rng.IntN(2)]
+	s.add1(c, []*ir.Value{x}, ir.Attrs{"axis": rng.IntN(r), "dtype": ir.Int32})
+}
+
+// bitcastOrShift adds a bitcast_convert of x between same-size dtypes (and
+// back, sometimes), or a shift when x is an integer.
+func (s *scope) bitcastOrShift(x *ir.Value) {
+	rng := s.g.rng
+	switch dt := x.Type.DType; dt {
+	case ir.Float32, ir.Float64:
+		to := []ir.DType{ir.Int32, ir.Uint32}[rng.IntN(2)]
+		if dt == ir.Float64 {
+			to = ir.Int64
 		}
+		if v := s.add1(ir.BitcastConvert, []*ir.Value{x}, ir.Attrs{"dtype": to}); v != nil && rng.IntN(2) == 0 {
+			s.add1(ir.BitcastConvert, []*ir.Value{v}, ir.Attrs{"dtype": dt})
+		}
+	case ir.Int32, ir.Uint8, ir.Int64, ir.Uint32:
+		amt := s.like(x.Type)
+		s.add1(shifts[rng.IntN(len(shifts))], []*ir.Value{x, amt}, nil)
+	case ir.Float16:
+		s.add1(ir.BitcastConvert, []*ir.Value{x}, ir.Attrs{"dtype": ir.BFloat16})
+	}
+}
+
+// barrier adds an optimization_barrier of x (and another value,
+// sometimes), and a use of its first result.
+func (s *scope) barrier(x *ir.Value) {
+	args := []*ir.Value{x}
+	if y := s.pickWhere(onDevice); y != nil && s.g.rng.IntN(2) == 0 {
+		args = append(args, y)
+	}
+	res := s.add(ir.OptimizationBarrier, args, nil)
+	if len(res) > 0 && x.Type.DType.IsFloat() {
+		s.add1(ir.Mul, []*ir.Value{res[0], res[0]}, nil)
 	}
 }
 
@@ -838,13 +976,42 @@ func (s *scope) result(ok func(*ir.Value) bool) *ir.Value {
 	})
 }
 
+// scanGen is the state of one scan being generated: its operands, the
+// stacking carry pair if any, and its body.
+type scanGen struct {
+	s                 *scope
+	consts, carry, xs []*ir.Value
+	// stack is the index in carry of the counter of a stacked buffer
+	// (the buffer follows it), or -1.
+	stack  int
+	length int
+	body   *scope
+	// trip is a ys that made a round trip between memory spaces in the
+	// body, or nil.
+	trip *ir.Value
+}
+
 // scan adds a scan with 0–1 consts, 1–2 carries and 0–2 xs.
 func (s *scope) scan() {
+	sg := &scanGen{s: s, stack: -1}
+	if !sg.pickCarry() {
+		return
+	}
+	sg.pickXs()
+	sg.body = s.nestedWith(sg.paramTypes(), 2+s.g.rng.IntN(6), true, sg.roundTrip)
+	sg.body.r.Results = sg.results()
+	args := slices.Concat(sg.consts, sg.carry, sg.xs)
+	s.add(ir.Scan, args, ir.Attrs{"num_consts": len(sg.consts), "num_carry": len(sg.carry), "length": sg.length, "reverse": s.g.rng.IntN(2) == 0}, sg.body.r)
+}
+
+// pickCarry picks the consts and the carries (now and then with a stacking
+// counter and buffer), and reports whether there is a carry.
+func (sg *scanGen) pickCarry() bool {
+	s := sg.s
 	rng := s.g.rng
-	var consts, carry, xs []*ir.Value
 	if rng.IntN(2) == 0 {
 		if c := s.pick(); s.operandOK(c) {
-			consts = append(consts, c)
+			sg.consts = append(sg.consts, c)
 		}
 	}
 	for range 1 + rng.IntN(2) {
@@ -852,86 +1019,116 @@ func (s *scope) scan() {
 		if !onDevice(c) {
 			continue
 		}
-		carry = append(carry, c)
+		sg.carry = append(sg.carry, c)
 	}
-	if len(carry) == 0 {
-		return
+	if len(sg.carry) == 0 {
+		return false
 	}
 	// Now and then a counter and a buffer the body writes one row of per
 	// iteration (dynamic_update_slice at the counter, in place into its
 	// carry), as a scan stacking by hand does.
-	stack := -1
 	if rng.IntN(4) == 0 {
 		buf := s.pickWhere(func(v *ir.Value) bool { return onDevice(v) && v.Type.Rank() >= 1 && v.Type.Size() > 0 })
 		if zero := s.add1(ir.Constant, nil, ir.Attrs{"value": ir.Scalar(int32(0))}); buf != nil && zero != nil {
-			stack = len(carry)
-			carry = append(carry, zero, buf)
+			sg.stack = len(sg.carry)
+			sg.carry = append(sg.carry, zero, buf)
 		}
 	}
-	length := 1 + rng.IntN(3)
+	return true
+}
+
+// pickXs draws the length and picks the xs: values whose leading
+// dimension is the length, or else now and then a broadcast to one.
+func (sg *scanGen) pickXs() {
+	s := sg.s
+	rng := s.g.rng
+	sg.length = 1 + rng.IntN(3)
 	if rng.IntN(8) == 0 {
-		length = 4 + rng.IntN(8)
+		sg.length = 4 + rng.IntN(8)
 	}
 	for range rng.IntN(3) {
-		x := s.pickWhere(func(v *ir.Value) bool { return v.Type.Rank() > 0 && v.Type.Shape[0] == length && s.operandOK(v) })
+		x := s.pickWhere(func(v *ir.Value) bool { return v.Type.Rank() > 0 && v.Type.Shape[0] == sg.length && s.operandOK(v) })
 		if x == nil {
 			break
 		}
-		xs = append(xs, x)
+		sg.xs = append(sg.xs, x)
 	}
-	if len(xs) == 0 && rng.IntN(2) == 0 {
-		// Make an xs by broadcasting a value to a leading axis.
-		v := s.pick()
-		if onDevice(v) && v.Type.Rank() < 3 {
-			dims := make([]int, v.Type.Rank())
-			for i := range dims {
-				dims[i] = i + 1
-			}
-			if b := s.add1(ir.BroadcastInDim, []*ir.Value{v}, ir.Attrs{"shape": append([]int{length}, v.Type.Shape...), "dims": dims}); b != nil {
-				if s.g.feat.ScanCopies && rng.IntN(3) == 0 {
-					// A pinned_host stack streamed in one slice per iteration.
-					b = s.add1(ir.DevicePut, []*ir.Value{b}, ir.Attrs{"space": ir.PinnedHost})
-				}
-				if b != nil {
-					xs = append(xs, b)
-				}
-			}
-		}
+	if len(sg.xs) == 0 && rng.IntN(2) == 0 {
+		sg.broadcastXs()
 	}
+}
+
+// broadcastXs makes an xs by broadcasting a value to a leading axis.
+func (sg *scanGen) broadcastXs() {
+	s := sg.s
+	v := s.pick()
+	if !onDevice(v) || v.Type.Rank() >= 3 {
+		return
+	}
+	dims := make([]int, v.Type.Rank())
+	for i := range dims {
+		dims[i] = i + 1
+	}
+	b := s.add1(ir.BroadcastInDim, []*ir.Value{v}, ir.Attrs{"shape": append([]int{sg.length}, v.Type.Shape...), "dims": dims})
+	if b == nil {
+		return
+	}
+	if s.g.feat.ScanCopies && s.g.rng.IntN(3) == 0 {
+		// A pinned_host stack streamed in one slice per iteration.
+		b = s.add1(ir.DevicePut, []*ir.Value{b}, ir.Attrs{"space": ir.PinnedHost})
+	}
+	if b != nil {
+		sg.xs = append(sg.xs, b)
+	}
+}
+
+// paramTypes returns the types of the body's parameters: consts, carries
+// and one slice of each xs.
+func (sg *scanGen) paramTypes() []ir.Type {
 	var types []ir.Type
-	for _, v := range consts {
+	for _, v := range sg.consts {
 		types = append(types, v.Type)
 	}
-	for _, v := range carry {
+	for _, v := range sg.carry {
 		types = append(types, v.Type)
 	}
-	for _, v := range xs {
+	for _, v := range sg.xs {
 		types = append(types, v.Type.WithShape(v.Type.Shape[1:]))
 	}
-	var trip *ir.Value
-	roundTrip := func(b *scope) {
-		// Move an xs slice to the other memory space and back, and return
-		// it as a ys: the double-buffered prefetch of the next slice must
-		// wait for the copy that still reads this one.
-		if !s.g.feat.ScanCopies || len(xs) == 0 || rng.IntN(3) > 0 {
-			return
-		}
-		x := b.r.Params[len(consts)+len(carry)+rng.IntN(len(xs))]
-		other := ir.PinnedHost
-		if x.Type.Space == ir.PinnedHost {
-			other = ir.Device
-		}
-		if there := b.add1(ir.DevicePut, []*ir.Value{x}, ir.Attrs{"space": other}); there != nil {
-			trip = b.add1(ir.DevicePut, []*ir.Value{there}, ir.Attrs{"space": x.Type.Space})
-		}
+	return types
+}
+
+// roundTrip, run on the new body b before its random ops, sometimes moves
+// an xs slice to the other memory space and back, to be returned as a ys:
+// the double-buffered prefetch of the next slice must wait for the copy
+// that still reads this one.
+func (sg *scanGen) roundTrip(b *scope) {
+	rng := sg.s.g.rng
+	if !sg.s.g.feat.ScanCopies || len(sg.xs) == 0 || rng.IntN(3) > 0 {
+		return
 	}
-	body := s.nestedWith(types, 2+rng.IntN(6), true, roundTrip)
+	x := b.r.Params[len(sg.consts)+len(sg.carry)+rng.IntN(len(sg.xs))]
+	other := ir.PinnedHost
+	if x.Type.Space == ir.PinnedHost {
+		other = ir.Device
+	}
+	if there := b.add1(ir.DevicePut, []*ir.Value{x}, ir.Attrs{"space": other}); there != nil {
+		sg.trip = b.add1(ir.DevicePut, []*ir.Value{there}, ir.Attrs{"space": x.Type.Space})
+	}
+}
+
+// results picks the body's results: the next carries, then 0–2 ys, the
+// round trip's ys, and now and then a constant or iota ys.
+func (sg *scanGen) results() []*ir.Value {
+	body := sg.body
+	rng := sg.s.g.rng
+	feat := sg.s.g.feat
 	var res []*ir.Value
-	for i, c := range carry {
-		p := body.r.Params[len(consts)+i]
-		if stack >= 0 && (i == stack || i == stack+1) {
-			if i == stack {
-				res = append(res, body.stackRows(p, body.r.Params[len(consts)+i+1])...)
+	for i, c := range sg.carry {
+		p := body.r.Params[len(sg.consts)+i]
+		if sg.stack >= 0 && (i == sg.stack || i == sg.stack+1) {
+			if i == sg.stack {
+				res = append(res, body.stackRows(p, body.r.Params[len(sg.consts)+i+1])...)
 			}
 			continue
 		}
@@ -943,31 +1140,31 @@ func (s *scope) scan() {
 	}
 	for range rng.IntN(3) {
 		if v := body.result(func(*ir.Value) bool { return true }); v != nil {
-			if !onDevice(v) && !s.g.feat.ScanCopies {
+			if !onDevice(v) && !feat.ScanCopies {
 				continue
 			}
 			res = append(res, v)
 		}
 	}
-	if trip != nil {
-		res = append(res, trip)
+	if sg.trip != nil {
+		res = append(res, sg.trip)
 	}
-	if s.g.feat.ScanConstResults && rng.IntN(4) == 0 {
-		// A ys that is a constant or an iota.
-		t := ir.Type{DType: ir.Float32, Shape: s.g.randShape()}
-		var v *ir.Value
-		if t.Rank() > 0 && rng.IntN(2) == 0 {
-			v = body.add1(ir.Iota, nil, ir.Attrs{"dtype": ir.Float32, "shape": []int(t.Shape), "dim": rng.IntN(t.Rank())})
-		} else {
-			v = body.add1(ir.Constant, nil, ir.Attrs{"value": RandomLiteral(rng, t)})
-		}
-		if v != nil {
+	if feat.ScanConstResults && rng.IntN(4) == 0 {
+		if v := sg.constYs(); v != nil {
 			res = append(res, v)
 		}
 	}
-	body.r.Results = res
-	args := slices.Concat(consts, carry, xs)
-	s.add(ir.Scan, args, ir.Attrs{"num_consts": len(consts), "num_carry": len(carry), "length": length, "reverse": rng.IntN(2) == 0}, body.r)
+	return res
+}
+
+// constYs adds to the body a ys that is a constant or an iota.
+func (sg *scanGen) constYs() *ir.Value {
+	rng := sg.s.g.rng
+	t := ir.Type{DType: ir.Float32, Shape: sg.s.g.randShape()}
+	if t.Rank() > 0 && rng.IntN(2) == 0 {
+		return sg.body.add1(ir.Iota, nil, ir.Attrs{"dtype": ir.Float32, "shape": []int(t.Shape), "dim": rng.IntN(t.Rank())})
+	}
+	return sg.body.add1(ir.Constant, nil, ir.Attrs{"value": RandomLiteral(rng, t)})
 }
 
 // stackRows returns the next counter and buffer of a scan body that writes
