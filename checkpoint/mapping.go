@@ -287,7 +287,55 @@ func LoadMappedFile[T any](path string, like T, m Mapping, opts ...LoadOption) (
 	return LoadMapped(r, like, m, opts...)
 }
 
+// mappedLoad is the state of one LoadMapped: the compiled mapping, the
+// leaves of like, the writes planned from the file's tensors, and the
+// errors found on the way, reported together.
+type mappedLoad struct {
+	r      *Reader
+	m      Mapping
+	rules  []compiledRule
+	def    *trace.TreeDef
+	leaves []*trace.Array
+	t      *leafTable
+	// ignore matches the file tensors not loaded, keep the leaves that
+	// may be missing from the file (nil: none).
+	ignore, keep *regexp.Regexp
+
+	writes []write
+	// depth is, per leaf, the number of leading axes its writes index
+	// (-1: not written).
+	depth []int
+	// by maps a leaf part's name to the file tensor writing it.
+	by                     map[string]string
+	unmapped, bad, missing []error
+	// dests are the leaves' arrays being filled.
+	dests []*dest
+}
+
 func loadMapped(r *Reader, like any, m Mapping, opts []LoadOption) ([]*trace.Array, *trace.TreeDef, error) {
+	l, err := newMappedLoad(r, like, m, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, name := range r.names {
+		if l.ignore == nil || !l.ignore.MatchString(name) {
+			l.plan(name)
+		}
+	}
+	l.checkWrites()
+	l.checkLeaves()
+	if err := l.err(); err != nil {
+		return nil, nil, err
+	}
+	out, err := l.read()
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, l.def, nil
+}
+
+// newMappedLoad compiles m and flattens like.
+func newMappedLoad(r *Reader, like any, m Mapping, opts []LoadOption) (*mappedLoad, error) {
 	var o loadOptions
 	for _, f := range opts {
 		if f != nil {
@@ -296,156 +344,172 @@ func loadMapped(r *Reader, like any, m Mapping, opts []LoadOption) ([]*trace.Arr
 	}
 	rules, err := m.compile()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	leaves, def, err := trace.Flatten(like)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	t := &leafTable{paths: def.Paths(), index: map[string]int{}, leaves: leaves}
 	for i, p := range t.paths {
 		t.index[p] = i
 		if leaves[i].IsTraced() {
-			return nil, nil, fmt.Errorf("leaf %s of like is traced; load outside of traced functions", p)
+			return nil, fmt.Errorf("leaf %s of like is traced; load outside of traced functions", p)
 		}
 	}
-	ignore := globRE(append(slices.Clone(m.Ignore), o.ignore...))
-	keep := globRE(o.keep)
+	return &mappedLoad{
+		r: r, m: m, rules: rules, def: def, leaves: leaves, t: t,
+		ignore: globRE(append(slices.Clone(m.Ignore), o.ignore...)),
+		keep:   globRE(o.keep),
+	}, nil
+}
 
-	var unmapped, bad []error
-	var writes []write
-	for _, name := range r.names {
-		if ignore != nil && ignore.MatchString(name) {
-			continue
-		}
-		ti, _ := r.Info(name)
+// plan adds the writes of file tensor name: those of every rule matching
+// the first of its candidate names that any rule matches.
+func (l *mappedLoad) plan(name string) {
+	ti, _ := l.r.Info(name)
+	for _, cand := range candidates(name, l.m.Prefixes) {
 		matched := false
-		for _, cand := range candidates(name, m.Prefixes) {
-			for i := range rules {
-				rule := &rules[i]
-				sm := rule.file.FindStringSubmatch(cand)
-				if sm == nil {
-					continue
-				}
+		for i := range l.rules {
+			rule := &l.rules[i]
+			if sm := rule.file.FindStringSubmatch(cand); sm != nil {
 				matched = true
-				tree := substitute(rule.Tree, rule.file, sm)
-				ref, err := t.resolve(tree)
-				if err != nil {
-					bad = append(bad, fmt.Errorf("file tensor %q → %w", name, err))
-					continue
-				}
-				reg, shape, err := rule.filePart(ti.Shape)
-				if err != nil {
-					bad = append(bad, fmt.Errorf("file tensor %q (%s%v) → %s: %w", name, ti.DType, ti.Shape, tree, err))
-					continue
-				}
-				leaf := leaves[ref.leaf]
-				want := leaf.Shape()[len(ref.idx):]
-				if !slices.Equal(shape, []int(want)) {
-					bad = append(bad, fmt.Errorf("file tensor %q (%s%v) → %s: the part is %v, the leaf's is %v (leaf %v)", name, ti.DType, ti.Shape, tree, shape, want, leaf.Type()))
-					continue
-				}
-				src, err := ti.Type()
-				if err == nil {
-					err = checkConvert(src.DType, leaf.DType())
-				}
-				if err != nil {
-					bad = append(bad, fmt.Errorf("file tensor %q → %s: %w", name, tree, err))
-					continue
-				}
-				writes = append(writes, write{file: name, rule: rule, dst: ref, reg: reg})
-			}
-			if matched {
-				break
+				l.planRule(name, ti, rule, sm)
 			}
 		}
-		if !matched {
-			unmapped = append(unmapped, fmt.Errorf("file tensor %q (%s%v) is not mapped", name, ti.DType, ti.Shape))
+		if matched {
+			return
 		}
 	}
+	l.unmapped = append(l.unmapped, fmt.Errorf("file tensor %q (%s%v) is not mapped", name, ti.DType, ti.Shape))
+}
 
-	// Every leaf part written exactly once.
-	depth := make([]int, len(leaves))
-	for i := range depth {
-		depth[i] = -1
+// planRule adds the write of file tensor name by rule, whose file name
+// matched as sm, or an error where the tensor does not fit its leaf.
+func (l *mappedLoad) planRule(name string, ti TensorInfo, rule *compiledRule, sm []string) {
+	tree := substitute(rule.Tree, rule.file, sm)
+	ref, err := l.t.resolve(tree)
+	if err != nil {
+		l.bad = append(l.bad, fmt.Errorf("file tensor %q → %w", name, err))
+		return
 	}
-	by := map[string]string{} // leaf part name → the file tensor writing it
-	for _, w := range writes {
-		d := &depth[w.dst.leaf]
+	reg, shape, err := rule.filePart(ti.Shape)
+	if err != nil {
+		l.bad = append(l.bad, fmt.Errorf("file tensor %q (%s%v) → %s: %w", name, ti.DType, ti.Shape, tree, err))
+		return
+	}
+	leaf := l.leaves[ref.leaf]
+	want := leaf.Shape()[len(ref.idx):]
+	if !slices.Equal(shape, []int(want)) {
+		l.bad = append(l.bad, fmt.Errorf("file tensor %q (%s%v) → %s: the part is %v, the leaf's is %v (leaf %v)", name, ti.DType, ti.Shape, tree, shape, want, leaf.Type()))
+		return
+	}
+	src, err := ti.Type()
+	if err == nil {
+		err = checkConvert(src.DType, leaf.DType())
+	}
+	if err != nil {
+		l.bad = append(l.bad, fmt.Errorf("file tensor %q → %s: %w", name, tree, err))
+		return
+	}
+	l.writes = append(l.writes, write{file: name, rule: rule, dst: ref, reg: reg})
+}
+
+// checkWrites records which leaf parts the writes fill, and an error for
+// a leaf written whole and by parts or a part written twice.
+func (l *mappedLoad) checkWrites() {
+	l.depth = make([]int, len(l.leaves))
+	for i := range l.depth {
+		l.depth[i] = -1
+	}
+	l.by = map[string]string{}
+	for _, w := range l.writes {
+		d := &l.depth[w.dst.leaf]
 		if *d >= 0 && *d != len(w.dst.idx) {
-			bad = append(bad, fmt.Errorf("leaf %s is written whole and by parts (file tensor %q)", t.paths[w.dst.leaf], w.file))
+			l.bad = append(l.bad, fmt.Errorf("leaf %s is written whole and by parts (file tensor %q)", l.t.paths[w.dst.leaf], w.file))
 			continue
 		}
 		*d = len(w.dst.idx)
-		n := t.name(w.dst)
-		if prev, dup := by[n]; dup {
-			bad = append(bad, fmt.Errorf("leaf %s is written by file tensors %q and %q", n, prev, w.file))
+		n := l.t.name(w.dst)
+		if prev, dup := l.by[n]; dup {
+			l.bad = append(l.bad, fmt.Errorf("leaf %s is written by file tensors %q and %q", n, prev, w.file))
 			continue
 		}
-		by[n] = w.file
+		l.by[n] = w.file
 	}
-	var missing []error
+}
+
+// checkLeaves records the leaves, and the parts of leaves written by
+// parts, that no write fills and KeepLeaves does not keep.
+func (l *mappedLoad) checkLeaves() {
+	t := l.t
 	for i, p := range t.paths {
-		if keep != nil && keep.MatchString(p) {
-			if depth[i] < 0 && leaves[i].IsAbstract() {
-				bad = append(bad, fmt.Errorf("leaf %s is kept (KeepLeaves) but like's array is abstract", p))
+		if l.keep != nil && l.keep.MatchString(p) {
+			if l.depth[i] < 0 && l.leaves[i].IsAbstract() {
+				l.bad = append(l.bad, fmt.Errorf("leaf %s is kept (KeepLeaves) but like's array is abstract", p))
 			}
-			if depth[i] < 0 {
+			if l.depth[i] < 0 {
 				continue
 			}
 		}
-		if depth[i] < 0 {
-			missing = append(missing, fmt.Errorf("leaf %s (%v) is not in the file%s", p, leaves[i].Type(), t.expected(rules, i, nil)))
+		if l.depth[i] < 0 {
+			l.missing = append(l.missing, fmt.Errorf("leaf %s (%v) is not in the file%s", p, l.leaves[i].Type(), t.expected(l.rules, i, nil)))
 			continue
 		}
-		var gaps []string
-		forEachIndex(leaves[i].Shape()[:depth[i]], func(idx []int) {
+		forEachIndex(l.leaves[i].Shape()[:l.depth[i]], func(idx []int) {
 			ref := leafRef{leaf: i, idx: slices.Clone(idx)}
-			if _, ok := by[t.name(ref)]; !ok {
-				gaps = append(gaps, fmt.Sprintf("leaf part %s is not in the file%s", t.name(ref), t.expected(rules, i, ref.idx)))
+			if _, ok := l.by[t.name(ref)]; !ok {
+				l.missing = append(l.missing, fmt.Errorf("leaf part %s is not in the file%s", t.name(ref), t.expected(l.rules, i, ref.idx)))
 			}
 		})
-		for _, g := range gaps {
-			missing = append(missing, errors.New(g))
-		}
 	}
-	if n := len(unmapped) + len(missing) + len(bad); n > 0 {
-		var head []string
-		if len(unmapped) > 0 {
-			head = append(head, fmt.Sprintf("%d file tensors not mapped (IgnoreTensors to skip them)", len(unmapped)))
-		}
-		if len(missing) > 0 {
-			head = append(head, fmt.Sprintf("%d tree leaves or parts not in the file (KeepLeaves to keep like's)", len(missing)))
-		}
-		if len(bad) > 0 {
-			head = append(head, fmt.Sprintf("%d tensors that do not fit", len(bad)))
-		}
-		all := append(append(append([]error{errors.New(strings.Join(head, ", ") + ":")}, bad...), unmapped...), missing...)
-		return nil, nil, errors.Join(all...)
-	}
+}
 
-	// Allocate each leaf once and read every tensor into its part.
-	dests := make([]*dest, len(leaves))
+// err joins the errors found, under a line that counts them, or returns
+// nil.
+func (l *mappedLoad) err() error {
+	if n := len(l.unmapped) + len(l.missing) + len(l.bad); n == 0 {
+		return nil
+	}
+	var head []string
+	if len(l.unmapped) > 0 {
+		head = append(head, fmt.Sprintf("%d file tensors not mapped (IgnoreTensors to skip them)", len(l.unmapped)))
+	}
+	if len(l.missing) > 0 {
+		head = append(head, fmt.Sprintf("%d tree leaves or parts not in the file (KeepLeaves to keep like's)", len(l.missing)))
+	}
+	if len(l.bad) > 0 {
+		head = append(head, fmt.Sprintf("%d tensors that do not fit", len(l.bad)))
+	}
+	all := append(append(append([]error{errors.New(strings.Join(head, ", ") + ":")}, l.bad...), l.unmapped...), l.missing...)
+	return errors.Join(all...)
+}
+
+// read allocates each written leaf once, reads every tensor into its part
+// and returns the loaded leaves (like's own for those kept).
+func (l *mappedLoad) read() ([]*trace.Array, error) {
+	l.dests = make([]*dest, len(l.leaves))
 	ok := false
 	defer func() {
 		if !ok {
-			for _, d := range dests {
+			for _, d := range l.dests {
 				if d != nil {
 					d.discard()
 				}
 			}
 		}
 	}()
-	for i, a := range leaves {
-		if depth[i] < 0 {
+	for i, a := range l.leaves {
+		if l.depth[i] < 0 {
 			continue
 		}
 		d, err := newDest(a.Type())
 		if err != nil {
-			return nil, nil, fmt.Errorf("leaf %s: %w", t.paths[i], err)
+			return nil, fmt.Errorf("leaf %s: %w", l.t.paths[i], err)
 		}
-		dests[i] = d
+		l.dests[i] = d
 	}
+	r, writes := l.r, l.writes
 	sort.SliceStable(writes, func(i, j int) bool { // file order, for the page cache's read-ahead
 		fi, fj := r.where[writes[i].file], r.where[writes[j].file]
 		if fi != fj {
@@ -454,37 +518,45 @@ func loadMapped(r *Reader, like any, m Mapping, opts []LoadOption) ([]*trace.Arr
 		return r.files[fi].h.tensors[writes[i].file].DataOffsets[0] < r.files[fj].h.tensors[writes[j].file].DataOffsets[0]
 	})
 	for _, w := range writes {
-		leaf := leaves[w.dst.leaf]
-		shape := leaf.Shape()
-		es := leaf.DType().Size()
-		part, off := 1, 0
-		for _, n := range shape[len(w.dst.idx):] {
-			part *= n
-		}
-		for k, j := range w.dst.idx {
-			off = off*shape[k] + j
-		}
-		mem := dests[w.dst.leaf].mem[off*part*es : (off+1)*part*es]
-		fi := r.where[w.file]
-		if err := r.files[fi].read(w.file, r.files[fi].h.tensors[w.file], w.reg, leaf.DType(), mem); err != nil {
-			return nil, nil, fmt.Errorf("%s → %s: %w", w.file, t.name(w.dst), err)
+		if err := l.readWrite(w); err != nil {
+			return nil, err
 		}
 	}
-	out := make([]*trace.Array, len(leaves))
-	for i := range leaves {
-		if dests[i] == nil {
-			out[i] = leaves[i] // kept
+	out := make([]*trace.Array, len(l.leaves))
+	for i := range l.leaves {
+		if l.dests[i] == nil {
+			out[i] = l.leaves[i] // kept
 			continue
 		}
-		a, err := dests[i].finish()
+		a, err := l.dests[i].finish()
 		if err != nil {
-			return nil, nil, fmt.Errorf("leaf %s: %w", t.paths[i], err)
+			return nil, fmt.Errorf("leaf %s: %w", l.t.paths[i], err)
 		}
-		dests[i] = nil
+		l.dests[i] = nil
 		out[i] = a
 	}
 	ok = true
-	return out, def, nil
+	return out, nil
+}
+
+// readWrite reads w's file tensor into its part of its leaf's memory.
+func (l *mappedLoad) readWrite(w write) error {
+	leaf := l.leaves[w.dst.leaf]
+	shape := leaf.Shape()
+	es := leaf.DType().Size()
+	part, off := 1, 0
+	for _, n := range shape[len(w.dst.idx):] {
+		part *= n
+	}
+	for k, j := range w.dst.idx {
+		off = off*shape[k] + j
+	}
+	mem := l.dests[w.dst.leaf].mem[off*part*es : (off+1)*part*es]
+	fi := l.r.where[w.file]
+	if err := l.r.files[fi].read(w.file, l.r.files[fi].h.tensors[w.file], w.reg, leaf.DType(), mem); err != nil {
+		return fmt.Errorf("%s → %s: %w", w.file, l.t.name(w.dst), err)
+	}
+	return nil
 }
 
 // candidates returns the names a file tensor may be matched as: its own,

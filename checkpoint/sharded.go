@@ -577,73 +577,35 @@ func (r *dataReader) checkData(file, name string, ti TensorInfo) error {
 	return nil
 }
 
+// shardedLoad is the state of one LoadSharded: the index and its arrays by
+// path, and the data files, open.
+type shardedLoad struct {
+	dir    string
+	idx    *Index
+	byPath map[string]*IndexArray
+	files  map[string]*dataReader
+}
+
 func loadSharded(dir string, leaves []*trace.Array, paths []string) (out []*trace.Array, err error) {
 	removeStale(dir)
 	idx, err := readIndex(dir)
 	if err != nil {
 		return nil, err
 	}
-	byPath := map[string]*IndexArray{}
+	l := &shardedLoad{dir: dir, idx: idx, byPath: map[string]*IndexArray{}, files: map[string]*dataReader{}}
 	for i := range idx.Arrays {
-		byPath[idx.Arrays[i].Path] = &idx.Arrays[i]
+		l.byPath[idx.Arrays[i].Path] = &idx.Arrays[i]
 	}
-	inTree := map[string]bool{}
-	var errs []error
-	for i, p := range paths {
-		inTree[p] = true
-		a, ok := byPath[p]
-		if !ok {
-			errs = append(errs, fmt.Errorf("array %q is missing from the checkpoint", p))
-			continue
-		}
-		want := leaves[i]
-		if want.IsTraced() {
-			return nil, fmt.Errorf("array %q: like holds a traced array; load outside of traced functions", p)
-		}
-		if dtypeOf[a.DType] != want.DType() || !slices.Equal(a.Shape, want.Shape()) {
-			errs = append(errs, fmt.Errorf("array %q is %v in the checkpoint, want %v", p,
-				ir.Type{DType: dtypeOf[a.DType], Shape: a.Shape}, ir.Type{DType: want.DType(), Shape: want.Shape()}))
-		}
+	if err := l.checkTree(leaves, paths); err != nil {
+		return nil, err
 	}
-	for _, a := range idx.Arrays {
-		if !inTree[a.Path] {
-			errs = append(errs, fmt.Errorf("the checkpoint has array %q, which is not in the tree", a.Path))
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	files := map[string]*dataReader{}
 	defer func() {
-		for _, r := range files {
+		for _, r := range l.files {
 			r.f.Close()
 		}
 	}()
-	// Every data file is checked against the index before any is read.
-	for _, df := range idx.Files {
-		r, err := openData(dir, df.Name)
-		if err != nil {
-			return nil, err
-		}
-		files[df.Name] = r
-		if idx.Format == legacyIndexFormat {
-			continue
-		}
-		if r.size != df.Size {
-			return nil, fmt.Errorf("data file %s has %d bytes, the index records %d", df.Name, r.size, df.Size)
-		}
-		if got := crcHex(r.h.crc); got != df.HeaderCRC32C {
-			return nil, fmt.Errorf("data file %s: its header has CRC-32C %s, the index records %s (a file of another save, or corrupt)", df.Name, got, df.HeaderCRC32C)
-		}
-		if !r.h.verified || r.h.saveID != idx.SaveID {
-			return nil, fmt.Errorf("data file %s is of save %q, the index is of save %q", df.Name, r.h.saveID, idx.SaveID)
-		}
-	}
-	open := func(name string) (*dataReader, error) {
-		if r := files[name]; r != nil {
-			return r, nil
-		}
-		return nil, fmt.Errorf("the index names data file %q, not one of its files", name)
+	if err := l.openFiles(); err != nil {
+		return nil, err
 	}
 	out = make([]*trace.Array, len(leaves))
 	defer func() {
@@ -656,53 +618,126 @@ func loadSharded(dir string, leaves []*trace.Array, paths []string) (out []*trac
 		}
 	}()
 	for i, p := range paths {
-		a, want := byPath[p], leaves[i]
-		typ := want.Type()
-		block := func(start, limit []int) (*ir.Literal, error) {
-			shape := make(ir.Shape, len(start))
-			for d := range start {
-				shape[d] = limit[d] - start[d]
-			}
-			l := ir.NewLiteral(ir.Type{DType: typ.DType, Shape: shape, Space: typ.Space})
-			for _, b := range a.Blocks {
-				if err := readPart(open, a, b, l, start, limit); err != nil {
-					return nil, fmt.Errorf("array %q: %w", p, err)
-				}
-			}
-			if typ.DType == ir.Bool {
-				for j, v := range l.Data { // Ferry's bools are 0 or 1
-					if v != 0 {
-						l.Data[j] = 1
-					}
-				}
-			}
-			return l, nil
-		}
-		if typ.Sharding != nil {
-			out[i], err = rt.MakeShardedArray(typ, func(_ rt.Device, start, limit []int) (*ir.Literal, error) {
-				return block(start, limit)
-			})
-			if err != nil {
-				return nil, fmt.Errorf("array %q: %w", p, err)
-			}
-			continue
-		}
-		l, err := block(make([]int, len(typ.Shape)), slices.Clone(typ.Shape))
-		if err != nil {
+		if out[i], err = l.load(p, leaves[i].Type()); err != nil {
 			return nil, err
 		}
-		x, err := rt.FromLiteral(l)
+	}
+	return out, nil
+}
+
+// checkTree checks that the index holds exactly the leaves of the tree,
+// with their dtypes and shapes.
+func (l *shardedLoad) checkTree(leaves []*trace.Array, paths []string) error {
+	inTree := map[string]bool{}
+	var errs []error
+	for i, p := range paths {
+		inTree[p] = true
+		a, ok := l.byPath[p]
+		if !ok {
+			errs = append(errs, fmt.Errorf("array %q is missing from the checkpoint", p))
+			continue
+		}
+		want := leaves[i]
+		if want.IsTraced() {
+			return fmt.Errorf("array %q: like holds a traced array; load outside of traced functions", p)
+		}
+		if dtypeOf[a.DType] != want.DType() || !slices.Equal(a.Shape, want.Shape()) {
+			errs = append(errs, fmt.Errorf("array %q is %v in the checkpoint, want %v", p,
+				ir.Type{DType: dtypeOf[a.DType], Shape: a.Shape}, ir.Type{DType: want.DType(), Shape: want.Shape()}))
+		}
+	}
+	for _, a := range l.idx.Arrays {
+		if !inTree[a.Path] {
+			errs = append(errs, fmt.Errorf("the checkpoint has array %q, which is not in the tree", a.Path))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// openFiles opens every data file and checks it against the index before
+// any is read.
+func (l *shardedLoad) openFiles() error {
+	idx := l.idx
+	for _, df := range idx.Files {
+		r, err := openData(l.dir, df.Name)
+		if err != nil {
+			return err
+		}
+		l.files[df.Name] = r
+		if idx.Format == legacyIndexFormat {
+			continue
+		}
+		if r.size != df.Size {
+			return fmt.Errorf("data file %s has %d bytes, the index records %d", df.Name, r.size, df.Size)
+		}
+		if got := crcHex(r.h.crc); got != df.HeaderCRC32C {
+			return fmt.Errorf("data file %s: its header has CRC-32C %s, the index records %s (a file of another save, or corrupt)", df.Name, got, df.HeaderCRC32C)
+		}
+		if !r.h.verified || r.h.saveID != idx.SaveID {
+			return fmt.Errorf("data file %s is of save %q, the index is of save %q", df.Name, r.h.saveID, idx.SaveID)
+		}
+	}
+	return nil
+}
+
+// open returns the open data file name.
+func (l *shardedLoad) open(name string) (*dataReader, error) {
+	if r := l.files[name]; r != nil {
+		return r, nil
+	}
+	return nil, fmt.Errorf("the index names data file %q, not one of its files", name)
+}
+
+// block reads the block [start, limit) of array p, of type typ, from the
+// parts of the saved blocks it covers.
+func (l *shardedLoad) block(p string, typ ir.Type, start, limit []int) (*ir.Literal, error) {
+	a := l.byPath[p]
+	shape := make(ir.Shape, len(start))
+	for d := range start {
+		shape[d] = limit[d] - start[d]
+	}
+	lit := ir.NewLiteral(ir.Type{DType: typ.DType, Shape: shape, Space: typ.Space})
+	for _, b := range a.Blocks {
+		if err := readPart(l.open, a, b, lit, start, limit); err != nil {
+			return nil, fmt.Errorf("array %q: %w", p, err)
+		}
+	}
+	if typ.DType == ir.Bool {
+		for j, v := range lit.Data { // Ferry's bools are 0 or 1
+			if v != 0 {
+				lit.Data[j] = 1
+			}
+		}
+	}
+	return lit, nil
+}
+
+// load loads array p as typ: sharded as typ's sharding says, or whole on
+// the default device in typ's memory space.
+func (l *shardedLoad) load(p string, typ ir.Type) (*trace.Array, error) {
+	if typ.Sharding != nil {
+		x, err := rt.MakeShardedArray(typ, func(_ rt.Device, start, limit []int) (*ir.Literal, error) {
+			return l.block(p, typ, start, limit)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("array %q: %w", p, err)
 		}
-		if sp := typ.Space; sp != x.Space() {
-			y := trace.DevicePut(x, sp)
-			_ = x.Delete()
-			x = y
-		}
-		out[i] = x
+		return x, nil
 	}
-	return out, nil
+	lit, err := l.block(p, typ, make([]int, len(typ.Shape)), slices.Clone(typ.Shape))
+	if err != nil {
+		return nil, err
+	}
+	x, err := rt.FromLiteral(lit)
+	if err != nil {
+		return nil, fmt.Errorf("array %q: %w", p, err)
+	}
+	if sp := typ.Space; sp != x.Space() {
+		y := trace.DevicePut(x, sp)
+		_ = x.Delete()
+		x = y
+	}
+	return x, nil
 }
 
 // readPart copies the part of saved block b of array a that lies in
