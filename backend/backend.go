@@ -1,9 +1,13 @@
 // Package backend is what Ferry's runtime sees of a backend: the Backend,
-// Executable and Device interfaces, the registry of backends, and the
+// Executable and Device interfaces, the registry of backends, the errors
+// every backend's buffers return (ErrDeleted, ErrDonated), and the
 // per-memory-space statistics a backend reports (Memory). The CPU backend
-// (in runtime) and the CUDA backend (package cuda) both implement it and
-// register themselves; runtime's MemoryStats, LiveArrays and memory profile
-// ask every registered backend that implements Memory.
+// (package cpu) and the CUDA backend (package cuda) are peers: both
+// implement it and register themselves; runtime's MemoryStats, LiveArrays
+// and memory profile ask every registered backend that implements Memory.
+//
+// The contract is written over ir's types only (ir.Buffer, ir.Holder): a
+// backend need not import the tracer.
 //
 // Users normally reach this through runtime's aliases (runtime.Backend,
 // runtime.RegisterBackend, ...).
@@ -19,7 +23,6 @@ import (
 	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
-	"github.com/ferryml/ferry/trace"
 )
 
 // Backend compiles IR functions and holds buffers for one kind of device.
@@ -29,7 +32,7 @@ type Backend interface {
 	// Devices lists the backend's devices.
 	Devices() []Device
 	// FromLiteral copies a host literal into a new buffer in its memory space.
-	FromLiteral(l *ir.Literal) (trace.Buffer, error)
+	FromLiteral(l *ir.Literal) (ir.Buffer, error)
 	// Compile prepares f for execution.
 	Compile(f *ir.Func, opts CompileOptions) (Executable, error)
 }
@@ -60,7 +63,7 @@ type ExecOptions struct {
 	// Results, if its capacity suffices, holds the returned results (its
 	// elements are overwritten), so that a caller can reuse one slice.
 	// Backends may ignore it.
-	Results []trace.Buffer
+	Results []ir.Buffer
 	// Device is the index (Device.ID) of the device to run on: every
 	// argument must be on it (DeviceBuffer) and the results are allocated
 	// there. 0, the default device, is the only device of a single-device
@@ -96,7 +99,7 @@ type ExecOptions struct {
 // Executable is a compiled function a backend can run.
 type Executable interface {
 	// Execute runs the function on buffers of the backend (one per parameter).
-	Execute(args []trace.Buffer, opts ExecOptions) ([]trace.Buffer, error)
+	Execute(args []ir.Buffer, opts ExecOptions) ([]ir.Buffer, error)
 	// Program is the compiled program: the optimised IR, its buffer plan and
 	// its memory analysis.
 	Program() *passes.Program

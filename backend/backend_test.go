@@ -4,14 +4,13 @@ import (
 	"testing"
 
 	"github.com/ferryml/ferry/ir"
-	"github.com/ferryml/ferry/trace"
 )
 
 type fakeBackend struct{ name string }
 
-func (f *fakeBackend) Name() string                                  { return f.name }
-func (f *fakeBackend) Devices() []Device                             { return []Device{{Platform: f.name, Kind: "fake"}} }
-func (f *fakeBackend) FromLiteral(*ir.Literal) (trace.Buffer, error) { return nil, nil }
+func (f *fakeBackend) Name() string                               { return f.name }
+func (f *fakeBackend) Devices() []Device                          { return []Device{{Platform: f.name, Kind: "fake"}} }
+func (f *fakeBackend) FromLiteral(*ir.Literal) (ir.Buffer, error) { return nil, nil }
 func (f *fakeBackend) Compile(*ir.Func, CompileOptions) (Executable, error) {
 	return nil, nil
 }

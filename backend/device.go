@@ -2,7 +2,6 @@ package backend
 
 import (
 	"github.com/ferryml/ferry/ir"
-	"github.com/ferryml/ferry/trace"
 )
 
 // DeviceBuffer is implemented by the buffers of a backend with several
@@ -15,7 +14,7 @@ import (
 // arguments (which must all be on one device), and uncommitted arguments
 // (arrays made without naming a device, on device 0) follow them there.
 type DeviceBuffer interface {
-	trace.Buffer
+	ir.Buffer
 	// Device is the index (Device.ID) of the device holding the buffer.
 	Device() int
 	// Committed reports whether the buffer is committed to its device.
@@ -26,12 +25,12 @@ type DeviceBuffer interface {
 type Placer interface {
 	// FromLiteralOn copies a host literal into a new buffer of the literal's
 	// memory space on device dev (Device.ID), committed to it.
-	FromLiteralOn(l *ir.Literal, dev int) (trace.Buffer, error)
+	FromLiteralOn(l *ir.Literal, dev int) (ir.Buffer, error)
 }
 
 // BufferDevice returns the device index of a buffer and whether it is
 // committed to it: (0, false) for a buffer that is not a DeviceBuffer.
-func BufferDevice(b trace.Buffer) (dev int, committed bool) {
+func BufferDevice(b ir.Buffer) (dev int, committed bool) {
 	if d, ok := b.(DeviceBuffer); ok {
 		return d.Device(), d.Committed()
 	}

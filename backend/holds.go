@@ -4,10 +4,9 @@ import (
 	"fmt"
 
 	"github.com/ferryml/ferry/ir"
-	"github.com/ferryml/ferry/trace"
 )
 
-// HoldArgs takes, for one execution, a hold (trace.Holder) on every
+// HoldArgs takes, for one execution, a hold (ir.Holder) on every
 // argument buffer that has holds: a donation hold on args[i] where
 // donated[i], a usage hold on the others. The caller runs the execution
 // and then calls ReleaseArgs with the same arguments, whatever the
@@ -24,7 +23,7 @@ import (
 // holds never wait: an execution that holds usage holds is past taking its
 // holds, so every wait for usage holds to end is a wait for executions
 // that are running, and no two executions wait for each other.
-func HoldArgs(args []trace.Buffer, donated []bool, site string) error {
+func HoldArgs(args []ir.Buffer, donated []bool, site string) error {
 	for i, a := range args {
 		if i >= len(donated) || !donated[i] || a == nil {
 			continue
@@ -39,7 +38,7 @@ func HoldArgs(args []trace.Buffer, donated []bool, site string) error {
 		if i >= len(donated) || !donated[i] {
 			continue
 		}
-		if h, ok := a.(trace.Holder); ok {
+		if h, ok := a.(ir.Holder); ok {
 			if err := h.Hold(true, site); err != nil {
 				unhold(args[:i], donated, true)
 				return &HoldError{Arg: i, Also: -1, Type: a.Type(), Err: err}
@@ -50,7 +49,7 @@ func HoldArgs(args []trace.Buffer, donated []bool, site string) error {
 		if i < len(donated) && donated[i] {
 			continue
 		}
-		if h, ok := a.(trace.Holder); ok {
+		if h, ok := a.(ir.Holder); ok {
 			if err := h.Hold(false, site); err != nil {
 				unhold(args[:i], donated, false)
 				unhold(args, donated, true)
@@ -88,19 +87,19 @@ func (e *HoldError) Describe(name func(i int) string) string {
 func (e *HoldError) Unwrap() error { return e.Err }
 
 // ReleaseArgs ends the holds HoldArgs took on args.
-func ReleaseArgs(args []trace.Buffer, donated []bool) {
+func ReleaseArgs(args []ir.Buffer, donated []bool) {
 	unhold(args, donated, false)
 	unhold(args, donated, true)
 }
 
 // unhold ends the donation holds (donate) or the usage holds (!donate) on
 // args.
-func unhold(args []trace.Buffer, donated []bool, donate bool) {
+func unhold(args []ir.Buffer, donated []bool, donate bool) {
 	for i, a := range args {
 		if (i < len(donated) && donated[i]) != donate {
 			continue
 		}
-		if h, ok := a.(trace.Holder); ok {
+		if h, ok := a.(ir.Holder); ok {
 			h.Unhold(donate)
 		}
 	}

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferryml/ferry/internal/callers"
 	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
-	"github.com/ferryml/ferry/trace"
 )
 
 // Environment variables read by MemoryConfigFromEnv.
@@ -484,9 +484,9 @@ func SortLive(out []LiveArray) {
 }
 
 // UserSite returns "dir/file.go:line" of the innermost frame outside Ferry's
-// library packages (trace.UserLocation), or "?" for an empty stack.
+// library packages (callers.UserLocation), or "?" for an empty stack.
 func UserSite(pcs []uintptr) string {
-	file, line := trace.UserLocation(pcs)
+	file, line := callers.UserLocation(pcs)
 	if line == 0 {
 		return file
 	}

@@ -3,9 +3,7 @@ package trace
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"runtime/debug"
-	"strings"
 
 	"github.com/ferryml/ferry/internal/callers"
 )
@@ -55,34 +53,6 @@ func WrapError(op string, err error) *Error {
 	return &Error{Op: op, Msg: err.Error(), File: file, Line: line, Err: err}
 }
 
-const modulePrefix = "github.com/ferryml/ferry/"
-
-// libraryPackages are skipped when looking for the user's call site.
-var libraryPackages = []string{"trace", "runtime", "backend", "cpu", "ir", "passes", "internal/", "nn", "optim", "random", "cuda", "interop"}
-
-func isLibraryFrame(fr runtime.Frame) bool {
-	if strings.HasSuffix(fr.File, "_test.go") {
-		return false
-	}
-	fn := fr.Function
-	if strings.HasPrefix(fn, "reflect.") || strings.HasPrefix(fn, "runtime.") {
-		return true
-	}
-	if !strings.HasPrefix(fn, modulePrefix) {
-		return false
-	}
-	rest := fn[len(modulePrefix):]
-	for _, p := range libraryPackages {
-		if strings.HasPrefix(rest, p) {
-			next := rest[len(p):]
-			if strings.HasSuffix(p, "/") || strings.HasPrefix(next, ".") || strings.HasPrefix(next, "/") {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // CallerLocation returns the file (base name with its directory) and line of the
 // innermost caller outside Ferry's library packages: the user's line.
 //
@@ -90,44 +60,14 @@ func isLibraryFrame(fr runtime.Frame) bool {
 // distinct stack, so a repeated call from one place costs well under a
 // microsecond.
 func CallerLocation() (string, int) {
-	return callers.Record(2).Location(UserLocation)
+	return callers.Record(2).Location(callers.UserLocation)
 }
 
 // UserLocation is CallerLocation for a captured call stack (from
 // runtime.Callers): the innermost frame outside Ferry's library packages, or the
-// outermost frame if all are library frames; ("?", 0) for an empty stack.
-func UserLocation(pcs []uintptr) (string, int) {
-	if len(pcs) == 0 {
-		return "?", 0
-	}
-	frames := runtime.CallersFrames(pcs)
-	var last runtime.Frame
-	for {
-		fr, more := frames.Next()
-		if fr.Function != "" {
-			last = fr
-			if !isLibraryFrame(fr) {
-				return shortFile(fr.File), fr.Line
-			}
-		}
-		if !more {
-			break
-		}
-	}
-	if last.File == "" {
-		return "?", 0
-	}
-	return shortFile(last.File), last.Line
-}
-
-func shortFile(f string) string {
-	i := strings.LastIndexByte(f, '/')
-	if i < 0 {
-		return f
-	}
-	j := strings.LastIndexByte(f[:i], '/')
-	return f[j+1:]
-}
+// outermost frame if all are library frames; ("?", 0) for an empty stack
+// (callers.UserLocation).
+func UserLocation(pcs []uintptr) (string, int) { return callers.UserLocation(pcs) }
 
 // Recover turns a panic into *err: an *Error as it is, anything else as an
 // internal error carrying the stack. Use it in a defer: `defer trace.Recover(&err)`.
