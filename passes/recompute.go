@@ -69,6 +69,53 @@ func chainOp(op *ir.Op) bool {
 
 // recomputeRegion makes one round over r and reports whether it copied anything.
 func recomputeRegion(f *ir.Func, r *ir.Region, donated map[*ir.Value]bool) bool {
+	s := newRecomputeState(f, r, donated)
+	if s == nil {
+		return false
+	}
+	for _, op := range r.Ops {
+		s.tryCopy(op)
+	}
+	if len(s.before) == 0 {
+		return false
+	}
+	ops := make([]*ir.Op, 0, len(r.Ops))
+	for _, op := range r.Ops {
+		ops = append(ops, s.before[op]...)
+		ops = append(ops, op)
+	}
+	r.Ops = ops
+	return true
+}
+
+// recomputeState is one round of recompute over a region: what each op
+// depends on and flows into, and the copies made so far.
+type recomputeState struct {
+	f       *ir.Func
+	r       *ir.Region
+	donated map[*ir.Value]bool
+	// redIdx numbers the reductions of r.
+	redIdx   map[*ir.Op]int
+	pos      map[*ir.Op]int
+	inRegion map[*ir.Op]bool
+	// dep[op]: the reductions op depends on, transitively within r.
+	dep map[*ir.Op]*big.Int
+	// reach[op]: the reductions a chain op's result flows into through chain
+	// ops only (the reductions whose input fusion it may join).
+	reach map[*ir.Op]*big.Int
+	us    map[*ir.Value][]*ir.Op
+	ret   map[*ir.Value]bool
+	// before maps an op to the copies to insert before it.
+	before map[*ir.Op][]*ir.Op
+	// fresh holds this round's copies, touched the ops whose operands this
+	// round changed; chains through either wait for the next round, which
+	// sees them with fresh maps.
+	fresh, touched map[*ir.Op]bool
+}
+
+// newRecomputeState returns the state of a round over r, or nil when r
+// has no reduction.
+func newRecomputeState(f *ir.Func, r *ir.Region, donated map[*ir.Value]bool) *recomputeState {
 	var nred int
 	redIdx := map[*ir.Op]int{}
 	for _, op := range r.Ops {
@@ -78,174 +125,202 @@ func recomputeRegion(f *ir.Func, r *ir.Region, donated map[*ir.Value]bool) bool 
 		}
 	}
 	if nred == 0 {
-		return false
+		return nil
 	}
-	pos := map[*ir.Op]int{}
-	inRegion := map[*ir.Op]bool{}
+	s := &recomputeState{
+		f: f, r: r, donated: donated, redIdx: redIdx,
+		pos:      map[*ir.Op]int{},
+		inRegion: map[*ir.Op]bool{},
+		before:   map[*ir.Op][]*ir.Op{},
+		fresh:    map[*ir.Op]bool{},
+		touched:  map[*ir.Op]bool{},
+	}
 	for i, op := range r.Ops {
-		pos[op] = i
-		inRegion[op] = true
+		s.pos[op] = i
+		s.inRegion[op] = true
 	}
-	// dep[op]: the reductions op depends on, transitively within r.
-	dep := map[*ir.Op]*big.Int{}
-	for _, op := range r.Ops {
+	s.findDeps()
+	s.us = users(r)
+	s.ret = returned(r)
+	s.findReach()
+	return s
+}
+
+// findDeps fills dep.
+func (s *recomputeState) findDeps() {
+	s.dep = map[*ir.Op]*big.Int{}
+	for _, op := range s.r.Ops {
 		d := new(big.Int)
 		for _, a := range op.Args {
 			p := a.Op
-			if p == nil || !inRegion[p] {
+			if p == nil || !s.inRegion[p] {
 				continue
 			}
-			d.Or(d, dep[p])
-			if i, ok := redIdx[p]; ok {
+			d.Or(d, s.dep[p])
+			if i, ok := s.redIdx[p]; ok {
 				d.SetBit(d, i, 1)
 			}
 		}
-		dep[op] = d
+		s.dep[op] = d
 	}
-	us := users(r)
-	ret := returned(r)
-	// reach[op]: the reductions a chain op's result flows into through chain
-	// ops only (the reductions whose input fusion it may join).
-	reach := map[*ir.Op]*big.Int{}
-	for i := len(r.Ops) - 1; i >= 0; i-- {
-		op := r.Ops[i]
+}
+
+// findReach fills reach, from the last op back.
+func (s *recomputeState) findReach() {
+	s.reach = map[*ir.Op]*big.Int{}
+	for i := len(s.r.Ops) - 1; i >= 0; i-- {
+		op := s.r.Ops[i]
 		if !chainOp(op) {
 			continue
 		}
 		m := new(big.Int)
-		for _, u := range us[op.Result()] {
-			if j, ok := redIdx[u]; ok && u.Args[0] == op.Result() {
+		for _, u := range s.us[op.Result()] {
+			if j, ok := s.redIdx[u]; ok && u.Args[0] == op.Result() {
 				m.SetBit(m, j, 1)
-			} else if chainOp(u) && reach[u] != nil {
-				m.Or(m, reach[u])
+			} else if chainOp(u) && s.reach[u] != nil {
+				m.Or(m, s.reach[u])
 			}
 		}
-		reach[op] = m
+		s.reach[op] = m
 	}
+}
 
-	before := map[*ir.Op][]*ir.Op{} // op → copies to insert before it
-	// fresh holds this round's copies, touched the ops whose operands this
-	// round changed; chains through either wait for the next round, which
-	// sees them with fresh maps.
-	fresh, touched := map[*ir.Op]bool{}, map[*ir.Op]bool{}
-	for _, op := range r.Ops {
-		if !chainOp(op) || !op.Info().Elementwise || reach[op].Sign() == 0 {
-			continue
+// tryCopy copies the chain computing op's result before the first of its
+// readers that depends on a reduction op flows into, when that chain is
+// cheap and reads only values live anyway.
+func (s *recomputeState) tryCopy(op *ir.Op) {
+	if !chainOp(op) || !op.Info().Elementwise || s.reach[op].Sign() == 0 {
+		return
+	}
+	v := op.Result()
+	if s.ret[v] {
+		return
+	}
+	dependents := s.dependents(op)
+	if len(dependents) == 0 {
+		return
+	}
+	c := &recomputeChain{s: s, size: v.Type.Shape.Size(), seen: map[*ir.Op]bool{}}
+	if !c.visit(op) || !s.fusibleOnly(c.stored) {
+		return
+	}
+	first := dependents[0]
+	for _, u := range dependents[1:] {
+		if s.pos[u] < s.pos[first] {
+			first = u
 		}
-		v := op.Result()
-		if ret[v] {
-			continue
-		}
-		var dependents []*ir.Op
-		for _, u := range us[v] {
-			if new(big.Int).And(dep[u], reach[op]).Sign() != 0 && !containsOp(dependents, u) {
-				dependents = append(dependents, u)
-			}
-		}
-		if len(dependents) == 0 {
-			continue
-		}
-		size := v.Type.Shape.Size()
-		var stored []*ir.Value // full-size leaves: only the chain may read them
-		leaf := func(a *ir.Value) bool {
-			switch {
-			case a.Op == nil:
-				return !donated[a]
-			case fresh[a.Op]:
-				return false // a copy made in this round: the next round sees it
-			case !inRegion[a.Op]:
-				return true // defined in an enclosing region: live across r
-			case a.Type.Shape.Size()*narrowRatio <= size:
-				return true
-			case a.Op.Code == ir.Iota, isScalarConst(a.Op):
-				return true
-			case !chainOp(a.Op) && a.Type.Shape.Size() <= size:
-				stored = append(stored, a)
-				return true
-			}
-			return false
-		}
-		// Collect the chain in topological order, or give up.
-		var chain []*ir.Op
-		seen := map[*ir.Op]bool{}
-		var visit func(o *ir.Op) bool
-		visit = func(o *ir.Op) bool {
-			if seen[o] {
-				return true
-			}
-			if !chainOp(o) || !cheapToRepeat(o) || fresh[o] || touched[o] || len(chain) >= maxRecompute {
-				return false
-			}
-			for _, a := range o.Args {
-				if leaf(a) {
-					continue
-				}
-				if a.Op == nil || !visit(a.Op) {
-					return false
-				}
-			}
-			seen[o] = true
-			chain = append(chain, o)
-			return true
-		}
-		if !visit(op) {
-			continue
-		}
-		// A full-size leaf (a matrix product, say) is kept alive until the
-		// copy instead of v, which is no larger; that holds when the leaf
-		// is read only by elementwise chains and reductions, which fusion
-		// puts beside v's own chain.
-		fusibleOnly := true
-		for _, a := range stored {
-			for _, u := range us[a] {
-				fusibleOnly = fusibleOnly && (chainOp(u) || isReduction(u))
-			}
-		}
-		if !fusibleOnly {
-			continue
-		}
-		first := dependents[0]
-		for _, u := range dependents[1:] {
-			if pos[u] < pos[first] {
-				first = u
-			}
-		}
-		copies := map[*ir.Value]*ir.Value{}
-		for _, o := range chain {
-			args := make([]*ir.Value, len(o.Args))
-			for i, a := range o.Args {
-				args[i] = a
-				if c, ok := copies[a]; ok {
-					args[i] = c
-				}
-			}
-			c, err := f.NewOp(o.Code, args, ir.CloneAttrs(o.Attrs))
-			if err != nil {
-				panic("passes: recompute: copying " + o.Code.String() + ": " + err.Error())
-			}
-			c.Loc = o.Loc
-			fresh[c] = true
-			copies[o.Result()] = c.Result()
-			before[first] = append(before[first], c)
-		}
-		for _, u := range dependents {
-			touched[u] = true
-			for i, a := range u.Args {
-				if a == v {
-					u.Args[i] = copies[v]
-				}
+	}
+	copies := s.copyChain(c.chain, first)
+	for _, u := range dependents {
+		s.touched[u] = true
+		for i, a := range u.Args {
+			if a == v {
+				u.Args[i] = copies[v]
 			}
 		}
 	}
-	if len(before) == 0 {
+}
+
+// dependents returns the distinct readers of op's result that depend on a
+// reduction it flows into.
+func (s *recomputeState) dependents(op *ir.Op) []*ir.Op {
+	var dependents []*ir.Op
+	for _, u := range s.us[op.Result()] {
+		if new(big.Int).And(s.dep[u], s.reach[op]).Sign() != 0 && !containsOp(dependents, u) {
+			dependents = append(dependents, u)
+		}
+	}
+	return dependents
+}
+
+// fusibleOnly reports whether the full-size leaves stored are read only
+// by elementwise chains and reductions. Such a leaf (a matrix product,
+// say) is kept alive until the copy instead of v, which is no larger;
+// fusion puts those readers beside v's own chain.
+func (s *recomputeState) fusibleOnly(stored []*ir.Value) bool {
+	fusibleOnly := true
+	for _, a := range stored {
+		for _, u := range s.us[a] {
+			fusibleOnly = fusibleOnly && (chainOp(u) || isReduction(u))
+		}
+	}
+	return fusibleOnly
+}
+
+// copyChain copies the ops of chain, in order, to run just before first,
+// and returns the copy of each chain value.
+func (s *recomputeState) copyChain(chain []*ir.Op, first *ir.Op) map[*ir.Value]*ir.Value {
+	copies := map[*ir.Value]*ir.Value{}
+	for _, o := range chain {
+		args := make([]*ir.Value, len(o.Args))
+		for i, a := range o.Args {
+			args[i] = a
+			if c, ok := copies[a]; ok {
+				args[i] = c
+			}
+		}
+		c, err := s.f.NewOp(o.Code, args, ir.CloneAttrs(o.Attrs))
+		if err != nil {
+			panic("passes: recompute: copying " + o.Code.String() + ": " + err.Error())
+		}
+		c.Loc = o.Loc
+		s.fresh[c] = true
+		copies[o.Result()] = c.Result()
+		s.before[first] = append(s.before[first], c)
+	}
+	return copies
+}
+
+// recomputeChain collects the chain that computes one value of size
+// elements, in topological order.
+type recomputeChain struct {
+	s    *recomputeState
+	size int
+	// stored lists the full-size leaves: only the chain may read them.
+	stored []*ir.Value
+	chain  []*ir.Op
+	seen   map[*ir.Op]bool
+}
+
+// leaf reports whether the chain may read a without copying its op.
+func (c *recomputeChain) leaf(a *ir.Value) bool {
+	switch {
+	case a.Op == nil:
+		return !c.s.donated[a]
+	case c.s.fresh[a.Op]:
+		return false // a copy made in this round: the next round sees it
+	case !c.s.inRegion[a.Op]:
+		return true // defined in an enclosing region: live across r
+	case a.Type.Shape.Size()*narrowRatio <= c.size:
+		return true
+	case a.Op.Code == ir.Iota, isScalarConst(a.Op):
+		return true
+	case !chainOp(a.Op) && a.Type.Shape.Size() <= c.size:
+		c.stored = append(c.stored, a)
+		return true
+	}
+	return false
+}
+
+// visit adds o and the ops it reads to the chain, or reports that the
+// chain cannot be copied.
+func (c *recomputeChain) visit(o *ir.Op) bool {
+	if c.seen[o] {
+		return true
+	}
+	if !chainOp(o) || !cheapToRepeat(o) || c.s.fresh[o] || c.s.touched[o] || len(c.chain) >= maxRecompute {
 		return false
 	}
-	ops := make([]*ir.Op, 0, len(r.Ops))
-	for _, op := range r.Ops {
-		ops = append(ops, before[op]...)
-		ops = append(ops, op)
+	for _, a := range o.Args {
+		if c.leaf(a) {
+			continue
+		}
+		if a.Op == nil || !c.visit(a.Op) {
+			return false
+		}
 	}
-	r.Ops = ops
+	c.seen[o] = true
+	c.chain = append(c.chain, o)
 	return true
 }
 
