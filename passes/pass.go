@@ -44,6 +44,28 @@
 //   - A region op (scan, while, cond) gets a block of the enclosing arena at
 //     SubOffset[op], live only while the op runs; each nested plan's offsets
 //     are relative to that block.
+//
+// # How a backend renders the plan
+//
+// Lower turns a Program into an Exec, the backend-neutral executable plan,
+// and a backend is a renderer of it plus a runner: it never walks the IR to
+// work out lowering again. Per Block it allocates views of the slots (a
+// BufTemp slot is bytes [Offset, Offset+Bytes) of the block's arena; params,
+// outputs, aliases and ys slices are bound by the caller), then renders each
+// Step by kind: a StepKernel's Kernel programs become its fused code (every
+// NodeLeaf/NodeConst reads its operand through the ir.ViewChain of the node,
+// ir.StridedView.At or Indices giving the element index; NodeOp nodes apply
+// the op table's elementwise op; Reduces accumulate in the layout they
+// state; a KernelOutput group computes its product into result DotResult
+// first), a StepMatmul its GEMM with the Matmul layout, a StepCopy its copy
+// between spaces, a StepCollective its communicator call, a StepOp the
+// backend's own kernel of the op, and a StepLoop a loop over its nested
+// Blocks whose runner applies the Loop's Init copies, Params bindings
+// (whole buffers, or per-iteration slices of Stride bytes) and Results
+// (copied back, by slice for ys, staged when Stage says so, skipped when
+// InPlace). A KernelUnsupported group is run by the backend's fallback for
+// the fusion op. The reference executor (internal/eval) does not read the
+// plan: it is the independent oracle the differential tests compare with.
 package passes
 
 import (
@@ -157,7 +179,8 @@ var dumpWarned atomic.Bool
 // as NNN-<func>-PP-<pass>.ir, where NNN counts the compilations of the process
 // and PP is the pass's 1-based position in Pipeline. After buffer assignment
 // and memory analysis the file ends with the plan (PlanString) as // comments,
-// so every file still parses. A dump that cannot be written fails the compile
+// so every file still parses. Last, NNN-<func>-PP-exec.plan holds the text
+// form of the executable plan (Lower, Exec.String), PP one past the last pass. A dump that cannot be written fails the compile
 // for opts.DumpDir; for $FERRY_DUMP_IR it is a warning on standard error
 // (once per process) and the compile goes on without dumping.
 func Compile(f *ir.Func, opts Options) (*Program, error) {
@@ -243,6 +266,13 @@ func Compile(f *ir.Func, opts Options) (*Program, error) {
 	if st.Program == nil {
 		return nil, fmt.Errorf("passes: the pipeline made no program")
 	}
+	if d != nil {
+		if err := d.writeExec(len(Pipeline)+1, st.Program); err != nil {
+			if err := dumpFailed(err); err != nil {
+				return nil, err
+			}
+		}
+	}
 	st.Program.Analysis.Plan = opts.MemoryPlan
 	return st.Program, nil
 }
@@ -276,6 +306,22 @@ func (d *dumper) write(idx int, pass string, st *State, plan bool) error {
 	}
 	name := fmt.Sprintf("%03d-%s-%02d-%s.ir", d.seq, d.name, idx, pass)
 	if err := os.WriteFile(filepath.Join(d.dir, name), []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("passes: dump: %w", err)
+	}
+	return nil
+}
+
+// writeExec writes the executable plan of p (Lower), or why there is none,
+// as NNN-<func>-PP-exec.plan.
+func (d *dumper) writeExec(idx int, p *Program) error {
+	var text string
+	if ex, err := Lower(p); err != nil {
+		text = fmt.Sprintf("no executable plan: %v\n", err)
+	} else {
+		text = ex.String()
+	}
+	name := fmt.Sprintf("%03d-%s-%02d-exec.plan", d.seq, d.name, idx)
+	if err := os.WriteFile(filepath.Join(d.dir, name), []byte(text), 0o644); err != nil {
 		return fmt.Errorf("passes: dump: %w", err)
 	}
 	return nil

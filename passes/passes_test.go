@@ -350,9 +350,15 @@ func TestDumpIR(t *testing.T) {
 	f := layersForward(2, 4, 4, 8)
 	f.Name = "dump me"
 	compile(t, f, passes.Options{})
-	files, err := filepath.Glob(filepath.Join(dir, "*"))
+	files, err := filepath.Glob(filepath.Join(dir, "*.ir"))
 	require.NoError(t, err)
 	require.Len(t, files, len(passes.Pipeline)+1, "the input and one file per pass")
+	plans, err := filepath.Glob(filepath.Join(dir, "*-exec.plan"))
+	require.NoError(t, err)
+	require.Len(t, plans, 1, "the executable plan")
+	text, err := os.ReadFile(plans[0])
+	require.NoError(t, err)
+	require.Contains(t, string(text), "= loop scan(", "the executable plan's text form")
 	var names []string
 	for _, fn := range files {
 		names = append(names, filepath.Base(fn))
@@ -376,7 +382,7 @@ func TestDumpIR(t *testing.T) {
 	// Disabled passes write nothing; DumpDir overrides the variable.
 	dir2 := t.TempDir()
 	compile(t, f, passes.Options{DumpDir: dir2, Disable: []string{"fusion", "cse"}})
-	files, err = filepath.Glob(filepath.Join(dir2, "*"))
+	files, err = filepath.Glob(filepath.Join(dir2, "*.ir"))
 	require.NoError(t, err)
 	require.Len(t, files, len(passes.Pipeline)-1)
 }

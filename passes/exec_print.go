@@ -1,0 +1,148 @@
+package passes
+
+import (
+	"fmt"
+	"strings"
+)
+
+// String is the plan's text form, for tests and FERRY_DUMP_IR: per block its
+// slots (value, type, buffer), then its steps, one per line as
+// "outs = kind op(args)", with a kernel's programs (nodes with their views)
+// and a loop's bindings and nested blocks indented below.
+func (e *Exec) String() string {
+	var p execPrinter
+	p.block(e.Top, 0)
+	return p.String()
+}
+
+// execPrinter writes the text form.
+type execPrinter struct{ strings.Builder }
+
+func (p *execPrinter) line(depth int, format string, args ...any) {
+	p.WriteString(strings.Repeat("  ", depth))
+	fmt.Fprintf(p, format, args...)
+	p.WriteByte('\n')
+}
+
+func slotList(s []int) string {
+	parts := make([]string, len(s))
+	for i, x := range s {
+		parts[i] = fmt.Sprintf("s%d", x)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (p *execPrinter) block(b *Block, d int) {
+	p.line(d, "block params(%s) results(%s) arena %d/%d", slotList(b.Params), slotList(b.Results), b.Plan.Arena[0], b.Plan.Arena[1])
+	for s, sl := range b.Slots {
+		p.line(d+1, "s%d %v %v: %s", s, sl.Value, sl.Value.Type, bufString(sl.Buf))
+	}
+	for i := range b.Steps {
+		p.step(&b.Steps[i], d+1)
+	}
+}
+
+func (p *execPrinter) step(st *Step, d int) {
+	name := st.Op.Info().Name
+	switch st.Kind {
+	case StepKernel:
+		name = "fusion " + st.Kernel.Mode.String()
+	case StepCopy:
+		name = fmt.Sprintf("%v->%v", st.From, st.To)
+	}
+	p.line(d, "%s = %v %s(%s)", slotList(st.Outs), st.Kind, name, slotList(st.Args))
+	switch {
+	case st.Kernel != nil:
+		p.kernel(st.Kernel, d+1)
+	case st.Matmul != nil:
+		p.matmul(st.Matmul, d+1)
+	case st.Loop != nil:
+		p.loop(st.Loop, d+1)
+	}
+}
+
+func (p *execPrinter) matmul(m *Matmul, d int) {
+	p.line(d, "layout batch %v/%v contract %v/%v: %d x [%d x %d] . [%d x %d]",
+		m.LhsBatch, m.RhsBatch, m.LhsContract, m.RhsContract, m.Batch, m.M, m.K, m.K, m.N)
+}
+
+func (p *execPrinter) kernel(k *Kernel, d int) {
+	if k.Mode == KernelUnsupported {
+		p.line(d, "unsupported: %s", k.Why)
+		return
+	}
+	if k.Dot != nil {
+		p.line(d, "dot of arg%d, arg%d into result %d", k.DotArgs[0], k.DotArgs[1], k.DotResult)
+		p.matmul(k.Matmul, d+1)
+	}
+	for _, pr := range k.Programs {
+		p.line(d, "program of %d elements", pr.Size)
+		for i, nd := range pr.Nodes {
+			inv := ""
+			if nd.Invariant {
+				inv = " invariant"
+			}
+			switch nd.Kind {
+			case NodeLeaf:
+				p.line(d+1, "n%d %v = arg%d view %v%s", i, nd.DType, nd.Operand, nd.View, inv)
+			case NodeConst:
+				p.line(d+1, "n%d %v = const[%d bytes] view %v%s", i, nd.DType, len(nd.Data), nd.View, inv)
+			case NodeDot:
+				p.line(d+1, "n%d %v = dot", i, nd.DType)
+			case NodeOp:
+				args := make([]string, len(nd.Args))
+				for j, a := range nd.Args {
+					args[j] = fmt.Sprintf("n%d", a)
+				}
+				p.line(d+1, "n%d %v = %s(%s)%s", i, nd.DType, nd.Code.Info().Name, strings.Join(args, ", "), inv)
+			}
+		}
+		for _, r := range pr.Results {
+			p.line(d+1, "result %d = n%d", r.Result, r.Node)
+		}
+		for _, r := range pr.Reduces {
+			layout := "strided"
+			switch {
+			case r.Trailing:
+				layout = "trailing"
+			case r.Leading:
+				layout = "leading"
+			}
+			p.line(d+1, "result %d = %s(n%d) %s, %d per output, %d outputs, out view %v",
+				r.Result, r.Code.Info().Name, r.Node, layout, r.PerOutput, r.Outputs, r.Out)
+		}
+	}
+}
+
+func (p *execPrinter) loop(lp *Loop, d int) {
+	p.line(d, "consts %d carry %d length %d reverse %v sub-arena at %d/%d", lp.Consts, lp.Carry, lp.Length, lp.Reverse, lp.SubOffset[0], lp.SubOffset[1])
+	for _, m := range lp.Init {
+		p.line(d, "init out%d <- arg%d", m.Out, m.Arg)
+	}
+	for i, b := range lp.Params {
+		switch b.Kind {
+		case BindArg:
+			p.line(d, "param %d <- arg%d", i, b.Arg)
+		case BindOut:
+			p.line(d, "param %d <- out%d", i, b.Out)
+		case BindSlice:
+			p.line(d, "param %d <- arg%d slice i*%d", i, b.Arg, b.Stride)
+		}
+	}
+	for i, r := range lp.Results {
+		dst := fmt.Sprintf("out%d", r.Out)
+		if r.Stride != 0 {
+			dst += fmt.Sprintf(" slice i*%d", r.Stride)
+		}
+		switch {
+		case r.InPlace:
+			dst += " (in place)"
+		case r.Stage:
+			dst += " (staged)"
+		}
+		p.line(d, "result %d -> %s", i, dst)
+	}
+	for _, b := range lp.Blocks {
+		p.block(b, d)
+	}
+}

@@ -1,0 +1,78 @@
+package passes_test
+
+import (
+	"testing"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
+	"github.com/ferryml/ferry/trace"
+	"github.com/stretchr/testify/require"
+)
+
+// TestExecScanText lowers a scan whose fused body reads a broadcast of a
+// const, and reads the plan's text form: the loop's bindings (carry init,
+// const, carry and xs parameters, the ys result computed in place in its
+// slice) and the view of the broadcast leaf, composed from the view op.
+func TestExecScanText(t *testing.T) {
+	const L, n = 5, 4
+	f := traceFunc("scan", func(a ...*trace.Array) []*trace.Array {
+		w := a[0]
+		c, ys := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			wb := trace.BroadcastInDim(w, ir.Shape{2, n}, []int{1})
+			h := trace.Add(c[0], trace.Mul(x[0], wb)) // [2, n]
+			return []*trace.Array{h}, []*trace.Array{trace.Neg(h)}
+		}, []*trace.Array{a[1]}, []*trace.Array{a[2]})
+		return append(c, ys...)
+	}, ir.TypeOf(ir.Float32, n), ir.TypeOf(ir.Float32, 2, n), ir.TypeOf(ir.Float32, L, 2, n))
+	p := compile(t, f, passes.Options{})
+	ex, err := passes.Lower(p)
+	require.NoError(t, err)
+	text := ex.String()
+	var loop *passes.Step
+	for i := range ex.Top.Steps {
+		if ex.Top.Steps[i].Kind == passes.StepLoop {
+			loop = &ex.Top.Steps[i]
+		}
+	}
+	require.NotNil(t, loop, "%s", text)
+	lp := loop.Loop
+	require.Equal(t, ir.Scan, lp.Code)
+	require.Equal(t, L, lp.Length)
+	for _, want := range []string{
+		"init out0 <- arg1",
+		"param 0 <- arg0",
+		"param 1 <- out0",
+		"param 2 <- arg2 slice i*32", // 2·n f32 of xs per iteration
+		"result 0 -> out0",
+		"result 1 -> out1 slice i*32 (in place)",
+		"= arg0 view 0+[2:0,4:1]", // w broadcast along the leading axis
+		"= kernel fusion loop(",
+	} {
+		require.Contains(t, text, want, "%s\n%s", p.Func, text)
+	}
+	require.Len(t, lp.Blocks, 1)
+	require.Len(t, lp.Params, 3)
+	require.Equal(t, passes.BindSlice, lp.Params[2].Kind)
+	require.Equal(t, int64(2*n*4), lp.Params[2].Stride)
+	require.Equal(t, int64(2*n*4), lp.Results[1].Stride)
+}
+
+// TestExecSteps: every op of the op table is either rendered as a kernel
+// node (inside a fused group) or maps to a step kind outside one.
+func TestExecSteps(t *testing.T) {
+	for _, c := range ir.AllCodes() {
+		info := c.Info()
+		node := info.Elementwise || passes.IsReduce(c) || passes.KernelNodeOp(c)
+		step := passes.StepKindOf(c)
+		if info.NumRegions > 0 && c != ir.Fusion {
+			require.Equal(t, passes.StepLoop, step, "%s", info.Name)
+		}
+		require.True(t, node || step != 0, "%s is neither a kernel node nor a step", info.Name)
+		if step == passes.StepOp {
+			require.Zero(t, info.NumRegions, "%s: a region op as a plain step", info.Name)
+		}
+	}
+	require.Equal(t, passes.StepKernel, passes.StepKindOf(ir.Fusion))
+	require.Equal(t, passes.StepMatmul, passes.StepKindOf(ir.DotGeneral))
+	require.Equal(t, passes.StepCollective, passes.StepKindOf(ir.AllReduce))
+}
