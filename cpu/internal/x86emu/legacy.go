@@ -42,6 +42,18 @@ var aluName = map[int]string{aluADD: "ADD", aluOR: "OR", aluAND: "AND", aluSUB: 
 
 func init() {
 	t := legacyTable
+	addALU(t)
+	addMoves(t)
+	addUnary(t)
+	addShifts(t)
+	addIMUL(t)
+	addMOVUPS(t)
+	addJumps(t)
+	addHints(t)
+}
+
+// addALU adds the ALU rows (ADD, OR, AND, SUB, XOR, CMP, TEST) and group 1.
+func addALU(t map[uint16]*ldef) {
 	for _, op := range []int{aluADD, aluOR, aluAND, aluSUB, aluXOR, aluCMP} {
 		o := uint16(op) << 3
 		t[o|1] = &ldef{name: aluName[op], modrm: true, exec: aluExec(op, false, false)} // r/m op= r
@@ -55,6 +67,10 @@ func init() {
 	}
 	t[0x83] = &ldef{name: "group1", modrm: true, group: &g1}
 	t[0x81] = &ldef{name: "group1", modrm: true, group: &g81}
+}
+
+// addMoves adds MOV (register, memory and immediate forms) and LEA.
+func addMoves(t map[uint16]*ldef) {
 	t[0x89] = &ldef{name: "MOV", modrm: true, exec: func(m *Machine, in *Inst, next uintptr) (uintptr, error) {
 		m.setRM(in, m.reg(in.reg, in.op32))
 		return next, nil
@@ -78,6 +94,10 @@ func init() {
 			return next, nil
 		}}
 	}
+}
+
+// addUnary adds groups 5 (INC, DEC) and 3 (NOT, NEG).
+func addUnary(t map[uint16]*ldef) {
 	t[0xff] = &ldef{name: "group5", modrm: true, group: &[8]*ldef{
 		0: {name: "INC", exec: incDec(1)},
 		1: {name: "DEC", exec: incDec(-1)},
@@ -94,6 +114,10 @@ func init() {
 			return next, nil
 		}},
 	}}
+}
+
+// addShifts adds group 2, the shifts SHL, SHR and SAR by 1, CL or an immediate.
+func addShifts(t map[uint16]*ldef) {
 	for _, sh := range []struct {
 		op  uint16
 		imm int
@@ -109,6 +133,10 @@ func init() {
 		}
 		t[sh.op] = &ldef{name: "group2", modrm: true, group: &g}
 	}
+}
+
+// addIMUL adds the two-operand IMUL.
+func addIMUL(t map[uint16]*ldef) {
 	t[0x1af] = &ldef{name: "IMUL", modrm: true, exec: func(m *Machine, in *Inst, next uintptr) (uintptr, error) {
 		a, b := m.reg(in.reg, in.op32), m.getRM(in)
 		var r uint64
@@ -132,7 +160,10 @@ func init() {
 		m.szp(r, in.op32)
 		return next, nil
 	}}
-	// SSE MOVUPS: 16 bytes, bits 128 and up of the register kept.
+}
+
+// addMOVUPS adds the SSE MOVUPS loads and stores: 16 bytes, bits 128 and up of the register kept.
+func addMOVUPS(t map[uint16]*ldef) {
 	t[0x110] = &ldef{name: "MOVUPS", modrm: true, exec: func(m *Machine, in *Inst, next uintptr) (uintptr, error) {
 		dst := &m.Z[in.reg&15]
 		if !in.mem {
@@ -157,7 +188,10 @@ func init() {
 		}
 		return next, nil
 	}}
-	// Jumps and RET.
+}
+
+// addJumps adds the conditional jumps, JMP and RET.
+func addJumps(t map[uint16]*ldef) {
 	for cc := range 16 {
 		t[uint16(0x70+cc)] = &ldef{name: "J" + condName[cc], imm: imm8, exec: jcc(cc)}
 		t[uint16(0x180+cc)] = &ldef{name: "J" + condName[cc], imm: imm32, exec: jcc(cc)}
@@ -170,7 +204,10 @@ func init() {
 		m.R[RSP] += 8
 		return uintptr(ret), nil
 	}}
-	// Hints: no architectural effect.
+}
+
+// addHints adds the hints, which have no architectural effect: NOP and the prefetches.
+func addHints(t map[uint16]*ldef) {
 	nop := func(m *Machine, in *Inst, next uintptr) (uintptr, error) { return next, nil }
 	t[0x90] = &ldef{name: "NOP", exec: nop}
 	t[0x11f] = &ldef{name: "NOP", modrm: true, exec: nop}

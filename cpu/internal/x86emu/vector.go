@@ -238,9 +238,27 @@ func pdRows(d vdef) []vdef {
 	return []vdef{v, e}
 }
 
+// init enters the rows of every family into vectorTable, with a row's
+// zero ModRM.reg extension meaning none (but for group opcodes) and a
+// write mask allowed by default (but for opmask instructions and
+// memory-only rows).
 func init() {
-	rows := []vdef{
-		// float32 arithmetic
+	rows := slices.Concat(float32Rows(), compareRows(), integerRows(), moveRows(), opmaskRows(), float64Rows())
+	for i := range rows {
+		if rows[i].ext == 0 && rows[i].form != fVM {
+			rows[i].ext = -1
+		}
+		if rows[i].mask == mNone && rows[i].form != fRaw && !rows[i].mem {
+			rows[i].mask = mWrite
+		}
+	}
+	addRows(rows)
+}
+
+// float32Rows returns the float32 arithmetic and conversions, and the
+// FMAs (PS and PD forms).
+func float32Rows() []vdef {
+	return []vdef{
 		{name: "VADDPS", encs: bBoth, mm: m0F, op: 0x58, fn: lane2(addF)},
 		{name: "VMULPS", encs: bBoth, mm: m0F, op: 0x59, fn: lane2(mulF)},
 		{name: "VSUBPS", encs: bBoth, mm: m0F, op: 0x5c, fn: lane2(subF)},
@@ -283,8 +301,12 @@ func init() {
 		fmaRowPD("VFNMSUB132PD", 0x9e, 132, true, true),
 		fmaRowPD("VFNMSUB213PD", 0xae, 213, true, true),
 		fmaRowPD("VFNMSUB231PD", 0xbe, 231, true, true),
+	}
+}
 
-		// compares and blends
+// compareRows returns the compares and blends.
+func compareRows() []vdef {
+	return []vdef{
 		{name: "VCMPPS", encs: bEVEX, mm: m0F, op: 0xc2, form: fKVM, imm: true, mask: mCmp, fn: func(x *vctx) {
 			for i := range x.n {
 				if cmpF(x.imm&31, x.a[i], x.b[i]) {
@@ -331,8 +353,12 @@ func init() {
 		}},
 		{name: "VBLENDMPS", encs: bEVEX, mm: m0F38, pp: p66, op: 0x65, mask: mSel, fn: blendm},
 		{name: "VPBLENDMD", encs: bEVEX, mm: m0F38, pp: p66, op: 0x64, mask: mSel, fn: blendm},
+	}
+}
 
-		// integer and bitwise
+// integerRows returns the integer, bitwise, shift and permute instructions.
+func integerRows() []vdef {
+	return []vdef{
 		{name: "VPADDD", encs: bBoth, mm: m0F, pp: p66, op: 0xfe, fn: lane2(func(a, b uint32) uint32 { return a + b })},
 		{name: "VPSUBD", encs: bBoth, mm: m0F, pp: p66, op: 0xfa, fn: lane2(func(a, b uint32) uint32 { return a - b })},
 		{name: "VPANDD", encs: bBoth, mm: m0F, pp: p66, op: 0xdb, fn: lane2(func(a, b uint32) uint32 { return a & b })},
@@ -374,8 +400,12 @@ func init() {
 				x.r[i] = x.b[x.a[i]&uint32(x.n-1)]
 			}
 		}},
+	}
+}
 
-		// moves and broadcasts
+// moveRows returns the moves, broadcasts and mask-vector conversions.
+func moveRows() []vdef {
+	return []vdef{
 		{name: "VMOVUPS", encs: bBoth, mm: m0F, op: 0x10, form: fRM, tuple: tFVM, fn: move},
 		{name: "VMOVUPS", encs: bBoth, mm: m0F, op: 0x11, form: fMR, tuple: tFVM, fn: move},
 		{name: "VMOVAPS", encs: bBoth, mm: m0F, op: 0x28, form: fRM, tuple: tFVM, align: true, fn: move},
@@ -408,8 +438,12 @@ func init() {
 			m.K[in.reg&7] = k
 			return nil
 		}},
+	}
+}
 
-		// opmask instructions (VEX)
+// opmaskRows returns the opmask instructions (VEX).
+func opmaskRows() []vdef {
+	return []vdef{
 		{name: "KMOVW", encs: bVEX, mm: m0F, op: 0x92, form: fRaw, tuple: tReg, raw: func(m *Machine, in *Inst) error {
 			m.K[in.reg&7] = m.R[in.rm&15] & 0xffff
 			return nil
@@ -446,7 +480,12 @@ func init() {
 			return nil
 		}},
 	}
-	// float64 elements
+}
+
+// float64Rows returns the instructions on float64 elements, their VEX and
+// EVEX rows.
+func float64Rows() []vdef {
+	var rows []vdef
 	for _, d := range []vdef{
 		{name: "VADDPD", mm: m0F, pp: p66, op: 0x58, fn: lane2q(addD)},
 		{name: "VMULPD", mm: m0F, pp: p66, op: 0x59, fn: lane2q(mulD)},
@@ -458,15 +497,7 @@ func init() {
 	} {
 		rows = append(rows, pdRows(d)...)
 	}
-	for i := range rows {
-		if rows[i].ext == 0 && rows[i].form != fVM {
-			rows[i].ext = -1
-		}
-		if rows[i].mask == mNone && rows[i].form != fRaw && !rows[i].mem {
-			rows[i].mask = mWrite
-		}
-	}
-	addRows(rows)
+	return rows
 }
 
 // kRow is a two-source opmask instruction (VEX.L1, 16 bits).
