@@ -343,25 +343,6 @@ func coords(at string, shape ir.Shape) []string {
 	return out
 }
 
-// linear returns Σ cs[d]·strides[d] as a C expression ("0" when empty).
-func linear(cs []string, strides []int) string {
-	var terms []string
-	for d, c := range cs {
-		if c == "0" || strides[d] == 0 {
-			continue
-		}
-		if strides[d] == 1 {
-			terms = append(terms, c)
-		} else {
-			terms = append(terms, fmt.Sprintf("%s * %dLL", c, strides[d]))
-		}
-	}
-	if len(terms) == 0 {
-		return "0"
-	}
-	return "(" + strings.Join(terms, " + ") + ")"
-}
-
 // value returns a C expression (in v's compute type) for v at flat index at,
 // emitting the statements it needs.
 func (g *gen) value(v *ir.Value, at string) (string, error) {
@@ -473,35 +454,72 @@ func (g *gen) startOf(v *ir.Value, dim, size int) (string, error) {
 	return g.index(fmt.Sprintf("((long long)%s < 0 ? 0LL : ((long long)%s > %dLL ? %dLL : (long long)%s))", s, s, hi, hi, s)), nil
 }
 
+// viewIndex renders the index view v maps flat index at to, as a C
+// expression: Offset + Σ_d coord_d(at)·Strides[d], coord_d the digit of at
+// in v.Shape (at is within v's domain, so the outermost digit needs no
+// modulo).
+func viewIndex(v ir.StridedView, at string) string {
+	place := ir.Shape(v.Shape).Strides()
+	var terms []string
+	if v.Offset != 0 {
+		terms = append(terms, strconv.Itoa(v.Offset)+"LL")
+	}
+	for d, n := range v.Shape {
+		c := at
+		switch {
+		case v.Strides[d] == 0:
+			continue
+		case place[d] == 1 && d > 0:
+			c = fmt.Sprintf("(%s %% %dLL)", at, n)
+		case d == 0 && place[d] != 1:
+			c = fmt.Sprintf("(%s / %dLL)", at, place[d])
+		case d > 0:
+			c = fmt.Sprintf("((%s / %dLL) %% %dLL)", at, place[d], n)
+		}
+		if v.Strides[d] != 1 {
+			c = fmt.Sprintf("%s * %dLL", c, v.Strides[d])
+		}
+		terms = append(terms, c)
+	}
+	if len(terms) == 0 {
+		return "0"
+	}
+	return strings.Join(terms, " + ")
+}
+
+// dense is the view of a row-major array of shape through strides.
+func dense(shape ir.Shape, strides []int) ir.StridedView { return ir.NewStridedView(shape, strides, 0) }
+
+// isView reports whether c only moves elements (ir.ViewOf describes it).
+func isView(c ir.Code) bool {
+	return c == ir.BroadcastInDim || c == ir.Transpose || c == ir.Slice || c == ir.Reshape
+}
+
+// viewed reads v, the result of a broadcast_in_dim, transpose, slice or
+// reshape, at flat index at: the chain of such ops down to a value computed
+// otherwise (or a parameter) composes into ir.ViewChain, rendered once.
+func (g *gen) viewed(v *ir.Value, at string) (string, error) {
+	var chain ir.ViewChain
+	for {
+		if _, isParam := g.params[v]; isParam || v.Op == nil || !isView(v.Op.Code) {
+			break
+		}
+		w, _ := ir.ViewOf(v.Op)
+		chain, v = chain.Then(w), v.Op.Args[0]
+	}
+	for _, w := range chain {
+		at = g.index(viewIndex(w, at))
+	}
+	return g.value(v, at)
+}
+
 // op returns the C expression of v (a result of v.Op) at flat index at.
 func (g *gen) op(v *ir.Value, at string) (string, error) {
 	op := v.Op
-	res := v
-	dt := res.Type.DType
-	ct := computeType(dt)
-	a := op.Attrs
 	switch op.Code {
-	case ir.BroadcastInDim:
-		in := op.Args[0].Type.Shape
-		cs := coords(at, res.Type.Shape)
-		st := in.Strides()
-		var terms []string
-		for i, d := range a.Ints("dims") {
-			if in[i] == 1 || cs[d] == "0" {
-				continue
-			}
-			if st[i] == 1 {
-				terms = append(terms, cs[d])
-			} else {
-				terms = append(terms, fmt.Sprintf("%s * %dLL", cs[d], st[i]))
-			}
-		}
-		e := "0"
-		if len(terms) > 0 {
-			e = strings.Join(terms, " + ")
-		}
-		return g.value(op.Args[0], g.index(e))
-	case ir.Reshape, ir.BitcastConvert, ir.CheckpointName, ir.OptimizationBarrier, ir.ShardingConstraint:
+	case ir.BroadcastInDim, ir.Transpose, ir.Slice, ir.Reshape:
+		return g.viewed(v, at)
+	case ir.BitcastConvert, ir.CheckpointName, ir.OptimizationBarrier, ir.ShardingConstraint:
 		src := op.Args[0]
 		if op.Code == ir.OptimizationBarrier {
 			src = op.Args[slices.Index(op.Results, v)]
@@ -510,145 +528,22 @@ func (g *gen) op(v *ir.Value, at string) (string, error) {
 		if err != nil || op.Code != ir.BitcastConvert {
 			return x, err
 		}
-		return bitcast(src.Type.DType, dt, x)
-	case ir.Transpose:
-		cs := coords(at, res.Type.Shape)
-		ist := op.Args[0].Type.Shape.Strides()
-		st := make([]int, len(cs))
-		for i, p := range a.Ints("perm") {
-			st[i] = ist[p]
-		}
-		return g.value(op.Args[0], g.index(linear(cs, st)))
-	case ir.Slice:
-		cs := coords(at, res.Type.Shape)
-		ist := op.Args[0].Type.Shape.Strides()
-		start, strides := a.Ints("start"), a.Ints("strides")
-		off := 0
-		st := make([]int, len(cs))
-		for d := range cs {
-			off += start[d] * ist[d]
-			st[d] = ist[d] * strides[d]
-		}
-		return g.value(op.Args[0], g.index(fmt.Sprintf("%dLL + %s", off, linear(cs, st))))
+		return bitcast(src.Type.DType, v.Type.DType, x)
 	case ir.DynamicSlice:
-		x := op.Args[0]
-		cs := coords(at, res.Type.Shape)
-		ist := x.Type.Shape.Strides()
-		var terms []string
-		for d := range cs {
-			s, err := g.startOf(op.Args[1+d], x.Type.Shape[d], res.Type.Shape[d])
-			if err != nil {
-				return "", err
-			}
-			terms = append(terms, fmt.Sprintf("(%s + %s) * %dLL", s, cs[d], ist[d]))
-		}
-		return g.value(x, g.index(sumOr0(terms)))
+		return g.dynamicSlice(v, at)
 	case ir.DynamicUpdateSlice:
-		x, u := op.Args[0], op.Args[1]
-		cs := coords(at, res.Type.Shape)
-		ust := u.Type.Shape.Strides()
-		var conds, uterms []string
-		for d := range cs {
-			s, err := g.startOf(op.Args[2+d], x.Type.Shape[d], u.Type.Shape[d])
-			if err != nil {
-				return "", err
-			}
-			r := g.index(fmt.Sprintf("%s - %s", cs[d], s))
-			conds = append(conds, fmt.Sprintf("%s >= 0 && %s < %dLL", r, r, u.Type.Shape[d]))
-			uterms = append(uterms, fmt.Sprintf("%s * %dLL", r, ust[d]))
-		}
-		in := g.index(andOr1(conds))
-		ui := g.index(fmt.Sprintf("(%s ? %s : 0LL)", in, sumOr0(uterms)))
-		uv, err := g.value(u, ui)
-		if err != nil {
-			return "", err
-		}
-		xv, err := g.value(x, at)
-		if err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("(%s ? %s : %s)", in, uv, xv), nil
+		return g.dynamicUpdateSlice(v, at)
 	case ir.Concatenate:
-		axis := a.Int("axis")
-		cs := coords(at, res.Type.Shape)
-		off := 0
-		expr := ""
-		for _, x := range op.Args {
-			n := x.Type.Shape[axis]
-			if n == 0 {
-				continue
-			}
-			c2 := slices.Clone(cs)
-			in := fmt.Sprintf("(%s >= %dLL && %s < %dLL)", cs[axis], off, cs[axis], off+n)
-			c2[axis] = fmt.Sprintf("(%s ? %s - %dLL : 0LL)", in, cs[axis], off)
-			xv, err := g.value(x, g.index(linear(c2, x.Type.Shape.Strides())))
-			if err != nil {
-				return "", err
-			}
-			if expr == "" {
-				expr = xv
-			} else {
-				expr = fmt.Sprintf("(%s ? %s : %s)", in, xv, expr)
-			}
-			off += n
-		}
-		return expr, nil
+		return g.concatenate(v, at)
 	case ir.Pad:
-		x, pv := op.Args[0], op.Args[1]
-		cs := coords(at, res.Type.Shape)
-		low, interior := a.Ints("low"), a.Ints("interior")
-		var conds, terms []string
-		ist := x.Type.Shape.Strides()
-		if x.Type.Size() == 0 {
-			return g.value(pv, "0")
-		}
-		for d := range cs {
-			step := interior[d] + 1
-			t := g.index(fmt.Sprintf("%s - %dLL", cs[d], low[d]))
-			c := fmt.Sprintf("%s >= 0 && %s / %dLL < %dLL", t, t, step, x.Type.Shape[d])
-			if step > 1 {
-				c += fmt.Sprintf(" && %s %% %dLL == 0", t, step)
-			}
-			conds = append(conds, c)
-			terms = append(terms, fmt.Sprintf("(%s / %dLL) * %dLL", t, step, ist[d]))
-		}
-		in := g.index(andOr1(conds))
-		xi := g.index(fmt.Sprintf("(%s ? %s : 0LL)", in, sumOr0(terms)))
-		xv, err := g.value(x, xi)
-		if err != nil {
-			return "", err
-		}
-		pvv, err := g.value(pv, "0")
-		if err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("(%s ? %s : %s)", in, xv, pvv), nil
+		return g.pad(v, at)
 	case ir.Gather:
-		x, ix := op.Args[0], op.Args[1]
-		axis := a.Int("axis")
-		shape := x.Type.Shape
-		n := shape[axis]
-		if n == 0 {
-			return "", fmt.Errorf("cuda: gather from an empty axis %d of %v", axis, x.Type)
-		}
-		inner := ir.Shape(shape[axis+1:]).Size()
-		ni := ix.Type.Size()
-		j := g.index(fmt.Sprintf("(%s / %dLL) %% %dLL", at, inner, ni))
-		kv, err := g.value(ix, j)
-		if err != nil {
-			return "", err
-		}
-		kc := g.index(fmt.Sprintf("((long long)%s < 0 ? 0LL : ((long long)%s > %dLL ? %dLL : (long long)%s))", kv, kv, n-1, n-1, kv))
-		o := fmt.Sprintf("(%s / %dLL)", at, int64(inner)*int64(ni))
-		return g.value(x, g.index(fmt.Sprintf("(%s * %dLL + %s) * %dLL + %s %% %dLL", o, n, kc, inner, at, inner)))
+		return g.gather(v, at)
 	case ir.Iota:
-		c := coords(at, res.Type.Shape)[a.Int("dim")]
-		if dt.IsFloat() {
-			return roundHalf(dt, fmt.Sprintf("(%s)%s", ct, c)), nil
-		}
-		return fmt.Sprintf("(%s)%s", ct, c), nil
+		c := coords(at, v.Type.Shape)[op.Attrs.Int("dim")]
+		return roundHalf(v.Type.DType, fmt.Sprintf("(%s)%s", computeType(v.Type.DType), c)), nil
 	case ir.Constant:
-		l := a.Literal("value")
+		l := op.Attrs.Literal("value")
 		if l.Type.Size() != 1 {
 			return "", fmt.Errorf("cuda: constant of type %v: only scalar constants are generated (the executor uploads the others)", l.Type)
 		}
@@ -658,7 +553,7 @@ func (g *gen) op(v *ir.Value, at string) (string, error) {
 	}
 	info := op.Info()
 	if !info.Elementwise {
-		return "", fmt.Errorf("cuda: op %s (%v) is not supported in a generated kernel", info.Name, res)
+		return "", fmt.Errorf("cuda: op %s (%v) is not supported in a generated kernel", info.Name, v)
 	}
 	args := make([]string, len(op.Args))
 	for i, x := range op.Args {
@@ -668,14 +563,134 @@ func (g *gen) op(v *ir.Value, at string) (string, error) {
 		}
 		args[i] = s
 	}
-	e, err := elementwise(op.Code, op.Args[0].Type.DType, dt, args)
+	e, err := elementwise(op.Code, op.Args[0].Type.DType, v.Type.DType, args)
 	if err != nil {
 		return "", err
 	}
 	if info.Class == ir.ClassUnary || info.Class == ir.ClassBinary {
-		e = roundHalf(dt, e)
+		e = roundHalf(v.Type.DType, e)
 	}
 	return e, nil
+}
+
+// dynamicSlice reads v = dynamic_slice(x, starts...) at at: x's strides over
+// v's shape, offset by the clamped starts.
+func (g *gen) dynamicSlice(v *ir.Value, at string) (string, error) {
+	x := v.Op.Args[0]
+	ist := x.Type.Shape.Strides()
+	terms := []string{viewIndex(dense(v.Type.Shape, ist), at)}
+	for d := range ist {
+		s, err := g.startOf(v.Op.Args[1+d], x.Type.Shape[d], v.Type.Shape[d])
+		if err != nil {
+			return "", err
+		}
+		terms = append(terms, fmt.Sprintf("%s * %dLL", s, ist[d]))
+	}
+	return g.value(x, g.index(strings.Join(terms, " + ")))
+}
+
+// dynamicUpdateSlice reads v = dynamic_update_slice(x, u, starts...) at at.
+func (g *gen) dynamicUpdateSlice(v *ir.Value, at string) (string, error) {
+	op := v.Op
+	x, u := op.Args[0], op.Args[1]
+	cs := coords(at, v.Type.Shape)
+	ust := u.Type.Shape.Strides()
+	var conds, uterms []string
+	for d := range cs {
+		s, err := g.startOf(op.Args[2+d], x.Type.Shape[d], u.Type.Shape[d])
+		if err != nil {
+			return "", err
+		}
+		r := g.index(fmt.Sprintf("%s - %s", cs[d], s))
+		conds = append(conds, fmt.Sprintf("%s >= 0 && %s < %dLL", r, r, u.Type.Shape[d]))
+		uterms = append(uterms, fmt.Sprintf("%s * %dLL", r, ust[d]))
+	}
+	in := g.index(andOr1(conds))
+	return g.choose(in, u, fmt.Sprintf("(%s ? %s : 0LL)", in, sumOr0(uterms)), x, at)
+}
+
+// choose is (in ? a at ai : b at bi), reading both.
+func (g *gen) choose(in string, a *ir.Value, ai string, b *ir.Value, bi string) (string, error) {
+	av, err := g.value(a, g.index(ai))
+	if err != nil {
+		return "", err
+	}
+	bv, err := g.value(b, bi)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("(%s ? %s : %s)", in, av, bv), nil
+}
+
+// concatenate reads v = concatenate(xs...) at at.
+func (g *gen) concatenate(v *ir.Value, at string) (string, error) {
+	axis := v.Op.Attrs.Int("axis")
+	c := g.index(coords(at, v.Type.Shape)[axis])
+	off := 0
+	expr := ""
+	for _, x := range v.Op.Args {
+		n := x.Type.Shape[axis]
+		if n == 0 {
+			continue
+		}
+		ist := x.Type.Shape.Strides()
+		in := fmt.Sprintf("(%s >= %dLL && %s < %dLL)", c, off, c, off+n)
+		xi := fmt.Sprintf("(%s ? %s - %dLL : 0LL)", in, viewIndex(dense(v.Type.Shape, ist), at), off*ist[axis])
+		xv, err := g.value(x, g.index(xi))
+		if err != nil {
+			return "", err
+		}
+		if expr == "" {
+			expr = xv
+		} else {
+			expr = fmt.Sprintf("(%s ? %s : %s)", in, xv, expr)
+		}
+		off += n
+	}
+	return expr, nil
+}
+
+// pad reads v = pad(x, value) at at.
+func (g *gen) pad(v *ir.Value, at string) (string, error) {
+	x, pv := v.Op.Args[0], v.Op.Args[1]
+	if x.Type.Size() == 0 {
+		return g.value(pv, "0")
+	}
+	low, interior := v.Op.Attrs.Ints("low"), v.Op.Attrs.Ints("interior")
+	cs := coords(at, v.Type.Shape)
+	ist := x.Type.Shape.Strides()
+	var conds, terms []string
+	for d := range cs {
+		step := interior[d] + 1
+		t := g.index(fmt.Sprintf("%s - %dLL", cs[d], low[d]))
+		c := fmt.Sprintf("%s >= 0 && %s / %dLL < %dLL", t, t, step, x.Type.Shape[d])
+		if step > 1 {
+			c += fmt.Sprintf(" && %s %% %dLL == 0", t, step)
+		}
+		conds = append(conds, c)
+		terms = append(terms, fmt.Sprintf("(%s / %dLL) * %dLL", t, step, ist[d]))
+	}
+	in := g.index(andOr1(conds))
+	return g.choose(in, x, fmt.Sprintf("(%s ? %s : 0LL)", in, sumOr0(terms)), pv, "0")
+}
+
+// gather reads v = gather(x, indices) along axis at at (indices clamped).
+func (g *gen) gather(v *ir.Value, at string) (string, error) {
+	x, ix := v.Op.Args[0], v.Op.Args[1]
+	axis := v.Op.Attrs.Int("axis")
+	n := x.Type.Shape[axis]
+	if n == 0 {
+		return "", fmt.Errorf("cuda: gather from an empty axis %d of %v", axis, x.Type)
+	}
+	inner := ir.Shape(x.Type.Shape[axis+1:]).Size()
+	ni := ix.Type.Size()
+	kv, err := g.value(ix, g.index(fmt.Sprintf("(%s / %dLL) %% %dLL", at, inner, ni)))
+	if err != nil {
+		return "", err
+	}
+	kc := g.index(fmt.Sprintf("((long long)%s < 0 ? 0LL : ((long long)%s > %dLL ? %dLL : (long long)%s))", kv, kv, n-1, n-1, kv))
+	o := fmt.Sprintf("(%s / %dLL)", at, int64(inner)*int64(ni))
+	return g.value(x, g.index(fmt.Sprintf("(%s * %dLL + %s) * %dLL + %s %% %dLL", o, n, kc, inner, at, inner)))
 }
 
 func sumOr0(terms []string) string {
@@ -764,97 +779,107 @@ func convert(from, to ir.DType, x string) string {
 	return fmt.Sprintf("(%s)%s", computeType(to), x)
 }
 
+// arith are the C operators of the arithmetic binary ops.
+var arith = map[ir.Code]string{ir.Add: "+", ir.Sub: "-", ir.Mul: "*", ir.Div: "/"}
+
 // elementwise returns the C expression of an elementwise op on arguments in
 // compute types; in is the operand dtype, dt the result's.
 func elementwise(code ir.Code, in, dt ir.DType, args []string) (string, error) {
-	isF := in.IsFloat()
-	f := ""
-	if in != ir.Float64 {
-		f = "f"
-	}
-	ct := computeType(in)
-	one := cLiteral(1, in)
-	a := args[0]
-	var b string
+	a, b := args[0], ""
 	if len(args) > 1 {
 		b = args[1]
 	}
-	signed := in.IsSigned()
-	ut := unsignedOf(in)
-	wrap := func(opr string) string {
-		if in == ir.Uint8 || in == ir.Uint32 {
-			return fmt.Sprintf("(%s)(%s %s %s)", ct, a, opr, b)
+	switch code {
+	case ir.Eq, ir.Ne, ir.Lt, ir.Le, ir.Gt, ir.Ge:
+		return fmt.Sprintf("(%s %s %s)", a, cmpOps[code], b), nil
+	case ir.Select:
+		return fmt.Sprintf("(%s ? %s : %s)", a, b, args[2]), nil
+	case ir.Convert:
+		return convert(in, dt, a), nil
+	case ir.Max, ir.Min:
+		c := map[ir.Code]string{ir.Max: ">", ir.Min: "<"}[code]
+		if in.IsFloat() { // a NaN operand wins
+			return fmt.Sprintf("((%s != %s || %s %s %s) ? %s : %s)", a, a, a, c, b, a, b), nil
 		}
-		return fmt.Sprintf("(%s)((%s)%s %s (%s)%s)", ct, ut, a, opr, ut, b)
+		return fmt.Sprintf("(%s %s %s ? %s : %s)", a, c, b, a, b), nil
+	}
+	if in.IsFloat() {
+		return floatOp(code, in, a, b)
+	}
+	return intOp(code, in, a, b)
+}
+
+// floatOp is elementwise on float operands: the op table's CUDA C math
+// function (Lower.CUDA, "f" appended below float64) or a rule of its own.
+func floatOp(code ir.Code, in ir.DType, a, b string) (string, error) {
+	f, one := "f", cLiteral(1, in)
+	if in == ir.Float64 {
+		f = ""
 	}
 	switch code {
 	case ir.Neg:
-		if isF {
-			return "-" + a, nil
-		}
+		return "-" + a, nil
+	case ir.Sign:
+		return fmt.Sprintf("(%s > 0 ? %s : (%s < 0 ? -%s : %s))", a, one, a, one, a), nil
+	case ir.Rsqrt:
+		return fmt.Sprintf("(%s / sqrt%s(%s))", one, f, a), nil
+	case ir.Logistic:
+		return fmt.Sprintf("(%s / (%s + exp%s(-%s)))", one, one, f, a), nil
+	case ir.Add, ir.Sub, ir.Mul, ir.Div:
+		return fmt.Sprintf("(%s %s %s)", a, arith[code], b), nil
+	case ir.Rem:
+		return fmt.Sprintf("fmod%s(%s, %s)", f, a, b), nil
+	case ir.Pow:
+		return fmt.Sprintf("pow%s(%s, %s)", f, a, b), nil
+	}
+	if fn := code.Info().Lower.CUDA; fn != "" {
+		return fmt.Sprintf("%s%s(%s)", fn, f, a), nil
+	}
+	return "", fmt.Errorf("cuda: op %v on %v is not supported in a generated kernel", code, in)
+}
+
+// intOp is elementwise on integer or bool operands: wrapping arithmetic in
+// the unsigned type of the same width, division by zero and the overflowing
+// quotient as XLA defines them.
+func intOp(code ir.Code, in ir.DType, a, b string) (string, error) {
+	ct, ut, signed := computeType(in), unsignedOf(in), in.IsSigned()
+	switch code {
+	case ir.Neg:
 		return fmt.Sprintf("(%s)(0u - (%s)%s)", ct, ut, a), nil
 	case ir.Abs:
-		if isF {
-			return fmt.Sprintf("fabs%s(%s)", f, a), nil
-		}
 		if !signed {
 			return a, nil
 		}
 		return fmt.Sprintf("(%s < 0 ? (%s)(0u - (%s)%s) : %s)", a, ct, ut, a, a), nil
 	case ir.Sign:
-		if isF {
-			return fmt.Sprintf("(%s > 0 ? %s : (%s < 0 ? -%s : %s))", a, one, a, one, a), nil
-		}
 		if !signed {
 			return fmt.Sprintf("(%s)(%s > 0)", ct, a), nil
 		}
 		return fmt.Sprintf("(%s)((%s > 0) - (%s < 0))", ct, a, a), nil
-	case ir.Rsqrt:
-		return fmt.Sprintf("(%s / sqrt%s(%s))", one, f, a), nil
-	case ir.Logistic:
-		return fmt.Sprintf("(%s / (%s + exp%s(-%s)))", one, one, f, a), nil
 	case ir.Not:
 		if in == ir.Bool {
 			return "!" + a, nil
 		}
 		return fmt.Sprintf("(%s)~%s", ct, a), nil
 	case ir.Add, ir.Sub, ir.Mul:
-		o := map[ir.Code]string{ir.Add: "+", ir.Sub: "-", ir.Mul: "*"}[code]
-		if isF {
-			return fmt.Sprintf("(%s %s %s)", a, o, b), nil
-		}
 		if in == ir.Bool {
 			return "", fmt.Errorf("cuda: %v on bool", code)
 		}
-		return wrap(o), nil
-	case ir.Div:
-		if isF {
-			return fmt.Sprintf("(%s / %s)", a, b), nil
+		if in == ir.Uint8 || in == ir.Uint32 {
+			return fmt.Sprintf("(%s)(%s %s %s)", ct, a, arith[code], b), nil
 		}
+		return fmt.Sprintf("(%s)((%s)%s %s (%s)%s)", ct, ut, a, arith[code], ut, b), nil
+	case ir.Div:
 		if !signed {
 			_, hi, _, _ := intLimits(in)
 			return fmt.Sprintf("(%s == 0 ? (%s)%s : (%s)(%s / %s))", b, ct, hi, ct, a, b), nil
 		}
 		return fmt.Sprintf("(%s == 0 ? (%s)-1 : (%s == -1 ? (%s)(0u - (%s)%s) : %s / %s))", b, ct, b, ct, ut, a, a, b), nil
 	case ir.Rem:
-		if isF {
-			return fmt.Sprintf("fmod%s(%s, %s)", f, a, b), nil
-		}
 		if !signed {
 			return fmt.Sprintf("(%s == 0 ? %s : (%s)(%s %% %s))", b, a, ct, a, b), nil
 		}
 		return fmt.Sprintf("(%s == 0 ? %s : (%s == -1 ? (%s)0 : %s %% %s))", b, a, b, ct, a, b), nil
-	case ir.Pow:
-		return fmt.Sprintf("pow%s(%s, %s)", f, a, b), nil
-	case ir.Max, ir.Min:
-		c := ">"
-		if code == ir.Min {
-			c = "<"
-		}
-		if isF {
-			return fmt.Sprintf("((%s != %s || %s %s %s) ? %s : %s)", a, a, a, c, b, a, b), nil
-		}
-		return fmt.Sprintf("(%s %s %s ? %s : %s)", a, c, b, a, b), nil
 	case ir.And, ir.Or, ir.Xor:
 		o := map[ir.Code][2]string{ir.And: {"&&", "&"}, ir.Or: {"||", "|"}, ir.Xor: {"!=", "^"}}[code]
 		if in == ir.Bool {
@@ -862,105 +887,88 @@ func elementwise(code ir.Code, in, dt ir.DType, args []string) (string, error) {
 		}
 		return fmt.Sprintf("(%s)(%s %s %s)", ct, a, o[1], b), nil
 	case ir.ShiftLeft, ir.ShiftRightLogical, ir.ShiftRightArithmetic:
-		w := bitWidth(in)
-		uw := "unsigned int"
-		st := "int"
-		switch in {
-		case ir.Int64:
-			uw, st = "unsigned long long", "long long"
-		case ir.Uint8:
-			st = "signed char"
-		}
-		amt := fmt.Sprintf("((%s)%s)", uw, b)
-		ua := fmt.Sprintf("((%s)%s)", uw, a)
-		if in == ir.Uint8 {
-			ua = fmt.Sprintf("((unsigned int)(unsigned char)%s)", a)
-			amt = fmt.Sprintf("((unsigned int)(unsigned char)%s)", b)
-		}
-		switch code {
-		case ir.ShiftLeft:
-			return fmt.Sprintf("(%s < %du ? (%s)(%s << %s) : (%s)0)", amt, w, ct, ua, amt, ct), nil
-		case ir.ShiftRightLogical:
-			return fmt.Sprintf("(%s < %du ? (%s)(%s >> %s) : (%s)0)", amt, w, ct, ua, amt, ct), nil
-		}
-		return fmt.Sprintf("(%s)((%s)%s >> (%s < %du ? %s : %du))", ct, st, a, amt, w, amt, w-1), nil
-	case ir.Eq, ir.Ne, ir.Lt, ir.Le, ir.Gt, ir.Ge:
-		return fmt.Sprintf("(%s %s %s)", a, cmpOps[code], b), nil
-	case ir.Select:
-		return fmt.Sprintf("(%s ? %s : %s)", a, b, args[2]), nil
-	case ir.Convert:
-		return convert(in, dt, a), nil
-	}
-	if fn := code.Info().Lower.CUDA; fn != "" && isF { // the op table's CUDA C math function
-		return fmt.Sprintf("%s%s(%s)", fn, f, a), nil
+		return shift(code, in, a, b), nil
 	}
 	return "", fmt.Errorf("cuda: op %v on %v is not supported in a generated kernel", code, in)
 }
 
-// dot emits the contraction of a dot_general for the output element at.
+// shift is a shift of a by b in in's width: a logical shift by the width or
+// more gives 0, an arithmetic one the sign.
+func shift(code ir.Code, in ir.DType, a, b string) string {
+	w, ct := bitWidth(in), computeType(in)
+	uw, st := "unsigned int", "int"
+	switch in {
+	case ir.Int64:
+		uw, st = "unsigned long long", "long long"
+	case ir.Uint8:
+		st = "signed char"
+	}
+	amt := fmt.Sprintf("((%s)%s)", uw, b)
+	ua := fmt.Sprintf("((%s)%s)", uw, a)
+	if in == ir.Uint8 {
+		ua = fmt.Sprintf("((unsigned int)(unsigned char)%s)", a)
+		amt = fmt.Sprintf("((unsigned int)(unsigned char)%s)", b)
+	}
+	switch code {
+	case ir.ShiftLeft:
+		return fmt.Sprintf("(%s < %du ? (%s)(%s << %s) : (%s)0)", amt, w, ct, ua, amt, ct)
+	case ir.ShiftRightLogical:
+		return fmt.Sprintf("(%s < %du ? (%s)(%s >> %s) : (%s)0)", amt, w, ct, ua, amt, ct)
+	}
+	return fmt.Sprintf("(%s)((%s)%s >> (%s < %du ? %s : %du))", ct, st, a, amt, w, amt, w-1)
+}
+
+// dot emits the contraction of a dot_general for the output element at: the
+// output index viewed into each operand (batch and free dimensions), plus
+// the contracted index k viewed into each.
 func (g *gen) dot(op *ir.Op, at string) (string, error) {
 	l, r := op.Args[0], op.Args[1]
 	res := op.Results[0]
+	dt := res.Type.DType
+	if dt == ir.Bool {
+		return "", fmt.Errorf("cuda: dot_general on bool")
+	}
 	a := op.Attrs
 	lb, rb, lc, rc := a.Ints("lhs_batch"), a.Ints("rhs_batch"), a.Ints("lhs_contract"), a.Ints("rhs_contract")
-	free := func(rank int, batch, contract []int) []int {
-		var out []int
-		for d := 0; d < rank; d++ {
-			if !slices.Contains(batch, d) && !slices.Contains(contract, d) {
-				out = append(out, d)
-			}
-		}
-		return out
-	}
-	lf, rf := free(l.Type.Rank(), lb, lc), free(r.Type.Rank(), rb, rc)
-	cs := coords(at, res.Type.Shape)
 	lst, rst := l.Type.Shape.Strides(), r.Type.Shape.Strides()
-	var lterms, rterms []string
+	// Output dimensions: batch, lhs free, rhs free.
+	var lout, rout []int
 	for i := range lb {
-		lterms = append(lterms, fmt.Sprintf("%s * %dLL", cs[i], lst[lb[i]]))
-		rterms = append(rterms, fmt.Sprintf("%s * %dLL", cs[i], rst[rb[i]]))
+		lout, rout = append(lout, lst[lb[i]]), append(rout, rst[rb[i]])
 	}
-	for i, d := range lf {
-		lterms = append(lterms, fmt.Sprintf("%s * %dLL", cs[len(lb)+i], lst[d]))
+	for d := range l.Type.Shape {
+		if !slices.Contains(lb, d) && !slices.Contains(lc, d) {
+			lout, rout = append(lout, lst[d]), append(rout, 0)
+		}
 	}
-	for i, d := range rf {
-		rterms = append(rterms, fmt.Sprintf("%s * %dLL", cs[len(lb)+len(lf)+i], rst[d]))
+	for d := range r.Type.Shape {
+		if !slices.Contains(rb, d) && !slices.Contains(rc, d) {
+			lout, rout = append(lout, 0), append(rout, rst[d])
+		}
 	}
-	lbase, rbase := g.index(sumOr0(lterms)), g.index(sumOr0(rterms))
 	cshape := make(ir.Shape, len(lc))
-	for i, d := range lc {
-		cshape[i] = l.Type.Shape[d]
+	lk, rk := make([]int, len(lc)), make([]int, len(rc))
+	for i := range lc {
+		cshape[i], lk[i], rk[i] = l.Type.Shape[lc[i]], lst[lc[i]], rst[rc[i]]
 	}
-	dt := res.Type.DType
-	acc := g.fresh("acc")
+	lbase := g.index(viewIndex(dense(res.Type.Shape, lout), at))
+	rbase := g.index(viewIndex(dense(res.Type.Shape, rout), at))
+	acc, kv := g.fresh("acc"), g.fresh("k")
 	act := "float"
 	switch {
 	case dt == ir.Float64:
 		act = "double"
 	case dt.IsInteger():
 		act = unsignedOf(dt)
-		if dt == ir.Int64 {
-			act = "unsigned long long"
-		}
-	case dt == ir.Bool:
-		return "", fmt.Errorf("cuda: dot_general on bool")
 	}
-	kv := g.fresh("k")
 	g.emit("%s %s = 0;", act, acc)
 	g.emit("for (long long %s = 0; %s < %dLL; %s++) {", kv, kv, cshape.Size(), kv)
 	c := g.child()
-	kc := coords(kv, cshape)
-	lcs, rcs := make([]int, len(lc)), make([]int, len(rc))
-	for i := range lc {
-		lcs[i], rcs[i] = lst[lc[i]], rst[rc[i]]
-	}
-	li := c.index(fmt.Sprintf("%s + %s", lbase, linear(kc, lcs)))
-	ri := c.index(fmt.Sprintf("%s + %s", rbase, linear(kc, rcs)))
-	lv, err := c.value(l, li)
+	lv, err := c.value(l, c.index(lbase+" + "+viewIndex(dense(cshape, lk), kv)))
 	if err != nil {
 		return "", err
 	}
-	rv, err := c.value(r, ri)
+	rv, err := c.value(r, c.index(rbase+" + "+viewIndex(dense(cshape, rk), kv)))
 	if err != nil {
 		return "", err
 	}
@@ -1016,150 +1024,88 @@ func accumulator(code ir.Code, dt ir.DType) (string, string) {
 	return "unsigned int", "u32"
 }
 
-// genReduce emits a block-level tree reduction for results[ri] (a reduce or
-// arg op). Each block reduces one output row (grid-stride over rows): every
-// thread accumulates a strided share of the row, warps combine through
-// shuffles, warp leaders through shared memory, warp 0 finishes.
-func genReduce(s *shared, v *ir.Value, ri int) (Entry, string, error) {
-	op := v.Op
-	x := op.Args[0]
-	xs := x.Type.Shape
-	var axes []int
-	isArg := op.Code == ir.ArgMax || op.Code == ir.ArgMin
-	if isArg {
-		axes = []int{op.Attrs.Int("axis")}
-	} else {
-		axes = slices.Clone(op.Attrs.Ints("axes"))
-		slices.Sort(axes)
+// reducer is the arithmetic of one reduction entry: its accumulator, the
+// identity and the combining statement.
+type reducer struct {
+	isArg    bool
+	acc, sfx string // the accumulator's C type and shuffle suffix
+	ident    string
+	// combine is a format of the statement folding B into A: %[1]s, %[2]s
+	// the values of A and B, %[3]s, %[4]s their indices (arg ops), %[5]s R.
+	combine string
+	r       string // R as a C literal
+}
+
+// newReducer returns the reducer of code over operand dtype dt reducing r
+// elements per output.
+func newReducer(code ir.Code, dt ir.DType, r int64) (*reducer, error) {
+	rd := &reducer{isArg: code == ir.ArgMax || code == ir.ArgMin, r: strconv.FormatInt(r, 10) + "LL"}
+	if dt == ir.Bool && !rd.isArg {
+		return nil, fmt.Errorf("cuda: %v on bool", code)
 	}
-	var kept ir.Shape
-	var keptSt []int
-	red := make(ir.Shape, len(axes))
-	redSt := make([]int, len(axes))
-	xst := xs.Strides()
-	for d := range xs {
-		if j := slices.Index(axes, d); j >= 0 {
-			red[j], redSt[j] = xs[d], xst[d]
-		} else {
-			kept = append(kept, xs[d])
-			keptSt = append(keptSt, xst[d])
+	rd.acc, rd.sfx = accumulator(code, dt)
+	c := "<"
+	if code == ir.ReduceMax || code == ir.ArgMax {
+		c = ">"
+	}
+	switch code {
+	case ir.ReduceSum, ir.ReduceProd:
+		rd.ident, c = "0", "+"
+		if code == ir.ReduceProd {
+			rd.ident, c = "1", "*"
 		}
-	}
-	nOut, r := int64(kept.Size()), int64(red.Size())
-	dt := x.Type.DType
-	if dt == ir.Bool && !isArg {
-		return Entry{}, "", fmt.Errorf("cuda: %v on bool", op.Code)
-	}
-	acc, sfx := accumulator(op.Code, dt)
-	if isArg {
-		acc, sfx = "double", "f64"
-		if dt == ir.Int64 {
-			acc, sfx = "long long", "i64"
-		}
-	}
-	var ident, combine string // combine(A, B) with A, B C names: the result in A
-	isMax := op.Code == ir.ReduceMax || op.Code == ir.ArgMax
-	switch op.Code {
-	case ir.ReduceSum:
-		ident = "0"
-		combine = "%[1]s = %[1]s + %[2]s;"
-		if dt.IsInteger() {
-			u := unsignedOf(dt)
-			if dt == ir.Int64 {
-				u = "unsigned long long"
-			}
-			combine = "%[1]s = (" + acc + ")((" + u + ")%[1]s + (" + u + ")%[2]s);"
-		}
-	case ir.ReduceProd:
-		ident = "1"
-		combine = "%[1]s = %[1]s * %[2]s;"
-		if dt.IsInteger() {
-			u := unsignedOf(dt)
-			if dt == ir.Int64 {
-				u = "unsigned long long"
-			}
-			combine = "%[1]s = (" + acc + ")((" + u + ")%[1]s * (" + u + ")%[2]s);"
+		rd.combine = "%[1]s = %[1]s " + c + " %[2]s;"
+		if u := unsignedOf(dt); dt.IsInteger() {
+			rd.combine = "%[1]s = (" + rd.acc + ")((" + u + ")%[1]s " + c + " (" + u + ")%[2]s);"
 		}
 	case ir.ReduceMax, ir.ReduceMin:
-		c := ">"
-		if !isMax {
-			c = "<"
-		}
+		rd.combine = "%[1]s = %[1]s " + c + " %[2]s ? %[1]s : %[2]s;"
+		lo, hi, _, _ := intLimits(dt)
+		rd.ident = map[bool]string{true: lo, false: hi}[c == ">"]
 		if dt.IsFloat() {
-			inf, idt := math.Inf(1), ir.Float32
-			if isMax {
-				inf = math.Inf(-1)
-			}
-			if acc == "double" {
-				idt = ir.Float64
-			}
-			ident = cLiteral(inf, idt)
-			combine = "%[1]s = (%[1]s != %[1]s || %[1]s " + c + " %[2]s) ? %[1]s : %[2]s;"
-		} else {
-			lo, hi, _, _ := intLimits(dt)
-			ident = hi
-			if isMax {
-				ident = lo
-			}
-			combine = "%[1]s = %[1]s " + c + " %[2]s ? %[1]s : %[2]s;"
+			idt := map[bool]ir.DType{true: ir.Float64, false: ir.Float32}[rd.acc == "double"]
+			rd.ident = cLiteral(map[bool]float64{true: math.Inf(-1), false: math.Inf(1)}[c == ">"], idt)
+			rd.combine = "%[1]s = (%[1]s != %[1]s || %[1]s " + c + " %[2]s) ? %[1]s : %[2]s;"
 		}
 	case ir.ArgMax, ir.ArgMin:
-		c := ">"
-		if !isMax {
-			c = "<"
+		rd.acc, rd.sfx = "double", "f64"
+		if dt == ir.Int64 {
+			rd.acc, rd.sfx = "long long", "i64"
 		}
 		// B (value %[2]s, index %[4]s) beats A (%[1]s, %[3]s) when it is a NaN
 		// and A is not, or it is strictly better, or equal (or both NaN)
 		// with a smaller index; indices ≥ R are empty slots.
-		ident = "0"
-		combine = "if (%[4]s < %[5]s && (%[3]s >= %[5]s || (%[2]s != %[2]s && %[1]s == %[1]s) || (%[1]s == %[1]s && %[2]s " + c + " %[1]s) || ((%[2]s == %[1]s || (%[2]s != %[2]s && %[1]s != %[1]s)) && %[4]s < %[3]s))) { %[1]s = %[2]s; %[3]s = %[4]s; }"
+		rd.ident = "0"
+		rd.combine = "if (%[4]s < %[5]s && (%[3]s >= %[5]s || (%[2]s != %[2]s && %[1]s == %[1]s) || (%[1]s == %[1]s && %[2]s " + c + " %[1]s) || ((%[2]s == %[1]s || (%[2]s != %[2]s && %[1]s != %[1]s)) && %[4]s < %[3]s))) { %[1]s = %[2]s; %[3]s = %[4]s; }"
 	default:
-		return Entry{}, "", fmt.Errorf("cuda: %v is not a reduction", op.Code)
+		return nil, fmt.Errorf("cuda: %v is not a reduction", code)
 	}
-	comb := func(a1, b1, ai, bi string) string {
-		if isArg {
-			return fmt.Sprintf(combine, a1, b1, ai, bi, strconv.FormatInt(r, 10)+"LL")
-		}
-		return fmt.Sprintf(combine, a1, b1)
+	return rd, nil
+}
+
+// comb is the statement folding (b, bi) into (a, ai).
+func (rd *reducer) comb(a, b, ai, bi string) string {
+	if rd.isArg {
+		return fmt.Sprintf(rd.combine, a, b, ai, bi, rd.r)
 	}
-	g := newGen(s, "    ")
-	var b strings.Builder
-	b.WriteString("  __shared__ " + acc + " ferry_sm[32];\n")
-	if isArg {
-		b.WriteString("  __shared__ long long ferry_smi[32];\n")
+	return fmt.Sprintf(rd.combine, a, b)
+}
+
+// shuffle emits the warp's tree reduction of acc (and acci) through shuffles.
+func (rd *reducer) shuffle(g *gen) {
+	g.emit("for (int d = 16; d > 0; d >>= 1) {")
+	g.emit("  %s e = ferry_shfl_down_%s(acc, d);", rd.acc, rd.sfx)
+	if rd.isArg {
+		g.emit("  long long ei = ferry_shfl_down_i64(acci, d);")
 	}
-	b.WriteString("  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;\n")
-	b.WriteString("  for (long long o = blockIdx.x; o < n; o += gridDim.x) {\n")
-	base := g.index(linear(coords("o", kept), keptSt))
-	g.emit("%s acc = %s;", acc, ident)
-	if isArg {
-		g.emit("long long acci = %dLL;", r)
-	}
-	g.emit("for (long long k = threadIdx.x; k < %dLL; k += blockDim.x) {", r)
-	c := g.child()
-	xi := c.index(fmt.Sprintf("%s + %s", base, linear(coords("k", red), redSt)))
-	xv, err := c.value(x, xi)
-	if err != nil {
-		return Entry{}, "", err
-	}
-	c.emit("%s e = (%s)%s;", acc, acc, xv)
-	if isArg {
-		c.emit("long long ei = k;")
-	}
-	c.emit("%s", comb("acc", "e", "acci", "ei"))
-	g.b.WriteString(c.b.String())
+	g.emit("  if (lane + d < 32) { %s }", rd.comb("acc", "e", "acci", "ei"))
 	g.emit("}")
-	shfl := func(dst *gen) {
-		dst.emit("for (int d = 16; d > 0; d >>= 1) {")
-		dst.emit("  %s e = ferry_shfl_down_%s(acc, d);", acc, sfx)
-		if isArg {
-			dst.emit("  long long ei = ferry_shfl_down_i64(acci, d);")
-		}
-		dst.emit("  if (lane + d < 32) { %s }", comb("acc", "e", "acci", "ei"))
-		dst.emit("}")
-	}
-	shfl(g)
-	if isArg {
+}
+
+// finish emits the combination of the warps' partial results by warp 0 and
+// the store of output o into out<ri> (of dtype odt).
+func (rd *reducer) finish(g *gen, ri int, odt ir.DType) {
+	if rd.isArg {
 		g.emit("if (lane == 0) { ferry_sm[warp] = acc; ferry_smi[warp] = acci; }")
 	} else {
 		g.emit("if (lane == 0) ferry_sm[warp] = acc;")
@@ -1167,27 +1113,81 @@ func genReduce(s *shared, v *ir.Value, ri int) (Entry, string, error) {
 	g.emit("__syncthreads();")
 	g.emit("if (warp == 0) {")
 	w0 := g.child()
-	w0.emit("acc = lane < nwarps ? ferry_sm[lane] : (%s)%s;", acc, ident)
-	if isArg {
-		w0.emit("acci = lane < nwarps ? ferry_smi[lane] : %dLL;", r)
+	w0.emit("acc = lane < nwarps ? ferry_sm[lane] : (%s)%s;", rd.acc, rd.ident)
+	if rd.isArg {
+		w0.emit("acci = lane < nwarps ? ferry_smi[lane] : %s;", rd.r)
 	}
-	shfl(w0)
-	odt := v.Type.DType
+	rd.shuffle(w0)
+	out := fmt.Sprintf("(%s)acc", computeType(odt))
 	switch {
-	case isArg:
-		w0.emit("if (lane == 0) out%d[o] = (%s)(acci < %dLL ? acci : 0LL);", ri, computeType(odt), r)
+	case rd.isArg:
+		out = fmt.Sprintf("(%s)(acci < %s ? acci : 0LL)", computeType(odt), rd.r)
 	case odt.IsFloat():
-		accDT := ir.Float32
-		if acc == "double" {
-			accDT = ir.Float64
-		}
-		w0.emit("if (lane == 0) out%d[o] = %s;", ri, store(odt, convert(accDT, odt, "acc")))
-	default:
-		w0.emit("if (lane == 0) out%d[o] = (%s)acc;", ri, computeType(odt))
+		accDT := map[bool]ir.DType{true: ir.Float64, false: ir.Float32}[rd.acc == "double"]
+		out = store(odt, convert(accDT, odt, "acc"))
 	}
+	w0.emit("if (lane == 0) out%d[o] = %s;", ri, out)
 	g.b.WriteString(w0.b.String())
 	g.emit("}")
 	g.emit("__syncthreads();")
+}
+
+// genReduce emits a block-level tree reduction for results[ri] (a reduce or
+// arg op). Each block reduces one output row (grid-stride over rows): every
+// thread accumulates a strided share of the row, warps combine through
+// shuffles, warp leaders through shared memory, warp 0 finishes. The row's
+// elements are read through two views of the operand: the kept dimensions
+// over the outputs, the reduced ones over the row.
+func genReduce(s *shared, v *ir.Value, ri int) (Entry, string, error) {
+	op := v.Op
+	x := op.Args[0]
+	axes := op.Attrs.Ints("axes")
+	if op.Code == ir.ArgMax || op.Code == ir.ArgMin {
+		axes = []int{op.Attrs.Int("axis")}
+	}
+	var kept, red ir.Shape
+	var keptSt, redSt []int
+	xst := x.Type.Shape.Strides()
+	for d, n := range x.Type.Shape {
+		if slices.Contains(axes, d) {
+			red, redSt = append(red, n), append(redSt, xst[d])
+		} else {
+			kept, keptSt = append(kept, n), append(keptSt, xst[d])
+		}
+	}
+	nOut, r := int64(kept.Size()), int64(red.Size())
+	rd, err := newReducer(op.Code, x.Type.DType, r)
+	if err != nil {
+		return Entry{}, "", err
+	}
+	g := newGen(s, "    ")
+	var b strings.Builder
+	b.WriteString("  __shared__ " + rd.acc + " ferry_sm[32];\n")
+	if rd.isArg {
+		b.WriteString("  __shared__ long long ferry_smi[32];\n")
+	}
+	b.WriteString("  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;\n")
+	b.WriteString("  for (long long o = blockIdx.x; o < n; o += gridDim.x) {\n")
+	base := g.index(viewIndex(dense(kept, keptSt), "o"))
+	g.emit("%s acc = %s;", rd.acc, rd.ident)
+	if rd.isArg {
+		g.emit("long long acci = %s;", rd.r)
+	}
+	g.emit("for (long long k = threadIdx.x; k < %s; k += blockDim.x) {", rd.r)
+	c := g.child()
+	xv, err := c.value(x, c.index(base+" + "+viewIndex(dense(red, redSt), "k")))
+	if err != nil {
+		return Entry{}, "", err
+	}
+	c.emit("%s e = (%s)%s;", rd.acc, rd.acc, xv)
+	if rd.isArg {
+		c.emit("long long ei = k;")
+	}
+	c.emit("%s", rd.comb("acc", "e", "acci", "ei"))
+	g.b.WriteString(c.b.String())
+	g.emit("}")
+	rd.shuffle(g)
+	rd.finish(g, ri, v.Type.DType)
 	b.WriteString(g.b.String())
 	b.WriteString("  }\n")
 	return Entry{Kind: LaunchReduce, N: nOut, R: r, Writes: []int{ri}}, b.String(), nil
