@@ -111,7 +111,44 @@ func (s kernelSpec) zero(r Op) {
 	}
 }
 
+// kernelGen is the state of one kernel being generated: its spec, the
+// registers it assigned and the pointers it loaded.
+type kernelGen struct {
+	kernelSpec
+	nacc  int               // accumulators: mr*nv
+	bregs []reg.VecPhysical // one B row
+	tmps  []reg.VecPhysical // broadcast A elements, used in turn
+	tmpi  int               // the next of tmps
+	// k, a, b and c pointers and ldc in bytes.
+	k, ap, bp, cp, ldc reg.Register
+	aStep, bStep       int // bytes per k step of packed A and B
+	// In place, rows 0-2 of A are at ap + {0,1,2}*rs and rows 3-5 at
+	// ap3 + {0,1,2}*rs, and both pointers move by cs per k step.
+	rs, cs, ap3 reg.Register
+}
+
 func (s kernelSpec) generate() {
+	g := &kernelGen{kernelSpec: s}
+	g.header()
+	g.assignRegs()
+	g.loadParams()
+	// Zero the accumulators.
+	for r := 0; r < g.nacc; r++ {
+		s.zero(s.vreg(r))
+	}
+	g.prefetchC()
+	g.aStep = s.mr * s.elem
+	g.bStep = s.nr() * s.elem
+	if s.stridedA {
+		g.loadStrides()
+	}
+	g.kLoop()
+	g.epilogue()
+}
+
+// header starts the kernel's TEXT with its signature and doc comment.
+func (g *kernelGen) header() {
+	s := g.kernelSpec
 	typ := "float32"
 	if s.elem == 8 {
 		typ = "float64"
@@ -130,147 +167,159 @@ func (s kernelSpec) generate() {
 	} else {
 		Doc(fmt.Sprintf("%s computes a %d×%d tile of C with %s from packed panels: C = alpha*A*B + beta*C, C not read when beta is ±0.", s.name, s.mr, s.nr(), isa))
 	}
+}
 
-	nacc := s.mr * s.nv
-	acc := func(i, j int) reg.VecPhysical { return s.vreg(i*s.nv + j) }
-	bregs := make([]reg.VecPhysical, s.nv)
-	for j := range bregs {
-		bregs[j] = s.vreg(nacc + j)
+// assignRegs assigns the vector registers: the accumulators first, then
+// one B row, then up to two for broadcasts.
+func (g *kernelGen) assignRegs() {
+	s := g.kernelSpec
+	g.nacc = s.mr * s.nv
+	g.bregs = make([]reg.VecPhysical, s.nv)
+	for j := range g.bregs {
+		g.bregs[j] = s.vreg(g.nacc + j)
 	}
 	nregs := 16
 	if s.zmm {
 		nregs = 32
 	}
-	var tmps []reg.VecPhysical
-	for r := nacc + s.nv; r < nregs && len(tmps) < 2; r++ {
-		tmps = append(tmps, s.vreg(r))
+	for r := g.nacc + s.nv; r < nregs && len(g.tmps) < 2; r++ {
+		g.tmps = append(g.tmps, s.vreg(r))
 	}
-	if len(tmps) == 0 {
+	if len(g.tmps) == 0 {
 		panic(s.name + ": no register left for the broadcast")
 	}
+}
 
-	k := Load(Param("k"), reg.RCX)
-	ap := Load(Param("a"), reg.RSI)
-	bp := Load(Param("b"), reg.RDI)
-	cp := Load(Param("c"), reg.RDX)
-	ldc := Load(Param("ldc"), reg.R8)
-	if s.elem == 4 {
-		SHLQ(Imm(2), ldc)
+// acc is the accumulator of row i, vector j.
+func (g *kernelGen) acc(i, j int) reg.VecPhysical { return g.vreg(i*g.nv + j) }
+
+// loadParams loads k, the pointers and ldc (scaled to bytes).
+func (g *kernelGen) loadParams() {
+	g.k = Load(Param("k"), reg.RCX)
+	g.ap = Load(Param("a"), reg.RSI)
+	g.bp = Load(Param("b"), reg.RDI)
+	g.cp = Load(Param("c"), reg.RDX)
+	g.ldc = Load(Param("ldc"), reg.R8)
+	if g.elem == 4 {
+		SHLQ(Imm(2), g.ldc)
 	} else {
-		SHLQ(Imm(3), ldc)
+		SHLQ(Imm(3), g.ldc)
 	}
+}
 
-	// Zero the accumulators.
-	for r := 0; r < nacc; r++ {
-		s.zero(s.vreg(r))
+// prefetchC prefetches the C tile while the k loop runs.
+func (g *kernelGen) prefetchC() {
+	row := reg.R9
+	MOVQ(g.cp, row)
+	rowBytes := g.nr() * g.elem
+	for i := 0; i < g.mr; i++ {
+		for off := 0; off < rowBytes; off += 64 {
+			PREFETCHT0(Mem{Base: row, Disp: off})
+		}
+		// The last byte of the row, in case it is not 64-byte aligned.
+		PREFETCHT0(Mem{Base: row, Disp: rowBytes - 1})
+		if i+1 < g.mr {
+			ADDQ(g.ldc, row)
+		}
 	}
+}
 
-	// Prefetch the C tile while the k loop runs.
-	{
-		row := reg.R9
-		MOVQ(cp, row)
-		rowBytes := s.nr() * s.elem
-		for i := 0; i < s.mr; i++ {
-			for off := 0; off < rowBytes; off += 64 {
-				PREFETCHT0(Mem{Base: row, Disp: off})
-			}
-			// The last byte of the row, in case it is not 64-byte aligned.
-			PREFETCHT0(Mem{Base: row, Disp: rowBytes - 1})
-			if i+1 < s.mr {
-				ADDQ(ldc, row)
-			}
-		}
+// loadStrides loads A's strides (scaled to bytes) and points ap3 at row 3.
+func (g *kernelGen) loadStrides() {
+	if g.mr != 6 {
+		panic(g.name + ": strided A needs MR = 6")
 	}
+	g.rs = Load(Param("rsa"), reg.R10)
+	g.cs = Load(Param("csa"), reg.R11)
+	if g.elem == 4 {
+		SHLQ(Imm(2), g.rs)
+		SHLQ(Imm(2), g.cs)
+	} else {
+		SHLQ(Imm(3), g.rs)
+		SHLQ(Imm(3), g.cs)
+	}
+	g.ap3 = reg.R12
+	LEAQ(Mem{Base: g.rs, Index: g.rs, Scale: 2}, g.ap3)
+	ADDQ(g.ap, g.ap3)
+}
 
-	aStep := s.mr * s.elem
-	bStep := s.nr() * s.elem
-	// In place, rows 0-2 of A are at ap + {0,1,2}*rs and rows 3-5 at
-	// ap3 + {0,1,2}*rs, and both pointers move by cs per k step.
-	var rs, cs, ap3 reg.Register
-	if s.stridedA {
-		if s.mr != 6 {
-			panic(s.name + ": strided A needs MR = 6")
-		}
-		rs = Load(Param("rsa"), reg.R10)
-		cs = Load(Param("csa"), reg.R11)
-		if s.elem == 4 {
-			SHLQ(Imm(2), rs)
-			SHLQ(Imm(2), cs)
-		} else {
-			SHLQ(Imm(3), rs)
-			SHLQ(Imm(3), cs)
-		}
-		ap3 = reg.R12
-		LEAQ(Mem{Base: rs, Index: rs, Scale: 2}, ap3)
-		ADDQ(ap, ap3)
+// aAddr is the address of A's row i at unrolled step u.
+func (g *kernelGen) aAddr(u, i int) Mem {
+	if !g.stridedA {
+		return Mem{Base: g.ap, Disp: u*g.aStep + i*g.elem}
 	}
-	aAddr := func(u, i int) Mem {
-		if !s.stridedA {
-			return Mem{Base: ap, Disp: u*aStep + i*s.elem}
-		}
-		base := ap
-		if i >= 3 {
-			base, i = ap3, i-3
-		}
-		if i == 0 {
-			return Mem{Base: base}
-		}
-		return Mem{Base: base, Index: rs, Scale: uint8(i)}
+	base := g.ap
+	if i >= 3 {
+		base, i = g.ap3, i-3
 	}
-	tmpi := 0
-	step := func(u int) {
+	if i == 0 {
+		return Mem{Base: base}
+	}
+	return Mem{Base: base, Index: g.rs, Scale: uint8(i)}
+}
+
+// step emits unrolled k step u: load a B row, and per row of A broadcast
+// its element and multiply-add it with the B row into the accumulators.
+func (g *kernelGen) step(u int) {
+	s := g.kernelSpec
+	for j := 0; j < s.nv; j++ {
+		s.movu(Mem{Base: g.bp, Disp: u*g.bStep + j*s.vecBytes()}, g.bregs[j])
+	}
+	for i := 0; i < s.mr; i++ {
+		t := g.tmps[g.tmpi%len(g.tmps)]
+		g.tmpi++
+		s.bcast(g.aAddr(u, i), t)
 		for j := 0; j < s.nv; j++ {
-			s.movu(Mem{Base: bp, Disp: u*bStep + j*s.vecBytes()}, bregs[j])
-		}
-		for i := 0; i < s.mr; i++ {
-			t := tmps[tmpi%len(tmps)]
-			tmpi++
-			s.bcast(aAddr(u, i), t)
-			for j := 0; j < s.nv; j++ {
-				s.fma(bregs[j], t, acc(i, j))
-			}
-		}
-		if s.stridedA {
-			ADDQ(cs, ap)
-			ADDQ(cs, ap3)
+			s.fma(g.bregs[j], t, g.acc(i, j))
 		}
 	}
-	// advanceA moves the packed A pointer past u steps (in place, step did).
-	advanceA := func(u int) {
-		if !s.stridedA {
-			ADDQ(U32(u*aStep), ap)
-		}
+	if s.stridedA {
+		ADDQ(g.cs, g.ap)
+		ADDQ(g.cs, g.ap3)
 	}
+}
 
-	// Unrolled main loop.
+// advanceA moves the packed A pointer past u steps (in place, step did).
+func (g *kernelGen) advanceA(u int) {
+	if !g.stridedA {
+		ADDQ(U32(u*g.aStep), g.ap)
+	}
+}
+
+// kLoop emits the unrolled main loop and the loop over the remaining
+// steps.
+func (g *kernelGen) kLoop() {
 	n := reg.RAX
-	MOVQ(k, n)
-	SHRQ(Imm(uint64(log2(s.unroll))), n)
+	MOVQ(g.k, n)
+	SHRQ(Imm(uint64(log2(g.unroll))), n)
 	JZ(LabelRef("tail"))
 	Label("loop")
-	for u := 0; u < s.unroll; u++ {
-		step(u)
+	for u := 0; u < g.unroll; u++ {
+		g.step(u)
 	}
-	advanceA(s.unroll)
-	ADDQ(U32(s.unroll*bStep), bp)
+	g.advanceA(g.unroll)
+	ADDQ(U32(g.unroll*g.bStep), g.bp)
 	DECQ(n)
 	JNZ(LabelRef("loop"))
 
 	Label("tail")
-	ANDQ(Imm(uint64(s.unroll-1)), k)
+	ANDQ(Imm(uint64(g.unroll-1)), g.k)
 	JZ(LabelRef("epilogue"))
 	Label("tailloop")
-	step(0)
-	advanceA(1)
-	ADDQ(U32(bStep), bp)
-	DECQ(k)
+	g.step(0)
+	g.advanceA(1)
+	ADDQ(U32(g.bStep), g.bp)
+	DECQ(g.k)
 	JNZ(LabelRef("tailloop"))
+}
 
-	// Epilogue: C = alpha*acc + beta*C, or alpha*acc when beta is ±0.
+// epilogue emits C = alpha*acc + beta*C, or alpha*acc when beta is ±0.
+func (g *kernelGen) epilogue() {
+	s := g.kernelSpec
 	Label("epilogue")
-	alpha, beta := bregs[0], tmps[0]
+	alpha, beta := g.bregs[0], g.tmps[0]
 	if s.nv > 1 {
-		beta = bregs[1]
+		beta = g.bregs[1]
 	}
 	s.bcast(addr(Param("alpha")), alpha)
 	if s.elem == 4 {
@@ -282,27 +331,26 @@ func (s kernelSpec) generate() {
 	}
 	JZ(LabelRef("betazero"))
 	s.bcast(addr(Param("beta")), beta)
-	for i := 0; i < s.mr; i++ {
-		for j := 0; j < s.nv; j++ {
-			s.mul(alpha, acc(i, j), acc(i, j))
-			s.fma(Mem{Base: cp, Disp: j * s.vecBytes()}, beta, acc(i, j))
-			s.movu(acc(i, j), Mem{Base: cp, Disp: j * s.vecBytes()})
-		}
-		if i+1 < s.mr {
-			ADDQ(ldc, cp)
-		}
-	}
-	VZEROUPPER()
-	RET()
+	g.storeC(alpha, beta)
 
 	Label("betazero")
+	g.storeC(alpha, nil)
+}
+
+// storeC emits the scaling of the accumulators by alpha, plus beta times
+// C when beta is not nil, their stores into C, and the return.
+func (g *kernelGen) storeC(alpha reg.VecPhysical, beta reg.VecPhysical) {
+	s := g.kernelSpec
 	for i := 0; i < s.mr; i++ {
 		for j := 0; j < s.nv; j++ {
-			s.mul(alpha, acc(i, j), acc(i, j))
-			s.movu(acc(i, j), Mem{Base: cp, Disp: j * s.vecBytes()})
+			s.mul(alpha, g.acc(i, j), g.acc(i, j))
+			if beta != nil {
+				s.fma(Mem{Base: g.cp, Disp: j * s.vecBytes()}, beta, g.acc(i, j))
+			}
+			s.movu(g.acc(i, j), Mem{Base: g.cp, Disp: j * s.vecBytes()})
 		}
 		if i+1 < s.mr {
-			ADDQ(ldc, cp)
+			ADDQ(g.ldc, g.cp)
 		}
 	}
 	VZEROUPPER()
