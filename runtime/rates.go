@@ -6,17 +6,13 @@ import (
 
 	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/runtime/budget"
 	"github.com/ferryml/ferry/trace"
 )
 
-// budgetRates are the rates the memory budget's cost model prices plans
-// with: FLOP/s of matrix products and of elementwise arithmetic, and
-// device↔pinned_host bytes per second one way.
-type budgetRates struct{ flop, elem, bw float64 }
-
 // fallbackRates are used when a measurement fails (device memory too small
 // for the probes, say): those of a modest CPU.
-var fallbackRates = budgetRates{flop: 50e9, elem: 2e9, bw: 5e9}
+var fallbackRates = budget.Rates{Flop: 50e9, Elem: 2e9, Bandwidth: 5e9}
 
 // EnvBudgetRates names the environment variable that fixes the memory
 // budget planner's rates (see MemoryBudget).
@@ -24,10 +20,11 @@ const EnvBudgetRates = "FERRY_BUDGET_RATES"
 
 var rates struct {
 	once sync.Once
-	r    budgetRates
+	r    budget.Rates
 }
 
-// measuredRates measures the default backend's rates once per process: the
+// measuredRates measures the default backend's rates (the budget planner's
+// budget.Rates) once per process: the
 // best of a few runs of a 256×512×512 matrix product, of a 1 Mi-element
 // multiply-add, and of a 2 MiB device → pinned_host → device round trip (on
 // the CPU backend the emulated spaces' copy; on CUDA a pinned copy).
@@ -36,29 +33,29 @@ var rates struct {
 // e.g. "1e11,2e9,5e9") gives the rates instead, so that a plan does not
 // depend on how busy the machine was when it was measured (tests, or a plan
 // reproduced on another machine); a malformed value is ignored with a warning.
-func measuredRates() budgetRates {
+func measuredRates() budget.Rates {
 	if x, set, err := settings.BudgetRates.Lookup(); err != nil {
 		settings.Warn(err, "measured rates")
 	} else if set {
-		return budgetRates{flop: x[0], elem: x[1], bw: x[2]}
+		return budget.Rates{Flop: x[0], Elem: x[1], Bandwidth: x[2]}
 	}
 	rates.once.Do(func() {
 		r := fallbackRates
 		if v, ok := bestRate(2*256*512*512, func(a, b *trace.Array) *trace.Array {
 			return trace.Sum(trace.MatMul(a, b))
 		}, []int{256, 512}, []int{512, 512}); ok {
-			r.flop = v
+			r.Flop = v
 		}
 		if v, ok := bestRate(2*(1<<20), func(a, b *trace.Array) *trace.Array {
 			return trace.Sum(trace.Add(trace.Mul(a, b), a))
 		}, []int{1 << 20}, []int{1 << 20}); ok {
-			r.elem = v
+			r.Elem = v
 		}
 		if v, ok := bestRate(2*4*(1<<19), func(a, b *trace.Array) *trace.Array {
 			h := trace.DevicePut(trace.Add(a, b), ir.PinnedHost)
 			return trace.Sum(trace.DevicePut(h, ir.Device))
 		}, []int{1 << 19}, []int{1 << 19}); ok {
-			r.bw = v
+			r.Bandwidth = v
 		}
 		rates.r = r
 	})

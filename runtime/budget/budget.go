@@ -1,0 +1,128 @@
+package budget
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
+	"github.com/ferryml/ferry/trace"
+)
+
+// Function is the function to plan, as the runtime traces it.
+type Function interface {
+	// Trace traces the function with p deciding the residuals of its
+	// planned scopes (trace.Tracer.SetRematPlanner) and the argument
+	// leaves host marks (nil: none) as parameters in pinned_host.
+	Trace(p trace.RematPlanner, host []bool) (Trace, error)
+}
+
+// Trace is one trace of the function under a plan.
+type Trace interface {
+	// Func is the traced IR: its parameters are the argument leaves in
+	// order, then the arrays the function captured.
+	Func() *ir.Func
+	// Args describes the trace's arguments and results.
+	Args() Args
+	// Compile compiles the trace (without dumping it) and returns the
+	// program, whose memory analysis is the plan's.
+	Compile() (*passes.Program, error)
+}
+
+// Args describes a trace's arguments and results to the planner.
+type Args struct {
+	// Defs and Results are the tree structures of the arguments and of the
+	// results.
+	Defs, Results []*trace.TreeDef
+	// Weak and Donated mark the argument leaves that are weakly typed and
+	// those the call donates.
+	Weak, Donated []bool
+	// Name describes argument leaf i in the plan ("leaf 1 of argument 0").
+	Name func(i int) string
+}
+
+// Rates are the rates the planner prices plans with: FLOP/s of matrix
+// products (Flop) and of elementwise arithmetic (Elem), and
+// device↔pinned_host bytes per second one way (Bandwidth).
+type Rates struct{ Flop, Elem, Bandwidth float64 }
+
+// MaxCompiles bounds the traces and compiles of one bisection.
+const MaxCompiles = 24
+
+// Plan traces and compiles f under plans until it finds the fastest that
+// fits budget bytes of device memory (MemoryAnalysis.TotalBytes), priced at
+// rates r, and returns that trace, compiled, with its plan. name names the
+// function in errors. It plans the residuals with the arguments where the
+// caller put them; when no such plan fits, it places the arguments the
+// program reads only as scans' xs (stacked layer weights) in pinned_host
+// and plans again, then optimizer state passed in too. A budget no plan
+// fits is an *Error.
+func Plan(f Function, name string, budget int64, r Rates) (Trace, *passes.MemoryPlan, error) {
+	s := &search{f: f, name: name, budget: budget, rates: r}
+	base, full, fits, err := s.plans(nil, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	host := map[int]string{} // argument leaves placed in pinned_host: the action
+	if len(fits) == 0 {
+		for _, m := range hostStages(base) {
+			mask := make([]bool, len(base.args.Weak))
+			secs := 0.0
+			for i, a := range m {
+				mask[i] = true
+				// Streamed weights are copied in once in the forward
+				// pass (the backward pass's copies are stream values);
+				// state is copied in and its new value out.
+				n := 1.0
+				if a == passes.ActionHostState {
+					n = 2
+				}
+				secs += n * float64(base.tr.Func().Body.Params[i].Type.Bytes()) / r.Bandwidth
+			}
+			var hfull *planTry
+			if _, hfull, fits, err = s.plans(mask, secs); err != nil {
+				return nil, nil, err
+			}
+			if hfull.total < full.total {
+				full = hfull
+			}
+			if len(fits) > 0 {
+				host = m
+				break
+			}
+		}
+	}
+	if len(fits) == 0 {
+		return nil, nil, newError(name, budget, base.total, full)
+	}
+	best := slices.MinFunc(fits, func(a, b *planTry) int { return cmp.Compare(a.cost.step, b.cost.step) })
+	return best.tr, buildPlan(best, host, base.total, budget, r, s.compiles), nil
+}
+
+// hostStages returns the placements of arguments in pinned_host to try, in
+// order, for the trace base (every argument where the caller put it):
+// first the stacked weights; then the optimizer state too.
+func hostStages(base *planTry) []map[int]string {
+	f, a := base.tr.Func(), base.args
+	streamed := streamedArgs(f, len(a.Weak), a.Weak)
+	state := stateArgs(f, a.Defs, a.Results, a.Donated, a.Weak)
+	var stages []map[int]string
+	if len(streamed) > 0 {
+		m := map[int]string{}
+		for _, i := range streamed {
+			m[i] = passes.ActionHostArgument
+		}
+		stages = append(stages, m)
+	}
+	if len(state) > 0 {
+		m := map[int]string{}
+		for _, i := range streamed {
+			m[i] = passes.ActionHostArgument
+		}
+		for _, i := range state {
+			m[i] = passes.ActionHostState
+		}
+		stages = append(stages, m)
+	}
+	return stages
+}

@@ -1,0 +1,227 @@
+package budget
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ferryml/ferry/internal/testkit/testseed"
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
+	"github.com/ferryml/ferry/trace"
+)
+
+// layers is a stack of scanned layers' weights.
+type layers struct{ W1, W2 *trace.Array }
+
+// scanned is a traced function of the planner's tests: the types of its
+// argument leaves and what it computes from them.
+type scanned struct {
+	types []ir.Type
+	defs  []*trace.TreeDef
+	body  func(args []*trace.Array) []*trace.Array
+	act   func(*trace.Array) *trace.Array // scannedGrad's nonlinearity
+}
+
+type scannedTrace struct {
+	f    *ir.Func
+	args Args
+}
+
+func (t *scannedTrace) Func() *ir.Func { return t.f }
+func (t *scannedTrace) Args() Args     { return t.args }
+func (t *scannedTrace) Compile() (*passes.Program, error) {
+	return passes.Compile(t.f, passes.Options{Verify: true})
+}
+
+func (s *scanned) Trace(p trace.RematPlanner, host []bool) (_ Trace, err error) {
+	defer trace.Recover(&err)
+	tr := trace.NewFuncTracer("scanned")
+	defer tr.Close()
+	tr.SetRematPlanner(p)
+	params := make([]*trace.Array, len(s.types))
+	for i, t := range s.types {
+		if i < len(host) && host[i] {
+			params[i] = tr.HostParam(t)
+		} else {
+			params[i] = tr.Param(t)
+		}
+	}
+	tr.Push()
+	outs := s.body(params)
+	tr.Pop()
+	var res []*ir.Value
+	for _, o := range outs {
+		res = append(res, tr.Output(o))
+	}
+	f := tr.Func()
+	f.Body.Results = res
+	one := arrayDef()
+	results := make([]*trace.TreeDef, len(outs))
+	for i := range results {
+		results[i] = one
+	}
+	n := len(s.types)
+	return &scannedTrace{f: f, args: Args{Defs: s.defs, Results: results, Weak: make([]bool, n), Donated: make([]bool, n),
+		Name: func(i int) string { return fmt.Sprintf("argument %d", i) }}}, nil
+}
+
+func arrayDef() *trace.TreeDef {
+	d, err := trace.Structure(new(trace.Array))
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+// scannedGrad is the gradient of a stack of n tanh MLP layers of width a
+// and hidden width b over a batch of m rows, scanned over the layers.
+func scannedGrad(n, m, a, b int) *scanned {
+	f32 := func(shape ...int) ir.Type { return ir.Type{DType: ir.Float32, Shape: shape, Space: ir.Device} }
+	one := arrayDef()
+	s := &scanned{
+		types: []ir.Type{f32(n, a, b), f32(n, b, a), f32(m, a)},
+		defs:  []*trace.TreeDef{one, one, one},
+		act:   trace.Tanh,
+	}
+	s.body = func(args []*trace.Array) []*trace.Array {
+		x := args[2]
+		g := trace.Grad(func(w layers) *trace.Array {
+			y, _ := trace.ScanTree(func(x *trace.Array, w layers) (*trace.Array, struct{}) {
+				return trace.MatMul(s.act(trace.MatMul(x, w.W1)), w.W2), struct{}{}
+			}, x, w)
+			return trace.Sum(y)
+		})(layers{args[0], args[1]})
+		return []*trace.Array{g.W1, g.W2}
+	}
+	return s
+}
+
+var testRates = Rates{Flop: 1e11, Elem: 2e9, Bandwidth: 5e9}
+
+// checkPlan checks a plan Plan returned for budget against its trace,
+// compiled again: the total fits, is the plan's, and the arguments the plan
+// places in pinned_host are pinned_host parameters of the trace.
+func checkPlan(t *testing.T, tr Trace, p *passes.MemoryPlan, budget, baseline int64) {
+	t.Helper()
+	prog, err := passes.Compile(tr.Func(), passes.Options{Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := prog.Analysis.TotalBytes()
+	if total > budget || total != p.TotalBytes || p.Budget != budget || p.BaselineBytes != baseline {
+		t.Errorf("budget %d: the trace's total is %d; the plan says total %d, budget %d, baseline %d (want %d)", budget, total, p.TotalBytes, p.Budget, p.BaselineBytes, baseline)
+	}
+	params := tr.Func().Body.Params
+	for i := range 3 {
+		host := params[i].Type.Space == ir.PinnedHost
+		if host != slices.Contains(p.HostArguments(), i) {
+			t.Errorf("budget %d: argument %d is in %v; the plan's host arguments are %v", budget, i, params[i].Type.Space, p.HostArguments())
+		}
+	}
+}
+
+// Plan fits every budget from the smallest it reaches (which the error of a
+// budget one byte below names) to the baseline, and a plan's trace has the
+// total the plan says.
+func TestPlanFitsFromTheMinimum(t *testing.T) {
+	r := testseed.Rand(t, 1)
+	f := scannedGrad(4+r.IntN(5), 8*(1+r.IntN(4)), 16*(1+r.IntN(3)), 32*(1+r.IntN(3)))
+	base, err := f.Trace(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := base.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	baseline := prog.Analysis.TotalBytes()
+	tr, p, err := Plan(f, "scanned", baseline, testRates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPlan(t, tr, p, baseline, baseline)
+	for _, v := range p.Values {
+		if v.Action != "keep" {
+			t.Errorf("at the baseline, %s is planned %q, want keep", v.Op, v.Action)
+		}
+	}
+
+	_, _, err = Plan(f, "scanned", 1, testRates)
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("a budget of 1 byte: %v, want an *Error", err)
+	}
+	if e.Function != "scanned" || e.Budget != 1 || e.Baseline != baseline || e.Minimum >= baseline || e.Minimum != e.Analysis.TotalBytes() || len(e.Dominant) == 0 {
+		t.Fatalf("a budget of 1 byte: %+v (baseline %d)", e, baseline)
+	}
+	if _, _, err := Plan(f, "scanned", e.Minimum-1, testRates); !errors.As(err, new(*Error)) {
+		t.Errorf("a budget of %d, one byte below the minimum: %v, want an *Error", e.Minimum-1, err)
+	}
+	for _, b := range []int64{e.Minimum, e.Minimum + r.Int64N(baseline-e.Minimum+1)} {
+		tr, p, err := Plan(f, "scanned", b, testRates)
+		if err != nil {
+			t.Fatalf("budget %d (minimum %d, baseline %d): %v", b, e.Minimum, baseline, err)
+		}
+		checkPlan(t, tr, p, b, baseline)
+	}
+}
+
+// A function that traces differently on a retrace is an error.
+func TestPlanUnstableTrace(t *testing.T) {
+	f := scannedGrad(4, 8, 16, 32)
+	calls := 0
+	f.act = func(x *trace.Array) *trace.Array {
+		if calls++; calls > 1 {
+			return trace.Exp(x)
+		}
+		return trace.Tanh(x)
+	}
+	if _, _, err := Plan(f, "scanned", 1, testRates); err == nil || !strings.Contains(err.Error(), "traced differently on a retrace") {
+		t.Fatalf("got %v, want an error saying the function traced differently", err)
+	}
+}
+
+// traceFunc traces body over parameters of types types.
+func traceFunc(t *testing.T, types []ir.Type, body func(args []*trace.Array) []*trace.Array) *ir.Func {
+	t.Helper()
+	s := &scanned{types: types, body: body}
+	tr, err := s.Trace(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Func()
+}
+
+// streamedArgs finds the arguments read only as scans' xs; stateArgs the
+// donated ones read only elementwise and returned at their place.
+func TestHostCandidates(t *testing.T) {
+	f32 := func(shape ...int) ir.Type { return ir.Type{DType: ir.Float32, Shape: shape, Space: ir.Device} }
+	types := []ir.Type{f32(4, 8, 8), f32(4, 8, 8), f32(2, 8), f32(4, 8, 8), f32(4, 8, 8)}
+	// 0: scanned only; 1: scanned and read whole; 2: the carry; 3: read
+	// elementwise and returned at its place (state); 4: returned as it is.
+	f := traceFunc(t, types, func(a []*trace.Array) []*trace.Array {
+		y, _ := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			return []*trace.Array{trace.MatMul(trace.MatMul(c[0], x[0]), x[1])}, nil
+		}, []*trace.Array{a[2]}, []*trace.Array{a[0], a[1]})
+		s := trace.Add(trace.Sum(y[0]), trace.Sum(a[1]))
+		return []*trace.Array{s, s, s, trace.Mul(a[3], a[3]), a[4]}
+	})
+	if got := streamedArgs(f, 5, nil); !slices.Equal(got, []int{0}) {
+		t.Errorf("streamedArgs = %v, want [0]", got)
+	}
+	one := arrayDef()
+	defs := []*trace.TreeDef{one, one, one, one, one}
+	all := []bool{true, true, true, true, true}
+	if got := stateArgs(f, defs, defs, all, nil); !slices.Equal(got, []int{3}) {
+		t.Errorf("stateArgs = %v, want [3]", got)
+	}
+	if got := stateArgs(f, defs, defs, []bool{true, true, true, false, true}, nil); len(got) != 0 {
+		t.Errorf("stateArgs without donation = %v, want none", got)
+	}
+	if got := streamedArgs(f, 5, []bool{true}); len(got) != 0 {
+		t.Errorf("streamedArgs of a weak argument = %v, want none", got)
+	}
+}

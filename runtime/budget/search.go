@@ -1,0 +1,427 @@
+package budget
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
+	"github.com/ferryml/ferry/trace"
+)
+
+// candKey is a candidate's stable identity: (scan body, index in it).
+type candKey struct{ scope, index int }
+
+// candInfo is what one trace learns about a candidate.
+type candInfo struct {
+	op, typ, loc string
+	name         string // the checkpoint name of a checkpoint_name op
+	bytes        int64  // device bytes per iteration
+	iters        int
+	dot, elem    float64 // FLOPs per iteration (matrix products, the rest)
+	carry        bool
+	fromHost     bool // a device_put from pinned_host: recomputing it copies again
+	device       bool // its results are on device (it can be offloaded)
+	needed       bool // the backward pass reads it
+}
+
+// planTrace is the trace.RematPlanner of one trace: it answers from decide
+// (absent: keep) and records the candidates.
+type planTrace struct {
+	decide map[candKey]trace.RematAction
+	cands  map[candKey]*candInfo
+	order  []candKey
+	ref    map[candKey]*candInfo // a previous trace's, to check the identity
+	err    error
+}
+
+func (p *planTrace) Decide(c trace.RematCandidate) trace.RematDecision {
+	k := candKey{c.Scope, c.Index}
+	op := c.Op
+	info := &candInfo{op: op.Code.String(), loc: op.Loc, iters: max(c.Iterations, 1), carry: c.Carry, device: true}
+	var types []string
+	for _, r := range op.Results {
+		types = append(types, r.Type.String())
+		if r.Type.Space == ir.Device {
+			info.bytes += r.Type.Bytes()
+		} else {
+			info.device = false
+		}
+	}
+	info.typ = strings.Join(types, ", ")
+	if op.Code == ir.CheckpointName && !c.Carry {
+		info.name = op.Attrs.String("name")
+	}
+	cost := passes.OpCost(op)
+	info.dot, info.elem = cost.DotFlops, cost.Flops-cost.DotFlops+cost.Transcendentals
+	// Shape ops and copies count no FLOPs but write their results: at
+	// least one elementwise operation per element written.
+	elems := 0
+	for _, r := range op.Results {
+		elems += r.Type.Size()
+	}
+	info.elem = max(info.elem, float64(elems))
+	info.fromHost = op.Code == ir.DevicePut && len(op.Args) == 1 && op.Args[0].Type.Space == ir.PinnedHost
+	if r, ok := p.ref[k]; ok && p.err == nil && (r.op != info.op || r.typ != info.typ) {
+		p.err = fmt.Errorf("the function traced differently on a retrace (scan %d value %d was %s %s at %s, now %s %s at %s): a function with a memory budget must trace the same way every time", k.scope, k.index, r.op, r.typ, r.loc, info.op, info.typ, info.loc)
+	}
+	if _, ok := p.cands[k]; !ok {
+		p.order = append(p.order, k)
+	}
+	p.cands[k] = info
+	a, ok := p.decide[k]
+	if !ok && info.fromHost {
+		// A copy from pinned_host is copied again rather than kept,
+		// unless the plan says otherwise.
+		a, ok = trace.Recompute, true
+	}
+	switch {
+	case !ok:
+	case a == trace.Recompute:
+		if !info.carry {
+			return trace.RematDecision{Action: trace.Recompute}
+		}
+	case a == trace.Offload:
+		if info.device {
+			return trace.RematDecision{Action: trace.Offload, Src: ir.Device, Dst: ir.PinnedHost}
+		}
+	}
+	return trace.RematDecision{Action: trace.Save}
+}
+
+func (p *planTrace) Needed(scope, index int) {
+	if c := p.cands[candKey{scope, index}]; c != nil {
+		c.needed = true
+	}
+}
+
+// planTry is one traced and compiled plan.
+type planTry struct {
+	decide map[candKey]trace.RematAction
+	pt     *planTrace
+	tr     Trace
+	args   Args
+	prog   *passes.Program
+	total  int64
+	cost   planCost
+}
+
+// planCost is a plan's estimate.
+type planCost struct {
+	compute, step float64
+	per           map[candKey]float64 // seconds each decision adds
+}
+
+// estimate prices the decisions dec over the candidates cands of a trace
+// whose arithmetic is base (see MemoryPlan's fields).
+func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, base passes.Cost, r Rates) planCost {
+	c := planCost{per: map[candKey]float64{}}
+	c.compute = base.DotFlops/r.Flop + (base.Flops-base.DotFlops+base.Transcendentals)/r.Elem
+	fwd := map[int]float64{}   // per scope: forward compute seconds per iteration
+	xfer := map[int]float64{}  // per scope: one-way transfer seconds per iteration
+	iters := map[int]float64{} // per scope
+	for k, ci := range cands {
+		fwd[k.scope] += ci.dot/r.Flop + ci.elem/r.Elem
+		iters[k.scope] = float64(ci.iters)
+	}
+	extra := 0.0
+	for k, ci := range cands {
+		a, ok := dec[k]
+		if !ok && ci.fromHost {
+			a, ok = trace.Recompute, true // copied in again (planTrace.Decide)
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case a == trace.Recompute && !ci.carry:
+			s := ci.dot/r.Flop + ci.elem/r.Elem
+			if ci.fromHost {
+				s = float64(ci.bytes) / r.Bandwidth
+			}
+			c.per[k] = s * float64(ci.iters)
+			extra += c.per[k]
+			fwd[k.scope] += 0 // recomputation runs in the backward pass
+		case a == trace.Offload && ci.device:
+			xfer[k.scope] += float64(ci.bytes) / r.Bandwidth
+		}
+	}
+	for s, t := range xfer {
+		// Out during the forward pass, back during the backward one (about
+		// twice the forward's work): what the compute does not hide shows.
+		shown := (math.Max(0, t-fwd[s]) + math.Max(0, t-2*fwd[s])) * iters[s]
+		extra += shown
+		for k, a := range dec {
+			if ci := cands[k]; ci != nil && k.scope == s && a == trace.Offload && ci.device && t > 0 {
+				c.per[k] = shown * float64(ci.bytes) / r.Bandwidth / t
+			}
+		}
+	}
+	c.step = c.compute + extra
+	return c
+}
+
+// search is one planning: the function, the budget, the rates, and the
+// count of traces and compiles so far.
+type search struct {
+	f        Function
+	name     string
+	budget   int64
+	rates    Rates
+	compiles int
+}
+
+// plan is one search over the residuals, with the argument leaves host
+// marks in pinned_host (their transfers estimated at hostSecs per call).
+type plan struct {
+	*search
+	host     []bool
+	hostSecs float64
+	ref      map[candKey]*candInfo // the base trace's candidates
+	// The order: the candidates in the order they are decided, and the
+	// action each gets (dec: the decisions taken so far).
+	seq    []candKey
+	seqAct []trace.RematAction
+	dec    map[candKey]trace.RematAction
+}
+
+// plans plans the residuals with the argument leaves host marks in
+// pinned_host (their transfers estimated at hostSecs per call): it returns
+// the plan with everything kept (base), the one with every residual it can
+// plan recomputed or offloaded (full, the smallest total), and the tries
+// that fit the budget (none when full does not).
+func (s *search) plans(host []bool, hostSecs float64) (base, full *planTry, fits []*planTry, err error) {
+	p := &plan{search: s, host: host, hostSecs: hostSecs, dec: map[candKey]trace.RematAction{}}
+	if base, err = p.try(nil); err != nil {
+		return nil, nil, nil, err
+	}
+	p.ref = base.pt.cands
+	if base.total <= s.budget {
+		return base, base, []*planTry{base}, nil
+	}
+	if full, err = p.smallest(base); err != nil {
+		return nil, nil, nil, err
+	}
+	if full.total > s.budget {
+		return base, full, nil, nil
+	}
+	fits, err = p.bisect(full)
+	return base, full, fits, err
+}
+
+// try traces and compiles the plan dec.
+func (p *plan) try(dec map[candKey]trace.RematAction) (*planTry, error) {
+	p.compiles++
+	pt := &planTrace{decide: dec, cands: map[candKey]*candInfo{}, ref: p.ref}
+	tr, err := p.f.Trace(pt, p.host)
+	if err != nil {
+		return nil, err
+	}
+	if pt.err != nil {
+		return nil, trace.Errorf("rt.Jit", "%s: MemoryBudget: %v", p.name, pt.err)
+	}
+	prog, err := tr.Compile()
+	if err != nil {
+		return nil, err
+	}
+	t := &planTry{decide: dec, pt: pt, tr: tr, args: tr.Args(), prog: prog, total: prog.Analysis.TotalBytes()}
+	t.cost = estimate(pt.cands, dec, passes.CostAnalysis(tr.Func()), p.rates)
+	t.cost.step += p.hostSecs
+	return t, nil
+}
+
+// smallest returns the try with every residual the planner can decide
+// recomputed or offloaded, in the greedy order (extend), or one of the
+// extremes (extremePlan) when that reaches lower; the order is then that
+// try's.
+func (p *plan) smallest(base *planTry) (full *planTry, err error) {
+	p.extend(base)
+	full = base
+	for round := 0; round < 4 && len(p.seq) > 0; round++ {
+		if full, err = p.try(p.prefix(len(p.seq))); err != nil {
+			return nil, err
+		}
+		if p.extend(full) == 0 {
+			break
+		}
+	}
+	if full.total <= p.budget {
+		return full, nil
+	}
+	// The greedy order's choice between recomputing and offloading
+	// follows the measured rates, which vary with the machine's load;
+	// the extremes (offload all it can, recompute all it can) may reach
+	// lower: the smallest plan found must not depend on the rates.
+	for _, pref := range []trace.RematAction{trace.Offload, trace.Recompute} {
+		alt, altSeq, altAct, err := extremePlan(p.try, base, pref)
+		if err != nil {
+			return nil, err
+		}
+		if alt.total < full.total {
+			full, p.seq, p.seqAct = alt, altSeq, altAct
+		}
+		if full.total <= p.budget {
+			break
+		}
+	}
+	return full, nil
+}
+
+// extend appends to the order the candidates of t the backward pass reads
+// and the order lacks: greedily the cheapest option per byte saved, given
+// the options already taken. It returns how many it appended.
+func (p *plan) extend(t *planTry) int {
+	var pending []candKey
+	for _, k := range t.pt.order {
+		ci := t.pt.cands[k]
+		if _, done := p.dec[k]; !done && ci.needed && ci.bytes > 0 {
+			pending = append(pending, k)
+		}
+	}
+	n := 0
+	for len(pending) > 0 {
+		cur := estimate(t.pt.cands, p.dec, passes.Cost{}, p.rates).step
+		bi, ba, bcost := -1, trace.Save, math.Inf(1)
+		for i, k := range pending {
+			ci := t.pt.cands[k]
+			for _, a := range []trace.RematAction{trace.Recompute, trace.Offload} {
+				if a == trace.Recompute && ci.carry || a == trace.Offload && !ci.device {
+					continue
+				}
+				p.dec[k] = a
+				d := (estimate(t.pt.cands, p.dec, passes.Cost{}, p.rates).step - cur) / float64(ci.bytes*int64(ci.iters))
+				delete(p.dec, k)
+				if d < bcost {
+					bi, ba, bcost = i, a, d
+				}
+			}
+		}
+		if bi < 0 {
+			break
+		}
+		k := pending[bi]
+		p.dec[k] = ba
+		p.seq, p.seqAct = append(p.seq, k), append(p.seqAct, ba)
+		pending = slices.Delete(pending, bi, bi+1)
+		n++
+	}
+	return n
+}
+
+// prefix returns the decisions of the first n candidates of the order.
+func (p *plan) prefix(n int) map[candKey]trace.RematAction {
+	m := make(map[candKey]trace.RematAction, n)
+	for i := range n {
+		m[p.seq[i]] = p.seqAct[i]
+	}
+	return m
+}
+
+// bisect returns the tries that fit the budget, full (the whole order,
+// which fits) first, searching by bisection for the shortest prefix of the
+// order that fits (the tries that fit are kept: the fastest estimate
+// wins), within MaxCompiles more compiles.
+func (p *plan) bisect(full *planTry) ([]*planTry, error) {
+	fits := []*planTry{full}
+	lo, hi := 0, len(p.seq)
+	for limit := p.compiles + MaxCompiles; hi-lo > 1 && p.compiles < limit; {
+		mid := (lo + hi) / 2
+		t, err := p.try(p.prefix(mid))
+		if err != nil {
+			return nil, err
+		}
+		if t.total <= p.budget {
+			hi = mid
+			fits = append(fits, t)
+		} else {
+			lo = mid
+		}
+	}
+	return fits, nil
+}
+
+// buildPlan describes try t, with the argument leaves host places in
+// pinned_host, as a MemoryPlan.
+func buildPlan(t *planTry, host map[int]string, baseline, budget int64, r Rates, compiles int) *passes.MemoryPlan {
+	p := &passes.MemoryPlan{Budget: budget, BaselineBytes: baseline, TotalBytes: t.total,
+		ComputeSeconds: t.cost.compute, StepSeconds: t.cost.step,
+		FlopRate: r.Flop, ElementRate: r.Elem, Bandwidth: r.Bandwidth, Compiles: compiles}
+	for _, i := range slices.Sorted(maps.Keys(host)) {
+		typ := t.tr.Func().Body.Params[i].Type
+		secs := float64(typ.Bytes()) / r.Bandwidth
+		if host[i] == passes.ActionHostState {
+			secs *= 2
+		}
+		p.Values = append(p.Values, passes.PlannedValue{Scope: -1, Index: i, Op: "argument", Type: typ.String(), Loc: t.args.Name(i),
+			Action: host[i], Iterations: 1, Bytes: typ.Bytes(), Seconds: secs})
+	}
+	for _, k := range t.pt.order {
+		ci := t.pt.cands[k]
+		a, decided := t.decide[k]
+		if !ci.needed && !decided && !ci.fromHost || ci.bytes == 0 {
+			continue
+		}
+		action := "keep"
+		switch {
+		case !decided && ci.fromHost:
+			action = "stream"
+		case decided && a == trace.Offload && ci.device:
+			action = "offload"
+		case decided && a == trace.Recompute && !ci.carry:
+			action = "recompute"
+		}
+		flops := 0.0
+		if action == "recompute" {
+			flops = (ci.dot + ci.elem) * float64(ci.iters)
+		}
+		p.Values = append(p.Values, passes.PlannedValue{Scope: k.scope, Index: k.index, Op: ci.op, Type: ci.typ, Loc: ci.loc, Name: ci.name,
+			Carry: ci.carry, Action: action, Iterations: ci.iters, Bytes: ci.bytes * int64(ci.iters), Seconds: t.cost.per[k], Flops: flops})
+	}
+	return p
+}
+
+// extremePlan decides every residual the backward pass reads (in trace
+// order, with the ones that recomputations make necessary, over a few
+// rounds) with action pref where it applies (recompute: not a carry;
+// offload: a device value), else with the other action, and returns the
+// last try with its order and actions.
+func extremePlan(compile func(map[candKey]trace.RematAction) (*planTry, error), base *planTry, pref trace.RematAction) (*planTry, []candKey, []trace.RematAction, error) {
+	dec := map[candKey]trace.RematAction{}
+	var seq []candKey
+	var acts []trace.RematAction
+	t := base
+	for round := 0; round < 4; round++ {
+		added := 0
+		for _, k := range t.pt.order {
+			ci := t.pt.cands[k]
+			if _, done := dec[k]; done || !ci.needed || ci.bytes <= 0 {
+				continue
+			}
+			canRecompute, canOffload := !ci.carry, ci.device
+			a := pref
+			switch {
+			case pref == trace.Offload && !canOffload || pref == trace.Recompute && !canRecompute:
+				if a = trace.Recompute; pref == trace.Recompute {
+					a = trace.Offload
+				}
+				if a == trace.Recompute && !canRecompute || a == trace.Offload && !canOffload {
+					continue
+				}
+			}
+			dec[k] = a
+			seq, acts = append(seq, k), append(acts, a)
+			added++
+		}
+		if added == 0 {
+			break
+		}
+		var err error
+		if t, err = compile(maps.Clone(dec)); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return t, seq, acts, nil
+}
