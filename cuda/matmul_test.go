@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"unsafe"
@@ -158,16 +159,26 @@ func (m ltMatrix) at(data []float64, b, i, j int64) float64 {
 // major, strided batches) to random data, reproduce eval's dot_general; and
 // the attribute sizes, compute and scale types, the algorithm pointer and
 // alpha/beta are the documented ones.
+// The handle, maximum workspace and pointers of the descriptor test.
+const (
+	ltHandle, ltMaxWS               = 0x77, 1 << 22
+	rhsP, lhsP, outP, wsP, ltStream = 0xA000, 0xB000, 0xC000, 0xD000, 0xE000
+)
+
+// ltCase is a dot_general and the compute, scale and data types its
+// cuBLASLt descriptors must have.
+type ltCase struct {
+	dt             ir.DType
+	tf32           bool
+	ls, rs         []int
+	lb, rb, lc, rc []int
+	compute, scale int64
+	cudaType       int64
+}
+
 func TestLtMatmulDescriptors(t *testing.T) {
 	rng := testseed.Rand(t, 11)
-	type c struct {
-		dt             ir.DType
-		tf32           bool
-		ls, rs         []int
-		lb, rb, lc, rc []int
-		compute, scale int64
-		cudaType       int64
-	}
+	type c = ltCase
 	f32c := func(ls, rs, lb, rb, lc, rc []int) c {
 		return c{ir.Float32, false, ls, rs, lb, rb, lc, rc, cublasCompute32F, cudaR32F, cudaR32F}
 	}
@@ -186,160 +197,185 @@ func TestLtMatmulDescriptors(t *testing.T) {
 		{ir.Float64, false, []int{3, 4}, []int{5, 4}, nil, nil, []int{1}, []int{1}, cublasCompute64F, cudaR64F, cudaR64F},
 	}
 	for _, k := range cases {
-		fn := ir.NewFunc("f")
-		l := fn.Body.AddParam(ir.TypeOf(k.dt, k.ls...))
-		r := fn.Body.AddParam(ir.TypeOf(k.dt, k.rs...))
-		op, err := fn.Body.AddOp(ir.DotGeneral, []*ir.Value{l, r}, ir.Attrs{"lhs_batch": orEmpty(k.lb), "rhs_batch": orEmpty(k.rb), "lhs_contract": k.lc, "rhs_contract": k.rc})
-		if err != nil {
-			t.Fatal(err)
+		checkLtCase(t, rng, k)
+	}
+}
+
+// checkLtCase builds k's matmul over a fake cuBLASLt, checks the calls it
+// makes, and applies the layouts it describes to random operands.
+func checkLtCase(t *testing.T, rng *rand.Rand, k ltCase) {
+	t.Helper()
+	fn := ir.NewFunc("f")
+	l := fn.Body.AddParam(ir.TypeOf(k.dt, k.ls...))
+	r := fn.Body.AddParam(ir.TypeOf(k.dt, k.rs...))
+	op, err := fn.Body.AddOp(ir.DotGeneral, []*ir.Value{l, r}, ir.Attrs{"lhs_batch": orEmpty(k.lb), "rhs_batch": orEmpty(k.rb), "lhs_contract": k.lc, "rhs_contract": k.rc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := MatmulSpecFor(op, k.tf32)
+	if err != nil {
+		t.Fatalf("%v %v × %v: %v", k.dt, k.ls, k.rs, err)
+	}
+	fake := newFakeLt()
+	m, err := newLtMatmul(fake, ltHandle, spec, ltMaxWS, spec.Align(rhsP, lhsP, outP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Workspace != fake.ws {
+		t.Errorf("workspace %d, want the heuristic's %d", m.Workspace, fake.ws)
+	}
+	if err := m.Run(rhsP, lhsP, outP, wsP, 1<<20, ltStream); err != nil {
+		t.Fatal(err)
+	}
+	trans, la, lb, lcc := checkLtCalls(t, fake, k)
+	// Apply the layouts as cuBLASLt would.
+	A, B, C := fake.matrix(t, la), fake.matrix(t, lb), fake.matrix(t, lcc)
+	for _, x := range []ltMatrix{A, B, C} {
+		if x.dt != k.cudaType {
+			t.Fatalf("layout type %d, want %d", x.dt, k.cudaType)
 		}
-		spec, err := MatmulSpecFor(op, k.tf32)
-		if err != nil {
-			t.Fatalf("%v %v × %v: %v", k.dt, k.ls, k.rs, err)
+		if x.batchSet != (spec.Layout.Batch > 1) || x.strSet != (spec.Layout.Batch > 1) {
+			t.Fatalf("batch attributes set %v/%v for batch %d", x.batchSet, x.strSet, spec.Layout.Batch)
 		}
-		fake := newFakeLt()
-		const handle, maxWS = 0x77, 1 << 22
-		const rhsP, lhsP, outP, wsP, stream = 0xA000, 0xB000, 0xC000, 0xD000, 0xE000
-		m, err := newLtMatmul(fake, handle, spec, maxWS, spec.Align(rhsP, lhsP, outP))
-		if err != nil {
-			t.Fatal(err)
+		if x.ld < x.rows {
+			t.Fatalf("ld %d < rows %d", x.ld, x.rows)
 		}
-		if m.Workspace != fake.ws {
-			t.Errorf("workspace %d, want the heuristic's %d", m.Workspace, fake.ws)
+	}
+	ta, tb := trans[ltDescTransA] == cublasOpT, trans[ltDescTransB] == cublasOpT
+	opRows := func(x ltMatrix, tr bool) (int64, int64) {
+		if tr {
+			return x.cols, x.rows
 		}
-		if err := m.Run(rhsP, lhsP, outP, wsP, 1<<20, stream); err != nil {
-			t.Fatal(err)
+		return x.rows, x.cols
+	}
+	am, ak := opRows(A, ta)
+	bk, bn := opRows(B, tb)
+	if ak != bk || am != C.rows || bn != C.cols || A.batch != B.batch || B.batch != C.batch {
+		t.Fatalf("inconsistent layouts: op(A) %d×%d, op(B) %d×%d, D %d×%d", am, ak, bk, bn, C.rows, C.cols)
+	}
+	ll, rl := randomLiteral(rng, l.Type), randomLiteral(rng, r.Type)
+	wantL, err := eval.EvalOp(op, []*ir.Literal{ll, rl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	av, bv := make([]float64, r.Type.Size()), make([]float64, l.Type.Size())
+	for i := range av {
+		av[i] = rl.Float64At(i)
+	}
+	for i := range bv {
+		bv[i] = ll.Float64At(i)
+	}
+	got := ltApply(A, B, C, ta, tb, av, bv, op.Results[0].Type.Size())
+	tol := 1e-9
+	if k.dt == ir.BFloat16 || k.dt == ir.Float16 {
+		tol = 2e-2 // eval rounds the result to the 16-bit type
+	} else if k.dt == ir.Float32 {
+		tol = 1e-5
+	}
+	for i := range got {
+		w := wantL[0].Float64At(i)
+		if math.Abs(got[i]-w) > tol*(1+math.Abs(w)) {
+			t.Fatalf("%v %v × %v: element %d = %v, want %v", k.dt, k.ls, k.rs, i, got[i], w)
 		}
-		// Operation descriptor.
-		dc := fake.find("cublasLtMatmulDescCreate")
-		if len(dc) != 1 || int64(dc[0].args[1]) != k.compute || int64(dc[0].args[2]) != k.scale {
-			t.Fatalf("%v: matmul desc created with %v, want compute %d scale %d", k.dt, dc, k.compute, k.scale)
+	}
+	m.Destroy()
+	for h, o := range fake.objects {
+		if !o.destroyed {
+			t.Errorf("%s %#x not destroyed", o.kind, h)
 		}
-		var descH uintptr
-		for h, o := range fake.objects {
-			if o.kind == "cublasLtMatmulDescCreate" {
-				descH = h
-			}
+	}
+}
+
+// checkLtCalls checks the descriptors, preference, heuristic and matmul
+// calls made on fake for case k (ptrs: rhs, lhs, out, workspace, stream)
+// and returns the transposes and the layouts of A, B and C.
+func checkLtCalls(t *testing.T, fake *fakeLt, k ltCase) (trans map[uintptr]int64, la, lb, lcc uintptr) {
+	t.Helper()
+	// Operation descriptor.
+	dc := fake.find("cublasLtMatmulDescCreate")
+	if len(dc) != 1 || int64(dc[0].args[1]) != k.compute || int64(dc[0].args[2]) != k.scale {
+		t.Fatalf("%v: matmul desc created with %v, want compute %d scale %d", k.dt, dc, k.compute, k.scale)
+	}
+	var descH uintptr
+	for h, o := range fake.objects {
+		if o.kind == "cublasLtMatmulDescCreate" {
+			descH = h
 		}
-		trans := map[uintptr]int64{}
-		for a, b := range fake.objects[descH].attrs {
-			if len(b) != 4 {
-				t.Fatalf("desc attribute %d set with %d bytes, want 4 (int32)", a, len(b))
-			}
-			trans[a] = le32(b)
+	}
+	trans = map[uintptr]int64{}
+	for a, b := range fake.objects[descH].attrs {
+		if len(b) != 4 {
+			t.Fatalf("desc attribute %d set with %d bytes, want 4 (int32)", a, len(b))
 		}
-		if len(trans) != 2 {
-			t.Fatalf("desc attributes %v, want TRANSA and TRANSB", trans)
+		trans[a] = le32(b)
+	}
+	if len(trans) != 2 {
+		t.Fatalf("desc attributes %v, want TRANSA and TRANSB", trans)
+	}
+	// Preference.
+	pc := fake.find("cublasLtMatmulPreferenceSetAttribute")
+	if len(pc) != 5 || pc[0].args[1] != ltPrefMaxWorkspaceBytes || len(pc[0].data) != 8 || le64(pc[0].data) != ltMaxWS {
+		t.Fatalf("preference attributes %+v, want MAX_WORKSPACE_BYTES = %d as uint64 and four alignments", pc, ltMaxWS)
+	}
+	// Heuristic and matmul arguments.
+	hc := fake.find("cublasLtMatmulAlgoGetHeuristic")[0]
+	mc := fake.find("cublasLtMatmul")[0]
+	if hc.args[0] != ltHandle || hc.args[1] != descH || hc.args[7] != 1 {
+		t.Fatalf("heuristic args %#x", hc.args)
+	}
+	la, lb, lcc, ld := hc.args[2], hc.args[3], hc.args[4], hc.args[5]
+	if lcc != ld {
+		t.Fatalf("heuristic C layout %#x != D layout %#x", lcc, ld)
+	}
+	want := []uintptr{ltHandle, descH, mc.args[2], rhsP, la, lhsP, lb, mc.args[7], outP, lcc, outP, lcc, mc.args[12], wsP, 1 << 20, ltStream}
+	if !slices.Equal(mc.args, want) {
+		t.Fatalf("cublasLtMatmul args\n %#x\nwant\n %#x", mc.args, want)
+	}
+	alpha, beta := mc.data[:8], mc.data[8:16]
+	if k.scale == cudaR64F {
+		if math.Float64frombits(binary.LittleEndian.Uint64(alpha)) != 1 || binary.LittleEndian.Uint64(beta) != 0 {
+			t.Fatalf("alpha/beta %x %x, want double 1 and 0", alpha, beta)
 		}
-		// Preference.
-		pc := fake.find("cublasLtMatmulPreferenceSetAttribute")
-		if len(pc) != 5 || pc[0].args[1] != ltPrefMaxWorkspaceBytes || len(pc[0].data) != 8 || le64(pc[0].data) != maxWS {
-			t.Fatalf("preference attributes %+v, want MAX_WORKSPACE_BYTES = %d as uint64 and four alignments", pc, maxWS)
-		}
-		// Heuristic and matmul arguments.
-		hc := fake.find("cublasLtMatmulAlgoGetHeuristic")[0]
-		mc := fake.find("cublasLtMatmul")[0]
-		if hc.args[0] != handle || hc.args[1] != descH || hc.args[7] != 1 {
-			t.Fatalf("heuristic args %#x", hc.args)
-		}
-		la, lb, lcc, ld := hc.args[2], hc.args[3], hc.args[4], hc.args[5]
-		if lcc != ld {
-			t.Fatalf("heuristic C layout %#x != D layout %#x", lcc, ld)
-		}
-		want := []uintptr{handle, descH, mc.args[2], rhsP, la, lhsP, lb, mc.args[7], outP, lcc, outP, lcc, mc.args[12], wsP, 1 << 20, stream}
-		if !slices.Equal(mc.args, want) {
-			t.Fatalf("cublasLtMatmul args\n %#x\nwant\n %#x", mc.args, want)
-		}
-		alpha, beta := mc.data[:8], mc.data[8:16]
-		if k.scale == cudaR64F {
-			if math.Float64frombits(binary.LittleEndian.Uint64(alpha)) != 1 || binary.LittleEndian.Uint64(beta) != 0 {
-				t.Fatalf("alpha/beta %x %x, want double 1 and 0", alpha, beta)
-			}
-		} else if math.Float32frombits(binary.LittleEndian.Uint32(alpha)) != 1 || binary.LittleEndian.Uint32(beta[:4]) != 0 {
-			t.Fatalf("alpha/beta %x %x, want float 1 and 0", alpha, beta)
-		}
-		if !slices.Equal(mc.data[16:], fake.algo[:]) {
-			t.Fatal("cublasLtMatmul did not get the heuristic's algorithm")
-		}
-		// Apply the layouts as cuBLASLt would.
-		A, B, C := fake.matrix(t, la), fake.matrix(t, lb), fake.matrix(t, lcc)
-		for _, x := range []ltMatrix{A, B, C} {
-			if x.dt != k.cudaType {
-				t.Fatalf("layout type %d, want %d", x.dt, k.cudaType)
-			}
-			if x.batchSet != (spec.Layout.Batch > 1) || x.strSet != (spec.Layout.Batch > 1) {
-				t.Fatalf("batch attributes set %v/%v for batch %d", x.batchSet, x.strSet, spec.Layout.Batch)
-			}
-			if x.ld < x.rows {
-				t.Fatalf("ld %d < rows %d", x.ld, x.rows)
-			}
-		}
-		ta, tb := trans[ltDescTransA] == cublasOpT, trans[ltDescTransB] == cublasOpT
-		opRows := func(x ltMatrix, tr bool) (int64, int64) {
-			if tr {
-				return x.cols, x.rows
-			}
-			return x.rows, x.cols
-		}
-		am, ak := opRows(A, ta)
-		bk, bn := opRows(B, tb)
-		if ak != bk || am != C.rows || bn != C.cols || A.batch != B.batch || B.batch != C.batch {
-			t.Fatalf("inconsistent layouts: op(A) %d×%d, op(B) %d×%d, D %d×%d", am, ak, bk, bn, C.rows, C.cols)
-		}
-		ll, rl := randomLiteral(rng, l.Type), randomLiteral(rng, r.Type)
-		wantL, err := eval.EvalOp(op, []*ir.Literal{ll, rl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		av, bv := make([]float64, r.Type.Size()), make([]float64, l.Type.Size())
-		for i := range av {
-			av[i] = rl.Float64At(i)
-		}
-		for i := range bv {
-			bv[i] = ll.Float64At(i)
-		}
-		got := make([]float64, op.Results[0].Type.Size())
-		for b := int64(0); b < C.batch; b++ {
-			for i := int64(0); i < C.rows; i++ {
-				for j := int64(0); j < C.cols; j++ {
-					var s float64
-					for p := int64(0); p < ak; p++ {
-						var x, y float64
-						if ta {
-							x = A.at(av, b, p, i)
-						} else {
-							x = A.at(av, b, i, p)
-						}
-						if tb {
-							y = B.at(bv, b, j, p)
-						} else {
-							y = B.at(bv, b, p, j)
-						}
-						s += x * y
+	} else if math.Float32frombits(binary.LittleEndian.Uint32(alpha)) != 1 || binary.LittleEndian.Uint32(beta[:4]) != 0 {
+		t.Fatalf("alpha/beta %x %x, want float 1 and 0", alpha, beta)
+	}
+	if !slices.Equal(mc.data[16:], fake.algo[:]) {
+		t.Fatal("cublasLtMatmul did not get the heuristic's algorithm")
+	}
+	return trans, la, lb, lcc
+}
+
+// ltApply computes D = op(A)·op(B) as cuBLASLt defines it (column major,
+// strided batches) from av (A's data) and bv (B's), into n elements.
+func ltApply(A, B, C ltMatrix, ta, tb bool, av, bv []float64, n int) []float64 {
+	ak := A.cols
+	if ta {
+		ak = A.rows
+	}
+	got := make([]float64, n)
+	for b := int64(0); b < C.batch; b++ {
+		for i := int64(0); i < C.rows; i++ {
+			for j := int64(0); j < C.cols; j++ {
+				var s float64
+				for p := int64(0); p < ak; p++ {
+					var x, y float64
+					if ta {
+						x = A.at(av, b, p, i)
+					} else {
+						x = A.at(av, b, i, p)
 					}
-					got[b*C.stride+i+j*C.ld] = s
+					if tb {
+						y = B.at(bv, b, j, p)
+					} else {
+						y = B.at(bv, b, p, j)
+					}
+					s += x * y
 				}
-			}
-		}
-		tol := 1e-9
-		if k.dt == ir.BFloat16 || k.dt == ir.Float16 {
-			tol = 2e-2 // eval rounds the result to the 16-bit type
-		} else if k.dt == ir.Float32 {
-			tol = 1e-5
-		}
-		for i := range got {
-			w := wantL[0].Float64At(i)
-			if math.Abs(got[i]-w) > tol*(1+math.Abs(w)) {
-				t.Fatalf("%v %v × %v: element %d = %v, want %v", k.dt, k.ls, k.rs, i, got[i], w)
-			}
-		}
-		m.Destroy()
-		for h, o := range fake.objects {
-			if !o.destroyed {
-				t.Errorf("%s %#x not destroyed", o.kind, h)
+				got[b*C.stride+i+j*C.ld] = s
 			}
 		}
 	}
+	return got
 }
 
 // Integer dots, empty dimensions and a heuristic without an algorithm stay

@@ -163,6 +163,39 @@ func TestCollectivesThroughNCCLBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sq, outs := runNCCLRanks(t, bs, cs)
+	sym := func(name string) unsafe.Pointer {
+		p, err := l.Sym(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return unsafe.Add(nil, p) // C memory of the loaded library
+	}
+	if bad := *(*int32)(sym("fake_bad")); bad != 0 {
+		t.Fatalf("the fake NCCL saw %d mismatched or unsupported calls", bad)
+	}
+	for r := range 2 {
+		check := func(what string, k int, want func(i int) float64) {
+			t.Helper()
+			got := outs[r][k]
+			for i := range got.Type.Size() {
+				if w := want(i); math.Abs(got.Float64At(i)-w) > 1e-5*math.Max(1, math.Abs(w)) {
+					t.Fatalf("rank %d: %s: element %d is %v, want %v", r, what, i, got.Float64At(i), w)
+				}
+			}
+		}
+		check("all_reduce", 0, func(i int) float64 { return sq[0][i] + sq[1][i] })
+		check("all_gather", 1, func(i int) float64 { row, col := i/8, i%8; return sq[col/4][row*4+col%4] })
+		check("all_to_all", 2, func(i int) float64 { row, c := i/2, i%2; j, x := row/3, row%3; return sq[j][x*4+r*2+c] })
+	}
+	checkNCCLCalls(t, bs, sym)
+}
+
+// runNCCLRanks runs a program of an all_reduce, an all_gather and an
+// all_to_all of x·x on two ranks at once, x random per rank, and returns
+// each rank's x·x and results.
+func runNCCLRanks(t *testing.T, bs []*cuda.Backend, cs []*nccl.Comm) (sq [][]float64, outs [][]*ir.Literal) {
+	t.Helper()
 	const src = `func @p(%0: f32[3,4]) -> (f32[3,4], f32[3,8], f32[6,2]) {
   %1 = mul(%0, %0) : f32[3,4]
   %2 = all_reduce(%1) {axis="x", reduction="sum", size=2} : f32[3,4]
@@ -170,8 +203,8 @@ func TestCollectivesThroughNCCLBinding(t *testing.T) {
   %4 = all_to_all(%1) {axis="x", concat_dimension=0, size=2, split_dimension=1} : f32[6,2]
   return %2, %3, %4
 }`
-	sq := make([][]float64, 2)
-	outs := make([][]*ir.Literal, 2)
+	sq = make([][]float64, 2)
+	outs = make([][]*ir.Literal, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
@@ -218,33 +251,15 @@ func TestCollectivesThroughNCCLBinding(t *testing.T) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	sym := func(name string) unsafe.Pointer {
-		p, err := l.Sym(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return unsafe.Add(nil, p) // C memory of the loaded library
-	}
-	if bad := *(*int32)(sym("fake_bad")); bad != 0 {
-		t.Fatalf("the fake NCCL saw %d mismatched or unsupported calls", bad)
-	}
-	for r := range 2 {
-		check := func(what string, k int, want func(i int) float64) {
-			t.Helper()
-			got := outs[r][k]
-			for i := range got.Type.Size() {
-				if w := want(i); math.Abs(got.Float64At(i)-w) > 1e-5*math.Max(1, math.Abs(w)) {
-					t.Fatalf("rank %d: %s: element %d is %v, want %v", r, what, i, got.Float64At(i), w)
-				}
-			}
-		}
-		check("all_reduce", 0, func(i int) float64 { return sq[0][i] + sq[1][i] })
-		check("all_gather", 1, func(i int) float64 { row, col := i/8, i%8; return sq[col/4][row*4+col%4] })
-		check("all_to_all", 2, func(i int) float64 { row, c := i/2, i%2; j, x := row/3, row%3; return sq[j][x*4+r*2+c] })
-	}
-	// The calls: each on its rank's compute stream; all_reduce as 12 f32
-	// (ncclFloat32 = 7) sums, all_gather as 48 bytes (ncclUint8 = 1), the
-	// all_to_all as one send and one receive of 24 bytes per peer.
+	return sq, outs
+}
+
+// checkNCCLCalls checks the calls the fake NCCL recorded: each on its
+// rank's compute stream; all_reduce as 12 f32 (ncclFloat32 = 7) sums,
+// all_gather as 48 bytes (ncclUint8 = 1), the all_to_all as one send and
+// one receive of 24 bytes per peer.
+func checkNCCLCalls(t *testing.T, bs []*cuda.Backend, sym func(string) unsafe.Pointer) {
+	t.Helper()
 	n := int(*(*int32)(sym("rec_n")))
 	fns := unsafe.Slice((*int32)(sym("rec_fn")), n)
 	ranks := unsafe.Slice((*int32)(sym("rec_rank")), n)
