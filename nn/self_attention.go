@@ -137,21 +137,7 @@ func (a SelfAttention) Apply(x *trace.Array, ctx Context) *trace.Array {
 	if x == nil || x.Rank() != 3 {
 		panic(trace.Errorf(op, "x must be [batch, t, d], got %v", x))
 	}
-	if a.Q.W == nil || a.K.W == nil || a.V.W == nil || a.O.W == nil {
-		panic(trace.Errorf(op, "the Q, K, V and O projections need weights"))
-	}
-	kvh := a.KVHeads
-	if kvh == 0 {
-		kvh = a.Heads
-	}
-	qo := a.Q.Out()
-	if a.Heads <= 0 || qo%a.Heads != 0 {
-		panic(trace.Errorf(op, "Q has %d outputs, not a multiple of Heads=%d", qo, a.Heads))
-	}
-	hd := qo / a.Heads
-	if a.K.Out() != kvh*hd || a.V.Out() != kvh*hd {
-		panic(trace.Errorf(op, "K and V have %d and %d outputs, want KVHeads·head size = %d·%d", a.K.Out(), a.V.Out(), kvh, hd))
-	}
+	kvh, hd := a.headDims(op)
 	sh := x.Shape()
 	B, T := sh[0], sh[1]
 	q := trace.Reshape(a.Q.Apply(x), B, T, a.Heads, hd)
