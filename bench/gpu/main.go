@@ -9,6 +9,8 @@
 // analysis and the measured peak.
 //
 //	gpu -case scan|scan_offload|optimizer|transformer [-dim 7168] [-steps 10] [-warmup 2]
+//	gpu -case copy_h2d|copy_d2h  # 1 GiB between pinned_host and device: GB/s
+//	gpu -case probe    # the CUDA libraries found; exit 1 when the driver loads and NVRTC, cuBLASLt or NCCL do not
 package main
 
 import (
@@ -129,11 +131,17 @@ func optimizerModel(dim int) *ir.Func {
 }
 
 func main() {
-	which := flag.String("case", "scan", "scan, scan_offload, optimizer or transformer")
+	which := flag.String("case", "scan", "scan, scan_offload, optimizer, transformer, copy_h2d, copy_d2h, or probe")
 	dim := flag.Int("dim", 7168, "optimizer model size")
 	steps := flag.Int("steps", 10, "timed steps after the warm-up steps")
 	warmup := flag.Int("warmup", 2, "untimed warm-up steps")
 	flag.Parse()
+	if *which == "probe" {
+		if !printProbe(os.Stdout, probeLibraries()) {
+			os.Exit(1)
+		}
+		return
+	}
 	be, err := cuda.Register()
 	if err != nil {
 		log.Fatalf("CUDA backend: %v", err)
@@ -152,6 +160,8 @@ func main() {
 		for i := 1; i < len(donated); i++ {
 			donated[i] = true
 		}
+	case "copy_h2d", "copy_d2h":
+		f = copyModel(*which == "copy_h2d")
 	case "transformer":
 		if f, donated, lits, err = transformerStep(); err != nil {
 			log.Fatal(err)
@@ -227,6 +237,10 @@ func main() {
 		"temp_bytes": ma.TempBytes, "argument_bytes": ma.ArgumentBytes, "output_bytes": ma.OutputBytes,
 		"alias_bytes": ma.AliasBytes, "total_bytes": ma.TotalBytes(), "host_temp_bytes": ma.HostTempBytes,
 		"peak_bytes": be.PeakBytes(),
+	}
+	if *which == "copy_h2d" || *which == "copy_d2h" {
+		res["bytes"] = copyBytes
+		res["gb_per_s"] = float64(copyBytes) / (median(devMS) * 1e6)
 	}
 	if ok, why := be.MatmulStatus(); ok {
 		res["matmul"] = "cublaslt"

@@ -30,7 +30,9 @@
 // per call and the ratio Ferry / JAX (below 1: Ferry is faster).
 //
 // Both sides use every core: Go's GOMAXPROCS and XLA's CPU thread pool default
-// to the number of CPUs.
+// to the number of CPUs. On a GPU machine, FERRY_BACKEND=cuda runs Ferry's
+// side on the CUDA backend (whose calls return finished, as the CPU's do) and
+// JAX uses its default device, the GPU, so the table compares the two there.
 //
 //	go run ./bench/vsjax              # Markdown table
 //	go run ./bench/vsjax -json        # one JSON object (progress on stderr)
@@ -51,6 +53,7 @@ import (
 	"time"
 
 	"github.com/ferryml/ferry/bench/internal/host"
+	_ "github.com/ferryml/ferry/cuda" // FERRY_BACKEND=cuda runs Ferry's side on the GPU
 )
 
 // RowResult is one row of the report. Times are medians over the rounds, in

@@ -5,9 +5,13 @@
 //
 //	go run ./conformance/memory          # a table
 //	go run ./conformance/memory -json    # one JSON array of rows
+//	go run ./conformance/memory -xla gpu.json   # XLA's figures from a file
 //
 // XLA's figures are read from testdata/xla_memory.json (embedded), which
-// xla_memory.py --write regenerates and .ci/xlamem.sh checks.
+// xla_memory.py --write regenerates and .ci/xlamem.sh checks, or from the
+// file -xla names: on a GPU machine, `python xla_memory.py --platform cuda
+// --json > gpu.json` gives XLA:GPU's, and FERRY_BACKEND=cuda compiles Ferry's
+// side with the CUDA backend, so the table compares the two on that GPU.
 package main
 
 import (
@@ -20,6 +24,7 @@ import (
 	"sort"
 	"strings"
 
+	_ "github.com/ferryml/ferry/cuda" // FERRY_BACKEND=cuda compiles on the GPU
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 	rt "github.com/ferryml/ferry/runtime"
@@ -60,10 +65,20 @@ type XLAFile struct {
 	Programs map[string]XLA `json:"programs"`
 }
 
-func loadXLA() (XLAFile, error) {
+// loadXLA reads XLA's figures from path, or the embedded
+// testdata/xla_memory.json when path is "".
+func loadXLA(path string) (XLAFile, error) {
 	var f XLAFile
-	if err := json.Unmarshal(xlaJSON, &f); err != nil {
-		return f, fmt.Errorf("testdata/xla_memory.json: %w", err)
+	data, name := xlaJSON, "testdata/xla_memory.json"
+	if path != "" {
+		var err error
+		if data, err = os.ReadFile(path); err != nil {
+			return f, err
+		}
+		name = path
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		return f, fmt.Errorf("%s: %w", name, err)
 	}
 	return f, nil
 }
@@ -153,7 +168,7 @@ func rows(x XLAFile, only func(string) bool) ([]Row, error) {
 func mib(b int64) string { return fmt.Sprintf("%.2f", float64(b)/(1<<20)) }
 
 func printTable(x XLAFile, rs []Row) {
-	fmt.Printf("Ferry's memory analysis vs XLA:CPU's (jax %s, jaxlib %s), MiB\n\n", x.JAX, x.JAXLib)
+	fmt.Printf("Ferry's memory analysis vs XLA's on %s (jax %s, jaxlib %s), MiB\n\n", x.Platform, x.JAX, x.JAXLib)
 	fmt.Println("| program | Ferry temp | XLA temp | temp ratio | argument (both) | output (Ferry / XLA) | alias (Ferry / XLA) |")
 	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, r := range rs {
@@ -195,8 +210,9 @@ func main() {
 	asJSON := flag.Bool("json", false, "print one JSON array of rows")
 	run := flag.String("run", "", "only programs whose name contains this")
 	peak := flag.Bool("peak", false, "print the optimised IR and the device peak's live set of each selected program")
+	xlaPath := flag.String("xla", "", "read XLA's figures from this JSON file (xla_memory.py --json) instead of testdata/xla_memory.json")
 	flag.Parse()
-	x, err := loadXLA()
+	x, err := loadXLA(*xlaPath)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 // It logs the temp ratio of every program and the reason of every known gap,
 // and fails on a known gap that has closed, so that the list stays true.
 func TestMemoryAgainstXLA(t *testing.T) {
-	x, err := loadXLA()
+	x, err := loadXLA("")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ nothing: only lowering and compiling run.
     python conformance/memory/xla_memory.py --json     # JSON on stdout
     python conformance/memory/xla_memory.py --write    # regenerate testdata/xla_memory.json
     python conformance/memory/xla_memory.py --check    # fail if the committed JSON differs
+    python conformance/memory/xla_memory.py --platform cuda --json   # XLA:GPU's (on a GPU machine)
 
 Per program the JSON holds XLA's temp/argument/output/alias sizes (device and
 host), the number of output leaves (XLA's output size of a multi-output program
@@ -395,12 +396,12 @@ def analyse(name):
     return row
 
 
-def results():
+def results(only=""):
     return {
         "jax": jax.__version__,
         "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else __import__("jaxlib").__version__,
         "platform": jax.devices()[0].platform,
-        "programs": {name: analyse(name) for name in PROGRAMS},
+        "programs": {name: analyse(name) for name in PROGRAMS if only in name},
     }
 
 
@@ -409,9 +410,13 @@ def main():
     ap.add_argument("--json", action="store_true", help="print the JSON")
     ap.add_argument("--write", action="store_true", help="write testdata/xla_memory.json")
     ap.add_argument("--check", action="store_true", help="exit 1 if testdata/xla_memory.json differs")
+    ap.add_argument("--run", default="", help="only the programs whose name contains this")
+    ap.add_argument("--platform", default="cpu", help="JAX platform to compile for (cpu, the committed figures; cuda on an NVIDIA GPU)")
     a = ap.parse_args()
-    jax.config.update("jax_platforms", "cpu")
-    res = results()
+    if (a.platform != "cpu" or a.run) and (a.write or a.check):
+        ap.error("--write and --check are for the committed XLA:CPU figures of every program (--platform cpu, no --run)")
+    jax.config.update("jax_platforms", a.platform)
+    res = results(a.run)
     text = json.dumps(res, indent=1, sort_keys=True) + "\n"
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata", "xla_memory.json")
     if a.write:

@@ -7,6 +7,7 @@
 //	go run ./examples/offload -json    # one JSON array of rows
 //	go run ./examples/offload -html d  # and d/CASE.html, each case's memory report
 //	go run ./examples/offload -budget  # rt.MemoryBudget against hand-written choices (budget.go)
+//	FERRY_BACKEND=cuda go run ./examples/offload   # on an NVIDIA GPU
 //
 // Sizes in the tables are in binary units (KiB, MiB, GiB); -json gives bytes.
 // While it compiles and runs it says what it is doing on standard error, in
@@ -37,6 +38,7 @@ import (
 	"time"
 
 	"github.com/ferryml/ferry/backend"
+	_ "github.com/ferryml/ferry/cuda" // FERRY_BACKEND=cuda runs it on the GPU
 	"github.com/ferryml/ferry/internal/progress"
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
