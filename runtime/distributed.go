@@ -5,51 +5,31 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/ferryml/ferry/backend"
-	"github.com/ferryml/ferry/collective"
-	"github.com/ferryml/ferry/collective/mpi"
-	"github.com/ferryml/ferry/collective/rendezvous"
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/runtime/distributed"
 )
+
+// Distributed start-up is package runtime/distributed; this file keeps the
+// job this process joined and gives the rest of the runtime its answers.
 
 // DistributedConfig configures InitDistributed. The zero value takes the
 // job from mpirun, else from the environment (see InitDistributed).
-type DistributedConfig struct {
-	// Processes is a communicator among the job's processes (Rank = this
-	// process's index, Size = the process count), owned by the runtime from
-	// then on.
-	Processes collective.Communicator
+type DistributedConfig = distributed.Config
 
-	// CoordinatorAddress, NumProcesses and ProcessID join a job without
-	// MPI through a TCP rendezvous (package collective/rendezvous), like
-	// jax.distributed.initialize's coordinator_address, num_processes and
-	// process_id: the coordinator's host:port (process 0 runs it), the
-	// number of processes (at least 1) and this process's id, in
-	// [0, NumProcesses).
-	CoordinatorAddress string
-	NumProcesses       int
-	ProcessID          int
-	// InitializationTimeout bounds the TCP rendezvous's join: how long the
-	// processes wait for each other (jax's initialization_timeout).
-	// 0: 5 minutes.
-	InitializationTimeout time.Duration
+// dist is the job of several processes this process joined
+// (InitDistributed); job is nil in a job of one.
+var dist struct {
+	mu  sync.Mutex
+	job *distributed.Job
 }
 
-// dist is the state of a job of several processes (InitDistributed).
-var dist struct {
-	mu       sync.Mutex // guards the fields
-	splitMu  sync.Mutex // serializes the Splits of world (one goroutine per rank at a time)
-	gatherMu sync.Mutex // serializes the gathers on gather
-	on       bool
-	mpi      bool // MPI was initialized by InitDistributed: Finalize it
-	idsOnly  bool // procs is a TCP rendezvous, which carries no array data
-	p, np    int  // this process, the process count
-	k        int  // devices per process
-	procs    collective.Communicator
-	gather   collective.Communicator // the processes, for ProcessAllGather and Literal
-	world    []*collective.Hybrid    // this process's k ranks of the world of np·k devices
+// currentJob returns the job this process joined, nil in a job of one.
+func currentJob() *distributed.Job {
+	dist.mu.Lock()
+	defer dist.mu.Unlock()
+	return dist.job
 }
 
 // InitDistributed joins this process to a job of several processes that run
@@ -102,95 +82,25 @@ var dist struct {
 //
 // Without InitDistributed, or with none of the sources above, the process
 // is a job of one and nothing changes. ShutdownDistributed ends the job.
-func InitDistributed(cfg DistributedConfig) (err error) {
+func InitDistributed(cfg DistributedConfig) error {
 	dist.mu.Lock()
 	defer dist.mu.Unlock()
-	if dist.on {
+	if dist.job != nil {
 		return errors.New("rt.InitDistributed: already initialized")
 	}
-	procs, useMPI, err := jobProcesses(cfg)
-	if err != nil || procs == nil {
-		return err // an error, or a job of one
-	}
-	defer func() {
-		if err != nil {
-			_ = procs.Close()
-			if useMPI {
-				_ = mpi.Finalize() // the process may exit cleanly
-			}
+	job, err := distributed.Join(cfg, func() (int, error) {
+		be := DefaultBackend()
+		k := len(be.Devices())
+		if _, ok := be.(backend.Placer); !ok && k > 1 {
+			return 0, fmt.Errorf("the %s backend cannot place arrays on several devices", be.Name())
 		}
-	}()
-	ctx := context.Background()
-	be := DefaultBackend()
-	k := len(be.Devices())
-	if _, ok := be.(backend.Placer); !ok && k > 1 {
-		return fmt.Errorf("rt.InitDistributed: the %s backend cannot place arrays on several devices", be.Name())
-	}
-	// A duplicate for the gathers of arrays: NewHybrid owns procs.
-	gather, err := procs.Split(ctx, 0, procs.Rank())
+		return k, nil
+	})
 	if err != nil {
-		return fmt.Errorf("rt.InitDistributed: duplicating the processes communicator: %w", err)
+		return fmt.Errorf("rt.InitDistributed: %w", err)
 	}
-	world, err := collective.NewHybrid(ctx, procs, k)
-	if err != nil {
-		_ = gather.Close()
-		return fmt.Errorf("rt.InitDistributed: %w (set %s the same in every process)", err, EnvCPUDevices)
-	}
-	_, idsOnly := procs.(*rendezvous.Comm)
-	dist.on, dist.mpi, dist.idsOnly = true, useMPI, idsOnly
-	dist.p, dist.np, dist.k = procs.Rank(), procs.Size(), k
-	dist.procs, dist.gather, dist.world = procs, gather, world
+	dist.job = job
 	return nil
-}
-
-// jobProcesses returns the communicator among the job's processes that cfg,
-// mpirun or the environment give (see InitDistributed), nil for a job of
-// one, and whether it initialized MPI.
-func jobProcesses(cfg DistributedConfig) (procs collective.Communicator, useMPI bool, err error) {
-	tcp := cfg.CoordinatorAddress != "" || cfg.NumProcesses != 0 || cfg.ProcessID != 0
-	join := func(rc rendezvous.Config) (collective.Communicator, bool, error) {
-		rc.ConnectTimeout = cfg.InitializationTimeout
-		c, err := rendezvous.Join(context.Background(), rc)
-		if err != nil {
-			return nil, false, fmt.Errorf("rt.InitDistributed: %w", err)
-		}
-		return c, false, nil
-	}
-	switch {
-	case cfg.InitializationTimeout < 0:
-		return nil, false, fmt.Errorf("rt.InitDistributed: negative InitializationTimeout %v", cfg.InitializationTimeout)
-	case cfg.Processes != nil && tcp:
-		return nil, false, errors.New("rt.InitDistributed: give either Processes or CoordinatorAddress, NumProcesses and ProcessID, not both")
-	case cfg.Processes != nil:
-		return cfg.Processes, false, nil
-	case tcp:
-		return join(rendezvous.Config{CoordinatorAddress: cfg.CoordinatorAddress, NumProcesses: cfg.NumProcesses, ProcessID: cfg.ProcessID})
-	case mpi.InMPIJob():
-		if err := mpi.Init(); err != nil {
-			return nil, false, fmt.Errorf("rt.InitDistributed: %w", err)
-		}
-		if procs, err = mpi.World(); err != nil {
-			_ = mpi.Finalize()
-			return nil, false, fmt.Errorf("rt.InitDistributed: %w", err)
-		}
-		return procs, true, nil
-	}
-	rc, ok, err := rendezvous.ConfigFromEnv()
-	switch {
-	case err != nil:
-		return nil, false, fmt.Errorf("rt.InitDistributed: %w", err)
-	case !ok:
-		return nil, false, nil // a job of one
-	}
-	return join(rc)
-}
-
-// idsOnlyJob reports whether the job's processes meet through a TCP
-// rendezvous, which carries no array data.
-func idsOnlyJob() bool {
-	dist.mu.Lock()
-	defer dist.mu.Unlock()
-	return dist.on && dist.idsOnly
 }
 
 // ShutdownDistributed ends the job InitDistributed joined: it closes the
@@ -202,35 +112,18 @@ func idsOnlyJob() bool {
 func ShutdownDistributed() error {
 	dist.mu.Lock()
 	defer dist.mu.Unlock()
-	if !dist.on {
-		return nil
-	}
-	var errs []error
-	for _, c := range dist.world {
-		errs = append(errs, c.Close())
-	}
-	errs = append(errs, dist.gather.Close(), dist.procs.Close())
-	if dist.mpi {
-		errs = append(errs, mpi.Finalize())
-	}
-	dist.on, dist.mpi, dist.idsOnly = false, false, false
-	dist.procs, dist.gather, dist.world = nil, nil, nil
-	return errors.Join(errs...)
+	job := dist.job
+	dist.job = nil
+	return job.Close()
 }
 
 // ProcessIndex returns this process's index in the job (0 in a job of one),
 // like jax.process_index.
-func ProcessIndex() int {
-	p, _, _, _ := distInfo()
-	return p
-}
+func ProcessIndex() int { return currentJob().Process() }
 
 // ProcessCount returns the number of processes of the job (1 without
 // InitDistributed), like jax.process_count.
-func ProcessCount() int {
-	_, np, _, _ := distInfo()
-	return np
-}
+func ProcessCount() int { return currentJob().Processes() }
 
 // LocalDevices returns this process's devices (jax.local_devices): all of
 // Devices() in a job of one.
@@ -243,172 +136,46 @@ func LocalDevices() []Device {
 	return all[p*k : (p+1)*k]
 }
 
+// ProcessBarrier returns when every process of the job has called it, and
+// tells each of them which processes passed ok = false (ascending; none
+// when all succeeded), so that the processes of a collective step such as
+// writing a checkpoint (checkpoint.SaveSharded) agree on its outcome. In a
+// job of one it returns at once. The error is the processes
+// communicator's.
+func ProcessBarrier(ok bool) (failed []int, err error) {
+	failed, err = currentJob().Barrier(ok)
+	if err != nil {
+		return nil, fmt.Errorf("rt.ProcessBarrier: %w", err)
+	}
+	return failed, nil
+}
+
 // distInfo returns this process's index, the process count, the devices per
 // process and whether the process is part of a job of several.
 func distInfo() (p, np, k int, on bool) {
-	dist.mu.Lock()
-	defer dist.mu.Unlock()
-	if !dist.on {
-		return 0, 1, 0, false
-	}
-	return dist.p, dist.np, dist.k, true
+	j := currentJob()
+	return j.Process(), j.Processes(), j.DevicesPerProcess(), j != nil
 }
 
 // globalDevices returns every device of the job, indexed by global device
 // ID: be's own devices in a job of one.
-func globalDevices(be Backend) []Device {
-	devs := be.Devices()
-	_, np, k, on := distInfo()
-	if !on {
-		return devs
-	}
-	out := make([]Device, 0, np*k)
-	for q := range np {
-		for d := range k {
-			dev := devs[d]
-			dev.ID, dev.Process = q*k+d, q
-			out = append(out, dev)
-		}
-	}
-	return out
-}
+func globalDevices(be Backend) []Device { return currentJob().Devices(be.Devices()) }
 
 // localID returns the backend's ID of global device g and whether g is a
 // device of this process.
-func localID(g int) (int, bool) {
-	p, _, k, on := distInfo()
-	if !on {
-		return g, true
-	}
-	if g/k != p {
-		return -1, false
-	}
-	return g - p*k, true
-}
+func localID(g int) (int, bool) { return currentJob().LocalID(g) }
 
 // globalID returns the global ID of the backend's device d of this process.
-func globalID(d int) int {
-	p, _, k, on := distInfo()
-	if !on {
-		return d
-	}
-	return p*k + d
-}
+func globalID(d int) int { return currentJob().GlobalID(d) }
 
 // localPositions returns the positions in mesh order of m's devices that
 // belong to this process: all of them in a job of one.
-func localPositions(m *ir.Mesh) []int {
-	var out []int
-	for r, g := range m.Devices() {
-		if _, ok := localID(g); ok {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// meshProcesses returns the processes holding devices of m, ascending
-// without repeats ({0} in a job of one).
-func meshProcesses(m *ir.Mesh) []int {
-	_, _, k, on := distInfo()
-	if !on {
-		return []int{0}
-	}
-	seen := map[int]bool{}
-	var out []int
-	for _, g := range m.Devices() {
-		if q := g / k; !seen[q] {
-			seen[q] = true
-			out = append(out, q)
-		}
-	}
-	return out
-}
-
-// spansProcesses reports whether m has devices of several processes.
-func spansProcesses(m *ir.Mesh) bool { return len(meshProcesses(m)) > 1 }
-
-// worldComms returns the communicators of this process's devices of mesh m,
-// in the order of localPositions, made from the job's world of devices: each
-// of this process's devices splits the world (devices outside m join no
-// group), ranked by mesh position, then takes MeshAxes of each axis string.
-// Every process calls it for the same mesh and axes at the same point (it is
-// collective over the world).
-func worldComms(ctx context.Context, m *ir.Mesh, axes []string, parseAxes func(string) []int) ([]map[string]collective.Communicator, error) {
-	if idsOnlyJob() { // every process fails here alike: none waits for another
-		return nil, fmt.Errorf("the program over %v has collectives between processes: %w", m, rendezvous.ErrDataCollective)
-	}
-	dist.splitMu.Lock()
-	defer dist.splitMu.Unlock()
-	dist.mu.Lock()
-	on, p, k, world := dist.on, dist.p, dist.k, dist.world
-	dist.mu.Unlock()
-	if !on {
-		return nil, errors.New("the job of several processes has ended (rt.ShutdownDistributed)")
-	}
-	pos := map[int]int{} // global device -> mesh position
-	for r, g := range m.Devices() {
-		pos[g] = r
-	}
-	sets := make([]map[string]collective.Communicator, k) // by local device
-	errs := onEachDevice(k, func(d int) error {
-		g := p*k + d
-		color, key := collective.Undefined, 0
-		if r, ok := pos[g]; ok {
-			color, key = 0, r
-		}
-		c, err := world[d].Split(ctx, color, key)
-		if err != nil {
-			err = fmt.Errorf("communicator over %v: %w", m, err)
-			world[d].Abort(err)
-			return err
-		}
-		if c == nil {
-			return nil
-		}
-		sets[d] = map[string]collective.Communicator{}
-		for _, ax := range axes {
-			sub, err := collective.MeshAxes(ctx, c, m.Shape(), parseAxes(ax)...)
-			if err != nil {
-				err = fmt.Errorf("communicator over %s: %w", ax, err)
-				c.Abort(err)
-				return err
-			}
-			sets[d][ax] = sub
-		}
-		return nil // c stays open: the groups split from it share its state
-	})
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	var out []map[string]collective.Communicator
-	for _, g := range m.Devices() {
-		if g/k == p {
-			out = append(out, sets[g-p*k])
-		}
-	}
-	return out, nil
-}
+func localPositions(m *ir.Mesh) []int { return currentJob().LocalPositions(m) }
 
 // readsFromProcesses reports whether reading an array over mesh m whole
-// gathers blocks from the job's processes (processAllGather): always in a
-// job of several processes, except when they meet through a TCP
-// rendezvous, which carries no array data: then an array over this
-// process's devices only is read locally, and one over other processes'
-// devices is an error.
-func readsFromProcesses(m *ir.Mesh) (bool, error) {
-	p, _, _, on := distInfo()
-	switch {
-	case !on:
-		return false, nil
-	case !idsOnlyJob():
-		return true, nil
-	}
-	if ps := meshProcesses(m); len(ps) == 1 && ps[0] == p {
-		return false, nil
-	}
-	return false, fmt.Errorf("reading whole an array over %v, whose devices are other processes': %w", m, rendezvous.ErrDataCollective)
-}
+// gathers blocks from the job's processes (processAllGather; see
+// distributed.Job.ReadsFromProcesses).
+func readsFromProcesses(m *ir.Mesh) (bool, error) { return currentJob().ReadsFromProcesses(m) }
 
 // processAllGather returns the whole host value of a sharded array of a job
 // of several processes, gathering the blocks held by other processes through
@@ -420,7 +187,8 @@ func processAllGather(b *shardedBuffer) (*ir.Literal, error) {
 	typ := b.typ
 	m := typ.Sharding.Mesh
 	devs := m.Devices()
-	p, np, k, _ := distInfo()
+	job := currentJob()
+	p, np, k := job.Process(), job.Processes(), job.DevicesPerProcess()
 	es := typ.DType.Size()
 	size := es
 	for _, d := range typ.Shape {
@@ -449,17 +217,14 @@ func processAllGather(b *shardedBuffer) (*ir.Literal, error) {
 		}
 		copyBlock(mine, typ.Shape, l.Data, s.Start, s.Limit, es, false)
 	}
-	all := make([]byte, stride*np)
-	dist.gatherMu.Lock()
-	defer dist.gatherMu.Unlock()
-	dist.mu.Lock()
-	c := dist.gather
-	dist.mu.Unlock()
-	if c == nil {
-		return nil, errors.New("the job of several processes has ended (rt.ShutdownDistributed)")
-	}
-	if err := c.AllGather(context.Background(), ir.Uint8, nil, 0, mine, all); err != nil {
+	all, err := job.Exchange(context.Background(), mine)
+	switch {
+	case errors.Is(err, distributed.ErrEnded):
+		return nil, err
+	case err != nil:
 		return nil, fmt.Errorf("gathering %v from the processes: %w", typ, err)
+	case len(all) != stride*np:
+		return nil, fmt.Errorf("gathering %v from the processes: %d bytes, want %d", typ, len(all), stride*np)
 	}
 	out := ir.NewLiteral(typ)
 	done := map[string]bool{}
@@ -489,52 +254,4 @@ func processAllGather(b *shardedBuffer) (*ir.Literal, error) {
 		copyBlock(out.Data, typ.Shape, blk, start, limit, es, false)
 	}
 	return out, nil
-}
-
-// exchangeProcesses gathers every process's mine (all the same length), in
-// process order, over the processes communicator: a collective every
-// process of the job calls (ProcessBarrier, the NCCL ids).
-func exchangeProcesses(ctx context.Context, mine []byte) ([]byte, error) {
-	dist.gatherMu.Lock()
-	defer dist.gatherMu.Unlock()
-	dist.mu.Lock()
-	c, np := dist.gather, dist.np
-	dist.mu.Unlock()
-	if c == nil {
-		return nil, errors.New("the job of several processes has ended (rt.ShutdownDistributed)")
-	}
-	all := make([]byte, len(mine)*np)
-	if err := c.AllGather(ctx, ir.Uint8, nil, 0, mine, all); err != nil {
-		return nil, err
-	}
-	return all, nil
-}
-
-// ProcessBarrier returns when every process of the job has called it, and
-// tells each of them which processes passed ok = false (ascending; none
-// when all succeeded), so that the processes of a collective step such as
-// writing a checkpoint (checkpoint.SaveSharded) agree on its outcome. In a
-// job of one it returns at once. The error is the processes
-// communicator's.
-func ProcessBarrier(ok bool) (failed []int, err error) {
-	mine := []byte{1}
-	if ok {
-		mine[0] = 0
-	}
-	if _, _, _, on := distInfo(); !on {
-		if !ok {
-			return []int{0}, nil
-		}
-		return nil, nil
-	}
-	all, err := exchangeProcesses(context.Background(), mine)
-	if err != nil {
-		return nil, fmt.Errorf("rt.ProcessBarrier: %w", err)
-	}
-	for q, b := range all {
-		if b != 0 {
-			failed = append(failed, q)
-		}
-	}
-	return failed, nil
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
+	"github.com/ferryml/ferry/runtime/distributed"
 )
 
 // devCollBackend is a backend that says its collectives run on device
@@ -54,7 +56,7 @@ func (m *recMaker) NewGroupID() ([]byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.ids++
-	id := make([]byte, groupIDBytes)
+	id := make([]byte, distributed.GroupIDBytes)
 	id[0] = 100 + m.ids
 	return id, nil
 }
@@ -113,58 +115,6 @@ func TestDeviceCommsOneProcess(t *testing.T) {
 	}
 }
 
-// Across processes (one device each), the group's rank 0 makes the id, the
-// ids travel in one AllGather over the processes per axis string, and each
-// device joins its group with InitRank at its rank. Process 1 is played by
-// a goroutine on the other rank of an in-process communicator.
-func TestDeviceCommsAcrossProcesses(t *testing.T) {
-	procs, err := collective.NewLocal(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dist.mu.Lock()
-	saved := dist.on
-	dist.on, dist.p, dist.np, dist.k, dist.gather = true, 0, 2, 1, procs[0]
-	dist.mu.Unlock()
-	defer func() {
-		dist.mu.Lock()
-		dist.on, dist.p, dist.np, dist.k, dist.gather = saved, 0, 1, 0, nil
-		dist.mu.Unlock()
-	}()
-	mk := &recMaker{}
-	backend.RegisterDeviceCommMaker("fakedev", mk)
-	defer backend.RegisterDeviceCommMaker("fakedev", nil)
-	for _, tc := range []struct {
-		devs  []int
-		other byte // process 1's id byte, when it leads
-		want  string
-	}{
-		{[]int{0, 1}, 0, "[2/0 id101]"}, // this process's device is rank 0: it makes the id
-		{[]int{1, 0}, 7, "[2/1 id7]"},   // process 1 leads: its id
-	} {
-		mk.joins = nil
-		m := mustMesh(t, []int{2}, []string{"x"}, tc.devs...)
-		e := &shardedExecutable{be: devCollBackend{}, part: &passes.Partitioned{Mesh: m, Axes: []string{"x"}}}
-		done := make(chan error)
-		go func() {
-			mine := make([]byte, groupIDBytes)
-			mine[0] = tc.other
-			done <- procs[1].AllGather(context.Background(), ir.Uint8, nil, 0, mine, make([]byte, 2*groupIDBytes))
-		}()
-		set, err := e.deviceComms(context.Background())
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := fmt.Sprint(mk.joins); got != tc.want || len(set) != 1 || set[0]["x"] == nil {
-			t.Errorf("mesh devices %v: InitRank calls %s, want %s", tc.devs, got, tc.want)
-		}
-		mk.ids = 0
-	}
-}
-
 // onePerProcess is a backend of one device that is no backend.Placer (as
 // the CUDA backend): the CPU backend under another name.
 type onePerProcess struct{ Backend }
@@ -183,14 +133,32 @@ func TestOneDevicePerProcessMesh(t *testing.T) {
 	}
 	backend.Register(be)
 	defer backend.Unregister(be)
+	// This process is process 1 of a job of two processes of one device
+	// each; process 0 is played by the other rank of an in-process
+	// communicator.
+	procs, err := collective.NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := make([]*distributed.Job, 2)
+	errs := onEachDevice(2, func(p int) (err error) {
+		jobs[p], err = distributed.New(context.Background(), procs[p], 1)
+		return err
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
 	dist.mu.Lock()
-	saved := dist.on
-	dist.on, dist.p, dist.np, dist.k = true, 1, 2, 1
+	saved := dist.job
+	dist.job = jobs[1]
 	dist.mu.Unlock()
 	defer func() {
 		dist.mu.Lock()
-		dist.on, dist.p, dist.np, dist.k = saved, 0, 1, 0
+		dist.job = saved
 		dist.mu.Unlock()
+		for _, j := range jobs {
+			_ = j.Close()
+		}
 	}()
 	m := mustMesh(t, []int{2}, []string{"x"})
 	s, err := ir.NewNamedSharding(m, ir.P("x"))

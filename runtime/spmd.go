@@ -12,6 +12,7 @@ import (
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
+	"github.com/ferryml/ferry/runtime/distributed"
 	"github.com/ferryml/ferry/trace"
 )
 
@@ -127,49 +128,21 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 	for i, r := range pos {
 		devs[i] = all[r]
 	}
-	n := len(devs)
 	if len(args) != len(e.params) {
 		return nil, fmt.Errorf("takes %d arguments, got %d", len(e.params), len(args))
 	}
-	local := make([][]trace.Buffer, n)
-	var temps []*shardedBuffer
+	local, temps, given, err := e.layOut(args, len(devs))
 	defer func() {
 		for _, t := range temps {
 			_ = t.Delete()
 		}
 	}()
-	placer, _ := e.be.(backend.Placer)
-	var given []*shardedBuffer // donated arguments used in place
-	for i, b := range args {
-		want := e.part.Params[i]
-		sb, ok := b.(*shardedBuffer)
-		if !ok || sb.isDeleted() || !sb.typ.Sharding.EquivalentTo(want, len(e.params[i].Shape)) {
-			if ok && sb.isDeleted() {
-				return nil, fmt.Errorf("argument %d: sharded array %v was deleted", i, sb.typ)
-			}
-			l, err := b.Literal()
-			if err != nil {
-				return nil, fmt.Errorf("argument %d: %w", i, err)
-			}
-			arr, err := putShards(e.be, placer, l, e.params[i].WithSharding(want))
-			if err != nil {
-				return nil, fmt.Errorf("argument %d: laying it out as %v: %w", i, want, err)
-			}
-			sb = arr.Buffer().(*shardedBuffer)
-			temps = append(temps, sb)
-		} else if i < len(e.donated) && e.donated[i] {
-			given = append(given, sb)
-		}
-		if len(sb.shards) != n {
-			return nil, fmt.Errorf("argument %d: sharded array %v holds %d blocks in this process, the mesh has %d devices here", i, sb.typ, len(sb.shards), n)
-		}
-		for r := range n {
-			local[r] = append(local[r], sb.shards[r].Array.Buffer())
-		}
+	if err != nil {
+		return nil, err
 	}
 	// Every device's blocks are held before any device runs (see
 	// backend.HoldArgs), so that a running device never waits for a hold.
-	for r := range n {
+	for r := range devs {
 		if err := backend.HoldArgs(local[r], e.donated, opts.DonationSite); err != nil {
 			for q := range r {
 				backend.ReleaseArgs(local[q], e.donated)
@@ -178,16 +151,82 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 		}
 	}
 	defer func() {
-		for r := range n {
+		for r := range devs {
 			backend.ReleaseArgs(local[r], e.donated)
 		}
 	}()
+	outs, err := e.runDevices(local, devs, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, sb := range given {
+		sb.mu.Lock()
+		sb.deleted = true // its blocks were handed to the results
+		sb.mu.Unlock()
+	}
+	hw := globalDevices(e.be)
+	res := make([]trace.Buffer, len(e.global))
+	for i, t := range e.global {
+		sb := &shardedBuffer{typ: t.Clone()}
+		for r, id := range devs {
+			b := e.blocks[i][pos[r]]
+			sb.shards = append(sb.shards, Shard{Device: hw[id], Start: b[0], Limit: b[1], Array: trace.FromBuffer(outs[r][i])})
+		}
+		res[i] = sb
+	}
+	return res, nil
+}
+
+// layOut returns the blocks of args for each of this process's n devices
+// of the mesh, in the layout the program takes: arguments laid out so are
+// used in place (given lists the donated ones), others are copied into
+// that layout (temps, for the caller to delete).
+func (e *shardedExecutable) layOut(args []trace.Buffer, n int) (local [][]trace.Buffer, temps, given []*shardedBuffer, err error) {
+	local = make([][]trace.Buffer, n)
+	placer, _ := e.be.(backend.Placer)
+	for i, b := range args {
+		want := e.part.Params[i]
+		sb, ok := b.(*shardedBuffer)
+		if !ok || sb.isDeleted() || !sb.typ.Sharding.EquivalentTo(want, len(e.params[i].Shape)) {
+			if ok && sb.isDeleted() {
+				return nil, temps, nil, fmt.Errorf("argument %d: sharded array %v was deleted", i, sb.typ)
+			}
+			l, err := b.Literal()
+			if err != nil {
+				return nil, temps, nil, fmt.Errorf("argument %d: %w", i, err)
+			}
+			arr, err := putShards(e.be, placer, l, e.params[i].WithSharding(want))
+			if err != nil {
+				return nil, temps, nil, fmt.Errorf("argument %d: laying it out as %v: %w", i, want, err)
+			}
+			sb = arr.Buffer().(*shardedBuffer)
+			temps = append(temps, sb)
+		} else if i < len(e.donated) && e.donated[i] {
+			given = append(given, sb)
+		}
+		if len(sb.shards) != n {
+			return nil, temps, nil, fmt.Errorf("argument %d: sharded array %v holds %d blocks in this process, the mesh has %d devices here", i, sb.typ, len(sb.shards), n)
+		}
+		for r := range n {
+			local[r] = append(local[r], sb.shards[r].Array.Buffer())
+		}
+	}
+	return local, temps, given, nil
+}
+
+// runDevices runs the per-device program on the blocks local of each of
+// this process's devices devs at once, with their communicators, and
+// returns each device's results. When a device fails, the results made are
+// deleted and the communicators closed (aborted, for device ones); when all
+// succeed, the communicators are kept for the next call.
+func (e *shardedExecutable) runDevices(local [][]trace.Buffer, devs []int, opts ExecOptions) ([][]trace.Buffer, error) {
 	ctx := opts.Context
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	var comms []map[string]collective.Communicator
 	var dcomms []map[string]backend.DeviceCommunicator
+	var err error
 	if usesDeviceComms(e.be) {
 		dcomms, err = e.deviceComms(ctx)
 	} else {
@@ -196,8 +235,8 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 	if err != nil {
 		return nil, err
 	}
-	outs := make([][]trace.Buffer, n)
-	errs := onEachDevice(n, func(r int) (err error) {
+	outs := make([][]trace.Buffer, len(devs))
+	errs := onEachDevice(len(devs), func(r int) (err error) {
 		id, _ := localID(devs[r])
 		o := ExecOptions{Device: id, Commit: true, Context: ctx, DonationSite: opts.DonationSite}
 		if r < len(comms) {
@@ -215,7 +254,7 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 		return err
 	})
 	if err := firstError(errs, devs); err != nil {
-		abortDeviceComms(dcomms) // the failed device's executor aborted its own; the others' state is unknown
+		distributed.AbortDeviceComms(dcomms) // the failed device's executor aborted its own; the others' state is unknown
 		for _, o := range outs {
 			for _, b := range o {
 				_ = trace.FromBuffer(b).Delete()
@@ -237,22 +276,7 @@ func (e *shardedExecutable) Execute(args []trace.Buffer, opts ExecOptions) (_ []
 		}
 		e.mu.Unlock()
 	}
-	for _, sb := range given {
-		sb.mu.Lock()
-		sb.deleted = true // its blocks were handed to the results
-		sb.mu.Unlock()
-	}
-	hw := globalDevices(e.be)
-	res := make([]trace.Buffer, len(e.global))
-	for i, t := range e.global {
-		sb := &shardedBuffer{typ: t.Clone()}
-		for r, id := range devs {
-			b := e.blocks[i][pos[r]]
-			sb.shards = append(sb.shards, Shard{Device: hw[id], Start: b[0], Limit: b[1], Array: trace.FromBuffer(outs[r][i])})
-		}
-		res[i] = sb
-	}
-	return res, nil
+	return outs, nil
 }
 
 // firstError returns the error of the first device that failed on its own
@@ -308,13 +332,13 @@ func (e *shardedExecutable) comms(ctx context.Context) ([]map[string]collective.
 		}
 		return idx
 	}
-	if _, _, _, on := distInfo(); on {
+	if job := currentJob(); job != nil {
 		switch {
-		case spansProcesses(m):
+		case job.SpansProcesses(m):
 			// Even with no device of the mesh here, this process takes part
 			// in the split of the world.
-			return worldComms(ctx, m, e.part.Axes, axesOf)
-		case !slices.Contains(meshProcesses(m), ProcessIndex()):
+			return job.WorldComms(ctx, m, e.part.Axes, axesOf)
+		case !slices.Contains(job.MeshProcesses(m), job.Process()):
 			return nil, nil // another process's mesh: nothing runs here
 		}
 	}
