@@ -628,10 +628,38 @@ func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner, hostArgs [
 	if planner != nil {
 		tr.SetRematPlanner(planner)
 	}
+	in, donated, err := j.traceParams(tr, leaves, defs, hostArgs)
+	if err != nil {
+		tr.Close()
+		return nil, nil, err
+	}
+	outDefs, outLeaves, err := j.traceCall(tr, in, defs, hostArgs, donated)
+	if err != nil {
+		tr.Close()
+		return nil, nil, err
+	}
+	results, err := j.traceOutputs(tr, outLeaves)
+	tr.Close()
+	if err != nil {
+		return nil, nil, err
+	}
+	f := tr.Func()
+	f.Body.Results = results
+	l := &Lowered{Func: f, numArgs: len(leaves), consts: tr.Captures(), nilArgs: nilMask(leaves), donated: donated, argDefs: defs, noDump: j.opts.probe}
+	if slices.Contains(hostArgs, true) {
+		l.hostArgs = hostArgs
+	}
+	return l, outDefs, nil
+}
+
+// traceParams makes the parameters of the trace tr for the argument leaves
+// (those hostArgs marks in pinned_host, the others like the leaf, laid out
+// as InShardings says) and returns the arguments to call the function with,
+// and which leaves the call donates.
+func (j *Jitted[F]) traceParams(tr *trace.Tracer, leaves []*trace.Array, defs []*trace.TreeDef, hostArgs []bool) ([]reflect.Value, []bool, error) {
 	params := make([]*trace.Array, len(leaves))
 	inShardings, err := j.opts.inShardings.resolve("argument", defs)
 	if err != nil {
-		tr.Close()
 		return nil, nil, trace.Errorf("rt.Jit", "%s: %v", j.opts.name, err)
 	}
 	for i, l := range leaves {
@@ -645,12 +673,11 @@ func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner, hostArgs [
 		}
 		if i < len(inShardings) && inShardings[i] != nil {
 			if err = constrainIn(tr, params, i, inShardings[i]); err != nil {
-				tr.Close()
 				return nil, nil, err
 			}
 		}
 	}
-	in := make([]reflect.Value, len(args))
+	in := make([]reflect.Value, len(defs))
 	donated := make([]bool, len(leaves))
 	k := 0
 	for i, d := range defs {
@@ -669,62 +696,66 @@ func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner, hostArgs [
 		k += n
 		in[i] = argValue(v, j.argType(i))
 	}
-	var outs []any
-	outDefs := make([]*trace.TreeDef, j.numResults())
-	outLeaves := make([][]*trace.Array, j.numResults())
-	func() {
-		tr.Push()
-		defer tr.Pop()
-		res := j.fn.Call(in)
-		if outs, err = j.splitResults(res); err != nil {
-			return
-		}
-		for i, o := range outs {
-			ls, d, ferr := trace.Flatten(o)
-			if ferr != nil {
-				err = trace.Errorf("rt.Jit", "%s: result %d: %v", j.opts.name, i, ferr)
-				return
-			}
-			if sp, ok := j.opts.outSpaces[i]; ok {
-				for k, l := range ls {
-					if l != nil {
-						ls[k] = trace.DevicePut(l, sp)
-					}
-				}
-			} else if q := replacedLeaves(defs, d, i, hostArgs, donated); q != nil {
-				// The new value of an argument placed in pinned_host
-				// goes there too: the next call finds it there.
-				for k, l := range ls {
-					if l != nil && q[k] {
-						ls[k] = trace.DevicePut(l, ir.PinnedHost)
-					}
-				}
-			}
-			outDefs[i], outLeaves[i] = d, ls
-		}
-		outShardings, serr := j.opts.outShardings.resolve("result", outDefs)
-		if serr != nil {
-			err = trace.Errorf("rt.Jit", "%s: %v", j.opts.name, serr)
-			return
-		}
-		k := 0
-		for _, ls := range outLeaves {
-			for q, l := range ls {
-				if k < len(outShardings) && outShardings[k] != nil && l != nil {
-					ls[q] = trace.WithShardingConstraint(l, outShardings[k])
-				}
-				k++
-			}
-		}
-	}()
+	return in, donated, nil
+}
+
+// traceCall calls the function on in inside the trace tr and returns the
+// tree structure and leaves of each result, placed as OutSpaces says (or,
+// for the new value of an argument hostArgs places in pinned_host, there)
+// and laid out as OutShardings says.
+func (j *Jitted[F]) traceCall(tr *trace.Tracer, in []reflect.Value, defs []*trace.TreeDef, hostArgs, donated []bool) (outDefs []*trace.TreeDef, outLeaves [][]*trace.Array, err error) {
+	outDefs = make([]*trace.TreeDef, j.numResults())
+	outLeaves = make([][]*trace.Array, j.numResults())
+	tr.Push()
+	defer tr.Pop()
+	outs, err := j.splitResults(j.fn.Call(in))
 	if err != nil {
-		tr.Close()
 		return nil, nil, err
 	}
+	for i, o := range outs {
+		ls, d, ferr := trace.Flatten(o)
+		if ferr != nil {
+			return nil, nil, trace.Errorf("rt.Jit", "%s: result %d: %v", j.opts.name, i, ferr)
+		}
+		if sp, ok := j.opts.outSpaces[i]; ok {
+			for k, l := range ls {
+				if l != nil {
+					ls[k] = trace.DevicePut(l, sp)
+				}
+			}
+		} else if q := replacedLeaves(defs, d, i, hostArgs, donated); q != nil {
+			// The new value of an argument placed in pinned_host
+			// goes there too: the next call finds it there.
+			for k, l := range ls {
+				if l != nil && q[k] {
+					ls[k] = trace.DevicePut(l, ir.PinnedHost)
+				}
+			}
+		}
+		outDefs[i], outLeaves[i] = d, ls
+	}
+	outShardings, serr := j.opts.outShardings.resolve("result", outDefs)
+	if serr != nil {
+		return nil, nil, trace.Errorf("rt.Jit", "%s: %v", j.opts.name, serr)
+	}
+	k := 0
+	for _, ls := range outLeaves {
+		for q, l := range ls {
+			if k < len(outShardings) && outShardings[k] != nil && l != nil {
+				ls[q] = trace.WithShardingConstraint(l, outShardings[k])
+			}
+			k++
+		}
+	}
+	return outDefs, outLeaves, nil
+}
+
+// traceOutputs checks OutSpaces against the results and returns the IR
+// values of the result leaves.
+func (j *Jitted[F]) traceOutputs(tr *trace.Tracer, outLeaves [][]*trace.Array) ([]*ir.Value, error) {
 	for _, i := range sortedKeys(j.opts.outSpaces) {
-		if i < 0 || i >= len(outs) {
-			tr.Close()
-			return nil, nil, trace.Errorf("rt.Jit", "%s: OutSpaces names result %d but the function has %d results", j.opts.name, i, len(outs))
+		if i < 0 || i >= len(outLeaves) {
+			return nil, trace.Errorf("rt.Jit", "%s: OutSpaces names result %d but the function has %d results", j.opts.name, i, len(outLeaves))
 		}
 	}
 	var results []*ir.Value
@@ -734,20 +765,12 @@ func (j *Jitted[F]) lowerWith(args []any, planner trace.RematPlanner, hostArgs [
 				continue
 			}
 			if l.IsTraced() && l.Tracer() != tr {
-				tr.Close()
-				return nil, nil, trace.Errorf("rt.Jit", "%s: result %d is a tracer of another trace (leaked from an enclosing function?)", j.opts.name, i)
+				return nil, trace.Errorf("rt.Jit", "%s: result %d is a tracer of another trace (leaked from an enclosing function?)", j.opts.name, i)
 			}
 			results = append(results, tr.Output(l))
 		}
 	}
-	tr.Close()
-	f := tr.Func()
-	f.Body.Results = results
-	l := &Lowered{Func: f, numArgs: len(leaves), consts: tr.Captures(), nilArgs: nilMask(leaves), donated: donated, argDefs: defs, noDump: j.opts.probe}
-	if slices.Contains(hostArgs, true) {
-		l.hostArgs = hostArgs
-	}
-	return l, outDefs, nil
+	return results, nil
 }
 
 func nilMask(leaves []*trace.Array) []bool {
@@ -847,7 +870,7 @@ func asTraceError(err error) *trace.Error {
 
 // holdError is the error of op (on function fn, if named) for an error of
 // backend.HoldArgs, with name naming the arguments; errors.Is still sees
-// the reason (cpu.ErrDeleted, cpu.ErrDonated).
+// the reason (backend.ErrDeleted, backend.ErrDonated).
 func holdError(op, fn string, err error, name func(int) string) *trace.Error {
 	te := trace.WrapError(op, err)
 	if he, ok := err.(*backend.HoldError); ok {
