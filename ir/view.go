@@ -40,37 +40,60 @@ func NewStridedView(shape, strides []int, offset int) StridedView {
 }
 
 // ViewOf returns the view through which result 0 of op reads operand 0, for
-// the ops that only move elements: broadcast_in_dim, transpose, slice, and
-// (as the identity) reshape. ok is false for every other op.
+// the ops that only move elements: broadcast_in_dim (BroadcastView),
+// transpose (TransposeView), slice (SliceView), and (as the identity)
+// reshape. ok is false for every other op.
 func ViewOf(op *Op) (v StridedView, ok bool) {
-	in := op.Args[0].Type.Shape
-	out := op.Results[0].Type.Shape
+	switch op.Code {
+	case BroadcastInDim:
+		return BroadcastView(op.Args[0].Type.Shape, op.Results[0].Type.Shape, op.Attrs.Ints("dims")), true
+	case Transpose:
+		return TransposeView(op.Args[0].Type.Shape, op.Attrs.Ints("perm")), true
+	case Slice:
+		return SliceView(op.Args[0].Type.Shape, op.Results[0].Type.Shape, op.Attrs.Ints("start"), op.Attrs.Ints("strides")), true
+	case Reshape:
+		return StridedView{}, true
+	}
+	return StridedView{}, false
+}
+
+// BroadcastView is the view of broadcast_in_dim from shape in to shape out,
+// operand dimension i becoming result dimension dims[i] (size-1 operand
+// dimensions broadcast: stride 0).
+func BroadcastView(in, out Shape, dims []int) StridedView {
+	ist := in.Strides()
+	st := make([]int, len(out))
+	for i, d := range dims {
+		if in[i] != 1 {
+			st[d] = ist[i]
+		}
+	}
+	return NewStridedView(out, st, 0)
+}
+
+// TransposeView is the view of transpose of shape in by perm (result
+// dimension i is operand dimension perm[i]).
+func TransposeView(in Shape, perm []int) StridedView {
+	ist := in.Strides()
+	out := make([]int, len(perm))
+	st := make([]int, len(perm))
+	for i, p := range perm {
+		out[i], st[i] = in[p], ist[p]
+	}
+	return NewStridedView(out, st, 0)
+}
+
+// SliceView is the view of a slice of shape in from start with strides,
+// whose result has shape out.
+func SliceView(in, out Shape, start, strides []int) StridedView {
 	ist := in.Strides()
 	st := make([]int, len(out))
 	off := 0
-	switch op.Code {
-	case BroadcastInDim:
-		for i, d := range op.Attrs.Ints("dims") {
-			if in[i] != 1 {
-				st[d] = ist[i]
-			}
-		}
-	case Transpose:
-		for i, p := range op.Attrs.Ints("perm") {
-			st[i] = ist[p]
-		}
-	case Slice:
-		start, strides := op.Attrs.Ints("start"), op.Attrs.Ints("strides")
-		for i := range st {
-			st[i] = ist[i] * strides[i]
-			off += start[i] * ist[i]
-		}
-	case Reshape:
-		return StridedView{}, true
-	default:
-		return StridedView{}, false
+	for i := range st {
+		st[i] = ist[i] * strides[i]
+		off += start[i] * ist[i]
 	}
-	return NewStridedView(out, st, off), true
+	return NewStridedView(out, st, off)
 }
 
 // IsIdentity reports whether v maps every index to itself.

@@ -224,10 +224,10 @@ func (a memRef) overlaps(b memRef) bool {
 
 // ref returns the memory of slot s.
 func (g *region) ref(s int) memRef {
-	b := g.slots[s].buf
+	b := g.slots[s].Buf
 	switch b.Kind {
 	case passes.BufTemp:
-		return memRef{kind: passes.BufTemp, space: b.Space, lo: b.Offset, hi: b.Offset + g.slots[s].size}
+		return memRef{kind: passes.BufTemp, space: b.Space, lo: b.Offset, hi: b.Offset + g.slots[s].Bytes}
 	case passes.BufAlias:
 		return memRef{kind: passes.BufParam, idx: b.Param}
 	default: // BufParam, BufOutput, BufSlice
@@ -249,7 +249,7 @@ func (g *region) writes(i int) []memRef {
 			size = max(size, sub.plan.Arena[sp])
 		}
 		if size > 0 {
-			w = append(w, memRef{kind: passes.BufTemp, space: ir.MemorySpace(sp), lo: st.subOff[sp], hi: st.subOff[sp] + size})
+			w = append(w, memRef{kind: passes.BufTemp, space: ir.MemorySpace(sp), lo: st.loop.SubOffset[sp], hi: st.loop.SubOffset[sp] + size})
 		}
 	}
 	return w
@@ -326,9 +326,9 @@ func planPrefetch(g *region, nc, nk int) {
 			continue
 		}
 		a, d := st.args[0], st.outs[0]
-		ab := g.slots[a].buf
-		if g.slots[a].v.Op != nil || ab.Kind != passes.BufParam || ab.Index < nc+nk || ab.Index >= len(g.params) ||
-			g.slots[d].buf.Kind != passes.BufTemp || returned[d] {
+		ab := g.slots[a].Buf
+		if g.slots[a].Value.Op != nil || ab.Kind != passes.BufParam || ab.Index < nc+nk || ab.Index >= len(g.params) ||
+			g.slots[d].Buf.Kind != passes.BufTemp || returned[d] {
 			continue
 		}
 		dst := g.ref(d)

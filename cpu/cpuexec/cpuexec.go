@@ -2,6 +2,11 @@
 // buffers: the arguments, one allocation per result, and one temporary arena
 // per memory space whose size and layout the compiler planned.
 //
+// New renders the program's executable plan (passes.Lower): the plan's
+// blocks, steps, kernels and loop bindings become the regions, steps, block
+// programs and loop runners below; the vector JIT, copy workers and
+// prefetches are the CPU's own.
+//
 // Every op runs through eval.EvalOpInto writing into its planned buffer,
 // except:
 //
@@ -97,22 +102,19 @@ func New(p *passes.Program) (*Executable, error) {
 		return nil, fmt.Errorf("cpuexec: incomplete program")
 	}
 	f := p.Func
-	if p.Plan.Region != nil && p.Plan.Region != f.Body {
-		return nil, fmt.Errorf("cpuexec %s: the plan is not the body's", f.Name)
+	ex, err := passes.Lower(p)
+	if err != nil {
+		return nil, fmt.Errorf("cpuexec %s: %w", f.Name, err)
 	}
-	donated := func(i int) bool { return i >= 0 && i < len(p.Donated) && p.Donated[i] }
-	body, err := compileRegion(f.Body, p.Plan, true, -1, donated)
+	body, err := compileRegion(ex.Top)
 	if err != nil {
 		return nil, fmt.Errorf("cpuexec %s: %w", f.Name, err)
 	}
 	e := &Executable{prog: p, body: body, params: f.Body.ParamTypes(), copies: hasCopies(body), colls: hasCollectives(body)}
 	for i, v := range f.Body.Results {
-		s, ok := body.slotOf[v]
-		if !ok {
-			return nil, fmt.Errorf("cpuexec %s: result %d (%v) has no buffer", f.Name, i, v)
-		}
+		s := body.results[i]
 		rp := resultPlan{typ: v.Type, slot: s, alias: -1, what: fmt.Sprintf("output %d", i)}
-		b := body.slots[s].buf
+		b := body.slots[s].Buf
 		switch {
 		case b.Kind == passes.BufOutput && b.Index == i:
 		case b.Kind == passes.BufAlias && b.Index == i:
@@ -121,15 +123,6 @@ func New(p *passes.Program) (*Executable, error) {
 			rp.copy = true
 		}
 		e.results = append(e.results, rp)
-	}
-	// Every BufOutput/BufAlias slot must be the buffer of its result.
-	for _, sl := range body.slots {
-		if k := sl.buf.Kind; k == passes.BufOutput || k == passes.BufAlias {
-			i := sl.buf.Index
-			if i < 0 || i >= len(f.Body.Results) || f.Body.Results[i] != sl.v {
-				return nil, fmt.Errorf("cpuexec %s: %v has the %v buffer of result %d, which is another value", f.Name, sl.v, k, i)
-			}
-		}
 	}
 	return e, nil
 }
@@ -276,11 +269,11 @@ func (e *Executable) ExecuteIntoWith(args []*ir.Literal, a Allocator, outs []*ir
 		fr.setParam(i, l.Data)
 	}
 	for s, sl := range e.body.slots {
-		switch sl.buf.Kind {
+		switch sl.Buf.Kind {
 		case passes.BufOutput:
-			fr.lits[s].Data = outs[sl.buf.Index].Data
+			fr.lits[s].Data = outs[sl.Buf.Index].Data
 		case passes.BufAlias:
-			fr.lits[s].Data = args[sl.buf.Param].Data[:sl.size]
+			fr.lits[s].Data = args[sl.Buf.Param].Data[:sl.Bytes]
 		}
 	}
 	fr.refresh()

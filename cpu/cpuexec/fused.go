@@ -1,19 +1,20 @@
 package cpuexec
 
 import (
-	"fmt"
 	"math"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/ferryml/ferry/cpu/vmath"
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
 )
 
 // How a fused group runs.
+//
+// The analysis of the group (its nodes, views, reductions and product) is
+// the plan's (passes.Kernel, made by passes.LowerKernel); this file renders
+// it for the CPU.
 //
 // The fused region is compiled into block programs, one per iteration-space
 // size: each computes the group's results of that many elements (and the
@@ -41,11 +42,11 @@ import (
 //     (Chain.RunNT), or from scratch by vmath.StoreNT when it is not
 //     compiled;
 //   - reshape and device_put keep the flat index (no node);
-//     broadcast_in_dim, transpose and slice compose a stage onto the map of
-//     their operand (no node, no data movement);
-//   - parameters and constants are leaves: read in place when the map is the
-//     identity, gathered through the map otherwise; iota is a constant vector
-//     (eval's iota of one dimension) read through a map;
+//     broadcast_in_dim, transpose and slice compose a view onto the
+//     ir.ViewChain of their operand (no node, no data movement);
+//   - parameters and constants are leaves: read in place when the chain is
+//     the identity, gathered through it otherwise; iota is a constant vector
+//     (eval's iota of one dimension) read through a view;
 //   - nodes whose map is constant (scalar broadcasts) are computed once per
 //     worker, not per block.
 //
@@ -90,145 +91,6 @@ const (
 	modeOutput
 )
 
-// stage maps a flat index i of a value (of row-major shape `shape`, with
-// size-1 dimensions dropped and contiguous dimensions merged) to the flat
-// index off + Σ idx(i)[d]*st[d] of its operand.
-type stage struct {
-	shape []int
-	st    []int
-	off   int
-}
-
-// newStage simplifies a stage and reports whether it is the identity.
-func newStage(shape, st []int, off int) (stage, bool) {
-	var s stage
-	s.off = off
-	for d, n := range shape {
-		if n == 1 {
-			continue
-		}
-		if k := len(s.shape) - 1; k >= 0 && s.st[k] == st[d]*n {
-			s.shape[k] *= n
-			s.st[k] = st[d]
-			continue
-		}
-		s.shape = append(s.shape, n)
-		s.st = append(s.st, st[d])
-	}
-	return s, s.identity()
-}
-
-// identity reports whether the stage maps every index to itself.
-func (s *stage) identity() bool {
-	return s.off == 0 && (len(s.shape) == 0 || len(s.shape) == 1 && s.st[0] == 1)
-}
-
-// constant reports whether the stage maps every index to off.
-func (s *stage) constant() bool {
-	for _, x := range s.st {
-		if x != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// apply maps one flat index.
-func (s *stage) apply(i int) int {
-	j := s.off
-	for d := len(s.shape) - 1; d >= 0; d-- {
-		n := s.shape[d]
-		j += (i % n) * s.st[d]
-		i /= n
-	}
-	return j
-}
-
-// indices writes the mapped index of every i in [lo, lo+len(out)).
-func (s *stage) indices(lo int, out []int) {
-	r := len(s.shape)
-	if r == 0 {
-		for k := range out {
-			out[k] = s.off
-		}
-		return
-	}
-	var idxBuf [8]int
-	idx := idxBuf[:0]
-	if r > len(idxBuf) {
-		idx = make([]int, 0, r)
-	}
-	idx = idx[:r]
-	j := s.off
-	rem := lo
-	for d := r - 1; d >= 0; d-- {
-		idx[d] = rem % s.shape[d]
-		rem /= s.shape[d]
-		j += idx[d] * s.st[d]
-	}
-	inner, ist := s.shape[r-1], s.st[r-1]
-	k := 0
-	for k < len(out) {
-		run := min(inner-idx[r-1], len(out)-k)
-		for t := 0; t < run; t++ {
-			out[k+t] = j + t*ist
-		}
-		k += run
-		j += run * ist
-		idx[r-1] += run
-		for d := r - 1; d > 0 && idx[d] == s.shape[d]; d-- {
-			j -= idx[d] * s.st[d]
-			idx[d] = 0
-			idx[d-1]++
-			j += s.st[d-1]
-		}
-	}
-}
-
-// imap is a chain of stages applied in order (empty: the identity).
-type imap []stage
-
-func (m imap) then(s stage, ident bool) imap {
-	if ident {
-		return m
-	}
-	if k := len(m) - 1; k >= 0 {
-		if c, ok := compose(m[k], s); ok {
-			if c.identity() {
-				return slices.Clip(m[:k]) // the two stages cancel
-			}
-			return append(slices.Clip(m[:k]), c)
-		}
-	}
-	return append(slices.Clip(m), s)
-}
-
-// constant reports whether m maps every index to the same place.
-func (m imap) constant() bool { return len(m) > 0 && m[0].constant() }
-
-// apply maps one flat index through every stage.
-func (m imap) apply(i int) int {
-	for k := range m {
-		i = m[k].apply(i)
-	}
-	return i
-}
-
-func (m imap) key() string {
-	var b strings.Builder
-	for _, s := range m {
-		b.WriteString(strconv.Itoa(s.off))
-		for d := range s.shape {
-			b.WriteByte(',')
-			b.WriteString(strconv.Itoa(s.shape[d]))
-			b.WriteByte(':')
-			b.WriteString(strconv.Itoa(s.st[d]))
-		}
-		b.WriteByte(';')
-	}
-	return b.String()
-}
-
 type nodeKind uint8
 
 const (
@@ -245,7 +107,7 @@ type fnode struct {
 	// leaves
 	src    int    // fusion operand index, or -1 for data
 	data   []byte // constant data when src < 0
-	m      imap
+	m      ir.ViewChain
 	direct bool // identity map: the block is a view of the source
 	// ops
 	code  ir.Code
@@ -277,11 +139,11 @@ type freduce struct {
 	node   int // the operand's node
 	res    int // the fusion result it produces
 	dt     ir.DType
-	prefix bool  // reduced axes are the trailing ones: outputs are runs of r
-	r      int   // elements per output
-	nout   int   // outputs
-	ostage stage // !prefix: operand flat index → output flat index
-	cols   bool  // the reduced axes lead: operand flat index i → output i mod nout
+	prefix bool           // reduced axes are the trailing ones: outputs are runs of r
+	r      int            // elements per output
+	nout   int            // outputs
+	ostage ir.StridedView // !prefix: operand flat index → output flat index
+	cols   bool           // the reduced axes lead: operand flat index i → output i mod nout
 }
 
 // blockProg computes the results of a group that share one iteration space
@@ -302,7 +164,6 @@ type blockProg struct {
 	// instead of blocks (see spansOK).
 	spans bool
 	pool  sync.Pool
-	b     *builder
 }
 
 // fusedKernel is the compiled form of one fusion op.
@@ -321,209 +182,102 @@ type fusedKernel struct {
 	elemOnly []bool
 }
 
-// unsupported is the reason a group falls back.
-type unsupported string
-
-func (u unsupported) Error() string { return string(u) }
-
-// compileFusion builds the block programs of a fusion op; groups it does not
-// handle get modeFallback.
-func compileFusion(op *ir.Op) (*fusedKernel, error) {
-	if len(op.Regions) != 1 || op.Regions[0] == nil {
-		return nil, fmt.Errorf("fusion needs one region")
-	}
-	rg := op.Regions[0]
-	if len(rg.Params) != len(op.Args) || len(rg.Results) != len(op.Results) {
-		return nil, fmt.Errorf("fusion region does not match the op")
-	}
-	k := &fusedKernel{op: op}
-	if err := k.build(); err != nil {
-		if u, ok := err.(unsupported); ok {
-			*k = fusedKernel{op: op, mode: modeFallback, why: string(u)}
-			return k, nil
+// compileFusion renders the plan's kernel of a fusion op as block
+// programs; groups the plan does not describe get modeFallback.
+func compileFusion(pk *passes.Kernel) (*fusedKernel, error) {
+	k := &fusedKernel{op: pk.Op}
+	switch pk.Mode {
+	case passes.KernelUnsupported:
+		k.mode, k.why = modeFallback, pk.Why
+		return k, nil
+	case passes.KernelLoop:
+		k.mode = modeLoop
+	case passes.KernelInput:
+		k.mode = modeInput
+	case passes.KernelOutput:
+		k.mode = modeOutput
+		k.dot, k.dotArgs, k.dotRes = pk.Dot, pk.DotArgs, pk.DotResult
+		dk, err := eval.Prepare(pk.Dot)
+		if err != nil {
+			return nil, err
 		}
-		return nil, err
+		k.dotK = dk
 	}
-	for _, p := range k.progs {
-		p.b = nil
+	k.elemOnly = pk.ElemOnly
+	for _, pp := range pk.Programs {
+		p := &blockProg{k: k, n: pp.Size}
+		for _, r := range pp.Results {
+			p.results = append(p.results, [2]int{r.Result, r.Node})
+		}
+		for _, r := range pp.Reduces {
+			p.reduces = append(p.reduces, freduce{code: r.Code, node: r.Node, res: r.Result, dt: r.DType,
+				prefix: r.Trailing, r: r.PerOutput, nout: r.Outputs, ostage: r.Out, cols: r.Leading})
+		}
+		p.nodes = make([]fnode, len(pp.Nodes))
+		for i := range pp.Nodes {
+			p.nodes[i] = renderNode(&pp.Nodes[i])
+		}
+		k.progs = append(k.progs, p)
+		p.finish()
 		p.pool.New = func() any { return p.newWorker() }
 	}
 	return k, nil
 }
 
-// builder memoises nodes by value and map.
-type builder struct {
-	p      *blockProg
-	params map[*ir.Value]int
-	memo   map[string]int
-	ids    map[*ir.Value]int
+// renderNode is the block-program node of a plan node: the f32 vector
+// kernels and vmath opcode of an elementwise op, and whether a leaf reads
+// its source in place.
+func renderNode(pn *passes.Node) fnode {
+	nd := fnode{dt: pn.DType, esz: pn.DType.Size(), src: -1, out: -1, invariant: pn.Invariant}
+	switch pn.Kind {
+	case passes.NodeLeaf, passes.NodeConst:
+		nd.kind, nd.src, nd.data, nd.m = nLeaf, pn.Operand, pn.Data, pn.View
+		nd.direct = len(pn.View) == 0
+	case passes.NodeDot:
+		nd.kind = nDot
+	case passes.NodeOp:
+		nd.kind, nd.code, nd.attrs, nd.args = nOp, pn.Code, pn.Attrs, pn.Args
+		if nd.dt == ir.Float32 {
+			u, bin := eval.F32Kernels(pn.Code)
+			switch cl := pn.Code.Info().Class; {
+			case cl == ir.ClassUnary && len(nd.args) == 1:
+				nd.f1 = u
+			case cl == ir.ClassBinary && len(nd.args) == 2:
+				nd.f2 = bin
+			}
+			if nd.f1 != nil || nd.f2 != nil {
+				nd.vop = eval.VMathOp(pn.Code) // the op table's Lowering.VMath
+			}
+		}
+	}
+	return nd
 }
 
-func (b *builder) key(v *ir.Value, m imap) string {
-	id, ok := b.ids[v]
-	if !ok {
-		id = len(b.ids)
-		b.ids[v] = id
+// finish prepares the CPU-only parts of a program: the split by outputs,
+// masks, the vmath code and its compiled chain, the results written straight
+// by their nodes, periodic leaves, and spans.
+func (p *blockProg) finish() {
+	k := p.k
+	p.prefix = len(p.reduces) > 0
+	for _, fr := range p.reduces {
+		p.prefix = p.prefix && fr.prefix && fr.r == p.reduces[0].r
 	}
-	return strconv.Itoa(id) + "|" + m.key()
-}
-
-func isReduce(c ir.Code) bool {
-	return c == ir.ReduceSum || c == ir.ReduceMax || c == ir.ReduceMin || c == ir.ReduceProd
-}
-
-// prog returns the program over n elements, making it on first use.
-func (k *fusedKernel) prog(n int) *blockProg {
-	for _, p := range k.progs {
-		if p.n == n {
-			return p
-		}
-	}
-	p := &blockProg{k: k, n: n}
-	p.b = &builder{p: p, params: map[*ir.Value]int{}, memo: map[string]int{}, ids: map[*ir.Value]int{}}
-	for i, prm := range k.op.Regions[0].Params {
-		p.b.params[prm] = i
-	}
-	k.progs = append(k.progs, p)
-	return p
-}
-
-func (k *fusedKernel) build() error {
-	rg := k.op.Regions[0]
-	params := map[*ir.Value]int{}
-	for i, p := range rg.Params {
-		params[p] = i
-	}
-	var reduces []*ir.Op
-	for _, op := range rg.Ops {
-		switch {
-		case op.Code == ir.DotGeneral:
-			if k.dot != nil {
-				return unsupported("more than one dot_general")
-			}
-			k.dot = op
-		case isReduce(op.Code):
-			reduces = append(reduces, op)
-		case op.Info().Elementwise, op.Code == ir.BroadcastInDim, op.Code == ir.Reshape, op.Code == ir.Transpose,
-			op.Code == ir.Slice, op.Code == ir.Iota, op.Code == ir.Constant, op.Code == ir.DevicePut:
-		default:
-			return unsupported(fmt.Sprintf("%v inside a fused group", op.Code))
+	maskCompares(p)
+	p.code = progCode(p)
+	p.chain = compileChain(p)
+	// Results computed by an op that runs per block write straight into
+	// the output (first use only), except the one holding the product,
+	// which is stored after the whole block is computed.
+	for _, rn := range p.results {
+		nd := &p.nodes[rn[1]]
+		if nd.kind == nOp && !nd.invariant && nd.out < 0 && !(k.mode == modeOutput && rn[0] == k.dotRes) {
+			nd.out = rn[0]
 		}
 	}
-	if len(rg.Results) == 0 {
-		return unsupported("no results")
+	for i := range p.nodes {
+		p.nodes[i].period = spanPeriod(&p.nodes[i])
 	}
-	red := map[*ir.Value]bool{}
-	for _, op := range reduces {
-		red[op.Result()] = true
-	}
-	for _, op := range rg.Ops {
-		for _, a := range op.Args {
-			if red[a] {
-				return unsupported("ops after a reduction")
-			}
-		}
-	}
-	k.mode = modeLoop
-	switch {
-	case k.dot != nil:
-		if len(reduces) > 0 {
-			return unsupported("dot_general and reductions in one group")
-		}
-		k.mode = modeOutput
-		d := k.dot.Result()
-		k.dotRes = -1
-		for i, v := range rg.Results {
-			if v.Type.Size() == d.Type.Size() && v.Type.DType.Size() == d.Type.DType.Size() {
-				k.dotRes = i
-				break
-			}
-		}
-		if k.dotRes < 0 {
-			return unsupported("no output fusion result fits the product's buffer")
-		}
-		dk, err := eval.Prepare(k.dot)
-		if err != nil {
-			return err
-		}
-		k.dotK = dk
-		for j, a := range k.dot.Args {
-			p, ok := params[a]
-			if !ok {
-				return unsupported("dot_general operand computed inside the group")
-			}
-			k.dotArgs[j] = p
-		}
-		k.prog(d.Type.Size())
-	case len(reduces) > 0:
-		k.mode = modeInput
-	}
-	done := map[*ir.Value]bool{}
-	for i, v := range rg.Results {
-		if red[v] {
-			if done[v] {
-				return unsupported("a reduction returned twice")
-			}
-			done[v] = true
-			shape := v.Op.Args[0].Type.Shape
-			p := k.prog(shape.Size())
-			n, err := p.b.node(v.Op.Args[0], nil)
-			if err != nil {
-				return err
-			}
-			fr := freduce{code: v.Op.Code, node: n, res: i, dt: v.Type.DType, nout: v.Type.Size()}
-			fr.prefix, fr.r, fr.ostage = reduceLayout(shape, v.Op.Attrs.Ints("axes"))
-			fr.cols = !fr.prefix && leadingReduce(shape, v.Op.Attrs.Ints("axes"))
-			p.reduces = append(p.reduces, fr)
-			continue
-		}
-		p := k.prog(v.Type.Size())
-		n, err := p.b.node(v, nil)
-		if err != nil {
-			return err
-		}
-		p.results = append(p.results, [2]int{i, n})
-	}
-	for _, op := range reduces {
-		if !done[op.Result()] {
-			return unsupported("a reduction that is not a result")
-		}
-	}
-	k.elemOnly = make([]bool, len(rg.Params))
-	for i := range k.elemOnly {
-		k.elemOnly[i] = true
-	}
-	if k.dot != nil {
-		k.elemOnly[k.dotArgs[0]], k.elemOnly[k.dotArgs[1]] = false, false
-	}
-	for _, p := range k.progs {
-		p.prefix = len(p.reduces) > 0
-		for _, fr := range p.reduces {
-			p.prefix = p.prefix && fr.prefix && fr.r == p.reduces[0].r
-		}
-		maskCompares(p)
-		p.code = progCode(p)
-		p.chain = compileChain(p)
-		for _, nd := range p.nodes {
-			if nd.kind == nLeaf && nd.src >= 0 && (!nd.direct || rg.Params[nd.src].Type.Size() != p.n) {
-				k.elemOnly[nd.src] = false
-			}
-		}
-		// Results computed by an op that runs per block write straight into
-		// the output (first use only), except the one holding the product,
-		// which is stored after the whole block is computed.
-		for _, rn := range p.results {
-			nd := &p.nodes[rn[1]]
-			if nd.kind == nOp && !nd.invariant && nd.out < 0 && !(k.mode == modeOutput && rn[0] == k.dotRes) {
-				nd.out = rn[0]
-			}
-		}
-		for i := range p.nodes {
-			p.nodes[i].period = spanPeriod(&p.nodes[i])
-		}
-		p.spans = p.spansOK()
-	}
-	return nil
+	p.spans = p.spansOK()
 }
 
 // spansOK reports whether the compiled chain can run straight over the
@@ -547,7 +301,7 @@ func (p *blockProg) spansOK() bool {
 		if nd.kind != nLeaf || nd.invariant || nd.direct {
 			continue
 		}
-		if len(nd.m) != 1 || len(nd.m[0].shape) == 0 || nd.m[0].st[len(nd.m[0].st)-1] != 1 {
+		if len(nd.m) != 1 || len(nd.m[0].Shape) == 0 || nd.m[0].Strides[len(nd.m[0].Strides)-1] != 1 {
 			return false
 		}
 	}
@@ -577,167 +331,18 @@ func spanPeriod(nd *fnode) int {
 		return 0
 	}
 	s := &nd.m[0]
-	if len(s.shape) != 2 || s.st[0] != 0 || s.st[1] != 1 || s.shape[1] >= spanTarget {
+	if len(s.Shape) != 2 || s.Strides[0] != 0 || s.Strides[1] != 1 || s.Shape[1] >= spanTarget {
 		return 0
 	}
-	return s.shape[1]
+	return s.Shape[1]
 }
 
-// run returns the operand index of flat index i and the number of
+// viewRun returns the operand index of flat index i and the number of
 // consecutive indices from i that read consecutive operand elements (the
-// rest of i's innermost run; the stage's innermost stride is 1).
-func (s *stage) run(i int) (j, n int) {
-	inner := s.shape[len(s.shape)-1]
-	return s.apply(i), inner - i%inner
-}
-
-// leadingReduce reports whether the reduced axes of shape come before
-// every kept axis (size-1 axes aside): operand flat index i then goes into
-// output i mod (outputs), a column sum.
-func leadingReduce(shape ir.Shape, axes []int) bool {
-	lastRed, firstKept := -1, len(shape)
-	for d, n := range shape {
-		if n == 1 {
-			continue
-		}
-		if slices.Contains(axes, d) {
-			lastRed = d
-		} else {
-			firstKept = min(firstKept, d)
-		}
-	}
-	return lastRed < firstKept
-}
-
-// reduceLayout describes reducing axes of shape: whether the reduced axes
-// are the trailing ones (ignoring size-1 dims), how many elements go into
-// each output, and the map from operand to output flat index.
-func reduceLayout(shape ir.Shape, axes []int) (prefix bool, r int, ost stage) {
-	r = 1
-	ostr := make([]int, len(shape))
-	outShape := ir.RemoveAxes(shape, axes)
-	outStr := outShape.Strides()
-	k := 0
-	for d, n := range shape {
-		if slices.Contains(axes, d) {
-			r *= n
-			continue
-		}
-		ostr[d] = outStr[k]
-		k++
-	}
-	ost, _ = newStage(shape, ostr, 0)
-	return eval.TrailingReduce(shape, axes), r, ost
-}
-
-// node returns the node of value v read through map m (from iteration flat
-// index to v's flat index), building it and its operands on first use.
-func (b *builder) node(v *ir.Value, m imap) (int, error) {
-	key := b.key(v, m)
-	if n, ok := b.memo[key]; ok {
-		return n, nil
-	}
-	k, p := b.p.k, b.p
-	nd := fnode{dt: v.Type.DType, esz: v.Type.DType.Size(), src: -1, out: -1}
-	if prm, ok := b.params[v]; ok {
-		nd.kind, nd.src, nd.m = nLeaf, prm, m
-	} else if v.Op == nil {
-		return 0, fmt.Errorf("%v is neither a parameter nor defined in the group", v)
-	} else {
-		op := v.Op
-		a := op.Attrs
-		switch {
-		case op == k.dot:
-			if len(m) != 0 || p.n != op.Result().Type.Size() {
-				return 0, unsupported("the product is read through an index map")
-			}
-			nd.kind = nDot
-		case op.Code == ir.Reshape || op.Code == ir.DevicePut:
-			return b.alias(key, op.Args[0], m)
-		case op.Code == ir.BroadcastInDim:
-			in := op.Args[0].Type.Shape
-			ist := in.Strides()
-			st := make([]int, v.Type.Rank())
-			for i, d := range a.Ints("dims") {
-				if in[i] != 1 {
-					st[d] = ist[i]
-				}
-			}
-			return b.alias(key, op.Args[0], m.then(newStage(v.Type.Shape, st, 0)))
-		case op.Code == ir.Transpose:
-			ist := op.Args[0].Type.Shape.Strides()
-			st := make([]int, v.Type.Rank())
-			for i, p := range a.Ints("perm") {
-				st[i] = ist[p]
-			}
-			return b.alias(key, op.Args[0], m.then(newStage(v.Type.Shape, st, 0)))
-		case op.Code == ir.Slice:
-			ist := op.Args[0].Type.Shape.Strides()
-			st := make([]int, v.Type.Rank())
-			off := 0
-			start, strides := a.Ints("start"), a.Ints("strides")
-			for i := range st {
-				st[i] = ist[i] * strides[i]
-				off += start[i] * ist[i]
-			}
-			return b.alias(key, op.Args[0], m.then(newStage(v.Type.Shape, st, off)))
-		case op.Code == ir.Constant:
-			nd.kind, nd.data, nd.m = nLeaf, a.Literal("value").Data, m
-		case op.Code == ir.Iota:
-			// The values along dim, converted like eval does, read through a
-			// map that ignores the other dims.
-			shape, dim := ir.Shape(a.Ints("shape")), a.Int("dim")
-			vec, err := eval.EvalOp(&ir.Op{Code: ir.Iota, Attrs: ir.Attrs{"dtype": a.DType("dtype"), "shape": []int{shape[dim]}, "dim": 0}}, nil)
-			if err != nil {
-				return 0, err
-			}
-			st := make([]int, len(shape))
-			st[dim] = 1
-			nd.kind, nd.data, nd.m = nLeaf, vec[0].Data, m.then(newStage(shape, st, 0))
-		case op.Info().Elementwise:
-			nd.kind, nd.code, nd.attrs = nOp, op.Code, op.Attrs
-			nd.invariant = true
-			for _, x := range op.Args {
-				c, err := b.node(x, m)
-				if err != nil {
-					return 0, err
-				}
-				nd.args = append(nd.args, c)
-				nd.invariant = nd.invariant && p.nodes[c].invariant
-			}
-			if nd.dt == ir.Float32 {
-				u, bin := eval.F32Kernels(op.Code)
-				switch cl := op.Info().Class; {
-				case cl == ir.ClassUnary && len(nd.args) == 1:
-					nd.f1 = u
-				case cl == ir.ClassBinary && len(nd.args) == 2:
-					nd.f2 = bin
-				}
-				if nd.f1 != nil || nd.f2 != nil {
-					nd.vop = eval.VMathOp(op.Code) // the op table's Lowering.VMath
-				}
-			}
-		default:
-			return 0, unsupported(fmt.Sprintf("%v inside a fused group", op.Code))
-		}
-	}
-	if nd.kind == nLeaf {
-		nd.direct = len(nd.m) == 0
-		nd.invariant = nd.m.constant()
-	}
-	p.nodes = append(p.nodes, nd)
-	b.memo[key] = len(p.nodes) - 1
-	return len(p.nodes) - 1, nil
-}
-
-// alias builds the node of x through m and records it under key too.
-func (b *builder) alias(key string, x *ir.Value, m imap) (int, error) {
-	n, err := b.node(x, m)
-	if err != nil {
-		return 0, err
-	}
-	b.memo[key] = n
-	return n, nil
+// rest of i's innermost run; the view's innermost stride is 1).
+func viewRun(s *ir.StridedView, i int) (j, n int) {
+	inner := s.Shape[len(s.Shape)-1]
+	return s.At(i), inner - i%inner
 }
 
 // progCode returns the vmath program of the per-block op nodes, in node

@@ -25,7 +25,7 @@ type worker struct {
 	red    []reduceState
 	ptrs   []*float32 // the block's values, for vmath.RunProgram
 	// spans (blockProg.spans): each periodic leaf's elements repeated, and
-	// each stage leaf's operand index at the current span.
+	// each view leaf's operand index at the current span.
 	reps    [][]byte
 	spanOff []int
 	// per run
@@ -271,7 +271,7 @@ func (w *worker) begin(args, outs []*ir.Literal, inPlace bool) error {
 		blk := w.blocks[i]
 		w.lits[i].Data = blk
 		if nd.kind == nLeaf {
-			j := nd.m.apply(0)
+			j := nd.m.At(0)
 			src := w.source(nd)
 			fillElem(blk, src[j*nd.esz:(j+1)*nd.esz])
 			continue
@@ -325,7 +325,7 @@ func (w *worker) fillReps() bool {
 			continue
 		}
 		src := w.source(nd)
-		off := nd.m[0].off
+		off := nd.m[0].Offset
 		if 4*(off+per) > len(src) {
 			return false
 		}
@@ -344,7 +344,7 @@ func (w *worker) fillReps() bool {
 
 // spans runs the compiled chain over [lo, hi) straight on the operands' and
 // results' memory (p.spans), one span of indices at a time: a span ends
-// where a leaf read through a stage ends its contiguous run. A periodic
+// where a leaf read through a view ends its contiguous run. A periodic
 // leaf (fnode.period P) is read from the worker's copy of its P elements
 // repeated up to spanTarget (fillReps), so that its spans are not cut at
 // every period. Values the chain neither reads from memory nor stores
@@ -367,7 +367,7 @@ func (w *worker) spans(lo, hi int) bool {
 			if per := nd.period; per > 0 {
 				j, n = lo%per, len(w.reps[i])/4-lo%per
 			} else {
-				j, n = nd.m[0].run(lo)
+				j, n = viewRun(&nd.m[0], lo)
 			}
 			w.spanOff[i] = j
 			end = min(end, lo+n)
@@ -512,7 +512,7 @@ func (w *worker) block(lo, hi int) error {
 		} else if fr.cols {
 			w.red[i].columns(vals, lo%fr.nout)
 		} else {
-			fr.ostage.indices(lo, w.idx[:cnt])
+			fr.ostage.Indices(lo, w.idx[:cnt])
 			w.red[i].general(vals, w.idx[:cnt])
 		}
 	}
@@ -566,7 +566,7 @@ func (w *worker) runCode(cnt int) {
 
 // gather writes src[m(i)] for i in [lo, lo+len(idx)) to dst (elements of e
 // bytes); idx is scratch.
-func gather(e int, dst, src []byte, m imap, lo int, idx []int) {
+func gather(e int, dst, src []byte, m ir.ViewChain, lo int, idx []int) {
 	if len(m) == 1 {
 		switch e {
 		case 1:
@@ -580,10 +580,10 @@ func gather(e int, dst, src []byte, m imap, lo int, idx []int) {
 		}
 		return
 	}
-	m[0].indices(lo, idx)
+	m[0].Indices(lo, idx)
 	for _, s := range m[1:] {
 		for t, j := range idx {
-			idx[t] = s.apply(j)
+			idx[t] = s.At(j)
 		}
 	}
 	switch e {
@@ -607,10 +607,10 @@ func gatherIdx[T any](dst, src []T, idx []int) {
 
 // gatherStage copies src[s(i)] for i in [lo, lo+cnt) to dst, a run of the
 // innermost dimension at a time.
-func gatherStage[T any](dst, src []T, s *stage, lo, cnt int) {
-	r := len(s.shape)
+func gatherStage[T any](dst, src []T, s *ir.StridedView, lo, cnt int) {
+	r := len(s.Shape)
 	if r == 0 {
-		v := src[s.off]
+		v := src[s.Offset]
 		for t := range dst[:cnt] {
 			dst[t] = v
 		}
@@ -622,14 +622,14 @@ func gatherStage[T any](dst, src []T, s *stage, lo, cnt int) {
 		idx = make([]int, 0, r)
 	}
 	idx = idx[:r]
-	j := s.off
+	j := s.Offset
 	rem := lo
 	for d := r - 1; d >= 0; d-- {
-		idx[d] = rem % s.shape[d]
-		rem /= s.shape[d]
-		j += idx[d] * s.st[d]
+		idx[d] = rem % s.Shape[d]
+		rem /= s.Shape[d]
+		j += idx[d] * s.Strides[d]
 	}
-	inner, ist := s.shape[r-1], s.st[r-1]
+	inner, ist := s.Shape[r-1], s.Strides[r-1]
 	k := 0
 	for k < cnt {
 		run := min(inner-idx[r-1], cnt-k)
@@ -647,11 +647,11 @@ func gatherStage[T any](dst, src []T, s *stage, lo, cnt int) {
 		k += run
 		j += run * ist
 		idx[r-1] += run
-		for d := r - 1; d > 0 && idx[d] == s.shape[d]; d-- {
-			j -= idx[d] * s.st[d]
+		for d := r - 1; d > 0 && idx[d] == s.Shape[d]; d-- {
+			j -= idx[d] * s.Strides[d]
 			idx[d] = 0
 			idx[d-1]++
-			j += s.st[d-1]
+			j += s.Strides[d-1]
 		}
 	}
 }

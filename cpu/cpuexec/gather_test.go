@@ -1,6 +1,10 @@
 package cpuexec
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/ferryml/ferry/ir"
+)
 
 // BenchmarkGatherStage reads 1024-element blocks through the index maps of
 // the broadcasts that dominate a Transformer step's fused groups: a row
@@ -17,7 +21,7 @@ func BenchmarkGatherStage(b *testing.B) {
 		{"row-stat-64", []int{8192, 64}, []int{1, 0}, 8192, 1024},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			s, _ := newStage(c.shape, c.st, 0)
+			s := ir.NewStridedView(c.shape, c.st, 0)
 			src := make([]uint32, c.srcLen)
 			dst := make([]uint32, c.cnt)
 			n := c.shape[0] * c.shape[1]
@@ -33,7 +37,7 @@ func BenchmarkGatherStage(b *testing.B) {
 
 // TestGatherStageBroadcast checks gathers through broadcast index maps
 // (runs of one value, filled by fillRun) against a per-element reference
-// (stage.apply), for random block positions and lengths.
+// (ir.StridedView.At), for random block positions and lengths.
 func TestGatherStageBroadcast(t *testing.T) {
 	r := newRand()
 	for _, c := range []struct{ shape, st []int }{
@@ -43,7 +47,7 @@ func TestGatherStageBroadcast(t *testing.T) {
 		{[]int{9, 17}, []int{0, 1}},
 		{[]int{1000}, []int{0}},
 	} {
-		s, _ := newStage(c.shape, c.st, 0)
+		s := ir.NewStridedView(c.shape, c.st, 0)
 		n := 1
 		for _, d := range c.shape {
 			n *= d
@@ -59,7 +63,7 @@ func TestGatherStageBroadcast(t *testing.T) {
 			dst[cnt] = 7
 			gatherStage(dst, src, &s, lo, cnt)
 			for k := range cnt {
-				if want := src[s.apply(lo+k)]; dst[k] != want {
+				if want := src[s.At(lo+k)]; dst[k] != want {
 					t.Fatalf("%v %v: [%d] (lo %d) = %d, want %d", c.shape, c.st, k, lo, dst[k], want)
 				}
 			}

@@ -9,13 +9,6 @@ import (
 	"github.com/ferryml/ferry/passes"
 )
 
-// slot is one value of a region that has a buffer.
-type slot struct {
-	v    *ir.Value
-	buf  passes.Buffer
-	size int64 // bytes of v's type
-}
-
 // stepKind says how a step runs.
 type stepKind uint8
 
@@ -29,7 +22,7 @@ const (
 	stepCollective // a collective op over the execution's communicators (collective.go)
 )
 
-// step is one op of a region.
+// step is one op of a region, rendered from a step of the plan.
 type step struct {
 	op     *ir.Op
 	kind   stepKind
@@ -37,9 +30,9 @@ type step struct {
 	outs   []int        // slots of the results
 	kernel *eval.Kernel // stepOp
 	fused  *fusedKernel
-	coll   *collStep // stepCollective
-	subs   []*region // nested regions (scan: body; while: cond, body; cond: true, false)
-	subOff [2]int64  // where the nested arenas start in this region's arena
+	coll   *collStep    // stepCollective
+	loop   *passes.Loop // scan, while, cond: the bindings
+	subs   []*region    // nested regions (scan: body; while: cond, body; cond: true, false)
 	// stepCopy: the direction; whether a scan iteration may find its copy
 	// prefetched by the previous one.
 	dir        copyDir
@@ -50,233 +43,82 @@ type step struct {
 	prefetch []prefetch
 }
 
-// region is a compiled region: the slot of every value with a buffer and the
-// steps in execution order.
+// region is a block of the plan rendered for the CPU: the plan's slots and
+// the steps in execution order.
 type region struct {
 	r       *ir.Region
 	plan    *passes.RegionPlan
-	slots   []slot
-	slotOf  map[*ir.Value]int
-	params  []int    // slot of each parameter
-	derived [][]int  // per parameter: other slots that live in its memory
-	results []int    // slot of each region result
-	slices  [][2]int // scan body: {slot, result index} of values planned in ys slices
+	slots   []passes.Slot
+	params  []int           // slot of each parameter
+	derived [][]int         // per parameter: other slots that live in its memory
+	results []int           // slot of each region result
+	slices  []passes.YsSlot // scan body: values planned in ys slices
 	steps   []step
 	// endWaits lists the copy steps waited for only at the end of the region.
 	endWaits []int
 }
 
-// compileRegion prepares region r with plan. top says whether r is the
-// function body (where outputs and aliases exist); donated reports donated
-// parameters; ysFrom ≥ 0 marks a scan body whose results from ysFrom on are
-// ys (where BufSlice values may exist).
-func compileRegion(r *ir.Region, plan *passes.RegionPlan, top bool, ysFrom int, donated func(int) bool) (*region, error) {
-	if plan == nil {
-		return nil, fmt.Errorf("region has no plan")
-	}
-	if plan.Region != nil && plan.Region != r {
-		return nil, fmt.Errorf("plan belongs to another region")
-	}
-	g := &region{r: r, plan: plan, slotOf: map[*ir.Value]int{}}
-	addSlot := func(v *ir.Value) (int, error) {
-		if s, ok := g.slotOf[v]; ok {
-			return s, nil
-		}
-		b, ok := plan.Values[v]
-		if !ok && v.Op == nil {
-			// Parameters are where the caller says; a plan may omit them.
-			b, ok = passes.Buffer{Kind: passes.BufParam, Space: v.Type.Space, Index: v.Index, Size: v.Type.Bytes()}, true
-		}
-		if !ok {
-			return 0, fmt.Errorf("%v (%v) has no buffer", v, v.Type)
-		}
-		size := v.Type.Bytes()
-		if b.Size != 0 && b.Size < size {
-			return 0, fmt.Errorf("%v (%v, %d bytes) has a %d-byte buffer", v, v.Type, size, b.Size)
-		}
-		if b.Space >= 2 {
-			return 0, fmt.Errorf("%v: bad memory space %v", v, b.Space)
-		}
-		switch b.Kind {
-		case passes.BufParam:
-			if b.Index < 0 || b.Index >= len(r.Params) {
-				return 0, fmt.Errorf("%v: parameter buffer %d out of range", v, b.Index)
-			}
-			if v.Op == nil && r.Params[b.Index] != v {
-				return 0, fmt.Errorf("parameter %v has the buffer of parameter %d", v, b.Index)
-			}
-			if v.Op != nil && top && !donated(b.Index) {
-				return 0, fmt.Errorf("%v is planned into parameter %d, which is not donated", v, b.Index)
-			}
-			if v.Op != nil && r.Params[b.Index].Type.Bytes() < size {
-				return 0, fmt.Errorf("%v (%d bytes) does not fit parameter %d", v, size, b.Index)
-			}
-		case passes.BufTemp:
-			if b.Offset < 0 || b.Offset+size > plan.Arena[b.Space] {
-				return 0, fmt.Errorf("%v: [%d, %d) is outside the %d-byte %v arena", v, b.Offset, b.Offset+size, plan.Arena[b.Space], b.Space)
-			}
-		case passes.BufSlice:
-			if ysFrom < 0 || b.Index < ysFrom || b.Index >= len(r.Results) || r.Results[b.Index] != v || v.Op == nil {
-				return 0, fmt.Errorf("%v: ys slice of result %d is not a y of this scan body", v, b.Index)
-			}
-			for j, w := range r.Results {
-				if w == v && j != b.Index {
-					return 0, fmt.Errorf("%v: ys slice of result %d is also result %d", v, b.Index, j)
-				}
-			}
-		case passes.BufOutput:
-			if !top {
-				return 0, fmt.Errorf("%v: output buffer inside a nested region", v)
-			}
-			if b.Index < 0 || b.Index >= len(r.Results) {
-				return 0, fmt.Errorf("%v: output %d out of range", v, b.Index)
-			}
-		case passes.BufAlias:
-			if !top {
-				return 0, fmt.Errorf("%v: alias buffer inside a nested region", v)
-			}
-			if !donated(b.Param) || b.Param >= len(r.Params) {
-				return 0, fmt.Errorf("%v aliases parameter %d, which is not donated", v, b.Param)
-			}
-			if r.Params[b.Param].Type.Bytes() < size {
-				return 0, fmt.Errorf("%v (%d bytes) does not fit donated parameter %d", v, size, b.Param)
-			}
-		default:
-			return 0, fmt.Errorf("%v: unknown buffer kind %v", v, b.Kind)
-		}
-		g.slots = append(g.slots, slot{v: v, buf: b, size: size})
-		g.slotOf[v] = len(g.slots) - 1
-		return len(g.slots) - 1, nil
-	}
-	for i, p := range r.Params {
-		if b, ok := plan.Values[p]; ok && (b.Kind != passes.BufParam || b.Index != i) {
-			return nil, fmt.Errorf("parameter %d (%v) is planned as %v %d", i, p, b.Kind, b.Index)
-		}
-		s, err := addSlot(p)
+// compileRegion renders block b of the plan: a kernel per op step, block
+// programs per fused group, nested regions per loop.
+func compileRegion(b *passes.Block) (*region, error) {
+	g := &region{r: b.Region, plan: b.Plan, slots: b.Slots, params: b.Params, derived: b.Derived,
+		results: b.Results, slices: b.YsSlots}
+	for i := range b.Steps {
+		st, err := compileStep(&b.Steps[i])
 		if err != nil {
 			return nil, err
 		}
-		g.params = append(g.params, s)
-	}
-	for _, op := range r.Ops {
-		st := step{op: op}
-		for j, a := range op.Args {
-			s, ok := g.slotOf[a]
-			if !ok {
-				return nil, fmt.Errorf("%s: operand %d (%v) is not defined before use", op.Describe(), j, a)
-			}
-			st.args = append(st.args, s)
-		}
-		for _, v := range op.Results {
-			s, err := addSlot(v)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", op.Describe(), err)
-			}
-			st.outs = append(st.outs, s)
-		}
-		if dir, ok := crossSpaceCopy(op); ok {
-			st.kind, st.dir = stepCopy, dir
-			g.steps = append(g.steps, st)
-			continue
-		}
-		switch {
-		case op.Code.IsCollective():
-			st.kind = stepCollective
-			c, err := prepareCollective(op)
-			if err != nil {
-				return nil, err
-			}
-			st.coll = c
-		case op.Code == ir.Fusion:
-			st.kind = stepFusion
-			k, err := compileFusion(op)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", op.Describe(), err)
-			}
-			st.fused = k
-		case op.Code == ir.Scan, op.Code == ir.While, op.Code == ir.Cond:
-			st.kind = map[ir.Code]stepKind{ir.Scan: stepScan, ir.While: stepWhile, ir.Cond: stepCond}[op.Code]
-			subs := plan.Sub[op]
-			if len(subs) != len(op.Regions) {
-				return nil, fmt.Errorf("%s: %d nested plans for %d regions", op.Describe(), len(subs), len(op.Regions))
-			}
-			st.subOff = plan.SubOffset[op]
-			for k, sr := range op.Regions {
-				for sp := range 2 {
-					if st.subOff[sp] < 0 || st.subOff[sp]+subs[k].Arena[sp] > plan.Arena[sp] {
-						return nil, fmt.Errorf("%s: nested arena [%d, %d) is outside the %d-byte %v arena", op.Describe(),
-							st.subOff[sp], st.subOff[sp]+subs[k].Arena[sp], plan.Arena[sp], ir.MemorySpace(sp))
-					}
-				}
-				ys := -1
-				if op.Code == ir.Scan {
-					ys = op.Attrs.Int("num_carry")
-				}
-				sub, err := compileRegion(sr, subs[k], false, ys, donated)
-				if err != nil {
-					return nil, fmt.Errorf("%s, region %d: %w", op.Describe(), k, err)
-				}
-				if op.Code == ir.Scan {
-					planPrefetch(sub, op.Attrs.Int("num_consts"), op.Attrs.Int("num_carry"))
-				}
-				st.subs = append(st.subs, sub)
-			}
-			if err := checkRegionOp(op, st.subs); err != nil {
-				return nil, fmt.Errorf("%s: %w", op.Describe(), err)
-			}
-		default:
-			if op.Code.Info().NumRegions > 0 {
-				return nil, fmt.Errorf("%s: no executor for region op", op.Describe())
-			}
-			k, err := eval.Prepare(op)
-			if err != nil {
-				return nil, err
-			}
-			st.kernel = k
-		}
 		g.steps = append(g.steps, st)
-	}
-	for i, v := range r.Results {
-		s, ok := g.slotOf[v]
-		if !ok {
-			return nil, fmt.Errorf("result %d (%v) is not defined", i, v)
-		}
-		g.results = append(g.results, s)
-	}
-	g.derived = make([][]int, len(r.Params))
-	for s, sl := range g.slots {
-		if sl.buf.Kind == passes.BufParam && sl.v.Op != nil {
-			g.derived[sl.buf.Index] = append(g.derived[sl.buf.Index], s)
-		}
-		if sl.buf.Kind == passes.BufSlice {
-			g.slices = append(g.slices, [2]int{s, sl.buf.Index})
-		}
 	}
 	copyWaits(g)
 	return g, nil
 }
 
-// checkRegionOp checks the shapes the loops rely on.
-func checkRegionOp(op *ir.Op, subs []*region) error {
-	switch op.Code {
-	case ir.Scan:
-		nc, nk := op.Attrs.Int("num_consts"), op.Attrs.Int("num_carry")
-		body := subs[0].r
-		if len(body.Params) != len(op.Args) || len(body.Results) != len(op.Results) || nc+nk > len(op.Args) {
-			return fmt.Errorf("scan body does not match the op")
+// compileStep renders one step of the plan.
+func compileStep(ps *passes.Step) (step, error) {
+	op := ps.Op
+	st := step{op: op, args: ps.Args, outs: ps.Outs}
+	switch ps.Kind {
+	case passes.StepCopy:
+		st.kind, st.dir = stepCopy, toDevice
+		if ps.To == ir.PinnedHost {
+			st.dir = toHost
 		}
-	case ir.While:
-		if len(subs[0].r.Results) != 1 || len(subs[1].r.Results) != len(op.Results) {
-			return fmt.Errorf("while regions do not match the op")
+	case passes.StepCollective:
+		st.kind = stepCollective
+		c, err := prepareCollective(op)
+		if err != nil {
+			return st, err
 		}
-	case ir.Cond:
-		for _, s := range subs {
-			if len(s.r.Results) != len(op.Results) {
-				return fmt.Errorf("cond branch does not match the op")
+		st.coll = c
+	case passes.StepKernel:
+		st.kind = stepFusion
+		k, err := compileFusion(ps.Kernel)
+		if err != nil {
+			return st, fmt.Errorf("%s: %w", op.Describe(), err)
+		}
+		st.fused = k
+	case passes.StepLoop:
+		st.kind = map[ir.Code]stepKind{ir.Scan: stepScan, ir.While: stepWhile, ir.Cond: stepCond}[op.Code]
+		st.loop = ps.Loop
+		for k, blk := range ps.Loop.Blocks {
+			sub, err := compileRegion(blk)
+			if err != nil {
+				return st, fmt.Errorf("%s, region %d: %w", op.Describe(), k, err)
 			}
+			if op.Code == ir.Scan {
+				planPrefetch(sub, ps.Loop.Consts, ps.Loop.Carry)
+			}
+			st.subs = append(st.subs, sub)
 		}
+	default: // StepOp, StepMatmul: eval's kernel of the op
+		k, err := eval.Prepare(op)
+		if err != nil {
+			return st, err
+		}
+		st.kernel = k
 	}
-	return nil
+	return st, nil
 }
 
 // frame is one activation of a region: a literal view per slot, the operand
@@ -308,7 +150,7 @@ func newFrame(g *region, arena [2][]byte, cfg *copyConfig, env *collEnv) *frame 
 	f.ev, f.pre = events[:n:n], events[n:]
 	f.next = make([][]byte, len(g.params))
 	for s, sl := range g.slots {
-		f.lits[s].Type = sl.v.Type
+		f.lits[s].Type = sl.Value.Type
 	}
 	lists := make([][]*ir.Literal, 2*n)
 	f.args, f.outs = lists[:n:n], lists[n:]
@@ -343,8 +185,8 @@ func (f *frame) bind(arena [2][]byte, cfg *copyConfig, env *collEnv) {
 	f.arena, f.cfg, f.env = arena, cfg, env
 	for s, sl := range f.g.slots {
 		f.lits[s].Data = nil
-		if sl.buf.Kind == passes.BufTemp {
-			f.lits[s].Data = arena[sl.buf.Space][sl.buf.Offset : sl.buf.Offset+sl.size : sl.buf.Offset+sl.size]
+		if sl.Buf.Kind == passes.BufTemp {
+			f.lits[s].Data = arena[sl.Buf.Space][sl.Buf.Offset : sl.Buf.Offset+sl.Bytes : sl.Buf.Offset+sl.Bytes]
 		}
 	}
 	clear(f.next)
@@ -378,7 +220,7 @@ func (f *frame) unbind() {
 func (f *frame) setParam(i int, data []byte) {
 	f.lits[f.g.params[i]].Data = data
 	for _, s := range f.g.derived[i] {
-		f.lits[s].Data = data[:f.g.slots[s].size:f.g.slots[s].size]
+		f.lits[s].Data = data[:f.g.slots[s].Bytes:f.g.slots[s].Bytes]
 	}
 }
 
@@ -408,7 +250,7 @@ func (f *frame) subArena(i, k int) [2][]byte {
 	st := &f.g.steps[i]
 	var arena [2][]byte
 	for sp := range arena {
-		off := st.subOff[sp]
+		off := st.loop.SubOffset[sp]
 		arena[sp] = f.arena[sp][off : off+st.subs[k].plan.Arena[sp]]
 	}
 	return arena
@@ -455,64 +297,75 @@ func (f *frame) run() error {
 // result returns the memory of result j of the region.
 func (f *frame) result(j int) []byte { return f.lits[f.g.results[j]].Data }
 
+// bindParams points the parameters of nested frame sub at the memory the
+// loop's bindings name (slices are bound per iteration by the caller).
+func bindParams(sub *frame, lp *passes.Loop, args, outs []*ir.Literal) {
+	for k, pb := range lp.Params {
+		switch pb.Kind {
+		case passes.BindArg:
+			sub.setParam(k, args[pb.Arg].Data)
+		case passes.BindOut:
+			sub.setParam(k, outs[pb.Out].Data)
+		}
+	}
+}
+
+// loopInit makes the loop's initial copies and returns the destination and
+// source lists of its results (destinations of whole results set).
+func loopInit(lp *passes.Loop, args, outs []*ir.Literal) (dst, src [][]byte) {
+	for _, m := range lp.Init {
+		copyMem(outs[m.Out].Data, args[m.Arg].Data)
+	}
+	dst, src = make([][]byte, len(lp.Results)), make([][]byte, len(lp.Results))
+	for j, rb := range lp.Results {
+		if rb.Stride == 0 {
+			dst[j] = outs[rb.Out].Data
+		}
+	}
+	return dst, src
+}
+
 func (f *frame) runScan(i int) error {
 	st := &f.g.steps[i]
-	op := st.op
-	nc, nk, n := op.Attrs.Int("num_consts"), op.Attrs.Int("num_carry"), op.Attrs.Int("length")
-	reverse := op.Attrs.Bool("reverse")
+	lp := st.loop
+	n := lp.Length
 	args, outs := f.args[i], f.outs[i]
-	for j := 0; j < nk; j++ {
-		copyMem(outs[j].Data, args[nc+j].Data)
-	}
+	dst, src := loopInit(lp, args, outs)
 	if n == 0 {
 		return nil
 	}
 	body := f.sub(i, 0)
-	for k := 0; k < nc; k++ {
-		body.setParam(k, args[k].Data)
-	}
-	for j := 0; j < nk; j++ {
-		body.setParam(nc+j, outs[j].Data)
-	}
-	nx := len(args) - nc - nk
-	ny := len(outs) - nk
+	bindParams(body, lp, args, outs)
 	defer body.drainPrefetches()
-	dst := make([][]byte, nk+ny)
-	src := make([][]byte, nk+ny)
-	for j := 0; j < nk; j++ {
-		dst[j] = outs[j].Data
-	}
 	for it := 0; it < n; it++ {
-		idx := it
-		if reverse {
-			idx = n - 1 - it
+		idx, nextIdx := it, it+1
+		if lp.Reverse {
+			idx, nextIdx = n-1-it, n-2-it
 		}
-		nextIdx := idx + 1
-		if reverse {
-			nextIdx = idx - 1
-		}
-		for j := 0; j < nx; j++ {
-			xs := args[nc+nk+j].Data
-			sz := len(xs) / n
-			body.setParam(nc+nk+j, xs[idx*sz:(idx+1)*sz:(idx+1)*sz])
-			body.next[nc+nk+j] = nil
+		for k, pb := range lp.Params {
+			if pb.Kind != passes.BindSlice {
+				continue
+			}
+			xs, sz := args[pb.Arg].Data, int(pb.Stride)
+			body.setParam(k, xs[idx*sz:(idx+1)*sz:(idx+1)*sz])
+			body.next[k] = nil
 			if f.cfg.async && it+1 < n {
-				body.next[nc+nk+j] = xs[nextIdx*sz : (nextIdx+1)*sz : (nextIdx+1)*sz]
+				body.next[k] = xs[nextIdx*sz : (nextIdx+1)*sz : (nextIdx+1)*sz]
 			}
 		}
-		for j := 0; j < ny; j++ {
-			ys := outs[nk+j].Data
-			sz := len(ys) / n
-			dst[nk+j] = ys[idx*sz : (idx+1)*sz]
+		for j, rb := range lp.Results {
+			if sz := int(rb.Stride); sz != 0 {
+				dst[j] = outs[rb.Out].Data[idx*sz : (idx+1)*sz]
+			}
 		}
 		// Values planned in ys slices are computed there (their copy
 		// below is then a no-op).
-		for _, sj := range body.g.slices {
-			size := body.g.slots[sj[0]].size
-			body.lits[sj[0]].Data = dst[sj[1]][:size:size]
+		for _, ys := range body.g.slices {
+			size := body.g.slots[ys.Slot].Bytes
+			body.lits[ys.Slot].Data = dst[ys.Result][:size:size]
 		}
 		if err := body.run(); err != nil {
-			return fmt.Errorf("%s: body, iteration %d: %w", op.Describe(), idx, err)
+			return fmt.Errorf("%s: body, iteration %d: %w", st.op.Describe(), idx, err)
 		}
 		for j := range src {
 			src[j] = body.result(j)
@@ -524,33 +377,21 @@ func (f *frame) runScan(i int) error {
 
 func (f *frame) runWhile(i int) error {
 	st := &f.g.steps[i]
-	op := st.op
-	nc := op.Attrs.Int("num_consts")
+	lp := st.loop
 	args, outs := f.args[i], f.outs[i]
-	for j := range outs {
-		copyMem(outs[j].Data, args[nc+j].Data)
-	}
+	dst, src := loopInit(lp, args, outs)
 	cond, body := f.sub(i, 0), f.sub(i, 1)
-	for k := 0; k < nc; k++ {
-		cond.setParam(k, args[k].Data)
-		body.setParam(k, args[k].Data)
-	}
-	dst := make([][]byte, len(outs))
-	src := make([][]byte, len(outs))
-	for j := range outs {
-		cond.setParam(nc+j, outs[j].Data)
-		body.setParam(nc+j, outs[j].Data)
-		dst[j] = outs[j].Data
-	}
+	bindParams(cond, lp, args, outs)
+	bindParams(body, lp, args, outs)
 	for it := 0; ; it++ {
 		if err := cond.run(); err != nil {
-			return fmt.Errorf("%s: cond, iteration %d: %w", op.Describe(), it, err)
+			return fmt.Errorf("%s: cond, iteration %d: %w", st.op.Describe(), it, err)
 		}
 		if p := cond.result(0); len(p) == 0 || p[0] == 0 {
 			return nil
 		}
 		if err := body.run(); err != nil {
-			return fmt.Errorf("%s: body, iteration %d: %w", op.Describe(), it, err)
+			return fmt.Errorf("%s: body, iteration %d: %w", st.op.Describe(), it, err)
 		}
 		for j := range src {
 			src[j] = body.result(j)
@@ -561,49 +402,47 @@ func (f *frame) runWhile(i int) error {
 
 func (f *frame) runCond(i int) error {
 	st := &f.g.steps[i]
+	lp := st.loop
 	args, outs := f.args[i], f.outs[i]
 	k, name := 1, "false branch"
 	if args[0].Data[0] != 0 {
 		k, name = 0, "true branch"
 	}
 	br := f.sub(i, k)
-	for j, a := range args[1:] {
-		br.setParam(j, a.Data)
-	}
+	bindParams(br, lp, args, outs)
 	if err := br.run(); err != nil {
 		return fmt.Errorf("%s: %s: %w", st.op.Describe(), name, err)
 	}
-	dst := make([][]byte, len(outs))
-	src := make([][]byte, len(outs))
-	for j := range outs {
-		dst[j], src[j] = outs[j].Data, br.result(j)
+	dst, src := loopInit(lp, args, outs)
+	for j := range src {
+		src[j] = br.result(j)
 	}
 	f.copyResults(i, dst, src)
 	return nil
 }
 
 // copyResults copies src[j] into dst[j] for every j as if all sources were
-// read before any destination is written: a source that overlaps another
-// result's destination is first copied into a staging buffer of step i.
+// read before any destination is written: a source the plan marks as
+// staged (its memory is another result's destination) is first copied into
+// a staging buffer of step i.
 func (f *frame) copyResults(i int, dst, src [][]byte) {
-	if f.stage == nil {
-		f.stage = make([][][]byte, len(f.g.steps))
-	}
-	if f.stage[i] == nil {
-		f.stage[i] = make([][]byte, len(dst))
-	}
+	results := f.g.steps[i].loop.Results
 	for k := range src {
-		for j := range dst {
-			if j != k && overlaps(dst[j], src[k]) {
-				if cap(f.stage[i][k]) < len(src[k]) {
-					f.stage[i][k] = make([]byte, len(src[k]))
-				}
-				s := f.stage[i][k][:len(src[k])]
-				copy(s, src[k])
-				src[k] = s
-				break
-			}
+		if !results[k].Stage {
+			continue
 		}
+		if f.stage == nil {
+			f.stage = make([][][]byte, len(f.g.steps))
+		}
+		if f.stage[i] == nil {
+			f.stage[i] = make([][]byte, len(dst))
+		}
+		if cap(f.stage[i][k]) < len(src[k]) {
+			f.stage[i][k] = make([]byte, len(src[k]))
+		}
+		s := f.stage[i][k][:len(src[k])]
+		copy(s, src[k])
+		src[k] = s
 	}
 	for j := range dst {
 		copyMem(dst[j], src[j])
