@@ -23,36 +23,27 @@ func iotaOp(attrs ir.Attrs, out *ir.Literal) error {
 	return nil
 }
 
+// broadcastInDim, transpose and slice copy the elements of x that result
+// out reads through the op's view (ir.BroadcastView, ir.TransposeView,
+// ir.SliceView: the index formulas are ir's).
 func broadcastInDim(x *ir.Literal, dims []int, out *ir.Literal) {
-	in := x.Type.Shape
-	ist := ir.Shape(in).Strides()
-	sst := make([]int, len(out.Type.Shape))
-	for i, d := range dims {
-		if in[i] != 1 {
-			sst[d] = ist[i]
-		}
-	}
-	copyStrided(x.Type.DType.Size(), out.Data, 0, out.Type.Shape.Strides(), x.Data, 0, sst, out.Type.Shape)
+	copyView(x, ir.BroadcastView(x.Type.Shape, out.Type.Shape, dims), out)
 }
 
 func transpose(x *ir.Literal, perm []int, out *ir.Literal) {
-	ist := x.Type.Shape.Strides()
-	sst := make([]int, len(perm))
-	for i, p := range perm {
-		sst[i] = ist[p]
-	}
-	copyStrided(x.Type.DType.Size(), out.Data, 0, out.Type.Shape.Strides(), x.Data, 0, sst, out.Type.Shape)
+	copyView(x, ir.TransposeView(x.Type.Shape, perm), out)
 }
 
 func slice(x *ir.Literal, start, strides []int, out *ir.Literal) {
-	ist := x.Type.Shape.Strides()
-	sst := make([]int, len(ist))
-	off := 0
-	for i := range ist {
-		off += start[i] * ist[i]
-		sst[i] = ist[i] * strides[i]
+	copyView(x, ir.SliceView(x.Type.Shape, out.Type.Shape, start, strides), out)
+}
+
+// copyView writes x's element v.At(i) to out's element i, for every i.
+func copyView(x *ir.Literal, v ir.StridedView, out *ir.Literal) {
+	if out.Type.Size() == 0 {
+		return
 	}
-	copyStrided(x.Type.DType.Size(), out.Data, 0, out.Type.Shape.Strides(), x.Data, off, sst, out.Type.Shape)
+	copyStrided(x.Type.DType.Size(), out.Data, 0, ir.Shape(v.Shape).Strides(), x.Data, v.Offset, v.Strides, v.Shape)
 }
 
 // clampStarts reads the start index scalars and clamps each into
