@@ -16,6 +16,27 @@
 // A jitted function is safe for concurrent use: concurrent first calls with one
 // signature compile it once and share the executable.
 //
+// # What is where
+//
+// This package holds Jit and the compile cache (jit.go, lower.go), eager
+// ops (eager.go, dispatch.go), arrays and devices (array.go, device.go,
+// backend.go), donation, sharded arrays and their partitioned execution
+// (sharded.go, shardingspec.go, spmd.go), NaN and Inf debugging
+// (debugnans.go) and the memory statistics and viewer (memory_api.go,
+// memreport.go). Two concerns live in packages of their own, behind narrow
+// interfaces, and are used through this package's names:
+//
+//   - package runtime/budget is the memory budget's planner: it retraces
+//     the function under a trace.RematPlanner and compiles each try to read
+//     its memory analysis (budget.Function); this package gives it the
+//     jitted function and the rates it measures (MemoryBudget,
+//     MemoryBudgetError, Compiled.MemoryPlan);
+//   - package runtime/distributed starts a job of several processes (MPI,
+//     the TCP rendezvous) and makes the communicators of its devices,
+//     NCCL's among them; this package keeps the job it joined
+//     (InitDistributed, ShutdownDistributed, ProcessIndex, ProcessCount,
+//     LocalDevices, ProcessBarrier).
+//
 // # Memory budget
 //
 // A program that does not fit in device memory gets a budget rather than a
@@ -30,7 +51,8 @@
 // passed in (donated, read elementwise, returned updated: copied in where
 // used, its new value written to pinned_host) in pinned_host.
 // (*Compiled).MemoryPlan lists the decisions; a budget too small is a
-// *MemoryBudgetError naming the smallest budget that fits. See MemoryBudget.
+// *MemoryBudgetError naming the smallest budget that fits. See MemoryBudget;
+// the planner itself is package runtime/budget.
 //
 // # Devices
 //
@@ -109,6 +131,9 @@
 // sharded array whole gathers it from every process (a collective call).
 //
 //	FERRY_CPU_DEVICES=2 mpirun -np 4 ./prog   // 8 devices; prog calls rt.InitDistributed
+//
+// The start-up (finding the job, the world of devices, device
+// communicators) is package runtime/distributed.
 //
 // # Debugging NaNs
 //
