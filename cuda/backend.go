@@ -548,7 +548,11 @@ func (b *Backend) Compile(f *ir.Func, opts backend.CompileOptions) (backend.Exec
 	if prog.Func.Name != "" {
 		e.suffix = " of " + prog.Func.Name
 	}
-	if e.top, err = b.compileRegion(e, prog.Func.Body, prog.Plan); err != nil {
+	ex, err := passes.Lower(prog)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: %w", err)
+	}
+	if e.top, err = b.compileRegion(e, ex.Top); err != nil {
 		return nil, err
 	}
 	e.steps, e.plan = e.top.steps, e.top.sched
@@ -591,6 +595,8 @@ type step struct {
 	// subs are the compiled nested regions of a scan (body), while (cond,
 	// body) or cond (true, false branch) step.
 	subs []*region
+	// loop is the plan of a scan, while or cond step: its blocks and bindings.
+	loop *passes.Loop
 	// coll is the prepared collective of a stepCollective.
 	coll *collStep
 }

@@ -61,6 +61,7 @@ import (
 type region struct {
 	r     *ir.Region
 	plan  *passes.RegionPlan
+	blk   *passes.Block
 	steps []step
 	sched Plan
 	// copies is true when a step of the region (not of its nested regions)
@@ -72,17 +73,14 @@ type region struct {
 	prefetch   [][]int
 	prefetched []bool
 	barrier    []bool // steps run on the host
-	// resultBytes is the size in bytes of each of r's results.
-	resultBytes []int64
 }
 
-// compileRegion prepares a step for every op of r, recursively for the
-// nested regions of scan, while and cond ops, and the stream plan of r.
-func (b *Backend) compileRegion(e *executable, r *ir.Region, plan *passes.RegionPlan) (*region, error) {
-	if plan == nil || (plan.Region != nil && plan.Region != r) {
-		return nil, fmt.Errorf("cuda: region has no buffer plan of its own")
-	}
-	g := &region{r: r, plan: plan, steps: make([]step, len(r.Ops)), resultBytes: byteSizes(r.Results)}
+// compileRegion prepares a step for every step of blk (a block of the
+// executable plan), recursively for the blocks of loops, and the stream
+// plan of its region.
+func (b *Backend) compileRegion(e *executable, blk *passes.Block) (*region, error) {
+	r, plan := blk.Region, blk.Plan
+	g := &region{r: r, plan: plan, blk: blk, steps: make([]step, len(r.Ops))}
 	barrier := make([]bool, len(r.Ops))
 	for i, op := range r.Ops {
 		s := &g.steps[i]
@@ -97,8 +95,8 @@ func (b *Backend) compileRegion(e *executable, r *ir.Region, plan *passes.Region
 				return nil, err
 			}
 			s.constant = c
-		case op.Code == ir.Scan || op.Code == ir.While || op.Code == ir.Cond:
-			if err := b.compileControl(e, plan, s); err != nil {
+		case blk.Steps[i].Loop != nil:
+			if err := b.compileLoop(e, s, blk.Steps[i].Loop); err != nil {
 				return nil, err
 			}
 		case op.Code.IsCollective():
@@ -144,62 +142,19 @@ func regionName(c ir.Code, k int) string {
 	return "body"
 }
 
-// compileControl compiles the nested regions of a scan, while or cond step
-// and checks that they match the op as the loops in this file assume.
-func (b *Backend) compileControl(e *executable, plan *passes.RegionPlan, s *step) error {
-	op := s.op
-	subs := plan.Sub[op]
-	if len(subs) != len(op.Regions) {
-		return fmt.Errorf("cuda: %v has %d nested plans for %d regions", op.Code, len(subs), len(op.Regions))
-	}
-	for k, sr := range op.Regions {
-		g, err := b.compileRegion(e, sr, subs[k])
+// compileLoop compiles the nested blocks of a scan, while or cond step.
+func (b *Backend) compileLoop(e *executable, s *step, lp *passes.Loop) error {
+	for k, blk := range lp.Blocks {
+		g, err := b.compileRegion(e, blk)
 		if err != nil {
-			return fmt.Errorf("%v %s: %w", op.Code, regionName(op.Code, k), err)
+			return fmt.Errorf("%v %s: %w", lp.Code, regionName(lp.Code, k), err)
 		}
 		s.subs = append(s.subs, g)
 	}
-	bad := func(what string) error { return fmt.Errorf("cuda: %v: %s do not match the op", op.Code, what) }
-	switch op.Code {
-	case ir.Scan:
-		nc, nk, n := op.Attrs.Int("num_consts"), op.Attrs.Int("num_carry"), op.Attrs.Int("length")
-		body := op.Regions[0]
-		if nc < 0 || nk < 0 || n < 0 || nc+nk > len(op.Args) || nk > len(op.Results) ||
-			len(body.Params) != len(op.Args) || len(body.Results) != len(op.Results) {
-			return bad("the scan body's parameters or results")
-		}
-		for j := nc + nk; j < len(op.Args); j++ {
-			if n > 0 && op.Args[j].Type.Bytes() != int64(n)*body.Params[j].Type.Bytes() {
-				return bad(fmt.Sprintf("xs operand %d (%v) and its slice (%v)", j, op.Args[j].Type, body.Params[j].Type))
-			}
-		}
-		for j := nk; j < len(op.Results); j++ {
-			if op.Results[j].Type.Bytes() != int64(n)*body.Results[j].Type.Bytes() {
-				return bad(fmt.Sprintf("ys result %d (%v) and its slice (%v)", j, op.Results[j].Type, body.Results[j].Type))
-			}
-		}
-		if err := planPrefetch(s.subs[0], nc, nk); err != nil {
-			return err
-		}
-		s.kind = stepScan
-	case ir.While:
-		nc := op.Attrs.Int("num_consts")
-		cond, body := op.Regions[0], op.Regions[1]
-		if nc < 0 || nc+len(op.Results) != len(op.Args) || len(cond.Results) != 1 || cond.Results[0].Type.DType != ir.Bool ||
-			len(body.Results) != len(op.Results) || len(cond.Params) != len(op.Args) || len(body.Params) != len(op.Args) {
-			return bad("the while regions")
-		}
-		s.kind = stepWhile
-	case ir.Cond:
-		if len(op.Args) < 1 || op.Args[0].Type.DType != ir.Bool {
-			return bad("the predicate")
-		}
-		for _, br := range op.Regions {
-			if len(br.Params) != len(op.Args)-1 || len(br.Results) != len(op.Results) {
-				return bad("the branches")
-			}
-		}
-		s.kind = stepCond
+	s.loop = lp
+	s.kind = map[ir.Code]stepKind{ir.Scan: stepScan, ir.While: stepWhile, ir.Cond: stepCond}[lp.Code]
+	if lp.Code == ir.Scan {
+		return planPrefetch(s.subs[0], lp.Consts, lp.Carry)
 	}
 	return nil
 }
@@ -387,9 +342,8 @@ func (x *execution) sub(f *frame, i, k int) *frame {
 	}
 	if f.subs[i][k] == nil {
 		s := x.newFrame(st.subs[k])
-		off := f.g.plan.SubOffset[st.op]
 		for sp := range s.arena {
-			s.arena[sp] = f.arena[sp].add(off[sp])
+			s.arena[sp] = f.arena[sp].add(st.loop.SubOffset[sp])
 			s.arena[sp].host = ir.MemorySpace(sp) != ir.Device
 		}
 		if st.op.Code == ir.Scan {
@@ -533,12 +487,8 @@ func (x *execution) run(f *frame) error {
 		}
 		var err error
 		switch s.kind {
-		case stepScan:
-			err = x.scan(f, i)
-		case stepWhile:
-			err = x.while(f, i)
-		case stepCond:
-			err = x.cond(f, i)
+		case stepScan, stepWhile, stepCond:
+			err = x.loop(f, i)
 		case stepCollective:
 			err = x.collective(f, i, stream)
 		case stepHost:
@@ -643,60 +593,6 @@ func (x *execution) runIteration(f *frame) error {
 	return x.run(f)
 }
 
-// byteSizes returns the size in bytes of each of vs.
-func byteSizes(vs []*ir.Value) []int64 {
-	n := make([]int64, len(vs))
-	for j, v := range vs {
-		n[j] = v.Type.Bytes()
-	}
-	return n
-}
-
-// copyAll copies n[j] bytes from src[j] to dst[j] on the compute stream,
-// skipping copies onto themselves.
-func (x *execution) copyAll(dst, src []loc, n []int64) error {
-	for j := range dst {
-		if dst[j] == src[j] {
-			continue
-		}
-		if err := x.b.copy(dst[j].p, dst[j].host, src[j].p, src[j].host, n[j], x.b.streams[Compute]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// copyResults copies the results of nested frame sub into dst (step i of f's
-// destinations), as if every result were read before any destination is
-// written: a result that overlaps another result's destination is copied
-// to a staging buffer first.
-func (x *execution) copyResults(f *frame, i int, sub *frame, dst []loc) error {
-	rs := sub.g.r.Results
-	src, err := x.locs(sub, rs)
-	if err != nil {
-		return err
-	}
-	n := sub.g.resultBytes
-	for k := range src {
-		for j := range dst {
-			if j == k || dst[j].host != src[k].host || n[j] == 0 || n[k] == 0 ||
-				!(dst[j].p < src[k].p+uintptr(n[k]) && src[k].p < dst[j].p+uintptr(n[j])) {
-				continue
-			}
-			st, err := x.stagingBuffer(f, i, k, n[k])
-			if err != nil {
-				return err
-			}
-			if err := x.b.copy(st.ptr, false, src[k].p, src[k].host, n[k], x.b.streams[Compute]); err != nil {
-				return err
-			}
-			src[k] = loc{st.ptr, false}
-			break
-		}
-	}
-	return x.copyAll(dst, src, n)
-}
-
 // stagingBuffer returns the device staging buffer of result k of step i.
 func (x *execution) stagingBuffer(f *frame, i, k int, n int64) (mem, error) {
 	if f.stage == nil {
@@ -736,117 +632,130 @@ func (x *execution) predicate(l loc) (bool, error) {
 	return hostBytes(x.flag, 1)[0] != 0, nil
 }
 
-// scan runs scan step i of f (see the file's comment).
-func (x *execution) scan(f *frame, i int) error {
-	op := f.g.steps[i].op
-	nc, nk, n := op.Attrs.Int("num_consts"), op.Attrs.Int("num_carry"), op.Attrs.Int("length")
-	reverse := op.Attrs.Bool("reverse")
+// loop runs loop step i of f (see the file's comment) by the plan's
+// bindings: the Init copies, then every run of a block with its parameters
+// bound, the producing block's results put where the plan says.
+func (x *execution) loop(f *frame, i int) error {
+	op, lp := f.g.steps[i].op, f.g.steps[i].loop
 	args, outs, err := x.operands(f, op)
 	if err != nil {
 		return err
 	}
-	sizes := byteSizes(op.Results)
-	if err := x.copyAll(outs[:nk], args[nc:nc+nk], sizes[:nk]); err != nil {
-		return err
-	}
-	if n == 0 {
-		return nil
-	}
-	body := x.sub(f, i, 0)
-	copy(body.params, args[:nc])
-	copy(body.params[nc:], outs[:nk])
-	bp, br := body.g.r.Params, body.g.r.Results
-	dst := make([]loc, len(outs))
-	copy(dst, outs[:nk])
-	for it := range n {
-		idx := it
-		if reverse {
-			idx = n - 1 - it
+	for _, m := range lp.Init {
+		if err := x.copyLoc(outs[m.Out], args[m.Arg], op.Results[m.Out].Type.Bytes()); err != nil {
+			return err
 		}
-		next := idx + 1
-		if reverse {
-			next = idx - 1
-		}
-		body.hasNext = body.next != nil && it+1 < n
-		for j := nc + nk; j < len(args); j++ {
-			body.params[j] = args[j].add(int64(idx) * bp[j].Type.Bytes())
-			if body.hasNext {
-				body.next[j] = args[j].add(int64(next) * bp[j].Type.Bytes())
+	}
+	switch lp.Code {
+	case ir.Scan:
+		body := x.sub(f, i, 0)
+		for it := range lp.Length {
+			idx, next := it, it+1
+			if lp.Reverse {
+				idx, next = lp.Length-1-it, lp.Length-2-it
+			}
+			body.hasNext = body.next != nil && it+1 < lp.Length
+			if err := x.runBound(f, i, body, args, outs, idx, next); err != nil {
+				return fmt.Errorf("body, iteration %d: %w", idx, err)
 			}
 		}
-		for j := nk; j < len(outs); j++ {
-			dst[j] = outs[j].add(int64(idx) * br[j].Type.Bytes())
-			body.slices[j] = dst[j]
+	case ir.While:
+		cond, body := x.sub(f, i, 0), x.sub(f, i, 1)
+		x.bind(lp, cond, args, outs, 0, 0)
+		for it := 0; ; it++ {
+			if err := x.runIteration(cond); err != nil {
+				return fmt.Errorf("cond, iteration %d: %w", it, err)
+			}
+			p, err := x.loc(cond, cond.g.r.Results[0])
+			if err != nil {
+				return err
+			}
+			if ok, err := x.predicate(p); err != nil || !ok {
+				return err
+			}
+			if err := x.runBound(f, i, body, args, outs, 0, 0); err != nil {
+				return fmt.Errorf("body, iteration %d: %w", it, err)
+			}
 		}
-		if err := x.runIteration(body); err != nil {
-			return fmt.Errorf("body, iteration %d: %w", idx, err)
-		}
-		if err := x.copyResults(f, i, body, dst); err != nil {
-			return fmt.Errorf("body, iteration %d: %w", idx, err)
-		}
-	}
-	return nil
-}
-
-// while runs while step i of f.
-func (x *execution) while(f *frame, i int) error {
-	op := f.g.steps[i].op
-	nc := op.Attrs.Int("num_consts")
-	args, outs, err := x.operands(f, op)
-	if err != nil {
-		return err
-	}
-	sizes := byteSizes(op.Results)
-	if err := x.copyAll(outs, args[nc:], sizes); err != nil {
-		return err
-	}
-	cond, body := x.sub(f, i, 0), x.sub(f, i, 1)
-	for _, s := range []*frame{cond, body} {
-		copy(s.params, args[:nc])
-		copy(s.params[nc:], outs)
-	}
-	for it := 0; ; it++ {
-		if err := x.runIteration(cond); err != nil {
-			return fmt.Errorf("cond, iteration %d: %w", it, err)
-		}
-		p, err := x.loc(cond, cond.g.r.Results[0])
+	case ir.Cond:
+		ok, err := x.predicate(args[0])
 		if err != nil {
 			return err
 		}
-		if ok, err := x.predicate(p); err != nil || !ok {
-			return err
+		k := map[bool]int{true: 0, false: 1}[ok]
+		if err := x.runBound(f, i, x.sub(f, i, k), args, outs, 0, 0); err != nil {
+			return fmt.Errorf("%s: %w", regionName(ir.Cond, k), err)
 		}
-		if err := x.runIteration(body); err != nil {
-			return fmt.Errorf("body, iteration %d: %w", it, err)
+	}
+	return nil
+}
+
+// bind points the parameters of nested frame sub at iteration idx's memory
+// (Loop.Params) and, in a scan body, its ys slices at idx's slices; next is
+// the following iteration of a scan body with prefetches.
+func (x *execution) bind(lp *passes.Loop, sub *frame, args, outs []loc, idx, next int) {
+	for j, p := range lp.Params {
+		switch p.Kind {
+		case passes.BindArg:
+			sub.params[j] = args[p.Arg]
+		case passes.BindOut:
+			sub.params[j] = outs[p.Out]
+		case passes.BindSlice:
+			sub.params[j] = args[p.Arg].add(int64(idx) * p.Stride)
+			if sub.hasNext {
+				sub.next[j] = args[p.Arg].add(int64(next) * p.Stride)
+			}
 		}
-		if err := x.copyResults(f, i, body, outs); err != nil {
-			return fmt.Errorf("body, iteration %d: %w", it, err)
+	}
+	for j, r := range lp.Results {
+		if r.Stride != 0 && sub.slices != nil {
+			sub.slices[j] = outs[r.Out].add(int64(idx) * r.Stride)
 		}
 	}
 }
 
-// cond runs cond step i of f.
-func (x *execution) cond(f *frame, i int) error {
-	op := f.g.steps[i].op
-	args, outs, err := x.operands(f, op)
+// runBound binds nested frame sub of loop step i of f for iteration idx,
+// runs it, and puts its results where Loop.Results says: a result staged
+// (its memory is another result's destination) is first copied to a
+// staging buffer, one computed in place is not copied.
+func (x *execution) runBound(f *frame, i int, sub *frame, args, outs []loc, idx, next int) error {
+	lp := f.g.steps[i].loop
+	x.bind(lp, sub, args, outs, idx, next)
+	if err := x.runIteration(sub); err != nil {
+		return err
+	}
+	rs := sub.g.r.Results
+	src, err := x.locs(sub, rs)
 	if err != nil {
 		return err
 	}
-	ok, err := x.predicate(args[0])
-	if err != nil {
-		return err
+	for j, r := range lp.Results {
+		if n := rs[j].Type.Bytes(); r.Stage && n > 0 {
+			st, err := x.stagingBuffer(f, i, j, n)
+			if err != nil {
+				return err
+			}
+			if err := x.copyLoc(loc{st.ptr, false}, src[j], n); err != nil {
+				return err
+			}
+			src[j] = loc{st.ptr, false}
+		}
 	}
-	k := 1
-	if ok {
-		k = 0
-	}
-	br := x.sub(f, i, k)
-	copy(br.params, args[1:])
-	if err := x.runIteration(br); err != nil {
-		return fmt.Errorf("%s: %w", regionName(ir.Cond, k), err)
-	}
-	if err := x.copyResults(f, i, br, outs); err != nil {
-		return fmt.Errorf("%s: %w", regionName(ir.Cond, k), err)
+	for j, r := range lp.Results {
+		if !r.InPlace {
+			if err := x.copyLoc(outs[r.Out].add(int64(idx)*r.Stride), src[j], rs[j].Type.Bytes()); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// copyLoc copies n bytes from src to dst on the compute stream, unless they
+// are the same bytes.
+func (x *execution) copyLoc(dst, src loc, n int64) error {
+	if dst == src {
+		return nil
+	}
+	return x.b.copy(dst.p, dst.host, src.p, src.host, n, x.b.streams[Compute])
 }
