@@ -76,3 +76,30 @@ func TestExecSteps(t *testing.T) {
 	require.Equal(t, passes.StepMatmul, passes.StepKindOf(ir.DotGeneral))
 	require.Equal(t, passes.StepCollective, passes.StepKindOf(ir.AllReduce))
 }
+
+// TestExecStagedCarries: a scan body returning its carries swapped reads
+// each result from the other's destination, so the plan stages both; a
+// carry returned unchanged is in place; a computed carry is neither.
+func TestExecStagedCarries(t *testing.T) {
+	const L, n = 3, 8
+	f := traceFunc("swap", func(a ...*trace.Array) []*trace.Array {
+		c, _ := trace.Scan(func(c, x []*trace.Array) ([]*trace.Array, []*trace.Array) {
+			return []*trace.Array{c[1], c[0], c[2], trace.Add(c[3], x[0])}, nil
+		}, []*trace.Array{a[0], a[1], a[2], a[3]}, []*trace.Array{a[4]})
+		return c
+	}, ir.TypeOf(ir.Float32, n), ir.TypeOf(ir.Float32, n), ir.TypeOf(ir.Float32, n), ir.TypeOf(ir.Float32, n), ir.TypeOf(ir.Float32, L, n))
+	ex, err := passes.Lower(compile(t, f, passes.Options{}))
+	require.NoError(t, err)
+	var lp *passes.Loop
+	for _, st := range ex.Top.Steps {
+		if st.Loop != nil {
+			lp = st.Loop
+		}
+	}
+	require.NotNil(t, lp, "%s", ex)
+	text := ex.String()
+	want := []passes.ResultBind{{Out: 0, Stage: true}, {Out: 1, Stage: true}, {Out: 2, InPlace: true}, {Out: 3}}
+	require.Equal(t, want, lp.Results, "%s", text)
+	require.Contains(t, text, "result 0 -> out0 (staged)")
+	require.Contains(t, text, "result 2 -> out2 (in place)")
+}
