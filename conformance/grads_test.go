@@ -405,110 +405,142 @@ func TestGradsMatchJAX(t *testing.T) {
 	if be := rt.DefaultBackend().Name(); be != "cpu" {
 		t.Fatalf("rt.Jit would run on the %s backend; these goldens check the CPU backend", be)
 	}
-	cases := loadGrads(t)
-	type row struct {
-		name, dtype string
-		err         [2]float64
-		tol         float64
-		jaxVsF64    float64 // f32 programs: JAX's f32 result against Ferry's f64 result
+	gc := &gradCheck{t: t, excused: map[int]int{}}
+	for _, c := range loadGrads(t) {
+		gc.checkCase(c)
 	}
-	var rows []row
-	excused := map[int]int{} // elements excused by each gradKnownDiffs entry
-	for _, c := range cases {
-		args, err := literals(c.Args)
+	gc.report()
+}
+
+// gradRow is one line of TestGradsMatchJAX's table: a case (or program
+// variant) and its largest errors.
+type gradRow struct {
+	name, dtype string
+	err         [2]float64 // eager, jit
+	tol         float64
+	jaxVsF64    float64 // f32 programs: JAX's f32 result against Ferry's f64 result
+}
+
+// gradCheck is TestGradsMatchJAX's state: the table's rows so far and the
+// elements excused by each gradKnownDiffs entry.
+type gradCheck struct {
+	t       *testing.T
+	rows    []gradRow
+	excused map[int]int
+}
+
+// checkCase checks every program variant of case c.
+func (gc *gradCheck) checkCase(c *gradCase) {
+	t := gc.t
+	args, err := literals(c.Args)
+	if err != nil {
+		t.Fatalf("%s: %v", c.Name, err)
+	}
+	want, err := literals(append(append([]goldenArray(nil), c.Outs...), c.Grads...))
+	if err != nil {
+		t.Fatalf("%s: %v", c.Name, err)
+	}
+	variants := 1
+	if c.Program != "" {
+		variants = len(gradPrograms[c.Program])
+	}
+	for v := 0; v < max(variants, 1); v++ {
+		name := c.Name
+		if c.Program != "" && variants > 0 && gradPrograms[c.Program][v].variant != "" {
+			name += " [" + gradPrograms[c.Program][v].variant + "]"
+		}
+		gc.checkVariant(c, v, name, args, want)
+	}
+}
+
+// checkVariant checks variant v of case c, eager and under rt.Jit, and
+// adds its row.
+func (gc *gradCheck) checkVariant(c *gradCase, v int, name string, args, want []*ir.Literal) {
+	t := gc.t
+	fn, cts, err := gradFn(c, v)
+	if err != nil {
+		t.Errorf("%s: %v", name, err)
+		return
+	}
+	dt := want[0].Type.DType
+	if len(c.Grads) > 0 {
+		dt = want[len(c.Outs)].Type.DType
+	}
+	r := gradRow{name: name, dtype: dt.String(), tol: gradTol(dt)}
+	if c.Program != "" && dt == ir.Float32 {
+		// A deep f32 program has rounding error of its own, which
+		// JAX's and Ferry's different summation orders and kernels
+		// each make: allow a few times what JAX's own f32 result has
+		// (up to 1e-4: the f64 result is Ferry's, so a wrong gradient
+		// rule must not widen its own tolerance beyond that).
+		r.jaxVsF64 = f64Error(t, fn, args, cts, c.Diff, want)
+		r.tol = max(r.tol, min(4*r.jaxVsF64, 1e-4))
+	}
+	for p, jit := range []bool{false, true} {
+		path := [2]string{"eager", "jit"}[p]
+		got, err := runGrad(fn, args, cts, c.Diff, jit)
 		if err != nil {
-			t.Fatalf("%s: %v", c.Name, err)
+			t.Errorf("%s [%s]: %v", name, path, err)
+			r.err[p] = math.Inf(1)
+			continue
 		}
-		want, err := literals(append(append([]goldenArray(nil), c.Outs...), c.Grads...))
-		if err != nil {
-			t.Fatalf("%s: %v", c.Name, err)
+		if len(got) != len(want) {
+			t.Errorf("%s [%s]: %d results, JAX has %d", name, path, len(got), len(want))
+			r.err[p] = math.Inf(1)
+			continue
 		}
-		variants := 1
-		if c.Program != "" {
-			variants = len(gradPrograms[c.Program])
-		}
-		for v := 0; v < max(variants, 1); v++ {
-			name := c.Name
-			if c.Program != "" && variants > 0 && gradPrograms[c.Program][v].variant != "" {
-				name += " [" + gradPrograms[c.Program][v].variant + "]"
-			}
-			fn, cts, err := gradFn(c, v)
-			if err != nil {
-				t.Errorf("%s: %v", name, err)
-				continue
-			}
-			dt := want[0].Type.DType
-			if len(c.Grads) > 0 {
-				dt = want[len(c.Outs)].Type.DType
-			}
-			r := row{name: name, dtype: dt.String(), tol: gradTol(dt)}
-			if c.Program != "" && dt == ir.Float32 {
-				// A deep f32 program has rounding error of its own, which
-				// JAX's and Ferry's different summation orders and kernels
-				// each make: allow a few times what JAX's own f32 result has
-				// (up to 1e-4: the f64 result is Ferry's, so a wrong gradient
-				// rule must not widen its own tolerance beyond that).
-				r.jaxVsF64 = f64Error(t, fn, args, cts, c.Diff, want)
-				r.tol = max(r.tol, min(4*r.jaxVsF64, 1e-4))
-			}
-			tol := func(l *ir.Literal) float64 {
-				if c.Program != "" {
-					return r.tol
-				}
-				return gradTol(l.Type.DType)
-			}
-			for p, jit := range []bool{false, true} {
-				path := [2]string{"eager", "jit"}[p]
-				got, err := runGrad(fn, args, cts, c.Diff, jit)
-				if err != nil {
-					t.Errorf("%s [%s]: %v", name, path, err)
-					r.err[p] = math.Inf(1)
-					continue
-				}
-				if len(got) != len(want) {
-					t.Errorf("%s [%s]: %d results, JAX has %d", name, path, len(got), len(want))
-					r.err[p] = math.Inf(1)
-					continue
-				}
-				for i := range want {
-					k := gradKnown(name)
-					var skip func(int) bool
-					if k >= 0 {
-						skip = func(j int) bool {
-							if !gradKnownDiffs[k].Elem(args, got[i], want[i], j) {
-								return false
-							}
-							excused[k]++
-							return true
-						}
-					}
-					e := relErrSkip(got[i], want[i], skip)
-					r.err[p] = max(r.err[p], e)
-					if e <= tol(want[i]) {
-						continue
-					}
-					what := fmt.Sprintf("output %d", i)
-					if i >= len(c.Outs) {
-						k := c.Diff[i-len(c.Outs)]
-						what = fmt.Sprintf("gradient of argument %d", k)
-						if c.Names != nil {
-							what += " (" + c.Names[k] + ")"
-						}
-					}
-					msg := fmt.Sprintf("%s [%s]: %s is %.3g off (relative to max|JAX|), tolerance %.0e\n  Ferry %s\n  JAX   %s",
-						name, path, what, e, tol(want[i]),
-						trace.FormatLiteral(got[i], 8), trace.FormatLiteral(want[i], 8))
-					t.Error(msg)
-				}
-			}
-			rows = append(rows, r)
+		for i := range want {
+			r.err[p] = max(r.err[p], gc.compare(c, &r, path, args, got, want, i))
 		}
 	}
+	gc.rows = append(gc.rows, r)
+}
+
+// compare checks result i of one path of row r against JAX's, reports it
+// when it is off by more than the tolerance, and returns its error.
+func (gc *gradCheck) compare(c *gradCase, r *gradRow, path string, args, got, want []*ir.Literal, i int) float64 {
+	tol := gradTol(want[i].Type.DType)
+	if c.Program != "" {
+		tol = r.tol
+	}
+	k := gradKnown(r.name)
+	var skip func(int) bool
+	if k >= 0 {
+		skip = func(j int) bool {
+			if !gradKnownDiffs[k].Elem(args, got[i], want[i], j) {
+				return false
+			}
+			gc.excused[k]++
+			return true
+		}
+	}
+	e := relErrSkip(got[i], want[i], skip)
+	if e <= tol {
+		return e
+	}
+	what := fmt.Sprintf("output %d", i)
+	if i >= len(c.Outs) {
+		k := c.Diff[i-len(c.Outs)]
+		what = fmt.Sprintf("gradient of argument %d", k)
+		if c.Names != nil {
+			what += " (" + c.Names[k] + ")"
+		}
+	}
+	gc.t.Errorf("%s [%s]: %s is %.3g off (relative to max|JAX|), tolerance %.0e\n  Ferry %s\n  JAX   %s",
+		r.name, path, what, e, tol,
+		trace.FormatLiteral(got[i], 8), trace.FormatLiteral(want[i], 8))
+	return e
+}
+
+// report logs the table of errors and the known differences, and fails
+// for a known difference that excused nothing.
+func (gc *gradCheck) report() {
+	t := gc.t
 	t.Logf("largest error of Ferry's value and gradients relative to max|JAX| (eager: trace.VJP; jit: inside rt.Jit):")
 	t.Logf("(jax-f32 vs f64: for f32 programs, the error of JAX's own f32 result against Ferry's result in f64 on the")
 	t.Logf(" same inputs, the rounding error an f32 evaluation of the program has anyway)")
 	t.Logf("%-44s %-5s %10s %10s %8s %16s", "case", "dtype", "eager", "jit", "tol", "jax-f32 vs f64")
-	for _, r := range rows {
+	for _, r := range gc.rows {
 		ref := ""
 		if r.jaxVsF64 != 0 {
 			ref = fmt.Sprintf("%.2e", r.jaxVsF64)
@@ -517,11 +549,11 @@ func TestGradsMatchJAX(t *testing.T) {
 	}
 	t.Logf("known gradient differences from JAX (gradKnownDiffs): %d", len(gradKnownDiffs))
 	for k, kd := range gradKnownDiffs {
-		if excused[k] == 0 {
+		if gc.excused[k] == 0 {
 			t.Errorf("gradKnownDiffs[%d] (%s) excused nothing: remove it", k, kd.Case)
 			continue
 		}
-		t.Logf("- %s (%d elements over both paths): %s", kd.Case, excused[k], kd.Why)
+		t.Logf("- %s (%d elements over both paths): %s", kd.Case, gc.excused[k], kd.Why)
 	}
 }
 

@@ -184,147 +184,196 @@ func nestedBlock(m *Mesh, coords []int, axes []string, n int) (lo, hi int) {
 func TestShardBoundsBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testseed.Uint64(t), testseed.Uint64(t)))
 	for iter := range 300 {
-		m := randMesh(t, rng)
-		rank := rng.IntN(4)
-		spec := randSpec(rng, m, rank)
-		s := mustSharding(t, m, spec)
-		// A shape each split dimension divides: its ways times 0..3 (rarely 0).
-		shape := make(Shape, rank)
-		ways := make([]int, rank)
-		for d := range shape {
-			ways[d] = 1
-			if d < len(spec) {
-				for _, a := range spec[d] {
-					ways[d] *= m.AxisSize(a)
-				}
-			}
-			k := 1 + rng.IntN(3)
-			if rng.IntN(10) == 0 {
-				k = 0
-			}
-			shape[d] = ways[d] * k
+		c := newShardCase(t, rng, iter)
+		c.checkBounds()
+		if c.shape.Size() > 0 {
+			c.checkCoverage()
 		}
-		desc := fmt.Sprintf("iter %d: %v on %v", iter, s, shape)
-		require.NoError(t, s.Validate(shape), desc)
+		c.checkReplicaGroups()
+		if c.shape.Size() > 0 {
+			c.checkEquivalent(rng)
+		}
+	}
+}
 
-		local, err := s.ShardShape(shape)
-		require.NoError(t, err, desc)
-		replicas := 1 // product of the sizes of the axes the spec does not name
-		for _, a := range m.AxisNames() {
-			if !slices.ContainsFunc(spec, func(axes []string) bool { return slices.Contains(axes, a) }) {
-				replicas *= m.AxisSize(a)
+// shardBlock is a block of an array, its start and limit printed.
+type shardBlock struct{ start, limit string }
+
+// shardCase is one random sharding of TestShardBoundsBruteForce, a shape
+// it splits, and the blocks its devices hold.
+type shardCase struct {
+	t     *testing.T
+	desc  string
+	m     *Mesh
+	spec  PartitionSpec
+	s     *NamedSharding
+	rank  int
+	shape Shape
+	// local is the shard shape, replicas the number of devices holding
+	// each element.
+	local    Shape
+	replicas int
+	// bounds holds each device's block, byBlock the devices of each.
+	bounds  map[int][2][]int
+	byBlock map[shardBlock][]int
+}
+
+// newShardCase draws a mesh, a spec of a random rank and a shape each
+// split dimension divides (its ways times 0..3, rarely 0), and checks the
+// sharding's shard shape and counts.
+func newShardCase(t *testing.T, rng *rand.Rand, iter int) *shardCase {
+	m := randMesh(t, rng)
+	rank := rng.IntN(4)
+	spec := randSpec(rng, m, rank)
+	s := mustSharding(t, m, spec)
+	shape := make(Shape, rank)
+	for d := range shape {
+		ways := 1
+		if d < len(spec) {
+			for _, a := range spec[d] {
+				ways *= m.AxisSize(a)
 			}
 		}
-		require.Equal(t, m.NumDevices()/replicas, s.NumShards(), desc)
-		require.Equal(t, s.NumShards() == 1, s.IsFullyReplicated(), desc)
-
-		type block struct{ start, limit string }
-		byBlock := map[block][]int{}
-		bounds := map[int][2][]int{}
-		for _, dev := range m.Devices() {
-			start, limit, err := s.ShardBounds(shape, dev)
-			require.NoError(t, err, desc)
-			coords, err := m.Coords(dev)
-			require.NoError(t, err)
-			for d := range shape {
-				var axes []string
-				if d < len(spec) {
-					axes = spec[d]
-				}
-				lo, hi := nestedBlock(m, coords, axes, shape[d])
-				require.Equal(t, [2]int{lo, hi}, [2]int{start[d], limit[d]}, "%s: device %d dim %d", desc, dev, d)
-				require.Equal(t, local[d], limit[d]-start[d], desc)
-			}
-			tst, tlim, err := Type{DType: Float32, Shape: shape, Sharding: s}.ShardBounds(dev)
-			require.NoError(t, err)
-			require.Equal(t, start, tst)
-			require.Equal(t, limit, tlim)
-			bounds[dev] = [2][]int{start, limit}
-			k := block{fmt.Sprint(start), fmt.Sprint(limit)}
-			byBlock[k] = append(byBlock[k], dev)
+		k := 1 + rng.IntN(3)
+		if rng.IntN(10) == 0 {
+			k = 0
 		}
+		shape[d] = ways * k
+	}
+	c := &shardCase{t: t, desc: fmt.Sprintf("iter %d: %v on %v", iter, s, shape), m: m, spec: spec, s: s, rank: rank, shape: shape}
+	require.NoError(t, s.Validate(shape), c.desc)
 
-		// Every element is held by exactly `replicas` devices.
-		if shape.Size() > 0 {
-			idx := make([]int, rank)
-			for range shape.Size() {
-				holders := 0
-				for _, dev := range m.Devices() {
-					b := bounds[dev]
-					in := true
-					for d := range idx {
-						in = in && b[0][d] <= idx[d] && idx[d] < b[1][d]
-					}
-					if in {
-						holders++
-					}
-				}
-				require.Equal(t, replicas, holders, "%s: element %v", desc, idx)
-				for d := rank - 1; d >= 0; d-- {
-					if idx[d]++; idx[d] < shape[d] {
-						break
-					}
-					idx[d] = 0
-				}
-			}
-			// The shards tile the array: NumShards distinct blocks, each the shard shape.
-			require.Len(t, byBlock, s.NumShards(), desc)
-			require.Equal(t, shape.Size(), s.NumShards()*local.Size(), desc)
-			allWhole := true
-			for _, b := range bounds {
-				allWhole = allWhole && fmt.Sprint(b[1]) == fmt.Sprint([]int(shape))
-			}
-			require.Equal(t, allWhole, s.IsFullyReplicated(), desc)
+	var err error
+	c.local, err = s.ShardShape(shape)
+	require.NoError(t, err, c.desc)
+	c.replicas = 1 // product of the sizes of the axes the spec does not name
+	for _, a := range m.AxisNames() {
+		if !slices.ContainsFunc(spec, func(axes []string) bool { return slices.Contains(axes, a) }) {
+			c.replicas *= m.AxisSize(a)
 		}
+	}
+	require.Equal(t, m.NumDevices()/c.replicas, s.NumShards(), c.desc)
+	require.Equal(t, s.NumShards() == 1, s.IsFullyReplicated(), c.desc)
+	return c
+}
 
-		// ReplicaGroups: the devices holding the same block, in mesh order.
-		groups, err := s.ReplicaGroups()
+// checkBounds checks every device's block against nestedBlock's, and
+// against Type.ShardBounds, and records it.
+func (c *shardCase) checkBounds() {
+	t, m, s, shape := c.t, c.m, c.s, c.shape
+	c.byBlock = map[shardBlock][]int{}
+	c.bounds = map[int][2][]int{}
+	for _, dev := range m.Devices() {
+		start, limit, err := s.ShardBounds(shape, dev)
+		require.NoError(t, err, c.desc)
+		coords, err := m.Coords(dev)
 		require.NoError(t, err)
-		require.Len(t, groups, s.NumShards(), desc)
-		pos := map[int]int{}
-		for i, d := range m.Devices() {
-			pos[d] = i
+		for d := range shape {
+			var axes []string
+			if d < len(c.spec) {
+				axes = c.spec[d]
+			}
+			lo, hi := nestedBlock(m, coords, axes, shape[d])
+			require.Equal(t, [2]int{lo, hi}, [2]int{start[d], limit[d]}, "%s: device %d dim %d", c.desc, dev, d)
+			require.Equal(t, c.local[d], limit[d]-start[d], c.desc)
 		}
-		seen := map[int]bool{}
-		for gi, g := range groups {
-			require.Len(t, g, replicas, desc)
-			require.True(t, sort.SliceIsSorted(g, func(i, j int) bool { return pos[g[i]] < pos[g[j]] }), "%s: group %v not in mesh order", desc, g)
-			if gi > 0 {
-				require.Less(t, pos[groups[gi-1][0]], pos[g[0]], desc)
-			}
-			for _, d := range g {
-				require.False(t, seen[d], desc)
-				seen[d] = true
-				if shape.Size() > 0 {
-					require.Equal(t, bounds[g[0]], bounds[d], "%s: group %v", desc, g)
-				}
-			}
-			if shape.Size() > 0 {
-				k := block{fmt.Sprint(bounds[g[0]][0]), fmt.Sprint(bounds[g[0]][1])}
-				require.ElementsMatch(t, byBlock[k], g, desc)
-			}
-		}
-		require.Len(t, seen, m.NumDevices())
+		tst, tlim, err := Type{DType: Float32, Shape: shape, Sharding: s}.ShardBounds(dev)
+		require.NoError(t, err)
+		require.Equal(t, start, tst)
+		require.Equal(t, limit, tlim)
+		c.bounds[dev] = [2][]int{start, limit}
+		k := shardBlock{fmt.Sprint(start), fmt.Sprint(limit)}
+		c.byBlock[k] = append(c.byBlock[k], dev)
+	}
+}
 
-		// EquivalentTo agrees with comparing every device's block, for a
-		// random other spec and for variants of the same placement.
-		if shape.Size() > 0 {
-			others := []PartitionSpec{randSpec(rng, m, rank), padAndInsertUnit(rng, m, spec, rank)}
-			for _, o := range others {
-				os := mustSharding(t, m, o)
-				if os.Validate(shape) != nil {
-					continue
-				}
-				same := true
-				for _, dev := range m.Devices() {
-					st, li, err := os.ShardBounds(shape, dev)
-					require.NoError(t, err)
-					same = same && fmt.Sprint(st, li) == fmt.Sprint(bounds[dev][0], bounds[dev][1])
-				}
-				require.Equal(t, same, s.EquivalentTo(os, rank), "%s vs %v", desc, o)
-				require.Equal(t, same, os.EquivalentTo(s, rank), "%s vs %v", desc, o)
+// checkCoverage checks that every element is held by exactly `replicas`
+// devices and that the shards tile the array.
+func (c *shardCase) checkCoverage() {
+	t, shape := c.t, c.shape
+	idx := make([]int, c.rank)
+	for range shape.Size() {
+		holders := 0
+		for _, dev := range c.m.Devices() {
+			b := c.bounds[dev]
+			in := true
+			for d := range idx {
+				in = in && b[0][d] <= idx[d] && idx[d] < b[1][d]
+			}
+			if in {
+				holders++
 			}
 		}
+		require.Equal(t, c.replicas, holders, "%s: element %v", c.desc, idx)
+		for d := c.rank - 1; d >= 0; d-- {
+			if idx[d]++; idx[d] < shape[d] {
+				break
+			}
+			idx[d] = 0
+		}
+	}
+	// The shards tile the array: NumShards distinct blocks, each the shard shape.
+	require.Len(t, c.byBlock, c.s.NumShards(), c.desc)
+	require.Equal(t, shape.Size(), c.s.NumShards()*c.local.Size(), c.desc)
+	allWhole := true
+	for _, b := range c.bounds {
+		allWhole = allWhole && fmt.Sprint(b[1]) == fmt.Sprint([]int(shape))
+	}
+	require.Equal(t, allWhole, c.s.IsFullyReplicated(), c.desc)
+}
+
+// checkReplicaGroups checks ReplicaGroups: the devices holding the same
+// block, in mesh order.
+func (c *shardCase) checkReplicaGroups() {
+	t, m, desc := c.t, c.m, c.desc
+	groups, err := c.s.ReplicaGroups()
+	require.NoError(t, err)
+	require.Len(t, groups, c.s.NumShards(), desc)
+	pos := map[int]int{}
+	for i, d := range m.Devices() {
+		pos[d] = i
+	}
+	seen := map[int]bool{}
+	for gi, g := range groups {
+		require.Len(t, g, c.replicas, desc)
+		require.True(t, sort.SliceIsSorted(g, func(i, j int) bool { return pos[g[i]] < pos[g[j]] }), "%s: group %v not in mesh order", desc, g)
+		if gi > 0 {
+			require.Less(t, pos[groups[gi-1][0]], pos[g[0]], desc)
+		}
+		for _, d := range g {
+			require.False(t, seen[d], desc)
+			seen[d] = true
+			if c.shape.Size() > 0 {
+				require.Equal(t, c.bounds[g[0]], c.bounds[d], "%s: group %v", desc, g)
+			}
+		}
+		if c.shape.Size() > 0 {
+			k := shardBlock{fmt.Sprint(c.bounds[g[0]][0]), fmt.Sprint(c.bounds[g[0]][1])}
+			require.ElementsMatch(t, c.byBlock[k], g, desc)
+		}
+	}
+	require.Len(t, seen, m.NumDevices())
+}
+
+// checkEquivalent checks that EquivalentTo agrees with comparing every
+// device's block, for a random other spec and for variants of the same
+// placement.
+func (c *shardCase) checkEquivalent(rng *rand.Rand) {
+	t, m := c.t, c.m
+	others := []PartitionSpec{randSpec(rng, m, c.rank), padAndInsertUnit(rng, m, c.spec, c.rank)}
+	for _, o := range others {
+		os := mustSharding(t, m, o)
+		if os.Validate(c.shape) != nil {
+			continue
+		}
+		same := true
+		for _, dev := range m.Devices() {
+			st, li, err := os.ShardBounds(c.shape, dev)
+			require.NoError(t, err)
+			same = same && fmt.Sprint(st, li) == fmt.Sprint(c.bounds[dev][0], c.bounds[dev][1])
+		}
+		require.Equal(t, same, c.s.EquivalentTo(os, c.rank), "%s vs %v", c.desc, o)
+		require.Equal(t, same, os.EquivalentTo(c.s, c.rank), "%s vs %v", c.desc, o)
 	}
 }
 

@@ -3,6 +3,7 @@ package vmath
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/ferryml/ferry/cpu/internal/x86emu"
@@ -51,118 +52,160 @@ func TestEmuCatchesAVX512Mutations(t *testing.T) {
 	for op := OpAdd; op < opEnd; op++ {
 		chains = append(chains, []Instr{{Op: op, Dst: 2, A: 0, B: 1}})
 	}
-	total, missed := 0, 0
-	const dense = chainMaxPerCall + 5
+	m := &emuMutations{t: t}
 	for _, code := range chains {
-		uniform := make([]bool, int(code[len(code)-1].Dst)+1)
-		ec, err := compileEmu(code, len(uniform), uniform, false, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vals, _ := checkChain(code, len(uniform), uniform)
-		cc, _ := contract(code, vals, true)
-		// 149 and 1045: the main loop (up to 8 vectors per iteration), the
-		// single-vector loop once and the masked tail; 13: the tail alone.
-		var cases []*emuCase
-		// The last case's inputs are dense in ±[0.875, 1.5], where erf's
-		// exp (1 - e^Q) is largest and its correction terms matter most,
-		// and in [-6, 6].
-		// Then seed-independent inputs (sweepGrid): the whole grid through
-		// the main loop, and 32 slices of 127 elements through the
-		// single-vector loop and the masked tail, which the random cases
-		// reach with a few dozen elements only.
-		const sweep = 8192
-		lens := []int{149, 1045, 13, dense, sweep}
-		for range 32 {
-			lens = append(lens, 127)
-		}
-		for _, n := range lens {
-			cases = append(cases, &emuCase{code: code, nin: 2, uniform: uniform, n: n})
-		}
-		inputs := make([][][]float32, len(cases))
-		slice := 0
-		for i, c := range cases {
-			inputs[i] = c.newVals(r)
-			for k, v := range inputs[i][:2] { // every edge value in every part of the loop
-				for j := k; j < len(v); j += 5 {
-					v[j] = edgeValues[(j/5)%len(edgeValues)]
-				}
-			}
-			if c.n == sweep || c.n == 127 {
-				at := 0
-				if c.n == 127 {
-					at, slice = slice*127, slice+1
-				}
-				for j := range c.n {
-					inputs[i][0][j], inputs[i][1][j] = sweepGrid(at+j, sweep)
-				}
-			}
-			if c.n == dense {
-				for _, v := range inputs[i][:2] {
-					for j := range v {
-						v[j] = float32(r.Float64()*12 - 6)
-						if j%2 == 0 {
-							v[j] = float32(0.875 + r.Float64()*0.625)
-							if j%4 == 0 {
-								v[j] = -v[j]
-							}
-						}
-					}
-				}
-			}
-			if _, err := ec.check(c, cc, inputs[i], false, true); err != nil {
-				t.Fatalf("intact %v: %v", code, err)
-			}
-		}
-		offs, ins, err := emuInstrs(ec.code)
-		if err != nil {
-			t.Fatal(err)
-		}
-		orig := ec.code
-		for k, in := range ins {
-			b := in.Bytes
-			if b[0] != 0x62 {
-				continue // EVEX only
-			}
-			var muts []func(c []byte)
-			at := offs[k]
-			if sw, ok := emuOpcodeSwaps[b[4]]; ok && (b[1]&7 == 1 && b[2]&3 == 0 && b[4] < 0x60 || b[1]&7 == 2 && b[2]&3 == 1 && b[4] >= 0xa8) {
-				muts = append(muts, func(c []byte) { c[at+4] = sw })
-			}
-			if hasImm(in.Name) {
-				muts = append(muts, func(c []byte) { c[at+in.Len-1] ^= 1 })
-			}
-			for _, mut := range muts {
-				bad := append([]byte(nil), orig...)
-				mut(bad)
-				ec.code = bad
-				caught := false
-				for i, c := range cases {
-					if _, err := ec.check(c, cc, inputs[i], false, true); err != nil {
-						caught = true
-						break
-					}
-				}
-				total++
-				if !caught {
-					t.Logf("chain %v: corrupting %s at offset %#x (% x → % x) went unnoticed", code, in.Name, at,
-						b, bad[at:at+in.Len])
-					missed++
-					if !nearEquivalent(code[0].Code(), in) {
-						t.Fail()
-					}
-				}
-			}
-		}
-		ec.code = orig
+		m.chain(r, code)
 	}
-	if missed > total/50 {
-		t.Errorf("%d of %d corruptions unnoticed", missed, total)
+	if m.missed > m.total/50 {
+		t.Errorf("%d of %d corruptions unnoticed", m.missed, m.total)
 	}
-	if total < 40 {
-		t.Fatalf("only %d corruptions tried", total)
+	if m.total < 40 {
+		t.Fatalf("only %d corruptions tried", m.total)
 	}
-	t.Logf("%d corruptions of AVX-512 instructions, %d unnoticed", total, missed)
+	t.Logf("%d corruptions of AVX-512 instructions, %d unnoticed", m.total, m.missed)
+}
+
+// emuMutations counts the corruptions TestEmuCatchesAVX512Mutations tried
+// and those that went unnoticed.
+type emuMutations struct {
+	t             *testing.T
+	total, missed int
+}
+
+// emuMutationDense is the length of the case whose inputs are dense where
+// erf's correction terms matter most.
+const emuMutationDense = chainMaxPerCall + 5
+
+// emuMutationSweep is the length of the case that runs the whole sweep
+// grid through the main loop.
+const emuMutationSweep = 8192
+
+// chain compiles code with EVEX instructions, checks it intact on its
+// cases, then corrupts each of its EVEX instructions in turn and counts
+// the corruptions that no case notices.
+func (m *emuMutations) chain(r *rand.Rand, code []Instr) {
+	t := m.t
+	uniform := make([]bool, int(code[len(code)-1].Dst)+1)
+	ec, err := compileEmu(code, len(uniform), uniform, false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, _ := checkChain(code, len(uniform), uniform)
+	cc, _ := contract(code, vals, true)
+	cases, inputs := emuMutationCases(r, code, uniform)
+	for i, c := range cases {
+		if _, err := ec.check(c, cc, inputs[i], false, true); err != nil {
+			t.Fatalf("intact %v: %v", code, err)
+		}
+	}
+	offs, ins, err := emuInstrs(ec.code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := ec.code
+	for k, in := range ins {
+		b := in.Bytes
+		if b[0] != 0x62 {
+			continue // EVEX only
+		}
+		at := offs[k]
+		for _, mut := range evexMutations(in, at) {
+			bad := append([]byte(nil), orig...)
+			mut(bad)
+			ec.code = bad
+			caught := false
+			for i, c := range cases {
+				if _, err := ec.check(c, cc, inputs[i], false, true); err != nil {
+					caught = true
+					break
+				}
+			}
+			m.total++
+			if !caught {
+				t.Logf("chain %v: corrupting %s at offset %#x (% x → % x) went unnoticed", code, in.Name, at,
+					b, bad[at:at+in.Len])
+				m.missed++
+				if !nearEquivalent(code[0].Code(), in) {
+					t.Fail()
+				}
+			}
+		}
+	}
+	ec.code = orig
+}
+
+// evexMutations returns the corruptions tried of the EVEX instruction in
+// at offset at of the code: an opcode swapped for a similar one, and the
+// low bit of an imm8 flipped.
+func evexMutations(in *x86emu.Inst, at int) []func(c []byte) {
+	b := in.Bytes
+	var muts []func(c []byte)
+	if sw, ok := emuOpcodeSwaps[b[4]]; ok && (b[1]&7 == 1 && b[2]&3 == 0 && b[4] < 0x60 || b[1]&7 == 2 && b[2]&3 == 1 && b[4] >= 0xa8) {
+		muts = append(muts, func(c []byte) { c[at+4] = sw })
+	}
+	if hasImm(in.Name) {
+		muts = append(muts, func(c []byte) { c[at+in.Len-1] ^= 1 })
+	}
+	return muts
+}
+
+// emuMutationCases returns the cases of code and their inputs. 149 and
+// 1045 elements: the main loop (up to 8 vectors per iteration), the
+// single-vector loop once and the masked tail; 13: the tail alone. The
+// dense case's inputs are dense in ±[0.875, 1.5], where erf's exp
+// (1 - e^Q) is largest and its correction terms matter most, and in
+// [-6, 6]. Then seed-independent inputs (sweepGrid): the whole grid
+// through the main loop, and 32 slices of 127 elements through the
+// single-vector loop and the masked tail, which the random cases reach
+// with a few dozen elements only.
+func emuMutationCases(r *rand.Rand, code []Instr, uniform []bool) ([]*emuCase, [][][]float32) {
+	lens := []int{149, 1045, 13, emuMutationDense, emuMutationSweep}
+	for range 32 {
+		lens = append(lens, 127)
+	}
+	var cases []*emuCase
+	for _, n := range lens {
+		cases = append(cases, &emuCase{code: code, nin: 2, uniform: uniform, n: n})
+	}
+	inputs := make([][][]float32, len(cases))
+	slice := 0
+	for i, c := range cases {
+		inputs[i] = c.newVals(r)
+		for k, v := range inputs[i][:2] { // every edge value in every part of the loop
+			for j := k; j < len(v); j += 5 {
+				v[j] = edgeValues[(j/5)%len(edgeValues)]
+			}
+		}
+		if c.n == emuMutationSweep || c.n == 127 {
+			at := 0
+			if c.n == 127 {
+				at, slice = slice*127, slice+1
+			}
+			for j := range c.n {
+				inputs[i][0][j], inputs[i][1][j] = sweepGrid(at+j, emuMutationSweep)
+			}
+		}
+		if c.n == emuMutationDense {
+			fillDense(r, inputs[i][:2])
+		}
+	}
+	return cases, inputs
+}
+
+// fillDense fills vs with values, every other one dense in ±[0.875, 1.5]
+// (negative every fourth), the others in [-6, 6].
+func fillDense(r *rand.Rand, vs [][]float32) {
+	for _, v := range vs {
+		for j := range v {
+			v[j] = float32(r.Float64()*12 - 6)
+			if j%2 == 0 {
+				v[j] = float32(0.875 + r.Float64()*0.625)
+				if j%4 == 0 {
+					v[j] = -v[j]
+				}
+			}
+		}
+	}
 }
 
 // hasImm reports whether the instruction named name ends in an imm8 whose

@@ -138,6 +138,14 @@ func randArray(rng *rand.Rand, shape ...int) (*trace.Array, []float64) {
 	return trace.Const(f, shape...), v
 }
 
+// shardedCheck holds what checkSharded's checks share: the job's device
+// count n, the devices per process k, this process's index p, and the
+// random source (the same on every process).
+type shardedCheck struct {
+	n, k, p int
+	rng     *rand.Rand
+}
+
 // checkSharded runs sharded jitted functions over every device of the job
 // (n of them, k per process) and compares them with float64 references.
 func checkSharded(t *testing.T) {
@@ -148,160 +156,181 @@ func checkSharded(t *testing.T) {
 		require.Equal(t, p, dev.Process)
 	}
 	rng := rand.New(rand.NewPCG(jobSeed(t), 7))
+	sc := &shardedCheck{n: n, k: k, p: p, rng: rng}
+	t.Run("devices", sc.devices)
+	t.Run("elementwise", sc.elementwise)
+	t.Run("sum", sc.sum)
+	t.Run("matmul", sc.matmul)
+	t.Run("lastProcess", sc.lastProcess)
+	t.Run("mesh2d", sc.mesh2d)
+}
 
-	t.Run("devices", func(t *testing.T) {
-		// One-device arrays live on this process's devices, named by
-		// global IDs; another process's device is an error naming it.
-		x, xv := randArray(rng, 3)
-		dev := rt.LocalDevices()[k-1]
-		y, err := rt.ToDevice(x, dev)
-		require.NoError(t, err)
-		got, err := rt.DeviceOf(y)
-		require.NoError(t, err)
-		require.Equal(t, dev, got)
-		z := rt.Jit(func(a *trace.Array) *trace.Array { return trace.Mul(a, a) })(y)
-		got, err = rt.DeviceOf(z)
-		require.NoError(t, err)
-		require.Equal(t, dev, got)
-		for i, v := range z.Float64s() {
-			require.InDelta(t, xv[i]*xv[i], v, 1e-6)
-		}
-		if n > k {
-			other := rt.Devices()[(p*k+k)%n]
-			_, err := rt.ToDevice(x, other)
-			require.ErrorContains(t, err, "belongs to process")
-		}
-	})
+// devices checks one-device arrays on this process's devices.
+func (sc *shardedCheck) devices(t *testing.T) {
+	n, k, p, rng := sc.n, sc.k, sc.p, sc.rng
+	// One-device arrays live on this process's devices, named by
+	// global IDs; another process's device is an error naming it.
+	x, xv := randArray(rng, 3)
+	dev := rt.LocalDevices()[k-1]
+	y, err := rt.ToDevice(x, dev)
+	require.NoError(t, err)
+	got, err := rt.DeviceOf(y)
+	require.NoError(t, err)
+	require.Equal(t, dev, got)
+	z := rt.Jit(func(a *trace.Array) *trace.Array { return trace.Mul(a, a) })(y)
+	got, err = rt.DeviceOf(z)
+	require.NoError(t, err)
+	require.Equal(t, dev, got)
+	for i, v := range z.Float64s() {
+		require.InDelta(t, xv[i]*xv[i], v, 1e-6)
+	}
+	if n > k {
+		other := rt.Devices()[(p*k+k)%n]
+		_, err := rt.ToDevice(x, other)
+		require.ErrorContains(t, err, "belongs to process")
+	}
+}
 
-	t.Run("elementwise", func(t *testing.T) {
-		x, xv := randArray(rng, 3*n, 5)
-		s := sharding(t, []int{n}, []string{"x"}, ir.P("x"))
-		xs, err := rt.DevicePut(x, s)
-		require.NoError(t, err)
-		shards, err := rt.Shards(xs)
-		require.NoError(t, err)
-		require.Len(t, shards, k) // this process's blocks only
-		for d, sh := range shards {
-			g := p*k + d
-			require.Equal(t, g, sh.Device.ID)
-			require.Equal(t, []int{3 * g, 0}, sh.Start)
-			require.Equal(t, xv[3*g*5:(3*g+1)*5], sh.Array.Float64s()[:5])
-		}
-		y := rt.Jit(func(a *trace.Array) *trace.Array { return trace.Tanh(trace.Mul(a, a)) })(xs)
-		got := y.Float64s()
-		for i := range xv {
-			require.InDelta(t, math.Tanh(xv[i]*xv[i]), got[i], 1e-6)
-		}
-	})
+// elementwise checks an elementwise function of an array split over
+// every device.
+func (sc *shardedCheck) elementwise(t *testing.T) {
+	n, k, p, rng := sc.n, sc.k, sc.p, sc.rng
+	x, xv := randArray(rng, 3*n, 5)
+	s := sharding(t, []int{n}, []string{"x"}, ir.P("x"))
+	xs, err := rt.DevicePut(x, s)
+	require.NoError(t, err)
+	shards, err := rt.Shards(xs)
+	require.NoError(t, err)
+	require.Len(t, shards, k) // this process's blocks only
+	for d, sh := range shards {
+		g := p*k + d
+		require.Equal(t, g, sh.Device.ID)
+		require.Equal(t, []int{3 * g, 0}, sh.Start)
+		require.Equal(t, xv[3*g*5:(3*g+1)*5], sh.Array.Float64s()[:5])
+	}
+	y := rt.Jit(func(a *trace.Array) *trace.Array { return trace.Tanh(trace.Mul(a, a)) })(xs)
+	got := y.Float64s()
+	for i := range xv {
+		require.InDelta(t, math.Tanh(xv[i]*xv[i]), got[i], 1e-6)
+	}
+}
 
-	t.Run("sum", func(t *testing.T) {
-		x, xv := randArray(rng, 2*n, 3)
-		s := sharding(t, []int{n}, []string{"x"}, ir.P("x"))
-		xs, err := rt.DevicePut(x, s)
-		require.NoError(t, err)
-		f := rt.Jit(func(a *trace.Array) (*trace.Array, *trace.Array) { return trace.Sum(a), trace.Sum(a, 0) })
-		o0, o1 := f(xs)
-		var want float64
-		cols := make([]float64, 3)
-		for i, v := range xv {
-			want += v
-			cols[i%3] += v
-		}
-		require.InDelta(t, want, o0.Item(), 1e-4)
-		got := o1.Float64s()
-		for j := range cols {
-			require.InDelta(t, cols[j], got[j], 1e-4)
-		}
-	})
+// sum checks full and partial sums of an array split over every device.
+func (sc *shardedCheck) sum(t *testing.T) {
+	n, rng := sc.n, sc.rng
+	x, xv := randArray(rng, 2*n, 3)
+	s := sharding(t, []int{n}, []string{"x"}, ir.P("x"))
+	xs, err := rt.DevicePut(x, s)
+	require.NoError(t, err)
+	f := rt.Jit(func(a *trace.Array) (*trace.Array, *trace.Array) { return trace.Sum(a), trace.Sum(a, 0) })
+	o0, o1 := f(xs)
+	var want float64
+	cols := make([]float64, 3)
+	for i, v := range xv {
+		want += v
+		cols[i%3] += v
+	}
+	require.InDelta(t, want, o0.Item(), 1e-4)
+	got := o1.Float64s()
+	for j := range cols {
+		require.InDelta(t, cols[j], got[j], 1e-4)
+	}
+}
 
-	t.Run("matmul", func(t *testing.T) {
-		// The contracting dimension split over every device: each device's
-		// partial product, all-reduced.
-		a, av := randArray(rng, 4, 2*n)
-		b, bv := randArray(rng, 2*n, 3)
-		m, err := ir.NewMesh([]int{n}, []string{"x"})
-		require.NoError(t, err)
-		sa, err := ir.NewNamedSharding(m, ir.P("", "x"))
-		require.NoError(t, err)
-		sb, err := ir.NewNamedSharding(m, ir.P("x"))
-		require.NoError(t, err)
-		as, err := rt.DevicePut(a, sa)
-		require.NoError(t, err)
-		bs, err := rt.DevicePut(b, sb)
-		require.NoError(t, err)
-		c := rt.Jit(trace.MatMul)(as, bs)
-		got := c.Float64s()
-		for i := range 4 {
-			for j := range 3 {
-				var want float64
-				for l := range 2 * n {
-					want += av[i*2*n+l] * bv[l*3+j]
-				}
-				require.InDelta(t, want, got[i*3+j], 1e-4)
-			}
-		}
-	})
-
-	t.Run("lastProcess", func(t *testing.T) {
-		// A mesh of the last process's devices alone (all devices in a job
-		// of one): the other processes run nothing, and read the result
-		// by gathering it.
-		last := rt.ProcessCount() - 1
-		var ids []int
-		for d := range k {
-			ids = append(ids, last*k+d)
-		}
-		m, err := ir.NewMesh([]int{k}, []string{"x"}, ids...)
-		require.NoError(t, err)
-		s, err := ir.NewNamedSharding(m, ir.P("x"))
-		require.NoError(t, err)
-		x, xv := randArray(rng, 2*k, 3)
-		xs, err := rt.DevicePut(x, s)
-		require.NoError(t, err)
-		shards, err := rt.Shards(xs)
-		require.NoError(t, err)
-		if p == last {
-			require.Len(t, shards, k)
-		} else {
-			require.Empty(t, shards)
-		}
-		y := rt.Jit(func(a *trace.Array) *trace.Array { return trace.Sum(trace.Exp(a), 0) })(xs)
-		got := y.Float64s()
+// matmul checks a matrix product whose contracting dimension is split
+// over every device.
+func (sc *shardedCheck) matmul(t *testing.T) {
+	n, rng := sc.n, sc.rng
+	// The contracting dimension split over every device: each device's
+	// partial product, all-reduced.
+	a, av := randArray(rng, 4, 2*n)
+	b, bv := randArray(rng, 2*n, 3)
+	m, err := ir.NewMesh([]int{n}, []string{"x"})
+	require.NoError(t, err)
+	sa, err := ir.NewNamedSharding(m, ir.P("", "x"))
+	require.NoError(t, err)
+	sb, err := ir.NewNamedSharding(m, ir.P("x"))
+	require.NoError(t, err)
+	as, err := rt.DevicePut(a, sa)
+	require.NoError(t, err)
+	bs, err := rt.DevicePut(b, sb)
+	require.NoError(t, err)
+	c := rt.Jit(trace.MatMul)(as, bs)
+	got := c.Float64s()
+	for i := range 4 {
 		for j := range 3 {
 			var want float64
-			for i := range 2 * k {
-				want += math.Exp(xv[i*3+j])
+			for l := range 2 * n {
+				want += av[i*2*n+l] * bv[l*3+j]
 			}
-			require.InDelta(t, want, got[j], 1e-4)
+			require.InDelta(t, want, got[i*3+j], 1e-4)
 		}
-	})
+	}
+}
 
-	t.Run("mesh2d", func(t *testing.T) {
-		// A 2-D mesh whose first axis crosses processes: a sum over one axis
-		// reduces within groups that span processes (or not).
-		x, xv := randArray(rng, 2*2, n/2*3)
-		s := sharding(t, []int{2, n / 2}, []string{"a", "b"}, ir.P("a", "b"))
-		xs, err := rt.DevicePut(x, s)
-		require.NoError(t, err)
-		f := rt.Jit(func(a *trace.Array) (*trace.Array, *trace.Array) { return trace.Sum(a, 0), trace.Sum(a, 1) })
-		o0, o1 := f(xs)
-		rows, cols := 4, n/2*3
-		s0, s1 := o0.Float64s(), o1.Float64s()
-		for j := range cols {
-			var want float64
-			for i := range rows {
-				want += xv[i*cols+j]
-			}
-			require.InDelta(t, want, s0[j], 1e-4)
+// lastProcess checks a function over a mesh of the last process's devices alone.
+func (sc *shardedCheck) lastProcess(t *testing.T) {
+	k, p, rng := sc.k, sc.p, sc.rng
+	// A mesh of the last process's devices alone (all devices in a job
+	// of one): the other processes run nothing, and read the result
+	// by gathering it.
+	last := rt.ProcessCount() - 1
+	var ids []int
+	for d := range k {
+		ids = append(ids, last*k+d)
+	}
+	m, err := ir.NewMesh([]int{k}, []string{"x"}, ids...)
+	require.NoError(t, err)
+	s, err := ir.NewNamedSharding(m, ir.P("x"))
+	require.NoError(t, err)
+	x, xv := randArray(rng, 2*k, 3)
+	xs, err := rt.DevicePut(x, s)
+	require.NoError(t, err)
+	shards, err := rt.Shards(xs)
+	require.NoError(t, err)
+	if p == last {
+		require.Len(t, shards, k)
+	} else {
+		require.Empty(t, shards)
+	}
+	y := rt.Jit(func(a *trace.Array) *trace.Array { return trace.Sum(trace.Exp(a), 0) })(xs)
+	got := y.Float64s()
+	for j := range 3 {
+		var want float64
+		for i := range 2 * k {
+			want += math.Exp(xv[i*3+j])
 		}
+		require.InDelta(t, want, got[j], 1e-4)
+	}
+}
+
+// mesh2d checks sums over either axis of a 2-D mesh.
+func (sc *shardedCheck) mesh2d(t *testing.T) {
+	n, rng := sc.n, sc.rng
+	// A 2-D mesh whose first axis crosses processes: a sum over one axis
+	// reduces within groups that span processes (or not).
+	x, xv := randArray(rng, 2*2, n/2*3)
+	s := sharding(t, []int{2, n / 2}, []string{"a", "b"}, ir.P("a", "b"))
+	xs, err := rt.DevicePut(x, s)
+	require.NoError(t, err)
+	f := rt.Jit(func(a *trace.Array) (*trace.Array, *trace.Array) { return trace.Sum(a, 0), trace.Sum(a, 1) })
+	o0, o1 := f(xs)
+	rows, cols := 4, n/2*3
+	s0, s1 := o0.Float64s(), o1.Float64s()
+	for j := range cols {
+		var want float64
 		for i := range rows {
-			var want float64
-			for j := range cols {
-				want += xv[i*cols+j]
-			}
-			require.InDelta(t, want, s1[i], 1e-4)
+			want += xv[i*cols+j]
 		}
-	})
+		require.InDelta(t, want, s0[j], 1e-4)
+	}
+	for i := range rows {
+		var want float64
+		for j := range cols {
+			want += xv[i*cols+j]
+		}
+		require.InDelta(t, want, s1[i], 1e-4)
+	}
 }
 
 // TestMPISharded runs the checks over the devices of every process of the
