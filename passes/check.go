@@ -46,32 +46,101 @@ func CheckPlan(p *Program) error {
 // checkRegionPlan checks one region's plan; encl is the region op whose
 // region it is (nil for the function body).
 func checkRegionPlan(rp *RegionPlan, top bool, donated []bool, encl *ir.Op, where string) error {
-	r := rp.Region
-	if r == nil {
+	if rp.Region == nil {
 		return fmt.Errorf("%s: plan without a region", where)
 	}
-	// Independent liveness: definition and last use positions.
-	def, last := map[*ir.Value]int{}, map[*ir.Value]int{}
+	c := &planChecker{rp: rp, r: rp.Region, top: top, donated: donated, encl: encl, where: where}
+	c.liveness()
+	if err := c.checkBuffers(); err != nil {
+		return err
+	}
+	if err := c.checkResults(); err != nil {
+		return err
+	}
+	if err := c.collectBlocks(); err != nil {
+		return err
+	}
+	return c.checkBlocks()
+}
+
+// planChecker is the state of checkRegionPlan: an independent liveness of
+// the region and the arena blocks its plan places.
+type planChecker struct {
+	rp      *RegionPlan
+	r       *ir.Region
+	top     bool
+	donated []bool
+	encl    *ir.Op
+	where   string
+	// def and last are each value's definition and last use positions.
+	def, last map[*ir.Value]int
+	// first is the first result position returning a value, returned how
+	// many positions return it.
+	first, returned map[*ir.Value]int
+	// blocks are the temps and nested arenas placed in the arenas.
+	blocks []planBlock
+}
+
+// planBlock is a temp or the nested arenas of a region op in one arena.
+type planBlock struct {
+	v          *ir.Value
+	op         *ir.Op
+	space      ir.MemorySpace
+	off, size  int64
+	start, end int
+}
+
+// label names b in errors.
+func (b planBlock) label() string {
+	if b.v != nil {
+		return b.v.String()
+	}
+	return "the nested arenas of " + opLabel(b.op)
+}
+
+// overwrittenBy reports whether y's op writes y in place over b where b dies.
+func (b planBlock) overwrittenBy(y planBlock) bool {
+	return b.v != nil && y.v != nil && b.off == y.off && b.size == y.size && b.end == y.start &&
+		y.v.Op != nil && hasArg(y.v.Op, b.v) && inPlace(y.v.Op, b.v, y.v, true)
+}
+
+// liveness fills def, last, first and returned.
+func (c *planChecker) liveness() {
+	r := c.r
+	c.def, c.last = map[*ir.Value]int{}, map[*ir.Value]int{}
 	for _, v := range r.Params {
-		def[v], last[v] = -1, -1
+		c.def[v], c.last[v] = -1, -1
 	}
 	for k, op := range r.Ops {
 		for _, a := range op.Args {
-			if k > last[a] {
-				last[a] = k
+			if k > c.last[a] {
+				c.last[a] = k
 			}
 		}
 		for _, v := range op.Results {
-			def[v], last[v] = k, k
+			c.def[v], c.last[v] = k, k
 		}
 	}
 	for _, v := range r.Results {
-		last[v] = len(r.Ops)
+		c.last[v] = len(r.Ops)
 	}
-	if len(rp.Values) != len(def) {
-		return fmt.Errorf("%s: %d buffers for %d values", where, len(rp.Values), len(def))
+	c.first, c.returned = map[*ir.Value]int{}, map[*ir.Value]int{}
+	for j, v := range r.Results {
+		if _, ok := c.first[v]; !ok {
+			c.first[v] = j
+		}
+		c.returned[v]++
 	}
-	for v := range def {
+}
+
+// checkBuffers checks that exactly the region's values have buffers, of
+// their size and space, and that parameters are BufParam.
+func (c *planChecker) checkBuffers() error {
+	rp, where := c.rp, c.where
+	if len(rp.Values) != len(c.def) {
+		return fmt.Errorf("%s: %d buffers for %d values", where, len(rp.Values), len(c.def))
+	}
+	for v := range c.def {
 		b, ok := rp.Values[v]
 		if !ok {
 			return fmt.Errorf("%s: %v has no buffer", where, v)
@@ -80,84 +149,107 @@ func checkRegionPlan(rp *RegionPlan, top bool, donated []bool, encl *ir.Op, wher
 			return fmt.Errorf("%s: %v %v has buffer %s, want %d B in %v", where, v, v.Type, bufString(b), bytesOf(v), v.Type.Space)
 		}
 	}
-	for i, v := range r.Params {
+	for i, v := range c.r.Params {
 		if b := rp.Values[v]; b.Kind != BufParam || b.Index != i {
 			return fmt.Errorf("%s: parameter %d %v has buffer %s", where, i, v, bufString(b))
 		}
 	}
-	// Outputs and aliases.
-	first, returned := map[*ir.Value]int{}, map[*ir.Value]int{}
-	for j, v := range r.Results {
-		if _, ok := first[v]; !ok {
-			first[v] = j
-		}
-		returned[v]++
-	}
+	return nil
+}
+
+// checkResults checks the buffer kind of every op result: outputs,
+// aliases, ys slices and temps.
+func (c *planChecker) checkResults() error {
 	aliased := map[int]bool{}
-	for k, op := range r.Ops {
+	for k, op := range c.r.Ops {
 		for _, v := range op.Results {
-			b := rp.Values[v]
-			switch b.Kind {
-			case BufOutput, BufAlias:
-				if !top {
-					return fmt.Errorf("%s: %v is an output in a nested region", where, v)
-				}
-				j, ok := first[v]
-				if !ok || j != b.Index {
-					return fmt.Errorf("%s: %v has %s, but is first returned at %d (returned: %t)", where, v, bufString(b), j, ok)
-				}
-				if b.Kind == BufAlias {
-					i := b.Param
-					if i < 0 || i >= len(r.Params) || i >= len(donated) || !donated[i] {
-						return fmt.Errorf("%s: %v aliases parameter %d, which is not donated", where, v, i)
-					}
-					pv := r.Params[i]
-					if aliased[i] {
-						return fmt.Errorf("%s: parameter %d is aliased twice", where, i)
-					}
-					aliased[i] = true
-					if bytesOf(pv) != b.Size || pv.Type.Space != b.Space {
-						return fmt.Errorf("%s: %v aliases parameter %d of another size or space", where, v, i)
-					}
-					if last[pv] > k || last[pv] == k && !inPlace(op, pv, v, true) {
-						return fmt.Errorf("%s: %v aliases parameter %d, which is read later (at op %d)", where, v, i, last[pv])
-					}
-				}
-			case BufSlice:
-				if encl == nil || encl.Code != ir.Scan {
-					return fmt.Errorf("%s: %v is a ys slice outside a scan body", where, v)
-				}
-				j := b.Index
-				if j < encl.Attrs.Int("num_carry") || j >= len(r.Results) || j >= len(encl.Results) || r.Results[j] != v || returned[v] != 1 {
-					return fmt.Errorf("%s: %v has %s, but is not the only y returned there", where, v, bufString(b))
-				}
-				if ys := encl.Results[j].Type; ys.Space != b.Space || ys.Bytes() != b.Size*int64(encl.Attrs.Int("length")) {
-					return fmt.Errorf("%s: %v has %s, which is not a slice of ys %v", where, v, bufString(b), ys)
-				}
-			case BufTemp:
-				if top {
-					if _, ok := first[v]; ok {
-						return fmt.Errorf("%s: result %v is a temp", where, v)
-					}
-				}
-			default:
-				return fmt.Errorf("%s: op result %v has buffer %s", where, v, bufString(b))
+			if err := c.checkResult(k, op, v, aliased); err != nil {
+				return err
 			}
 		}
 	}
-	// Arena blocks: temps and nested arenas.
-	type blk struct {
-		v          *ir.Value
-		op         *ir.Op
-		space      ir.MemorySpace
-		off, size  int64
-		start, end int
+	return nil
+}
+
+// checkResult checks the buffer of v, a result of op k; aliased holds the
+// parameters aliased so far.
+func (c *planChecker) checkResult(k int, op *ir.Op, v *ir.Value, aliased map[int]bool) error {
+	where := c.where
+	b := c.rp.Values[v]
+	switch b.Kind {
+	case BufOutput, BufAlias:
+		if !c.top {
+			return fmt.Errorf("%s: %v is an output in a nested region", where, v)
+		}
+		j, ok := c.first[v]
+		if !ok || j != b.Index {
+			return fmt.Errorf("%s: %v has %s, but is first returned at %d (returned: %t)", where, v, bufString(b), j, ok)
+		}
+		if b.Kind == BufAlias {
+			return c.checkAlias(k, op, v, b, aliased)
+		}
+	case BufSlice:
+		return c.checkSlice(v, b)
+	case BufTemp:
+		if c.top {
+			if _, ok := c.first[v]; ok {
+				return fmt.Errorf("%s: result %v is a temp", where, v)
+			}
+		}
+	default:
+		return fmt.Errorf("%s: op result %v has buffer %s", where, v, bufString(b))
 	}
-	var blocks []blk
+	return nil
+}
+
+// checkAlias checks that v, a result of op k with buffer b, aliases a
+// donated parameter of its size and space, not aliased before and dead
+// when v is written.
+func (c *planChecker) checkAlias(k int, op *ir.Op, v *ir.Value, b Buffer, aliased map[int]bool) error {
+	where := c.where
+	i := b.Param
+	if i < 0 || i >= len(c.r.Params) || i >= len(c.donated) || !c.donated[i] {
+		return fmt.Errorf("%s: %v aliases parameter %d, which is not donated", where, v, i)
+	}
+	pv := c.r.Params[i]
+	if aliased[i] {
+		return fmt.Errorf("%s: parameter %d is aliased twice", where, i)
+	}
+	aliased[i] = true
+	if bytesOf(pv) != b.Size || pv.Type.Space != b.Space {
+		return fmt.Errorf("%s: %v aliases parameter %d of another size or space", where, v, i)
+	}
+	if c.last[pv] > k || c.last[pv] == k && !inPlace(op, pv, v, true) {
+		return fmt.Errorf("%s: %v aliases parameter %d, which is read later (at op %d)", where, v, i, c.last[pv])
+	}
+	return nil
+}
+
+// checkSlice checks that v, with buffer b, is a scan body's y returned
+// only at its index, and that b is one slice of the scan's ys.
+func (c *planChecker) checkSlice(v *ir.Value, b Buffer) error {
+	where, encl := c.where, c.encl
+	if encl == nil || encl.Code != ir.Scan {
+		return fmt.Errorf("%s: %v is a ys slice outside a scan body", where, v)
+	}
+	j := b.Index
+	if j < encl.Attrs.Int("num_carry") || j >= len(c.r.Results) || j >= len(encl.Results) || c.r.Results[j] != v || c.returned[v] != 1 {
+		return fmt.Errorf("%s: %v has %s, but is not the only y returned there", where, v, bufString(b))
+	}
+	if ys := encl.Results[j].Type; ys.Space != b.Space || ys.Bytes() != b.Size*int64(encl.Attrs.Int("length")) {
+		return fmt.Errorf("%s: %v has %s, which is not a slice of ys %v", where, v, bufString(b), ys)
+	}
+	return nil
+}
+
+// collectBlocks lists the temps and nested arenas, checking the nested
+// plans (recursively) on the way.
+func (c *planChecker) collectBlocks() error {
+	rp, r, where := c.rp, c.r, c.where
 	for k, op := range r.Ops {
 		for _, v := range op.Results {
 			if b := rp.Values[v]; b.Kind == BufTemp {
-				blocks = append(blocks, blk{v: v, space: b.Space, off: b.Offset, size: b.Size, start: k, end: last[v]})
+				c.blocks = append(c.blocks, planBlock{v: v, space: b.Space, off: b.Offset, size: b.Size, start: k, end: c.last[v]})
 			}
 		}
 		if op.Code == ir.Fusion || len(op.Regions) == 0 {
@@ -166,41 +258,53 @@ func checkRegionPlan(rp *RegionPlan, top bool, donated []bool, encl *ir.Op, wher
 			}
 			continue
 		}
-		subs, ok := rp.Sub[op]
-		if !ok || len(subs) != len(op.Regions) {
-			return fmt.Errorf("%s: %v op has %d nested plans for %d regions", where, op.Code, len(subs), len(op.Regions))
-		}
-		off := rp.SubOffset[op]
-		for _, s := range ir.AllSpaces {
-			var size int64
-			for i, sp := range subs {
-				if sp == nil || sp.Region != op.Regions[i] {
-					return fmt.Errorf("%s: %v op: nested plan %d is not for its region %d", where, op.Code, i, i)
-				}
-				size = max(size, sp.Arena[s])
-			}
-			if size > 0 {
-				blocks = append(blocks, blk{op: op, space: s, off: off[s], size: size, start: k, end: k})
-			}
-		}
-		for i, sp := range subs {
-			if err := checkRegionPlan(sp, false, nil, op, fmt.Sprintf("%s / %v %s region %d", where, op.Code, valueList(op.Results), i)); err != nil {
-				return err
-			}
+		if err := c.checkNested(k, op); err != nil {
+			return err
 		}
 	}
 	if len(rp.Sub) != countRegionOps(r) {
 		return fmt.Errorf("%s: %d nested plan entries for %d region ops", where, len(rp.Sub), countRegionOps(r))
 	}
-	label := func(b blk) string {
-		if b.v != nil {
-			return b.v.String()
-		}
-		return "the nested arenas of " + opLabel(b.op)
+	return nil
+}
+
+// checkNested adds the nested arenas of op k, a region op, as blocks and
+// checks its nested plans.
+func (c *planChecker) checkNested(k int, op *ir.Op) error {
+	where := c.where
+	subs, ok := c.rp.Sub[op]
+	if !ok || len(subs) != len(op.Regions) {
+		return fmt.Errorf("%s: %v op has %d nested plans for %d regions", where, op.Code, len(subs), len(op.Regions))
 	}
+	off := c.rp.SubOffset[op]
+	for _, s := range ir.AllSpaces {
+		var size int64
+		for i, sp := range subs {
+			if sp == nil || sp.Region != op.Regions[i] {
+				return fmt.Errorf("%s: %v op: nested plan %d is not for its region %d", where, op.Code, i, i)
+			}
+			size = max(size, sp.Arena[s])
+		}
+		if size > 0 {
+			c.blocks = append(c.blocks, planBlock{op: op, space: s, off: off[s], size: size, start: k, end: k})
+		}
+	}
+	for i, sp := range subs {
+		if err := checkRegionPlan(sp, false, nil, op, fmt.Sprintf("%s / %v %s region %d", where, op.Code, valueList(op.Results), i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkBlocks checks that every block lies aligned inside its arena and
+// that no two blocks live at the same time share a byte, unless one is
+// written in place over the other.
+func (c *planChecker) checkBlocks() error {
+	rp, where, blocks := c.rp, c.where, c.blocks
 	for _, b := range blocks {
 		if b.off < 0 || b.size > 0 && b.off%Alignment != 0 || b.off+b.size > rp.Arena[b.space] {
-			return fmt.Errorf("%s: %s at %d+%d is misaligned or outside the %v arena of %d B", where, label(b), b.off, b.size, b.space, rp.Arena[b.space])
+			return fmt.Errorf("%s: %s at %d+%d is misaligned or outside the %v arena of %d B", where, b.label(), b.off, b.size, b.space, rp.Arena[b.space])
 		}
 	}
 	for i := range blocks {
@@ -211,15 +315,11 @@ func checkRegionPlan(rp *RegionPlan, top bool, donated []bool, encl *ir.Op, wher
 				continue
 			}
 			// In place: b's op overwrites a where a dies (or the reverse).
-			over := func(x, y blk) bool {
-				return x.v != nil && y.v != nil && x.off == y.off && x.size == y.size && x.end == y.start &&
-					y.v.Op != nil && hasArg(y.v.Op, x.v) && inPlace(y.v.Op, x.v, y.v, true)
-			}
-			if over(a, b) || over(b, a) {
+			if a.overwrittenBy(b) || b.overwrittenBy(a) {
 				continue
 			}
 			return fmt.Errorf("%s: %s (ops %d to %d) and %s (ops %d to %d) are live together and share bytes (%v @%d+%d and @%d+%d)",
-				where, label(a), a.start, a.end, label(b), b.start, b.end, a.space, a.off, a.size, b.off, b.size)
+				where, a.label(), a.start, a.end, b.label(), b.start, b.end, a.space, a.off, a.size, b.off, b.size)
 		}
 	}
 	return nil
