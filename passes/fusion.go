@@ -606,6 +606,56 @@ func (fu *fuser) rewrite() {
 // build makes the fusion op of group g (nil when g is too small to fuse) and
 // records the replacement of its outputs in s.
 func (fu *fuser) build(g *fuseGroup, s subst) *ir.Op {
+	b := newFusionBuilder(fu, g)
+	if b.size() < 2 {
+		return nil
+	}
+	b.region = fu.f.NewRegion()
+	b.bindArgs()
+	b.region.Ops = b.regionOps()
+	outs := b.outputs()
+	b.region.Results = outs
+	kind := FusionLoop
+	switch {
+	case g.hasDot:
+		kind = FusionOutput
+	case g.hasReduce:
+		kind = FusionInput
+	}
+	region := b.region
+	fop, err := fu.f.NewOp(ir.Fusion, b.args, ir.Attrs{"kind": kind}, region)
+	if err != nil {
+		panic("passes: fusion: " + err.Error())
+	}
+	fop.Loc = region.Ops[len(region.Ops)-1].Loc
+	if g.hasDot {
+		fop.Loc = region.Ops[0].Loc
+	}
+	for i, v := range outs {
+		s[v] = fop.Results[i]
+	}
+	return fop
+}
+
+// fusionBuilder is the state of fuser.build: the group's members and the
+// fusion region made of them.
+type fusionBuilder struct {
+	fu *fuser
+	g  *fuseGroup
+	// members are the group's ops in traced order, its dot (if any) first.
+	members []*ir.Op
+	inGroup map[*ir.Op]bool
+	region  *ir.Region
+	// inner maps an outside value to its region value.
+	inner map[*ir.Value]*ir.Value
+	// args are the fusion op's operands, one per region parameter.
+	args []*ir.Value
+	// cheapOps are the copies of cheap producers, in the order made.
+	cheapOps []*ir.Op
+}
+
+// newFusionBuilder orders g's members.
+func newFusionBuilder(fu *fuser, g *fuseGroup) *fusionBuilder {
 	members := append([]*ir.Op{}, g.members...)
 	sortOps(members, fu.pos)
 	if g.hasDot {
@@ -621,126 +671,131 @@ func (fu *fuser) build(g *fuseGroup, s subst) *ir.Op {
 	for _, m := range members {
 		inGroup[m] = true
 	}
-	// Count cheap copies to decide whether fusing is worth it.
-	n := len(members)
+	return &fusionBuilder{fu: fu, g: g, members: members, inGroup: inGroup, inner: map[*ir.Value]*ir.Value{}}
+}
+
+// size counts the ops the fusion would hold, cheap copies included, to
+// decide whether fusing is worth it.
+func (b *fusionBuilder) size() int {
+	fu := b.fu
+	n := len(b.members)
 	cheapSeen := map[*ir.Op]bool{}
-	var countCheap func(op *ir.Op)
-	countCheap = func(op *ir.Op) {
-		if cheapSeen[op] {
-			return
-		}
-		cheapSeen[op] = true
-		n++
-		for _, a := range op.Args {
-			if p := fu.def[a]; p != nil {
-				countCheap(p)
-			}
-		}
-	}
-	for _, m := range members {
+	for _, m := range b.members {
 		if fu.kinds[m] == fkDot {
 			continue
 		}
 		for _, a := range m.Args {
-			if p := fu.def[a]; p != nil && !inGroup[p] && fu.kinds[p] == fkCheap {
-				countCheap(p)
+			if p := fu.def[a]; p != nil && !b.inGroup[p] && fu.kinds[p] == fkCheap {
+				n += b.countCheap(p, cheapSeen)
 			}
 		}
 	}
-	if n < 2 {
-		return nil
-	}
+	return n
+}
 
-	region := fu.f.NewRegion()
-	inner := map[*ir.Value]*ir.Value{} // outside value → region value
-	var args []*ir.Value
-	var cheapOps []*ir.Op
-	var clone func(v *ir.Value) *ir.Value
-	clone = func(v *ir.Value) *ir.Value {
-		if iv, ok := inner[v]; ok {
-			return iv
-		}
-		op := fu.def[v]
-		cargs := make([]*ir.Value, len(op.Args))
-		for i, a := range op.Args {
-			cargs[i] = clone(a)
-		}
-		c, err := fu.f.NewOp(op.Code, cargs, ir.CloneAttrs(op.Attrs))
-		if err != nil {
-			panic("passes: fusion: copying " + op.Code.String() + ": " + err.Error())
-		}
-		c.Loc = op.Loc
-		cheapOps = append(cheapOps, c)
-		for i, r := range op.Results {
-			inner[r] = c.Results[i]
-		}
-		return inner[v]
+// countCheap counts op and the ops it reads, transitively, not in seen,
+// and adds them to seen.
+func (b *fusionBuilder) countCheap(op *ir.Op, seen map[*ir.Op]bool) int {
+	if seen[op] {
+		return 0
 	}
-	param := func(v *ir.Value) *ir.Value {
-		if iv, ok := inner[v]; ok {
-			return iv
+	seen[op] = true
+	n := 1
+	for _, a := range op.Args {
+		if p := b.fu.def[a]; p != nil {
+			n += b.countCheap(p, seen)
 		}
-		p := region.AddParam(v.Type)
-		args = append(args, v)
-		inner[v] = p
-		return p
 	}
-	// The dot's operands first, so that they are the first parameters.
-	for _, m := range members {
+	return n
+}
+
+// bindArgs makes the members read region values: a copy of a cheap
+// producer, or a parameter. The dot's operands come first, so that they
+// are the first parameters.
+func (b *fusionBuilder) bindArgs() {
+	fu := b.fu
+	for _, m := range b.members {
 		isDot := fu.kinds[m] == fkDot
 		for i, a := range m.Args {
 			p := fu.def[a]
 			switch {
-			case p != nil && inGroup[p]:
+			case p != nil && b.inGroup[p]:
 			case p != nil && !isDot && fu.kinds[p] == fkCheap:
-				m.Args[i] = clone(a)
+				m.Args[i] = b.clone(a)
 			default:
-				m.Args[i] = param(a)
+				m.Args[i] = b.param(a)
 			}
 		}
 	}
+}
+
+// clone returns the region copy of v, copying its op and (recursively)
+// the ops it reads.
+func (b *fusionBuilder) clone(v *ir.Value) *ir.Value {
+	if iv, ok := b.inner[v]; ok {
+		return iv
+	}
+	fu := b.fu
+	op := fu.def[v]
+	cargs := make([]*ir.Value, len(op.Args))
+	for i, a := range op.Args {
+		cargs[i] = b.clone(a)
+	}
+	c, err := fu.f.NewOp(op.Code, cargs, ir.CloneAttrs(op.Attrs))
+	if err != nil {
+		panic("passes: fusion: copying " + op.Code.String() + ": " + err.Error())
+	}
+	c.Loc = op.Loc
+	b.cheapOps = append(b.cheapOps, c)
+	for i, r := range op.Results {
+		b.inner[r] = c.Results[i]
+	}
+	return b.inner[v]
+}
+
+// param returns the region parameter bound to v, adding it if new.
+func (b *fusionBuilder) param(v *ir.Value) *ir.Value {
+	if iv, ok := b.inner[v]; ok {
+		return iv
+	}
+	p := b.region.AddParam(v.Type)
+	b.args = append(b.args, v)
+	b.inner[v] = p
+	return p
+}
+
+// regionOps returns the region's ops: the dot, the cheap copies, then the
+// other members.
+func (b *fusionBuilder) regionOps() []*ir.Op {
+	members := b.members
 	var ops []*ir.Op
-	if g.hasDot {
+	if b.g.hasDot {
 		ops = append(ops, members[0])
 		members = members[1:]
 	}
-	ops = append(ops, cheapOps...)
-	region.Ops = append(ops, members...)
+	ops = append(ops, b.cheapOps...)
+	return append(ops, members...)
+}
+
+// outputs returns the members' results read outside the group or returned.
+func (b *fusionBuilder) outputs() []*ir.Value {
+	fu := b.fu
 	var outs []*ir.Value
-	for _, m := range region.Ops {
-		if !inGroup[m] {
+	for _, m := range b.region.Ops {
+		if !b.inGroup[m] {
 			continue
 		}
 		for _, v := range m.Results {
 			out := fu.ret[v]
 			for _, u := range fu.users[v] {
-				out = out || !inGroup[u]
+				out = out || !b.inGroup[u]
 			}
 			if out {
 				outs = append(outs, v)
 			}
 		}
 	}
-	region.Results = outs
-	kind := FusionLoop
-	switch {
-	case g.hasDot:
-		kind = FusionOutput
-	case g.hasReduce:
-		kind = FusionInput
-	}
-	fop, err := fu.f.NewOp(ir.Fusion, args, ir.Attrs{"kind": kind}, region)
-	if err != nil {
-		panic("passes: fusion: " + err.Error())
-	}
-	fop.Loc = region.Ops[len(region.Ops)-1].Loc
-	if g.hasDot {
-		fop.Loc = region.Ops[0].Loc
-	}
-	for i, v := range outs {
-		s[v] = fop.Results[i]
-	}
-	return fop
+	return outs
 }
 
 // sortOps sorts ops by position.
