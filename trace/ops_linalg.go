@@ -276,10 +276,38 @@ func Einsum(spec string, operands ...*Array) *Array {
 	if len(terms) != len(operands) {
 		panic(Errorf(op, "spec %q has %d operand terms but %d arrays were given", spec, len(terms), len(operands)))
 	}
-	// Parse the inputs and size their ellipses.
-	raw := make([][]rune, len(terms))
-	ells := make([]int, len(terms))
-	maxEll := 0
+	e := &einsumState{spec: spec, sizes: map[rune]int{}, counts: map[rune]int{}}
+	raw, ells := e.parseTerms(terms, operands)
+	e.labelOperands(operands, raw, ells)
+	if explicit {
+		e.explicitOutput(outTerm)
+	} else {
+		e.implicitOutput()
+	}
+	e.promote()
+	e.reduceOperands()
+	return e.contract()
+}
+
+// einsumState is the state of one Einsum: its operands with their labels,
+// the size of every label and the output labels.
+type einsumState struct {
+	spec string
+	// maxEll is the most axes an ellipsis stands for in any operand.
+	maxEll int
+	ops    []einsumOperand
+	// sizes is each label's size; counts how many operand axes carry it.
+	sizes, counts map[rune]int
+	out           []rune
+}
+
+// parseTerms parses the operand terms and returns their labels (the
+// ellipsis marked by -1) and the number of axes each ellipsis stands for.
+func (e *einsumState) parseTerms(terms []string, operands []*Array) (raw [][]rune, ells []int) {
+	const op = "Einsum"
+	spec := e.spec
+	raw = make([][]rune, len(terms))
+	ells = make([]int, len(terms))
 	for i, t := range terms {
 		labels, hasEll, err := einsumTerm(spec, t)
 		if err != nil {
@@ -296,76 +324,100 @@ func Einsum(spec string, operands ...*Array) *Array {
 		} else if n != r {
 			panic(Errorf(op, "spec %q: term %q of operand %d has %d indices but %v has rank %d", spec, t, i, n, operands[i].typ, r))
 		}
-		maxEll = max(maxEll, ells[i])
+		e.maxEll = max(e.maxEll, ells[i])
 		raw[i] = labels
 	}
-	ops := make([]einsumOperand, len(operands))
-	sizes := map[rune]int{}
-	counts := map[rune]int{}
+	return raw, ells
+}
+
+// labelOperands expands the ellipses and sizes every label, checking that
+// the operands agree (ellipsis axes broadcast).
+func (e *einsumState) labelOperands(operands []*Array, raw [][]rune, ells []int) {
+	e.ops = make([]einsumOperand, len(operands))
 	for i, x := range operands {
-		labels := expandEll(raw[i], ells[i], maxEll)
+		labels := expandEll(raw[i], ells[i], e.maxEll)
 		for ax, l := range labels {
 			d := x.typ.Shape[ax]
-			counts[l]++
-			prev, seen := sizes[l]
+			e.counts[l]++
+			prev, seen := e.sizes[l]
 			switch {
 			case !seen || prev == d:
-				sizes[l] = d
+				e.sizes[l] = d
 			case l >= ellipsisBase && (prev == 1 || d == 1):
-				sizes[l] = max(prev, d)
+				e.sizes[l] = max(prev, d)
 			default:
-				panic(Errorf(op, "spec %q: %s has size %d in operand %d (%v) but size %d elsewhere", spec, labelName(l), d, i, x.typ, prev))
+				panic(Errorf("Einsum", "spec %q: %s has size %d in operand %d (%v) but size %d elsewhere", e.spec, labelName(l), d, i, x.typ, prev))
 			}
 		}
-		ops[i] = einsumOperand{x: x, labels: labels}
+		e.ops[i] = einsumOperand{x: x, labels: labels}
 	}
-	// The output labels.
-	var out []rune
-	if explicit {
-		labels, _, err := einsumTerm(spec, outTerm)
-		if err != nil {
-			panic(Errorf(op, "%v", err))
-		}
-		out = expandEll(labels, maxEll, maxEll)
-		seen := map[rune]bool{}
-		for _, l := range out {
-			if seen[l] {
-				panic(Errorf(op, "spec %q: %s repeated in the output", spec, labelName(l)))
-			}
-			seen[l] = true
-			if _, ok := sizes[l]; !ok {
-				panic(Errorf(op, "spec %q: output %s appears in no operand", spec, labelName(l)))
-			}
-		}
-	} else {
-		for j := 0; j < maxEll; j++ {
-			out = append(out, rune(ellipsisBase+j))
-		}
-		var once []rune
-		for l, c := range counts {
-			if c == 1 && l < ellipsisBase {
-				once = append(once, l)
-			}
-		}
-		slices.Sort(once)
-		out = append(out, once...)
+}
+
+// explicitOutput sets the output labels from the term after "->".
+func (e *einsumState) explicitOutput(outTerm string) {
+	const op = "Einsum"
+	spec := e.spec
+	labels, _, err := einsumTerm(spec, outTerm)
+	if err != nil {
+		panic(Errorf(op, "%v", err))
 	}
-	// Promote dtypes.
-	xs := make([]*Array, len(ops))
-	for i := range ops {
-		xs[i] = ops[i].x
+	e.out = expandEll(labels, e.maxEll, e.maxEll)
+	seen := map[rune]bool{}
+	for _, l := range e.out {
+		if seen[l] {
+			panic(Errorf(op, "spec %q: %s repeated in the output", spec, labelName(l)))
+		}
+		seen[l] = true
+		if _, ok := e.sizes[l]; !ok {
+			panic(Errorf(op, "spec %q: output %s appears in no operand", spec, labelName(l)))
+		}
 	}
-	xs = promoteNumeric(op, xs...)
-	for i := range ops {
-		ops[i].x = xs[i]
+}
+
+// implicitOutput sets the output labels of a spec without "->": the
+// ellipsis axes, then the indices that appear once, in alphabetical order.
+func (e *einsumState) implicitOutput() {
+	for j := 0; j < e.maxEll; j++ {
+		e.out = append(e.out, rune(ellipsisBase+j))
 	}
-	// Diagonals and indices private to one operand.
+	var once []rune
+	for l, c := range e.counts {
+		if c == 1 && l < ellipsisBase {
+			once = append(once, l)
+		}
+	}
+	slices.Sort(once)
+	e.out = append(e.out, once...)
+}
+
+// promote promotes the operands' dtypes as in Add.
+func (e *einsumState) promote() {
+	xs := make([]*Array, len(e.ops))
+	for i := range e.ops {
+		xs[i] = e.ops[i].x
+	}
+	xs = promoteNumeric("Einsum", xs...)
+	for i := range e.ops {
+		e.ops[i].x = xs[i]
+	}
+}
+
+// keepOutput returns the set of output labels.
+func (e *einsumState) keepOutput() map[rune]bool {
+	keep := map[rune]bool{}
+	for _, l := range e.out {
+		keep[l] = true
+	}
+	return keep
+}
+
+// reduceOperands takes the diagonals of every operand and sums out the
+// indices private to it.
+func (e *einsumState) reduceOperands() {
+	ops := e.ops
 	for i := range ops {
 		ops[i] = einsumDiagonals(ops[i])
-		keep := map[rune]bool{}
-		for _, l := range out {
-			keep[l] = true
-		}
+		keep := e.keepOutput()
 		for j := range ops {
 			if j != i {
 				for _, l := range ops[j].labels {
@@ -375,13 +427,15 @@ func Einsum(spec string, operands ...*Array) *Array {
 		}
 		ops[i] = einsumSumOut(ops[i], keep)
 	}
-	// Contract left to right.
+}
+
+// contract contracts the operands left to right and transposes the
+// result into the output order.
+func (e *einsumState) contract() *Array {
+	ops, out := e.ops, e.out
 	cur := ops[0]
 	for i := 1; i < len(ops); i++ {
-		keep := map[rune]bool{}
-		for _, l := range out {
-			keep[l] = true
-		}
+		keep := e.keepOutput()
 		for _, o := range ops[i+1:] {
 			for _, l := range o.labels {
 				keep[l] = true
@@ -389,18 +443,13 @@ func Einsum(spec string, operands ...*Array) *Array {
 		}
 		cur = einsumPair(cur, ops[i], keep)
 	}
-	keep := map[rune]bool{}
-	for _, l := range out {
-		keep[l] = true
-	}
-	cur = einsumSumOut(cur, keep)
-	// Transpose into the output order.
+	cur = einsumSumOut(cur, e.keepOutput())
 	perm := make([]int, len(out))
 	for i, l := range out {
 		perm[i] = slices.Index(cur.labels, l)
 	}
 	if len(perm) != cur.x.Rank() || slices.Contains(perm, -1) {
-		panic(Errorf(op, "internal error: labels %q vs output %q", string(cur.labels), string(out)))
+		panic(Errorf("Einsum", "internal error: labels %q vs output %q", string(cur.labels), string(out)))
 	}
 	return Transpose(cur.x, perm...)
 }
