@@ -82,9 +82,10 @@ type GenerateResult struct {
 	PrefillSeconds, DecodeSeconds float64
 	// DecodeSteps is the number of one-token decode steps run.
 	DecodeSteps int
-	// TokensPerSecond is the decoding rate: tokens from the decode steps
-	// (batch rows times steps) per second of DecodeSeconds; 0 when no
-	// decode step ran.
+	// TokensPerSecond is the decoding rate: the tokens of the decode steps
+	// after the first (batch rows times steps) per second they took. The
+	// first step is left out because on a generator's first use it traces
+	// and compiles the step. It is 0 with fewer than two decode steps.
 	TokensPerSecond float64
 }
 
@@ -270,6 +271,7 @@ func (g *Generator[M]) Generate(prompts [][]int32, cfg GenerateConfig) (res Gene
 	finished := record(tok)
 	t1 := time.Now()
 	res.PrefillSeconds = t1.Sub(t0).Seconds()
+	var t2 time.Time // after the first decode step
 	for pos := n; !finished; pos++ {
 		p := rt.ScalarOf(int32(pos))
 		out, err := g.next.Call(g.model, tok, p, cache, key, cfg.Sampling)
@@ -282,10 +284,13 @@ func (g *Generator[M]) Generate(prompts [][]int32, cfg GenerateConfig) (res Gene
 		tok, cache, key = out[0].(*trace.Array), out[1].(KVCache), out[2].(*trace.Array)
 		res.DecodeSteps++
 		finished = record(tok)
+		if res.DecodeSteps == 1 {
+			t2 = time.Now()
+		}
 	}
 	res.DecodeSeconds = time.Since(t1).Seconds()
-	if res.DecodeSteps > 0 && res.DecodeSeconds > 0 {
-		res.TokensPerSecond = float64(B*res.DecodeSteps) / res.DecodeSeconds
+	if d := time.Since(t2).Seconds(); res.DecodeSteps > 1 && d > 0 {
+		res.TokensPerSecond = float64(B*(res.DecodeSteps-1)) / d
 	}
 	for _, a := range []*trace.Array{tok, key, cache.K, cache.V} {
 		a.Delete()

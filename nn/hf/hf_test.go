@@ -408,3 +408,66 @@ func TestLoadPeakMemory(t *testing.T) {
 		}
 	}
 }
+
+// greedyGolden is a golden's greedy continuation: the tokens gen.py's
+// greedy loop over its float64 forward appends to the prompts.
+type greedyGolden struct {
+	Greedy struct {
+		Prompt [][]int32 `json:"prompt"`
+		Tokens [][]int32 `json:"tokens"`
+		MinGap float64   `json:"min_gap"`
+	} `json:"greedy"`
+}
+
+func readGreedy(t *testing.T, model string) greedyGolden {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", model, "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g greedyGolden
+	if err := json.Unmarshal(data, &g); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Greedy.Tokens) == 0 {
+		t.Fatalf("%s/golden.json has no greedy continuation (regenerate with gen.py)", model)
+	}
+	return g
+}
+
+// checkGreedy decodes the golden's prompts greedily with the KV cache and
+// compares the tokens with NumPy's loop over the full forward.
+func checkGreedy[M nn.Decoder](t *testing.T, m M, g greedyGolden) {
+	t.Helper()
+	n, N := len(g.Greedy.Prompt[0]), len(g.Greedy.Tokens[0])
+	gen := nn.NewGenerator(m, n+N-1, 0)
+	res, err := gen.Generate(g.Greedy.Prompt, nn.GenerateConfig{MaxNewTokens: N})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b, want := range g.Greedy.Tokens {
+		if !slices.Equal(res.Tokens[b], want) {
+			t.Errorf("row %d: greedy tokens %v, NumPy's greedy loop %v", b, res.Tokens[b], want)
+		}
+	}
+	t.Logf("%d×%d tokens as NumPy's (smallest top-2 logit gap %.3g); %.0f tokens/s", len(res.Tokens), N, g.Greedy.MinGap, res.TokensPerSecond)
+}
+
+// The tiny random GPT-2 and Llama checkpoints decode greedily, with the KV
+// cache, the tokens of gen.py's greedy loop over its float64 forward.
+func TestGreedyGolden(t *testing.T) {
+	t.Run("gpt2", func(t *testing.T) {
+		m, _, err := hf.LoadGPT2("testdata/gpt2", ir.Float32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkGreedy(t, m, readGreedy(t, "gpt2"))
+	})
+	t.Run("llama", func(t *testing.T) {
+		m, _, err := hf.LoadLlama("testdata/llama", ir.Float32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkGreedy(t, m, readGreedy(t, "llama"))
+	})
+}

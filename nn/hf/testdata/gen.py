@@ -25,6 +25,10 @@ modeling_bert.py, modeling_gpt2.py and modeling_llama.py:
   heads), sharded in two files with model.safetensors.index.json.
   Outputs: the final normed hidden states and the logits.
 
+The GPT-2 and Llama goldens also hold "greedy": the tokens a greedy loop
+over the float64 forward appends to a fixed prompt batch (GREEDY), for the
+tests of nn.Generator's KV-cache decoding.
+
 Other modes:
 
     gen.py --roundtrip DIR     read the safetensors files Ferry saved into DIR
@@ -292,6 +296,31 @@ LM_INPUTS = {
 }
 
 
+# Greedy continuations: each prompt batch (rows of one length) and the number
+# of new tokens, decoded by greedy() with the float64 forward of the model.
+GREEDY = {
+    "gpt2": ([[5, 11, 2, 40], [31, 4, 26, 9]], 12),  # 4 + 12 ≤ n_positions 16
+    "llama": ([[5, 11, 2, 40, 7], [31, 4, 26, 9, 60]], 24),
+}
+
+
+def greedy(forward, w, cfg, prompt, n):
+    """A greedy decoding loop over the full forward (no cache), as
+    transformers' generate(do_sample=False, max_new_tokens=n) without an eos:
+    each step runs the whole sequence and appends the arg max of the last
+    position's logits. Returns the new tokens and the smallest gap between
+    the largest and second largest logit of any step (how far from a tie)."""
+    ids = np.array(prompt)
+    gap = np.inf
+    for _ in range(n):
+        _, logits = forward(w, cfg, ids, np.ones_like(ids))
+        last = logits[:, -1]
+        top2 = np.sort(last, axis=-1)[:, -2:]
+        gap = min(gap, float((top2[:, 1] - top2[:, 0]).min()))
+        ids = np.concatenate([ids, last.argmax(-1)[:, None]], axis=1)
+    return {"prompt": prompt, "tokens": ids[:, len(prompt[0]):].tolist(), "min_gap": gap}
+
+
 def flat(a):
     return {"shape": list(a.shape), "data": [float(v) for v in a.ravel()]}
 
@@ -303,8 +332,11 @@ def goldens(name, w, cfg):
         return {"inputs": BERT_INPUTS, "last_hidden_state": flat(h), "pooler_output": flat(pooled),
                 "sentence_embedding": flat(mean_pool_normalize(h, mask))}
     ids, mask = np.array(LM_INPUTS["ids"]), np.array(LM_INPUTS["mask"])
-    h, logits = (gpt2_forward if name.startswith("gpt2") else llama_forward)(w, cfg, ids, mask)
-    return {"inputs": LM_INPUTS, "last_hidden_state": flat(h), "logits": flat(logits)}
+    forward = gpt2_forward if name.startswith("gpt2") else llama_forward
+    h, logits = forward(w, cfg, ids, mask)
+    prompt, n = GREEDY[name]
+    return {"inputs": LM_INPUTS, "last_hidden_state": flat(h), "logits": flat(logits),
+            "greedy": greedy(forward, w, cfg, prompt, n)}
 
 
 def build():
