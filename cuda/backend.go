@@ -653,6 +653,50 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) (_ [
 		return nil, err
 	}
 	defer b.exit()
+	in, err := e.arguments(args)
+	if err != nil {
+		return nil, err
+	}
+	x, err := e.start(in, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { x.end(err) }()
+	top := x.newFrame(e.top)
+	top.top = true
+	for i, buf := range in {
+		top.params[i] = loc{buf.m.ptr, buf.m.host}
+	}
+	for sp, a := range x.arenas {
+		top.arena[sp] = loc{a.ptr, a.host}
+	}
+	// run ends with the compute stream waiting for the copy streams (the
+	// plan's Final steps), so that the result copies below and the
+	// synchronisation of the compute stream cover every outstanding read
+	// and write.
+	if err := x.run(top); err != nil {
+		return nil, err
+	}
+	if err := x.collect(top); err != nil {
+		return nil, err
+	}
+	// Compute now follows every other stream: when it drains, nothing of
+	// this execution is outstanding, and freeing the arenas (deferred),
+	// donated arguments or deleted buffers is safe.
+	if err := x.waitStream(b.streams[Compute]); err != nil {
+		return nil, err
+	}
+	out := make([]trace.Buffer, len(x.results))
+	for i, r := range x.results {
+		out[i] = r
+	}
+	return out, nil
+}
+
+// arguments checks the arguments of an execution (none deleted, none
+// donated and passed twice) and uploads the ones of other backends.
+func (e *executable) arguments(args []trace.Buffer) ([]*Buffer, error) {
+	b := e.b
 	in := make([]*Buffer, len(args))
 	for i, a := range args {
 		x, ok := a.(*Buffer)
@@ -677,86 +721,77 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) (_ [
 		}
 		in[i] = x
 	}
-	plan := e.prog.Plan
-	var arenas [2]mem
-	for sp := range arenas {
-		if plan.Arena[sp] > 0 {
-			if arenas[sp], err = b.allocate(plan.Arena[sp], ir.MemorySpace(sp), "temp arena"+e.suffix); err != nil {
-				return nil, err
-			}
+	return in, nil
+}
+
+// start allocates the arenas and scratch buffers of an execution.
+func (e *executable) start(in []*Buffer, opts backend.ExecOptions) (*execution, error) {
+	b, plan := e.b, e.prog.Plan
+	x := &execution{e: e, b: b, in: in, results: make([]*Buffer, len(e.prog.Func.Body.Results)),
+		comms: opts.DeviceComms, ctx: execContext(opts.Context), last: map[string]*ir.Op{}}
+	var err error
+	for sp := range x.arenas {
+		if plan.Arena[sp] > 0 && err == nil {
+			x.arenas[sp], err = b.allocate(plan.Arena[sp], ir.MemorySpace(sp), "temp arena"+e.suffix)
 		}
 	}
-	var scratch, collScratch mem
-	if e.scratch > 0 {
-		if scratch, err = b.allocate(e.scratch, ir.Device, "scratch"+e.suffix); err != nil {
-			return nil, err
-		}
+	if e.scratch > 0 && err == nil {
+		x.scratchMem, err = b.allocate(e.scratch, ir.Device, "scratch"+e.suffix)
 	}
-	if e.collScratch > 0 {
-		if collScratch, err = b.allocate(e.collScratch, ir.Device, "collective staging"+e.suffix); err != nil {
-			_ = b.release(scratch)
-			return nil, err
-		}
+	if e.collScratch > 0 && err == nil {
+		x.collMem, err = b.allocate(e.collScratch, ir.Device, "collective staging"+e.suffix)
 	}
-	x := &execution{e: e, b: b, in: in, results: make([]*Buffer, len(body.Results)), scratch: scratch.ptr,
-		collScratch: collScratch.ptr, comms: opts.DeviceComms, ctx: execContext(opts.Context), last: map[string]*ir.Op{}}
-	defer func() {
-		if err != nil {
-			// The other ranks must not wait for this one's collectives.
-			x.abort(err)
-		}
-		_ = b.sync()
-		for _, a := range arenas {
-			_ = b.release(a)
-		}
-		_ = b.release(scratch)
-		_ = b.release(collScratch)
-		x.free()
-	}()
-	top := x.newFrame(e.top)
-	top.top = true
-	for i, buf := range in {
-		top.params[i] = loc{buf.m.ptr, buf.m.host}
-	}
-	for sp, a := range arenas {
-		top.arena[sp] = loc{a.ptr, a.host}
-	}
-	// run ends with the compute stream waiting for the copy streams (the
-	// plan's Final steps), so that the result copies below and the
-	// synchronisation of the compute stream cover every outstanding read
-	// and write.
-	if err := x.run(top); err != nil {
+	if err != nil {
+		x.release()
 		return nil, err
 	}
-	// Results that are parameters or computed twice: copy into fresh buffers.
-	for i, v := range body.Results {
+	x.scratch, x.collScratch = x.scratchMem.ptr, x.collMem.ptr
+	return x, nil
+}
+
+// release frees the arenas and scratch buffers of x.
+func (x *execution) release() {
+	for _, a := range x.arenas {
+		_ = x.b.release(a)
+	}
+	_ = x.b.release(x.scratchMem)
+	_ = x.b.release(x.collMem)
+}
+
+// end ends an execution that failed with err or succeeded: it aborts the
+// collectives on failure (the other ranks must not wait for this one's),
+// waits for the streams and frees what the execution allocated.
+func (x *execution) end(err error) {
+	if err != nil {
+		x.abort(err)
+	}
+	_ = x.b.sync()
+	x.release()
+	x.free()
+}
+
+// collect makes the results that are parameters or computed twice: copies
+// into fresh buffers.
+func (x *execution) collect(top *frame) error {
+	b, e := x.b, x.e
+	for i, v := range e.prog.Func.Body.Results {
 		if x.results[i] != nil {
 			continue
 		}
 		src, err := x.loc(top, v)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		m, err := b.allocate(v.Type.Bytes(), v.Type.Space, fmt.Sprintf("output %d%s", i, e.suffix))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := b.copy(m.ptr, m.host, src.p, src.host, v.Type.Bytes(), b.streams[Compute]); err != nil {
-			return nil, err
+			return err
 		}
 		x.results[i] = b.newBuffer(v.Type, m)
 	}
-	// Compute now follows every other stream: when it drains, nothing of
-	// this execution is outstanding, and freeing the arenas (deferred),
-	// donated arguments or deleted buffers is safe.
-	if err := x.waitStream(b.streams[Compute]); err != nil {
-		return nil, err
-	}
-	out := make([]trace.Buffer, len(x.results))
-	for i, r := range x.results {
-		out[i] = r
-	}
-	return out, nil
+	return nil
 }
 
 // copy copies n bytes between any two spaces on stream.

@@ -272,7 +272,12 @@ type execution struct {
 	b       *Backend
 	in      []*Buffer
 	results []*Buffer
-	scratch uintptr
+	// arenas, scratchMem and collMem are the execution's temporaries
+	// (freed by release); scratch is scratchMem's address.
+	arenas     [2]mem
+	scratchMem mem
+	collMem    mem
+	scratch    uintptr
 	// events are all the events made (destroyed by free); fork is the one
 	// the copy streams wait for at the start of an iteration.
 	events []uintptr
