@@ -146,28 +146,9 @@ func main() {
 	if err != nil {
 		log.Fatalf("CUDA backend: %v", err)
 	}
-	var f *ir.Func
-	var donated []bool
-	var lits []*ir.Literal
-	switch *which {
-	case "scan":
-		f = scanModel(false)
-	case "scan_offload":
-		f = scanModel(true)
-	case "optimizer":
-		f = optimizerModel(*dim)
-		donated = make([]bool, len(f.Body.Params))
-		for i := 1; i < len(donated); i++ {
-			donated[i] = true
-		}
-	case "copy_h2d", "copy_d2h":
-		f = copyModel(*which == "copy_h2d")
-	case "transformer":
-		if f, donated, lits, err = transformerStep(); err != nil {
-			log.Fatal(err)
-		}
-	default:
-		log.Fatalf("unknown case %q", *which)
+	f, donated, lits, err := buildCase(*which, *dim)
+	if err != nil {
+		log.Fatal(err)
 	}
 	exe, err := be.Compile(f, rt.CompileOptions{Donated: donated})
 	if err != nil {
@@ -256,6 +237,30 @@ func main() {
 	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
+}
+
+// buildCase returns the traced program of a case, which of its parameters
+// are donated, and its initial arguments (nil: random ones).
+func buildCase(which string, dim int) (f *ir.Func, donated []bool, lits []*ir.Literal, err error) {
+	switch which {
+	case "scan":
+		f = scanModel(false)
+	case "scan_offload":
+		f = scanModel(true)
+	case "optimizer":
+		f = optimizerModel(dim)
+		donated = make([]bool, len(f.Body.Params))
+		for i := 1; i < len(donated); i++ {
+			donated[i] = true
+		}
+	case "copy_h2d", "copy_d2h":
+		f = copyModel(which == "copy_h2d")
+	case "transformer":
+		return transformerStep()
+	default:
+		return nil, nil, nil, fmt.Errorf("unknown case %q", which)
+	}
+	return f, donated, nil, nil
 }
 
 // median of xs (the upper middle one for an even count, 0 when empty).
