@@ -7,6 +7,7 @@
 //	go run ./examples/generate                              # train the LM of examples/transformer briefly, generate
 //	go run ./examples/generate -checkpoint lm.safetensors   # the same, kept: the next run loads it
 //	go run ./examples/generate -model nn/hf/testdata/llama -prompt "5 11 2 40"
+//	go run ./examples/generate -layers 4 -d 128 -seq 64   # examples/transformer's default shape
 //
 // Without -model it uses the character-level nn.TransformerLM of
 // examples/transformer (decoded as the GPT2 it is, TransformerLM.GPT2):
@@ -37,6 +38,10 @@ func main() {
 	flag.Float64Var(&cfg.Temperature, "temperature", cfg.Temperature, "the sampling temperature")
 	flag.IntVar(&cfg.TopK, "top-k", cfg.TopK, "sample among the k most likely tokens (0: all)")
 	flag.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "the random seed of training and sampling")
+	flag.IntVar(&cfg.Seq, "seq", cfg.Seq, "the character LM's positions (its context)")
+	flag.IntVar(&cfg.Layers, "layers", cfg.Layers, "the character LM's blocks")
+	flag.IntVar(&cfg.D, "d", cfg.D, "the character LM's width")
+	flag.IntVar(&cfg.Heads, "heads", cfg.Heads, "the character LM's attention heads")
 	flag.Parse()
 	if err := run(os.Stdout, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "generate:", err)
