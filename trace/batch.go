@@ -302,7 +302,39 @@ type vmapFrame struct {
 	size int // the size of the mapped axis
 }
 
+// vmapFlat maps fn over the flat input leaves args: it traces fn on one
+// example and interprets the traced region on the whole batch.
 func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapConfig) []*Array {
+	v := &vmapState{name: name, args: args, cfg: cfg}
+	v.mapInputs()
+	v.traceExample(fn)
+	// Interpret it on the batch.
+	in := append(append([]*Array{}, args...), v.t.Captures()...)
+	dims := v.dims
+	for len(dims) < len(in) {
+		dims = append(dims, -1)
+	}
+	outs, odims := vmapRegion(v.t.region, in, dims, v.size, cfg.name)
+	v.placeOutputs(outs, odims)
+	return outs
+}
+
+// vmapState is the state of one vmapFlat: the mapped axis of every input
+// leaf, the batch size and the tracer of one example.
+type vmapState struct {
+	name string
+	args []*Array
+	cfg  *vmapConfig
+	// dims[i] is the mapped axis of input leaf i, -1 if it is not mapped.
+	dims []int
+	size int
+	t    *Tracer
+}
+
+// mapInputs resolves the mapped axis of every input leaf and the batch
+// size, checking that the mapped axes agree.
+func (v *vmapState) mapInputs() {
+	name, args, cfg := v.name, v.args, v.cfg
 	inAxes := vmapAxes(name, "InAxes", cfg.inAxes, len(args))
 	size := -1
 	if cfg.hasSize {
@@ -347,45 +379,49 @@ func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapC
 	if size < 0 {
 		panic(Errorf(name, "no input is mapped: give the size of the mapped axis with AxisSize"))
 	}
+	v.dims, v.size = dims, size
+}
 
-	// Trace fn on one example.
-	t := NewFuncTracer("vmap")
-	func() {
-		defer t.Close()
-		adWith(t, func() {
-			params := make([]*Array, len(args))
-			for i, a := range args {
-				pt := a.Type()
-				if dims[i] >= 0 {
-					pt = pt.WithShape(slices.Delete(pt.Shape.Clone(), dims[i], dims[i]+1))
-				}
-				params[i] = t.Param(pt)
-				params[i].weak = a.weak && dims[i] < 0
-			}
-			if cfg.name != "" {
-				vmapFrames.push(&vmapFrame{name: cfg.name, t: t, size: size})
-				defer vmapFrames.pop()
-			}
-			res := fn(params)
-			vals := make([]*ir.Value, len(res))
-			for i, r := range res {
-				if r == nil {
-					panic(Errorf(name, "the function returned a nil array as output leaf %d", i))
-				}
-				checkLive(name, r)
-				vals[i] = t.Output(r)
-			}
-			t.region.Results = vals
-		})
-	}()
+// traceExample traces fn on one example into v.t.
+func (v *vmapState) traceExample(fn func([]*Array) []*Array) {
+	v.t = NewFuncTracer("vmap")
+	defer v.t.Close()
+	adWith(v.t, func() { v.traceBody(fn) })
+}
 
-	// Interpret it on the batch.
-	in := append(append([]*Array{}, args...), t.Captures()...)
-	for len(dims) < len(in) {
-		dims = append(dims, -1)
+// traceBody runs fn on parameters of one example's types and records its
+// outputs as the region's results.
+func (v *vmapState) traceBody(fn func([]*Array) []*Array) {
+	t, name := v.t, v.name
+	params := make([]*Array, len(v.args))
+	for i, a := range v.args {
+		pt := a.Type()
+		if v.dims[i] >= 0 {
+			pt = pt.WithShape(slices.Delete(pt.Shape.Clone(), v.dims[i], v.dims[i]+1))
+		}
+		params[i] = t.Param(pt)
+		params[i].weak = a.weak && v.dims[i] < 0
 	}
-	outs, odims := vmapRegion(t.region, in, dims, size, cfg.name)
+	if v.cfg.name != "" {
+		vmapFrames.push(&vmapFrame{name: v.cfg.name, t: t, size: v.size})
+		defer vmapFrames.pop()
+	}
+	res := fn(params)
+	vals := make([]*ir.Value, len(res))
+	for i, r := range res {
+		if r == nil {
+			panic(Errorf(name, "the function returned a nil array as output leaf %d", i))
+		}
+		checkLive(name, r)
+		vals[i] = t.Output(r)
+	}
+	t.region.Results = vals
+}
 
+// placeOutputs moves the mapped axis of every output leaf (odims[i], -1
+// if not mapped) to where OutAxes puts it, in place in outs.
+func (v *vmapState) placeOutputs(outs []*Array, odims []int) {
+	name, cfg := v.name, v.cfg
 	var outAxes []int
 	if cfg.resolveOut != nil {
 		outAxes = cfg.resolveOut(len(outs))
@@ -421,9 +457,8 @@ func vmapFlat(name string, fn func([]*Array) []*Array, args []*Array, cfg *vmapC
 		}
 		// A pinned_host output whose mapped axis must move (or be made)
 		// takes a round trip through device memory (batchOnDevice).
-		outs[i] = batchMove(batchMaterialize(o, odims[i], size), max(odims[i], 0), ax)
+		outs[i] = batchMove(batchMaterialize(o, odims[i], v.size), max(odims[i], 0), ax)
 	}
-	return outs
 }
 
 // vmapFrames holds the named Vmaps being traced, per goroutine.
