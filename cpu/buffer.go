@@ -1,27 +1,19 @@
 package cpu
 
 import (
-	"errors"
 	"fmt"
 	goruntime "runtime"
 	"strconv"
 	"sync"
 	"unique"
 
+	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/internal/callers"
 	"github.com/ferryml/ferry/ir"
-	"github.com/ferryml/ferry/trace"
 )
 
-// ErrDeleted is matched (errors.Is) by the error of reading an array whose
-// buffer was deleted with Array.Delete.
-var ErrDeleted = errors.New("array was deleted")
-
-// ErrDonated is matched (errors.Is) by the error of reading an array whose
-// buffer was donated to a jitted function.
-var ErrDonated = errors.New("array was donated")
-
-// freedError reports a read of a deleted or donated buffer.
+// freedError reports a read of a deleted or donated buffer: it matches
+// backend.ErrDonated or backend.ErrDeleted.
 type freedError struct {
 	typ     ir.Type
 	donated bool
@@ -36,7 +28,7 @@ func (e *freedError) Error() string {
 }
 
 func (e *freedError) Is(target error) bool {
-	return (target == ErrDonated && e.donated) || (target == ErrDeleted && !e.donated)
+	return (target == backend.ErrDonated && e.donated) || (target == backend.ErrDeleted && !e.donated)
 }
 
 type bufState uint8
@@ -105,7 +97,7 @@ type cpuBuffer struct {
 	// the buffer is made and never change.
 	dev       uint16
 	committed bool
-	// donating says a donation hold is taken or awaited (trace.Holder);
+	// donating says a donation hold is taken or awaited (ir.Holder);
 	// delLater says Delete was called while a donating call held the
 	// buffer: if that call fails, the buffer is deleted when it lets go.
 	// waiter says a donation hold waits for uses to fall to 0 (on
@@ -167,7 +159,7 @@ const (
 type deletedAt callers.Stack
 
 func (d *deletedAt) Error() string {
-	file, line := (*callers.Stack)(d).Location(trace.UserLocation)
+	file, line := (*callers.Stack)(d).Location(callers.UserLocation)
 	return file + ":" + strconv.Itoa(line)
 }
 
@@ -317,7 +309,7 @@ func (b *cpuBuffer) literalLocked(held bool) (*ir.Literal, error) {
 }
 
 // Hold takes a usage hold (donate false) or a donation hold (donate true) on
-// the buffer for a running execution (trace.Holder): while a usage hold is
+// the buffer for a running execution (ir.Holder): while a usage hold is
 // held, Delete leaves the memory in place until the hold ends; a donation
 // hold waits until no usage hold is held. Both fail if the buffer is
 // deleted, donated, or being donated at another site.
@@ -366,7 +358,7 @@ func (b *cpuBuffer) holdErrLocked() error {
 	return nil
 }
 
-// Unhold ends a hold taken by Hold (trace.Holder). The end of the last
+// Unhold ends a hold taken by Hold (ir.Holder). The end of the last
 // usage hold frees the memory of a buffer deleted meanwhile and wakes a
 // donation waiting for it; the end of a donation hold whose call did not
 // take the buffer (it failed) deletes it if Delete was called meanwhile.
@@ -444,9 +436,9 @@ func (e *donatingError) Error() string {
 	return fmt.Sprintf("array %v is being donated to a running call%s: its buffer belongs to that call's results and the array can no longer be used", e.typ, at)
 }
 
-func (e *donatingError) Is(target error) bool { return target == ErrDonated }
+func (e *donatingError) Is(target error) bool { return target == backend.ErrDonated }
 
-// Delete frees the buffer's memory now (trace.Deleter). Reading it afterwards
+// Delete frees the buffer's memory now (ir.Deleter). Reading it afterwards
 // fails with an error naming the line of the Delete call. Deleting twice, or
 // deleting a donated buffer, does nothing. A buffer a running execution
 // holds (Hold) is unusable at once but keeps its memory until the

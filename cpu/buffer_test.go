@@ -68,8 +68,8 @@ func TestMarkDonated(t *testing.T) {
 	b.markDonated("model_test.go:42")
 	require.Zero(t, deviceInUse())
 	_, err = b.Literal()
-	require.ErrorIs(t, err, ErrDonated)
-	require.NotErrorIs(t, err, ErrDeleted)
+	require.ErrorIs(t, err, backend.ErrDonated)
+	require.NotErrorIs(t, err, backend.ErrDeleted)
 	require.ErrorContains(t, err, "f32[2] was donated at model_test.go:42")
 	a := trace.FromBuffer(b)
 	require.Contains(t, a.String(), "donated at model_test.go:42")
@@ -78,7 +78,7 @@ func TestMarkDonated(t *testing.T) {
 	_, err = b.Literal()
 	require.ErrorContains(t, err, "model_test.go:42")
 	_, _, err = b.donate("x.go:1")
-	require.ErrorIs(t, err, ErrDonated)
+	require.ErrorIs(t, err, backend.ErrDonated)
 }
 
 // An executor reuses a donated argument's memory for a result.
@@ -97,7 +97,7 @@ func TestDonateToResult(t *testing.T) {
 	require.Equal(t, "i32[2,2]", live[0].Type.String())
 	require.Equal(t, "train.go:7", live[0].Site)
 	_, err = in.Literal()
-	require.ErrorIs(t, err, ErrDonated)
+	require.ErrorIs(t, err, backend.ErrDonated)
 	// Dropping the input changes nothing; dropping the result frees the memory.
 	in, inLit = nil, nil
 	_ = in

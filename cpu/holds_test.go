@@ -21,9 +21,9 @@ func TestDeleteWhileHeld(t *testing.T) {
 	require.NoError(t, b.Hold(false, ""))
 	require.NoError(t, b.Delete())
 	_, err = b.Literal()
-	require.ErrorIs(t, err, ErrDeleted)
+	require.ErrorIs(t, err, backend.ErrDeleted)
 	require.ErrorContains(t, err, "holds_test.go")
-	require.ErrorIs(t, b.Hold(false, ""), ErrDeleted)
+	require.ErrorIs(t, b.Hold(false, ""), backend.ErrDeleted)
 	l, err := b.heldLiteral() // the running execution still reads it
 	require.NoError(t, err)
 	require.Equal(t, []float32{1, 2, 3}, ir.View[float32](l))
@@ -33,7 +33,7 @@ func TestDeleteWhileHeld(t *testing.T) {
 	b.Unhold(false)
 	require.Zero(t, deviceInUse())
 	_, err = b.heldLiteral()
-	require.ErrorIs(t, err, ErrDeleted)
+	require.ErrorIs(t, err, backend.ErrDeleted)
 	require.NoError(t, b.Delete()) // a no-op now
 	require.Zero(t, deviceInUse())
 }
@@ -55,7 +55,7 @@ func TestDonationHoldWaitsForReaders(t *testing.T) {
 	go func() { got <- b.Hold(true, "train.go:3") }()
 	<-waiting
 	err = b.Hold(false, "")
-	require.ErrorIs(t, err, ErrDonated)
+	require.ErrorIs(t, err, backend.ErrDonated)
 	require.ErrorContains(t, err, "being donated to a running call at train.go:3")
 	require.ErrorContains(t, b.Hold(true, "other.go:1"), "train.go:3")
 	b.Unhold(false) // the reader is done: the donation goes on
@@ -66,7 +66,7 @@ func TestDonationHoldWaitsForReaders(t *testing.T) {
 	b.Unhold(true)
 	require.Zero(t, deviceInUse())
 	_, err = b.Literal()
-	require.ErrorIs(t, err, ErrDonated)
+	require.ErrorIs(t, err, backend.ErrDonated)
 	require.ErrorContains(t, err, "donated at train.go:3")
 }
 
@@ -90,9 +90,9 @@ func TestDeleteWhileDonating(t *testing.T) {
 		require.Zero(t, deviceInUse())
 		_, err = b.Literal()
 		if taken {
-			require.ErrorIs(t, err, ErrDonated, "taken")
+			require.ErrorIs(t, err, backend.ErrDonated, "taken")
 		} else {
-			require.ErrorIs(t, err, ErrDeleted, "not taken")
+			require.ErrorIs(t, err, backend.ErrDeleted, "not taken")
 			require.ErrorContains(t, err, "holds_test.go")
 		}
 	}
@@ -127,7 +127,7 @@ func TestDeleteWhileDonationWaits(t *testing.T) {
 	require.NoError(t, b.Delete())
 	require.Equal(t, int64(64), deviceInUse())
 	b.Unhold(false)
-	require.ErrorIs(t, <-got, ErrDeleted)
+	require.ErrorIs(t, <-got, backend.ErrDeleted)
 	require.Zero(t, deviceInUse())
 }
 
@@ -143,7 +143,7 @@ func TestHoldArgs(t *testing.T) {
 	require.ErrorContains(t, err, "argument 0 (f32[1]) is donated and also passed as argument 2")
 	require.NoError(t, y.Delete())
 	err = backend.HoldArgs([]trace.Buffer{x, y}, []bool{true}, "f.go:1")
-	require.ErrorIs(t, err, ErrDeleted)
+	require.ErrorIs(t, err, backend.ErrDeleted)
 	require.ErrorContains(t, err, "argument 1:")
 	// x is not left held: it can be donated and deleted at once.
 	require.NoError(t, x.Hold(true, "g.go:2"))

@@ -286,13 +286,14 @@ type Buffer struct {
 	t  ir.Type
 	m  mem
 	mu sync.Mutex
-	// freed says the buffer was deleted or donated; held says its memory
-	// is kept for the executions that hold it (trace.Holder) and freed
-	// when the last hold ends. uses counts usage holds; donating is set
+	// freed says the buffer was deleted or donated (donated says which);
+	// held says its memory is kept for the executions that hold it
+	// (trace.Holder) and freed when the last hold ends. uses counts usage holds; donating is set
 	// while a donation hold is taken or awaited (at site), wake is closed
 	// when uses falls to 0, and delLater says Delete was called while a
 	// donating call held it.
 	freed, held        bool
+	donated            bool
 	uses               int
 	donating, delLater bool
 	site               string
@@ -349,11 +350,45 @@ func (x *Buffer) Hold(donate bool, site string) error {
 func (x *Buffer) holdErrLocked() error {
 	switch {
 	case x.freed:
-		return fmt.Errorf("cuda: buffer of type %v was deleted or donated", x.t)
+		return &freedError{t: x.t, donated: x.donated}
 	case x.donating:
-		return fmt.Errorf("cuda: buffer of type %v is being donated to a running call at %s", x.t, x.site)
+		return &freedError{t: x.t, donated: true, site: x.site, running: true}
 	}
 	return nil
+}
+
+// freedErr is the error of using the buffer if it was deleted or donated,
+// else nil.
+func (x *Buffer) freedErr() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.freed {
+		return nil
+	}
+	return &freedError{t: x.t, donated: x.donated}
+}
+
+// freedError is the error of using a deleted or donated buffer, or one
+// being donated to a running call at site: it matches backend.ErrDonated
+// or backend.ErrDeleted (errors.Is).
+type freedError struct {
+	t                ir.Type
+	donated, running bool
+	site             string
+}
+
+func (e *freedError) Error() string {
+	switch {
+	case e.running:
+		return fmt.Sprintf("cuda: buffer of type %v is being donated to a running call at %s", e.t, e.site)
+	case e.donated:
+		return fmt.Sprintf("cuda: buffer of type %v was donated to an earlier call", e.t)
+	}
+	return fmt.Sprintf("cuda: buffer of type %v was deleted", e.t)
+}
+
+func (e *freedError) Is(target error) bool {
+	return (target == backend.ErrDonated && e.donated) || (target == backend.ErrDeleted && !e.donated)
 }
 
 // Unhold ends a hold taken by Hold (trace.Holder), freeing the memory of
@@ -393,8 +428,8 @@ func (x *Buffer) isHeld() bool {
 
 // Literal copies the buffer to a new host literal (waiting for the streams).
 func (x *Buffer) Literal() (*ir.Literal, error) {
-	if x.isFreed() {
-		return nil, fmt.Errorf("cuda: buffer of type %v was deleted or donated", x.t)
+	if err := x.freedErr(); err != nil {
+		return nil, err
 	}
 	l := ir.NewLiteral(x.t)
 	if err := x.b.enter(); err != nil {
@@ -701,7 +736,7 @@ func (e *executable) arguments(args []trace.Buffer) ([]*Buffer, error) {
 	for i, a := range args {
 		x, ok := a.(*Buffer)
 		if ok && x.isFreed() && !x.isHeld() {
-			return nil, fmt.Errorf("cuda: argument %d (%v) was deleted or donated to an earlier call", i, x.t)
+			return nil, fmt.Errorf("cuda: argument %d: %w", i, x.freedErr())
 		}
 		if ok && i < len(e.prog.Donated) && e.prog.Donated[i] {
 			for k, o := range args {

@@ -408,7 +408,7 @@ func (x *execution) output(v *ir.Value, buf passes.Buffer) (loc, error) {
 		a := x.in[buf.Param]
 		x.results[buf.Index] = x.b.newBuffer(body.Results[buf.Index].Type, a.m)
 		a.mu.Lock()
-		a.freed = true // donated: its memory now belongs to the result
+		a.freed, a.donated = true, true // its memory now belongs to the result
 		a.mu.Unlock()
 		return loc{a.m.ptr, a.m.host}, nil
 	}
