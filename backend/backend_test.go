@@ -1,7 +1,10 @@
 package backend
 
 import (
+	"math"
 	"testing"
+
+	"github.com/ferryml/ferry/internal/testkit/testseed"
 
 	"github.com/ferryml/ferry/ir"
 )
@@ -49,11 +52,19 @@ func TestRegistry(t *testing.T) {
 	}
 }
 
+// Fragmentation is the part of the free memory outside its largest block:
+// 0 when the free memory is one block or there is none.
 func TestFragmentation(t *testing.T) {
-	if f := (SpaceStats{LargestFreeBlock: 64, FreeBytes: 256}).Fragmentation(); f != 0.75 {
-		t.Fatalf("fragmentation %g, want 0.75", f)
+	rng := testseed.Rand(t, 1)
+	for range 100 {
+		free := 1 + rng.Int64N(1<<40)
+		largest := 1 + rng.Int64N(free)
+		want := float64(free-largest) / float64(free)
+		if f := Fragmentation(largest, free); math.Abs(f-want) > 1e-12 {
+			t.Fatalf("Fragmentation(%d, %d) = %g, want %g", largest, free, f, want)
+		}
 	}
-	if f := (SpaceStats{}).Fragmentation(); f != 0 {
+	if f := Fragmentation(0, 0); f != 0 {
 		t.Fatalf("fragmentation of nothing free %g, want 0", f)
 	}
 }

@@ -11,7 +11,7 @@ import (
 // An out-of-memory report names the device when its platform has several,
 // and NewOutOfMemoryError lists the live allocations of that device only.
 func TestOutOfMemoryNamesDevice(t *testing.T) {
-	s := SpaceStats{Platform: "cpu", Device: 2, Space: ir.Device, Allocator: AllocatorPlatform, Capacity: 1000, Limit: 1000, BytesInUse: 900}
+	s := MemStats{Platform: "cpu", Device: 2, Space: ir.Device, Allocator: AllocatorPlatform, Capacity: 1000, Limit: 1000, BytesInUse: 900}
 	live := []Allocation{
 		{Platform: "cpu", Device: 2, Space: ir.Device, What: "a", Bytes: 500, Site: "x.go:1", Born: time.Now()},
 		{Platform: "cpu", Device: 1, Space: ir.Device, What: "b", Bytes: 700, Site: "x.go:2", Born: time.Now()},

@@ -261,7 +261,9 @@ func formatLimit(n int64) string {
 	return formatExact(n)
 }
 
-// MemStats describes one memory pool (see MemoryStats).
+// MemStats describes one memory pool: a backend's memory of one space on
+// one device. Every backend reports its memory with it (Memory.MemoryStats);
+// runtime.MemoryStats and runtime.DeviceMemoryStats return it.
 type MemStats struct {
 	// Platform is the backend whose memory this is ("cpu", "cuda").
 	Platform string
@@ -287,8 +289,12 @@ type MemStats struct {
 	PeakBytesInUse int64
 	// LargestFreeBlock is the largest free block inside the reserved memory.
 	LargestFreeBlock int64
-	// Fragmentation is 1 − LargestFreeBlock / free reserved bytes, 0 when
-	// nothing reserved is free.
+	// FreeBytes is the free memory inside the reserved memory, FreeBlocks
+	// the number of its blocks.
+	FreeBytes  int64
+	FreeBlocks int
+	// Fragmentation is 1 − LargestFreeBlock / FreeBytes, 0 when nothing
+	// reserved is free (see the function Fragmentation).
 	Fragmentation float64
 	// NumAllocs counts the allocations since the pool was configured.
 	NumAllocs int64
@@ -456,7 +462,7 @@ func LiveArrayOf(a Allocation, now time.Time) LiveArray {
 // statistics of the space (whose Device is the device that ran out), the
 // largest of its live allocations on that device, and note
 // (why, when the failure is not simply a full pool; "" otherwise).
-func NewOutOfMemoryError(s SpaceStats, requested int64, what, note string, live []Allocation) *OutOfMemoryError {
+func NewOutOfMemoryError(s MemStats, requested int64, what, note string, live []Allocation) *OutOfMemoryError {
 	e := &OutOfMemoryError{Platform: s.Platform, Device: s.Device, Space: s.Space, Requested: requested, What: what, Allocator: s.Allocator,
 		Capacity: s.Capacity, Limit: s.Limit, Reserved: s.Reserved, InUse: s.BytesInUse, LargestFree: s.LargestFreeBlock,
 		FreeBytes: s.FreeBytes, FreeBlocks: s.FreeBlocks, LiveAllocs: s.LiveAllocs, Note: note}

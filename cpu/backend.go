@@ -13,7 +13,6 @@ import (
 	"github.com/ferryml/ferry/cpu/cpuexec"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
-	"github.com/ferryml/ferry/trace"
 )
 
 // cpuBackend compiles IR through the pass pipeline and runs it with the CPU
@@ -34,7 +33,7 @@ func (cpuBackend) Devices() []backend.Device {
 
 // FromLiteral copies a host literal into a new buffer on device 0, not
 // committed to it.
-func (cpuBackend) FromLiteral(l *ir.Literal) (trace.Buffer, error) {
+func (cpuBackend) FromLiteral(l *ir.Literal) (ir.Buffer, error) {
 	if int64(len(l.Data)) != l.Type.Bytes() {
 		return nil, fmt.Errorf("literal %v has %d bytes, want %d", l.Type, len(l.Data), l.Type.Bytes())
 	}
@@ -47,7 +46,7 @@ func (cpuBackend) FromLiteral(l *ir.Literal) (trace.Buffer, error) {
 
 // FromLiteralOn copies a host literal into a new buffer on device dev,
 // committed to it (backend.Placer).
-func (cpuBackend) FromLiteralOn(l *ir.Literal, dev int) (trace.Buffer, error) {
+func (cpuBackend) FromLiteralOn(l *ir.Literal, dev int) (ir.Buffer, error) {
 	if n := memPools.NumDevices(); dev < 0 || dev >= n {
 		return nil, deviceError(dev, n)
 	}
@@ -209,7 +208,7 @@ func (a *execAlloc) releaseAll() {
 // such an execution fails, it aborts opts.Comms (backend.ExecOptions). The
 // caller holds the arguments while it runs (backend.HoldArgs), so that a
 // Delete or a donation in another goroutine does not free them under it.
-func (e *cpuExecutable) Execute(args []trace.Buffer, opts backend.ExecOptions) (res []trace.Buffer, err error) {
+func (e *cpuExecutable) Execute(args []ir.Buffer, opts backend.ExecOptions) (res []ir.Buffer, err error) {
 	if e.exe.HasCollectives() {
 		defer func() {
 			if err != nil {
@@ -268,7 +267,7 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts backend.ExecOptions) (
 	outs := a.outs
 	res = opts.Results[:0]
 	if cap(res) < len(outs) {
-		res = make([]trace.Buffer, len(outs))
+		res = make([]ir.Buffer, len(outs))
 	}
 	res = res[:len(outs)]
 	var donatedUsed []bool
@@ -314,7 +313,7 @@ func (e *cpuExecutable) Execute(args []trace.Buffer, opts backend.ExecOptions) (
 
 // bufferDevice is the device of a buffer (backend.BufferDevice, without an
 // interface conversion for the CPU backend's own buffers).
-func bufferDevice(b trace.Buffer) int {
+func bufferDevice(b ir.Buffer) int {
 	if cb, ok := b.(*cpuBuffer); ok {
 		return int(cb.dev)
 	}

@@ -6,21 +6,14 @@ import (
 )
 
 // MemoryStats reports the pool of space of device dev (backend.Memory).
-func (cpuBackend) MemoryStats(dev int, space ir.MemorySpace) (backend.SpaceStats, bool) {
+func (cpuBackend) MemoryStats(dev int, space ir.MemorySpace) (backend.MemStats, bool) {
 	p, err := memPools.set().pool(dev, space)
 	if err != nil {
-		return backend.SpaceStats{}, false
+		return backend.MemStats{}, false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := p.statsLocked()
-	st := backend.SpaceStats{Platform: "cpu", Device: s.Device, Space: s.Space, Allocator: s.Allocator, Capacity: s.Capacity, Limit: s.Limit,
-		Reserved: s.Reserved, BytesInUse: s.BytesInUse, PeakBytesInUse: s.PeakBytesInUse, LargestFreeBlock: s.LargestFreeBlock,
-		NumAllocs: s.NumAllocs, LiveAllocs: s.LiveAllocs}
-	if p.bfc != nil {
-		_, st.FreeBytes, st.FreeBlocks = p.bfc.freeStats()
-	}
-	return st, true
+	return p.statsLocked(), true
 }
 
 // LiveAllocations lists the pools' live allocations, pool by pool (device
@@ -50,3 +43,15 @@ func (cpuBackend) LiveAllocations() []backend.Allocation {
 // ResetPeak sets the peaks of every device's pools to the bytes in use
 // (backend.Memory).
 func (cpuBackend) ResetPeak() { memPools.resetPeak() }
+
+var _ backend.HostMemory = cpuBackend{}
+
+// ConfigureMemory replaces the pools (backend.HostMemory; ConfigureMemory).
+func (cpuBackend) ConfigureMemory(cfg backend.MemoryConfig) error { return ConfigureMemory(cfg) }
+
+// SetDeviceCount sets the number of virtual devices (backend.HostMemory;
+// SetDeviceCount).
+func (cpuBackend) SetDeviceCount(n int) error { return SetDeviceCount(n) }
+
+// MemoryPools returns the process's pools (backend.HostMemory).
+func (cpuBackend) MemoryPools() backend.HostPools { return memPools }

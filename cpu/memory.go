@@ -259,16 +259,13 @@ func (p *pool) free(r *allocRecord) {
 func (p *pool) statsLocked() backend.MemStats {
 	s := backend.MemStats{Platform: "cpu", Device: p.device, Space: p.space, Allocator: p.kind, Capacity: p.capacity, Limit: p.limit,
 		BytesInUse: p.inUse, PeakBytesInUse: p.peak, NumAllocs: p.numAllocs, LiveAllocs: int64(p.nlive)}
-	var total int64
 	if p.bfc != nil {
 		s.Reserved = p.bfc.reserved()
-		s.LargestFreeBlock, total, _ = p.bfc.freeStats()
+		s.LargestFreeBlock, s.FreeBytes, s.FreeBlocks = p.bfc.freeStats()
 	} else {
 		s.Reserved = p.inUse
 	}
-	if total > 0 {
-		s.Fragmentation = 1 - float64(s.LargestFreeBlock)/float64(total)
-	}
+	s.Fragmentation = backend.Fragmentation(s.LargestFreeBlock, s.FreeBytes)
 	return s
 }
 

@@ -64,14 +64,14 @@ func (b *Backend) newBuffer(t ir.Type, m mem) *Buffer {
 // MemoryStats reports the backend's device memory (its slab, or
 // cuMemAlloc'd buffers with FERRY_ALLOCATOR=platform) and its pinned_host
 // memory (backend.Memory). The backend drives one GPU, device 0.
-func (b *Backend) MemoryStats(dev int, space ir.MemorySpace) (backend.SpaceStats, bool) {
+func (b *Backend) MemoryStats(dev int, space ir.MemorySpace) (backend.MemStats, bool) {
 	if dev != 0 || int(space) < 0 || int(space) >= len(b.use) {
-		return backend.SpaceStats{}, false
+		return backend.MemStats{}, false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	u := b.use[space]
-	s := backend.SpaceStats{Platform: "cuda", Space: space, Allocator: "platform", BytesInUse: u.inUse,
+	s := backend.MemStats{Platform: "cuda", Space: space, Allocator: "platform", BytesInUse: u.inUse,
 		PeakBytesInUse: u.peak, NumAllocs: u.numAllocs, Reserved: u.inUse}
 	for _, l := range b.live {
 		if l.space == space {
@@ -82,6 +82,7 @@ func (b *Backend) MemoryStats(dev int, space ir.MemorySpace) (backend.SpaceStats
 		s.Allocator = "bfc"
 		s.Capacity, s.Limit, s.Reserved = b.alloc.Limit, b.alloc.Limit, b.alloc.Limit
 		s.LargestFreeBlock, s.FreeBytes, s.FreeBlocks = b.alloc.FreeStats()
+		s.Fragmentation = backend.Fragmentation(s.LargestFreeBlock, s.FreeBytes)
 	}
 	return s, true
 }

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/ferryml/ferry/backend"
-	"github.com/ferryml/ferry/cpu"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/trace"
 )
@@ -18,7 +17,7 @@ const EnvCPUDevices = backend.EnvCPUDevices
 // cpu:n-1, each with its own device and pinned_host pools sized by the
 // memory settings (which it keeps), like XLA's
 // --xla_force_host_platform_device_count or FERRY_CPU_DEVICES=n. It is
-// ConfigureMemory with MemoryConfig.Devices = n (cpu.SetDeviceCount): call
+// ConfigureMemory with MemoryConfig.Devices = n (backend.HostMemory): call
 // it before making arrays, or when none is live.
 //
 // In a job of several processes (InitDistributed) the count is fixed: it is
@@ -27,7 +26,7 @@ func SetCPUDeviceCount(n int) error {
 	if _, _, k, on := distInfo(); on && n != k {
 		return fmt.Errorf("rt.SetCPUDeviceCount(%d): this process is in a job of several processes with %d devices each (rt.InitDistributed); the count cannot change", n, k)
 	}
-	return cpu.SetDeviceCount(n)
+	return hostMemory().SetDeviceCount(n)
 }
 
 // DeviceOf returns the device holding a concrete array (jax.Array.devices()
@@ -140,14 +139,17 @@ func DeviceMemoryStats(dev Device, space ir.MemorySpace) (MemStats, error) {
 }
 
 // memoryStats returns the statistics of a memory space of device dev of
-// be: its own (backend.Memory), or the CPU pools'.
+// be (backend.Memory); a backend that does not report its memory runs on
+// the host pools, whose statistics it returns.
 func memoryStats(be Backend, dev int, space ir.MemorySpace) (MemStats, bool) {
-	if m, ok := be.(backend.Memory); ok {
-		if s, ok := m.MemoryStats(dev, space); ok {
-			return s.MemStats(), true
-		}
+	m, ok := be.(backend.Memory)
+	if !ok {
+		m, ok = hostMemory().(backend.Memory)
 	}
-	return cpu.DeviceMemoryStats(dev, space)
+	if !ok {
+		return MemStats{Platform: be.Name(), Device: dev, Space: space}, false
+	}
+	return m.MemoryStats(dev, space)
 }
 
 // concreteBuffer returns x's buffer, or an error naming op for an array

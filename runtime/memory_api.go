@@ -5,31 +5,44 @@ import (
 	"time"
 
 	"github.com/ferryml/ferry/backend"
-	"github.com/ferryml/ferry/cpu"
 	"github.com/ferryml/ferry/ir"
 )
 
 // ErrDeleted is matched (errors.Is) by the error of reading an array whose
-// buffer was deleted with Array.Delete (cpu.ErrDeleted).
-var ErrDeleted = cpu.ErrDeleted
+// buffer was deleted with Array.Delete, on every backend
+// (backend.ErrDeleted).
+var ErrDeleted = backend.ErrDeleted
 
 // ErrDonated is matched (errors.Is) by the error of reading an array whose
-// buffer was donated to a jitted function (cpu.ErrDonated).
-var ErrDonated = cpu.ErrDonated
+// buffer was donated to a jitted function, on every backend
+// (backend.ErrDonated).
+var ErrDonated = backend.ErrDonated
 
-// Pools is the set of memory pools, one per memory space, that the CPU backend
-// allocates arrays from (cpu.Pools).
-type Pools = cpu.Pools
+// Pools is the set of memory pools, one per memory space of each device,
+// that the CPU backend allocates arrays from (backend.HostPools).
+type Pools = backend.HostPools
 
 // MemoryPools returns the process's memory pools, whose Alloc method is the
-// allocator executors of the CPU backend use.
-func MemoryPools() *Pools { return cpu.MemoryPools() }
+// allocator executors of the CPU backend use: those of the registered
+// backend that keeps its pools in host memory (backend.HostMemory), the CPU
+// backend.
+func MemoryPools() Pools { return hostMemory().MemoryPools() }
 
 // ConfigureMemory replaces the memory pools with new settings (defaults for
 // zero fields; see MemoryConfig and the environment variables it mirrors). It
 // may be called before first use, or later when no buffers are live: it returns
 // an error if arrays are still reachable after a garbage collection.
-func ConfigureMemory(cfg MemoryConfig) error { return cpu.ConfigureMemory(cfg) }
+func ConfigureMemory(cfg MemoryConfig) error { return hostMemory().ConfigureMemory(cfg) }
+
+// hostMemory is the backend whose pools MemoryConfig sets: the CPU
+// backend, registered by this package's import of it.
+func hostMemory() backend.HostMemory {
+	h := backend.FindHostMemory()
+	if h == nil {
+		panic("ferry: no registered backend keeps memory pools in host memory (the CPU backend was unregistered)")
+	}
+	return h
+}
 
 // MemoryStats returns the statistics of a memory space of the default
 // device (device 0) of the default backend: the CPU pools, or the memory of
@@ -59,23 +72,14 @@ func ResetPeakMemory() {
 // not yet collected are still listed; zero-size arrays hold no memory and are
 // not.
 func LiveArrays() []LiveArray {
-	out := cpu.LiveArrays() // sorted
-	pools := len(out)
+	var out []LiveArray
 	now := time.Now()
-	for _, b := range backend.All() {
-		m, ok := b.(backend.Memory)
-		if !ok || b.Name() == "cpu" {
-			continue // the CPU backend's are the pools'
-		}
-		for _, a := range m.LiveAllocations() {
-			if a.IsArray && a.Bytes > 0 {
-				out = append(out, backend.LiveArrayOf(a, now))
-			}
+	for _, a := range backend.AllLiveAllocations() {
+		if a.IsArray && a.Bytes > 0 {
+			out = append(out, backend.LiveArrayOf(a, now))
 		}
 	}
-	if len(out) > pools {
-		backend.SortLive(out)
-	}
+	backend.SortLive(out)
 	return out
 }
 

@@ -45,6 +45,6 @@ func ParseMemorySize(s string) (int64, error) { return backend.ParseMemorySize(s
 
 // NewOutOfMemoryError is the out-of-memory report of a backend other than
 // the CPU one (backend.NewOutOfMemoryError).
-func NewOutOfMemoryError(s backend.SpaceStats, requested int64, what, note string, live []backend.Allocation) *OutOfMemoryError {
+func NewOutOfMemoryError(s MemStats, requested int64, what, note string, live []backend.Allocation) *OutOfMemoryError {
 	return backend.NewOutOfMemoryError(s, requested, what, note, live)
 }

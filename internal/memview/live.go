@@ -115,10 +115,10 @@ func LivePools() *Live {
 	return out
 }
 
-func pool(st backend.SpaceStats, list []backend.Allocation, now time.Time) Pool {
+func pool(st backend.MemStats, list []backend.Allocation, now time.Time) Pool {
 	p := Pool{Platform: st.Platform, Device: st.Device, Space: st.Space.String(), Allocator: st.Allocator, Capacity: st.Capacity,
 		Limit: st.Limit, Reserved: st.Reserved, BytesInUse: st.BytesInUse, PeakBytesInUse: st.PeakBytesInUse,
-		LargestFreeBlock: st.LargestFreeBlock, FreeBytes: st.FreeBytes, FreeBlocks: st.FreeBlocks, Fragmentation: st.Fragmentation(),
+		LargestFreeBlock: st.LargestFreeBlock, FreeBytes: st.FreeBytes, FreeBlocks: st.FreeBlocks, Fragmentation: st.Fragmentation,
 		LiveAllocs: st.LiveAllocs, Largest: []LiveBuffer{}}
 	slices.SortStableFunc(list, func(a, b backend.Allocation) int { return cmp.Compare(b.Bytes, a.Bytes) })
 	for i, a := range list {
