@@ -199,6 +199,12 @@ type OpInfo struct {
 	// Lower names the op's lowerings on the backends that lower by name.
 	Lower Lowering
 
+	// View is the index rule of an op that only moves elements (its
+	// result element i is operand 0's element View(op).At(i)): kernels of
+	// every backend read the operand through it instead of copying (see
+	// StridedView). Nil for every other op.
+	View func(op *Op) StridedView
+
 	// Shard is the sharding propagation rule (see ShardingRule), read by
 	// passes.PropagateShardings. Every op has one; the ops in
 	// DefaultShardedOps have ShardReplicate on purpose. The vmap batching
@@ -356,10 +362,10 @@ func init() {
 	def(Convert, OpInfo{Name: "convert", NumArgs: 1, Differentiable: true, Elementwise: true, Attrs: []AttrSpec{{"dtype", AttrDType, false}}, Infer: inferConvert})
 	def(BitcastConvert, OpInfo{Name: "bitcast_convert", NumArgs: 1, Elementwise: true, Attrs: []AttrSpec{{"dtype", AttrDType, false}}, Infer: inferBitcast})
 
-	def(BroadcastInDim, OpInfo{Name: "broadcast_in_dim", NumArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"shape", AttrInts, false}, {"dims", AttrInts, false}}, Infer: inferBroadcastInDim})
-	def(Reshape, OpInfo{Name: "reshape", NumArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"shape", AttrInts, false}}, Infer: inferReshape})
-	def(Transpose, OpInfo{Name: "transpose", NumArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"perm", AttrInts, false}}, Infer: inferTranspose})
-	def(Slice, OpInfo{Name: "slice", NumArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"start", AttrInts, false}, {"limit", AttrInts, false}, {"strides", AttrInts, false}}, Infer: inferSlice})
+	def(BroadcastInDim, OpInfo{Name: "broadcast_in_dim", NumArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"shape", AttrInts, false}, {"dims", AttrInts, false}}, Infer: inferBroadcastInDim, View: viewBroadcastInDim})
+	def(Reshape, OpInfo{Name: "reshape", NumArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"shape", AttrInts, false}}, Infer: inferReshape, View: viewReshape})
+	def(Transpose, OpInfo{Name: "transpose", NumArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"perm", AttrInts, false}}, Infer: inferTranspose, View: viewTranspose})
+	def(Slice, OpInfo{Name: "slice", NumArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"start", AttrInts, false}, {"limit", AttrInts, false}, {"strides", AttrInts, false}}, Infer: inferSlice, View: viewSlice})
 	def(DynamicSlice, OpInfo{Name: "dynamic_slice", NumArgs: -1, MinArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"sizes", AttrInts, false}}, Infer: inferDynamicSlice})
 	def(DynamicUpdateSlice, OpInfo{Name: "dynamic_update_slice", NumArgs: -1, MinArgs: 2, Differentiable: true, Infer: inferDynamicUpdateSlice})
 	def(Concatenate, OpInfo{Name: "concatenate", NumArgs: -1, MinArgs: 1, Differentiable: true, Attrs: []AttrSpec{{"axis", AttrInt, false}}, Infer: inferConcatenate})

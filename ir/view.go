@@ -39,23 +39,30 @@ func NewStridedView(shape, strides []int, offset int) StridedView {
 	return v
 }
 
-// ViewOf returns the view through which result 0 of op reads operand 0, for
-// the ops that only move elements: broadcast_in_dim (BroadcastView),
-// transpose (TransposeView), slice (SliceView), and (as the identity)
-// reshape. ok is false for every other op.
+// ViewOf returns the view through which result 0 of op reads operand 0,
+// from the op table's View rule (OpInfo.View): broadcast_in_dim, transpose,
+// slice and, as the identity, reshape. ok is false for every other op.
 func ViewOf(op *Op) (v StridedView, ok bool) {
-	switch op.Code {
-	case BroadcastInDim:
-		return BroadcastView(op.Args[0].Type.Shape, op.Results[0].Type.Shape, op.Attrs.Ints("dims")), true
-	case Transpose:
-		return TransposeView(op.Args[0].Type.Shape, op.Attrs.Ints("perm")), true
-	case Slice:
-		return SliceView(op.Args[0].Type.Shape, op.Results[0].Type.Shape, op.Attrs.Ints("start"), op.Attrs.Ints("strides")), true
-	case Reshape:
-		return StridedView{}, true
+	if int(op.Code) >= len(opTable) || opTable[op.Code].View == nil {
+		return StridedView{}, false
 	}
-	return StridedView{}, false
+	return opTable[op.Code].View(op), true
 }
+
+// The View rules of the op table.
+func viewBroadcastInDim(op *Op) StridedView {
+	return BroadcastView(op.Args[0].Type.Shape, op.Results[0].Type.Shape, op.Attrs.Ints("dims"))
+}
+
+func viewTranspose(op *Op) StridedView {
+	return TransposeView(op.Args[0].Type.Shape, op.Attrs.Ints("perm"))
+}
+
+func viewSlice(op *Op) StridedView {
+	return SliceView(op.Args[0].Type.Shape, op.Results[0].Type.Shape, op.Attrs.Ints("start"), op.Attrs.Ints("strides"))
+}
+
+func viewReshape(*Op) StridedView { return StridedView{} }
 
 // BroadcastView is the view of broadcast_in_dim from shape in to shape out,
 // operand dimension i becoming result dimension dims[i] (size-1 operand

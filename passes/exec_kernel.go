@@ -52,8 +52,11 @@ func IsReduce(c ir.Code) bool {
 // which become leaf views, constant and iota (NodeConst leaves) and
 // dot_general (the product of an output group, NodeDot).
 func KernelNodeOp(c ir.Code) bool {
+	if c.Info().View != nil { // broadcast_in_dim, transpose, slice, reshape: read through views
+		return true
+	}
 	switch c {
-	case ir.BroadcastInDim, ir.Transpose, ir.Slice, ir.Reshape, ir.DevicePut, ir.Constant, ir.Iota, ir.DotGeneral:
+	case ir.DevicePut, ir.Constant, ir.Iota, ir.DotGeneral:
 		return true
 	}
 	return false
