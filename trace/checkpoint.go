@@ -575,10 +575,12 @@ func adInlineTracer(t *Tracer) []*Array {
 		}
 		return adInline(kept, params, nil)
 	}
+	// Capture in parameter order: valueOf may give a capture a parameter of
+	// the enclosing region, and that order must not depend on map iteration.
 	pv := map[*ir.Value]*ir.Value{}
-	for p, a := range paramArr {
+	for i, p := range r.Params {
 		if used[p] {
-			pv[p] = cur.valueOf(a)
+			pv[p] = cur.valueOf(caps[i])
 		}
 	}
 	for i, op := range r.Ops {
