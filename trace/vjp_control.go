@@ -41,16 +41,82 @@ func adCtOrZeros(ct *Array, t ir.Type) *Array {
 	return adCastLike(ct, t)
 }
 
+// adScanLin linearizes a scan op: it emits the forward scan with the
+// residuals as extra ys and returns its results, which of them are active,
+// and the backward function (a reversed scan) from their cotangents to the
+// arguments'.
 func adScanLin(op *ir.Op, args []*Array, argAct []bool) ([]*Array, []bool, func([]*Array) []*Array) {
-	at := op.Attrs
-	nc, nk, n, rev := at.Int("num_consts"), at.Int("num_carry"), at.Int("length"), at.Bool("reverse")
-	body := op.Regions[0]
-	np := len(body.Params)
-	ny := len(body.Results) - nk
+	s := newScanLin(op, args, argAct)
+	dst := adDstFunc()
+	s.F = NewTracer(dst, dst.NewRegion())
+	s.B = NewTracer(dst, dst.NewRegion())
+	defer s.F.Close()
+	defer s.B.Close()
+	adWith(s.F, s.traceBodies)
+	s.sortCaptures()
+	s.forwardScan()
+	s.arrangeBackward()
+	return s.outs, s.outAct(), s.backward
+}
 
-	// Which body parameters are active: a carry is active if its initial value is
-	// or if the body makes it depend on an active value (a fixed point).
-	pAct := make([]bool, np)
+// scanLin is the state of adScanLin: the scan's shape, which of its body
+// parameters are active, the forward (F) and backward (B) body tracers, and
+// what the backward body captured, sorted.
+type scanLin struct {
+	op   *ir.Op
+	args []*Array
+	body *ir.Region
+	// nc, nk, n: the scan's consts, carries and length; np, ny: its body's
+	// parameters and ys.
+	nc, nk, n, np, ny int
+	rev               bool
+	// pAct[i]: body parameter i is active.
+	pAct []bool
+	// accIdx: the active consts; ccIdx: the active carries; xIdx: the
+	// active xs; yIdx: the active ys.
+	accIdx, ccIdx, xIdx, yIdx []int
+	F, B                      *Tracer
+	lin                       *adLin
+	// nExp counts the backward body's explicit parameters (accumulators,
+	// carry cotangents, ys' cotangents); its captures follow.
+	nExp int
+	// bps are the backward body's parameters as traced.
+	bps []*ir.Value
+	// fcaps are the forward body's captures when the backward's are sorted.
+	fcaps []*Array
+	// The backward body's captures, sorted: consts (bConsts, parameters
+	// bConstP), the forward xs (bXs, bXsP) and the residuals (forward
+	// arrays resF, parameters resP).
+	bConsts, bXs, resF  []*Array
+	bConstP, bXsP, resP []*ir.Value
+	leafP               map[*ir.Value]*ir.Value
+	bRegion             *ir.Region
+	outs, stacked       []*Array
+}
+
+// newScanLin reads op's attributes and finds the active body parameters.
+func newScanLin(op *ir.Op, args []*Array, argAct []bool) *scanLin {
+	at := op.Attrs
+	body := op.Regions[0]
+	s := &scanLin{
+		op: op, args: args, body: body,
+		nc: at.Int("num_consts"), nk: at.Int("num_carry"), n: at.Int("length"), rev: at.Bool("reverse"),
+		np:    len(body.Params),
+		leafP: map[*ir.Value]*ir.Value{},
+	}
+	s.ny = len(body.Results) - s.nk
+	s.activity(argAct)
+	s.activeIndices()
+	return s
+}
+
+// activity finds which body parameters are active: a carry is active if
+// its initial value is or if the body makes it depend on an active value
+// (a fixed point).
+func (s *scanLin) activity(argAct []bool) {
+	body, nc, nk := s.body, s.nc, s.nk
+	s.pAct = make([]bool, s.np)
+	pAct := s.pAct
 	for i := range pAct {
 		pAct[i] = argAct[i] && adFloat(body.Params[i].Type.DType)
 	}
@@ -66,208 +132,239 @@ func adScanLin(op *ir.Op, args []*Array, argAct []bool) ([]*Array, []bool, func(
 			break
 		}
 	}
-	var accIdx, ccIdx, xIdx, yIdx []int
+}
+
+// activeIndices lists the active consts, carries and xs.
+func (s *scanLin) activeIndices() {
+	nc, nk := s.nc, s.nk
 	for i := 0; i < nc; i++ {
-		if pAct[i] {
-			accIdx = append(accIdx, i)
+		if s.pAct[i] {
+			s.accIdx = append(s.accIdx, i)
 		}
 	}
 	for j := 0; j < nk; j++ {
-		if pAct[nc+j] {
-			ccIdx = append(ccIdx, j)
+		if s.pAct[nc+j] {
+			s.ccIdx = append(s.ccIdx, j)
 		}
 	}
-	for i := nc + nk; i < np; i++ {
-		if pAct[i] {
-			xIdx = append(xIdx, i-nc-nk)
+	for i := nc + nk; i < s.np; i++ {
+		if s.pAct[i] {
+			s.xIdx = append(s.xIdx, i-nc-nk)
 		}
 	}
+}
 
-	dst := adDstFunc()
-	F := NewTracer(dst, dst.NewRegion())
-	B := NewTracer(dst, dst.NewRegion())
-	defer F.Close()
-	defer B.Close()
-	var lin *adLin
-	nExp := 0
-	adWith(F, func() {
-		fp := make([]*Array, np)
-		for i, p := range body.Params {
-			fp[i] = F.Param(p.Type)
+// traceBodies linearizes the body into F (active) and traces the backward
+// body into B on top of it.
+func (s *scanLin) traceBodies() {
+	fp := make([]*Array, s.np)
+	for i, p := range s.body.Params {
+		fp[i] = s.F.Param(p.Type)
+	}
+	s.lin = adLinearize(s.body, fp, s.pAct)
+	for k := 0; k < s.ny; k++ {
+		if s.lin.resAct[s.nk+k] {
+			s.yIdx = append(s.yIdx, k)
 		}
-		lin = adLinearize(body, fp, pAct)
-		for k := 0; k < ny; k++ {
-			if lin.resAct[nk+k] {
-				yIdx = append(yIdx, k)
-			}
-		}
-		adWith(B, func() {
-			var acc, cc, cy []*Array
-			for _, i := range accIdx {
-				acc = append(acc, B.Param(adCtType(body.Params[i].Type)))
-			}
-			for _, j := range ccIdx {
-				cc = append(cc, B.Param(adCtType(body.Params[nc+j].Type)))
-			}
-			for _, k := range yIdx {
-				cy = append(cy, B.Param(adCtType(body.Results[nk+k].Type)))
-			}
-			nExp = len(acc) + len(cc) + len(cy)
-			cts := make([]*Array, nk+ny)
-			for q, j := range ccIdx {
-				cts[j] = cc[q]
-			}
-			for q, k := range yIdx {
-				cts[nk+k] = cy[q]
-			}
-			pc := lin.backward(cts)
-			var res []*ir.Value
-			for q, i := range accIdx {
-				res = append(res, B.Output(adCtOrZeros(adAccum(acc[q], pc[i]), body.Params[i].Type)))
-			}
-			for _, j := range ccIdx {
-				res = append(res, B.Output(adCtOrZeros(pc[nc+j], body.Params[nc+j].Type)))
-			}
-			for _, x := range xIdx {
-				res = append(res, B.Output(adCtOrZeros(pc[nc+nk+x], body.Params[nc+nk+x].Type)))
-			}
-			B.region.Results = res
-		})
-	})
+	}
+	adWith(s.B, s.traceBackwardBody)
+}
 
-	// Sort what the backward body captured: consts, xs, residuals.
-	fcaps := F.Captures()
-	bps := append([]*ir.Value(nil), B.region.Params...)
-	var bConsts, bXs, resF []*Array
-	var bConstP, bXsP, resP []*ir.Value
-	// Forward values computed from loop-invariant consts by cheap shape ops are
-	// recomputed in the backward body from the consts rather than stacked.
-	outerOf := func(v *ir.Value) *Array { // the outer array of an F const parameter
-		if v.Index < nc {
-			return args[v.Index]
-		}
-		return fcaps[v.Index-np]
+// traceBackwardBody traces the backward body: from the accumulators, the
+// carry's and the ys' cotangents to the accumulators, the carry's and the
+// xs' cotangents.
+func (s *scanLin) traceBackwardBody() {
+	B, body, nc, nk := s.B, s.body, s.nc, s.nk
+	var acc, cc, cy []*Array
+	for _, i := range s.accIdx {
+		acc = append(acc, B.Param(adCtType(body.Params[i].Type)))
 	}
-	leafP := map[*ir.Value]*ir.Value{}
-	lv := &adLeaves{
-		ok: func(v *ir.Value) bool {
-			return v.Index < len(F.region.Params) && F.region.Params[v.Index] == v && (v.Index < nc || v.Index >= np)
-		},
-		get: func(v *ir.Value) *ir.Value {
-			if p := leafP[v]; p != nil {
-				return p
-			}
-			p := B.region.AddParam(v.Type)
-			leafP[v] = p
-			bConsts, bConstP = append(bConsts, outerOf(v)), append(bConstP, p)
-			return p
-		},
+	for _, j := range s.ccIdx {
+		cc = append(cc, B.Param(adCtType(body.Params[nc+j].Type)))
 	}
-	for j, c := range B.Captures() {
-		pv := bps[nExp+j]
-		if c.tr != F {
-			bConsts, bConstP = append(bConsts, c), append(bConstP, pv)
-			continue
-		}
-		if c.val.Op == nil {
-			switch idx := c.val.Index; {
-			case idx < nc || idx >= np:
-				if have := leafP[c.val]; have != nil {
-					adMergeParam(B.region, pv, have)
-				} else {
-					leafP[c.val] = pv
-					bConsts, bConstP = append(bConsts, outerOf(c.val)), append(bConstP, pv)
-				}
-			case idx < nc+nk:
-				resF, resP = append(resF, c), append(resP, pv)
-			default:
-				bXs, bXsP = append(bXs, args[idx]), append(bXsP, pv)
-			}
-			continue
-		}
-		if adRematInto(B.region, pv, c.val, lv) {
-			continue
-		}
-		resF, resP = append(resF, c), append(resP, pv)
+	for _, k := range s.yIdx {
+		cy = append(cy, B.Param(adCtType(body.Results[nk+k].Type)))
 	}
+	s.nExp = len(acc) + len(cc) + len(cy)
+	cts := make([]*Array, nk+s.ny)
+	for q, j := range s.ccIdx {
+		cts[j] = cc[q]
+	}
+	for q, k := range s.yIdx {
+		cts[nk+k] = cy[q]
+	}
+	pc := s.lin.backward(cts)
+	var res []*ir.Value
+	for q, i := range s.accIdx {
+		res = append(res, B.Output(adCtOrZeros(adAccum(acc[q], pc[i]), body.Params[i].Type)))
+	}
+	for _, j := range s.ccIdx {
+		res = append(res, B.Output(adCtOrZeros(pc[nc+j], body.Params[nc+j].Type)))
+	}
+	for _, x := range s.xIdx {
+		res = append(res, B.Output(adCtOrZeros(pc[nc+nk+x], body.Params[nc+nk+x].Type)))
+	}
+	B.region.Results = res
+}
 
-	// The forward scan: the body's results plus the residuals as extra ys.
+// outerOf returns the outer array of an F const parameter.
+func (s *scanLin) outerOf(v *ir.Value) *Array {
+	if v.Index < s.nc {
+		return s.args[v.Index]
+	}
+	return s.fcaps[v.Index-s.np]
+}
+
+// isLeaf reports whether v is a loop-invariant parameter of F: a const or
+// a capture.
+func (s *scanLin) isLeaf(v *ir.Value) bool {
+	F := s.F
+	return v.Index < len(F.region.Params) && F.region.Params[v.Index] == v && (v.Index < s.nc || v.Index >= s.np)
+}
+
+// leafParam returns the backward body's const parameter for the F leaf v,
+// adding it if new.
+func (s *scanLin) leafParam(v *ir.Value) *ir.Value {
+	if p := s.leafP[v]; p != nil {
+		return p
+	}
+	p := s.B.region.AddParam(v.Type)
+	s.leafP[v] = p
+	s.bConsts, s.bConstP = append(s.bConsts, s.outerOf(v)), append(s.bConstP, p)
+	return p
+}
+
+// sortCaptures sorts what the backward body captured: consts, xs,
+// residuals. Forward values computed from loop-invariant consts by cheap
+// shape ops are recomputed in the backward body from the consts rather
+// than stacked.
+func (s *scanLin) sortCaptures() {
+	s.fcaps = s.F.Captures()
+	s.bps = append([]*ir.Value(nil), s.B.region.Params...)
+	lv := &adLeaves{ok: s.isLeaf, get: s.leafParam}
+	for j, c := range s.B.Captures() {
+		s.sortCapture(c, s.bps[s.nExp+j], lv)
+	}
+}
+
+// sortCapture sorts the backward body's capture c, its parameter pv.
+func (s *scanLin) sortCapture(c *Array, pv *ir.Value, lv *adLeaves) {
+	if c.tr != s.F {
+		s.bConsts, s.bConstP = append(s.bConsts, c), append(s.bConstP, pv)
+		return
+	}
+	if c.val.Op == nil {
+		switch idx := c.val.Index; {
+		case idx < s.nc || idx >= s.np:
+			if have := s.leafP[c.val]; have != nil {
+				adMergeParam(s.B.region, pv, have)
+			} else {
+				s.leafP[c.val] = pv
+				s.bConsts, s.bConstP = append(s.bConsts, s.outerOf(c.val)), append(s.bConstP, pv)
+			}
+		case idx < s.nc+s.nk:
+			s.resF, s.resP = append(s.resF, c), append(s.resP, pv)
+		default:
+			s.bXs, s.bXsP = append(s.bXs, s.args[idx]), append(s.bXsP, pv)
+		}
+		return
+	}
+	if adRematInto(s.B.region, pv, c.val, lv) {
+		return
+	}
+	s.resF, s.resP = append(s.resF, c), append(s.resP, pv)
+}
+
+// forwardScan emits the forward scan: the body's results plus the
+// residuals as extra ys.
+func (s *scanLin) forwardScan() {
+	F := s.F
 	adWith(F, func() {
 		var vals []*ir.Value
-		for _, r := range lin.results {
+		for _, r := range s.lin.results {
 			vals = append(vals, F.Output(r))
 		}
-		for _, r := range resF {
+		for _, r := range s.resF {
 			vals = append(vals, F.Output(r))
 		}
 		F.region.Results = vals
 	})
-	fcaps = F.Captures()
+	fcaps := F.Captures()
 	var fslots []adSlot
-	for _, p := range F.region.Params[np:] {
+	for _, p := range F.region.Params[s.np:] {
 		fslots = append(fslots, adSlot{v: p})
 	}
-	for _, p := range F.region.Params[:np] {
+	for _, p := range F.region.Params[:s.np] {
 		fslots = append(fslots, adSlot{v: p})
 	}
 	adArrange(F.region, fslots)
-	fargs := append(append([]*Array{}, fcaps...), args...)
-	fattrs := ir.Attrs{"num_consts": len(fcaps) + nc, "num_carry": nk, "length": n, "reverse": rev}
+	fargs := append(append([]*Array{}, fcaps...), s.args...)
+	fattrs := ir.Attrs{"num_consts": len(fcaps) + s.nc, "num_carry": s.nk, "length": s.n, "reverse": s.rev}
 	all := adApplyRegions(ir.Scan, fattrs, []*ir.Region{F.region}, false, fargs)
-	adKeepLoc(all, op)
-	outs, stacked := all[:nk+ny], all[nk+ny:]
+	adKeepLoc(all, s.op)
+	s.outs, s.stacked = all[:s.nk+s.ny], all[s.nk+s.ny:]
+}
 
-	// The backward body's parameters: consts, carry (accumulators, carry
-	// cotangent), xs (ys' cotangents, forward xs, residuals).
+// arrangeBackward orders the backward body's parameters: consts, carry
+// (accumulators, carry cotangent), xs (ys' cotangents, forward xs,
+// residuals).
+func (s *scanLin) arrangeBackward() {
 	var bslots []adSlot
-	for _, p := range bConstP {
+	for _, p := range s.bConstP {
 		bslots = append(bslots, adSlot{v: p})
 	}
-	for _, p := range bps[:nExp] {
+	for _, p := range s.bps[:s.nExp] {
 		bslots = append(bslots, adSlot{v: p})
 	}
-	for _, p := range append(append([]*ir.Value{}, bXsP...), resP...) {
+	for _, p := range append(append([]*ir.Value{}, s.bXsP...), s.resP...) {
 		bslots = append(bslots, adSlot{v: p})
 	}
-	adArrange(B.region, bslots)
-	bRegion := B.region
+	adArrange(s.B.region, bslots)
+	s.bRegion = s.B.region
+}
 
-	outAct := make([]bool, nk+ny)
-	for j := 0; j < nk; j++ {
-		outAct[j] = pAct[nc+j]
+// outAct reports which of the scan's results are active.
+func (s *scanLin) outAct() []bool {
+	outAct := make([]bool, s.nk+s.ny)
+	for j := 0; j < s.nk; j++ {
+		outAct[j] = s.pAct[s.nc+j]
 	}
-	for _, k := range yIdx {
-		outAct[nk+k] = true
+	for _, k := range s.yIdx {
+		outAct[s.nk+k] = true
 	}
-	bwd := func(cts []*Array) []*Array {
-		bargs := append([]*Array{}, bConsts...)
-		for _, i := range accIdx {
-			bargs = append(bargs, adZeros(adCtType(body.Params[i].Type)))
-		}
-		for _, j := range ccIdx {
-			bargs = append(bargs, adCtOrZeros(cts[j], args[nc+j].Type()))
-		}
-		for _, k := range yIdx {
-			bargs = append(bargs, adCtOrZeros(cts[nk+k], outs[nk+k].Type()))
-		}
-		bargs = append(append(bargs, bXs...), stacked...)
-		battrs := ir.Attrs{"num_consts": len(bConsts), "num_carry": len(accIdx) + len(ccIdx), "length": n, "reverse": !rev}
-		bo := adApplyRegions(ir.Scan, battrs, []*ir.Region{bRegion}, true, bargs)
-		adKeepLoc(bo, op)
-		argCts := make([]*Array, len(args))
-		for q, i := range accIdx {
-			argCts[i] = bo[q]
-		}
-		for q, j := range ccIdx {
-			argCts[nc+j] = bo[len(accIdx)+q]
-		}
-		off := len(accIdx) + len(ccIdx)
-		for q, x := range xIdx {
-			argCts[nc+nk+x] = bo[off+q]
-		}
-		return argCts
+	return outAct
+}
+
+// backward emits the backward scan from the results' cotangents cts and
+// returns the arguments' cotangents.
+func (s *scanLin) backward(cts []*Array) []*Array {
+	nc, nk, body := s.nc, s.nk, s.body
+	bargs := append([]*Array{}, s.bConsts...)
+	for _, i := range s.accIdx {
+		bargs = append(bargs, adZeros(adCtType(body.Params[i].Type)))
 	}
-	return outs, outAct, bwd
+	for _, j := range s.ccIdx {
+		bargs = append(bargs, adCtOrZeros(cts[j], s.args[nc+j].Type()))
+	}
+	for _, k := range s.yIdx {
+		bargs = append(bargs, adCtOrZeros(cts[nk+k], s.outs[nk+k].Type()))
+	}
+	bargs = append(append(bargs, s.bXs...), s.stacked...)
+	battrs := ir.Attrs{"num_consts": len(s.bConsts), "num_carry": len(s.accIdx) + len(s.ccIdx), "length": s.n, "reverse": !s.rev}
+	bo := adApplyRegions(ir.Scan, battrs, []*ir.Region{s.bRegion}, true, bargs)
+	adKeepLoc(bo, s.op)
+	argCts := make([]*Array, len(s.args))
+	for q, i := range s.accIdx {
+		argCts[i] = bo[q]
+	}
+	for q, j := range s.ccIdx {
+		argCts[nc+j] = bo[len(s.accIdx)+q]
+	}
+	off := len(s.accIdx) + len(s.ccIdx)
+	for q, x := range s.xIdx {
+		argCts[nc+nk+x] = bo[off+q]
+	}
+	return argCts
 }
 
 func adCondLin(op *ir.Op, args []*Array, argAct []bool) ([]*Array, []bool, func([]*Array) []*Array) {
