@@ -15,6 +15,20 @@ import (
 // candKey is a candidate's stable identity: (scan body, index in it).
 type candKey struct{ scope, index int }
 
+// sortedKeys returns the keys of m by scope, then index: sums over
+// candidates run in this order, so an estimate is the same to the last bit
+// in every run.
+func sortedKeys[V any](m map[candKey]V) []candKey {
+	ks := slices.Collect(maps.Keys(m))
+	slices.SortFunc(ks, func(a, b candKey) int {
+		if a.scope != b.scope {
+			return a.scope - b.scope
+		}
+		return a.index - b.index
+	})
+	return ks
+}
+
 // candInfo is what one trace learns about a candidate.
 type candInfo struct {
 	op, typ, loc string
@@ -123,12 +137,15 @@ func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, ba
 	fwd := map[int]float64{}   // per scope: forward compute seconds per iteration
 	xfer := map[int]float64{}  // per scope: one-way transfer seconds per iteration
 	iters := map[int]float64{} // per scope
-	for k, ci := range cands {
+	keys := sortedKeys(cands)
+	for _, k := range keys {
+		ci := cands[k]
 		fwd[k.scope] += ci.dot/r.Flop + ci.elem/r.Elem
 		iters[k.scope] = float64(ci.iters)
 	}
 	extra := 0.0
-	for k, ci := range cands {
+	for _, k := range keys {
+		ci := cands[k]
 		a, ok := dec[k]
 		if !ok && ci.fromHost {
 			a, ok = trace.Recompute, true // copied in again (planTrace.Decide)
@@ -149,12 +166,16 @@ func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, ba
 			xfer[k.scope] += float64(ci.bytes) / r.Bandwidth
 		}
 	}
-	for s, t := range xfer {
+	scopes := slices.Sorted(maps.Keys(xfer))
+	decKeys := sortedKeys(dec)
+	for _, s := range scopes {
+		t := xfer[s]
 		// Out during the forward pass, back during the backward one (about
 		// twice the forward's work): what the compute does not hide shows.
 		shown := (math.Max(0, t-fwd[s]) + math.Max(0, t-2*fwd[s])) * iters[s]
 		extra += shown
-		for k, a := range dec {
+		for _, k := range decKeys {
+			a := dec[k]
 			if ci := cands[k]; ci != nil && k.scope == s && a == trace.Offload && ci.device && t > 0 {
 				c.per[k] = shown * float64(ci.bytes) / r.Bandwidth / t
 			}
