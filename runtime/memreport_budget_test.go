@@ -138,12 +138,37 @@ func TestMemoryReportBudget(t *testing.T) {
 	if len(b.Decisions) != len(plan.Values) {
 		t.Fatalf("%d decisions, the plan has %d values:\n%v", len(b.Decisions), len(plan.Values), plan)
 	}
-	type sum struct {
-		n       int
-		bytes   int64
-		seconds float64
+	sums := checkDecisions(t, b, plan)
+	checkPlanTable(t, page, budget, label, plan, sums)
+	if bs := planSection(t, page, "baseline"); !strings.Contains(bs, "without a memory budget") || decisionRowRE.MatchString(bs) {
+		t.Errorf("the baseline's section:\n%s", bs)
 	}
-	sums := map[string]*sum{}
+
+	// Each alone: the baseline's page has no plan section, the budgeted
+	// program's has its own only.
+	db, pb := compileReport(t, base, nil)
+	if db.Title != wantBase || db.Budget != nil || strings.Contains(string(pb), `class="plan"`) {
+		t.Errorf("the baseline alone: title %q, budget %v, plan section %v", db.Title, db.Budget, strings.Contains(string(pb), `class="plan"`))
+	}
+	dc, pc := compileReport(t, c, nil)
+	if dc.Title != wantTitle || dc.Budget == nil || len(decisionRowRE.FindAllString(string(pc), -1)) != len(plan.Values) || strings.Contains(string(pc), `id="plan-baseline"`) {
+		t.Errorf("the budgeted program alone: title %q, budget %v", dc.Title, dc.Budget != nil)
+	}
+}
+
+// decisionSum is the count, bytes and seconds of the values under one
+// decision of a memory plan.
+type decisionSum struct {
+	n       int
+	bytes   int64
+	seconds float64
+}
+
+// checkDecisions checks the report data's decisions against the plan's
+// values, one by one, and returns their sums per decision.
+func checkDecisions(t *testing.T, b *budgetJSON, plan *passes.MemoryPlan) map[string]*decisionSum {
+	t.Helper()
+	sums := map[string]*decisionSum{}
 	moved, named := 0, 0
 	for i, v := range plan.Values {
 		g := b.Decisions[i]
@@ -173,7 +198,7 @@ func TestMemoryReportBudget(t *testing.T) {
 		}
 		s := sums[want]
 		if s == nil {
-			s = &sum{}
+			s = &decisionSum{}
 			sums[want] = s
 		}
 		s.n, s.bytes, s.seconds = s.n+1, s.bytes+v.Bytes, s.seconds+v.Seconds
@@ -181,8 +206,13 @@ func TestMemoryReportBudget(t *testing.T) {
 	if moved == 0 || named == 0 {
 		t.Errorf("under a budget below everything kept, %d values recomputed, offloaded or streamed and %d named h:\n%v", moved, named, plan)
 	}
+	return sums
+}
 
-	// The page's table: a row per value in the plan's order, a total per decision.
+// checkPlanTable checks the page's plan table: a row per value in the plan's
+// order, a total per decision and one of all.
+func checkPlanTable(t *testing.T, page string, budget int64, label string, plan *passes.MemoryPlan, sums map[string]*decisionSum) {
+	t.Helper()
 	sec := planSection(t, page, "program")
 	if !strings.Contains(sec, fmt.Sprintf(`<b class="budget" data-bytes="%d">%s</b>`, budget, label)) {
 		t.Errorf("the plan section does not give the budget %d (%s):\n%s", budget, label, sec)
@@ -211,7 +241,7 @@ func TestMemoryReportBudget(t *testing.T) {
 	if len(totals) != len(sums)+1 {
 		t.Errorf("%d total rows, want one per decision (%d) and one of all", len(totals), len(sums))
 	}
-	var all sum
+	var all decisionSum
 	for _, s := range sums {
 		all.n, all.bytes, all.seconds = all.n+s.n, all.bytes+s.bytes, all.seconds+s.seconds
 	}
@@ -224,20 +254,6 @@ func TestMemoryReportBudget(t *testing.T) {
 		if s == nil || r[2] != strconv.Itoa(s.n) || r[3] != strconv.FormatInt(s.bytes, 10) || !sumClose(secs, s.seconds) {
 			t.Errorf("total %s: %s values %s bytes %s s; the plan sums to %+v", r[1], r[2], r[3], r[4], s)
 		}
-	}
-	if bs := planSection(t, page, "baseline"); !strings.Contains(bs, "without a memory budget") || decisionRowRE.MatchString(bs) {
-		t.Errorf("the baseline's section:\n%s", bs)
-	}
-
-	// Each alone: the baseline's page has no plan section, the budgeted
-	// program's has its own only.
-	db, pb := compileReport(t, base, nil)
-	if db.Title != wantBase || db.Budget != nil || strings.Contains(string(pb), `class="plan"`) {
-		t.Errorf("the baseline alone: title %q, budget %v, plan section %v", db.Title, db.Budget, strings.Contains(string(pb), `class="plan"`))
-	}
-	dc, pc := compileReport(t, c, nil)
-	if dc.Title != wantTitle || dc.Budget == nil || len(decisionRowRE.FindAllString(string(pc), -1)) != len(plan.Values) || strings.Contains(string(pc), `id="plan-baseline"`) {
-		t.Errorf("the budgeted program alone: title %q, budget %v", dc.Title, dc.Budget != nil)
 	}
 }
 
