@@ -367,175 +367,256 @@ func (s *scanLin) backward(cts []*Array) []*Array {
 	return argCts
 }
 
+// adCondLin linearizes a cond op: it emits the forward cond with every
+// branch's residuals as extra results and returns its results, which of
+// them are active, and the backward function (a cond on the same
+// predicate over the branches' VJPs) from their cotangents to the
+// arguments'.
 func adCondLin(op *ir.Op, args []*Array, argAct []bool) ([]*Array, []bool, func([]*Array) []*Array) {
-	pred, ops := args[0], args[1:]
-	m := len(ops)
-	regs := op.Regions
-	nb := len(regs)
-	nr := len(op.Results)
-	pAct := make([]bool, m)
-	var opIdx []int
-	for i := range pAct {
-		pAct[i] = argAct[1+i] && adFloat(ops[i].DType())
-		if pAct[i] {
-			opIdx = append(opIdx, i)
-		}
-	}
+	s := newCondLin(op, args, argAct)
 	dst := adDstFunc()
-	Fs, Bs := make([]*Tracer, nb), make([]*Tracer, nb)
-	lins := make([]*adLin, nb)
-	for b := range regs {
-		Fs[b], Bs[b] = NewTracer(dst, dst.NewRegion()), NewTracer(dst, dst.NewRegion())
-		defer Fs[b].Close()
-		defer Bs[b].Close()
-		adWith(Fs[b], func() {
-			fp := make([]*Array, m)
-			for i, p := range regs[b].Params {
-				fp[i] = Fs[b].Param(p.Type)
-			}
-			lins[b] = adLinearize(regs[b], fp, pAct)
-		})
+	for b := range s.regs {
+		s.Fs[b], s.Bs[b] = NewTracer(dst, dst.NewRegion()), NewTracer(dst, dst.NewRegion())
+		defer s.Fs[b].Close()
+		defer s.Bs[b].Close()
+		adWith(s.Fs[b], func() { s.linearize(b) })
 	}
-	resAct := make([]bool, nr)
-	var rIdx []int
-	for i := range resAct {
-		for b := range regs {
-			resAct[i] = resAct[i] || lins[b].resAct[i]
-		}
-		if resAct[i] {
-			rIdx = append(rIdx, i)
-		}
+	s.activeResults()
+	s.nExp = len(s.rIdx)
+	for b := range s.regs {
+		s.traceBackward(b)
+		s.sortCaptures(b)
 	}
+	s.forwardCond()
+	s.arrangeBackward()
+	return s.outs, s.resAct, s.backward
+}
 
-	// Backward branches, and what they captured.
-	nExp := len(rIdx)
-	var outer adUnion
-	outerP := make([]map[int]*ir.Value, nb)
-	resArrs := make([][]*Array, nb)
-	resPs := make([][]*ir.Value, nb)
-	expPs := make([][]*ir.Value, nb)
-	for b := range regs {
-		F, B := Fs[b], Bs[b]
-		adWith(F, func() {
-			adWith(B, func() {
-				cts := make([]*Array, nr)
-				for _, i := range rIdx {
-					cts[i] = B.Param(adCtType(op.Results[i].Type))
-				}
-				pc := lins[b].backward(cts)
-				var res []*ir.Value
-				for _, i := range opIdx {
-					res = append(res, B.Output(adCtOrZeros(pc[i], ops[i].Type())))
-				}
-				B.region.Results = res
-			})
-		})
-		bps := append([]*ir.Value(nil), B.region.Params...)
-		expPs[b] = bps[:nExp]
-		outerP[b] = map[int]*ir.Value{}
-		fcaps := F.Captures()
-		for j, c := range B.Captures() {
-			pv := bps[nExp+j]
-			key := c
-			if c.tr == F {
-				if c.val.Op != nil {
-					if !adRematInto(B.region, pv, c.val, nil) {
-						resArrs[b], resPs[b] = append(resArrs[b], c), append(resPs[b], pv)
-					}
-					continue
-				}
-				if idx := c.val.Index; idx < m {
-					key = ops[idx]
-				} else {
-					key = fcaps[idx-m]
-				}
+// condLin is the state of adCondLin: the branches' forward (Fs) and
+// backward (Bs) tracers, and what each backward branch captured.
+type condLin struct {
+	op   *ir.Op
+	args []*Array
+	pred *Array
+	// ops are the branches' operands.
+	ops  []*Array
+	regs []*ir.Region
+	// m, nb, nr: the operands, branches and results.
+	m, nb, nr int
+	// pAct[i]: operand i is active; opIdx lists the active operands.
+	pAct  []bool
+	opIdx []int
+	Fs    []*Tracer
+	Bs    []*Tracer
+	lins  []*adLin
+	// resAct[i]: result i is active in some branch; rIdx lists them.
+	resAct []bool
+	rIdx   []int
+	// nExp counts the backward branches' explicit parameters (the active
+	// results' cotangents); their captures follow.
+	nExp int
+	// outer holds the outer arrays the backward branches capture;
+	// outerP[b] maps its indices to branch b's parameters.
+	outer  adUnion
+	outerP []map[int]*ir.Value
+	// resArrs[b] are branch b's residuals (forward arrays), resPs[b] their
+	// backward parameters; expPs[b] are its explicit parameters.
+	resArrs [][]*Array
+	resPs   [][]*ir.Value
+	expPs   [][]*ir.Value
+	// outs are the forward cond's results, resOuts its residual results.
+	outs, resOuts []*Array
+	bregions      []*ir.Region
+}
+
+// newCondLin finds the active operands.
+func newCondLin(op *ir.Op, args []*Array, argAct []bool) *condLin {
+	nb := len(op.Regions)
+	s := &condLin{
+		op: op, args: args, pred: args[0], ops: args[1:], regs: op.Regions,
+		m: len(args) - 1, nb: nb, nr: len(op.Results),
+		Fs: make([]*Tracer, nb), Bs: make([]*Tracer, nb), lins: make([]*adLin, nb),
+		outerP:  make([]map[int]*ir.Value, nb),
+		resArrs: make([][]*Array, nb),
+		resPs:   make([][]*ir.Value, nb),
+		expPs:   make([][]*ir.Value, nb),
+	}
+	s.pAct = make([]bool, s.m)
+	for i := range s.pAct {
+		s.pAct[i] = argAct[1+i] && adFloat(s.ops[i].DType())
+		if s.pAct[i] {
+			s.opIdx = append(s.opIdx, i)
+		}
+	}
+	return s
+}
+
+// linearize linearizes branch b into its forward tracer.
+func (s *condLin) linearize(b int) {
+	fp := make([]*Array, s.m)
+	for i, p := range s.regs[b].Params {
+		fp[i] = s.Fs[b].Param(p.Type)
+	}
+	s.lins[b] = adLinearize(s.regs[b], fp, s.pAct)
+}
+
+// activeResults finds the results active in some branch.
+func (s *condLin) activeResults() {
+	s.resAct = make([]bool, s.nr)
+	for i := range s.resAct {
+		for b := range s.regs {
+			s.resAct[i] = s.resAct[i] || s.lins[b].resAct[i]
+		}
+		if s.resAct[i] {
+			s.rIdx = append(s.rIdx, i)
+		}
+	}
+}
+
+// traceBackward traces branch b's backward branch into Bs[b], on top of
+// its forward tracer.
+func (s *condLin) traceBackward(b int) {
+	F, B := s.Fs[b], s.Bs[b]
+	adWith(F, func() {
+		adWith(B, func() {
+			cts := make([]*Array, s.nr)
+			for _, i := range s.rIdx {
+				cts[i] = B.Param(adCtType(s.op.Results[i].Type))
 			}
-			idx := outer.add(key)
-			if have := outerP[b][idx]; have != nil {
-				adMergeParam(B.region, pv, have)
+			pc := s.lins[b].backward(cts)
+			var res []*ir.Value
+			for _, i := range s.opIdx {
+				res = append(res, B.Output(adCtOrZeros(pc[i], s.ops[i].Type())))
+			}
+			B.region.Results = res
+		})
+	})
+}
+
+// sortCaptures sorts what backward branch b captured: residuals of its
+// forward branch (or their cheap recomputation), and outer arrays.
+func (s *condLin) sortCaptures(b int) {
+	F, B := s.Fs[b], s.Bs[b]
+	bps := append([]*ir.Value(nil), B.region.Params...)
+	s.expPs[b] = bps[:s.nExp]
+	s.outerP[b] = map[int]*ir.Value{}
+	fcaps := F.Captures()
+	for j, c := range B.Captures() {
+		pv := bps[s.nExp+j]
+		key := c
+		if c.tr == F {
+			if c.val.Op != nil {
+				if !adRematInto(B.region, pv, c.val, nil) {
+					s.resArrs[b], s.resPs[b] = append(s.resArrs[b], c), append(s.resPs[b], pv)
+				}
+				continue
+			}
+			if idx := c.val.Index; idx < s.m {
+				key = s.ops[idx]
 			} else {
-				outerP[b][idx] = pv
+				key = fcaps[idx-s.m]
 			}
 		}
+		idx := s.outer.add(key)
+		if have := s.outerP[b][idx]; have != nil {
+			adMergeParam(B.region, pv, have)
+		} else {
+			s.outerP[b][idx] = pv
+		}
 	}
+}
 
-	// Forward branches: results, then every branch's residuals (zeros from the
-	// branches that did not compute them).
-	for b := range regs {
-		F := Fs[b]
-		adWith(F, func() {
-			var vals []*ir.Value
-			for _, r := range lins[b].results {
-				vals = append(vals, F.Output(r))
-			}
-			for bb := range regs {
-				for _, r := range resArrs[bb] {
-					if bb == b {
-						vals = append(vals, F.Output(r))
-					} else {
-						vals = append(vals, F.Output(adZeros(r.Type())))
-					}
-				}
-			}
-			F.region.Results = vals
-		})
+// forwardCond emits the forward cond. Its branches return their results,
+// then every branch's residuals (zeros from the branches that did not
+// compute them).
+func (s *condLin) forwardCond() {
+	for b := range s.regs {
+		s.forwardResults(b)
 	}
-	fu, fslots := adUnify(Fs, m)
-	fregions := make([]*ir.Region, nb)
-	for b, F := range Fs {
-		slots := make([]adSlot, 0, m+len(fu.arrs))
-		for _, p := range F.region.Params[:m] {
+	fu, fslots := adUnify(s.Fs, s.m)
+	fregions := make([]*ir.Region, s.nb)
+	for b, F := range s.Fs {
+		slots := make([]adSlot, 0, s.m+len(fu.arrs))
+		for _, p := range F.region.Params[:s.m] {
 			slots = append(slots, adSlot{v: p})
 		}
 		adArrange(F.region, append(slots, fslots[b]...))
 		fregions[b] = F.region
 	}
-	fargs := append(append([]*Array{pred}, ops...), fu.arrs...)
+	fargs := append(append([]*Array{s.pred}, s.ops...), fu.arrs...)
 	all := adApplyRegions(ir.Cond, nil, fregions, false, fargs)
-	adKeepLoc(all, op)
-	outs := all[:nr]
-	resOuts := all[nr:]
+	adKeepLoc(all, s.op)
+	s.outs = all[:s.nr]
+	s.resOuts = all[s.nr:]
+}
 
-	bregions := make([]*ir.Region, nb)
-	for b, B := range Bs {
+// forwardResults sets forward branch b's results.
+func (s *condLin) forwardResults(b int) {
+	F := s.Fs[b]
+	adWith(F, func() {
+		var vals []*ir.Value
+		for _, r := range s.lins[b].results {
+			vals = append(vals, F.Output(r))
+		}
+		for bb := range s.regs {
+			for _, r := range s.resArrs[bb] {
+				if bb == b {
+					vals = append(vals, F.Output(r))
+				} else {
+					vals = append(vals, F.Output(adZeros(r.Type())))
+				}
+			}
+		}
+		F.region.Results = vals
+	})
+}
+
+// arrangeBackward orders every backward branch's parameters: the results'
+// cotangents, every branch's residuals (unused slots for the other
+// branches'), then the outer arrays.
+func (s *condLin) arrangeBackward() {
+	s.bregions = make([]*ir.Region, s.nb)
+	for b, B := range s.Bs {
 		var slots []adSlot
-		for _, p := range expPs[b] {
+		for _, p := range s.expPs[b] {
 			slots = append(slots, adSlot{v: p})
 		}
-		for bb := range regs {
-			for q, r := range resArrs[bb] {
+		for bb := range s.regs {
+			for q, r := range s.resArrs[bb] {
 				if bb == b {
-					slots = append(slots, adSlot{v: resPs[b][q]})
+					slots = append(slots, adSlot{v: s.resPs[b][q]})
 				} else {
 					slots = append(slots, adSlot{t: r.Type()})
 				}
 			}
 		}
-		for idx, a := range outer.arrs {
-			if p := outerP[b][idx]; p != nil {
+		for idx, a := range s.outer.arrs {
+			if p := s.outerP[b][idx]; p != nil {
 				slots = append(slots, adSlot{v: p})
 			} else {
 				slots = append(slots, adSlot{t: a.Type()})
 			}
 		}
 		adArrange(B.region, slots)
-		bregions[b] = B.region
+		s.bregions[b] = B.region
 	}
-	bwd := func(cts []*Array) []*Array {
-		bargs := []*Array{pred}
-		for _, i := range rIdx {
-			bargs = append(bargs, adCtOrZeros(cts[i], outs[i].Type()))
-		}
-		bargs = append(append(bargs, resOuts...), outer.arrs...)
-		bo := adApplyRegions(ir.Cond, nil, bregions, true, bargs)
-		adKeepLoc(bo, op)
-		argCts := make([]*Array, len(args))
-		for q, i := range opIdx {
-			argCts[1+i] = bo[q]
-		}
-		return argCts
+}
+
+// backward emits the backward cond from the results' cotangents cts and
+// returns the arguments' cotangents.
+func (s *condLin) backward(cts []*Array) []*Array {
+	bargs := []*Array{s.pred}
+	for _, i := range s.rIdx {
+		bargs = append(bargs, adCtOrZeros(cts[i], s.outs[i].Type()))
 	}
-	return outs, resAct, bwd
+	bargs = append(append(bargs, s.resOuts...), s.outer.arrs...)
+	bo := adApplyRegions(ir.Cond, nil, s.bregions, true, bargs)
+	adKeepLoc(bo, s.op)
+	argCts := make([]*Array, len(s.args))
+	for q, i := range s.opIdx {
+		argCts[1+i] = bo[q]
+	}
+	return argCts
 }
 
 // adKeepLoc gives the op that made outs the source location of op.
