@@ -132,43 +132,103 @@ func (v StridedView) At(i int) int {
 // Indices writes the mapped index of every i in [lo, lo+len(out)), walking
 // the innermost dimension in runs.
 func (v StridedView) Indices(lo int, out []int) {
+	w := v.Runs(lo, len(out))
+	for w.Next() {
+		for t := range w.N {
+			out[w.K+t] = w.J + t*w.Stride
+		}
+	}
+}
+
+// Runs walks the mapped indices of [lo, lo+n) one run at a time: a stretch
+// of the innermost dimension, whose elements are Stride apart in the
+// operand (0: one element repeated). Gathers copy a run at once.
+//
+//	w := v.Runs(lo, n)
+//	for w.Next() {
+//		// elements lo+w.K … lo+w.K+w.N-1 read operand indices w.J, w.J+w.Stride, …
+//	}
+func (v *StridedView) Runs(lo, n int) ViewRuns {
+	return ViewRuns{v: v, left: n, lo: lo}
+}
+
+// ViewRuns is a walk over a view's runs (StridedView.Runs). After Next
+// returns true, K is the run's first element (from the walk's start), N its
+// length, J the operand index of its first element and Stride the step
+// between the operand indices of its elements.
+type ViewRuns struct {
+	K, N, J, Stride int
+
+	v       *StridedView
+	left    int
+	lo      int
+	started bool
+	small   [8]int // the coordinates of rank ≤ 8 (kept in the walk: no allocation)
+	big     []int  // of a larger rank
+}
+
+// coords returns the walk's current coordinate of every dimension.
+func (w *ViewRuns) coords() []int {
+	if w.big != nil {
+		return w.big
+	}
+	return w.small[:len(w.v.Shape)]
+}
+
+// start places the walk on element lo.
+func (w *ViewRuns) start() {
+	v := w.v
+	w.started, w.J = true, v.Offset
 	r := len(v.Shape)
 	if r == 0 {
-		for k := range out {
-			out[k] = v.Offset
-		}
 		return
 	}
-	var idxBuf [8]int
-	idx := idxBuf[:0]
-	if r > len(idxBuf) {
-		idx = make([]int, 0, r)
+	if r > len(w.small) {
+		w.big = make([]int, r)
 	}
-	idx = idx[:r]
-	j := v.Offset
-	rem := lo
+	idx := w.coords()
+	rem := w.lo
 	for d := r - 1; d >= 0; d-- {
 		idx[d] = rem % v.Shape[d]
 		rem /= v.Shape[d]
-		j += idx[d] * v.Strides[d]
+		w.J += idx[d] * v.Strides[d]
 	}
-	inner, ist := v.Shape[r-1], v.Strides[r-1]
-	k := 0
-	for k < len(out) {
-		run := min(inner-idx[r-1], len(out)-k)
-		for t := 0; t < run; t++ {
-			out[k+t] = j + t*ist
+	w.Stride = v.Strides[r-1]
+}
+
+// Next moves to the next run, or reports false at the end.
+func (w *ViewRuns) Next() bool {
+	v := w.v
+	if !w.started {
+		w.start()
+	} else {
+		w.K += w.N
+		w.left -= w.N
+		r := len(v.Shape)
+		if r == 0 || w.left <= 0 {
+			w.left = 0
+			return false
 		}
-		k += run
-		j += run * ist
-		idx[r-1] += run
+		w.J += w.N * w.Stride
+		idx := w.coords()
+		idx[r-1] += w.N
 		for d := r - 1; d > 0 && idx[d] == v.Shape[d]; d-- {
-			j -= idx[d] * v.Strides[d]
+			w.J -= idx[d] * v.Strides[d]
 			idx[d] = 0
 			idx[d-1]++
-			j += v.Strides[d-1]
+			w.J += v.Strides[d-1]
 		}
 	}
+	if w.left <= 0 {
+		return false
+	}
+	if len(v.Shape) == 0 {
+		w.N = w.left // one element repeated
+		return true
+	}
+	r := len(v.Shape)
+	w.N = min(v.Shape[r-1]-w.coords()[r-1], w.left)
+	return true
 }
 
 // String formats v as "off+[shape:stride,...]", the form plan dumps use.

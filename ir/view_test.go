@@ -228,3 +228,28 @@ func TestViewOfMatchesCoordinates(t *testing.T) {
 		}
 	}
 }
+
+// TestViewRunsMatchAt walks random views from random starting elements,
+// through Indices (and so Runs), against At element by element, ranks past
+// the walk's eight inline coordinates included.
+func TestViewRunsMatchAt(t *testing.T) {
+	r := testseed.Rand(t, 13)
+	for range 2000 {
+		shape := randomShape(r)
+		if r.IntN(10) == 0 {
+			for len(shape) < 10 {
+				shape = append(shape, 1+r.IntN(2))
+			}
+		}
+		v, _, out := randomView(r, shape)
+		n := size(out)
+		lo := r.IntN(n)
+		got := make([]int, r.IntN(n-lo+1))
+		v.Indices(lo, got)
+		for k, j := range got {
+			if want := v.At(lo + k); j != want {
+				t.Fatalf("view %v from %d: element %d maps to %d, At gives %d", v, lo, lo+k, j, want)
+			}
+		}
+	}
+}

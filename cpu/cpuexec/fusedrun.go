@@ -608,50 +608,18 @@ func gatherIdx[T any](dst, src []T, idx []int) {
 // gatherStage copies src[s(i)] for i in [lo, lo+cnt) to dst, a run of the
 // innermost dimension at a time.
 func gatherStage[T any](dst, src []T, s *ir.StridedView, lo, cnt int) {
-	r := len(s.Shape)
-	if r == 0 {
-		v := src[s.Offset]
-		for t := range dst[:cnt] {
-			dst[t] = v
-		}
-		return
-	}
-	var idxBuf [8]int
-	idx := idxBuf[:0]
-	if r > len(idxBuf) {
-		idx = make([]int, 0, r)
-	}
-	idx = idx[:r]
-	j := s.Offset
-	rem := lo
-	for d := r - 1; d >= 0; d-- {
-		idx[d] = rem % s.Shape[d]
-		rem /= s.Shape[d]
-		j += idx[d] * s.Strides[d]
-	}
-	inner, ist := s.Shape[r-1], s.Strides[r-1]
-	k := 0
-	for k < cnt {
-		run := min(inner-idx[r-1], cnt-k)
-		out := dst[k : k+run]
-		switch ist {
+	w := s.Runs(lo, cnt)
+	for w.Next() {
+		out, j := dst[w.K:w.K+w.N], w.J
+		switch w.Stride {
 		case 1:
-			copy(out, src[j:j+run])
+			copy(out, src[j:j+w.N])
 		case 0:
 			fillRun(out, src[j])
 		default:
 			for t := range out {
-				out[t] = src[j+t*ist]
+				out[t] = src[j+t*w.Stride]
 			}
-		}
-		k += run
-		j += run * ist
-		idx[r-1] += run
-		for d := r - 1; d > 0 && idx[d] == s.Shape[d]; d-- {
-			j -= idx[d] * s.Strides[d]
-			idx[d] = 0
-			idx[d-1]++
-			j += s.Strides[d-1]
 		}
 	}
 }
