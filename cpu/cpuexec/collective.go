@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/ferryml/ferry/collective"
+	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -134,7 +135,7 @@ func (f *frame) runCollective(i int) error {
 	}
 	ctx, dt := f.env.ctx, op.Args[0].Type.DType
 	in := f.args[i][0].Data
-	if overlaps(in, out) && !(op.Code == ir.AllReduce && len(in) == len(out) && &in[0] == &out[0]) {
+	if eval.Overlaps(in, out) && !(op.Code == ir.AllReduce && len(in) == len(out) && &in[0] == &out[0]) {
 		in = append([]byte(nil), in...) // never planned so: stay correct anyway
 	}
 	var err error

@@ -94,7 +94,7 @@ func (k *fusedKernel) buffersOK(args, outs []*ir.Literal) (ok, inPlace bool) {
 			return false, false
 		}
 		for j, a := range args {
-			if !overlaps(o.Data, a.Data) {
+			if !eval.Overlaps(o.Data, a.Data) {
 				continue
 			}
 			if k.mode != modeLoop || !k.elemOnly[j] || len(o.Data) != len(a.Data) || &o.Data[0] != &a.Data[0] {

@@ -2,7 +2,6 @@ package cpuexec
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/ir"
@@ -455,14 +454,4 @@ func copyMem(dst, src []byte) {
 		return
 	}
 	copy(dst, src)
-}
-
-// overlaps reports whether two byte slices share memory.
-func overlaps(a, b []byte) bool {
-	if len(a) == 0 || len(b) == 0 {
-		return false
-	}
-	a0 := uintptr(unsafe.Pointer(unsafe.SliceData(a)))
-	b0 := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
 }

@@ -359,12 +359,12 @@ func checkOuts(op *ir.Op, args, ins, outs []*ir.Literal, outTypes []ir.Type) err
 			return fmt.Errorf("destination %d of type %v has %d bytes, want %d", i, o.Type, len(o.Data), outTypes[i].Bytes())
 		}
 		for j := 0; j < i; j++ {
-			if overlaps(o.Data, outs[j].Data) {
+			if Overlaps(o.Data, outs[j].Data) {
 				return fmt.Errorf("destinations %d and %d share memory", j, i)
 			}
 		}
 		for j, a := range args {
-			if !overlaps(o.Data, a.Data) {
+			if !Overlaps(o.Data, a.Data) {
 				continue
 			}
 			switch {
@@ -381,8 +381,8 @@ func checkOuts(op *ir.Op, args, ins, outs []*ir.Literal, outTypes []ir.Type) err
 	return nil
 }
 
-// overlaps reports whether two byte slices share memory.
-func overlaps(a, b []byte) bool {
+// Overlaps reports whether two byte slices share memory.
+func Overlaps(a, b []byte) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return false
 	}

@@ -109,7 +109,7 @@ func sortOp(x []*ir.Literal, dim, numKeys int, outs []*ir.Literal) error {
 	// Operands that share memory with any result are read from a copy.
 	for i := range x {
 		for _, o := range outs {
-			if overlaps(srcs[i], o.Data) {
+			if Overlaps(srcs[i], o.Data) {
 				srcs[i] = slices.Clone(srcs[i])
 				break
 			}
