@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
 )
 
 // CType returns the C type an array of dtype dt is stored as in device memory
@@ -99,6 +100,10 @@ type Entry struct {
 	N, R int64
 	// Writes lists the results the entry writes.
 	Writes []int
+	// Product marks the entry of an output fusion that computes the
+	// product into the buffer of passes.Kernel.DotResult; a backend that
+	// computes the product otherwise (cuBLASLt) skips it.
+	Product bool
 }
 
 // Kernel is the CUDA C of one program step. Every entry point takes the same
@@ -111,94 +116,111 @@ type Kernel struct {
 	Entries []Entry
 }
 
-// GenerateOptions adjust GenerateOp.
-type GenerateOptions struct {
-	// External values are read from extra operands appended after the op's
-	// own instead of being computed (the result of a dot_general that
-	// cuBLASLt computes before its epilogue, for example).
-	External []*ir.Value
-}
-
-// GenerateOp returns the kernel of one step of a compiled program: a fusion
-// op (loop; input — loop kernels for its elementwise results and one
-// parallel reduction per reduce op; output — the dot_general computed per
-// element, or read from an External operand) or a single op of the Core
-// table other than sort, the region ops (scan, while, cond) and device_put,
-// which the executor handles itself. Constants must be scalars.
-func GenerateOp(op *ir.Op, opts GenerateOptions) (*Kernel, error) {
-	if op == nil {
-		return nil, fmt.Errorf("cuda: GenerateOp: nil op")
-	}
-	var params, results []*ir.Value
+// GenerateOp returns the kernel of a single-op step of a compiled program:
+// an op of the Core table other than sort, the region ops (scan, while,
+// cond) and device_put, which the executor handles itself. Constants must
+// be scalars. A fusion op is described by passes.LowerKernel and rendered
+// by GenerateKernel.
+func GenerateOp(op *ir.Op) (*Kernel, error) {
 	switch {
+	case op == nil:
+		return nil, fmt.Errorf("cuda: GenerateOp: nil op")
 	case op.Code == ir.Fusion:
-		if len(op.Regions) != 1 {
-			return nil, fmt.Errorf("cuda: fusion without a region")
+		pk, err := passes.LowerKernel(op)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: %w", err)
 		}
-		params, results = op.Regions[0].Params, op.Regions[0].Results
+		return GenerateKernel(pk)
 	case op.Code == ir.Sort || op.Code == ir.DevicePut || op.Code.Info().Class == ir.ClassRegion:
 		return nil, fmt.Errorf("cuda: op %v has no generated kernel", op.Code)
-	default:
-		params, results = op.Args, op.Results
-	}
-	params = append(slices.Clone(params), opts.External...)
-	if len(results) == 0 {
+	case len(op.Results) == 0:
 		return nil, fmt.Errorf("cuda: %v has no results", op.Code)
 	}
-	k := &Kernel{}
-	s := &shared{params: map[*ir.Value]int{}, used: make([]bool, len(params)), counter: new(int)}
-	for i, p := range params {
+	s := newShared(valueTypes(op.Args), valueTypes(op.Results))
+	s.params = map[*ir.Value]int{}
+	for i, p := range op.Args {
 		if _, ok := s.params[p]; !ok {
 			s.params[p] = i
 		}
-		k.Params = append(k.Params, p.Type)
 	}
-	for _, v := range results {
-		k.Results = append(k.Results, v.Type)
+	v := op.Results[0]
+	switch {
+	case isReduction(op.Code):
+		err := s.reduce(opReduction(v))
+		return s.assemble(op.Code.String(), fmt.Sprintf("%v → %v", op.Code, v.Type), err)
+	case op.Code == ir.ScatterAdd:
+		return s.assemble(op.Code.String(), fmt.Sprintf("%v → %v", op.Code, v.Type), genScatter(s, v))
 	}
-	var bodies []string
-	// Reductions (of a plain op or inside an input fusion) and scatter_add
-	// get their own entries; the other results are grouped by size into loop
-	// entries.
-	bySize := map[int64][]int{}
-	var sizes []int64
-	for ri, v := range results {
-		if _, isParam := s.params[v]; !isParam && v.Op != nil && isReduction(v.Op.Code) && !isExternal(v, opts) {
-			e, body, err := genReduce(s, v, ri)
-			if err != nil {
-				return nil, err
-			}
-			k.Entries = append(k.Entries, e)
-			bodies = append(bodies, body)
-			continue
+	g := newGen(s, "    ")
+	var stores strings.Builder
+	for ri, r := range op.Results {
+		if r.Type.Size() != v.Type.Size() {
+			return nil, fmt.Errorf("cuda: %v has results of different sizes", op.Code)
 		}
-		if v.Op != nil && v.Op.Code == ir.ScatterAdd && !isExternal(v, opts) {
-			es, bs, err := genScatter(s, v, ri)
-			if err != nil {
-				return nil, err
-			}
-			k.Entries = append(k.Entries, es...)
-			bodies = append(bodies, bs...)
-			continue
-		}
-		n := int64(v.Type.Size())
-		if _, ok := bySize[n]; !ok {
-			sizes = append(sizes, n)
-		}
-		bySize[n] = append(bySize[n], ri)
-	}
-	for _, n := range sizes {
-		e, body, err := genLoop(s, results, bySize[n], n)
+		x, err := g.value(r, "i")
 		if err != nil {
 			return nil, err
 		}
-		k.Entries = append(k.Entries, e)
-		bodies = append(bodies, body)
+		fmt.Fprintf(&stores, "    out%d[i] = %s;\n", ri, store(r.Type.DType, x))
 	}
-	// The signature, shared by every entry.
+	s.add(Entry{Kind: LaunchLoop, N: int64(v.Type.Size()), Writes: seq(len(op.Results))}, gridLoop(g.b.String()+stores.String()))
+	return s.assemble(op.Code.String(), fmt.Sprintf("%v → %v", op.Code, v.Type), nil)
+}
+
+func valueTypes(vs []*ir.Value) []ir.Type {
+	ts := make([]ir.Type, len(vs))
+	for i, v := range vs {
+		ts[i] = v.Type
+	}
+	return ts
+}
+
+func seq(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
+
+func isReduction(c ir.Code) bool {
+	return passes.IsReduce(c) || c == ir.ArgMax || c == ir.ArgMin
+}
+
+// shared is the state common to every scope of one kernel: its operand
+// and result types, the operands read, the entries made so far and, for a
+// single op, the operand index of each of its operands' values.
+type shared struct {
+	paramTypes, resultTypes []ir.Type
+	params                  map[*ir.Value]int
+	used                    []bool
+	counter                 *int
+	// k is the plan's description of the fused group (nil for an op).
+	k       *passes.Kernel
+	entries []Entry
+	bodies  []string
+}
+
+func newShared(params, results []ir.Type) *shared {
+	return &shared{paramTypes: params, resultTypes: results, used: make([]bool, len(params)), counter: new(int)}
+}
+
+// add appends an entry and its body.
+func (s *shared) add(e Entry, body string) {
+	s.entries, s.bodies = append(s.entries, e), append(s.bodies, body)
+}
+
+// assemble returns the kernel of the entries added (or err): the shared
+// signature, entry names from kind and a hash of the source, and a comment
+// line saying what it computes.
+func (s *shared) assemble(kind, what string, err error) (*Kernel, error) {
+	if err != nil {
+		return nil, err
+	}
+	k := &Kernel{Params: s.paramTypes, Results: s.resultTypes, Entries: s.entries}
 	var sig []string
-	for i, p := range params {
-		ct, err := CType(p.Type.DType)
+	for i, p := range s.paramTypes {
+		ct, err := CType(p.DType)
 		if err != nil {
 			return nil, fmt.Errorf("cuda: operand %d: %w", i, err)
 		}
@@ -208,8 +230,8 @@ func GenerateOp(op *ir.Op, opts GenerateOptions) (*Kernel, error) {
 		}
 		sig = append(sig, fmt.Sprintf("const %s* __restrict__ p%d%s", ct, i, unused))
 	}
-	for i, v := range results {
-		ct, err := CType(v.Type.DType)
+	for i, r := range s.resultTypes {
+		ct, err := CType(r.DType)
 		if err != nil {
 			return nil, fmt.Errorf("cuda: result %d: %w", i, err)
 		}
@@ -219,50 +241,19 @@ func GenerateOp(op *ir.Op, opts GenerateOptions) (*Kernel, error) {
 	signature := strings.Join(sig, ", ")
 	h := fnv.New64a()
 	h.Write([]byte(signature))
-	for _, b := range bodies {
+	for _, b := range s.bodies {
 		h.Write([]byte(b))
 	}
-	base := fmt.Sprintf("ferry_%s_%016x", kindName(op), h.Sum64())
+	base := fmt.Sprintf("ferry_%s_%016x", kind, h.Sum64())
 	var src strings.Builder
 	src.WriteString(Prelude)
-	fmt.Fprintf(&src, "// %s\n", describe(op))
+	fmt.Fprintf(&src, "// %s\n", what)
 	for i := range k.Entries {
 		k.Entries[i].Name = fmt.Sprintf("%s_%d", base, i)
-		fmt.Fprintf(&src, "FERRY_KERNEL %s(%s) {\n%s}\n", k.Entries[i].Name, signature, bodies[i])
+		fmt.Fprintf(&src, "FERRY_KERNEL %s(%s) {\n%s}\n", k.Entries[i].Name, signature, s.bodies[i])
 	}
 	k.Source = src.String()
 	return k, nil
-}
-
-func isExternal(v *ir.Value, opts GenerateOptions) bool { return slices.Contains(opts.External, v) }
-
-func isReduction(c ir.Code) bool {
-	switch c {
-	case ir.ReduceSum, ir.ReduceMax, ir.ReduceMin, ir.ReduceProd, ir.ArgMax, ir.ArgMin:
-		return true
-	}
-	return false
-}
-
-func kindName(op *ir.Op) string {
-	if op.Code == ir.Fusion {
-		return "fusion_" + op.Attrs.String("kind")
-	}
-	return op.Code.String()
-}
-
-func describe(op *ir.Op) string {
-	if op.Code == ir.Fusion {
-		return fmt.Sprintf("fused %s group of %d ops", op.Attrs.String("kind"), len(op.Regions[0].Ops))
-	}
-	return fmt.Sprintf("%v → %v", op.Code, op.Results[0].Type)
-}
-
-// shared is the state common to every scope of one kernel.
-type shared struct {
-	params  map[*ir.Value]int
-	used    []bool
-	counter *int
 }
 
 // gen emits the statements of one C scope.
@@ -270,8 +261,10 @@ type gen struct {
 	*shared
 	b      strings.Builder
 	indent string
-	names  map[string]string // value ID + "@" + index expr → C name
+	names  map[string]string // value ID or node + "@" + index expr → C name
 	idx    map[string]string // index expression → variable
+	// prog is the plan program whose nodes the scope reads (a fusion).
+	prog *passes.KernelProgram
 }
 
 func newGen(s *shared, indent string) *gen {
@@ -281,6 +274,7 @@ func newGen(s *shared, indent string) *gen {
 // child returns a gen for a nested scope that sees this scope's names.
 func (g *gen) child() *gen {
 	c := newGen(g.shared, g.indent+"  ")
+	c.prog = g.prog
 	for k, v := range g.names {
 		c.names[k] = v
 	}
@@ -343,37 +337,53 @@ func coords(at string, shape ir.Shape) []string {
 	return out
 }
 
-// value returns a C expression (in v's compute type) for v at flat index at,
-// emitting the statements it needs.
+// param is operand i (of dtype dt) at element at, in its compute type.
+func (g *gen) param(i int, dt ir.DType, at string) string {
+	g.used[i] = true
+	return load(dt, fmt.Sprintf("p%d[%s]", i, at))
+}
+
+// viewed is the index the views of c map at to, each rendered once.
+func (g *gen) viewed(c ir.ViewChain, at string) string {
+	for _, w := range c {
+		at = g.index(viewIndex(w, at))
+	}
+	return at
+}
+
+// named memoises key's C expression expr (of dtype dt) as a variable.
+func (g *gen) named(key string, dt ir.DType, expr func() (string, error)) (string, error) {
+	if s, ok := g.names[key]; ok {
+		return s, nil
+	}
+	if _, err := CType(dt); err != nil {
+		return "", fmt.Errorf("cuda: %s: %w", key, err)
+	}
+	e, err := expr()
+	if err != nil {
+		return "", err
+	}
+	name := g.fresh("v")
+	g.emit("%s %s = %s;", computeType(dt), name, e)
+	g.names[key] = name
+	return name, nil
+}
+
+// value returns a C expression (in v's compute type) for v, an operand or
+// the result of the single op a kernel computes, at flat index at.
 func (g *gen) value(v *ir.Value, at string) (string, error) {
 	if v.Type.Size() == 1 {
 		at = "0"
 	}
-	key := fmt.Sprintf("%d@%s", v.ID, at)
-	if s, ok := g.names[key]; ok {
-		return s, nil
-	}
-	if _, err := CType(v.Type.DType); err != nil {
-		return "", fmt.Errorf("cuda: %v: %w", v, err)
-	}
-	ct := computeType(v.Type.DType)
-	var expr string
-	var err error
-	if i, ok := g.params[v]; ok {
-		g.used[i] = true
-		expr = load(v.Type.DType, fmt.Sprintf("p%d[%s]", i, at))
-	} else if v.Op == nil {
-		return "", fmt.Errorf("cuda: %v is not defined in the generated region", v)
-	} else {
-		expr, err = g.op(v, at)
-		if err != nil {
-			return "", err
+	return g.named(fmt.Sprintf("%d@%s", v.ID, at), v.Type.DType, func() (string, error) {
+		if i, ok := g.params[v]; ok {
+			return g.param(i, v.Type.DType, at), nil
 		}
-	}
-	name := g.fresh("v")
-	g.emit("%s %s = %s;", ct, name, expr)
-	g.names[key] = name
-	return name, nil
+		if v.Op == nil {
+			return "", fmt.Errorf("cuda: %v is not defined in the generated op", v)
+		}
+		return g.op(v, at)
+	})
 }
 
 // cLiteral is x as a C literal of dt's compute type.
@@ -490,45 +500,13 @@ func viewIndex(v ir.StridedView, at string) string {
 // dense is the view of a row-major array of shape through strides.
 func dense(shape ir.Shape, strides []int) ir.StridedView { return ir.NewStridedView(shape, strides, 0) }
 
-// isView reports whether c only moves elements (ir.ViewOf describes it).
-func isView(c ir.Code) bool {
-	return c == ir.BroadcastInDim || c == ir.Transpose || c == ir.Slice || c == ir.Reshape
-}
-
-// viewed reads v, the result of a broadcast_in_dim, transpose, slice or
-// reshape, at flat index at: the chain of such ops down to a value computed
-// otherwise (or a parameter) composes into ir.ViewChain, rendered once.
-func (g *gen) viewed(v *ir.Value, at string) (string, error) {
-	var chain ir.ViewChain
-	for {
-		if _, isParam := g.params[v]; isParam || v.Op == nil || !isView(v.Op.Code) {
-			break
-		}
-		w, _ := ir.ViewOf(v.Op)
-		chain, v = chain.Then(w), v.Op.Args[0]
-	}
-	for _, w := range chain {
-		at = g.index(viewIndex(w, at))
-	}
-	return g.value(v, at)
-}
-
 // op returns the C expression of v (a result of v.Op) at flat index at.
 func (g *gen) op(v *ir.Value, at string) (string, error) {
 	op := v.Op
+	if w, ok := ir.ViewOf(op); ok {
+		return g.value(op.Args[0], g.viewed(ir.ViewChain{}.Then(w), at))
+	}
 	switch op.Code {
-	case ir.BroadcastInDim, ir.Transpose, ir.Slice, ir.Reshape:
-		return g.viewed(v, at)
-	case ir.BitcastConvert, ir.CheckpointName, ir.OptimizationBarrier, ir.ShardingConstraint:
-		src := op.Args[0]
-		if op.Code == ir.OptimizationBarrier {
-			src = op.Args[slices.Index(op.Results, v)]
-		}
-		x, err := g.value(src, at) // row-major: same flat index
-		if err != nil || op.Code != ir.BitcastConvert {
-			return x, err
-		}
-		return bitcast(src.Type.DType, v.Type.DType, x)
 	case ir.DynamicSlice:
 		return g.dynamicSlice(v, at)
 	case ir.DynamicUpdateSlice:
@@ -540,8 +518,7 @@ func (g *gen) op(v *ir.Value, at string) (string, error) {
 	case ir.Gather:
 		return g.gather(v, at)
 	case ir.Iota:
-		c := coords(at, v.Type.Shape)[op.Attrs.Int("dim")]
-		return roundHalf(v.Type.DType, fmt.Sprintf("(%s)%s", computeType(v.Type.DType), c)), nil
+		return iotaAt(v.Type.DType, coords(at, v.Type.Shape)[op.Attrs.Int("dim")]), nil
 	case ir.Constant:
 		l := op.Attrs.Literal("value")
 		if l.Type.Size() != 1 {
@@ -549,11 +526,10 @@ func (g *gen) op(v *ir.Value, at string) (string, error) {
 		}
 		return literalAt(l, 0), nil
 	case ir.DotGeneral:
-		return g.dot(op, at)
+		return g.dot(op, 0, 1, at)
 	}
-	info := op.Info()
-	if !info.Elementwise {
-		return "", fmt.Errorf("cuda: op %s (%v) is not supported in a generated kernel", info.Name, v)
+	if !op.Info().Elementwise {
+		return "", fmt.Errorf("cuda: op %s (%v) is not supported in a generated kernel", op.Info().Name, v)
 	}
 	args := make([]string, len(op.Args))
 	for i, x := range op.Args {
@@ -563,14 +539,7 @@ func (g *gen) op(v *ir.Value, at string) (string, error) {
 		}
 		args[i] = s
 	}
-	e, err := elementwise(op.Code, op.Args[0].Type.DType, v.Type.DType, args)
-	if err != nil {
-		return "", err
-	}
-	if info.Class == ir.ClassUnary || info.Class == ir.ClassBinary {
-		e = roundHalf(v.Type.DType, e)
-	}
-	return e, nil
+	return elementwise(op.Code, op.Args[0].Type.DType, v.Type.DType, args)
 }
 
 // dynamicSlice reads v = dynamic_slice(x, starts...) at at: x's strides over
@@ -782,8 +751,15 @@ func convert(from, to ir.DType, x string) string {
 // arith are the C operators of the arithmetic binary ops.
 var arith = map[ir.Code]string{ir.Add: "+", ir.Sub: "-", ir.Mul: "*", ir.Div: "/"}
 
-// elementwise returns the C expression of an elementwise op on arguments in
-// compute types; in is the operand dtype, dt the result's.
+// iotaAt is the value c (a long long expression) converted to dt as iota
+// converts it.
+func iotaAt(dt ir.DType, c string) string {
+	return roundHalf(dt, fmt.Sprintf("(%s)%s", computeType(dt), c))
+}
+
+// elementwise returns the C expression of an elementwise op of the op
+// table on arguments in compute types; in is the operand dtype, dt the
+// result's. Unary and binary float ops round to dt when it is f16 or bf16.
 func elementwise(code ir.Code, in, dt ir.DType, args []string) (string, error) {
 	a, b := args[0], ""
 	if len(args) > 1 {
@@ -796,6 +772,8 @@ func elementwise(code ir.Code, in, dt ir.DType, args []string) (string, error) {
 		return fmt.Sprintf("(%s ? %s : %s)", a, b, args[2]), nil
 	case ir.Convert:
 		return convert(in, dt, a), nil
+	case ir.BitcastConvert:
+		return bitcast(in, dt, a)
 	case ir.Max, ir.Min:
 		c := map[ir.Code]string{ir.Max: ">", ir.Min: "<"}[code]
 		if in.IsFloat() { // a NaN operand wins
@@ -803,10 +781,14 @@ func elementwise(code ir.Code, in, dt ir.DType, args []string) (string, error) {
 		}
 		return fmt.Sprintf("(%s %s %s ? %s : %s)", a, c, b, a, b), nil
 	}
-	if in.IsFloat() {
-		return floatOp(code, in, a, b)
+	if !in.IsFloat() {
+		return intOp(code, in, a, b)
 	}
-	return intOp(code, in, a, b)
+	e, err := floatOp(code, in, a, b)
+	if cl := code.Info().Class; cl == ir.ClassUnary || cl == ir.ClassBinary {
+		e = roundHalf(dt, e)
+	}
+	return e, err
 }
 
 // floatOp is elementwise on float operands: the op table's CUDA C math
@@ -920,8 +902,9 @@ func shift(code ir.Code, in ir.DType, a, b string) string {
 
 // dot emits the contraction of a dot_general for the output element at: the
 // output index viewed into each operand (batch and free dimensions), plus
-// the contracted index k viewed into each.
-func (g *gen) dot(op *ir.Op, at string) (string, error) {
+// the contracted index k viewed into each; the operands are kernel operands
+// li and ri.
+func (g *gen) dot(op *ir.Op, li, ri int, at string) (string, error) {
 	l, r := op.Args[0], op.Args[1]
 	res := op.Results[0]
 	dt := res.Type.DType
@@ -964,14 +947,8 @@ func (g *gen) dot(op *ir.Op, at string) (string, error) {
 	g.emit("%s %s = 0;", act, acc)
 	g.emit("for (long long %s = 0; %s < %dLL; %s++) {", kv, kv, cshape.Size(), kv)
 	c := g.child()
-	lv, err := c.value(l, c.index(lbase+" + "+viewIndex(dense(cshape, lk), kv)))
-	if err != nil {
-		return "", err
-	}
-	rv, err := c.value(r, c.index(rbase+" + "+viewIndex(dense(cshape, rk), kv)))
-	if err != nil {
-		return "", err
-	}
+	lv := c.param(li, l.Type.DType, c.index(lbase+" + "+viewIndex(dense(cshape, lk), kv)))
+	rv := c.param(ri, r.Type.DType, c.index(rbase+" + "+viewIndex(dense(cshape, rk), kv)))
 	if dt.IsInteger() {
 		c.emit("%s += (%s)%s * (%s)%s;", acc, act, lv, act, rv)
 	} else {
@@ -987,22 +964,6 @@ func (g *gen) dot(op *ir.Op, at string) (string, error) {
 func gridLoop(body string) string {
 	return "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n" +
 		body + "  }\n"
-}
-
-// genLoop emits a grid-stride loop computing results[ris] at every index.
-func genLoop(s *shared, results []*ir.Value, ris []int, n int64) (Entry, string, error) {
-	g := newGen(s, "    ")
-	var stores strings.Builder
-	for _, ri := range ris {
-		v := results[ri]
-		x, err := g.value(v, "i")
-		if err != nil {
-			return Entry{}, "", err
-		}
-		fmt.Fprintf(&stores, "    out%d[i] = %s;\n", ri, store(v.Type.DType, x))
-	}
-	body := gridLoop(g.b.String() + stores.String())
-	return Entry{Kind: LaunchLoop, N: n, Writes: ris}, body, nil
 }
 
 // accumulator returns the C accumulator type of a reduction and its shuffle
@@ -1132,35 +1093,64 @@ func (rd *reducer) finish(g *gen, ri int, odt ir.DType) {
 	g.emit("__syncthreads();")
 }
 
-// genReduce emits a block-level tree reduction for results[ri] (a reduce or
-// arg op). Each block reduces one output row (grid-stride over rows): every
-// thread accumulates a strided share of the row, warps combine through
-// shuffles, warp leaders through shared memory, warp 0 finishes. The row's
-// elements are read through two views of the operand: the kept dimensions
-// over the outputs, the reduced ones over the row.
-func genReduce(s *shared, v *ir.Value, ri int) (Entry, string, error) {
+// reduction is what one reduction entry computes: code over operand
+// elements of dtype in into result ri (of dtype out); output o reduces the
+// r elements at operand flat indices kept(o) + red(k), k < r, each read by
+// read (in a scope whose index variable is at).
+type reduction struct {
+	code      ir.Code
+	in, out   ir.DType
+	kept, red ir.StridedView
+	nOut, r   int64
+	ri        int
+	read      func(g *gen, at string) (string, error)
+	// prog is the plan program read reads the nodes of (nil for an op).
+	prog *passes.KernelProgram
+}
+
+// splitReduced returns the views of the flat index of an operand of shape
+// (row-major) through its kept dimensions, over the outputs, and through
+// its reduced ones, over one output's elements, with their sizes.
+func splitReduced(shape ir.Shape, reduced func(d int) bool) (kept, red ir.StridedView, nOut, r int64) {
+	var ks, rs ir.Shape
+	var kst, rst []int
+	st := shape.Strides()
+	for d, n := range shape {
+		if reduced(d) {
+			rs, rst = append(rs, n), append(rst, st[d])
+		} else {
+			ks, kst = append(ks, n), append(kst, st[d])
+		}
+	}
+	return dense(ks, kst), dense(rs, rst), int64(ks.Size()), int64(rs.Size())
+}
+
+// opReduction is the reduction computing v, the result of a reduce or arg
+// op, from its operand.
+func opReduction(v *ir.Value) reduction {
 	op := v.Op
 	x := op.Args[0]
 	axes := op.Attrs.Ints("axes")
 	if op.Code == ir.ArgMax || op.Code == ir.ArgMin {
 		axes = []int{op.Attrs.Int("axis")}
 	}
-	var kept, red ir.Shape
-	var keptSt, redSt []int
-	xst := x.Type.Shape.Strides()
-	for d, n := range x.Type.Shape {
-		if slices.Contains(axes, d) {
-			red, redSt = append(red, n), append(redSt, xst[d])
-		} else {
-			kept, keptSt = append(kept, n), append(keptSt, xst[d])
-		}
-	}
-	nOut, r := int64(kept.Size()), int64(red.Size())
-	rd, err := newReducer(op.Code, x.Type.DType, r)
+	rd := reduction{code: op.Code, in: x.Type.DType, out: v.Type.DType,
+		read: func(g *gen, at string) (string, error) { return g.value(x, at) }}
+	rd.kept, rd.red, rd.nOut, rd.r = splitReduced(x.Type.Shape, func(d int) bool { return slices.Contains(axes, d) })
+	return rd
+}
+
+// reduce adds the entry of a block-level tree reduction. Each block
+// reduces one output row (grid-stride over rows): every thread accumulates
+// a strided share of the row, warps combine through shuffles, warp leaders
+// through shared memory, warp 0 finishes.
+func (s *shared) reduce(rdn reduction) error {
+	rd, err := newReducer(rdn.code, rdn.in, rdn.r)
 	if err != nil {
-		return Entry{}, "", err
+		return err
 	}
 	g := newGen(s, "    ")
+	g.prog = rdn.prog
 	var b strings.Builder
 	b.WriteString("  __shared__ " + rd.acc + " ferry_sm[32];\n")
 	if rd.isArg {
@@ -1168,16 +1158,16 @@ func genReduce(s *shared, v *ir.Value, ri int) (Entry, string, error) {
 	}
 	b.WriteString("  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;\n")
 	b.WriteString("  for (long long o = blockIdx.x; o < n; o += gridDim.x) {\n")
-	base := g.index(viewIndex(dense(kept, keptSt), "o"))
+	base := g.index(viewIndex(rdn.kept, "o"))
 	g.emit("%s acc = %s;", rd.acc, rd.ident)
 	if rd.isArg {
 		g.emit("long long acci = %s;", rd.r)
 	}
 	g.emit("for (long long k = threadIdx.x; k < %s; k += blockDim.x) {", rd.r)
 	c := g.child()
-	xv, err := c.value(x, c.index(base+" + "+viewIndex(dense(red, redSt), "k")))
+	xv, err := rdn.read(c, c.index(base+" + "+viewIndex(rdn.red, "k")))
 	if err != nil {
-		return Entry{}, "", err
+		return err
 	}
 	c.emit("%s e = (%s)%s;", rd.acc, rd.acc, xv)
 	if rd.isArg {
@@ -1187,10 +1177,11 @@ func genReduce(s *shared, v *ir.Value, ri int) (Entry, string, error) {
 	g.b.WriteString(c.b.String())
 	g.emit("}")
 	rd.shuffle(g)
-	rd.finish(g, ri, v.Type.DType)
+	rd.finish(g, rdn.ri, rdn.out)
 	b.WriteString(g.b.String())
 	b.WriteString("  }\n")
-	return Entry{Kind: LaunchReduce, N: nOut, R: r, Writes: []int{ri}}, b.String(), nil
+	s.add(Entry{Kind: LaunchReduce, N: rdn.nOut, R: rdn.r, Writes: []int{rdn.ri}}, b.String())
+	return nil
 }
 
 // atomicKind returns how an element of dt is atomically added: a native
@@ -1214,7 +1205,7 @@ func atomicAdd(dt ir.DType, ptr, val string) string {
 // genScatter emits scatter_add as two entries: a copy of the operand into the
 // result, then one thread per update element adding it atomically (updates
 // whose index is out of range are dropped).
-func genScatter(s *shared, v *ir.Value, ri int) ([]Entry, []string, error) {
+func genScatter(s *shared, v *ir.Value) error {
 	op := v.Op
 	x, ix, u := op.Args[0], op.Args[1], op.Args[2]
 	axis := op.Attrs.Int("axis")
@@ -1225,18 +1216,18 @@ func genScatter(s *shared, v *ir.Value, ri int) ([]Entry, []string, error) {
 	g := newGen(s, "    ")
 	xv, err := g.value(x, "i")
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	copyBody := gridLoop(g.b.String() + fmt.Sprintf("    out%d[i] = %s;\n", ri, store(v.Type.DType, xv)))
+	copyBody := gridLoop(g.b.String() + fmt.Sprintf("    out0[i] = %s;\n", store(v.Type.DType, xv)))
 	g2 := newGen(s, "    ")
 	j := g2.index(fmt.Sprintf("(i / %dLL) %% %dLL", inner, ni))
 	kv, err := g2.value(ix, j)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	uv, err := g2.value(u, "i")
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	dst := g2.index(fmt.Sprintf("((i / %dLL) * %dLL + (long long)%s) * %dLL + i %% %dLL", int64(inner)*int64(ni), n, kv, inner, inner))
 	dt := x.Type.DType
@@ -1244,11 +1235,8 @@ func genScatter(s *shared, v *ir.Value, ri int) ([]Entry, []string, error) {
 	if dt == ir.Bool {
 		val = "(" + uv + " ? 1 : 0)"
 	}
-	g2.emit("if ((long long)%s >= 0 && (long long)%s < %dLL) %s", kv, kv, n, atomicAdd(dt, fmt.Sprintf("&out%d[%s]", ri, dst), val))
-	scatterBody := gridLoop(g2.b.String())
-	return []Entry{
-			{Kind: LaunchLoop, N: int64(x.Type.Size()), Writes: []int{ri}},
-			{Kind: LaunchLoop, N: int64(u.Type.Size()), Writes: []int{ri}},
-		},
-		[]string{copyBody, scatterBody}, nil
+	g2.emit("if ((long long)%s >= 0 && (long long)%s < %dLL) %s", kv, kv, n, atomicAdd(dt, fmt.Sprintf("&out0[%s]", dst), val))
+	s.add(Entry{Kind: LaunchLoop, N: int64(x.Type.Size()), Writes: []int{0}}, copyBody)
+	s.add(Entry{Kind: LaunchLoop, N: int64(u.Type.Size()), Writes: []int{0}}, gridLoop(g2.b.String()))
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
 )
 
 // opCase builds one op over fresh parameters.
@@ -93,6 +94,29 @@ func opCases() []opCase {
 	return cs
 }
 
+// fuseOp wraps op (an op over parameters of a function) in a loop fusion of
+// its own, in a fresh function over the same parameter types: a fused group
+// the plan describes as one elementwise node over its leaves.
+func fuseOp(t *testing.T, op *ir.Op) *ir.Op {
+	t.Helper()
+	f := ir.NewFunc("fused")
+	rg := f.NewRegion()
+	var args, inner []*ir.Value
+	for _, a := range op.Args {
+		args, inner = append(args, f.Body.AddParam(a.Type)), append(inner, rg.AddParam(a.Type))
+	}
+	in, err := rg.AddOp(op.Code, inner, op.Attrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rg.Results = in.Results
+	fop, err := f.Body.AddOp(ir.Fusion, args, ir.Attrs{"kind": "loop"}, rg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fop
+}
+
 // TestGenerateOpsHostC runs every op of the table, on every dtype it takes,
 // through the generator and gcc, and compares with internal/eval on fresh
 // random operands.
@@ -111,18 +135,27 @@ func TestGenerateOpsHostC(t *testing.T) {
 			continue // the op does not take this dtype
 		}
 		t.Run(c.name, func(t *testing.T) {
-			hc := queueOnHost(t, b, rand.New(rand.NewPCG(seed, uint64(ci))), buildOp(t, c))
+			rng := rand.New(rand.NewPCG(seed, uint64(ci)))
+			op := buildOp(t, c)
+			hcs := []*hostCheck{queueOnHost(t, b, rng, op)}
+			if op.Info().Elementwise {
+				hcs = append(hcs, queueOnHost(t, b, rng, fuseOp(t, op)))
+			}
 			t.Parallel()
-			hc.check(t, b)
+			for _, hc := range hcs {
+				hc.check(t, b)
+			}
 		})
 	}
 }
 
 // TestOpTableGenerates is the CUDA meta-test of the op table, and needs no
 // gcc: every op the table marks elementwise generates a kernel on every
-// dtype its rule accepts (a float op lacking Lowering.CUDA, or any op the
-// generator lacks, fails here), and every op of the table is in opCases
-// except the ones the CUDA backend runs by other means.
+// dtype its rule accepts, alone (GenerateOp) and as the node of a fused
+// group the plan describes (GenerateKernel) — a float op lacking
+// Lowering.CUDA, or any op the generator lacks, fails here — and every op
+// of the table is in opCases except the ones the CUDA backend runs by other
+// means.
 func TestOpTableGenerates(t *testing.T) {
 	other := map[ir.Code]string{
 		ir.Constant: "literals are emitted inline", ir.Sort: "run as its own step",
@@ -150,8 +183,18 @@ func TestOpTableGenerates(t *testing.T) {
 			continue // the op does not take this dtype
 		}
 		covered[c.code] = true
-		if _, err := GenerateOp(op, GenerateOptions{}); err != nil {
+		if _, err := GenerateOp(op); err != nil {
 			t.Errorf("%s: %v", c.name, err)
+		}
+		if !op.Info().Elementwise {
+			continue
+		}
+		pk, err := passes.LowerKernel(fuseOp(t, op))
+		if err != nil || pk.Mode != passes.KernelLoop || len(pk.Programs) != 1 || pk.Programs[0].Nodes[len(pk.Programs[0].Nodes)-1].Code != c.code {
+			t.Fatalf("%s: the plan does not describe the fused op as its node: %v", c.name, err)
+		}
+		if _, err := GenerateKernel(pk); err != nil {
+			t.Errorf("%s fused: %v", c.name, err)
 		}
 	}
 	for _, c := range ir.AllCodes() {

@@ -132,13 +132,13 @@ func TestGenerateTraced(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var all strings.Builder
 			for _, op := range programSteps(t, traceFn(t, c.params, c.fn)) {
-				k, err := GenerateOp(op, GenerateOptions{})
+				k, err := GenerateOp(op)
 				if err != nil {
 					t.Fatal(err)
 				}
 				all.WriteString(k.Source)
 				checkWellFormed(t, k)
-				k2, err := GenerateOp(op, GenerateOptions{})
+				k2, err := GenerateOp(op)
 				if err != nil || k2.Source != k.Source {
 					t.Fatalf("output is not deterministic")
 				}
@@ -208,15 +208,15 @@ func TestGenerateErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := GenerateOp(srt, GenerateOptions{}); err == nil || !strings.Contains(err.Error(), "sort") {
+	if _, err := GenerateOp(srt); err == nil || !strings.Contains(err.Error(), "sort") {
 		t.Errorf("sort: %v", err)
 	}
 	l := ir.NewLiteral(f32(2))
 	cst, _ := f.Body.AddOp(ir.Constant, nil, ir.Attrs{"value": l})
-	if _, err := GenerateOp(cst, GenerateOptions{}); err == nil || !strings.Contains(err.Error(), "scalar") {
+	if _, err := GenerateOp(cst); err == nil || !strings.Contains(err.Error(), "scalar") {
 		t.Errorf("constant: %v", err)
 	}
-	if _, err := GenerateOp(nil, GenerateOptions{}); err == nil {
+	if _, err := GenerateOp(nil); err == nil {
 		t.Errorf("nil op accepted")
 	}
 }

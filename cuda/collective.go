@@ -214,7 +214,7 @@ func (b *Backend) transposer(dt ir.DType, shape, perm []int) (*xpose, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda: layout transpose of %v by %v: %w", p.Type, perm, err)
 	}
-	k, err := GenerateOp(op, GenerateOptions{})
+	k, err := GenerateOp(op)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: layout transpose of %v: %w", p.Type, err)
 	}

@@ -7,19 +7,24 @@
 //
 // What it does:
 //
-//   - Kernels. Every step of the program becomes generated CUDA C
-//     (GenerateOp, codegen.go): loop fusions, input fusions (one parallel
-//     reduction per reduce), output fusions (a dot_general with its
-//     epilogue) and single ops. NVRTC compiles them for the device's
-//     architecture; Cache keeps the images in memory and on disk
-//     ($FERRY_CACHE_DIR).
-//   - Matrix products go to cuBLASLt, with the fusion's epilogue where it
-//     fits (matmul.go). cuBLASLt is optional: when it does not load or
-//     initialise, every dot_general runs as a generated kernel.
+//   - Kernels. Every step becomes generated CUDA C, rendered from the
+//     executable plan (passes.Lower): a fused group from the plan's
+//     expression tree (GenerateKernel, kernel.go: loop and input fusions,
+//     one parallel reduction per reduce, output fusions as the product into
+//     its result's buffer and the epilogue over it), every other op by a
+//     kernel of its own (GenerateOp, codegen.go). NVRTC compiles them for
+//     the device's architecture; Cache keeps the images in memory and on
+//     disk ($FERRY_CACHE_DIR).
+//   - Matrix products go to cuBLASLt (matmul.go), an output fusion's
+//     straight into the result buffer its epilogue reads. cuBLASLt is
+//     optional: when it does not load or initialise, every product runs as
+//     a generated kernel.
 //   - Control flow runs on the device: scan, while and cond steps launch
 //     their nested regions' compiled steps once per iteration from a host
-//     loop (region.go). Only sort has no device kernel; it is a host step
-//     run by the reference executor (internal/eval), listed by HostSteps.
+//     loop (region.go). Sort, and a fused group the plan does not describe
+//     (passes.KernelUnsupported), have no device kernel: they are host
+//     steps run by the reference executor (internal/eval), listed by
+//     HostSteps.
 //   - Memory: device buffers come from a best-fit allocator over one
 //     pre-allocated slab (or cuMemAlloc per buffer with
 //     FERRY_ALLOCATOR=platform), pinned_host buffers from cuMemHostAlloc.

@@ -97,8 +97,8 @@ var gccFlags = []string{"-std=gnu11", "-O1", "-pthread", "-Wall", "-Werror", "-W
 // hostProgram is the shim, the prelude once, every kernel of ks after it
 // (its entries renamed c<i>_<name>, so that kernels with equal entry names
 // can share the file) and a main that runs the kernels its arguments name
-// (indices into ks) in order: for each it reads the operands from stdin,
-// runs every entry, writes the results to stdout and flushes it. Kernel i's
+// (indices into ks) in order: for each it reads the operands and then the
+// results' initial contents from stdin, runs every entry, writes the results to stdout and flushes it. Kernel i's
 // part of the program is lines first[i] to first[i+1]-1 (first has
 // len(ks)+1 entries). Every kernel's source must start with the prelude.
 func hostProgram(ks []*Kernel) (prog string, first []int) {
@@ -136,7 +136,7 @@ func hostProgram(ks []*Kernel) (prog string, first []int) {
 			fmt.Fprintf(&b, "  c%d_p%d = malloc(%d);\n  if (fread(c%d_p%d, 1, %d, stdin) != %d) return 1;\n", ci, i, p.Bytes()+8, ci, i, p.Bytes(), p.Bytes())
 		}
 		for i, r := range k.Results {
-			fmt.Fprintf(&b, "  c%d_out%d = calloc(1, %d);\n", ci, i, r.Bytes()+8)
+			fmt.Fprintf(&b, "  c%d_out%d = calloc(1, %d);\n  if (fread(c%d_out%d, 1, %d, stdin) != %d) return 1;\n", ci, i, r.Bytes()+8, ci, i, r.Bytes(), r.Bytes())
 		}
 		for i, e := range k.Entries {
 			if e.Kind == LaunchReduce {
@@ -186,7 +186,8 @@ func (e *gccError) Error() string {
 }
 
 // runHostKernels builds ks into one binary in dir and runs kernel i on
-// ins[i]. It returns each kernel's results, or in errs[i] why there are
+// ins[i]: its operands, then the initial contents of its first results
+// (zeros for the ones ins[i] leaves out). It returns each kernel's results, or in errs[i] why there are
 // none: a source without the prelude, a failed build (a *gccError) or a run
 // that stopped in kernel i. Kernels that gcc's errors point into are left
 // out and the rest built again; if an error points elsewhere, every kernel
@@ -253,8 +254,12 @@ func runHostKernels(gcc, dir string, ks []*Kernel, ins [][]*ir.Literal) (res [][
 		var stdin bytes.Buffer
 		var argv []string
 		for at := pos; at < len(built); at++ {
-			for _, l := range ins[built[at]] {
+			k, in := ks[built[at]], ins[built[at]]
+			for _, l := range in {
 				stdin.Write(l.Data)
+			}
+			for _, r := range k.Results[max(len(in)-len(k.Params), 0):] {
+				stdin.Write(make([]byte, r.Bytes()))
 			}
 			argv = append(argv, strconv.Itoa(at))
 		}
@@ -419,7 +424,7 @@ type hostCheck struct {
 // kernel in b. Call it before t.Parallel; check compares afterwards.
 func queueOnHost(t *testing.T, b *hostBatch, rng *rand.Rand, op *ir.Op) *hostCheck {
 	t.Helper()
-	k, err := GenerateOp(op, GenerateOptions{})
+	k, err := GenerateOp(op)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,7 +469,7 @@ func TestRunHostKernels(t *testing.T) {
 	add := buildOp(t, opCase{name: "add", params: []ir.Type{f32(3, 5), f32(3, 5)}, code: ir.Add})
 	sum := buildOp(t, opCase{name: "sum", params: []ir.Type{f64(4, 70)}, code: ir.ReduceSum, attrs: ir.Attrs{"axes": []int{1}}})
 	gen := func(op *ir.Op) *Kernel {
-		k, err := GenerateOp(op, GenerateOptions{})
+		k, err := GenerateOp(op)
 		if err != nil {
 			t.Fatal(err)
 		}

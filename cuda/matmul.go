@@ -438,31 +438,3 @@ func (m *LtMatmul) Destroy() {
 		}
 	}
 }
-
-// outputDot returns the dot_general of an output fusion when cuBLASLt can
-// compute it ahead of the fused epilogue: the region's first op, reading two
-// region parameters (so their buffers are the fusion's operands), returned
-// with the operand indexes.
-func outputDot(op *ir.Op) (dot *ir.Op, lhs, rhs int, ok bool) {
-	if op.Code != ir.Fusion || op.Attrs.String("kind") != "output" || len(op.Regions) != 1 {
-		return nil, 0, 0, false
-	}
-	r := op.Regions[0]
-	if len(r.Ops) == 0 || r.Ops[0].Code != ir.DotGeneral {
-		return nil, 0, 0, false
-	}
-	d := r.Ops[0]
-	idx := func(v *ir.Value) int {
-		for i, p := range r.Params {
-			if p == v {
-				return i
-			}
-		}
-		return -1
-	}
-	lhs, rhs = idx(d.Args[0]), idx(d.Args[1])
-	if lhs < 0 || rhs < 0 {
-		return nil, 0, 0, false
-	}
-	return d, lhs, rhs, true
-}

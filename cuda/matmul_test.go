@@ -413,11 +413,12 @@ func TestLtMatmulFallbacks(t *testing.T) {
 	}
 }
 
-// The output fusions the pass pipeline makes of dense layers start with a
-// dot_general on fusion operands (outputDot finds it), and the epilogue
-// generated with the dot's result as an External operand — what the backend
-// launches after cuBLASLt — matches eval of the whole fusion when run on the
-// host (gcc), with the dot result computed independently by eval.
+// The output fusions the pass pipeline makes of dense layers are rendered
+// from the plan's description: a Product entry computing the dot_general
+// into the buffer of result DotResult, then the epilogue reading it there.
+// Run on the host (gcc), the whole kernel matches eval of the fusion, and so
+// does the epilogue alone over a DotResult buffer holding eval's product —
+// what the backend launches after cuBLASLt wrote it.
 func TestOutputFusionEpilogueHostC(t *testing.T) {
 	b := newHostBatch(needGCC(t))
 	defer b.run()
@@ -434,6 +435,13 @@ func TestOutputFusionEpilogueHostC(t *testing.T) {
 		{"batched_scale", []ir.Type{f32(2, 3, 4), f32(2, 4, 5)}, func(x []*trace.Array) []*trace.Array {
 			return []*trace.Array{trace.Tanh(trace.Mul(trace.MatMul(x[0], x[1]), trace.Scalar(0.5)))}
 		}},
+		{"product_bits_reused", []ir.Type{f32(3, 4), f32(4, 6)}, func(x []*trace.Array) []*trace.Array {
+			return []*trace.Array{trace.Convert(trace.Mul(trace.MatMul(x[0], x[1]), trace.Scalar(3)), ir.Int32)}
+		}},
+	}
+	type run struct {
+		job  *hostJob
+		want []*ir.Literal
 	}
 	for _, p := range progs {
 		t.Run(p.name, func(t *testing.T) {
@@ -441,28 +449,30 @@ func TestOutputFusionEpilogueHostC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			type epilogue struct {
-				job  *hostJob
-				want []*ir.Literal
-			}
-			var eps []epilogue
+			var runs []run
 			for _, op := range prog.Func.Body.Ops {
-				dot, li, ri, ok := outputDot(op)
-				if !ok {
+				if op.Code != ir.Fusion || op.Attrs.String("kind") != "output" {
 					continue
 				}
-				if _, err := MatmulSpecFor(dot, false); err != nil {
-					t.Fatalf("cuBLASLt rejects the fused dot: %v", err)
-				}
-				k, err := GenerateOp(op, GenerateOptions{External: []*ir.Value{dot.Results[0]}})
+				pk, err := passes.LowerKernel(op)
 				if err != nil {
 					t.Fatal(err)
+				}
+				if pk.Mode != passes.KernelOutput {
+					t.Fatalf("the output fusion is not described: %s", pk.Why)
+				}
+				k, err := GenerateKernel(pk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !k.Entries[0].Product || slices.ContainsFunc(k.Entries[1:], func(e Entry) bool { return e.Product }) {
+					t.Fatalf("entries %+v: want the Product entry first, and only there", k.Entries)
 				}
 				var ins []*ir.Literal
 				for _, a := range op.Args {
 					ins = append(ins, randomLiteral(rng, a.Type))
 				}
-				d, err := eval.EvalOp(dot, []*ir.Literal{ins[li], ins[ri]})
+				d, err := eval.EvalOp(pk.Dot, []*ir.Literal{ins[pk.DotArgs[0]], ins[pk.DotArgs[1]]})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -470,16 +480,26 @@ func TestOutputFusionEpilogueHostC(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				eps = append(eps, epilogue{b.add(k, append(ins, d[0])), want})
+				epilogue := *k
+				epilogue.Entries = k.Entries[1:]
+				initial := slices.Clone(ins)
+				for i, r := range op.Results {
+					l := ir.NewLiteral(r.Type)
+					if i == pk.DotResult {
+						copy(l.Data, d[0].Data)
+					}
+					initial = append(initial, l)
+				}
+				runs = append(runs, run{b.add(k, ins), want}, run{b.add(&epilogue, initial), want})
 			}
-			if len(eps) == 0 {
-				t.Fatalf("no output fusion with a leading dot in\n%v", prog.Func)
+			if len(runs) == 0 {
+				t.Fatalf("no output fusion in\n%v", prog.Func)
 			}
 			t.Parallel()
-			for _, e := range eps {
-				got := b.results(t, e.job)
-				for i := range e.want {
-					compareKernel(t, fmt.Sprintf("%s result %d", p.name, i), e.job.k, got[i], e.want[i])
+			for _, r := range runs {
+				got := b.results(t, r.job)
+				for i := range r.want {
+					compareKernel(t, fmt.Sprintf("%s result %d", p.name, i), r.job.k, got[i], r.want[i])
 				}
 			}
 		})

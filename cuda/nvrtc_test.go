@@ -274,9 +274,9 @@ func checkNVRTC(t *testing.T, n *NVRTC, nks []namedKernel) {
 }
 
 // generate is GenerateOp that fails t.
-func generate(t *testing.T, op *ir.Op, opts GenerateOptions) *Kernel {
+func generate(t *testing.T, op *ir.Op) *Kernel {
 	t.Helper()
-	k, err := GenerateOp(op, opts)
+	k, err := GenerateOp(op)
 	if err != nil {
 		t.Fatalf("%v: %v", op.Code, err)
 	}
@@ -296,17 +296,17 @@ func opTableKernels(t *testing.T) []namedKernel {
 		if err != nil {
 			continue // the op does not take this dtype
 		}
-		out = append(out, namedKernel{"ops/" + c.name, generate(t, op, GenerateOptions{})})
+		out = append(out, namedKernel{"ops/" + c.name, generate(t, op)})
 	}
 	return out
 }
 
 // stepKernels compiles f with the pass pipeline as Backend.Compile does and
 // generates every kernel the backend may compile for it: each step's own
-// kernel and, for an output fusion cuBLASLt can take, its epilogue reading
-// the dot's result as an External operand. The steps in the bodies of scan,
-// while and cond ops (the Transformer's blocks, which the backend runs on
-// the host for now) are included.
+// kernel (an output fusion's with its Product entry, which the backend
+// skips when cuBLASLt computes the product). The steps in the bodies of
+// scan, while and cond ops are included; fused groups the plan does not
+// describe (they run on the host) are not.
 func stepKernels(t *testing.T, prefix string, f *ir.Func) []namedKernel {
 	t.Helper()
 	p, err := passes.Compile(f, passes.Options{})
@@ -328,13 +328,16 @@ func stepKernels(t *testing.T, prefix string, f *ir.Func) []namedKernel {
 				continue
 			case op.Code == ir.Fusion:
 				name += "_" + op.Attrs.String("kind")
-			}
-			out = append(out, namedKernel{name, generate(t, op, GenerateOptions{})})
-			if dot, _, _, ok := outputDot(op); ok {
-				if _, err := MatmulSpecFor(dot, false); err == nil {
-					out = append(out, namedKernel{name + "_epilogue", generate(t, op, GenerateOptions{External: []*ir.Value{dot.Results[0]}})})
+				pk, err := passes.LowerKernel(op)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if pk.Mode == passes.KernelUnsupported {
+					t.Logf("%s runs on the host: %s", name, pk.Why)
+					continue
 				}
 			}
+			out = append(out, namedKernel{name, generate(t, op)})
 		}
 	}
 	walk(prefix, p.Func.Body)
@@ -459,11 +462,11 @@ func TestNVRTCBatchAttributes(t *testing.T) {
 	n := needNVRTC(t)
 	add := buildOp(t, opCase{name: "add", params: []ir.Type{f32(3, 5), f32(3, 5)}, code: ir.Add})
 	sum := buildOp(t, opCase{name: "sum", params: []ir.Type{f64(4, 70)}, code: ir.ReduceSum, attrs: ir.Attrs{"axes": []int{1}}})
-	broken, warns, bare := *generate(t, add, GenerateOptions{}), *generate(t, sum, GenerateOptions{}), *generate(t, add, GenerateOptions{})
+	broken, warns, bare := *generate(t, add), *generate(t, sum), *generate(t, add)
 	broken.Source += "int broken = ;\n"
 	warns.Source += "FD int ferry_test_unused(void) { int never_used; return 1; }\n"
 	bare.Source = strings.TrimPrefix(bare.Source, Prelude)
-	ks := []*Kernel{generate(t, add, GenerateOptions{}), &broken, generate(t, sum, GenerateOptions{}), &warns, &bare}
+	ks := []*Kernel{generate(t, add), &broken, generate(t, sum), &warns, &bare}
 	errs := nvrtcKernels(n, "sm_80", ks)
 	var le *nvrtcLogError
 	if !errors.As(errs[1], &le) || le.err == nil || !strings.Contains(le.log, "error") {
@@ -487,7 +490,7 @@ func TestNVRTCBatchAttributes(t *testing.T) {
 func TestNVRTCKernelAloneClean(t *testing.T) {
 	n := needNVRTC(t)
 	add := buildOp(t, opCase{name: "add", params: []ir.Type{f32(3, 5), f32(3, 5)}, code: ir.Add})
-	k := generate(t, add, GenerateOptions{})
+	k := generate(t, add)
 	for _, arch := range nvrtcArchs {
 		img, log, err := n.CompileLog(k.Source, "add.cu", arch)
 		if err != nil || log != "" || len(img) == 0 {

@@ -53,7 +53,8 @@ import (
 // iteration i issues the copy of slice i+1 once its last reader of the
 // buffer is issued, so that it overlaps the rest of iteration i.
 //
-// Sort has no device kernel: it stays a host step (run by eval after the
+// Sort (like a fused group the plan does not describe) has no device
+// kernel: it stays a host step (run by eval after the
 // streams drain), in a nested region too; HostSteps lists it.
 
 // region is a compiled region: the function body or a nested region of a
@@ -83,42 +84,28 @@ func (b *Backend) compileRegion(e *executable, blk *passes.Block) (*region, erro
 	g := &region{r: r, plan: plan, blk: blk, steps: make([]step, len(r.Ops))}
 	barrier := make([]bool, len(r.Ops))
 	for i, op := range r.Ops {
-		s := &g.steps[i]
+		s, st := &g.steps[i], &blk.Steps[i]
 		s.op = op
+		var err error
 		switch {
 		case op.Code == ir.DevicePut:
 			s.kind = stepCopy
 		case op.Code == ir.Constant:
 			s.kind = stepConst
-			c, err := b.fromLiteral(op.Attrs.Literal("value").Clone())
-			if err != nil {
-				return nil, err
-			}
-			s.constant = c
-		case blk.Steps[i].Loop != nil:
-			if err := b.compileLoop(e, s, blk.Steps[i].Loop); err != nil {
-				return nil, err
-			}
-		case op.Code.IsCollective():
-			if err := b.prepareCollective(e, s); err != nil {
-				return nil, err
-			}
-		case b.prepareMatmul(e, plan, s):
-			// cuBLASLt (with the generated epilogue of an output fusion).
+			s.constant, err = b.fromLiteral(op.Attrs.Literal("value").Clone())
+		case st.Loop != nil:
+			err = b.compileLoop(e, s, st.Loop)
+		case st.Kind == passes.StepCollective:
+			err = b.prepareCollective(e, s)
+		case st.Kind == passes.StepMatmul && b.prepareMatmul(plan, s, op, op, 0, 1, 0):
+			// cuBLASLt.
 		default:
-			k, err := GenerateOp(op, GenerateOptions{})
-			if err != nil {
-				s.kind = stepHost // sort: run by eval on the host
-				s.why = err.Error()
-				barrier[i] = true
-				continue
-			}
-			fns, err := b.module(k)
-			if err != nil {
-				return nil, err
-			}
-			s.kind, s.kernel, s.fns = stepKernel, k, fns
+			err = b.prepareKernel(plan, s, st)
 		}
+		if err != nil {
+			return nil, err
+		}
+		barrier[i] = s.kind == stepHost
 		if StreamOf(op) != Compute {
 			g.copies = true
 		}
@@ -272,12 +259,10 @@ type execution struct {
 	b       *Backend
 	in      []*Buffer
 	results []*Buffer
-	// arenas, scratchMem and collMem are the execution's temporaries
-	// (freed by release); scratch is scratchMem's address.
-	arenas     [2]mem
-	scratchMem mem
-	collMem    mem
-	scratch    uintptr
+	// arenas and collMem are the execution's temporaries (freed by
+	// release).
+	arenas  [2]mem
+	collMem mem
 	// events are all the events made (destroyed by free); fork is the one
 	// the copy streams wait for at the start of an iteration.
 	events []uintptr
@@ -499,10 +484,10 @@ func (x *execution) run(f *frame) error {
 		case stepHost:
 			// Drain the streams first, watching the collectives.
 			if err = x.waitAll(); err == nil {
-				err = x.e.run(s, stream, f.ptr, x.scratch)
+				err = x.e.run(s, stream, f.ptr)
 			}
 		default:
-			err = x.e.run(s, stream, f.ptr, x.scratch)
+			err = x.e.run(s, stream, f.ptr)
 		}
 		if err != nil {
 			return fmt.Errorf("%v step %d: %w", s.op.Code, i, err)
