@@ -5,6 +5,7 @@ import (
 
 	"github.com/ferryml/ferry/internal/bfc"
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
 )
 
 // LaunchConfig is the grid and block of one kernel launch.
@@ -58,48 +59,24 @@ func PlanMatmul(op *ir.Op) (MatmulLayout, error) {
 	if op.Code != ir.DotGeneral {
 		return MatmulLayout{}, fmt.Errorf("not a dot_general")
 	}
-	a := op.Attrs
-	lb, rb, lc, rc := a.Ints("lhs_batch"), a.Ints("rhs_batch"), a.Ints("lhs_contract"), a.Ints("rhs_contract")
-	ls, rs := op.Args[0].Type.Shape, op.Args[1].Type.Shape
-	if len(lc) != 1 || len(rc) != 1 {
-		return MatmulLayout{}, fmt.Errorf("%d contracting dimensions (cuBLASLt path takes 1)", len(lc))
+	m := passes.MatmulOf(op)
+	lr, rr, nb := op.Args[0].Type.Rank(), op.Args[1].Type.Rank(), len(m.LhsBatch)
+	if len(m.LhsContract) != 1 {
+		return MatmulLayout{}, fmt.Errorf("%d contracting dimensions (cuBLASLt path takes 1)", len(m.LhsContract))
 	}
-	for i := range lb {
-		if lb[i] != i || rb[i] != i {
+	for i := range nb {
+		if m.LhsBatch[i] != i || m.RhsBatch[i] != i {
 			return MatmulLayout{}, fmt.Errorf("batch dimensions are not leading")
 		}
 	}
-	nb := len(lb)
-	if len(ls)-nb > 2 || len(rs)-nb > 2 {
+	if lr-nb > 2 || rr-nb > 2 {
 		return MatmulLayout{}, fmt.Errorf("more than one free dimension")
 	}
-	batch := ir.Shape(ls[:nb]).Size()
-	// lhs: [batch..., M, K] (contract last) or [batch..., K, M].
-	var M, N, K int
-	var lhsKLast, rhsKFirst bool
-	switch len(ls) - nb {
-	case 1:
-		M, K, lhsKLast = 1, ls[nb], true
-	case 2:
-		lhsKLast = lc[0] == nb+1
-		if lhsKLast {
-			M, K = ls[nb], ls[nb+1]
-		} else {
-			K, M = ls[nb], ls[nb+1]
-		}
-	}
-	switch len(rs) - nb {
-	case 1:
-		N, rhsKFirst = 1, true
-	case 2:
-		rhsKFirst = rc[0] == nb
-		if rhsKFirst {
-			N = rs[nb+1]
-		} else {
-			N = rs[nb]
-		}
-	}
-	l := MatmulLayout{M: M, N: N, K: K, Batch: batch}
+	// lhs: [batch..., M, K] (contract last) or [batch..., K, M]; rhs:
+	// [batch..., K, N] (contract first) or [batch..., N, K].
+	lhsKLast, rhsKFirst := m.LhsContract[0] == lr-1, m.RhsContract[0] == nb
+	M, N, K := m.M, m.N, m.K
+	l := MatmulLayout{M: M, N: N, K: K, Batch: m.Batch}
 	// Column-major A = rhs viewed as N×K (stored K×N row-major = N×K col-major
 	// with ld N when rhsKFirst: no transpose).
 	if rhsKFirst {
