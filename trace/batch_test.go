@@ -264,37 +264,50 @@ func vtCases() []vtCase {
 			cs = append(cs, vtElementwiseCase(code))
 		}
 	}
-	anyDT := func(r *rand.Rand) ir.DType { return vtPick(r, ir.AllDTypes...) }
-	numDT := func(r *rand.Rand) ir.DType { return vtPick(r, vtDTypes(ir.NumericDTypes)...) }
-	cs = append(cs,
+	cs = append(cs, vtCreateConvertCases()...)
+	cs = append(cs, vtShapeCases()...)
+	cs = append(cs, vtJoinIndexCases()...)
+	cs = append(cs, vtReduceSortCases()...)
+	cs = append(cs, vtControlCases()...)
+	return cs
+}
+
+// vtAnyDT and vtNumDT pick a dtype: any, or numeric.
+func vtAnyDT(r *rand.Rand) ir.DType { return vtPick(r, ir.AllDTypes...) }
+
+func vtNumDT(r *rand.Rand) ir.DType { return vtPick(r, vtDTypes(ir.NumericDTypes)...) }
+
+// vtCreateConvertCases are the cases of constant, iota, select and the conversions.
+func vtCreateConvertCases() []vtCase {
+	return []vtCase{
 		vtCase{ir.Constant, "constant", func(r *rand.Rand) vtInst {
-			dt, s, v := numDT(r), vtPick(r, vtShapes...), float64(r.IntN(9)-4)
+			dt, s, v := vtNumDT(r), vtPick(r, vtShapes...), float64(r.IntN(9)-4)
 			return vtInst{desc: fmt.Sprint(dt, s, v), fn: func([]*trace.Array) []*trace.Array {
 				return vtOne(trace.Full(s, v, dt))
 			}}
 		}},
 		vtCase{ir.Constant, "constant_plus_operand", func(r *rand.Rand) vtInst {
-			dt, s := numDT(r), vtPick(r, vtShapes...)
+			dt, s := vtNumDT(r), vtPick(r, vtShapes...)
 			return vtInst{desc: fmt.Sprint(dt), ops: vtOps(vtT(dt, s...)), fn: func(a []*trace.Array) []*trace.Array {
 				return []*trace.Array{trace.Add(a[0], trace.Full(s, 2, dt)), trace.Full(s, 3, dt)}
 			}}
 		}},
 		vtCase{ir.Iota, "iota", func(r *rand.Rand) vtInst {
-			dt, s := numDT(r), vtShapeOfRank(r, 1, 3, true)
+			dt, s := vtNumDT(r), vtShapeOfRank(r, 1, 3, true)
 			d := r.IntN(len(s))
 			return vtInst{desc: fmt.Sprint(dt, s, d), fn: func([]*trace.Array) []*trace.Array {
 				return vtOne(trace.Iota(dt, s, d))
 			}}
 		}},
 		vtCase{ir.Select, "select", func(r *rand.Rand) vtInst {
-			dt, s := anyDT(r), vtPick(r, vtShapes...)
+			dt, s := vtAnyDT(r), vtPick(r, vtShapes...)
 			return vtInst{desc: fmt.Sprint(dt), ops: vtOps(vtT(ir.Bool, s...), vtT(dt, s...), vtT(dt, s...)),
 				fn: func(a []*trace.Array) []*trace.Array { return vtOne(trace.Where(a[0], a[1], a[2])) }}
 		}},
 		vtCase{ir.Convert, "convert", func(r *rand.Rand) vtInst {
-			from, to := anyDT(r), anyDT(r)
+			from, to := vtAnyDT(r), vtAnyDT(r)
 			for to == from {
-				to = anyDT(r)
+				to = vtAnyDT(r)
 			}
 			return vtInst{desc: fmt.Sprint(from, "→", to), ops: vtOps(vtT(from, vtPick(r, vtShapes...)...)),
 				fn: func(a []*trace.Array) []*trace.Array { return vtOne(trace.Convert(a[0], to)) }}
@@ -308,6 +321,12 @@ func vtCases() []vtCase {
 			return vtInst{desc: fmt.Sprint(p), ops: vtOps(vtT(p[0], vtPick(r, vtShapes...)...)),
 				fn: func(a []*trace.Array) []*trace.Array { return vtOne(trace.BitcastConvert(a[0], p[1])) }}
 		}},
+	}
+}
+
+// vtShapeCases are the cases of the shape and slicing ops.
+func vtShapeCases() []vtCase {
+	return []vtCase{
 		vtCase{ir.BroadcastInDim, "broadcast_in_dim", func(r *rand.Rand) vtInst {
 			s := vtShapeOfRank(r, 0, 3, false)
 			for i := range s {
@@ -326,14 +345,14 @@ func vtCases() []vtCase {
 					out[p] = s[i]
 				}
 			}
-			dt := anyDT(r)
+			dt := vtAnyDT(r)
 			return vtInst{desc: fmt.Sprint(dt, s, "→", out, pos), ops: vtOps(vtT(dt, s...)),
 				fn: func(a []*trace.Array) []*trace.Array { return vtOne(trace.BroadcastInDim(a[0], out, pos)) }}
 		}},
 		vtCase{ir.Reshape, "reshape", func(r *rand.Rand) vtInst {
 			p := vtPick(r, [2][]int{{2, 3}, {3, 2}}, [2][]int{{2, 3}, {6}}, [2][]int{{2, 1, 3}, {1, 6, 1}},
 				[2][]int{{}, {1, 1}}, [2][]int{{0, 2}, {2, 0, 1}}, [2][]int{{4}, {2, 2}})
-			dt := anyDT(r)
+			dt := vtAnyDT(r)
 			return vtInst{desc: fmt.Sprint(dt, p), ops: vtOps(vtT(dt, p[0]...)),
 				fn: func(a []*trace.Array) []*trace.Array { return vtOne(trace.Reshape(a[0], p[1]...)) }}
 		}},
@@ -343,7 +362,7 @@ func vtCases() []vtCase {
 			for slices.IsSorted(perm) {
 				perm = r.Perm(len(s))
 			}
-			dt := anyDT(r)
+			dt := vtAnyDT(r)
 			return vtInst{desc: fmt.Sprint(dt, s, perm), ops: vtOps(vtT(dt, s...)),
 				fn: func(a []*trace.Array) []*trace.Array { return vtOne(trace.Transpose(a[0], perm...)) }}
 		}},
@@ -355,14 +374,14 @@ func vtCases() []vtCase {
 				limit[i] = start[i] + r.IntN(d-start[i]+1)
 				strides[i] = 1 + r.IntN(2)
 			}
-			dt := anyDT(r)
+			dt := vtAnyDT(r)
 			return vtInst{desc: fmt.Sprint(dt, s, start, limit, strides), ops: vtOps(vtT(dt, s...)),
 				fn: func(a []*trace.Array) []*trace.Array { return vtOne(trace.Slice(a[0], start, limit, strides)) }}
 		}},
 		vtCase{ir.DynamicSlice, "dynamic_slice", func(r *rand.Rand) vtInst {
 			s := vtShapeOfRank(r, 1, 3, true)
 			sizes := make([]int, len(s))
-			ops := vtOps(vtT(anyDT(r), s...))
+			ops := vtOps(vtT(vtAnyDT(r), s...))
 			for i, d := range s {
 				sizes[i] = r.IntN(d + 1)
 				// Starts beyond the ends are clamped.
@@ -374,7 +393,7 @@ func vtCases() []vtCase {
 		}},
 		vtCase{ir.DynamicUpdateSlice, "dynamic_update_slice", func(r *rand.Rand) vtInst {
 			s := vtShapeOfRank(r, 1, 3, true)
-			dt := anyDT(r)
+			dt := vtAnyDT(r)
 			u := make([]int, len(s))
 			for i, d := range s {
 				u[i] = r.IntN(d + 1)
@@ -387,10 +406,16 @@ func vtCases() []vtCase {
 				return vtOne(trace.DynamicUpdateSlice(a[0], a[1], a[2:]))
 			}}
 		}},
+	}
+}
+
+// vtJoinIndexCases are the cases of concatenate, pad, gather and scatter.
+func vtJoinIndexCases() []vtCase {
+	return []vtCase{
 		vtCase{ir.Concatenate, "concatenate", func(r *rand.Rand) vtInst {
 			s := vtShapeOfRank(r, 1, 3, true)
 			axis := r.IntN(len(s))
-			dt := anyDT(r)
+			dt := vtAnyDT(r)
 			var ops []vtOperand
 			for range 1 + r.IntN(3) {
 				si := slices.Clone(s)
@@ -414,7 +439,7 @@ func vtCases() []vtCase {
 					lo[i] = -1 // negative padding removes elements
 				}
 			}
-			dt := anyDT(r)
+			dt := vtAnyDT(r)
 			return vtInst{desc: fmt.Sprint(dt, s, lo, hi, in), ops: vtOps(vtT(dt, s...), vtT(dt)), fn: func(a []*trace.Array) []*trace.Array {
 				return vtOne(trace.Pad(a[0], a[1], lo, hi, in))
 			}}
@@ -425,7 +450,7 @@ func vtCases() []vtCase {
 			n := s[axis]
 			is := vtPick(r, []int{}, []int{2}, []int{2, 3}, []int{0})
 			return vtInst{desc: fmt.Sprint(s, axis, is),
-				ops: []vtOperand{{typ: vtT(anyDT(r), s...)}, {typ: vtT(vtPick(r, ir.Int32, ir.Int64, ir.Uint32), is...), gen: otInts(0, n)}},
+				ops: []vtOperand{{typ: vtT(vtAnyDT(r), s...)}, {typ: vtT(vtPick(r, ir.Int32, ir.Int64, ir.Uint32), is...), gen: otInts(0, n)}},
 				fn:  func(a []*trace.Array) []*trace.Array { return vtOne(trace.Take(a[0], a[1], axis)) }}
 		}},
 		vtCase{ir.ScatterAdd, "scatter_add", func(r *rand.Rand) vtInst {
@@ -439,6 +464,12 @@ func vtCases() []vtCase {
 				ops: []vtOperand{{typ: vtT(dt, s...)}, {typ: vtT(ir.Int32, is...), gen: otInts(-n-1, n)}, {typ: vtT(dt, us...), gen: otInts(-9, 9)}},
 				fn:  func(a []*trace.Array) []*trace.Array { return vtOne(trace.ScatterAdd(a[0], a[1], a[2], axis)) }}
 		}},
+	}
+}
+
+// vtReduceSortCases are the cases of reductions, arg reductions, sort, products, and the ops that only mark values.
+func vtReduceSortCases() []vtCase {
+	return []vtCase{
 		vtCase{ir.ReduceSum, "reduce_sum", vtReduceCase(trace.Sum, false)},
 		vtCase{ir.ReduceMax, "reduce_max", vtReduceCase(trace.Max, true)},
 		vtCase{ir.ReduceMin, "reduce_min", vtReduceCase(trace.Min, true)},
@@ -471,17 +502,17 @@ func vtCases() []vtCase {
 			if from == ir.Device {
 				to = ir.PinnedHost
 			}
-			dt, s := anyDT(r), vtPick(r, vtShapes...)
+			dt, s := vtAnyDT(r), vtPick(r, vtShapes...)
 			return vtInst{desc: fmt.Sprint(dt, from, "→", to), ops: vtOps(vtT(dt, s...).WithSpace(from)),
 				fn: func(a []*trace.Array) []*trace.Array { return vtOne(trace.DevicePut(a[0], to)) }}
 		}},
 		vtCase{ir.CheckpointName, "checkpoint_name", func(r *rand.Rand) vtInst {
-			dt, s := anyDT(r), vtPick(r, vtShapes...)
+			dt, s := vtAnyDT(r), vtPick(r, vtShapes...)
 			return vtInst{desc: fmt.Sprint(dt), ops: vtOps(vtT(dt, s...)),
 				fn: func(a []*trace.Array) []*trace.Array { return vtOne(trace.CheckpointName(a[0], "x")) }}
 		}},
 		vtCase{ir.ShardingConstraint, "sharding_constraint", func(r *rand.Rand) vtInst {
-			dt, s := anyDT(r), vtPick(r, vtShapes...)
+			dt, s := vtAnyDT(r), vtPick(r, vtShapes...)
 			mesh, err := ir.NewMesh([]int{1}, []string{"x"})
 			if err != nil {
 				panic(err)
@@ -498,10 +529,16 @@ func vtCases() []vtCase {
 				fn: func(a []*trace.Array) []*trace.Array { return vtOne(trace.WithShardingConstraint(a[0], sh)) }}
 		}},
 		vtCase{ir.OptimizationBarrier, "optimization_barrier", func(r *rand.Rand) vtInst {
-			ops := vtOps(vtT(anyDT(r), vtPick(r, vtShapes...)...), vtT(anyDT(r), vtPick(r, vtShapes...)...))
+			ops := vtOps(vtT(vtAnyDT(r), vtPick(r, vtShapes...)...), vtT(vtAnyDT(r), vtPick(r, vtShapes...)...))
 			return vtInst{desc: fmt.Sprint(ops[0].typ, ops[1].typ), ops: ops,
 				fn: func(a []*trace.Array) []*trace.Array { return trace.Apply(ir.OptimizationBarrier, nil, nil, a...) }}
 		}},
+	}
+}
+
+// vtControlCases are the cases of the control-flow and fusion ops.
+func vtControlCases() []vtCase {
+	return []vtCase{
 		vtCase{ir.Scan, "scan", vtScanCase},
 		vtCase{ir.While, "while", func(r *rand.Rand) vtInst {
 			// The number of iterations differs per example when n is mapped.
@@ -532,8 +569,7 @@ func vtCases() []vtCase {
 				return trace.Apply(ir.Fusion, ir.Attrs{"kind": "loop"}, []*ir.Region{vtFusionRegion(a[0].Type())}, a...)
 			}}
 		}},
-	)
-	return cs
+	}
 }
 
 // vtReduceCase reduces a random subset of the axes (all of them now and then).

@@ -210,8 +210,20 @@ func gtI32Scalar(v int32) *trace.Array {
 
 // gtCases lists the gradient checks; every differentiable op must appear.
 func gtCases() []gtCase {
-	fracRem := func(r *rand.Rand, shape ...int) *trace.Array { return gtRandAway(r, 0.5, 4, shape...) }
-	cs := []gtCase{
+	var cs []gtCase
+	cs = append(cs, gtElementwiseCases()...)
+	cs = append(cs, gtShapeCases()...)
+	cs = append(cs, gtReduceDotControlCases()...)
+	return cs
+}
+
+// gtFracRem draws rem's operands as gtRandAway does, between 0.5 and 4 in
+// magnitude.
+func gtFracRem(r *rand.Rand, shape ...int) *trace.Array { return gtRandAway(r, 0.5, 4, shape...) }
+
+// gtElementwiseCases are the cases of the elementwise ops.
+func gtElementwiseCases() []gtCase {
+	return []gtCase{
 		gtUnary(ir.Neg, gtRange(-2, 2)),
 		gtUnary(ir.Abs, gtAway(0.2, 2)),
 		gtUnary(ir.Sign, gtAway(0.2, 2)),
@@ -239,7 +251,7 @@ func gtCases() []gtCase {
 		{name: "rem", codes: []ir.Code{ir.Rem},
 			make: func(r *rand.Rand) []*trace.Array {
 				s := []int{gtDim(r), gtDim(r) + 1}
-				y := fracRem(r, s...)
+				y := gtFracRem(r, s...)
 				yv := y.Float64s()
 				xd := make([]float64, len(yv))
 				for i := range xd {
@@ -286,6 +298,12 @@ func gtCases() []gtCase {
 			fn: func(a []*trace.Array) *trace.Array {
 				return gtOp(ir.BroadcastInDim, ir.Attrs{"shape": []int{3, 2}, "dims": []int{}}, a[0])
 			}},
+	}
+}
+
+// gtShapeCases are the cases of the shape, indexing and sort ops.
+func gtShapeCases() []gtCase {
+	return []gtCase{
 		{name: "reshape", codes: []ir.Code{ir.Reshape},
 			make: func(r *rand.Rand) []*trace.Array { return []*trace.Array{gtRand(r, -1, 1, 2, 3, 2)} },
 			fn: func(a []*trace.Array) *trace.Array {
@@ -385,6 +403,12 @@ func gtCases() []gtCase {
 		{name: "reduce_min", codes: []ir.Code{ir.ReduceMin},
 			make: func(r *rand.Rand) []*trace.Array { return []*trace.Array{gtRand(r, -1, 1, 2, 4, 3)} },
 			fn:   func(a []*trace.Array) *trace.Array { return gtOp(ir.ReduceMin, ir.Attrs{"axes": []int{0, 2}}, a[0]) }},
+	}
+}
+
+// gtReduceDotControlCases are the cases of reductions, products and control flow.
+func gtReduceDotControlCases() []gtCase {
+	return []gtCase{
 		{name: "reduce_prod", codes: []ir.Code{ir.ReduceProd},
 			make: func(r *rand.Rand) []*trace.Array { return []*trace.Array{gtRandAway(r, 0.5, 1.5, 2, 3, 2)} },
 			fn:   func(a []*trace.Array) *trace.Array { return gtOp(ir.ReduceProd, ir.Attrs{"axes": []int{1, 2}}, a[0]) }},
@@ -469,7 +493,6 @@ func gtCases() []gtCase {
 			make: func(r *rand.Rand) []*trace.Array { return []*trace.Array{gtRand(r, 0.5, 2, 3), gtRand(r, 0.5, 2, 3)} },
 			fn:   func(a []*trace.Array) *trace.Array { return gtCondFn(false, a) }},
 	}
-	return cs
 }
 
 // gtCondFn is cond(pred, x, y) with branches that differ and one that closes
