@@ -124,7 +124,7 @@ func (b *Backend) prepareCollective(e *executable, s *step) error {
 		c.red = r
 	case ir.AllGather:
 		d := a.Int("dimension")
-		if prod(shape[:min(d, len(shape))]) > 1 {
+		if ir.Shape(shape[:min(d, len(shape))]).Size() > 1 {
 			// Gather [n, shape...] into staging 0, move the rank axis to d:
 			// stacked, that is the result; tiled, the result's dimension d
 			// is n·shape[d], rank-major, the same bytes.
@@ -139,7 +139,7 @@ func (b *Backend) prepareCollective(e *executable, s *step) error {
 		if d < 0 || d >= len(shape) || shape[d]%n != 0 {
 			return fmt.Errorf("%s: dimension %d of %v is not divisible by the axis size %d", op.Describe(), d, x, n)
 		}
-		if prod(shape[:d]) > 1 {
+		if ir.Shape(shape[:d]).Size() > 1 {
 			// View dimension d as [n, shape[d]/n] and move the n to the front.
 			view := append(append(append([]int{}, shape[:d]...), n, shape[d]/n), shape[d+1:]...)
 			c.stage0 = c.bytes
@@ -154,14 +154,14 @@ func (b *Backend) prepareCollective(e *executable, s *step) error {
 		}
 		blk := append([]int{}, shape...)
 		blk[sd] /= n
-		if prod(shape[:sd]) > 1 {
+		if ir.Shape(shape[:sd]).Size() > 1 {
 			view := append(append(append([]int{}, shape[:sd]...), n, shape[sd]/n), shape[sd+1:]...)
 			c.stage0 = c.bytes
 			if c.pre, err = b.transposer(x.DType, view, moveAxis(len(view), sd, 0)); err != nil {
 				return fmt.Errorf("%s: %w", op.Describe(), err)
 			}
 		}
-		if prod(blk[:cd]) > 1 {
+		if ir.Shape(blk[:cd]).Size() > 1 {
 			// Received blocks are [n, blk...]; the result is blk with
 			// dimension cd multiplied by n, source-rank-major.
 			c.stage1 = c.bytes
@@ -182,14 +182,6 @@ func (b *Backend) prepareCollective(e *executable, s *step) error {
 }
 
 func align256(n int64) int64 { return (n + 255) &^ 255 }
-
-func prod(s []int) int {
-	p := 1
-	for _, d := range s {
-		p *= d
-	}
-	return p
-}
 
 // moveAxis returns the perm (result dim i = operand dim perm[i]) of a
 // transpose of rank dims that moves operand dimension from to result

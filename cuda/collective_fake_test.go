@@ -99,11 +99,11 @@ func runRanks(t *testing.T, bs []*Backend, g *fakeNCCL, src string, args [][]*ir
 
 // blocks returns the n blocks of a (row-major, shape) along dimension d.
 func blocks(a []float64, shape []int, d, n int) [][]float64 {
-	outer, inner := prod(shape[:d]), prod(shape[d+1:])*shape[d]/n
+	outer, inner := ir.Shape(shape[:d]).Size(), ir.Shape(shape[d+1:]).Size()*shape[d]/n
 	out := make([][]float64, n)
 	for j := range n {
 		for o := range outer {
-			base := o*shape[d]*prod(shape[d+1:]) + j*inner
+			base := o*shape[d]*ir.Shape(shape[d+1:]).Size() + j*inner
 			out[j] = append(out[j], a[base:base+inner]...)
 		}
 	}
@@ -112,7 +112,7 @@ func blocks(a []float64, shape []int, d, n int) [][]float64 {
 
 // concat concatenates parts, each of shape, along dimension d.
 func concat(parts [][]float64, shape []int, d int) []float64 {
-	outer, inner := prod(shape[:d]), prod(shape[d:])
+	outer, inner := ir.Shape(shape[:d]).Size(), ir.Shape(shape[d:]).Size()
 	var out []float64
 	for o := range outer {
 		for _, p := range parts {
