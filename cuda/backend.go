@@ -962,28 +962,21 @@ func init() {
 func (b *Backend) prepareKernel(plan *passes.RegionPlan, s *step, st *passes.Step) error {
 	var k *Kernel
 	var err error
-	if pk := st.Kernel; pk != nil {
-		k, err = GenerateKernel(pk)
-		if err == nil && pk.Mode == passes.KernelOutput {
-			b.prepareMatmul(plan, s, s.op, pk.Dot, pk.DotArgs[0], pk.DotArgs[1], pk.DotResult)
-		}
+	if st.Kernel != nil {
+		k, err = GenerateKernel(st.Kernel)
 	} else {
 		k, err = GenerateOp(s.op)
 	}
 	if err != nil {
-		if s.mm != nil {
-			s.mm.Destroy()
-		}
-		s.kind, s.mm, s.why = stepHost, nil, err.Error()
+		s.kind, s.why = stepHost, err.Error()
 		return nil
 	}
-	fns, err := b.module(k)
-	if err != nil {
+	if s.fns, err = b.module(k); err != nil {
 		return err
 	}
-	s.kernel, s.fns = k, fns
-	if s.kind == 0 {
-		s.kind = stepKernel
+	s.kind, s.kernel = stepKernel, k
+	if pk := st.Kernel; pk != nil && pk.Mode == passes.KernelOutput {
+		b.prepareMatmul(plan, s, s.op, pk.Dot, pk.DotArgs[0], pk.DotArgs[1], pk.DotResult)
 	}
 	return nil
 }

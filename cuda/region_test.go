@@ -647,3 +647,55 @@ func TestScanMatmulInBody(t *testing.T) {
 		t.Fatalf("violations: %v", v)
 	}
 }
+
+// An output fusion runs from the plan's description: without cuBLASLt its
+// kernel's Product entry computes the dot into the result buffer and the
+// epilogue reads it there (run by the fake, the results match eval's);
+// with cuBLASLt the matmul writes D straight into that result's buffer and
+// the Product entry is not launched, only the epilogue.
+func TestOutputFusionSteps(t *testing.T) {
+	f := traceFn(t, []ir.Type{f32t(6, 8), f32t(8, 5), f32t(5)}, func(x []*trace.Array) []*trace.Array {
+		return []*trace.Array{trace.Gelu(trace.Add(trace.MatMul(x[0], x[1]), x[2]), true)}
+	})
+	t.Run("generated", func(t *testing.T) {
+		fake, b := fakeBackend(t, true)
+		runAgainstEval(t, b, f, randomArgs(testseed.Rand(t, 27), f), 1e-5, fake)
+	})
+	t.Run("cublaslt", func(t *testing.T) { checkLtOutputFusion(t, f) })
+}
+
+// checkLtOutputFusion runs f, one output fusion, with a fake cuBLASLt.
+func checkLtOutputFusion(t *testing.T, f *ir.Func) {
+	fake, d := newFakeCUDA(t)
+	lt := fake.withCublasLt(d)
+	t.Setenv(rt.EnvDeviceMemory, "64MiB")
+	bl, err := newBackend(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := bl.Compile(f, rt.CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s *step
+	for i := range exe.(*executable).steps {
+		if st := &exe.(*executable).steps[i]; st.op.Code == ir.Fusion {
+			s = st
+		}
+	}
+	if s == nil || s.kind != stepMatmul || s.kernel == nil || !s.kernel.Entries[0].Product {
+		t.Fatalf("the output fusion is not a cuBLASLt step with a Product entry first: %+v", s)
+	}
+	outs, err := exe.Execute(uploadRandom(t, bl, f, testseed.Rand(t, 28)), rt.ExecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := lt.find("cublasLtMatmul")
+	if res := outs[0].(*Buffer).m.ptr; len(calls) != 1 || calls[0].args[8] != res || calls[0].args[10] != res {
+		t.Fatalf("cublasLtMatmul calls %v: want one writing C = D = the result buffer %#x", calls, res)
+	}
+	_, _, launches := fake.snapshot()
+	if slices.Contains(launches, s.kernel.Entries[0].Name) || !slices.Contains(launches, s.kernel.Entries[1].Name) {
+		t.Fatalf("launches %v: want the epilogue %s and not the Product entry %s", launches, s.kernel.Entries[1].Name, s.kernel.Entries[0].Name)
+	}
+}
