@@ -432,12 +432,36 @@ func (fu *fuser) tryEpilogue(d *ir.Op) {
 			return
 		}
 	}
-	if fu.updatesDonated(g) {
+	if fu.updatesDonated(g) || !fu.fitsProduct(g, v) {
 		return
 	}
 	dg := fu.newGroup(d)
 	dg.hasDot = true
 	fu.tryMerge(g, dg)
+}
+
+// fitsProduct reports whether group g has an output (a member's result used
+// outside g or returned) with the element count and element size of the
+// product v: the buffer an output fusion computes its product into before
+// the epilogue runs (passes.Kernel.DotResult). A bf16 product whose
+// epilogue only converts it to f32 has none, and is not fused.
+func (fu *fuser) fitsProduct(g *fuseGroup, v *ir.Value) bool {
+	for _, op := range g.members {
+		for _, r := range op.Results {
+			if r.Type.Size() != v.Type.Size() || r.Type.DType.Size() != v.Type.DType.Size() {
+				continue
+			}
+			if fu.ret[r] {
+				return true
+			}
+			for _, u := range fu.users[r] {
+				if fu.group[u] != g {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // breaksInPlace reports whether merging groups a and b would stop an update
