@@ -6,6 +6,7 @@ import (
 
 	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/runtime/budget"
 )
 
 // EnvMemoryBudget names the environment variable that gives every jitted
@@ -64,6 +65,19 @@ func MemoryBudget(bytes int64) Option {
 	return func(o *jitOptions) { o.budget, o.budgetSet = bytes, true }
 }
 
+// BudgetRates gives the memory budget's planner the rates to price plans
+// with, instead of those it measures on this machine (or
+// FERRY_BUDGET_RATES): matmul FLOP/s of matrix products, elementwise FLOP/s
+// of the rest of the arithmetic, and bandwidth bytes/s of device↔pinned_host
+// copies one way. A plan (and its MemoryPlan's step estimate) can so be made
+// for another machine: a program compiled with abstract arguments for a
+// GPU's rates, say. Each rate must be positive.
+func BudgetRates(matmul, elementwise, bandwidth float64) Option {
+	return func(o *jitOptions) {
+		o.rates = &budget.Rates{Flop: matmul, Elem: elementwise, Bandwidth: bandwidth}
+	}
+}
+
 // MemoryBudgetDeviceCapacity is MemoryBudget of the default device's memory:
 // its allocator's limit (MemStats.Limit, else Capacity; on the CPU backend
 // FERRY_DEVICE_MEMORY sets it). With unlimited device memory there is
@@ -88,6 +102,9 @@ func (o *jitOptions) resolveBudget() (int64, error) {
 	b := o.budget
 	if o.probe {
 		return 0, nil
+	}
+	if r := o.rates; r != nil && !(r.Flop > 0 && r.Elem > 0 && r.Bandwidth > 0) {
+		return 0, fmt.Errorf("BudgetRates(%g, %g, %g): every rate must be positive", r.Flop, r.Elem, r.Bandwidth)
 	}
 	if !o.budgetSet {
 		v, set, err := settings.MemoryBudget.Lookup()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/runtime/budget"
 	"github.com/ferryml/ferry/trace"
 )
 
@@ -25,7 +26,8 @@ type jitOptions struct {
 	outShardings *shardingSpec
 	budget       int64 // MemoryBudget: bytes, or budgetDevice
 	budgetSet    bool
-	probe        bool // the rate probes: never planned nor dumped
+	rates        *budget.Rates // BudgetRates: the planner's rates, else measured
+	probe        bool          // the rate probes: never planned nor dumped
 }
 
 // InShardings lays the arguments out over a device mesh, like jax.jit's

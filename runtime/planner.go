@@ -65,7 +65,11 @@ func (j *Jitted[F]) lowerBudget(args []any, bytes int64) (*Lowered, []*trace.Tre
 	for i, l := range leaves {
 		weak[i] = l != nil && l.IsWeak()
 	}
-	tr, plan, err := budget.Plan(&planFunc[F]{j: j, args: args, weak: weak}, j.opts.name, bytes, measuredRates())
+	r := measuredRates()
+	if j.opts.rates != nil {
+		r = *j.opts.rates
+	}
+	tr, plan, err := budget.Plan(&planFunc[F]{j: j, args: args, weak: weak}, j.opts.name, bytes, r)
 	if err != nil {
 		return nil, nil, err
 	}

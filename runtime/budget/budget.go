@@ -2,6 +2,7 @@ package budget
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 
 	"github.com/ferryml/ferry/ir"
@@ -66,18 +67,13 @@ func Plan(f Function, name string, budget int64, r Rates) (Trace, *passes.Memory
 	host := map[int]string{} // argument leaves placed in pinned_host: the action
 	if len(fits) == 0 {
 		for _, m := range hostStages(base) {
-			mask := make([]bool, len(base.args.Weak))
+			if m = s.traceable(m, len(base.args.Weak)); len(m) == 0 {
+				continue
+			}
+			mask := hostMask(m, len(base.args.Weak))
 			secs := 0.0
 			for i, a := range m {
-				mask[i] = true
-				// Streamed weights are copied in once in the forward
-				// pass (the backward pass's copies are stream values);
-				// state is copied in and its new value out.
-				n := 1.0
-				if a == passes.ActionHostState {
-					n = 2
-				}
-				secs += n * float64(base.tr.Func().Body.Params[i].Type.Bytes()) / r.Bandwidth
+				secs += hostCopies(base.tr.Func(), base.args, i, a) * float64(base.tr.Func().Body.Params[i].Type.Bytes()) / r.Bandwidth
 			}
 			var hfull *planTry
 			if _, hfull, fits, err = s.plans(mask, secs); err != nil {
@@ -125,4 +121,97 @@ func hostStages(base *planTry) []map[int]string {
 		stages = append(stages, m)
 	}
 	return stages
+}
+
+// hostMask marks the n argument leaves of m.
+func hostMask(m map[int]string, n int) []bool {
+	mask := make([]bool, n)
+	for i := range m {
+		mask[i] = true
+	}
+	return mask
+}
+
+// traceable returns the part of placement m (of n argument leaves) the
+// function traces with: all of it when it does; else, leaf by leaf in
+// order, those it still traces with once added to the ones kept. A leaf
+// the stage rules admit can still be read where only a device array is
+// allowed (a parameter read elementwise, as a norm's scale, and returned
+// updated looks like optimizer state, but its reader does not copy it in),
+// and such a trace fails: that leaf stays where the caller put it.
+// Traces here are not compiled.
+func (s *search) traceable(m map[int]string, n int) map[int]string {
+	try := func(m map[int]string) (err error) {
+		defer trace.Recover(&err) // a trace error may come as a panic
+		pt := &planTrace{cands: map[candKey]*candInfo{}}
+		_, err = s.f.Trace(pt, hostMask(m, n))
+		return err
+	}
+	if try(m) == nil {
+		return m
+	}
+	ok := map[int]string{}
+	for _, i := range slices.Sorted(maps.Keys(m)) {
+		ok[i] = m[i]
+		if try(ok) != nil {
+			delete(ok, i)
+		}
+	}
+	return ok
+}
+
+// hostCopies is how many times one call copies all of argument leaf i,
+// placed in pinned_host with action, between the spaces: state is copied
+// in and its new value out; streamed weights are copied in once in the
+// forward pass (the backward pass's copies are stream values), and their
+// new value out when the call returns one at their place (a donated
+// argument whose result at the same position has its structure: the
+// parameters a step updates).
+//
+// A streamed argument is copied in by every scan that reads it; each
+// copy is a stream value of the scan's body, priced there, except the
+// forward scan's of a gradient (the stream value is the copy its backward
+// scan makes again): one copy when two or more scans read it (a forward
+// and a backward scan, and perhaps an optimizer's scan over the layers),
+// none when one does (an optimizer's moments, read by its scan only).
+func hostCopies(f *ir.Func, a Args, i int, action string) float64 {
+	if action == passes.ActionHostState {
+		return 2
+	}
+	in := 0.0
+	if scanReads(f, i) > 1 {
+		in = 1
+	}
+	if i >= len(a.Donated) || !a.Donated[i] {
+		return in
+	}
+	k := 0
+	for j, d := range a.Defs {
+		if n := d.NumLeaves(); i < k+n {
+			if j < len(a.Results) && a.Results[j].String() == d.String() {
+				return in + 1
+			}
+			return in
+		}
+		k += d.NumLeaves()
+	}
+	return in
+}
+
+// scanReads counts the top-level scans of f that read parameter i as xs.
+func scanReads(f *ir.Func, i int) int {
+	if i >= len(f.Body.Params) {
+		return 0
+	}
+	p, n := f.Body.Params[i], 0
+	for _, op := range f.Body.Ops {
+		if op.Code != ir.Scan {
+			continue
+		}
+		xs := op.Attrs.Int("num_consts") + op.Attrs.Int("num_carry")
+		if xs < len(op.Args) && slices.Contains(op.Args[xs:], p) {
+			n++
+		}
+	}
+	return n
 }

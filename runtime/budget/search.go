@@ -372,10 +372,7 @@ func buildPlan(t *planTry, host map[int]string, baseline, budget int64, r Rates,
 		FlopRate: r.Flop, ElementRate: r.Elem, Bandwidth: r.Bandwidth, Compiles: compiles}
 	for _, i := range slices.Sorted(maps.Keys(host)) {
 		typ := t.tr.Func().Body.Params[i].Type
-		secs := float64(typ.Bytes()) / r.Bandwidth
-		if host[i] == passes.ActionHostState {
-			secs *= 2
-		}
+		secs := hostCopies(t.tr.Func(), t.args, i, host[i]) * float64(typ.Bytes()) / r.Bandwidth
 		p.Values = append(p.Values, passes.PlannedValue{Scope: -1, Index: i, Op: "argument", Type: typ.String(), Loc: t.args.Name(i),
 			Action: host[i], Iterations: 1, Bytes: typ.Bytes(), Seconds: secs})
 	}

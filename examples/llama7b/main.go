@@ -1,0 +1,89 @@
+// Command llama7b plans the memory of a Llama-style 7B training step on a
+// 24 GiB device without running it, and runs the same model family, small,
+// under memory budgets.
+//
+// The step (forward, next-token loss, gradient, AdamW update, parameters
+// and optimizer state donated) of a 7B decoder with grouped-query attention
+// (32 layers, width 4096, 32 heads, 8 key/value heads, SwiGLU of 14336, a
+// 32000-token vocabulary; bf16 parameters, f32 AdamW moments and no f32
+// master copy; one sequence of 2048 tokens) is lowered and compiled with
+// abstract arguments (trace.Abstract: no memory is allocated). It prints
+// the unconstrained memory analysis by kind (parameters, optimizer state,
+// gradients, residuals, the rest of the temporaries), then the plan of
+// rt.MemoryBudget for the budget (24 GiB; host memory unbounded): the
+// arguments it moves to pinned_host, the residuals it keeps, recomputes,
+// offloads or streams, with their bytes, whether it fits, and its step
+// estimate at an H100 SXM's datasheet rates (rt.BudgetRates; the table is
+// in rates.go) beside the unconstrained step's.
+//
+//	go run ./examples/llama7b                  # the 7B plan at 24 GiB
+//	go run ./examples/llama7b -budget 40GiB -layers 8 -seq 1024
+//	go run ./examples/llama7b -json            # the same as one JSON object
+//	go run ./examples/llama7b -run             # small model, run under budgets
+//
+// -run trains a small member of the family (8 layers, width 512, sequence
+// 256, batch 2, f32) for a few steps under budgets from the unconstrained
+// total down to the smallest the planner fits, with the CPU backend's device
+// pool capped at each budget, and prints the measured device peak, the
+// losses against the unconstrained run's, the step time and the planner's
+// estimate of it (at rates measured on this machine).
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"log"
+	"os"
+
+	"github.com/ferryml/ferry/ir"
+	rt "github.com/ferryml/ferry/runtime"
+)
+
+var (
+	budgetFlag = flag.String("budget", "24GiB", "device memory budget (bytes, or with a unit: 24GiB, 16GB)")
+	layersFlag = flag.Int("layers", 32, "decoder layers")
+	seqFlag    = flag.Int("seq", 2048, "tokens per sequence")
+	jsonFlag   = flag.Bool("json", false, "print the report as JSON")
+	runFlag    = flag.Bool("run", false, "run a small model of the family under budgets instead of planning the 7B step")
+	updateFlag = flag.String("update", "layer", "the AdamW update of the stacked blocks: layer (a scan over the layers) or whole (optim.Step over every leaf at once)")
+	stepsFlag  = flag.Int("steps", 3, "-run: training steps per budget")
+)
+
+func main() {
+	flag.Parse()
+	if *runFlag {
+		rows, err := runBudgets(smallSize(), *stepsFlag)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if *jsonFlag {
+			printJSON(rows)
+			return
+		}
+		printRuns(os.Stdout, rows)
+		return
+	}
+	budget, err := rt.ParseMemorySize(*budgetFlag)
+	if err != nil {
+		log.Fatalf("-budget: %v", err)
+	}
+	sz := Size{Config: llama7B, Seq: *seqFlag, Batch: 1, Param: ir.BFloat16}
+	sz.Config.Layers = *layersFlag
+	r, err := plan(sz, budget)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if *jsonFlag {
+		printJSON(r)
+		return
+	}
+	r.print(os.Stdout)
+}
+
+func printJSON(v any) {
+	e := json.NewEncoder(os.Stdout)
+	e.SetIndent("", "  ")
+	if err := e.Encode(v); err != nil {
+		log.Fatal(err)
+	}
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/ferryml/ferry/internal/testkit/testseed"
+	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/nn"
+)
+
+// tinySize is a member of the family small enough to compile in a test.
+func tinySize(layers int) Size {
+	return Size{Config: nn.LlamaConfig{Vocab: 96, Layers: layers, D: 64, Heads: 4, KVHeads: 2, Hidden: 160}, Seq: 32, Batch: 1, Param: ir.BFloat16}
+}
+
+// The planner fits the tiny step into a budget well below its unconstrained
+// total (moving the stacked parameters and moments to pinned_host), and the
+// report's figures agree with the plan: the device total is within the
+// budget, the parameters' bytes are those of the configuration, and what
+// moved is no longer counted on device.
+func TestPlanTiny(t *testing.T) {
+	r := testseed.Rand(t, 1)
+	sz := tinySize(2 + r.IntN(3))
+	c := sz.Config
+	l, d, kv := int64(c.Layers), int64(c.D), int64(c.KVHeads*(c.D/c.Heads))
+	want := 2*int64(c.Vocab)*d + d + l*(2*d+2*d*d+2*d*kv+3*d*int64(c.Hidden))
+	base, err := plan(sz, 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.Parameters != want || base.Unconstrained.Params != 2*want || base.Unconstrained.OptState != 8*want+4 {
+		t.Fatalf("parameters %d (%d bytes), state %d bytes; want %d, %d, %d", base.Parameters, base.Unconstrained.Params, base.Unconstrained.OptState, want, 2*want, 8*want+4)
+	}
+	budget := base.Unconstrained.Total / 4
+	rep, err := plan(sz, budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Fits || rep.Plan.TotalBytes > budget || rep.Planned.Total != rep.Plan.TotalBytes {
+		t.Fatalf("budget %d: fits %v, %s", budget, rep.Fits, rep.Error)
+	}
+	if rep.Planned.Params+rep.Planned.OptState+rep.Planned.HostArgument != base.Unconstrained.Params+base.Unconstrained.OptState {
+		t.Errorf("on device %d + %d, in pinned_host %d: want the arguments' %d in all", rep.Planned.Params, rep.Planned.OptState, rep.Planned.HostArgument, base.Unconstrained.Params+base.Unconstrained.OptState)
+	}
+	if rep.StepSeconds < rep.UnconstrainedSeconds {
+		t.Errorf("the plan's step %g s is faster than the unconstrained %g s", rep.StepSeconds, rep.UnconstrainedSeconds)
+	}
+	var out bytes.Buffer
+	rep.print(&out)
+	if !strings.Contains(out.String(), "fits, device total") {
+		t.Errorf("the report does not say it fits:\n%s", out.String())
+	}
+	if _, err := json.Marshal(rep); err != nil {
+		t.Error(err)
+	}
+}
