@@ -25,9 +25,29 @@ import (
 // Device memory is Go memory (so copies really copy); kernel launches are
 // recorded, not run. NVRTC "compiles" a program into an image holding its
 // options and source.
+//
+// It has one device unless withDevices gives it more: each has its primary
+// context, its memory (capacity checked by cuMemAlloc, reported by
+// cuMemGetInfo), its streams and events, and peer access to the others
+// where the test allows it. Every call that names a stream, or device
+// memory, checks that it belongs to the device of the calling thread's
+// current context (or, for memory, to a device whose peer access that
+// device enabled), recording a violation otherwise.
 type fakeCUDA struct {
-	mu         sync.Mutex
-	ctx        uintptr
+	mu  sync.Mutex
+	ctx uintptr // device 0's primary context
+	// ctxs[i] is device i's primary context; total[i] its memory; canPeer
+	// (i, j) says cuDeviceCanAccessPeer(i, j); peerOn[i][j] that device i
+	// enabled access to j.
+	ctxs    []uintptr
+	total   []uintptr
+	canPeer func(i, j int) bool
+	peerOn  map[[2]int]bool
+	// memDev and streamDev are the device of an allocation (by base; -1
+	// for pinned host memory) and of a stream or event.
+	memDev     map[uintptr]int
+	streamDev  map[uintptr]int
+	peerCopies int
 	current    map[int]uintptr // OS thread id → current context
 	threads    map[int]bool    // threads that made a call needing a context
 	violations []string
@@ -129,7 +149,9 @@ func newFakeCUDA(t *testing.T) (*fakeCUDA, *Driver) {
 	t.Helper()
 	fakeCallbacks()
 	f := &fakeCUDA{ctx: 0xC0DE0000, current: map[int]uintptr{}, threads: map[int]bool{}, calls: map[string]int{},
-		next: 0x1000, mem: map[uintptr][]byte{}, funcs: map[uintptr]string{}, progs: map[uintptr]*fakeProgram{}}
+		next: 0x1000, mem: map[uintptr][]byte{}, funcs: map[uintptr]string{}, progs: map[uintptr]*fakeProgram{},
+		ctxs: []uintptr{0xC0DE0000}, total: []uintptr{1 << 30}, canPeer: func(i, j int) bool { return false },
+		peerOn: map[[2]int]bool{}, memDev: map[uintptr]int{}, streamDev: map[uintptr]int{}}
 	fakeMu.Lock()
 	if fakeActive != nil {
 		fakeMu.Unlock()
@@ -150,6 +172,106 @@ func newFakeCUDA(t *testing.T) (*fakeCUDA, *Driver) {
 	}
 	t.Setenv(CacheDirEnv, t.TempDir())
 	return f, d
+}
+
+// withDevices gives the fake n devices of total bytes each (before a
+// backend is made), with peer access between devices i and j where peer(i,
+// j) says so (nil: none).
+func (f *fakeCUDA) withDevices(n int, total uintptr, peer func(i, j int) bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ctxs, f.total = nil, nil
+	for i := range n {
+		f.ctxs = append(f.ctxs, f.ctx+uintptr(i)*0x1000)
+		f.total = append(f.total, total)
+	}
+	if peer != nil {
+		f.canPeer = peer
+	}
+}
+
+// devOfCtx is the device of primary context c, or -1.
+func (f *fakeCUDA) devOfCtx(c uintptr) int {
+	for i, x := range f.ctxs {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// memOf returns the device of the allocation holding p (-1: pinned host
+// memory) and whether p lies in memory the fake allocated.
+func (f *fakeCUDA) memOf(p uintptr) (int, bool) {
+	for base, buf := range f.mem {
+		if p >= base && p < base+uintptr(len(buf)) {
+			return f.memDev[base], true
+		}
+	}
+	return 0, false
+}
+
+// used is the bytes allocated on device dev.
+func (f *fakeCUDA) used(dev int) uintptr {
+	var n uintptr
+	for base, buf := range f.mem {
+		if f.memDev[base] == dev {
+			n += uintptr(len(buf)) - 256
+		}
+	}
+	return n
+}
+
+// checkStream records a violation unless stream s belongs to device dev.
+func (f *fakeCUDA) checkStream(name string, s uintptr, dev int) bool {
+	if d, ok := f.streamDev[s]; ok && d != dev {
+		f.violations = append(f.violations, fmt.Sprintf("%s: stream %#x of device %d used with device %d's context current", name, s, d, dev))
+		return false
+	}
+	return true
+}
+
+// checkPtr records a violation unless p, when it is memory of the fake,
+// is pinned host memory or memory of device dev or of a peer dev enabled.
+func (f *fakeCUDA) checkPtr(name string, p uintptr, dev int) bool {
+	d, ok := f.memOf(p)
+	if !ok || d < 0 || d == dev || f.peerOn[[2]int{dev, d}] {
+		return true
+	}
+	f.violations = append(f.violations, fmt.Sprintf("%s: memory %#x of device %d used with device %d's context current", name, p, d, dev))
+	return false
+}
+
+// checkDevice checks the streams and device pointers of a call made with
+// device dev's context current.
+func (f *fakeCUDA) checkDevice(name string, a []uintptr, dev int) bool {
+	ok := true
+	switch name {
+	case "cuMemcpyHtoDAsync", "cuMemsetD8Async":
+		ok = f.checkStream(name, a[3], dev) && f.checkPtr(name, a[0], dev)
+	case "cuMemcpyDtoHAsync":
+		ok = f.checkStream(name, a[3], dev) && f.checkPtr(name, a[1], dev)
+	case "cuMemcpyDtoDAsync":
+		ok = f.checkStream(name, a[3], dev) && f.checkPtr(name, a[0], dev) && f.checkPtr(name, a[1], dev)
+	case "cuMemcpyPeerAsync":
+		ok = f.checkStream(name, a[5], dev) && f.checkPtr(name, a[0], f.devOfCtx(a[1])) && f.checkPtr(name, a[2], f.devOfCtx(a[3]))
+		if src := f.devOfCtx(a[3]); ok && !f.peerOn[[2]int{f.devOfCtx(a[1]), src}] {
+			f.violations = append(f.violations, fmt.Sprintf("%s from device %d without peer access", name, src))
+			ok = false
+		}
+	case "cuStreamSynchronize", "cuStreamQuery", "cuStreamWaitEvent":
+		ok = f.checkStream(name, a[0], dev)
+	case "cuEventRecord":
+		ok = f.checkStream(name, a[1], dev)
+	case "cuLaunchKernel":
+		ok = f.checkStream(name, a[8], dev)
+	case "cuMemFree":
+		if d, _ := f.memOf(a[0]); d != dev {
+			f.violations = append(f.violations, fmt.Sprintf("cuMemFree of device %d's memory with device %d's context current", d, dev))
+			ok = false
+		}
+	}
+	return ok
 }
 
 func maps(m map[string]uintptr) map[string]uintptr {
@@ -198,11 +320,15 @@ func (f *fakeCUDA) driver(name string, a []uintptr) uintptr {
 	defer f.mu.Unlock()
 	tid := syscall.Gettid()
 	f.calls[name]++
+	dev := f.devOfCtx(f.current[tid])
 	if !fakeNoContext[name] {
 		f.threads[tid] = true
-		if cur := f.current[tid]; cur != f.ctx {
-			f.violations = append(f.violations, fmt.Sprintf("%s on thread %d with context %#x current", name, tid, cur))
+		if dev < 0 {
+			f.violations = append(f.violations, fmt.Sprintf("%s on thread %d with context %#x current", name, tid, f.current[tid]))
 			return 201 // CUDA_ERROR_INVALID_CONTEXT
+		}
+		if !f.checkDevice(name, a, dev) {
+			return 1 // CUDA_ERROR_INVALID_VALUE
 		}
 	}
 	if f.streams != nil {
@@ -212,32 +338,62 @@ func (f *fakeCUDA) driver(name string, a []uintptr) uintptr {
 	case "cuDriverGetVersion":
 		putInt32(a[0], 13000)
 	case "cuDeviceGetCount":
-		putInt32(a[0], 1)
+		putInt32(a[0], int32(len(f.ctxs)))
 	case "cuDeviceGet":
-		putInt32(a[0], 0)
+		if int(a[1]) >= len(f.ctxs) {
+			return 101 // CUDA_ERROR_INVALID_DEVICE
+		}
+		putInt32(a[0], int32(a[1]))
+	case "cuDeviceCanAccessPeer":
+		v := int32(0)
+		if f.canPeer(int(a[1]), int(a[2])) {
+			v = 1
+		}
+		putInt32(a[0], v)
+	case "cuCtxEnablePeerAccess":
+		p := f.devOfCtx(a[0])
+		if p < 0 || !f.canPeer(dev, p) {
+			return 217 // CUDA_ERROR_PEER_ACCESS_UNSUPPORTED
+		}
+		f.peerOn[[2]int{dev, p}] = true
+	case "cuMemcpyPeerAsync":
+		f.peerCopies++
+		copyMem(a[0], a[2], a[4])
 	case "cuDeviceGetAttribute":
 		v := map[uintptr]int32{attrMultiprocessorCount: 4, attrComputeCapabilityMajr: 9, attrComputeCapabilityMinr: 0}[a[1]]
 		putInt32(a[0], v)
 	case "cuDeviceGetName":
 		copy(bytesAt(a[0], int(a[1])), "Fake GPU\x00")
 	case "cuDevicePrimaryCtxRetain":
-		putUintptr(a[0], f.ctx)
+		putUintptr(a[0], f.ctxs[a[1]])
 	case "cuCtxSetCurrent":
 		f.current[tid] = a[0]
 	case "cuMemGetInfo":
-		putUintptr(a[0], 1<<30)
-		putUintptr(a[1], 1<<30)
-	case "cuMemAlloc", "cuMemHostAlloc":
-		putUintptr(a[0], f.alloc(a[1]))
+		putUintptr(a[0], f.total[dev]-f.used(dev))
+		putUintptr(a[1], f.total[dev])
+	case "cuMemAlloc":
+		if f.used(dev)+a[1] > f.total[dev] {
+			return 2 // CUDA_ERROR_OUT_OF_MEMORY
+		}
+		p := f.alloc(a[1])
+		f.memDev[p] = dev
+		putUintptr(a[0], p)
+	case "cuMemHostAlloc":
+		p := f.alloc(a[1])
+		f.memDev[p] = -1
+		putUintptr(a[0], p)
 	case "cuMemFree", "cuMemFreeHost":
 		if _, ok := f.mem[a[0]]; !ok {
 			return 1
 		}
 		delete(f.mem, a[0])
+		delete(f.memDev, a[0])
 	case "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync", "cuMemcpyHtoD", "cuMemcpyDtoH":
 		copyMem(a[0], a[1], a[2])
 	case "cuStreamCreate", "cuEventCreate":
-		putUintptr(a[0], f.handle())
+		h := f.handle()
+		f.streamDev[h] = dev
+		putUintptr(a[0], h)
 	case "cuModuleLoadData":
 		img := cString(a[1])
 		f.images = append(f.images, img)
@@ -314,7 +470,7 @@ func (f *fakeCUDA) cublasLt(name string, a []uintptr) uintptr {
 	if name == "cublasLtGetVersion" {
 		return 130100
 	}
-	if cur := f.current[tid]; cur != f.ctx {
+	if cur := f.current[tid]; f.devOfCtx(cur) < 0 {
 		f.violations = append(f.violations, fmt.Sprintf("%s on thread %d with context %#x current", name, tid, cur))
 		return 3 // CUBLAS_STATUS_ALLOC_FAILED, as with no context
 	}

@@ -219,6 +219,7 @@ var driverEntryPoints = []string{
 	"cuStreamWaitEvent", "cuEventCreate", "cuEventDestroy", "cuEventRecord",
 	"cuEventSynchronize", "cuEventElapsedTime", "cuModuleLoadData", "cuModuleUnload",
 	"cuModuleGetFunction", "cuLaunchKernel", "cuGetErrorString", "cuGetErrorName",
+	"cuDeviceCanAccessPeer", "cuCtxEnablePeerAccess", "cuMemcpyPeerAsync",
 }
 
 // LoadDriver loads libcuda.so.1 alone and resolves the driver entry points

@@ -61,17 +61,23 @@ func (b *Backend) newBuffer(t ir.Type, m mem) *Buffer {
 	return &Buffer{b: b, t: t, m: m}
 }
 
-// MemoryStats reports the backend's device memory (its slab, or
-// cuMemAlloc'd buffers with FERRY_ALLOCATOR=platform) and its pinned_host
-// memory (backend.Memory). The backend drives one GPU, device 0.
+// MemoryStats reports device dev's memory (its slab, or cuMemAlloc'd
+// buffers with FERRY_ALLOCATOR=platform) and the pinned_host memory
+// allocated through its context (backend.Memory). Each device has its own
+// slab, statistics and peaks.
 func (b *Backend) MemoryStats(dev int, space ir.MemorySpace) (backend.MemStats, bool) {
-	if dev != 0 || int(space) < 0 || int(space) >= len(b.use) {
+	if dev < 0 || dev >= len(b.all) || int(space) < 0 || int(space) >= len(b.use) {
 		return backend.MemStats{}, false
 	}
+	return b.all[dev].stats(space), true
+}
+
+// stats is MemoryStats of the handle's device.
+func (b *Backend) stats(space ir.MemorySpace) backend.MemStats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	u := b.use[space]
-	s := backend.MemStats{Platform: "cuda", Space: space, Allocator: "platform", BytesInUse: u.inUse,
+	s := backend.MemStats{Platform: "cuda", Device: b.ord, Space: space, Allocator: "platform", BytesInUse: u.inUse,
 		PeakBytesInUse: u.peak, NumAllocs: u.numAllocs, Reserved: u.inUse}
 	for _, l := range b.live {
 		if l.space == space {
@@ -84,17 +90,25 @@ func (b *Backend) MemoryStats(dev int, space ir.MemorySpace) (backend.MemStats, 
 		s.LargestFreeBlock, s.FreeBytes, s.FreeBlocks = b.alloc.FreeStats()
 		s.Fragmentation = backend.Fragmentation(s.LargestFreeBlock, s.FreeBytes)
 	}
-	return s, true
+	return s
 }
 
-// LiveAllocations lists the backend's live device and pinned_host
-// allocations (backend.Memory).
+// LiveAllocations lists the live device and pinned_host allocations of
+// every device (backend.Memory).
 func (b *Backend) LiveAllocations() []backend.Allocation {
+	var out []backend.Allocation
+	for _, g := range b.all {
+		out = g.liveAllocations(out)
+	}
+	return out
+}
+
+// liveAllocations appends the handle's device's live allocations to out.
+func (b *Backend) liveAllocations(out []backend.Allocation) []backend.Allocation {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]backend.Allocation, 0, len(b.live))
 	for _, l := range b.live {
-		a := backend.Allocation{Platform: "cuda", Space: l.space, IsArray: l.isArray, What: l.what, Bytes: l.bytes, Born: l.born}
+		a := backend.Allocation{Platform: "cuda", Device: b.ord, Space: l.space, IsArray: l.isArray, What: l.what, Bytes: l.bytes, Born: l.born}
 		if l.isArray {
 			a.Type = l.typ.Clone()
 		}
@@ -106,8 +120,16 @@ func (b *Backend) LiveAllocations() []backend.Allocation {
 	return out
 }
 
-// ResetPeak sets the peaks to the bytes in use now (backend.Memory).
+// ResetPeak sets every device's peaks to the bytes in use now
+// (backend.Memory).
 func (b *Backend) ResetPeak() {
+	for _, g := range b.all {
+		g.resetPeak()
+	}
+}
+
+// resetPeak is ResetPeak of the handle's device.
+func (b *Backend) resetPeak() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i := range b.use {
@@ -119,12 +141,14 @@ func (b *Backend) ResetPeak() {
 }
 
 // outOfMemory turns a failed allocation of n bytes for what into the
-// runtime's out-of-memory report when the slab is full; driver errors
-// (cuMemAlloc, cuMemHostAlloc) are returned as they are.
+// runtime's out-of-memory report of the handle's device (naming it, with
+// its own live arrays) when its slab is full; driver errors (cuMemAlloc,
+// cuMemHostAlloc) are returned as they are.
 func (b *Backend) outOfMemory(space ir.MemorySpace, n int64, what string, err error) error {
 	if space != ir.Device || b.platform {
 		return err
 	}
-	s, _ := b.MemoryStats(0, space)
-	return backend.NewOutOfMemoryError(s, n, what, "", b.LiveAllocations())
+	e := backend.NewOutOfMemoryError(b.stats(space), n, what, "", b.liveAllocations(nil))
+	e.Devices = len(b.all)
+	return e
 }

@@ -91,6 +91,15 @@ func ToDevice(x *trace.Array, dev Device) (*trace.Array, error) {
 	if id, c := backend.BufferDevice(b); id == want && c {
 		return x, nil
 	}
+	if p, ok := b.(devicePeerCopier); ok {
+		// An accelerator's buffer moves between its devices directly (a
+		// peer copy), not through a host literal.
+		y, err := p.CopyToDevice(want)
+		if err != nil {
+			return nil, trace.WrapError("ToDevice", err)
+		}
+		return trace.FromBuffer(y), nil
+	}
 	l, err := b.Literal()
 	if err != nil {
 		return nil, trace.WrapError("ToDevice", err)
@@ -100,6 +109,14 @@ func ToDevice(x *trace.Array, dev Device) (*trace.Array, error) {
 		return nil, trace.WrapError("ToDevice", err)
 	}
 	return y, nil
+}
+
+// devicePeerCopier is implemented by the buffers of a backend with several
+// devices that copies between them directly (the CUDA backend's:
+// cuMemcpyPeerAsync): CopyToDevice returns a copy on device dev, committed
+// to it.
+type devicePeerCopier interface {
+	CopyToDevice(dev int) (ir.Buffer, error)
 }
 
 // FromLiteralOn copies a host literal into a new concrete array on device
