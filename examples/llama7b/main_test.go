@@ -57,3 +57,39 @@ func TestPlanTiny(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// poolRounding bounds how far the pool's measured peak may exceed the
+// analysed total: the pool counts each buffer rounded up to its
+// allocator's alignment, which the analysis does not, so a few scalars
+// (the step count, the loss) add a few hundred bytes.
+const poolRounding = 1 << 10
+
+// Run under budgets from the unconstrained total down to the smallest that
+// fits, the tiny model's measured device peak stays within each budget
+// (up to poolRounding) and its losses are the unconstrained run's.
+func TestRunTiny(t *testing.T) {
+	r := testseed.Rand(t, 2)
+	sz := tinySize(2 + r.IntN(2))
+	sz.Param = ir.Float32
+	rows, err := runBudgets(sz, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4", len(rows))
+	}
+	for i, row := range rows {
+		if row.Peak > row.Budget+poolRounding || row.Total > row.Budget {
+			t.Errorf("budget %d: measured peak %d, analysed total %d", row.Budget, row.Peak, row.Total)
+		}
+		if i > 0 && row.Budget >= rows[i-1].Budget {
+			t.Errorf("budgets %d then %d, want decreasing", rows[i-1].Budget, row.Budget)
+		}
+		if row.MaxLossDiff > 1e-5 || len(row.Losses) != 2 {
+			t.Errorf("budget %d: losses %v, %g from the unconstrained run's", row.Budget, row.Losses, row.MaxLossDiff)
+		}
+	}
+	if rows[len(rows)-1].HostArguments == 0 {
+		t.Errorf("the smallest budget placed no argument in pinned_host: %+v", rows[len(rows)-1])
+	}
+}
