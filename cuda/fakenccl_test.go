@@ -80,8 +80,12 @@ type fakeRound struct {
 
 // fakeComm is one rank of a fakeNCCL.
 type fakeComm struct {
-	g     *fakeNCCL
-	rank  int
+	g    *fakeNCCL
+	rank int
+	// dev is the device the rank runs on (fakeMaker.InitAll), -1 when the
+	// test does not say: every call's stream and buffers must then be
+	// that device's.
+	dev   int
 	seq   int
 	group *fakeOpCall // open group, or nil
 }
@@ -90,7 +94,7 @@ func newFakeNCCL(f *fakeCUDA, n int) *fakeNCCL {
 	g := &fakeNCCL{f: f, rounds: map[int]*fakeRound{}}
 	g.cond = sync.NewCond(&g.mu)
 	for r := range n {
-		g.ranks = append(g.ranks, &fakeComm{g: g, rank: r})
+		g.ranks = append(g.ranks, &fakeComm{g: g, rank: r, dev: -1})
 	}
 	return g
 }
@@ -122,8 +126,47 @@ func (c *fakeComm) record(call fakeNCCLCall, acc ...fakeAccess) error {
 	if g.f.streams != nil {
 		g.f.streams.issue(call.stream, call.fn, acc...)
 	}
+	ok := c.dev < 0 || g.f.checkStream(call.fn, call.stream, c.dev)
+	for _, a := range acc {
+		ok = ok && (c.dev < 0 || g.f.checkPtr(call.fn, a.p, c.dev))
+	}
 	g.f.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("fake nccl: rank %d on device %d: %s on another device's stream or memory", c.rank, c.dev, call.fn)
+	}
 	return nil
+}
+
+// fakeMaker is the backend.DeviceCommMaker of fake NCCL groups over the
+// fake driver's devices: InitAll makes a group like ncclCommInitAll, rank
+// i on device devices[i]; groups across processes are refused.
+type fakeMaker struct {
+	f      *fakeCUDA
+	mu     sync.Mutex
+	groups []*fakeNCCL
+	inits  [][]int
+}
+
+func (m *fakeMaker) InitAll(devices []int) ([]backend.DeviceCommunicator, error) {
+	g := newFakeNCCL(m.f, len(devices))
+	out := make([]backend.DeviceCommunicator, len(devices))
+	for i, r := range g.ranks {
+		r.dev = devices[i]
+		out[i] = r
+	}
+	m.mu.Lock()
+	m.groups = append(m.groups, g)
+	m.inits = append(m.inits, slices.Clone(devices))
+	m.mu.Unlock()
+	return out, nil
+}
+
+func (m *fakeMaker) NewGroupID() ([]byte, error) {
+	return nil, errors.New("fake nccl: no groups across processes")
+}
+
+func (m *fakeMaker) InitRank(id []byte, size, rank int) (backend.DeviceCommunicator, error) {
+	return nil, errors.New("fake nccl: no groups across processes")
 }
 
 // post adds c's part of its next round and waits for the round to run.
