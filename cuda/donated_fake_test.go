@@ -94,3 +94,63 @@ func TestCUDAErrDonatedDeleted(t *testing.T) {
 		}
 	}
 }
+
+// A donated argument whose memory no result takes over (the result has
+// another shape, so the buffer plan cannot alias them) is donated all the
+// same after the call, as on the CPU backend: reading it fails with
+// backend.ErrDonated and its memory is back in the slab, with the runtime's
+// holds around the call (backend.HoldArgs) and without them.
+func TestDonatedUnusedArgument(t *testing.T) {
+	_, b := fakeBackend(t, true)
+	rng := testseed.Rand(t, 32)
+	n := 2 + rng.IntN(30)
+	typ := f32t(n, 3)
+	f := traceFn(t, []ir.Type{typ, typ}, func(x []*trace.Array) []*trace.Array {
+		return []*trace.Array{trace.Sum(trace.Mul(x[0], x[1]), 0)}
+	})
+	exe, err := b.Compile(f, rt.CompileOptions{Donated: []bool{true, false}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, held := range []bool{false, true} {
+		s0, _ := b.MemoryStats(0, ir.Device)
+		x, err := b.FromLiteral(randomLiteral(rng, typ))
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := b.FromLiteral(randomLiteral(rng, typ))
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := []trace.Buffer{x, y}
+		donated := []bool{true, false}
+		if held {
+			if err := backend.HoldArgs(args, donated, "step.go:3"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		outs, err := exe.Execute(args, rt.ExecOptions{DonationSite: "step.go:3"})
+		if held {
+			backend.ReleaseArgs(args, donated)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if outs[0].(*Buffer).m.ptr == x.(*Buffer).m.ptr {
+			t.Fatal("the result took the donated argument's memory; the test wants one that cannot")
+		}
+		if _, err := x.Literal(); !errors.Is(err, backend.ErrDonated) {
+			t.Fatalf("held %v: reading the donated argument after the call: %v, want backend.ErrDonated", held, err)
+		}
+		if _, err := y.Literal(); err != nil {
+			t.Fatalf("the argument not donated: %v", err)
+		}
+		// x's memory is free again: y and the result are what is left.
+		s, _ := b.MemoryStats(0, ir.Device)
+		if s.LiveAllocs != s0.LiveAllocs+2 {
+			t.Fatalf("held %v: %d live allocations after the call, want %d (y and the result)", held, s.LiveAllocs, s0.LiveAllocs+2)
+		}
+		_ = y.(*Buffer).Delete()
+		_ = outs[0].(*Buffer).Delete()
+	}
+}
