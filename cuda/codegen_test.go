@@ -272,6 +272,32 @@ func compareKernel(t *testing.T, what string, k *Kernel, got, want *ir.Literal) 
 
 // mismatch describes the first element of got that differs from want by
 // more than want's dtype's tolerance, or is "" when there is none.
+//
+// The tolerance is relative to 1+|want| (an absolute one near zero, where
+// a sum's cancellation leaves only rounding). Against JAX's
+// (jax/_src/public_test_util.py, _default_tolerance: f64 1e-15, f32 1e-6,
+// f16 1e-3, bf16 1e-2, for an op checked against NumPy), and why ours is
+// wider:
+//
+//   - f32, 1e-5: eval computes each elementwise op from its float64
+//     reference and rounds once; a kernel calls CUDA's f32 functions (expf,
+//     tanhf, powf: up to 2–4 ulps, 2.4e-7 to 4.8e-7), NVRTC contracts a
+//     product and a sum into one FMA (--fmad=true, its default: one
+//     rounding less, up to an ulp per contraction), and a fused chain
+//     compounds these over a few ops; a reduction adds in a tree of its
+//     threads and blocks where eval keeps float64 lanes, an error of up to
+//     log2(n)·6e-8 of Σ|x| (n ≤ a few hundred here). JAX itself raises the
+//     f32 tolerance of transcendental ops on accelerators (lax_test's
+//     testOpAgainstNumpy: 2e-4 on TPU).
+//   - f16, 2e-3 and bf16, 1.6e-2: two ulps at 1 (f16's ulp is 9.8e-4,
+//     bf16's 7.8e-3). The kernel computes in f32 and rounds to 16 bits at
+//     every stored value, as eval does, but an f32 intermediate an ulp off
+//     (above) can round to the neighbouring 16-bit value; JAX allows 1e-3
+//     and 1e-2, about one ulp.
+//   - f64, 1e-12: CUDA's double functions are within 1–2 ulps (1.1e-16
+//     each) and FMA contraction and tree reductions apply as for f32: a
+//     reduction of n ≤ 1e3 terms is off by up to n·1.1e-16·Σ|x| ≈ 1e-13.
+//     JAX's 1e-15 is for one op without reductions.
 func mismatch(got, want *ir.Literal) string {
 	tol := map[ir.DType]float64{ir.Float64: 1e-12, ir.Float32: 1e-5, ir.Float16: 2e-3, ir.BFloat16: 1.6e-2}[want.Type.DType]
 	for i := range want.Type.Size() {

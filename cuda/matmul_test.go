@@ -266,9 +266,18 @@ func checkLtCase(t *testing.T, rng *rand.Rand, k ltCase) {
 		bv[i] = ll.Float64At(i)
 	}
 	got := ltApply(A, B, C, ta, tb, av, bv, op.Results[0].Type.Size())
+	// ltApply computes the product in float64 from the operands; eval
+	// accumulates f32 and 16-bit products in float32 (cpu/gemm's blocked
+	// order) and rounds the result to the result's type. So: f64, 1e-9
+	// (eval's float64 sums of K ≤ 64 terms are within K·1.1e-16 of Σ|ab|);
+	// f32, 1e-5 (K·6e-8 ≈ 4e-6 of Σ|ab| for K ≤ 64, JAX's f32 default being
+	// 1e-6 for one op); f16 and bf16, 2e-2 (eval's rounding to 16 bits,
+	// half an ulp: 3.9e-3 for bf16, plus the float32 accumulation; JAX's
+	// batched testDot allows f16 5e-2 and f64 5e-14, bf16's default is
+	// 1e-2).
 	tol := 1e-9
 	if k.dt == ir.BFloat16 || k.dt == ir.Float16 {
-		tol = 2e-2 // eval rounds the result to the 16-bit type
+		tol = 2e-2
 	} else if k.dt == ir.Float32 {
 		tol = 1e-5
 	}

@@ -179,6 +179,9 @@ func TestCollectivesThroughNCCLBinding(t *testing.T) {
 			t.Helper()
 			got := outs[r][k]
 			for i := range got.Type.Size() {
+				// A reduction over 2 ranks of f32 values, rounded once
+				// more than the float64 reference: an ulp or two, inside
+				// mismatch's f32 tolerance (1e-5).
 				if w := want(i); math.Abs(got.Float64At(i)-w) > 1e-5*math.Max(1, math.Abs(w)) {
 					t.Fatalf("rank %d: %s: element %d is %v, want %v", r, what, i, got.Float64At(i), w)
 				}

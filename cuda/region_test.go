@@ -139,6 +139,9 @@ func TestControlFlowOnDevice(t *testing.T) {
 			rng := testseed.Rand(t, 21)
 			f := traceFn(t, p.params, p.fn)
 			args := randomArgs(rng, f)
+			// f32 loops of elementwise ops and small sums, run by the
+			// fake driver's host build of the kernels: mismatch's f32
+			// tolerance (codegen_test.go says why).
 			runAgainstEval(t, b, f, args, 1e-5, fake)
 		})
 	}
@@ -410,6 +413,12 @@ func TestTrainStepsOnDevice(t *testing.T) {
 			if strings.Contains(s.name, "offload") && copies == 0 {
 				t.Fatalf("no copy between memory spaces")
 			}
+			// Training steps: gradients summed over the batch and the
+			// layers' scan in another order than eval's, then divided by
+			// Adam's root mean square (which amplifies the relative error
+			// of small gradients): ten times mismatch's f32 tolerance, below
+			// JAX's f32 gradient tolerance (default_gradient_tolerance,
+			// 2e-3).
 			runAgainstEval(t, b, s.f, s.args, 1e-4, fake)
 		})
 	}
@@ -486,13 +495,18 @@ func TestDeviceControlFlow(t *testing.T) {
 			rng := testseed.Rand(t, 24)
 			f := traceFn(t, p.params, p.fn)
 			args := randomArgs(rng, f)
+			// On a GPU, CUDA's f32 functions (2–4 ulps) and NVRTC's FMA
+			// contraction join the reduction order: ten times the fake
+			// driver's 1e-5.
 			runAgainstEval(t, b, f, args, 1e-4, nil)
 		})
 	}
 	for _, s := range trainSteps(t) {
 		t.Run(s.name, func(t *testing.T) {
-			// Sums run in another order on the device; Adam's update
-			// divides by the gradients' root mean square.
+			// Sums run in another order on the device (and cuBLASLt's
+			// products split K its own way); Adam's update divides by the
+			// gradients' root mean square: 1e-3, within JAX's f32
+			// gradient tolerance (2e-3).
 			runAgainstEval(t, b, s.f, s.args, 1e-3, nil)
 		})
 	}
@@ -590,6 +604,7 @@ func TestScanPrefetch(t *testing.T) {
 			t.Fatal(err)
 		}
 		for j := range w.Type.Size() {
+			// f32 elementwise ops on scan slices: mismatch's tolerance.
 			if g, x := got.Float64At(j), w.Float64At(j); math.Abs(g-x) > 1e-5*(1+math.Abs(x)) {
 				t.Fatalf("result %d element %d = %v, want %v", i, j, g, x)
 			}
@@ -659,6 +674,8 @@ func TestOutputFusionSteps(t *testing.T) {
 	})
 	t.Run("generated", func(t *testing.T) {
 		fake, b := fakeBackend(t, true)
+		// A product of K = 8 terms, a bias and gelu: mismatch's f32
+		// tolerance.
 		runAgainstEval(t, b, f, randomArgs(testseed.Rand(t, 27), f), 1e-5, fake)
 	})
 	t.Run("cublaslt", func(t *testing.T) { checkLtOutputFusion(t, f) })
