@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
 )
@@ -63,4 +64,40 @@ func ExampleMemoryBudget() {
 	// fits: true
 	// same gradients: true
 	// 1 KiB is too small: true true
+}
+
+// Planning for another machine: BudgetRates prices the plan with given rates
+// (here an accelerator's: 1e15 FLOP/s for products, 5e13 for the rest, 5e10
+// bytes/s between device and pinned_host) instead of this machine's, so the
+// plan's step estimate is the other machine's.
+func ExampleBudgetRates() {
+	type W struct{ W1, W2 *trace.Array }
+	grad := func(w W, x *trace.Array) W {
+		return trace.Grad(func(w W) *trace.Array {
+			y, _ := trace.ScanTree(func(x *trace.Array, w W) (*trace.Array, struct{}) {
+				return trace.MatMul(trace.Tanh(trace.MatMul(x, w.W1)), w.W2), struct{}{}
+			}, x, w)
+			return trace.Sum(y)
+		})(w)
+	}
+	w := W{W1: trace.Zeros(ir.Shape{8, 64, 256}, ir.Float32), W2: trace.Zeros(ir.Shape{8, 256, 64}, ir.Float32)}
+	x := trace.Zeros(ir.Shape{128, 64}, ir.Float32)
+	plain, _ := rt.NewJitted(grad).Lower(w, x)
+	pc, _ := plain.Compile()
+	budget := pc.MemoryAnalysis().TotalBytes() * 9 / 10
+
+	l, err := rt.NewJitted(grad, rt.MemoryBudget(budget), rt.BudgetRates(1e15, 5e13, 5e10)).Lower(w, x)
+	if err != nil {
+		panic(err)
+	}
+	c, err := l.Compile()
+	if err != nil {
+		panic(err)
+	}
+	p := c.MemoryPlan()
+	fmt.Println("priced at the given rates:", p.FlopRate == 1e15 && p.ElementRate == 5e13 && p.Bandwidth == 5e10)
+	fmt.Println("step estimate under a millisecond:", p.StepSeconds < 1e-3)
+	// Output:
+	// priced at the given rates: true
+	// step estimate under a millisecond: true
 }
