@@ -14,8 +14,10 @@
 //
 //	go run ./examples/serve -load -clients 16 -duration 10s
 //
-// DIR holds config.json, model.safetensors and tokenizer.json (see
-// examples/embed for how to get them); without them it serves a small
+// DIR (default $FERRY_HF_MODELS/all-MiniLM-L6-v2, FERRY_HF_MODELS
+// defaulting to ~/.cache/ferry-hf-models) holds config.json,
+// model.safetensors and tokenizer.json (see examples/embed for how to get
+// them); without them it serves a small
 // random BERT with a letter tokenizer, and says so.
 package main
 
@@ -62,13 +64,15 @@ type server struct {
 	handler http.Handler
 }
 
-// defaultModel is $FERRY_HF_MODELS/all-MiniLM-L6-v2, or all-MiniLM-L6-v2
-// in the current directory.
+// defaultModel is $FERRY_HF_MODELS/all-MiniLM-L6-v2, by default in
+// ~/.cache/ferry-hf-models (where .ci/hf.sh puts it).
 func defaultModel() string {
-	if d := settings.HFModels.Get(); d != "" {
-		return filepath.Join(d, "all-MiniLM-L6-v2")
+	d := settings.HFModels.Get()
+	if d == "" {
+		home, _ := os.UserHomeDir()
+		d = filepath.Join(home, ".cache", "ferry-hf-models")
 	}
-	return "all-MiniLM-L6-v2"
+	return filepath.Join(d, "all-MiniLM-L6-v2")
 }
 
 // hasModel reports whether dir holds the model's files.
