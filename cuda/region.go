@@ -484,10 +484,10 @@ func (x *execution) run(f *frame) error {
 		case stepHost:
 			// Drain the streams first, watching the collectives.
 			if err = x.waitAll(); err == nil {
-				err = x.e.run(s, stream, f.ptr)
+				err = x.e.run(x.b, s, stream, f.ptr)
 			}
 		default:
-			err = x.e.run(s, stream, f.ptr)
+			err = x.e.run(x.b, s, stream, f.ptr)
 		}
 		if err != nil {
 			return fmt.Errorf("%v step %d: %w", s.op.Code, i, err)
