@@ -1,6 +1,6 @@
-// Package cuda is Ferry's CUDA backend. It runs a compiled program (the
-// pass pipeline's passes.Program) on one GPU, and it builds and tests
-// without one: the CUDA driver, NVRTC and cuBLASLt are loaded at run time
+// Package cuda is Ferry's CUDA backend. It runs compiled programs (the
+// pass pipeline's passes.Program) on every GPU of its host from one
+// process, and it builds and tests without one: the CUDA driver, NVRTC and cuBLASLt are loaded at run time
 // through purego (load.go, libs.go), so the module builds with
 // CGO_ENABLED=0 on machines with no CUDA at all, and the host-side tests run
 // against a fake driver made of Go functions (fakedriver_test.go).
@@ -25,8 +25,17 @@
 //     (passes.KernelUnsupported), have no device kernel: they are host
 //     steps run by the reference executor (internal/eval), listed by
 //     HostSteps.
+//   - Devices: Devices lists every GPU the driver sees (cuDeviceGetCount;
+//     CUDA_VISIBLE_DEVICES, which the driver applies, chooses and orders
+//     them), each with its primary context, streams, slab, statistics and
+//     out-of-memory report. A buffer is on one of them (FromLiteralOn;
+//     Buffer.CopyToDevice copies peer to peer, or through the host without
+//     peer access); a program is compiled once and runs on the GPU that
+//     ExecOptions.Device names, so the runtime's SPMD runner runs a sharded
+//     program on all of them at once, with communicators from
+//     ncclCommInitAll.
 //   - Memory: device buffers come from a best-fit allocator over one
-//     pre-allocated slab (or cuMemAlloc per buffer with
+//     pre-allocated slab per GPU (or cuMemAlloc per buffer with
 //     FERRY_ALLOCATOR=platform), pinned_host buffers from cuMemHostAlloc.
 //     Kernels run on a compute stream and host↔device copies on two copy
 //     streams, ordered by the program's stream plan (streams.go), so copies
@@ -36,10 +45,10 @@
 //     collective_permute, axis_index) through the device communicators of
 //     ExecOptions.DeviceComms, NCCL's in practice (package cuda/nccl), each
 //     a step on the compute stream of the stream plan (collective.go).
-//   - Threads: the backend uses the device's primary context and makes it
+//   - Threads: the backend uses each device's primary context and makes it
 //     current on the calling OS thread at every entry (Compile, Execute,
 //     FromLiteral, ...), as XLA's GPU runtime does, so any goroutine may
-//     call it.
+//     call it, for any of its devices.
 //
 // New makes a backend; Register adds it to the runtime when a driver and a
 // device are present (FERRY_BACKEND=cuda makes it the default). Compile

@@ -16,6 +16,11 @@
 // device.
 //
 //	go run ./examples/init [-json] [-quiet]
+//	FERRY_BACKEND=cuda go run ./examples/init   # on 8 GPUs, from one process
+//
+// With FERRY_BACKEND=cuda the devices are the host's GPUs (rt.Devices:
+// every GPU the driver sees, CUDA_VISIBLE_DEVICES choosing them), all
+// driven from this one process; the sharded cases need 8.
 //
 // While it runs it says on standard error which case it is at ("case 3/20
 // attention_jit: compiling and running…"), in place on a terminal, as lines
@@ -46,6 +51,8 @@ import (
 	"time"
 
 	"github.com/ferryml/ferry/backend"
+	_ "github.com/ferryml/ferry/cuda"      // FERRY_BACKEND=cuda: the mesh is this host's GPUs
+	_ "github.com/ferryml/ferry/cuda/nccl" // their collectives through NCCL
 	"github.com/ferryml/ferry/internal/progress"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
@@ -610,7 +617,9 @@ func main() {
 	status.Phase("measuring %d initialisation cases (compiling each takes a moment)…", caseCount(true))
 	// The sharded cases need a mesh of meshDevices devices: give the CPU
 	// backend that many before any array is made.
-	if len(rt.Devices()) < meshDevices {
+	if n := len(rt.Devices()); n < meshDevices && rt.DefaultBackend().Name() != "cpu" {
+		log.Fatalf("the sharded cases need %d devices; the %s backend has %d", meshDevices, rt.DefaultBackend().Name(), n)
+	} else if n < meshDevices {
 		if err := rt.SetCPUDeviceCount(meshDevices); err != nil {
 			log.Fatal(err)
 		}

@@ -20,6 +20,7 @@
 // the parameters after the steps from the one-device run.
 //
 //	go run ./examples/sharded                      # 8 devices, every mode
+//	FERRY_BACKEND=cuda go run ./examples/sharded -devices 4   # 4 GPUs, one process
 //	go run ./examples/sharded -devices 4 -json     # one JSON row per mode
 //	go run ./examples/sharded -mode fsdp -steps 3
 //
@@ -48,6 +49,8 @@ import (
 
 	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/collective/mpi"
+	_ "github.com/ferryml/ferry/cuda"      // FERRY_BACKEND=cuda: the mesh is this host's GPUs
+	_ "github.com/ferryml/ferry/cuda/nccl" // their collectives through NCCL
 	"github.com/ferryml/ferry/internal/progress"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
@@ -117,7 +120,7 @@ func memoryOf(a passes.MemoryAnalysis) Memory {
 }
 
 func main() {
-	devices := flag.Int("devices", 8, "virtual CPU devices of the mesh")
+	devices := flag.Int("devices", 8, "devices of the mesh (virtual CPU devices, or GPUs with FERRY_BACKEND=cuda)")
 	mode := flag.String("mode", "all", "dp, tp, fsdp, fsdp_analysis or all")
 	steps := flag.Int("steps", 5, "training steps")
 	asJSON := flag.Bool("json", false, "print one JSON object per mode")
@@ -125,7 +128,7 @@ func main() {
 	flag.Parse()
 	start := time.Now()
 	status = progress.New(os.Stderr).SetQuiet(*quiet)
-	status.Phase("starting %d virtual CPU devices…", *devices)
+	status.Phase("starting %d devices…", *devices)
 	if err := setup(*devices); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -180,12 +183,16 @@ func main() {
 // status says what the program is doing; nil (the tests) says nothing.
 var status *progress.Reporter
 
-// setup gives the CPU backend n devices (before any array exists).
+// setup gives the CPU backend n devices (before any array exists). Another
+// backend (FERRY_BACKEND=cuda: every GPU of the host, driven from this
+// process) must have n devices already.
 func setup(n int) error {
 	if n < 1 {
 		return fmt.Errorf("-devices %d: want at least 1", n)
 	}
-	if len(rt.Devices()) < n {
+	if have := len(rt.Devices()); have < n && rt.DefaultBackend().Name() != "cpu" {
+		return fmt.Errorf("-devices %d: the %s backend has %d devices", n, rt.DefaultBackend().Name(), have)
+	} else if have < n {
 		return rt.SetCPUDeviceCount(n)
 	}
 	return nil
