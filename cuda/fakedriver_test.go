@@ -334,54 +334,19 @@ func (f *fakeCUDA) driver(name string, a []uintptr) uintptr {
 	if f.streams != nil {
 		f.streams.call(name, a)
 	}
+	if r, ok := f.deviceCall(name, a, dev); ok {
+		return r
+	}
 	switch name {
 	case "cuDriverGetVersion":
 		putInt32(a[0], 13000)
-	case "cuDeviceGetCount":
-		putInt32(a[0], int32(len(f.ctxs)))
-	case "cuDeviceGet":
-		if int(a[1]) >= len(f.ctxs) {
-			return 101 // CUDA_ERROR_INVALID_DEVICE
-		}
-		putInt32(a[0], int32(a[1]))
-	case "cuDeviceCanAccessPeer":
-		v := int32(0)
-		if f.canPeer(int(a[1]), int(a[2])) {
-			v = 1
-		}
-		putInt32(a[0], v)
-	case "cuCtxEnablePeerAccess":
-		p := f.devOfCtx(a[0])
-		if p < 0 || !f.canPeer(dev, p) {
-			return 217 // CUDA_ERROR_PEER_ACCESS_UNSUPPORTED
-		}
-		f.peerOn[[2]int{dev, p}] = true
-	case "cuMemcpyPeerAsync":
-		f.peerCopies++
-		copyMem(a[0], a[2], a[4])
 	case "cuDeviceGetAttribute":
 		v := map[uintptr]int32{attrMultiprocessorCount: 4, attrComputeCapabilityMajr: 9, attrComputeCapabilityMinr: 0}[a[1]]
 		putInt32(a[0], v)
 	case "cuDeviceGetName":
 		copy(bytesAt(a[0], int(a[1])), "Fake GPU\x00")
-	case "cuDevicePrimaryCtxRetain":
-		putUintptr(a[0], f.ctxs[a[1]])
 	case "cuCtxSetCurrent":
 		f.current[tid] = a[0]
-	case "cuMemGetInfo":
-		putUintptr(a[0], f.total[dev]-f.used(dev))
-		putUintptr(a[1], f.total[dev])
-	case "cuMemAlloc":
-		if f.used(dev)+a[1] > f.total[dev] {
-			return 2 // CUDA_ERROR_OUT_OF_MEMORY
-		}
-		p := f.alloc(a[1])
-		f.memDev[p] = dev
-		putUintptr(a[0], p)
-	case "cuMemHostAlloc":
-		p := f.alloc(a[1])
-		f.memDev[p] = -1
-		putUintptr(a[0], p)
 	case "cuMemFree", "cuMemFreeHost":
 		if _, ok := f.mem[a[0]]; !ok {
 			return 1
@@ -390,10 +355,6 @@ func (f *fakeCUDA) driver(name string, a []uintptr) uintptr {
 		delete(f.memDev, a[0])
 	case "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync", "cuMemcpyHtoD", "cuMemcpyDtoH":
 		copyMem(a[0], a[1], a[2])
-	case "cuStreamCreate", "cuEventCreate":
-		h := f.handle()
-		f.streamDev[h] = dev
-		putUintptr(a[0], h)
 	case "cuModuleLoadData":
 		img := cString(a[1])
 		f.images = append(f.images, img)
@@ -537,6 +498,59 @@ func (f *fakeCUDA) nvrtc(name string, a []uintptr) uintptr {
 		f.destroyed++
 	}
 	return 0
+}
+
+// deviceCall plays the calls that depend on the devices (their count,
+// contexts, memory, streams and peer access), made with device dev's
+// context current; ok is false for any other call.
+func (f *fakeCUDA) deviceCall(name string, a []uintptr, dev int) (r uintptr, ok bool) {
+	switch name {
+	case "cuDeviceGetCount":
+		putInt32(a[0], int32(len(f.ctxs)))
+	case "cuDeviceGet":
+		if int(a[1]) >= len(f.ctxs) {
+			return 101, true // CUDA_ERROR_INVALID_DEVICE
+		}
+		putInt32(a[0], int32(a[1]))
+	case "cuDeviceCanAccessPeer":
+		v := int32(0)
+		if f.canPeer(int(a[1]), int(a[2])) {
+			v = 1
+		}
+		putInt32(a[0], v)
+	case "cuCtxEnablePeerAccess":
+		p := f.devOfCtx(a[0])
+		if p < 0 || !f.canPeer(dev, p) {
+			return 217, true // CUDA_ERROR_PEER_ACCESS_UNSUPPORTED
+		}
+		f.peerOn[[2]int{dev, p}] = true
+	case "cuMemcpyPeerAsync":
+		f.peerCopies++
+		copyMem(a[0], a[2], a[4])
+	case "cuDevicePrimaryCtxRetain":
+		putUintptr(a[0], f.ctxs[a[1]])
+	case "cuMemGetInfo":
+		putUintptr(a[0], f.total[dev]-f.used(dev))
+		putUintptr(a[1], f.total[dev])
+	case "cuMemAlloc":
+		if f.used(dev)+a[1] > f.total[dev] {
+			return 2, true // CUDA_ERROR_OUT_OF_MEMORY
+		}
+		p := f.alloc(a[1])
+		f.memDev[p] = dev
+		putUintptr(a[0], p)
+	case "cuMemHostAlloc":
+		p := f.alloc(a[1])
+		f.memDev[p] = -1
+		putUintptr(a[0], p)
+	case "cuStreamCreate", "cuEventCreate":
+		h := f.handle()
+		f.streamDev[h] = dev
+		putUintptr(a[0], h)
+	default:
+		return 0, false
+	}
+	return 0, true
 }
 
 //go:noinline
