@@ -56,6 +56,15 @@ const budgetDevice = settings.BudgetDevice
 // argument" and "host state"); other arguments stay where the caller put
 // them.
 //
+// On a sharded function (arguments, results or constraints with a
+// NamedSharding) the budget is per device: the planner plans the
+// per-device program the partitioner writes (its blocks of the sharded
+// residuals, the layers it all-gathers inside a scan under FSDP, the
+// gradients it reduce-scatters), whose memory analysis is one device's, and
+// every device of the mesh then runs within bytes. Placing arguments in
+// pinned_host is for one-device programs: a sharded function's arguments
+// stay where the caller put them.
+//
 // The decisions are in (*Compiled).MemoryPlan and the memory analysis (its
 // Plan, printed by FERRY_DUMP_IR). A budget no plan fits is an error
 // (*MemoryBudgetError) that names the smallest budget the planner reached

@@ -44,7 +44,35 @@ func (f *planFunc[F]) Trace(p trace.RematPlanner, host []bool) (budget.Trace, er
 func (t *plannedTrace) Func() *ir.Func { return t.l.Func }
 
 func (t *plannedTrace) Args() budget.Args {
-	return budget.Args{Defs: t.l.argDefs, Results: t.outDefs, Weak: t.weak, Donated: t.l.donated, Name: t.l.leafName}
+	return budget.Args{Defs: t.l.argDefs, Results: t.outDefs, Weak: t.weak, Donated: t.l.donated, Name: t.l.leafName, Mesh: meshOf(t.l.Func)}
+}
+
+// meshOf returns the mesh of the first sharded value of f (nested regions
+// included), or nil when nothing is sharded: a sharded function runs
+// partitioned over it (compileFunc), so its memory budget is per device.
+func meshOf(f *ir.Func) *ir.Mesh {
+	var walk func(r *ir.Region) *ir.Mesh
+	walk = func(r *ir.Region) *ir.Mesh {
+		for _, v := range r.Params {
+			if s := v.Type.Sharding; s != nil {
+				return s.Mesh
+			}
+		}
+		for _, op := range r.Ops {
+			for _, v := range op.Results {
+				if s := v.Type.Sharding; s != nil {
+					return s.Mesh
+				}
+			}
+			for _, sub := range op.Regions {
+				if m := walk(sub); m != nil {
+					return m
+				}
+			}
+		}
+		return nil
+	}
+	return walk(f.Body)
 }
 
 func (t *plannedTrace) Compile() (*passes.Program, error) {

@@ -388,10 +388,19 @@ func adCheckpointCall(fn func([]*Array) []*Array, policy CheckpointPolicy, cfg c
 		marked[i] = Apply1(ir.DevicePut, ir.Attrs{"space": o.Space()}, o)
 	}
 	adCustomFinish(t, inVals, resVals, marked, bwd)
+	// Op results are unsharded (ir.InferTypes): a sharded output keeps its
+	// layout through a constraint after the marker, so that a checkpointed
+	// scan body returns its sharded carry as it came.
+	ret := slices.Clone(marked)
+	for i, o := range outs {
+		if s := o.Type().Sharding; s != nil {
+			ret[i] = WithShardingConstraint(marked[i], s)
+		}
+	}
 	if ps != nil {
 		ps.markUser(cur, n0)
 	}
-	return marked
+	return ret
 }
 
 // adCheckpointBwd is the backward pass of a checkpointed call: it returns the

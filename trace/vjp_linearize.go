@@ -299,6 +299,15 @@ func adDstFunc() *ir.Func {
 // adReplay applies op to args in the current context, cloning its regions into
 // the function being recorded, and keeps the op's source location.
 func adReplay(op *ir.Op, args []*Array) []*Array {
+	if s := op.Results[0].Type.Sharding; op.Code == ir.ShardingConstraint && s != nil && len(args) == 1 {
+		// The generic Apply gives unsharded results: the constraint's
+		// layout is its result's type.
+		out := constrain(args[0], s)
+		if op.Loc != "" && out.val != nil && out.val.Op != nil {
+			out.val.Op.Loc = op.Loc
+		}
+		return []*Array{out}
+	}
 	outs := adApplyRegions(op.Code, maps.Clone(op.Attrs), op.Regions, true, args)
 	if op.Loc != "" && len(outs) > 0 && outs[0].val != nil && outs[0].val.Op != nil {
 		outs[0].val.Op.Loc = op.Loc

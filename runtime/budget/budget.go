@@ -40,6 +40,11 @@ type Args struct {
 	Weak, Donated []bool
 	// Name describes argument leaf i in the plan ("leaf 1 of argument 0").
 	Name func(i int) string
+	// Mesh is the mesh a sharded function is partitioned over (nil: the
+	// function runs on one device). The compiled program is then the
+	// per-device program: its memory analysis, and so the budget, are
+	// per device.
+	Mesh *ir.Mesh
 }
 
 // Rates are the rates the planner prices plans with: FLOP/s of matrix
@@ -52,9 +57,14 @@ const MaxCompiles = 24
 
 // Plan traces and compiles f under plans until it finds the fastest that
 // fits budget bytes of device memory (MemoryAnalysis.TotalBytes), priced at
-// rates r, and returns that trace, compiled, with its plan. name names the
+// rates r, and returns that trace, compiled, with its plan. For a sharded
+// function (Args.Mesh) the budget is per device: the program compiled is
+// the per-device one (its sharded residuals, the layers it gathers and the
+// gradients it reduce-scatters), and its memory analysis is one device's.
+// name names the
 // function in errors. It plans the residuals with the arguments where the
-// caller put them; when no such plan fits, it places the arguments the
+// caller put them; when no such plan fits (and the function is not
+// sharded), it places the arguments the
 // program reads only as scans' xs (stacked layer weights) in pinned_host
 // and plans again, then optimizer state passed in too. A budget no plan
 // fits is an *Error.
@@ -64,8 +74,8 @@ func Plan(f Function, name string, budget int64, r Rates) (Trace, *passes.Memory
 	if err != nil {
 		return nil, nil, err
 	}
-	host := map[int]string{} // argument leaves placed in pinned_host: the action
-	if len(fits) == 0 {
+	host := map[int]string{}                     // argument leaves placed in pinned_host: the action
+	if len(fits) == 0 && base.args.Mesh == nil { // a sharded function's arguments stay put
 		for _, m := range hostStages(base) {
 			if m = s.traceable(m, len(base.args.Weak)); len(m) == 0 {
 				continue
@@ -89,7 +99,7 @@ func Plan(f Function, name string, budget int64, r Rates) (Trace, *passes.Memory
 		}
 	}
 	if len(fits) == 0 {
-		return nil, nil, newError(name, budget, base.total, full)
+		return nil, nil, newError(name, budget, base.total, full, base.args.Mesh)
 	}
 	best := slices.MinFunc(fits, func(a, b *planTry) int { return cmp.Compare(a.cost.step, b.cost.step) })
 	return best.tr, buildPlan(best, host, base.total, budget, r, s.compiles), nil

@@ -20,15 +20,24 @@ type Error struct {
 	Minimum          int64
 	Analysis         passes.MemoryAnalysis // at the minimum
 	Dominant         []string              // the largest device buffers there, with op and location
+	// Mesh is the mesh of a sharded function (nil: one device): then
+	// Budget, Baseline, Minimum and Analysis are per device.
+	Mesh *ir.Mesh
 }
 
 func (e *Error) Error() string {
 	hint := ""
-	if io := e.Analysis.ArgumentBytes + e.Analysis.OutputBytes - e.Analysis.AliasBytes; 2*io > e.Minimum {
+	if io := e.Analysis.ArgumentBytes + e.Analysis.OutputBytes - e.Analysis.AliasBytes; 2*io > e.Minimum && e.Mesh != nil {
+		hint = fmt.Sprintf("; arguments and results are %s of it, and the planner leaves a sharded function's arguments where the caller put them: split them over more devices, or donate them", fmtBytes(io))
+	} else if 2*io > e.Minimum {
 		hint = fmt.Sprintf("; arguments and results are %s of it, and the planner moves to pinned_host only stacked layer weights (arguments read only as scans' xs) and optimizer state (donated arguments read elementwise and returned updated at the same position): other arguments can live there by hand (rt.DevicePut, optim.InitIn, rt.OutSpace)", fmtBytes(io))
 	}
-	return fmt.Sprintf("rt.Jit: %s: no plan fits the memory budget of %s: the smallest budget that fits is %s, with every residual it plans recomputed or offloaded (%s with everything kept); at that plan the device total is argument %s + output %s + temp %s − alias %s; largest device buffers: %s%s",
-		e.Function, exactBytes(e.Budget), exactBytes(e.Minimum), exactBytes(e.Baseline),
+	per := ""
+	if e.Mesh != nil {
+		per = fmt.Sprintf(" per device (the program is partitioned over %v, %d devices)", e.Mesh, len(e.Mesh.Devices()))
+	}
+	return fmt.Sprintf("rt.Jit: %s: no plan fits the memory budget of %s%s: the smallest budget that fits is %s, with every residual it plans recomputed or offloaded (%s with everything kept); at that plan the device total is argument %s + output %s + temp %s − alias %s; largest device buffers: %s%s",
+		e.Function, exactBytes(e.Budget), per, exactBytes(e.Minimum), exactBytes(e.Baseline),
 		fmtBytes(e.Analysis.ArgumentBytes), fmtBytes(e.Analysis.OutputBytes), fmtBytes(e.Analysis.TempBytes), fmtBytes(e.Analysis.AliasBytes), strings.Join(e.Dominant, "; "), hint)
 }
 
@@ -44,10 +53,10 @@ func exactBytes(n int64) string {
 	return fmt.Sprintf("%s (%d bytes)", fmtBytes(n), n)
 }
 
-// newError builds the error of function name for a budget below the
-// minimum plan t.
-func newError(name string, budget, baseline int64, t *planTry) error {
-	e := &Error{Function: name, Budget: budget, Baseline: baseline, Minimum: t.total, Analysis: t.prog.Analysis}
+// newError builds the error of function name (partitioned over mesh, or
+// nil) for a budget below the minimum plan t.
+func newError(name string, budget, baseline int64, t *planTry, mesh *ir.Mesh) error {
+	e := &Error{Function: name, Budget: budget, Baseline: baseline, Minimum: t.total, Analysis: t.prog.Analysis, Mesh: mesh}
 	type buf struct {
 		size int64
 		what string
