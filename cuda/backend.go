@@ -58,11 +58,14 @@ type Backend struct {
 
 	mu       sync.Mutex
 	platform bool
-	slab     uintptr
-	alloc    *DeviceAllocator
-	modules  map[string]uintptr   // kernel source hash → CUmodule
-	live     map[uintptr]*liveMem // live allocations by address
-	use      [2]spaceUse          // per memory space
+	// limit caps the device bytes in use with the platform allocator when
+	// FERRY_PREALLOCATE=false (0: no cap but the GPU's).
+	limit   int64
+	slab    uintptr
+	alloc   *DeviceAllocator
+	modules map[string]uintptr   // kernel source hash → CUmodule
+	live    map[uintptr]*liveMem // live allocations by address
+	use     [2]spaceUse          // per memory space
 }
 
 // New loads the driver, NVRTC and (when present) cuBLASLt, initialises
@@ -262,6 +265,12 @@ func (b *Backend) reserve() error {
 	if cfg.Capacity > 0 {
 		size = min(size, int64(float64(cfg.Capacity)*frac))
 	}
+	if cfg.Preallocate != nil && !*cfg.Preallocate {
+		// As XLA_PYTHON_CLIENT_PREALLOCATE=false: nothing reserved up
+		// front; buffers are allocated as they come, up to the same limit.
+		b.platform, b.limit = true, size
+		return nil
+	}
 	if b.slab, err = b.d.MemAlloc(size); err != nil {
 		return fmt.Errorf("cuda: pre-allocating %d bytes (%.2f of %d): %w", size, frac, total, err)
 	}
@@ -344,6 +353,23 @@ func (b *Backend) allocate(n int64, space ir.MemorySpace, what string) (mem, err
 	case space != ir.Device:
 		m.ptr, err = b.d.HostAlloc(max(n, 1))
 		m.off, m.host = -1, true
+	case b.platform && b.limit > 0:
+		b.mu.Lock()
+		if b.use[ir.Device].inUse+n > b.limit {
+			err = fmt.Errorf("cuda: %d bytes in use and %d more would pass the limit of %d (FERRY_PREALLOCATE=false)", b.use[ir.Device].inUse, n, b.limit)
+		} else {
+			m.ptr, err = b.d.MemAlloc(max(n, 1))
+		}
+		m.off = -1
+		if err == nil {
+			m.size = n
+			b.trackLocked(m, space, what, held)
+		}
+		b.mu.Unlock()
+		if err != nil {
+			return mem{}, b.outOfMemory(space, n, what, err)
+		}
+		return m, nil
 	case b.platform:
 		m.ptr, err = b.d.MemAlloc(max(n, 1))
 		m.off = -1

@@ -84,6 +84,9 @@ func (b *Backend) stats(space ir.MemorySpace) backend.MemStats {
 			s.LiveAllocs++
 		}
 	}
+	if space == ir.Device && b.limit > 0 {
+		s.Capacity, s.Limit = b.limit, b.limit
+	}
 	if space == ir.Device && b.alloc != nil {
 		s.Allocator = "bfc"
 		s.Capacity, s.Limit, s.Reserved = b.alloc.Limit, b.alloc.Limit, b.alloc.Limit
@@ -145,7 +148,7 @@ func (b *Backend) resetPeak() {
 // its own live arrays) when its slab is full; driver errors (cuMemAlloc,
 // cuMemHostAlloc) are returned as they are.
 func (b *Backend) outOfMemory(space ir.MemorySpace, n int64, what string, err error) error {
-	if space != ir.Device || b.platform {
+	if space != ir.Device || b.platform && b.limit == 0 {
 		return err
 	}
 	e := backend.NewOutOfMemoryError(b.stats(space), n, what, "", b.liveAllocations(nil))

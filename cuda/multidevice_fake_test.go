@@ -230,3 +230,37 @@ func TestOutOfMemoryOnOneDevice(t *testing.T) {
 	}
 	checkFake(t, fake)
 }
+
+// With FERRY_PREALLOCATE=false no device reserves a slab: each buffer is
+// allocated as it comes, and each device stops at its own limit,
+// FERRY_MEM_FRACTION of its memory (here of FERRY_DEVICE_MEMORY), with an
+// out-of-memory error naming it.
+func TestNoPreallocationPerDevice(t *testing.T) {
+	t.Setenv(rt.EnvPreallocate, "false")
+	t.Setenv(rt.EnvMemFraction, "0.5")
+	fake, b := fakeDevices(t, 2, "2MiB", nil) // a limit of 1 MiB each
+	for i := range 2 {
+		if used := fake.used(i); used != 0 {
+			t.Fatalf("device %d: %d bytes reserved up front", i, used)
+		}
+		if s, _ := b.MemoryStats(i, ir.Device); s.Limit != 1<<20 {
+			t.Fatalf("device %d: limit %d, want 1 MiB", i, s.Limit)
+		}
+	}
+	big := ir.NewLiteral(ir.TypeOf(ir.Float32, 200000)) // 800 KB
+	if _, err := b.FromLiteralOn(big, 0); err != nil {
+		t.Fatal(err)
+	}
+	if used := fake.used(0); used != 800000 {
+		t.Fatalf("device 0 holds %d bytes, want the array's 800000", used)
+	}
+	_, err := b.FromLiteralOn(big, 0)
+	var oom *backend.OutOfMemoryError
+	if !errors.As(err, &oom) || oom.Device != 0 || !strings.Contains(err.Error(), "of cuda:0") {
+		t.Fatalf("a second array on device 0: %v, want an out-of-memory error of cuda:0", err)
+	}
+	if _, err := b.FromLiteralOn(big, 1); err != nil {
+		t.Fatalf("device 1, with its own limit: %v", err)
+	}
+	checkFake(t, fake)
+}
