@@ -212,7 +212,7 @@ var (
 	// HFModels is FERRY_HF_MODELS.
 	HFModels = newString(&Var{Name: "FERRY_HF_MODELS", Type: "directory", Default: "unset", Scope: Test,
 		Doc:     "Where real Hugging Face model directories are (`all-MiniLM-L6-v2/`, as `.ci/hf.sh` makes it): the tests of `nn/hf` and `examples/embed` that need the real weights run when it is set.",
-		Readers: []string{"nn/hf", "examples/embed", ".ci/hf.sh"}}, Path)
+		Readers: []string{"nn/hf", "examples/embed", "examples/finetune", ".ci/hf.sh"}}, Path)
 	// InitProgramSize is FERRY_INIT_PROGRAM_SIZE.
 	InitProgramSize = newFlag(&Var{Name: "FERRY_INIT_PROGRAM_SIZE", Default: "unset", Scope: Test,
 		Doc:     "Run the program-size test of `examples/init`.",
