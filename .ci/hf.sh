@@ -11,6 +11,12 @@
 #     $FERRY_HF_MODELS (default ~/.cache/ferry-hf-models), computes the
 #     NumPy reference embeddings of 20 sentences (tokenized by the pinned
 #     tokenizers) and runs the Go tests that need it against them.
+#  4. examples/finetune fine-tunes it (a short run) and the small random
+#     BERT, saving each under Hugging Face's names; gen.py --finetuned has
+#     Python's safetensors read what was saved, tokenizes the probe
+#     sentences with the pinned tokenizers, runs its NumPy BERT and
+#     compares the embeddings and logits with Ferry's (within 1e-5).
+#     transformers itself is not run (no torch in the virtualenv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=$(bash scripts/venv)
@@ -39,4 +45,9 @@ if grep -q -- '--- SKIP' <<<"$out"; then
   echo "hf.sh: a MiniLM test was skipped" >&2
   exit 1
 fi
+
+FERRY_HF_MODELS="$models" go run ./examples/finetune -steps 100 -out "$saved/finetuned"
+"$py" nn/hf/testdata/gen.py --finetuned "$saved/finetuned"
+go run ./examples/finetune -model "$saved/absent" -steps 160 -batch 16 -lr 3e-3 -out "$saved/finetuned-tiny"
+"$py" nn/hf/testdata/gen.py --finetuned "$saved/finetuned-tiny"
 echo "hf.sh: OK"

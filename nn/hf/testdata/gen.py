@@ -38,6 +38,11 @@ Other modes:
     gen.py --minilm MODEL OUT  tokenize the sentences below with MODEL's tokenizer.json
                                (tokenizers) and write their all-MiniLM-L6-v2 embeddings,
                                computed in NumPy from MODEL's model.safetensors, to OUT
+    gen.py --finetuned DIR     check the model examples/finetune saved into DIR: tokenize
+                               the sentences of DIR/embeddings.json with DIR/tokenizer.json,
+                               run the NumPy BERT on DIR/model.safetensors (read by the
+                               safetensors package) and DIR/config.json, and compare the
+                               embeddings and head logits with the ones Ferry wrote
 """
 
 import argparse
@@ -479,12 +484,54 @@ def minilm(model, out):
     print(f"wrote {out}: {len(SENTENCES)} embeddings of {emb.shape[1]} values")
 
 
+def finetuned(d, tol=1e-5):
+    """Checks the fine-tuned model examples/finetune saved into d: its
+    embeddings.json against this file's BERT run on the saved weights."""
+    from tokenizers import Tokenizer
+
+    with open(os.path.join(d, "embeddings.json")) as f:
+        probe = json.load(f)
+    tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    tok.no_truncation()
+    tok.enable_padding(pad_id=0, pad_token="[PAD]")
+    encs = tok.encode_batch(probe["sentences"])
+    ids = np.array([e.ids for e in encs])
+    types = np.array([e.type_ids for e in encs])
+    mask = np.array([e.attention_mask for e in encs])
+    bad = 0
+    if ids.tolist() != probe["ids"] or mask.tolist() != probe["mask"]:
+        print(f"{d}: tokenizers gives ids {ids.tolist()}, Ferry's tokenizer gave {probe['ids']}")
+        bad += 1
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    h, _ = bert_forward(load_file(os.path.join(d, "model.safetensors")), cfg, ids, types, mask)
+    m = mask[:, :, None].astype(np.float64)
+    mean = (h * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+    emb = mean_pool_normalize(h, mask)
+    head = {k: v.astype(np.float64) for k, v in load_file(os.path.join(d, "head.safetensors")).items()}
+    logits = linear(mean, head["W"], head["B"])
+    for name, want, got in (("embeddings", emb, probe["embeddings"]), ("logits", logits, probe["logits"])):
+        got = np.array(got)
+        # Absolute below 1, relative above.
+        err = (np.abs(got - want) / np.maximum(np.abs(want), 1)).max()
+        ok = got.shape == want.shape and err <= tol
+        print(f"{name} of {len(probe['sentences'])} sentences, NumPy float64 vs Ferry: max error {err:.2g} "
+              f"({'OK' if ok else f'over {tol}'})")
+        bad += not ok
+    preds = ", ".join(f"{s!r}: {'positive' if l[1] > l[0] else 'negative'}" for s, l in zip(probe["sentences"], logits))
+    print(f"NumPy's predictions: {preds}")
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="fail if the committed files differ from what gen.py makes")
     ap.add_argument("--roundtrip", metavar="DIR", help="check the files Ferry saved into DIR")
     ap.add_argument("--minilm", nargs=2, metavar=("MODEL", "OUT"), help="reference embeddings of all-MiniLM-L6-v2")
+    ap.add_argument("--finetuned", metavar="DIR", help="check the model examples/finetune saved into DIR")
     args = ap.parse_args()
+    if args.finetuned:
+        sys.exit(1 if finetuned(args.finetuned) else 0)
     if args.roundtrip:
         sys.exit(1 if roundtrip(args.roundtrip) else 0)
     if args.minilm:
