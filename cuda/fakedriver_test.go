@@ -120,7 +120,7 @@ func fakeCallbacks() {
 			})
 		}
 		fakeDrvProc = map[string]uintptr{}
-		for _, n := range driverEntryPoints {
+		for _, n := range append(append([]string(nil), driverEntryPoints...), optionalEntryPoints...) {
 			fakeDrvProc[n] = mk((*fakeCUDA).driver, n)
 		}
 		fakeRTCProc = map[string]uintptr{}

@@ -219,6 +219,12 @@ var driverEntryPoints = []string{
 	"cuStreamWaitEvent", "cuEventCreate", "cuEventDestroy", "cuEventRecord",
 	"cuEventSynchronize", "cuEventElapsedTime", "cuModuleLoadData", "cuModuleUnload",
 	"cuModuleGetFunction", "cuLaunchKernel", "cuGetErrorString", "cuGetErrorName",
+}
+
+// optionalEntryPoints are resolved when the driver has them: without them
+// devices never enable peer access, and copies between GPUs go through
+// pinned host memory.
+var optionalEntryPoints = []string{
 	"cuDeviceCanAccessPeer", "cuCtxEnablePeerAccess", "cuMemcpyPeerAsync",
 }
 
@@ -243,6 +249,11 @@ func LoadDriver(dirs []string) (*Driver, error) {
 			return nil, &LoadError{Library: d.CUDA.Path, Detail: err.Error()}
 		}
 		d.procs[name] = p
+	}
+	for _, name := range optionalEntryPoints {
+		if p, err := d.resolve(name); err == nil {
+			d.procs[name] = p
+		}
 	}
 	return d, nil
 }

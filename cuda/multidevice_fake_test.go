@@ -264,3 +264,37 @@ func TestNoPreallocationPerDevice(t *testing.T) {
 	}
 	checkFake(t, fake)
 }
+
+// A driver without the peer entry points (optionalEntryPoints) still loads:
+// no device enables peer access, and a copy between GPUs whose hardware
+// would allow peer access goes through pinned host memory.
+func TestCopyBetweenDevicesWithoutPeerEntryPoints(t *testing.T) {
+	fake, d := newFakeCUDA(t)
+	fake.withDevices(2, 1<<30, func(i, j int) bool { return true })
+	fake.executeKernels(t)
+	t.Setenv(rt.EnvDeviceMemory, "4MiB")
+	for _, name := range optionalEntryPoints {
+		delete(d.procs, name)
+	}
+	b, err := newBackend(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := randomLiteral(testseed.Rand(t, 3), ir.TypeOf(ir.Float32, 5, 7))
+	x, err := b.FromLiteralOn(l, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := x.(*Buffer).CopyToDevice(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFake(t, fake)
+	got, err := y.Literal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Data, l.Data) || fake.peerCopies != 0 {
+		t.Fatalf("copy equal %v, %d peer copies (want equal, 0)", bytes.Equal(got.Data, l.Data), fake.peerCopies)
+	}
+}
