@@ -35,7 +35,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn/hf"
 	"github.com/ferryml/ferry/nn/serve"
@@ -63,15 +62,8 @@ type options struct {
 }
 
 // defaultModel is $FERRY_HF_MODELS/all-MiniLM-L6-v2, by default in
-// ~/.cache/ferry-hf-models.
-func defaultModel() string {
-	d := settings.HFModels.Get()
-	if d == "" {
-		home, _ := os.UserHomeDir()
-		d = filepath.Join(home, ".cache", "ferry-hf-models")
-	}
-	return filepath.Join(d, "all-MiniLM-L6-v2")
-}
+// ~/.cache/ferry-hf-models (hf.ModelDir).
+func defaultModel() string { return hf.ModelDir("all-MiniLM-L6-v2") }
 
 // makeBatch tokenizes o.batch sentences into one batch padded to o.seq.
 func makeBatch(dir string, o options) (serve.Batch, error) {

@@ -24,7 +24,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
 	"github.com/ferryml/ferry/nn/hf"
@@ -42,14 +41,9 @@ var defaultSentences = []string{
 	"The new movie is awesome.",
 }
 
-// defaultModel is $FERRY_HF_MODELS/all-MiniLM-L6-v2, or all-MiniLM-L6-v2
-// in the current directory.
-func defaultModel() string {
-	if d := settings.HFModels.Get(); d != "" {
-		return filepath.Join(d, "all-MiniLM-L6-v2")
-	}
-	return "all-MiniLM-L6-v2"
-}
+// defaultModel is $FERRY_HF_MODELS/all-MiniLM-L6-v2, by default in
+// ~/.cache/ferry-hf-models (hf.ModelDir).
+func defaultModel() string { return hf.ModelDir("all-MiniLM-L6-v2") }
 
 // howToGet says how to get the model's files into dir.
 func howToGet(dir string) string {

@@ -37,7 +37,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
 	"github.com/ferryml/ferry/nn/hf"
@@ -65,15 +64,8 @@ type server struct {
 }
 
 // defaultModel is $FERRY_HF_MODELS/all-MiniLM-L6-v2, by default in
-// ~/.cache/ferry-hf-models (where .ci/hf.sh puts it).
-func defaultModel() string {
-	d := settings.HFModels.Get()
-	if d == "" {
-		home, _ := os.UserHomeDir()
-		d = filepath.Join(home, ".cache", "ferry-hf-models")
-	}
-	return filepath.Join(d, "all-MiniLM-L6-v2")
-}
+// ~/.cache/ferry-hf-models (hf.ModelDir).
+func defaultModel() string { return hf.ModelDir("all-MiniLM-L6-v2") }
 
 // hasModel reports whether dir holds the model's files.
 func hasModel(dir string) bool {
