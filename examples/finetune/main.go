@@ -21,9 +21,10 @@
 // unconstrained program (device peak, step time) before training under the
 // budget, printing the loss and the held-out accuracy before and after.
 //
-// It saves the fine-tuned encoder into -out with hf.Save
-// (checkpoint.SaveMapped through hf.BertMapping: model.safetensors under
-// the original tensor names, the pooler as loaded), copies config.json and
+// It saves the fine-tuned encoder into -out (default
+// $TMPDIR/ferry-finetuned) with hf.Save (checkpoint.SaveMapped through
+// hf.BertMapping: model.safetensors under the original tensor names, the
+// pooler as loaded), copies config.json and
 // tokenizer.json beside it, writes the head to head.safetensors and, in
 // embeddings.json, a few sentences' token ids, normalised embeddings and
 // logits; then reloads the directory with hf.LoadBert and checks that the
@@ -79,7 +80,7 @@ type Config struct {
 }
 
 func defaultConfig() Config {
-	return Config{Model: defaultModel(), Out: "finetuned", Steps: 300, Batch: 32, Warmup: 30, LR: 1e-4, WeightDecay: 0.01,
+	return Config{Model: defaultModel(), Out: filepath.Join(os.TempDir(), "ferry-finetuned"), Steps: 300, Batch: 32, Warmup: 30, LR: 1e-4, WeightDecay: 0.01,
 		Seq: 12, Train: 400, Test: 128, Budget: 0.6, Measure: 10, Seed: 1}
 }
 
