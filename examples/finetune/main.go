@@ -48,7 +48,6 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 
-	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
 	"github.com/ferryml/ferry/nn/hf"
@@ -80,22 +79,8 @@ type Config struct {
 }
 
 func defaultConfig() Config {
-	return Config{Model: defaultModel(), Out: filepath.Join(os.TempDir(), "ferry-finetuned"), Steps: 300, Batch: 32, Warmup: 30, LR: 1e-4, WeightDecay: 0.01,
+	return Config{Model: hf.ModelDir("all-MiniLM-L6-v2"), Out: filepath.Join(os.TempDir(), "ferry-finetuned"), Steps: 300, Batch: 32, Warmup: 30, LR: 1e-4, WeightDecay: 0.01,
 		Seq: 12, Train: 400, Test: 128, Budget: 0.6, Measure: 10, Seed: 1}
-}
-
-// defaultModel is $FERRY_HF_MODELS/all-MiniLM-L6-v2, or, with
-// FERRY_HF_MODELS unset, ~/.cache/ferry-hf-models/all-MiniLM-L6-v2 (where
-// .ci/hf.sh puts it by default).
-func defaultModel() string {
-	if d := settings.HFModels.Get(); d != "" {
-		return filepath.Join(d, "all-MiniLM-L6-v2")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "all-MiniLM-L6-v2"
-	}
-	return filepath.Join(home, ".cache", "ferry-hf-models", "all-MiniLM-L6-v2")
 }
 
 // tinyModel is the directory of the small random BERT of nn/hf/testdata.

@@ -65,6 +65,10 @@ var (
 	HostCopyGBPS = newFloat(&Var{Name: "FERRY_HOST_COPY_GBPS", Type: "number (GB/s)", Want: "a positive number of GB/s", Default: "unset (full speed)",
 		Doc:     "Simulates a host link of that bandwidth for copies between memory spaces, to see offload overlap on a CPU.",
 		Readers: []string{"cpu/cpuexec"}}, 0, func(f float64) bool { return f > 0 && f <= 1e9 })
+	// AsyncCollectives is FERRY_ASYNC_COLLECTIVES.
+	AsyncCollectives = newBool(&Var{Name: "FERRY_ASYNC_COLLECTIVES", Type: "`0` to turn off", Want: "0 or 1 (true/false, on/off, yes/no)", Default: "on",
+		Doc:     "`0`: the CPU backend runs each collective of a sharded program in turn instead of on a collective worker per device overlapping compute (the next layer's all-gather of a scan beside the current layer); results are bit-identical.",
+		Readers: []string{"cpu/cpuexec"}}, true)
 )
 
 // Backends and CPU kernels.
@@ -212,7 +216,7 @@ var (
 	// HFModels is FERRY_HF_MODELS.
 	HFModels = newString(&Var{Name: "FERRY_HF_MODELS", Type: "directory", Default: "unset", Scope: Test,
 		Doc:     "Where real Hugging Face model directories are (`all-MiniLM-L6-v2/`, as `.ci/hf.sh` makes it): the tests of `nn/hf` and `examples/embed` that need the real weights run when it is set.",
-		Readers: []string{"nn/hf", "examples/embed", "examples/finetune", ".ci/hf.sh"}}, Path)
+		Readers: []string{"nn/hf", "examples/embed", ".ci/hf.sh"}}, Path)
 	// InitProgramSize is FERRY_INIT_PROGRAM_SIZE.
 	InitProgramSize = newFlag(&Var{Name: "FERRY_INIT_PROGRAM_SIZE", Default: "unset", Scope: Test,
 		Doc:     "Run the program-size test of `examples/init`.",
