@@ -1011,7 +1011,7 @@ func (x *execution) collect(top *frame) error {
 		if x.results[i] != nil {
 			continue
 		}
-		src, err := x.loc(top, v)
+		src, err := x.slot(top, top.g.blk.Results[i])
 		if err != nil {
 			return err
 		}
@@ -1047,57 +1047,43 @@ func (b *Backend) copy(dst uintptr, dstHost bool, src uintptr, srcHost bool, n i
 	return b.d.Check("cuMemcpyDtoDAsync", dst, src, uintptr(n), stream)
 }
 
-func (e *executable) run(b *Backend, s *step, stream uintptr, ptr func(*ir.Value) (uintptr, bool, error)) error {
+// run issues step s, whose operands and results are at args and outs, on
+// stream: a copy, a constant's upload, a cuBLASLt matmul and its kernels,
+// or (a host step) eval's op between host copies.
+func (e *executable) run(b *Backend, s *step, stream uintptr, args, outs []loc) error {
 	op := s.op
 	switch s.kind {
 	case stepCopy, stepConst:
-		dst, dh, err := ptr(op.Results[0])
-		if err != nil {
-			return err
-		}
-		var src uintptr
-		var sh bool
+		var src loc
 		if s.kind == stepConst {
-			src, sh = s.constant.m.ptr, s.constant.m.host
-		} else if src, sh, err = ptr(op.Args[0]); err != nil {
-			return err
+			src = loc{s.constant.m.ptr, s.constant.m.host}
+		} else {
+			src = args[0]
 		}
-		return b.copy(dst, dh, src, sh, op.Results[0].Type.Bytes(), stream)
+		return b.copy(outs[0].p, outs[0].host, src.p, src.host, op.Results[0].Type.Bytes(), stream)
 	case stepKernel, stepMatmul:
-		var args []uintptr
-		for _, a := range op.Args {
-			p, _, err := ptr(a)
-			if err != nil {
-				return err
-			}
-			args = append(args, p)
+		ptrs := make([]uintptr, 0, len(args)+len(outs)+1)
+		for _, a := range args {
+			ptrs = append(ptrs, a.p)
 		}
 		if s.mm != nil {
-			out, _, err := ptr(op.Results[s.out])
-			if err != nil {
-				return err
-			}
-			if err := s.mm.Run(args[s.rhs], args[s.lhs], out, b.workspace.ptr, uint64(b.workspace.size), stream); err != nil {
+			if err := s.mm.Run(args[s.rhs].p, args[s.lhs].p, outs[s.out].p, b.workspace.ptr, uint64(b.workspace.size), stream); err != nil {
 				return err
 			}
 		}
 		if s.kernel == nil {
 			return nil
 		}
-		for _, r := range op.Results {
-			p, _, err := ptr(r)
-			if err != nil {
-				return err
-			}
-			args = append(args, p)
+		for _, r := range outs {
+			ptrs = append(ptrs, r.p)
 		}
-		args = append(args, 0)
+		ptrs = append(ptrs, 0)
 		for i, en := range s.kernel.Entries {
 			if en.N == 0 || en.Product && s.mm != nil {
 				continue
 			}
-			args[len(args)-1] = uintptr(en.N)
-			if err := b.d.Launch(s.fns[i], ConfigFor(en, b.sms), stream, args); err != nil {
+			ptrs[len(ptrs)-1] = uintptr(en.N)
+			if err := b.d.Launch(s.fns[i], ConfigFor(en, b.sms), stream, ptrs); err != nil {
 				return fmt.Errorf("%w (kernel %s)", err, en.Name)
 			}
 		}
@@ -1109,25 +1095,17 @@ func (e *executable) run(b *Backend, s *step, stream uintptr, ptr func(*ir.Value
 	}
 	lits := make([]*ir.Literal, len(op.Args))
 	for i, a := range op.Args {
-		p, host, err := ptr(a)
-		if err != nil {
-			return err
-		}
 		lits[i] = ir.NewLiteral(a.Type)
-		if err := b.readInto(lits[i].Data, p, host, stream); err != nil {
+		if err := b.readInto(lits[i].Data, args[i].p, args[i].host, stream); err != nil {
 			return err
 		}
 	}
-	outs, err := eval.EvalOp(op, lits)
+	res, err := eval.EvalOp(op, lits)
 	if err != nil {
 		return err
 	}
-	for i, r := range op.Results {
-		p, host, err := ptr(r)
-		if err != nil {
-			return err
-		}
-		if err := b.writeFrom(p, host, outs[i].Data, stream); err != nil {
+	for i := range op.Results {
+		if err := b.writeFrom(outs[i].p, outs[i].host, res[i].Data, stream); err != nil {
 			return err
 		}
 	}

@@ -232,8 +232,9 @@ func (t *xpose) launch(b *Backend, src, dst, stream uintptr) error {
 	return nil
 }
 
-// collective issues collective step i of f on stream.
-func (x *execution) collective(f *frame, i int, stream uintptr) error {
+// collective issues collective step i of f, whose operands and results are
+// at args and outs, on stream.
+func (x *execution) collective(f *frame, i int, args, outs []loc, stream uintptr) error {
 	s := &f.g.steps[i]
 	c, op := s.coll, s.op
 	comm := x.comms[c.axis]
@@ -249,10 +250,7 @@ func (x *execution) collective(f *frame, i int, stream uintptr) error {
 		return fmt.Errorf("%s: rank %d of %d on axis %q: %w", op.Describe(), rank, size, c.axis, err)
 	}
 	b := x.b
-	out, err := x.loc(f, op.Results[0])
-	if err != nil {
-		return err
-	}
+	out := outs[0]
 	if op.Code == ir.AxisIndex {
 		for k := range 4 { // the int32's little-endian bytes
 			if err := b.d.Check("cuMemsetD8Async", out.p+uintptr(k), uintptr(byte(rank>>(8*k))), 1, stream); err != nil {
@@ -261,16 +259,14 @@ func (x *execution) collective(f *frame, i int, stream uintptr) error {
 		}
 		return nil
 	}
-	in, err := x.loc(f, op.Args[0])
-	if err != nil {
-		return err
-	}
+	in := args[0]
 	outBytes := op.Results[0].Type.Bytes()
 	if in.p < out.p+uintptr(outBytes) && out.p < in.p+uintptr(c.bytes) && !(op.Code == ir.AllReduce && in.p == out.p) {
 		return fmt.Errorf("%s: internal error: the buffer plan overlaps the collective's operand and result", op.Describe())
 	}
 	stage0, stage1 := x.collScratch, x.collScratch+uintptr(align256(c.stage0))
 	send := in.p
+	var err error
 	if c.pre != nil {
 		if err := c.pre.launch(b, in.p, stage0, stream); err != nil {
 			return fail(err)

@@ -157,46 +157,39 @@ func (b *Backend) compileLoop(e *executable, s *step, lp *passes.Loop) error {
 // compute and D2H streams so far; the next iteration then issues no copy
 // and its readers wait for that one.
 func planPrefetch(g *region, nc, nk int) error {
-	plan, r := g.plan, g.r
-	returned := map[*ir.Value]bool{}
-	for _, v := range r.Results {
-		returned[v] = true
-	}
+	blk := g.blk
 	lastH2D, point := -1, -1
-	for i, op := range r.Ops {
+	for i, op := range g.r.Ops {
 		if g.steps[i].kind == stepCopy && StreamOf(op) == H2D {
 			lastH2D = i
 		}
 	}
-	for k, op := range r.Ops {
+	for k, op := range g.r.Ops {
+		st := &blk.Steps[k]
 		if g.steps[k].kind != stepCopy || StreamOf(op) != H2D || op.Args[0].Type.Space != ir.PinnedHost {
 			continue
 		}
-		src, dst := op.Args[0], op.Results[0]
-		sb, db := plan.Values[src], plan.Values[dst]
-		if src.Op != nil || sb.Kind != passes.BufParam || sb.Index < nc+nk || db.Kind != passes.BufTemp || returned[dst] {
+		src, dst := blk.Slots[st.Args[0]], st.Outs[0]
+		sb, db := src.Buf, blk.Slots[dst].Buf
+		if src.Value.Op != nil || sb.Kind != passes.BufParam || sb.Index < nc+nk || db.Kind != passes.BufTemp || slices.Contains(blk.Results, dst) {
 			continue
 		}
 		overlaps := func(space ir.MemorySpace, off, size int64) bool {
 			return space == db.Space && size > 0 && off < db.Offset+db.Size && db.Offset < off+size
 		}
 		alone := true
-		for v, b := range plan.Values {
-			if v != dst && b.Kind == passes.BufTemp && overlaps(b.Space, b.Offset, b.Size) {
+		for s, sl := range blk.Slots {
+			if s != dst && sl.Buf.Kind == passes.BufTemp && overlaps(sl.Buf.Space, sl.Buf.Offset, sl.Buf.Size) {
 				alone = false
 			}
 		}
-		for sop, off := range plan.SubOffset {
-			var size int64
-			for _, sp := range plan.Sub[sop] {
-				size = max(size, sp.Arena[db.Space])
-			}
-			if overlaps(db.Space, off[db.Space], size) {
+		for _, o := range blk.Steps {
+			if o.Loop != nil && overlaps(db.Space, o.Loop.SubOffset[db.Space], subArena(o.Loop, db.Space)) {
 				alone = false
 			}
 		}
 		last := -1
-		for j, o := range r.Ops {
+		for j, o := range blk.Steps {
 			if slices.Contains(o.Args, dst) {
 				last = j
 			}
@@ -216,7 +209,7 @@ func planPrefetch(g *region, nc, nk int) error {
 	if g.prefetch == nil {
 		return nil
 	}
-	st, err := StepAccesses(r.Ops, plan, g.barrier)
+	st, err := StepAccesses(g.r.Ops, g.plan, g.barrier)
 	if err != nil {
 		return err
 	}
@@ -227,6 +220,16 @@ func planPrefetch(g *region, nc, nk int) error {
 	}
 	g.sched = PlanAccesses(st)
 	return nil
+}
+
+// subArena is the bytes of space the nested blocks of lp use, from
+// Loop.SubOffset: the largest of their arenas.
+func subArena(lp *passes.Loop, space ir.MemorySpace) int64 {
+	var size int64
+	for _, b := range lp.Blocks {
+		size = max(size, b.Plan.Arena[space])
+	}
+	return size
 }
 
 // hostSteps lists the steps of g and its nested regions that run on the
@@ -301,7 +304,6 @@ type frame struct {
 	subs   [][]*frame
 	// stage[i][k] is the staging buffer of result k of region op step i.
 	stage [][]mem
-	ptr   func(*ir.Value) (uintptr, bool, error)
 	// Prefetches (scan bodies): next[j] is the next iteration's slice of xs
 	// parameter j (hasNext: there is one); issued[k] says that copy step k
 	// of the next iteration was issued by this one, with its event in
@@ -313,12 +315,7 @@ type frame struct {
 }
 
 func (x *execution) newFrame(g *region) *frame {
-	f := &frame{g: g, params: make([]loc, len(g.r.Params)), events: make([]uintptr, len(g.steps))}
-	f.ptr = func(v *ir.Value) (uintptr, bool, error) {
-		l, err := x.loc(f, v)
-		return l.p, l.host, err
-	}
-	return f
+	return &frame{g: g, params: make([]loc, len(g.r.Params)), events: make([]uintptr, len(g.steps))}
 }
 
 // sub returns the frame of nested region k of step i of f.
@@ -348,50 +345,30 @@ func (x *execution) sub(f *frame, i, k int) *frame {
 	return f.subs[i][k]
 }
 
-// loc returns where value v of frame f lives.
-func (x *execution) loc(f *frame, v *ir.Value) (loc, error) {
-	buf, ok := f.g.plan.Values[v]
-	if !ok {
-		return loc{}, fmt.Errorf("cuda: value %v has no buffer", v)
-	}
+// slot returns where slot s of f's block lives (the plan checked every
+// buffer against the block: passes.Lower).
+func (x *execution) slot(f *frame, s int) (loc, error) {
+	buf := f.g.blk.Slots[s].Buf
 	switch buf.Kind {
 	case passes.BufParam:
-		if buf.Index >= 0 && buf.Index < len(f.params) {
-			return f.params[buf.Index], nil
-		}
+		return f.params[buf.Index], nil
 	case passes.BufTemp:
-		if buf.Space < 2 {
-			return f.arena[buf.Space].add(buf.Offset), nil
-		}
+		return f.arena[buf.Space].add(buf.Offset), nil
 	case passes.BufSlice:
-		if buf.Index >= 0 && buf.Index < len(f.slices) {
-			return f.slices[buf.Index], nil
-		}
-	case passes.BufAlias, passes.BufOutput:
-		if f.top && buf.Index >= 0 && buf.Index < len(x.results) {
-			return x.output(v, buf)
-		}
+		return f.slices[buf.Index], nil
 	}
-	where := "a nested region"
-	if f.top {
-		where = "the function body"
-	}
-	return loc{}, fmt.Errorf("cuda: value %v has buffer %v %d, which %s does not have", v, buf.Kind, buf.Index, where)
+	return x.output(f.g.blk.Slots[s].Value, buf)
 }
 
 // output returns result buffer buf.Index, allocating it (BufOutput) or
 // taking over the donated argument's memory (BufAlias) on first use.
 func (x *execution) output(v *ir.Value, buf passes.Buffer) (loc, error) {
-	body := x.e.prog.Func.Body
 	if r := x.results[buf.Index]; r != nil {
 		return loc{r.m.ptr, r.m.host}, nil
 	}
 	if buf.Kind == passes.BufAlias {
-		if buf.Param < 0 || buf.Param >= len(x.in) {
-			return loc{}, fmt.Errorf("cuda: value %v aliases parameter %d of %d", v, buf.Param, len(x.in))
-		}
 		a := x.in[buf.Param]
-		x.results[buf.Index] = x.b.newBuffer(body.Results[buf.Index].Type, a.m)
+		x.results[buf.Index] = x.b.newBuffer(v.Type, a.m)
 		a.mu.Lock()
 		a.freed, a.donated = true, true // its memory now belongs to the result
 		a.mu.Unlock()
@@ -401,28 +378,29 @@ func (x *execution) output(v *ir.Value, buf passes.Buffer) (loc, error) {
 	if err != nil {
 		return loc{}, err
 	}
-	x.results[buf.Index] = x.b.newBuffer(body.Results[buf.Index].Type, m)
+	x.results[buf.Index] = x.b.newBuffer(v.Type, m)
 	return loc{m.ptr, m.host}, nil
 }
 
-// locs returns the locations of vs in f.
-func (x *execution) locs(f *frame, vs []*ir.Value) ([]loc, error) {
-	out := make([]loc, len(vs))
-	for i, v := range vs {
+// slots returns the locations of slots ss of f.
+func (x *execution) slots(f *frame, ss []int) ([]loc, error) {
+	out := make([]loc, len(ss))
+	for i, s := range ss {
 		var err error
-		if out[i], err = x.loc(f, v); err != nil {
+		if out[i], err = x.slot(f, s); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-// operands returns the locations of op's arguments and results in f.
-func (x *execution) operands(f *frame, op *ir.Op) (args, outs []loc, err error) {
-	if args, err = x.locs(f, op.Args); err != nil {
+// operands returns the locations of the operands and results of step i of f.
+func (x *execution) operands(f *frame, i int) (args, outs []loc, err error) {
+	st := &f.g.blk.Steps[i]
+	if args, err = x.slots(f, st.Args); err != nil {
 		return nil, nil, err
 	}
-	if outs, err = x.locs(f, op.Results); err != nil {
+	if outs, err = x.slots(f, st.Outs); err != nil {
 		return nil, nil, err
 	}
 	return args, outs, nil
@@ -475,19 +453,20 @@ func (x *execution) run(f *frame) error {
 				return err
 			}
 		}
-		var err error
-		switch s.kind {
-		case stepScan, stepWhile, stepCond:
-			err = x.loop(f, i)
-		case stepCollective:
-			err = x.collective(f, i, stream)
-		case stepHost:
+		args, outs, err := x.operands(f, i)
+		switch {
+		case err != nil:
+		case s.kind == stepScan, s.kind == stepWhile, s.kind == stepCond:
+			err = x.loop(f, i, args, outs)
+		case s.kind == stepCollective:
+			err = x.collective(f, i, args, outs, stream)
+		case s.kind == stepHost:
 			// Drain the streams first, watching the collectives.
 			if err = x.waitAll(); err == nil {
-				err = x.e.run(x.b, s, stream, f.ptr)
+				err = x.e.run(x.b, s, stream, args, outs)
 			}
 		default:
-			err = x.e.run(x.b, s, stream, f.ptr)
+			err = x.e.run(x.b, s, stream, args, outs)
 		}
 		if err != nil {
 			return fmt.Errorf("%v step %d: %w", s.op.Code, i, err)
@@ -537,13 +516,13 @@ func (x *execution) prefetch(f *frame, i int) error {
 		}
 	}
 	for _, k := range f.g.prefetch[i] {
-		op := f.g.steps[k].op
-		dst, err := x.loc(f, op.Results[0])
+		st := &f.g.blk.Steps[k]
+		dst, err := x.slot(f, st.Outs[0])
 		if err != nil {
 			return err
 		}
-		src := f.next[f.g.plan.Values[op.Args[0]].Index]
-		if err := b.copy(dst.p, dst.host, src.p, src.host, op.Results[0].Type.Bytes(), b.streams[H2D]); err != nil {
+		src := f.next[f.g.blk.Slots[st.Args[0]].Buf.Index]
+		if err := b.copy(dst.p, dst.host, src.p, src.host, f.g.blk.Slots[st.Outs[0]].Bytes, b.streams[H2D]); err != nil {
 			return err
 		}
 		if f.pre[k] == 0 {
@@ -622,17 +601,14 @@ func (x *execution) predicate(l loc) (bool, error) {
 	return hostBytes(x.flag, 1)[0] != 0, nil
 }
 
-// loop runs loop step i of f (see the file's comment) by the plan's
-// bindings: the Init copies, then every run of a block with its parameters
-// bound, the producing block's results put where the plan says.
-func (x *execution) loop(f *frame, i int) error {
-	op, lp := f.g.steps[i].op, f.g.steps[i].loop
-	args, outs, err := x.operands(f, op)
-	if err != nil {
-		return err
-	}
+// loop runs loop step i of f (see the file's comment), whose operands and
+// results are at args and outs, by the plan's bindings: the Init copies,
+// then every run of a block with its parameters bound, the producing
+// block's results put where the plan says.
+func (x *execution) loop(f *frame, i int, args, outs []loc) error {
+	lp, st := f.g.steps[i].loop, &f.g.blk.Steps[i]
 	for _, m := range lp.Init {
-		if err := x.copyLoc(outs[m.Out], args[m.Arg], op.Results[m.Out].Type.Bytes()); err != nil {
+		if err := x.copyLoc(outs[m.Out], args[m.Arg], f.g.blk.Slots[st.Outs[m.Out]].Bytes); err != nil {
 			return err
 		}
 	}
@@ -656,7 +632,7 @@ func (x *execution) loop(f *frame, i int) error {
 			if err := x.runIteration(cond); err != nil {
 				return fmt.Errorf("cond, iteration %d: %w", it, err)
 			}
-			p, err := x.loc(cond, cond.g.r.Results[0])
+			p, err := x.slot(cond, cond.g.blk.Results[0])
 			if err != nil {
 				return err
 			}
@@ -714,13 +690,14 @@ func (x *execution) runBound(f *frame, i int, sub *frame, args, outs []loc, idx,
 	if err := x.runIteration(sub); err != nil {
 		return err
 	}
-	rs := sub.g.r.Results
-	src, err := x.locs(sub, rs)
+	rs := sub.g.blk.Results
+	src, err := x.slots(sub, rs)
 	if err != nil {
 		return err
 	}
+	size := func(j int) int64 { return sub.g.blk.Slots[rs[j]].Bytes }
 	for j, r := range lp.Results {
-		if n := rs[j].Type.Bytes(); r.Stage && n > 0 {
+		if n := size(j); r.Stage && n > 0 {
 			st, err := x.stagingBuffer(f, i, j, n)
 			if err != nil {
 				return err
@@ -733,7 +710,7 @@ func (x *execution) runBound(f *frame, i int, sub *frame, args, outs []loc, idx,
 	}
 	for j, r := range lp.Results {
 		if !r.InPlace {
-			if err := x.copyLoc(outs[r.Out].add(int64(idx)*r.Stride), src[j], rs[j].Type.Bytes()); err != nil {
+			if err := x.copyLoc(outs[r.Out].add(int64(idx)*r.Stride), src[j], size(j)); err != nil {
 				return err
 			}
 		}
