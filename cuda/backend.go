@@ -1145,7 +1145,7 @@ func init() {
 // cuBLASLt when prepareMatmul takes it), any other op by GenerateOp. A step
 // without a kernel (sort, a group the plan does not describe) runs on the
 // host, s.why saying why.
-func (b *Backend) prepareKernel(plan *passes.RegionPlan, s *step, st *passes.Step) error {
+func (b *Backend) prepareKernel(blk *passes.Block, s *step, st *passes.Step) error {
 	var k *Kernel
 	var err error
 	if st.Kernel != nil {
@@ -1162,17 +1162,18 @@ func (b *Backend) prepareKernel(plan *passes.RegionPlan, s *step, st *passes.Ste
 	}
 	s.kind, s.kernel = stepKernel, k
 	if pk := st.Kernel; pk != nil && pk.Mode == passes.KernelOutput {
-		b.prepareMatmul(plan, s, s.op, pk.Dot, pk.DotArgs[0], pk.DotArgs[1], pk.DotResult)
+		b.prepareMatmul(blk, s, st, pk.Dot, pk.DotArgs[0], pk.DotArgs[1], pk.DotResult)
 	}
 	return nil
 }
 
-// prepareMatmul makes s a cuBLASLt step computing dot (op itself, or the
-// product of output fusion op) from op's operands lhs and rhs into its
-// result out, when MatmulSpecFor accepts it on device memory and the
-// heuristic finds an algorithm; otherwise it returns false and the product
-// is the generated kernel's.
-func (b *Backend) prepareMatmul(plan *passes.RegionPlan, s *step, op, dot *ir.Op, lhs, rhs, out int) bool {
+// prepareMatmul makes s a cuBLASLt step computing dot (the op of plan step
+// st itself, or the product of its output fusion) from the op's operands
+// lhs and rhs into its result out, when MatmulSpecFor accepts it on device
+// memory and the heuristic finds an algorithm; otherwise it returns false
+// and the product is the generated kernel's.
+func (b *Backend) prepareMatmul(blk *passes.Block, s *step, st *passes.Step, dot *ir.Op, lhs, rhs, out int) bool {
+	op := st.Op
 	if b.lt == 0 {
 		return false
 	}
@@ -1191,13 +1192,13 @@ func (b *Backend) prepareMatmul(plan *passes.RegionPlan, s *step, op, dot *ir.Op
 	// 64-byte aligned; slices of xs and ys are wherever the iteration puts
 	// them). Run checks the real pointers and asks the heuristic again if
 	// they differ.
-	addr := func(v *ir.Value) uintptr {
-		if buf, ok := plan.Values[v]; ok && buf.Kind == passes.BufTemp {
+	addr := func(slot int) uintptr {
+		if buf := blk.Slots[slot].Buf; buf.Kind == passes.BufTemp {
 			return uintptr(buf.Offset)
 		}
 		return 0
 	}
-	align := spec.Align(addr(op.Args[rhs]), addr(op.Args[lhs]), addr(op.Results[out]))
+	align := spec.Align(addr(st.Args[rhs]), addr(st.Args[lhs]), addr(st.Outs[out]))
 	mm, err := NewLtMatmul(b.d.Lt, b.lt, spec, uint64(b.workspace.size), align)
 	if err != nil {
 		return false

@@ -61,7 +61,6 @@ import (
 // scan, while or cond step.
 type region struct {
 	r     *ir.Region
-	plan  *passes.RegionPlan
 	blk   *passes.Block
 	steps []step
 	sched Plan
@@ -80,8 +79,8 @@ type region struct {
 // executable plan), recursively for the blocks of loops, and the stream
 // plan of its region.
 func (b *Backend) compileRegion(e *executable, blk *passes.Block) (*region, error) {
-	r, plan := blk.Region, blk.Plan
-	g := &region{r: r, plan: plan, blk: blk, steps: make([]step, len(r.Ops))}
+	r := blk.Region
+	g := &region{r: r, blk: blk, steps: make([]step, len(r.Ops))}
 	barrier := make([]bool, len(r.Ops))
 	for i, op := range r.Ops {
 		s, st := &g.steps[i], &blk.Steps[i]
@@ -97,24 +96,21 @@ func (b *Backend) compileRegion(e *executable, blk *passes.Block) (*region, erro
 			err = b.compileLoop(e, s, st.Loop)
 		case st.Kind == passes.StepCollective:
 			err = b.prepareCollective(e, s)
-		case st.Kind == passes.StepMatmul && b.prepareMatmul(plan, s, op, op, 0, 1, 0):
+		case st.Kind == passes.StepMatmul && b.prepareMatmul(blk, s, st, op, 0, 1, 0):
 			// cuBLASLt.
 		default:
-			err = b.prepareKernel(plan, s, st)
+			err = b.prepareKernel(blk, s, st)
 		}
 		if err != nil {
 			return nil, err
 		}
 		barrier[i] = s.kind == stepHost
-		if StreamOf(op) != Compute {
+		if StreamOf(st) != Compute {
 			g.copies = true
 		}
 	}
 	g.barrier = barrier
-	var err error
-	if g.sched, err = PlanStreams(r.Ops, plan, barrier); err != nil {
-		return nil, err
-	}
+	g.sched = PlanStreams(blk, barrier)
 	return g, nil
 }
 
@@ -141,7 +137,7 @@ func (b *Backend) compileLoop(e *executable, s *step, lp *passes.Loop) error {
 	s.loop = lp
 	s.kind = map[ir.Code]stepKind{ir.Scan: stepScan, ir.While: stepWhile, ir.Cond: stepCond}[lp.Code]
 	if lp.Code == ir.Scan {
-		return planPrefetch(s.subs[0], lp.Consts, lp.Carry)
+		planPrefetch(s.subs[0], lp.Consts, lp.Carry)
 	}
 	return nil
 }
@@ -156,17 +152,17 @@ func (b *Backend) compileLoop(e *executable, s *step, lp *passes.Loop) error {
 // iteration), after the H2D stream has waited for everything issued on the
 // compute and D2H streams so far; the next iteration then issues no copy
 // and its readers wait for that one.
-func planPrefetch(g *region, nc, nk int) error {
+func planPrefetch(g *region, nc, nk int) {
 	blk := g.blk
 	lastH2D, point := -1, -1
-	for i, op := range g.r.Ops {
-		if g.steps[i].kind == stepCopy && StreamOf(op) == H2D {
+	for i := range blk.Steps {
+		if g.steps[i].kind == stepCopy && StreamOf(&blk.Steps[i]) == H2D {
 			lastH2D = i
 		}
 	}
-	for k, op := range g.r.Ops {
+	for k := range blk.Steps {
 		st := &blk.Steps[k]
-		if g.steps[k].kind != stepCopy || StreamOf(op) != H2D || op.Args[0].Type.Space != ir.PinnedHost {
+		if g.steps[k].kind != stepCopy || StreamOf(st) != H2D || st.From != ir.PinnedHost {
 			continue
 		}
 		src, dst := blk.Slots[st.Args[0]], st.Outs[0]
@@ -207,19 +203,15 @@ func planPrefetch(g *region, nc, nk int) error {
 		g.prefetched[k] = true
 	}
 	if g.prefetch == nil {
-		return nil
+		return
 	}
-	st, err := StepAccesses(g.r.Ops, g.plan, g.barrier)
-	if err != nil {
-		return err
-	}
+	st := StepAccesses(blk, g.barrier)
 	for k, p := range g.prefetched {
 		if p {
 			st[k].Stream = H2DNext
 		}
 	}
 	g.sched = PlanAccesses(st)
-	return nil
 }
 
 // subArena is the bytes of space the nested blocks of lp use, from

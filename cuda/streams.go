@@ -223,24 +223,21 @@ func PlanAccesses(steps []StepAccess) Plan {
 	return p
 }
 
-// StreamOf returns the stream an op runs on: device_put to device on H2D,
-// to pinned_host on D2H, everything else on Compute.
-func StreamOf(op *ir.Op) Stream {
-	if op.Code == ir.DevicePut {
-		if op.Attrs.Space("space") == ir.Device {
-			return H2D
-		}
-		return D2H
+// StreamOf returns the stream a step runs on: a copy into device memory on
+// H2D, one into pinned_host on D2H, everything else on Compute.
+func StreamOf(st *passes.Step) Stream {
+	switch {
+	case st.Kind != passes.StepCopy:
+		return Compute
+	case st.To == ir.Device:
+		return H2D
 	}
-	return Compute
+	return D2H
 }
 
-// bufferAccess is the access of value v's buffer in plan.
-func bufferAccess(plan *passes.RegionPlan, v *ir.Value, write bool) (Access, error) {
-	b, ok := plan.Values[v]
-	if !ok {
-		return Access{}, fmt.Errorf("cuda: value %v has no buffer in the plan", v)
-	}
+// slotAccess is the access of a slot's buffer: a donated argument's memory
+// reused for a result (BufAlias) is that argument's.
+func slotAccess(b passes.Buffer, write bool) Access {
 	a := Access{Size: b.Size, Write: write}
 	switch b.Kind {
 	case passes.BufParam:
@@ -253,60 +250,41 @@ func bufferAccess(plan *passes.RegionPlan, v *ir.Value, write bool) (Access, err
 		a.Mem, a.Off = Mem{MemArena, int(b.Space)}, b.Offset
 	case passes.BufSlice:
 		a.Mem = Mem{MemSlice, b.Index}
-	default:
-		return Access{}, fmt.Errorf("cuda: value %v has buffer kind %v", v, b.Kind)
 	}
-	return a, nil
+	return a
 }
 
-// StepAccesses lists what each top-level op of a program body reads and
-// writes, from the buffer plan (planned offsets and sizes, so temps that the
-// plan packs into the same arena bytes conflict): its operands' buffers
-// (read), its results' (written; a constant reads only its own upload), and
-// for a region op the nested arenas it uses. barrier[i] marks the steps the
-// executor runs on the host (nil: none).
-func StepAccesses(ops []*ir.Op, plan *passes.RegionPlan, barrier []bool) ([]StepAccess, error) {
-	out := make([]StepAccess, len(ops))
-	for i, op := range ops {
-		st := &out[i]
-		st.Stream = StreamOf(op)
-		st.Barrier = i < len(barrier) && barrier[i]
-		for _, a := range op.Args {
-			acc, err := bufferAccess(plan, a, false)
-			if err != nil {
-				return nil, fmt.Errorf("%v step %d: %w", op.Code, i, err)
-			}
-			st.Accesses = append(st.Accesses, acc)
+// StepAccesses lists what each step of block blk reads and writes, from its
+// slots' buffers (planned offsets and sizes, so temps that the plan packs
+// into the same arena bytes conflict): its operands' buffers (read), its
+// results' (written; a constant reads only its own upload), and for a loop
+// the nested arenas it uses. barrier[i] marks the steps the executor runs
+// on the host (nil: none).
+func StepAccesses(blk *passes.Block, barrier []bool) []StepAccess {
+	out := make([]StepAccess, len(blk.Steps))
+	for i := range blk.Steps {
+		st, acc := &blk.Steps[i], &out[i]
+		acc.Stream = StreamOf(st)
+		acc.Barrier = i < len(barrier) && barrier[i]
+		for _, s := range st.Args {
+			acc.Accesses = append(acc.Accesses, slotAccess(blk.Slots[s].Buf, false))
 		}
-		for _, r := range op.Results {
-			acc, err := bufferAccess(plan, r, true)
-			if err != nil {
-				return nil, fmt.Errorf("%v step %d: %w", op.Code, i, err)
-			}
-			st.Accesses = append(st.Accesses, acc)
+		for _, s := range st.Outs {
+			acc.Accesses = append(acc.Accesses, slotAccess(blk.Slots[s].Buf, true))
 		}
-		if subs, ok := plan.Sub[op]; ok {
-			off := plan.SubOffset[op]
-			for sp := range off {
-				var size int64
-				for _, sub := range subs {
-					size = max(size, sub.Arena[sp])
-				}
-				if size > 0 {
-					st.Accesses = append(st.Accesses, Access{Mem: Mem{MemArena, sp}, Off: off[sp], Size: size, Write: true})
+		if lp := st.Loop; lp != nil {
+			for sp := range lp.SubOffset {
+				if size := subArena(lp, ir.MemorySpace(sp)); size > 0 {
+					acc.Accesses = append(acc.Accesses, Access{Mem: Mem{MemArena, sp}, Off: lp.SubOffset[sp], Size: size, Write: true})
 				}
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
-// PlanStreams is the stream plan of a compiled program body: StepAccesses,
-// then PlanAccesses.
-func PlanStreams(ops []*ir.Op, plan *passes.RegionPlan, barrier []bool) (Plan, error) {
-	st, err := StepAccesses(ops, plan, barrier)
-	if err != nil {
-		return Plan{}, err
-	}
-	return PlanAccesses(st), nil
+// PlanStreams is the stream plan of a block: StepAccesses, then
+// PlanAccesses.
+func PlanStreams(blk *passes.Block, barrier []bool) Plan {
+	return PlanAccesses(StepAccesses(blk, barrier))
 }

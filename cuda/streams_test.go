@@ -5,6 +5,7 @@ import (
 	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ferryml/ferry/ir"
@@ -45,6 +46,32 @@ func (p *fakeProg) op(code ir.Code, b passes.Buffer, args ...*ir.Value) *ir.Valu
 	}
 	p.plan.Values[op.Results[0]] = b
 	return op.Results[0]
+}
+
+// block lowers the program (passes.Lower) into the block the stream planner
+// reads: the arenas cover every temp, the outputs are the body's results
+// and every parameter is donated (so aliases are allowed).
+func (p *fakeProg) block() *passes.Block {
+	donated := make([]bool, len(p.f.Body.Params))
+	for i := range donated {
+		donated[i] = true
+	}
+	for v, b := range p.plan.Values {
+		switch b.Kind {
+		case passes.BufTemp:
+			p.plan.Arena[b.Space] = max(p.plan.Arena[b.Space], b.Offset+b.Size)
+		case passes.BufOutput, passes.BufAlias:
+			for len(p.f.Body.Results) <= b.Index {
+				p.f.Body.Results = append(p.f.Body.Results, nil)
+			}
+			p.f.Body.Results[b.Index] = v
+		}
+	}
+	ex, err := passes.Lower(&passes.Program{Func: p.f, Plan: p.plan, Donated: donated})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return ex.Top
 }
 
 func temp(space ir.MemorySpace, off int64) passes.Buffer {
@@ -142,10 +169,8 @@ func TestPlanStreamsTable(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p := newFakeProg(t)
 			c.build(p)
-			plan, err := PlanStreams(p.f.Body.Ops, p.plan, c.barrier)
-			if err != nil {
-				t.Fatal(err)
-			}
+			blk := p.block()
+			plan := PlanStreams(blk, c.barrier)
 			recorded := map[int]bool{}
 			for i, sp := range plan.Steps {
 				if sp.Stream != c.want.streams[i] || !slices.Equal(sp.Wait, c.want.waits[i]) {
@@ -166,7 +191,7 @@ func TestPlanStreamsTable(t *testing.T) {
 					t.Errorf("step %d records %v, but waited for: %v", i, sp.Record, recorded[i])
 				}
 			}
-			st, _ := StepAccesses(p.f.Body.Ops, p.plan, c.barrier)
+			st := StepAccesses(blk, c.barrier)
 			if err := checkOrdered(st, plan); err != nil {
 				t.Error(err)
 			}
@@ -174,13 +199,15 @@ func TestPlanStreamsTable(t *testing.T) {
 	}
 }
 
-// A value without a buffer is an error naming it.
+// A value without a buffer never reaches the stream planner: lowering the
+// plan, which the planner reads, fails naming it.
 func TestPlanStreamsMissingBuffer(t *testing.T) {
 	p := newFakeProg(t)
 	w := p.param(dev)
 	op, _ := p.f.Body.AddOp(ir.Exp, []*ir.Value{w}, nil)
-	if _, err := PlanStreams(p.f.Body.Ops, p.plan, nil); err == nil {
-		t.Fatalf("no error for %v without a buffer", op.Results[0])
+	_, err := passes.Lower(&passes.Program{Func: p.f, Plan: p.plan})
+	if err == nil || !strings.Contains(err.Error(), op.Results[0].String()) {
+		t.Fatalf("lowering %v without a buffer: %v, want an error naming it", op.Results[0], err)
 	}
 }
 
