@@ -21,6 +21,15 @@ import (
 // and keeps the change only when the function's planned arenas do not grow:
 // device bytes not at all, pinned_host bytes not when device bytes stay the
 // same. It runs after liveness and changes State.Liveness with the order.
+//
+// An all_gather of an xs parameter of a scan body (a layer's parameters
+// under FSDP, gathered inside the scan over the stacked layers; see
+// prefetchableGather) is moved and reserved likewise, and kept even when the
+// arenas grow: the executor runs the next iteration's gather into the
+// reserved bytes beside the rest of the iteration (cpu/cpuexec's
+// collective.go), and the memory analysis counts the in-flight buffer, so
+// that it still bounds the measured peak (and a memory budget's plan pays
+// for the overlap).
 func prefetch(st *State) error {
 	if st.Liveness == nil {
 		if err := liveness(st); err != nil {
@@ -53,7 +62,8 @@ func prefetch(st *State) error {
 		ret := returned(b)
 		var reserved []*ir.Value
 		for _, op := range append([]*ir.Op(nil), b.Ops...) {
-			if !prefetchable(op, b, xs, ret) {
+			gather := prefetchableGather(op, b, xs, ret)
+			if !gather && !prefetchable(op, b, xs, ret) {
 				continue
 			}
 			ops, l := b.Ops, st.Liveness[b]
@@ -71,7 +81,7 @@ func prefetch(st *State) error {
 			}
 			st.Liveness[b] = nl
 			after := arena()
-			if after[ir.Device] > base[ir.Device] || after[ir.Device] == base[ir.Device] && after[ir.PinnedHost] > base[ir.PinnedHost] {
+			if !gather && (after[ir.Device] > base[ir.Device] || after[ir.Device] == base[ir.Device] && after[ir.PinnedHost] > base[ir.PinnedHost]) {
 				b.Ops = ops
 				if l != nil {
 					st.Liveness[b] = l
@@ -85,6 +95,24 @@ func prefetch(st *State) error {
 		}
 	}
 	return nil
+}
+
+// prefetchableGather reports whether op is an all_gather of an xs parameter
+// (index ≥ xs) of scan body b, whose result b reads and does not return.
+func prefetchableGather(op *ir.Op, b *ir.Region, xs int, ret map[*ir.Value]bool) bool {
+	if op.Code != ir.AllGather || len(op.Args) != 1 || len(op.Results) != 1 {
+		return false
+	}
+	a := op.Args[0]
+	if a.Op != nil || a.Index < xs || a.Index >= len(b.Params) || b.Params[a.Index] != a || ret[op.Result()] {
+		return false
+	}
+	for _, o := range b.Ops {
+		if hasArg(o, op.Result()) {
+			return true
+		}
+	}
+	return false
 }
 
 // prefetchable reports whether op is a device_put between memory spaces of

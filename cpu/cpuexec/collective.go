@@ -7,6 +7,7 @@ import (
 
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/internal/eval"
+	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -24,6 +25,28 @@ import (
 // The executor reads an operand's memory and writes the result's, which the
 // buffer plan keeps apart (collectives are never in place); a result that
 // overlaps its operand all the same is computed from a copy of the operand.
+//
+// Overlap with compute. With asynchronous collectives on (the default;
+// FERRY_ASYNC_COLLECTIVES=0 turns them off) every collective of an
+// execution runs on a collective worker of its own, one goroutine per
+// execution (so per device), in program order: a collective step only
+// queues its collective and the region runs on, like a copy step (copy.go).
+// It is waited for before the first later step that reads its result or
+// writes its operand or result, and at the end of the region at the latest.
+// One worker per device keeps the order in which a device calls its
+// communicators the program's, the same on every device, so collectives
+// match across devices however the compute interleaves with them.
+//
+// Inside a scan body, an all_gather of an xs slice (FSDP: a layer's
+// parameters, all-gathered inside the scan over the stacked layers) whose
+// result has its bytes to itself for the whole iteration (the prefetch
+// pass of package passes reserves them; the memory analysis counts them)
+// is also prefetched: once iteration i's last reader of the gathered
+// layer has run, the all_gather of iteration i+1's slice is queued into the
+// same bytes and runs beside the rest of iteration i and the start of
+// iteration i+1, whose all_gather step only waits for it. A reduce_scatter
+// of a layer's gradient runs beside the compute that follows it in the
+// iteration. Results are bit-identical either way.
 
 // Options configure one execution (ExecuteWith, ExecuteIntoWith).
 type Options struct {
@@ -49,6 +72,57 @@ type Options struct {
 type collEnv struct {
 	comms map[string]collective.Communicator
 	ctx   context.Context
+	async bool // collectives run on the worker (FERRY_ASYNC_COLLECTIVES)
+	// The collective worker, started by the first collective: jobs in
+	// program order; exited is closed when it has run them all.
+	jobs   chan collJob
+	exited chan struct{}
+}
+
+// collJob is one collective queued on the worker.
+type collJob struct {
+	run func() error
+	ev  *copyEvent
+}
+
+// start queues run on the execution's collective worker and returns its
+// event (its error is run's).
+func (e *collEnv) start(run func() error) *copyEvent {
+	ev := &copyEvent{done: make(chan struct{})}
+	if e.jobs == nil {
+		e.jobs, e.exited = make(chan collJob, 64), make(chan struct{})
+		go func(q chan collJob, exited chan struct{}) {
+			defer close(exited)
+			for j := range q {
+				j.ev.err = j.run()
+				close(j.ev.done)
+			}
+		}(e.jobs, e.exited)
+	}
+	e.jobs <- collJob{run: run, ev: ev}
+	return ev
+}
+
+// stop ends the execution's collective worker once it has run every job
+// queued; after a failed execution (err) it aborts the communicators first,
+// so that queued collectives return instead of waiting for peers. No job
+// writes the execution's memory once stop returns.
+func (e *collEnv) stop(err error) {
+	if e == nil || e.jobs == nil {
+		return
+	}
+	if err != nil {
+		abortComms(e.comms, err)
+	}
+	close(e.jobs)
+	<-e.exited
+	e.jobs, e.exited = nil, nil
+}
+
+// asyncCollectivesFromEnv reads FERRY_ASYNC_COLLECTIVES.
+func asyncCollectivesFromEnv() (bool, error) {
+	on, _, err := settings.AsyncCollectives.Lookup()
+	return on, err
 }
 
 // collStep is a collective op prepared at New: its axis and how it maps
@@ -114,8 +188,35 @@ func prepareCollective(op *ir.Op) (*collStep, error) {
 }
 
 // runCollective runs collective step i with the execution's communicator of
-// its axis.
+// its axis: it takes over the collective the previous iteration prefetched,
+// queues it on the collective worker (asynchronous collectives), or runs it.
 func (f *frame) runCollective(i int) error {
+	if ev := f.pre[i]; ev != nil {
+		f.ev[i], f.pre[i] = ev, nil
+		return nil
+	}
+	st := &f.g.steps[i]
+	comm, err := f.communicator(i)
+	if err != nil {
+		return err
+	}
+	out := f.outs[i][0].Data
+	if st.op.Code == ir.AxisIndex {
+		binary.LittleEndian.PutUint32(out, uint32(int32(comm.Rank())))
+		return nil
+	}
+	in := f.args[i][0].Data
+	if f.env.async {
+		ctx := f.env.ctx
+		f.ev[i] = f.env.start(func() error { return collect(ctx, st, comm, in, out) })
+		return nil
+	}
+	return collect(f.env.ctx, st, comm, in, out)
+}
+
+// communicator returns the execution's communicator of collective step i,
+// checked against the step.
+func (f *frame) communicator(i int) (collective.Communicator, error) {
 	st := &f.g.steps[i]
 	c, op := st.coll, st.op
 	var comm collective.Communicator
@@ -123,18 +224,30 @@ func (f *frame) runCollective(i int) error {
 		comm = f.env.comms[c.axis]
 	}
 	if comm == nil {
-		return fmt.Errorf("%s: %w (the execution has no communicator for axis %q)", op.Describe(), ir.UnboundAxisError(op), c.axis)
+		return nil, fmt.Errorf("%s: %w (the execution has no communicator for axis %q)", op.Describe(), ir.UnboundAxisError(op), c.axis)
 	}
 	if n := comm.Size(); n != c.size {
-		return fmt.Errorf("%s: axis %q has size %d in the program, but its communicator has %d ranks", op.Describe(), c.axis, c.size, n)
+		return nil, fmt.Errorf("%s: axis %q has size %d in the program, but its communicator has %d ranks", op.Describe(), c.axis, c.size, n)
 	}
-	out := f.outs[i][0].Data
-	if op.Code == ir.AxisIndex {
-		binary.LittleEndian.PutUint32(out, uint32(int32(comm.Rank())))
-		return nil
+	return comm, nil
+}
+
+// startGather queues, on the collective worker, all_gather step i of a scan
+// body on in (the next iteration's slice) into the step's result.
+func (f *frame) startGather(i int, in []byte) (*copyEvent, error) {
+	st := &f.g.steps[i]
+	comm, err := f.communicator(i)
+	if err != nil {
+		return nil, err
 	}
-	ctx, dt := f.env.ctx, op.Args[0].Type.DType
-	in := f.args[i][0].Data
+	ctx, out := f.env.ctx, f.outs[i][0].Data
+	return f.env.start(func() error { return collect(ctx, st, comm, in, out) }), nil
+}
+
+// collect runs the collective of step st on comm from in into out.
+func collect(ctx context.Context, st *step, comm collective.Communicator, in, out []byte) error {
+	c, op := st.coll, st.op
+	dt := op.Args[0].Type.DType
 	if eval.Overlaps(in, out) && !(op.Code == ir.AllReduce && len(in) == len(out) && &in[0] == &out[0]) {
 		in = append([]byte(nil), in...) // never planned so: stay correct anyway
 	}

@@ -107,21 +107,24 @@ func copyBytes(dst, src []byte, gbps float64) {
 	}
 }
 
-// copyEvent is the completion of one asynchronous copy.
+// copyEvent is the completion of one asynchronous copy, or of one
+// collective on the collective worker (collective.go).
 type copyEvent struct {
 	done chan struct{}
 	// until is when the copy completes on the simulated link (zero: none).
 	until time.Time
+	err   error // a collective's error, set before done is closed
 }
 
-// wait blocks until the copy is complete.
-func (e *copyEvent) wait() {
+// wait blocks until the copy is complete and returns its error.
+func (e *copyEvent) wait() error {
 	<-e.done
 	if !e.until.IsZero() {
 		if rest := time.Until(e.until); rest > 0 {
 			time.Sleep(rest)
 		}
 	}
+	return e.err
 }
 
 type copyJob struct {
@@ -255,14 +258,16 @@ func (g *region) writes(i int) []memRef {
 	return w
 }
 
-// copyWaits decides, for every copy step of g, the step before which its
-// copy is waited for (len(g.steps): the end of the region): the first later
-// step that reads memory overlapping the copy's destination or writes memory
-// overlapping its source or destination.
+// copyWaits decides, for every copy step of g (and every collective step,
+// which runs on the collective worker when collectives are asynchronous),
+// the step before which its copy is waited for (len(g.steps): the end of
+// the region): the first later step that reads memory overlapping the
+// copy's destination or writes memory overlapping its source or
+// destination.
 func copyWaits(g *region) {
 	g.endWaits = nil
 	for k := range g.steps {
-		if g.steps[k].kind != stepCopy {
+		if !async(&g.steps[k]) {
 			continue
 		}
 		src, dst := g.ref(g.steps[k].args[0]), g.ref(g.steps[k].outs[0])
@@ -290,14 +295,22 @@ func copyWaits(g *region) {
 	}
 }
 
-// prefetch is a double-buffered copy of a scan body: the copy step whose
-// next-iteration copy is started after step after.
+// async reports whether step st may run beside the steps after it: a copy,
+// or a collective other than axis_index.
+func async(st *step) bool {
+	return st.kind == stepCopy || st.kind == stepCollective && st.op.Code != ir.AxisIndex
+}
+
+// prefetch is a double-buffered copy of a scan body, or an all_gather of an
+// xs slice: the step whose next-iteration copy (or gather) is started
+// after step after.
 type prefetch struct {
 	step  int // the copy step
 	param int // the xs parameter it copies
-	// readers are the other copy steps that read the copy's destination:
-	// when the prefetch starts they may still be running (on the other
-	// worker), so the prefetch waits for them before it overwrites it.
+	// readers are the other copy and collective steps that read the copy's
+	// destination: when the prefetch starts they may still be running (on
+	// the other copy worker, or the collective worker), so the prefetch
+	// waits for them before it overwrites it.
 	readers []int
 }
 
@@ -322,7 +335,8 @@ func planPrefetch(g *region, nc, nk int) {
 	}
 	for k := range g.steps {
 		st := &g.steps[k]
-		if st.kind != stepCopy {
+		gather := st.kind == stepCollective && st.op.Code == ir.AllGather
+		if st.kind != stepCopy && !gather {
 			continue
 		}
 		a, d := st.args[0], st.outs[0]
@@ -350,7 +364,7 @@ func planPrefetch(g *region, nc, nk int) {
 			for _, s := range g.steps[j].args {
 				if g.ref(s).overlaps(dst) {
 					last = j
-					if g.steps[j].kind == stepCopy && !slices.Contains(readers, j) {
+					if async(&g.steps[j]) && !slices.Contains(readers, j) {
 						readers = append(readers, j)
 					}
 				}
@@ -360,29 +374,61 @@ func planPrefetch(g *region, nc, nk int) {
 			continue
 		}
 		after := max(last, lastCopy[st.dir])
+		if gather {
+			// The collective worker runs collectives in program order:
+			// the gather waits for no copy.
+			after = last
+		}
 		g.steps[after].prefetch = append(g.steps[after].prefetch, prefetch{step: k, param: ab.Index, readers: readers})
 		st.prefetched = true
 	}
 }
 
-// startPrefetches starts, after step i, the next iteration's copies of the
-// double-buffered copies issued there (f.next holds the next slices).
-func (f *frame) startPrefetches(i int) {
+// startPrefetches starts, after step i, the next iteration's copies (and
+// all_gathers) of the double-buffered steps issued there (f.next holds the
+// next slices).
+func (f *frame) startPrefetches(i int) error {
 	for _, p := range f.g.steps[i].prefetch {
 		next := f.next[p.param]
-		if next == nil {
+		st := &f.g.steps[p.step]
+		if next == nil || st.kind == stepCopy && !f.cfg.async || st.kind == stepCollective && (f.env == nil || !f.env.async) {
 			continue
 		}
-		waitClear(&f.ev[p.step]) // it is waited for by now; be sure
+		if err := waitClear(&f.ev[p.step]); err != nil { // it is waited for by now; be sure
+			return err
+		}
+		// Readers still running must be done before the bytes are
+		// overwritten. A copy waits for the copies among them on its worker;
+		// a collective among them is waited for here (the copy workers are
+		// the process's, shared by the devices: a copy job waiting for one
+		// device's collective could hold up another device's copies that
+		// collective needs). A gather waits here for the copies among them,
+		// and runs after the collectives among them on the collective
+		// worker.
 		var after []*copyEvent
 		for _, j := range p.readers {
-			if f.ev[j] != nil {
-				after = append(after, f.ev[j])
+			ev := f.ev[j]
+			switch {
+			case ev == nil:
+			case f.g.steps[j].kind == stepCopy && st.kind == stepCopy:
+				after = append(after, ev)
+			case f.g.steps[j].kind == stepCopy || st.kind == stepCopy:
+				if err := ev.wait(); err != nil {
+					return err
+				}
 			}
 		}
-		st := &f.g.steps[p.step]
+		if st.kind == stepCollective {
+			ev, err := f.startGather(p.step, next)
+			if err != nil {
+				return err
+			}
+			f.pre[p.step] = ev
+			continue
+		}
 		f.pre[p.step] = startCopy(st.dir, f.lits[st.outs[0]].Data, next, f.cfg.gbps, after...)
 	}
+	return nil
 }
 
 // runCopy runs copy step i: it takes over a prefetched copy, starts one, or
@@ -401,25 +447,33 @@ func (f *frame) runCopy(i int) {
 	copyBytes(dst, src, f.cfg.gbps)
 }
 
-// waitClear waits for the copy *ev, if any, and clears *ev.
-func waitClear(ev **copyEvent) {
+// waitClear waits for the copy *ev, if any, clears *ev and returns its
+// error.
+func waitClear(ev **copyEvent) error {
 	if *ev != nil {
-		(*ev).wait()
+		err := (*ev).wait()
 		*ev = nil
+		return err
 	}
+	return nil
 }
 
-// waitCopies waits for the copies of the listed steps.
-func (f *frame) waitCopies(steps []int) {
+// waitCopies waits for the copies (and collectives) of the listed steps and
+// returns the first error.
+func (f *frame) waitCopies(steps []int) error {
+	var first error
 	for _, k := range steps {
-		waitClear(&f.ev[k])
+		if err := waitClear(&f.ev[k]); err != nil && first == nil {
+			first = err
+		}
 	}
+	return first
 }
 
 // waitAll waits for every copy the region started, prefetches excluded.
 func (f *frame) waitAll() {
 	for k := range f.ev {
-		waitClear(&f.ev[k])
+		_ = waitClear(&f.ev[k])
 	}
 }
 
@@ -427,6 +481,6 @@ func (f *frame) waitAll() {
 // last iteration of a scan, or when an iteration failed).
 func (f *frame) drainPrefetches() {
 	for k := range f.pre {
-		waitClear(&f.pre[k])
+		_ = waitClear(&f.pre[k])
 	}
 }

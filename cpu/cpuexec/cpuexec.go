@@ -263,6 +263,9 @@ func (e *Executable) ExecuteIntoWith(args []*ir.Literal, a Allocator, outs []*ir
 		if env.ctx == nil {
 			env.ctx = context.Background()
 		}
+		if env.async, err = asyncCollectivesFromEnv(); err != nil {
+			return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
+		}
 	}
 	fr := e.getFrame(arena, cfg, env)
 	for i, l := range args {
@@ -277,7 +280,9 @@ func (e *Executable) ExecuteIntoWith(args []*ir.Literal, a Allocator, outs []*ir
 		}
 	}
 	fr.refresh()
-	if err := fr.run(); err != nil {
+	err = fr.run()
+	env.stop(err) // no collective writes the arena once it returns
+	if err != nil {
 		return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
 	}
 	for i, rp := range e.results {

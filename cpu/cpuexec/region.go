@@ -261,7 +261,9 @@ func (f *frame) run() error {
 	defer f.waitAll()
 	for i := range f.g.steps {
 		st := &f.g.steps[i]
-		f.waitCopies(st.waits)
+		if err := f.waitCopies(st.waits); err != nil {
+			return err
+		}
 		var err error
 		switch st.kind {
 		case stepCopy:
@@ -286,11 +288,12 @@ func (f *frame) run() error {
 			return err
 		}
 		if len(st.prefetch) > 0 {
-			f.startPrefetches(i)
+			if err := f.startPrefetches(i); err != nil {
+				return err
+			}
 		}
 	}
-	f.waitCopies(f.g.endWaits)
-	return nil
+	return f.waitCopies(f.g.endWaits)
 }
 
 // result returns the memory of result j of the region.
@@ -348,7 +351,7 @@ func (f *frame) runScan(i int) error {
 			xs, sz := args[pb.Arg].Data, int(pb.Stride)
 			body.setParam(k, xs[idx*sz:(idx+1)*sz:(idx+1)*sz])
 			body.next[k] = nil
-			if f.cfg.async && it+1 < n {
+			if (f.cfg.async || f.env != nil && f.env.async) && it+1 < n {
 				body.next[k] = xs[nextIdx*sz : (nextIdx+1)*sz : (nextIdx+1)*sz]
 			}
 		}
