@@ -105,11 +105,13 @@ BUFFERS = ("embeddings.position_ids",)
 
 
 def stamp_files():
-    """The files the goldens depend on, relative to HERE."""
+    """The files the goldens depend on, relative to HERE: this file, the
+    pins, and each model directory's config and checkpoint (not gen.py's
+    goldens beside them)."""
     files = [os.path.basename(__file__), PINS]
     for m in MODELS:
         for f in sorted(os.listdir(os.path.join(HERE, m))):
-            if f != "golden.json":
+            if f == "config.json" or f.endswith((".safetensors", ".safetensors.index.json")):
                 files.append(f"{m}/{f}")
     return files
 
