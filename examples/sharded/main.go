@@ -23,6 +23,16 @@
 //	FERRY_BACKEND=cuda go run ./examples/sharded -devices 4   # 4 GPUs, one process
 //	go run ./examples/sharded -devices 4 -json     # one JSON row per mode
 //	go run ./examples/sharded -mode fsdp -steps 3
+//	go run ./examples/sharded -mode fsdp -budget 0.5  # a memory budget per device: half the step's per-device total
+//
+// With -budget f each sharded step is compiled under rt.MemoryBudget of f
+// times its unconstrained per-device total: the budget is per device, and
+// the planner plans the per-device program. The arguments of a sharded run
+// are laid out on the mesh before the steps, so a device's measured peak is
+// the step's own (its argument blocks and what it allocates), comparable
+// with the per-device analysis. FERRY_ASYNC_COLLECTIVES=0 runs the
+// collectives in turn instead of beside the compute (the next layer's
+// all-gather overlapping the current layer).
 //
 // Under mpirun it runs one mesh over the devices of every process
 // (rt.InitDistributed), -devices per process, and process 0 prints:
@@ -43,6 +53,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -78,8 +89,9 @@ type Row struct {
 	PerDevice Memory `json:"per_device"`
 	Single    Memory `json:"single_device"`
 	// PeakDeviceBytes is each device's measured peak during the sharded
-	// steps (above what it held before): the mesh's devices of this process
-	// under mpirun.
+	// steps: its blocks of the arguments (laid out before the steps) plus
+	// what the steps allocate above what it held before; the mesh's devices
+	// of this process under mpirun.
 	PeakDeviceBytes []int64 `json:"peak_device_bytes"`
 	// Collectives counts the collective ops of the per-device program, by
 	// name (inside scan bodies counted once).
@@ -104,6 +116,10 @@ type Row struct {
 	// layer, the bytes FSDP is meant to need per device besides
 	// activations.
 	ExpectedPerDevice int64 `json:"expected_per_device,omitempty"`
+	// Budget is the memory budget per device the sharded run was planned
+	// under (-budget), and Unconstrained its per-device total without one.
+	Budget        int64 `json:"budget,omitempty"`
+	Unconstrained int64 `json:"unconstrained,omitempty"`
 }
 
 // Memory is a step's memory analysis in bytes.
@@ -125,6 +141,7 @@ func main() {
 	steps := flag.Int("steps", 5, "training steps")
 	asJSON := flag.Bool("json", false, "print one JSON object per mode")
 	quiet := flag.Bool("quiet", false, "no progress lines on standard error")
+	flag.Float64Var(&BudgetFraction, "budget", 0, "train the sharded runs under a memory budget per device of this fraction of the unconstrained per-device total")
 	flag.Parse()
 	start := time.Now()
 	status = progress.New(os.Stderr).SetQuiet(*quiet)
@@ -208,6 +225,9 @@ func print(r Row) {
 	fmt.Println()
 	fmt.Printf("  per device: arguments %s, temp %s, output %s, total %s (one device: total %s)\n",
 		mib(r.PerDevice.Argument), mib(r.PerDevice.Temp), mib(r.PerDevice.Output), mib(r.PerDevice.Total), mib(r.Single.Total))
+	if r.Budget > 0 {
+		fmt.Printf("  memory budget per device %s (%.2f of the unconstrained %s)\n", mib(r.Budget), float64(r.Budget)/float64(r.Unconstrained), mib(r.Unconstrained))
+	}
 	if len(r.PeakDeviceBytes) > 0 {
 		peaks := make([]string, len(r.PeakDeviceBytes))
 		for i, p := range r.PeakDeviceBytes {
@@ -314,8 +334,37 @@ type trainer[P, S any] struct {
 	state   S
 	step    func(P, S, *trace.Array, *trace.Array) (P, S, *trace.Array)
 	batches [][2]*trace.Array
+	// in, when set, are the shardings of the step's argument leaves
+	// (parameters, state, x, y): train lays them out so before the steps.
+	in      []*ir.NamedSharding
 	analyse bool   // lower and compile only
 	name    string // for the status line: the mode and its devices
+}
+
+// layOut lays the parameters, state and batches out as tr.in says, so
+// that the steps find their arguments' blocks in place.
+func (tr *trainer[P, S]) layOut() error {
+	i := 0
+	put := func(a *trace.Array) *trace.Array {
+		b, err := rt.DevicePut(a, tr.in[i])
+		if err != nil {
+			panic(err)
+		}
+		i++
+		return b
+	}
+	var err error
+	if tr.params, err = trace.MapAs(tr.params, put); err != nil {
+		return err
+	}
+	if tr.state, err = trace.MapAs(tr.state, put); err != nil {
+		return err
+	}
+	if i+2 != len(tr.in) {
+		return fmt.Errorf("%d shardings for %d argument leaves", len(tr.in), i+2)
+	}
+	tr.batches, err = layOut(tr.batches, tr.in[i:])
+	return err
 }
 
 // result is a training run.
@@ -335,6 +384,11 @@ type result[P any] struct {
 func train[P, S any](tr trainer[P, S], devs int, opts ...rt.Option) (res result[P], err error) {
 	defer trace.Recover(&err)
 	status.Phase("%s: tracing and compiling the training step…", tr.name)
+	if tr.in != nil {
+		if err = tr.layOut(); err != nil {
+			return res, err
+		}
+	}
 	// The parameters and state are donated: each step writes the new ones
 	// over the old (on every device, its blocks).
 	j := rt.NewJitted(tr.step, append(opts, rt.Donate(0, 1))...)
@@ -351,7 +405,15 @@ func train[P, S any](tr trainer[P, S], devs int, opts ...rt.Option) (res result[
 	if tr.analyse {
 		return res, nil
 	}
-	step := j.Fn()
+	// The steps call the program compiled above: nothing is traced or
+	// compiled (no constant made) while the peaks are measured.
+	step := func(p P, s S, x, y *trace.Array) (P, S, *trace.Array) {
+		outs, err := c.Call(p, s, x, y)
+		if err != nil {
+			panic(err)
+		}
+		return outs[0].(P), outs[1].(S), outs[2].(*trace.Array)
+	}
 	p, s := tr.params, tr.state
 	// This process's devices of the mesh (devices 0 to devs-1): all of
 	// them in one process.
@@ -360,6 +422,19 @@ func train[P, S any](tr trainer[P, S], devs int, opts ...rt.Option) (res result[
 		if d.ID < devs {
 			mine = append(mine, d)
 		}
+	}
+	// The peak is measured above what a device holds before the steps;
+	// laid out in place (tr.in), the step's arguments are part of that,
+	// and count as the analysis counts them.
+	var args int64
+	if tr.in != nil {
+		args = res.analysis.ArgumentBytes
+	}
+	// Arrays no longer referenced free their device memory when collected:
+	// collect them now, not while the steps run.
+	for range 3 {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
 	}
 	before := make([]int64, len(mine))
 	for i, d := range mine {
@@ -371,20 +446,20 @@ func train[P, S any](tr trainer[P, S], devs int, opts ...rt.Option) (res result[
 	}
 	rt.ResetPeakMemory()
 	var times []float64
+	var loss *trace.Array
 	for i, b := range tr.batches {
 		start := time.Now()
-		var loss *trace.Array
 		p, s, loss = step(p, s, b[0], b[1])
-		res.loss = loss.Item()
 		times = append(times, float64(time.Since(start).Microseconds())/1000)
 		status.Update("%s: step %d/%d, %.1f ms", tr.name, i+1, len(tr.batches), times[len(times)-1])
 	}
+	res.loss = loss.Item() // after the steps: what it reads back is not in their peaks
 	for i, d := range mine {
 		st, err := rt.DeviceMemoryStats(d, ir.Device)
 		if err != nil {
 			return res, err
 		}
-		res.peaks = append(res.peaks, st.PeakBytesInUse-before[i])
+		res.peaks = append(res.peaks, st.PeakBytesInUse-before[i]+args)
 	}
 	if len(times) > 1 {
 		times = times[1:]
@@ -400,6 +475,12 @@ func train[P, S any](tr trainer[P, S], devs int, opts ...rt.Option) (res result[
 func trainBoth[P, S any](r *Row, sharded, single trainer[P, S], n int, opts ...rt.Option) error {
 	sharded.name = fmt.Sprintf("%s on %d devices", r.Mode, n)
 	single.name = fmt.Sprintf("%s on one device", r.Mode)
+	single.in = nil
+	opts, budget, unconstrained, err := withBudget(sharded, opts)
+	if err != nil {
+		return err
+	}
+	r.Budget, r.Unconstrained = budget, unconstrained
 	a, err := train(sharded, n, opts...)
 	if err != nil {
 		return err
@@ -498,7 +579,9 @@ func runDP(n, steps int, s Sizes) (Row, error) {
 		return Row{}, err
 	}
 	r := Row{Mode: "dp", Devices: n, Mesh: mesh.String(), Steps: steps, ParamBytes: bytesOf(params), StateBytes: bytesOf(state)}
-	return r, trainBoth(&r, tr, tr, n, rt.InShardings(append(in, batch...)...), rt.OutShardings(out...))
+	sharded := tr
+	sharded.in = append(append([]*ir.NamedSharding{}, in...), batch...)
+	return r, trainBoth(&r, sharded, tr, n, rt.InShardings(sharded.in...), rt.OutShardings(out...))
 }
 
 // tpSpec is the Megatron layout of a Block's leaf on the mesh axis
@@ -572,7 +655,9 @@ func runTP(n, steps int, s Sizes) (Row, error) {
 		return r, err
 	}
 	r.ForwardCollectives = countCollectives(fc.OptimizedIR())
-	return r, trainBoth(&r, tr, tr, n, rt.InShardings(append(ps, rest...)...), rt.OutShardings(ps...))
+	sharded := tr
+	sharded.in = append(append([]*ir.NamedSharding{}, ps...), rest...)
+	return r, trainBoth(&r, sharded, tr, n, rt.InShardings(sharded.in...), rt.OutShardings(ps...))
 }
 
 // fsdpSpec splits a leaf over "fsdp" along its first dimension after skip
@@ -678,5 +763,6 @@ func runFSDP(n, steps int, s Sizes, analyse bool) (Row, error) {
 	in := append(append(append([]*ir.NamedSharding{}, pShard...), sShard...), bShard...)
 	single := tr
 	single.step = mk() // no layer constraints on one device
+	tr.in = in
 	return r, trainBoth(&r, tr, single, n, rt.InShardings(in...), rt.OutShardings(append(append([]*ir.NamedSharding{}, pShard...), sShard...)...))
 }

@@ -109,3 +109,38 @@ func TestModesMatchOneDevice(t *testing.T) {
 		}
 	}
 }
+
+// TestFSDPUnderBudget trains the FSDP model on 4 devices without a budget
+// and under budgets per device (-budget) of 0.8 and 0.5 of its per-device
+// total: the plan fits the budget, every device's measured peak stays
+// within the per-device analysis, and the parameters match the one-device
+// run.
+func TestFSDPUnderBudget(t *testing.T) {
+	if inJob {
+		t.Skip("in an MPI job: TestMPIModes trains over the job's devices")
+	}
+	defer func(f float64) { BudgetFraction = f }(BudgetFraction)
+	for _, frac := range []float64{0, 0.8, 0.5} {
+		t.Run(fmt.Sprint(frac), func(t *testing.T) {
+			BudgetFraction = frac
+			r, err := Run("fsdp", 4, 2, testSizes)
+			require.NoError(t, err)
+			require.LessOrEqual(t, r.MaxAbsDiff, 1e-5*(1+r.MaxAbsParam), "%+v", r)
+			require.InDelta(t, r.SingleLoss, r.Loss, 1e-5*(1+r.SingleLoss))
+			require.Len(t, r.PeakDeviceBytes, 4)
+			// The CPU pools allocate in 64-byte units: the few buffers a
+			// step allocates (its arena, the outputs no donated argument
+			// takes: the loss) round up, by less than 64 bytes each.
+			const rounding = 8 * 64
+			for d, p := range r.PeakDeviceBytes {
+				require.LessOrEqual(t, p, r.PerDevice.Total+rounding, "device %d's measured peak", d)
+			}
+			if frac == 0 {
+				require.Zero(t, r.Budget)
+				return
+			}
+			require.Equal(t, int64(frac*float64(r.Unconstrained)), r.Budget)
+			require.LessOrEqual(t, r.PerDevice.Total, r.Budget, "%+v", r)
+		})
+	}
+}
