@@ -1251,7 +1251,7 @@ func (g *gen) logisticBody(in []e.Z, out e.Z, r []e.Z) {
 	// bottleneck of logistic, tanh and gelu, and the divider runs beside
 	// it, so one VDIVPS beat VRCP14PS with a Newton step (four FMA-pipe
 	// ops): logistic 8.2 → 6.7 and gelu 13.0 → 12.1 cycles per vector in
-	// L1 (bench/RESULTS.md, 2026-11-25, third session).
+	// L1 (bench/RESULTS.md, 2026-11-25).
 	a.VDIVPS(ex, num, out)
 }
 
