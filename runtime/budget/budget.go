@@ -101,7 +101,12 @@ func Plan(f Function, name string, budget int64, r Rates) (Trace, *passes.Memory
 	if len(fits) == 0 {
 		return nil, nil, newError(name, budget, base.total, full, base.args.Mesh)
 	}
-	best := slices.MinFunc(fits, func(a, b *planTry) int { return cmp.Compare(a.cost.step, b.cost.step) })
+	// The fastest estimate wins; among equals (transfers the compute hides
+	// cost nothing in the estimate), the plan that decides the fewest
+	// values: it moves and recomputes the least.
+	best := slices.MinFunc(fits, func(a, b *planTry) int {
+		return cmp.Or(cmp.Compare(a.cost.step, b.cost.step), cmp.Compare(len(a.decide), len(b.decide)))
+	})
 	return best.tr, buildPlan(best, host, base.total, budget, r, s.compiles), nil
 }
 
