@@ -3,41 +3,10 @@ package cpu
 import (
 	"fmt"
 	goruntime "runtime"
-	"strconv"
 	"sync"
-	"unique"
 
 	"github.com/ferryml/ferry/backend"
-	"github.com/ferryml/ferry/internal/callers"
 	"github.com/ferryml/ferry/ir"
-)
-
-// freedError reports a read of a deleted or donated buffer: it matches
-// backend.ErrDonated or backend.ErrDeleted.
-type freedError struct {
-	typ     ir.Type
-	donated bool
-	where   string
-}
-
-func (e *freedError) Error() string {
-	if e.donated {
-		return fmt.Sprintf("array %v was donated at %s: its buffer now belongs to that call's results and the array can no longer be used", e.typ, e.where)
-	}
-	return fmt.Sprintf("array %v was deleted at %s and can no longer be used", e.typ, e.where)
-}
-
-func (e *freedError) Is(target error) bool {
-	return (target == backend.ErrDonated && e.donated) || (target == backend.ErrDeleted && !e.donated)
-}
-
-type bufState uint8
-
-const (
-	bufLive bufState = iota
-	bufDeleted
-	bufDonated
-	bufFailed
 )
 
 // releaser frees a buffer's memory once, from Delete, donation or the cleanup
@@ -85,91 +54,30 @@ func (r *releaser) release() {
 // closure); the finalizer costs none. The buffer points to nothing that can
 // point back to it (records never point to buffers), so it is never part of
 // a cycle, which would keep a finalizer from running.
+//
+// The buffer's life (live, deleted, donated; the holds of running
+// executions) is its backend.BufferState; the buffer frees its memory when
+// that says so, exactly once. Only the one path that frees or hands over
+// the memory touches rec, rel and fin after the buffer is made (and the
+// finalizer, which runs only when no other path can).
 type cpuBuffer struct {
-	lit   ir.Literal // must stay the first field (see above); its Type never changes
-	mu    sync.Mutex
-	rec   *allocRecord // the pool's record of the memory, which frees it; or
-	rel   *releaser    // frees memory that has no record (rec nil)
-	state bufState
-	fin   bool // a finalizer is set
+	lit ir.Literal // must stay the first field (see above); its Type never changes
+	st  backend.BufferState
+	rec *allocRecord // the pool's record of the memory, which frees it; or
+	rel *releaser    // frees memory that has no record (rec nil)
+	fin bool         // a finalizer is set
 	// dev is the device whose pools hold the memory; committed says the
 	// buffer is committed to it (backend.DeviceBuffer). Both are set when
 	// the buffer is made and never change.
 	dev       uint16
 	committed bool
-	// donating says a donation hold is taken or awaited (ir.Holder);
-	// delLater says Delete was called while a donating call held the
-	// buffer: if that call fails, the buffer is deleted when it lets go.
-	// waiter says a donation hold waits for uses to fall to 0 (on
-	// holdWait).
-	donating donation
-	delLater bool
-	waiter   bool
-	// where is where it was donated, or is being donated (a Go file:line),
-	// interned: a pointer, which keeps the buffer in a 128-byte allocation.
-	where unique.Handle[string]
-	// err is why the buffer has no memory (bufFailed) or, as a *deletedAt,
-	// where it was deleted (bufDeleted, or delLater): one field for both
-	// keeps the buffer small.
-	err error
-	// uses counts the usage holds of running executions and reads; while
-	// it is not 0 a deleted buffer keeps its memory, and a donation hold
-	// waits.
-	uses int32
-}
-
-// holdWait is where donation holds wait for a buffer's usage holds to end:
-// a waiter holds holdWaitMu from before it looks at the buffer's uses to
-// its Wait, and the Unhold that ends the last usage hold broadcasts under
-// it, so no wake-up is lost. Waits are rare (a donation racing a read), so
-// one condition for all buffers costs nothing.
-var (
-	holdWaitMu sync.Mutex
-	holdWait   = sync.NewCond(&holdWaitMu)
-)
-
-// site is an interned Go file:line ("" is the zero Handle's value).
-func siteOf(s string) unique.Handle[string] {
-	if s == "" {
-		return unique.Handle[string]{}
-	}
-	return unique.Make(s)
-}
-
-// siteString is the text of an interned site.
-func siteString(h unique.Handle[string]) string {
-	if h == (unique.Handle[string]{}) {
-		return ""
-	}
-	return h.Value()
-}
-
-// donation is the state of a buffer's donation hold.
-type donation uint8
-
-const (
-	donNone    donation = iota
-	donWaiting          // a donating call waits for the usage holds to end
-	donHeld             // a donating call holds the buffer
-)
-
-// deletedAt is where a buffer was deleted, symbolised only when reported.
-// It is an error only so that it can share cpuBuffer.err (converting the
-// pointer to an error allocates nothing); it is never returned.
-type deletedAt callers.Stack
-
-func (d *deletedAt) Error() string {
-	file, line := (*callers.Stack)(d).Location(callers.UserLocation)
-	return file + ":" + strconv.Itoa(line)
 }
 
 // finalizeBuffer releases the memory of a buffer that became unreachable.
 func finalizeBuffer(b *cpuBuffer) {
-	b.mu.Lock()
 	rec, rel := b.rec, b.rel
 	b.fin = false
 	b.rec = nil
-	b.mu.Unlock()
 	if rec != nil {
 		rec.release()
 	} else {
@@ -177,9 +85,9 @@ func finalizeBuffer(b *cpuBuffer) {
 	}
 }
 
-// stopFinalizerLocked removes the buffer's finalizer (b.mu held), as its
-// memory is freed or handed over now.
-func (b *cpuBuffer) stopFinalizerLocked() {
+// stopFinalizer removes the buffer's finalizer, as its memory is freed or
+// handed over now.
+func (b *cpuBuffer) stopFinalizer() {
 	if b.fin {
 		goruntime.SetFinalizer(b, nil)
 		b.fin = false
@@ -264,7 +172,9 @@ func (b *cpuBuffer) wrapRecord(rec *allocRecord) *cpuBuffer {
 func newCPUBuffer(l *ir.Literal) *cpuBuffer {
 	b, err := newBuffer(l)
 	if err != nil {
-		return &cpuBuffer{lit: ir.Literal{Type: l.Type}, state: bufFailed, err: err}
+		b := &cpuBuffer{lit: ir.Literal{Type: l.Type}}
+		b.st.Fail(err)
+		return b
 	}
 	return b
 }
@@ -283,137 +193,45 @@ func (b *cpuBuffer) Committed() bool { return b.committed }
 // Literal returns the contents (pool memory; the caller must not modify it),
 // or an error naming where the buffer was deleted or donated.
 func (b *cpuBuffer) Literal() (*ir.Literal, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.literalLocked(false)
+	if err := b.st.Usable(b.lit.Type, false); err != nil {
+		return nil, err
+	}
+	return &b.lit, nil
 }
 
 // heldLiteral is Literal for an execution that holds the buffer (a usage
 // or donation hold): a buffer deleted while held keeps its memory until
 // its holds end, and the execution reads it.
 func (b *cpuBuffer) heldLiteral() (*ir.Literal, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.literalLocked(true)
-}
-
-func (b *cpuBuffer) literalLocked(held bool) (*ir.Literal, error) {
-	switch {
-	case b.state == bufLive, held && b.state == bufDeleted && b.uses > 0:
-		return &b.lit, nil
-	case b.state == bufFailed:
-		return nil, b.err
-	default:
-		return nil, &freedError{typ: b.lit.Type, donated: b.state == bufDonated, where: b.whereLocked()}
+	if err := b.st.Usable(b.lit.Type, true); err != nil {
+		return nil, err
 	}
+	return &b.lit, nil
 }
 
 // Hold takes a usage hold (donate false) or a donation hold (donate true) on
-// the buffer for a running execution (ir.Holder): while a usage hold is
-// held, Delete leaves the memory in place until the hold ends; a donation
-// hold waits until no usage hold is held. Both fail if the buffer is
-// deleted, donated, or being donated at another site.
+// the buffer for a running execution (ir.Holder, backend.BufferState.Hold).
 func (b *cpuBuffer) Hold(donate bool, where string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.holdErrLocked(); err != nil {
-		return err
-	}
-	if !donate {
-		b.uses++
-		return nil
-	}
-	b.donating, b.where = donWaiting, siteOf(where)
-	if b.uses > 0 {
-		b.mu.Unlock()
-		holdEvent(HoldEventWait)
-		holdWaitMu.Lock()
-		b.mu.Lock()
-		for b.uses > 0 {
-			b.waiter = true
-			b.mu.Unlock()
-			holdWait.Wait()
-			b.mu.Lock()
-		}
-		holdWaitMu.Unlock()
-	}
-	if b.state != bufLive { // deleted while waiting
-		b.donating, b.where = donNone, unique.Handle[string]{}
-		return b.holdErrLocked()
-	}
-	b.donating = donHeld
-	return nil
+	return b.st.Hold(b.lit.Type, donate, where, holdWaiting)
 }
 
-// holdErrLocked is why a hold cannot be taken, or nil (b.mu held).
-func (b *cpuBuffer) holdErrLocked() error {
-	switch {
-	case b.state == bufFailed:
-		return b.err
-	case b.state != bufLive:
-		return &freedError{typ: b.lit.Type, donated: b.state == bufDonated, where: b.whereLocked()}
-	case b.donating != donNone:
-		return &donatingError{typ: b.lit.Type, where: siteString(b.where)}
-	}
-	return nil
-}
+// holdWaiting tells the test hook that a donation hold waits.
+func holdWaiting() { holdEvent(HoldEventWait) }
 
-// Unhold ends a hold taken by Hold (ir.Holder). The end of the last
-// usage hold frees the memory of a buffer deleted meanwhile and wakes a
-// donation waiting for it; the end of a donation hold whose call did not
-// take the buffer (it failed) deletes it if Delete was called meanwhile.
+// Unhold ends a hold taken by Hold (ir.Holder), freeing the memory of a
+// buffer deleted meanwhile when backend.BufferState.Unhold says so.
 func (b *cpuBuffer) Unhold(donate bool) {
-	b.mu.Lock()
-	if !donate {
-		if b.uses <= 0 {
-			b.mu.Unlock()
-			panic("cpu: Unhold without a usage hold")
-		}
-		b.uses--
-		if b.uses > 0 {
-			b.mu.Unlock()
-			return
-		}
-		if b.waiter {
-			b.waiter = false
-			b.mu.Unlock()
-			holdWaitMu.Lock()
-			holdWait.Broadcast()
-			holdWaitMu.Unlock()
-			b.mu.Lock()
-		}
-		if b.state != bufDeleted || b.uses > 0 {
-			b.mu.Unlock()
-			return
-		}
-	} else {
-		if b.donating != donHeld {
-			b.mu.Unlock()
-			panic("cpu: Unhold without a donation hold")
-		}
-		b.donating = donNone
-		del := b.delLater && b.state == bufLive
-		b.delLater = false
-		if b.state == bufLive {
-			b.where = unique.Handle[string]{}
-		}
-		if !del {
-			b.mu.Unlock()
-			return
-		}
-		b.state = bufDeleted // b.err is where Delete was called
+	if b.st.Unhold(donate) {
+		b.free()
 	}
-	b.freeLocked() // unlocks
 }
 
-// freeLocked frees the memory of a deleted buffer (b.mu held; it unlocks
-// it). It does nothing if the memory was freed or handed on before.
-func (b *cpuBuffer) freeLocked() {
+// free frees the memory of a deleted buffer.
+func (b *cpuBuffer) free() {
 	b.lit.Data = nil
-	b.stopFinalizerLocked()
+	b.stopFinalizer()
 	rec, rel := b.rec, b.rel
 	b.rec = nil
-	b.mu.Unlock()
 	if rec != nil {
 		rec.release()
 	} else {
@@ -421,56 +239,14 @@ func (b *cpuBuffer) freeLocked() {
 	}
 }
 
-// donatingError reports a hold on a buffer that a running call is taking
-// as a donation.
-type donatingError struct {
-	typ   ir.Type
-	where string
-}
-
-func (e *donatingError) Error() string {
-	at := ""
-	if e.where != "" {
-		at = " at " + e.where
-	}
-	return fmt.Sprintf("array %v is being donated to a running call%s: its buffer belongs to that call's results and the array can no longer be used", e.typ, at)
-}
-
-func (e *donatingError) Is(target error) bool { return target == backend.ErrDonated }
-
-// Delete frees the buffer's memory now (ir.Deleter). Reading it afterwards
-// fails with an error naming the line of the Delete call. Deleting twice, or
-// deleting a donated buffer, does nothing. A buffer a running execution
-// holds (Hold) is unusable at once but keeps its memory until the
-// execution lets go of it; one a running call is taking as a donation is
-// that call's, and is deleted only if the call fails.
+// Delete frees the buffer's memory now (ir.Deleter), or when the
+// executions holding it let go (backend.BufferState.Delete). Reading it
+// afterwards fails with an error naming the line of the Delete call.
 func (b *cpuBuffer) Delete() error {
-	at := callers.Record(2)
-	b.mu.Lock()
-	if b.state != bufLive {
-		b.mu.Unlock()
-		return nil
+	if b.st.Delete() {
+		b.free()
 	}
-	if b.donating == donHeld {
-		b.delLater, b.err = true, (*deletedAt)(at)
-		b.mu.Unlock()
-		return nil
-	}
-	b.state, b.err = bufDeleted, (*deletedAt)(at)
-	if b.uses > 0 {
-		b.mu.Unlock() // the last Unhold frees the memory
-		return nil
-	}
-	b.freeLocked()
 	return nil
-}
-
-// whereLocked is where the buffer was deleted or donated (b.mu held).
-func (b *cpuBuffer) whereLocked() string {
-	if b.state == bufDeleted {
-		return b.err.Error()
-	}
-	return siteString(b.where)
 }
 
 // donate marks the buffer donated at where (a Go file:line) and hands its
@@ -495,23 +271,12 @@ func (b *cpuBuffer) donate(where string) (mem []byte, release func(), err error)
 // handOver is donate returning the pool's record of the memory (then
 // release is nil) or, for memory without one, its release function.
 func (b *cpuBuffer) handOver(where string) (mem []byte, rec *allocRecord, release func(), err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch b.state {
-	case bufFailed:
-		return nil, nil, nil, b.err
-	case bufDeleted, bufDonated:
-		return nil, nil, nil, &freedError{typ: b.lit.Type, donated: b.state == bufDonated, where: b.whereLocked()}
-	}
-	if b.uses > 0 {
-		// A running execution reads it: the caller did not take a
-		// donation hold (backend.HoldArgs), which would have waited.
-		return nil, nil, nil, fmt.Errorf("array %v is read by a running call and cannot be donated now", b.lit.Type)
+	if err := b.st.Donate(b.lit.Type, where); err != nil {
+		return nil, nil, nil, err
 	}
 	// The memory now belongs to the caller: the finalizer must not free it.
-	b.stopFinalizerLocked()
+	b.stopFinalizer()
 	mem = b.lit.Data
-	b.state, b.where = bufDonated, siteOf(where)
 	if b.rec != nil {
 		rec, b.rec = b.rec, nil
 		return mem, rec, nil, nil

@@ -410,28 +410,18 @@ func (b *Backend) release(m mem) error {
 	return b.alloc.Free(m.off)
 }
 
-// Buffer is an array in device or pinned_host memory.
+// Buffer is an array in device or pinned_host memory. Its life (deleted,
+// donated, held by running executions) is its backend.BufferState; the
+// buffer frees its memory when that says so.
 type Buffer struct {
 	b  *Backend // the handle of the device holding it
 	t  ir.Type
 	m  mem
-	mu sync.Mutex
+	st backend.BufferState
 	// committed says the buffer was put on its device by name
 	// (FromLiteralOn, CopyToDevice) or computed by a call with
 	// ExecOptions.Commit (backend.DeviceBuffer).
 	committed bool
-	// freed says the buffer was deleted or donated (donated says which);
-	// held says its memory is kept for the executions that hold it
-	// (trace.Holder) and freed when the last hold ends. uses counts usage holds; donating is set
-	// while a donation hold is taken or awaited (at site), wake is closed
-	// when uses falls to 0, and delLater says Delete was called while a
-	// donating call held it.
-	freed, held        bool
-	donated            bool
-	uses               int
-	donating, delLater bool
-	site               string
-	wake               chan struct{}
 }
 
 // Type is the buffer's type.
@@ -444,132 +434,25 @@ func (x *Buffer) Device() int { return x.b.ord }
 // (backend.DeviceBuffer).
 func (x *Buffer) Committed() bool { return x.committed }
 
-// isFreed reports whether the buffer was deleted or donated.
-func (x *Buffer) isFreed() bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.freed
-}
-
 // Hold takes a usage hold (donate false) or a donation hold (donate true)
-// for a running execution (trace.Holder): a Delete while a usage hold is
-// held frees the memory when the hold ends (after the execution, which
-// synchronises its streams before it returns); a donation hold waits for
-// the usage holds to end. Both fail on a deleted or donated buffer, or one
-// being donated.
+// for a running execution (trace.Holder, backend.BufferState.Hold): a
+// Delete while a usage hold is held frees the memory when the hold ends
+// (after the execution, which synchronises its streams before it returns).
 func (x *Buffer) Hold(donate bool, site string) error {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if err := x.holdErrLocked(); err != nil {
-		return err
-	}
-	if !donate {
-		x.uses++
-		return nil
-	}
-	x.donating, x.site = true, site
-	for x.uses > 0 {
-		if x.wake == nil {
-			x.wake = make(chan struct{})
-		}
-		w := x.wake
-		x.mu.Unlock()
-		<-w
-		x.mu.Lock()
-	}
-	if x.freed { // deleted while waiting: free it now, unless another reader came
-		x.donating, x.site = false, ""
-		if x.held && x.uses == 0 {
-			x.held = false
-			defer func() { _ = x.free() }() // free does not take x.mu
-		}
-		return x.holdErrLocked()
-	}
-	return nil
-}
-
-func (x *Buffer) holdErrLocked() error {
-	switch {
-	case x.freed:
-		return &freedError{t: x.t, donated: x.donated}
-	case x.donating:
-		return &freedError{t: x.t, donated: true, site: x.site, running: true}
-	}
-	return nil
-}
-
-// freedErr is the error of using the buffer if it was deleted or donated,
-// else nil.
-func (x *Buffer) freedErr() error {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if !x.freed {
-		return nil
-	}
-	return &freedError{t: x.t, donated: x.donated}
-}
-
-// freedError is the error of using a deleted or donated buffer, or one
-// being donated to a running call at site: it matches backend.ErrDonated
-// or backend.ErrDeleted (errors.Is).
-type freedError struct {
-	t                ir.Type
-	donated, running bool
-	site             string
-}
-
-func (e *freedError) Error() string {
-	switch {
-	case e.running:
-		return fmt.Sprintf("cuda: buffer of type %v is being donated to a running call at %s", e.t, e.site)
-	case e.donated:
-		return fmt.Sprintf("cuda: buffer of type %v was donated to an earlier call", e.t)
-	}
-	return fmt.Sprintf("cuda: buffer of type %v was deleted", e.t)
-}
-
-func (e *freedError) Is(target error) bool {
-	return (target == backend.ErrDonated && e.donated) || (target == backend.ErrDeleted && !e.donated)
+	return x.st.Hold(x.t, donate, site, nil)
 }
 
 // Unhold ends a hold taken by Hold (trace.Holder), freeing the memory of
 // a buffer deleted meanwhile once no hold is left.
 func (x *Buffer) Unhold(donate bool) {
-	x.mu.Lock()
-	if donate {
-		x.donating, x.site = false, ""
-		if x.delLater && !x.freed { // the donating call did not take it
-			x.freed, x.held = true, true
-		}
-		x.delLater = false
-	} else {
-		x.uses--
-		if x.uses == 0 && x.wake != nil {
-			close(x.wake)
-			x.wake = nil
-		}
-	}
-	free := x.held && x.uses == 0 && !x.donating
-	if free {
-		x.held = false
-	}
-	x.mu.Unlock()
-	if free {
+	if x.st.Unhold(donate) {
 		_ = x.free()
 	}
 }
 
-// isHeld reports whether the buffer was deleted while an execution holds
-// it: its memory is still there for that execution.
-func (x *Buffer) isHeld() bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.held && x.uses > 0
-}
-
 // Literal copies the buffer to a new host literal (waiting for the streams).
 func (x *Buffer) Literal() (*ir.Literal, error) {
-	if err := x.freedErr(); err != nil {
+	if err := x.st.Usable(x.t, false); err != nil {
 		return nil, err
 	}
 	l := ir.NewLiteral(x.t)
@@ -612,23 +495,10 @@ func (b *Backend) writeFrom(p uintptr, host bool, src []byte, stream uintptr) er
 // Delete frees the buffer's memory; while an execution holds the buffer
 // (Hold), the memory is freed when the execution lets go of it.
 func (x *Buffer) Delete() error {
-	x.mu.Lock()
-	switch {
-	case x.freed:
-		x.mu.Unlock()
-		return nil
-	case x.donating && x.uses == 0: // a donating call holds it
-		x.delLater = true
-		x.mu.Unlock()
-		return nil
-	case x.uses > 0:
-		x.freed, x.held = true, true
-		x.mu.Unlock()
-		return nil
+	if x.st.Delete() {
+		return x.free()
 	}
-	x.freed = true
-	x.mu.Unlock()
-	return x.free()
+	return nil
 }
 
 // free releases the buffer's memory.
@@ -867,7 +737,7 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) (_ [
 	defer func() {
 		x.end(err)
 		if err == nil {
-			e.markDonated(in)
+			e.markDonated(in, opts.DonationSite)
 		}
 	}()
 	top := x.newFrame(reg)
@@ -903,26 +773,12 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) (_ [
 }
 
 // markDonated marks the donated arguments whose memory no result took
-// over (BufAlias) as donated, freeing their memory, as the CPU backend
-// does: a donated argument is unusable after the call whether or not the
-// program reused it (reads fail with backend.ErrDonated).
-func (e *executable) markDonated(in []*Buffer) {
+// over (BufAlias) as donated at site, freeing their memory, as the CPU
+// backend does: a donated argument is unusable after the call whether or
+// not the program reused it (reads fail with backend.ErrDonated).
+func (e *executable) markDonated(in []*Buffer, site string) {
 	for i, x := range in {
-		if i >= len(e.prog.Donated) || !e.prog.Donated[i] {
-			continue
-		}
-		x.mu.Lock()
-		if x.freed { // taken over by a result, or deleted while held
-			x.mu.Unlock()
-			continue
-		}
-		x.freed, x.donated = true, true
-		// A donation hold (trace.Holder) is released after the call: the
-		// memory is freed then (Unhold); without one, now.
-		later := x.donating || x.uses > 0
-		x.held = later
-		x.mu.Unlock()
-		if !later {
+		if i < len(e.prog.Donated) && e.prog.Donated[i] && x.st.Donate(x.t, site) == nil {
 			_ = x.free()
 		}
 	}
@@ -934,8 +790,12 @@ func (e *executable) arguments(b *Backend, args []trace.Buffer) ([]*Buffer, erro
 	in := make([]*Buffer, len(args))
 	for i, a := range args {
 		x, ok := a.(*Buffer)
-		if ok && x.isFreed() && !x.isHeld() {
-			return nil, fmt.Errorf("cuda: argument %d: %w", i, x.freedErr())
+		if ok {
+			// The caller may hold it (backend.HoldArgs): a buffer deleted
+			// meanwhile keeps its memory for the call.
+			if err := x.st.Usable(x.t, true); err != nil {
+				return nil, fmt.Errorf("cuda: argument %d: %w", i, err)
+			}
 		}
 		if ok && x.b != b && x.t.Space == ir.Device {
 			return nil, fmt.Errorf("cuda: argument %d (%v) is on cuda:%d, the call runs on cuda:%d: put it there first (rt.ToDevice)", i, x.t, x.b.ord, b.ord)
@@ -964,7 +824,7 @@ func (e *executable) arguments(b *Backend, args []trace.Buffer) ([]*Buffer, erro
 // start allocates the arenas and collective staging of an execution.
 func (e *executable) start(b *Backend, in []*Buffer, opts backend.ExecOptions) (*execution, error) {
 	plan := e.prog.Plan
-	x := &execution{e: e, b: b, in: in, results: make([]*Buffer, len(e.prog.Func.Body.Results)),
+	x := &execution{e: e, b: b, in: in, site: opts.DonationSite, results: make([]*Buffer, len(e.prog.Func.Body.Results)),
 		comms: opts.DeviceComms, ctx: execContext(opts.Context), last: map[string]*ir.Op{}}
 	var err error
 	for sp := range x.arenas {

@@ -64,7 +64,7 @@ func TestCUDAHoldsKeepMemory(t *testing.T) {
 	go func() { done <- y.Hold(true, "step.go:4") }()
 	// The donation waits for the reader; until then, or after, no other
 	// call holds the buffer.
-	for !func() bool { y.mu.Lock(); defer y.mu.Unlock(); return y.donating }() {
+	for !y.st.Donating() {
 		runtime.Gosched()
 	}
 	if err := y.Hold(false, ""); err == nil || !strings.Contains(err.Error(), "being donated to a running call at step.go:4") {

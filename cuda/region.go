@@ -254,6 +254,9 @@ type execution struct {
 	b       *Backend
 	in      []*Buffer
 	results []*Buffer
+	// site is where the call donating arguments was made
+	// (ExecOptions.DonationSite).
+	site string
 	// arenas and collMem are the execution's temporaries (freed by
 	// release).
 	arenas  [2]mem
@@ -360,10 +363,10 @@ func (x *execution) output(v *ir.Value, buf passes.Buffer) (loc, error) {
 	}
 	if buf.Kind == passes.BufAlias {
 		a := x.in[buf.Param]
+		if err := a.st.Donate(a.t, x.site); err != nil { // its memory now belongs to the result
+			return loc{}, fmt.Errorf("cuda: donated argument %d: %w", buf.Param, err)
+		}
 		x.results[buf.Index] = x.b.newBuffer(v.Type, a.m)
-		a.mu.Lock()
-		a.freed, a.donated = true, true // its memory now belongs to the result
-		a.mu.Unlock()
 		return loc{a.m.ptr, a.m.host}, nil
 	}
 	m, err := x.b.allocate(v.Type.Bytes(), v.Type.Space, fmt.Sprintf("output %d%s", buf.Index, x.e.suffix))
