@@ -9,6 +9,7 @@ import (
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
 )
 
 // Collectives.
@@ -44,9 +45,11 @@ import (
 // is also prefetched: once iteration i's last reader of the gathered
 // layer has run, the all_gather of iteration i+1's slice is queued into the
 // same bytes and runs beside the rest of iteration i and the start of
-// iteration i+1, whose all_gather step only waits for it. A reduce_scatter
-// of a layer's gradient runs beside the compute that follows it in the
-// iteration. Results are bit-identical either way.
+// iteration i+1, whose all_gather step only waits for it. A collective
+// whose result is a ys slice (the reduce_scatter of a layer's gradient into
+// the stacked gradients) runs on beside the next iteration, which waits for
+// it only before it overwrites the collective's operand (planCarried).
+// Results are bit-identical either way.
 
 // Options configure one execution (ExecuteWith, ExecuteIntoWith).
 type Options struct {
@@ -268,6 +271,82 @@ func collect(ctx context.Context, st *step, comm collective.Communicator, in, ou
 		return fmt.Errorf("%s: %w", op.Describe(), err)
 	}
 	return nil
+}
+
+// planCarried lets the collectives of scan body g whose results are ys
+// slices (a layer's gradient reduce-scattered into the stacked gradients)
+// run on past the end of their iteration, beside the next iteration's
+// compute: instead of waiting for such a collective at the end of the body,
+// the next iteration waits for it before the first step that writes its
+// operand's bytes (at its end when none does), and the scan after its last
+// iteration. It applies to collectives waited for only at the end of the
+// body (nothing in the body reads their result) whose operand is a
+// temporary of the body.
+func planCarried(g *region) {
+	ends := g.endWaits[:0:0]
+	for _, k := range g.endWaits {
+		st := &g.steps[k]
+		if st.kind != stepCollective || len(st.args) != 1 || g.slots[st.args[0]].Buf.Kind != passes.BufTemp {
+			ends = append(ends, k)
+			continue
+		}
+		slices := true
+		for _, s := range st.outs {
+			slices = slices && g.slots[s].Buf.Kind == passes.BufSlice
+		}
+		if !slices {
+			ends = append(ends, k)
+			continue
+		}
+		g.carried = append(g.carried, k)
+		src, at := g.ref(st.args[0]), len(g.steps)
+	scan:
+		for j := range g.steps {
+			for _, w := range g.writes(j) {
+				if w.overlaps(src) {
+					at = j
+					break scan
+				}
+			}
+		}
+		if at == len(g.steps) {
+			g.prevEndWaits = append(g.prevEndWaits, k)
+		} else {
+			g.steps[at].prevWaits = append(g.steps[at].prevWaits, k)
+		}
+	}
+	g.endWaits = ends
+}
+
+// waitPrev waits for the previous iteration's carried collectives of the
+// listed steps and returns the first error.
+func (f *frame) waitPrev(steps []int) error {
+	var first error
+	for _, k := range steps {
+		if err := waitClear(&f.prev[k]); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// carry hands this iteration's carried collectives to the next one.
+func (f *frame) carry() {
+	for _, k := range f.g.carried {
+		f.prev[k], f.ev[k] = f.ev[k], nil
+	}
+}
+
+// drainPrev waits for every carried collective (after a scan's last
+// iteration, or when an iteration failed) and returns the first error.
+func (f *frame) drainPrev() error {
+	var first error
+	for k := range f.prev {
+		if err := waitClear(&f.prev[k]); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // hasCollectives reports whether g or a region nested in it has a

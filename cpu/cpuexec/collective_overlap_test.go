@@ -93,8 +93,8 @@ func overlapRef(h0, w1, w2 [][]float64, reverse bool) (h, g, off [][]float64) {
 
 // TestCollectiveOverlap runs an FSDP-style scan, forward and reverse, with
 // asynchronous collectives (the next layer's all-gathers prefetched on the
-// collective worker, the reduce-scatter and the offload copy beside the
-// compute) and without: both match a float64 reference and each other bit
+// collective worker, the reduce-scatter running on beside the next
+// iteration, the offload copy beside the compute) and without: both match a float64 reference and each other bit
 // for bit, the gathers are prefetched, and the allocations stay within the
 // memory analysis.
 func TestCollectiveOverlap(t *testing.T) {
@@ -116,6 +116,15 @@ func TestCollectiveOverlap(t *testing.T) {
 				}
 			}
 			require.Equal(t, 2, gathers, "both layer gathers are prefetched:\n%s", e.prog.Func)
+			var carried []string
+			for _, st := range e.body.steps {
+				for _, sub := range st.subs {
+					for _, k := range sub.carried {
+						carried = append(carried, sub.steps[k].op.Code.String())
+					}
+				}
+			}
+			require.Equal(t, []string{"reduce_scatter"}, carried, "the reduce-scatter runs on into the next iteration:\n%s", e.prog.Func)
 			rng := testseed.Rand(t, 11)
 			n := m.size()
 			args := make([][]*ir.Literal, n)

@@ -40,6 +40,9 @@ type step struct {
 	// double-buffered copies whose next-iteration copy starts after it.
 	waits    []int
 	prefetch []prefetch
+	// prevWaits lists collective steps of a scan body whose previous
+	// iteration's collective is waited for before this step (planCarried).
+	prevWaits []int
 }
 
 // region is a block of the plan rendered for the CPU: the plan's slots and
@@ -55,6 +58,10 @@ type region struct {
 	steps   []step
 	// endWaits lists the copy steps waited for only at the end of the region.
 	endWaits []int
+	// carried lists the collective steps of a scan body waited for in the
+	// next iteration, prevEndWaits those of them waited for at its end
+	// (planCarried).
+	carried, prevEndWaits []int
 }
 
 // compileRegion renders block b of the plan: a kernel per op step, block
@@ -107,6 +114,7 @@ func compileStep(ps *passes.Step) (step, error) {
 			}
 			if op.Code == ir.Scan {
 				planPrefetch(sub, ps.Loop.Consts, ps.Loop.Carry)
+				planCarried(sub)
 			}
 			st.subs = append(st.subs, sub)
 		}
@@ -134,6 +142,7 @@ type frame struct {
 	stage [][][]byte   // per step: staging copies of region results (made on first use)
 	ev    []*copyEvent // per copy step: its copy, until waited for
 	pre   []*copyEvent // per copy step: its copy started by the previous iteration
+	prev  []*copyEvent // per carried collective step: the previous iteration's
 	next  [][]byte     // scan body: per xs parameter, the next iteration's slice
 }
 
@@ -145,8 +154,8 @@ func newFrame(g *region, arena [2][]byte, cfg *copyConfig, env *collEnv) *frame 
 	// (Executable.getFrame), so allocations count.
 	n := len(g.steps)
 	f := &frame{g: g, lits: make([]ir.Literal, len(g.slots))}
-	events := make([]*copyEvent, 2*n)
-	f.ev, f.pre = events[:n:n], events[n:]
+	events := make([]*copyEvent, 3*n)
+	f.ev, f.pre, f.prev = events[:n:n], events[n:2*n:2*n], events[2*n:]
 	f.next = make([][]byte, len(g.params))
 	for s, sl := range g.slots {
 		f.lits[s].Type = sl.Value.Type
@@ -264,6 +273,9 @@ func (f *frame) run() error {
 		if err := f.waitCopies(st.waits); err != nil {
 			return err
 		}
+		if err := f.waitPrev(st.prevWaits); err != nil {
+			return err
+		}
 		var err error
 		switch st.kind {
 		case stepCopy:
@@ -293,7 +305,14 @@ func (f *frame) run() error {
 			}
 		}
 	}
-	return f.waitCopies(f.g.endWaits)
+	if err := f.waitCopies(f.g.endWaits); err != nil {
+		return err
+	}
+	if err := f.waitPrev(f.g.prevEndWaits); err != nil {
+		return err
+	}
+	f.carry()
+	return nil
 }
 
 // result returns the memory of result j of the region.
@@ -339,6 +358,7 @@ func (f *frame) runScan(i int) error {
 	body := f.sub(i, 0)
 	bindParams(body, lp, args, outs)
 	defer body.drainPrefetches()
+	defer func() { _ = body.drainPrev() }() // an iteration failed
 	for it := 0; it < n; it++ {
 		idx, nextIdx := it, it+1
 		if lp.Reverse {
@@ -373,6 +393,9 @@ func (f *frame) runScan(i int) error {
 			src[j] = body.result(j)
 		}
 		f.copyResults(i, dst, src)
+	}
+	if err := body.drainPrev(); err != nil {
+		return fmt.Errorf("%s: body: %w", st.op.Describe(), err)
 	}
 	return nil
 }
