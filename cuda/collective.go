@@ -9,7 +9,6 @@ import (
 
 	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/collective"
-	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -51,7 +50,7 @@ import (
 // (DeviceCommunicator.Abort, ncclCommAbort), so that the stream drains, and
 // the execution fails with an error naming the axis, the rank and the last
 // collective issued there. So does a wait longer than
-// $FERRY_COLLECTIVE_TIMEOUT (CollectiveTimeoutEnv: a Go duration, default
+// $FERRY_COLLECTIVE_TIMEOUT (collective.TimeoutEnv: a Go duration, default
 // 5m, 0 or "off" for none), which is how a peer that hangs without an
 // error (a process stopped, a network that drops nothing) ends. Any other failure of an execution with device
 // communicators aborts them too, so that the other ranks' collectives fail
@@ -361,29 +360,9 @@ func grouped(comm backend.DeviceCommunicator, calls func() error) error {
 	return errors.Join(err, comm.GroupEnd())
 }
 
-// CollectiveTimeoutEnv names the environment variable bounding how long an
-// execution with device communicators waits for its stream (the same
-// variable and meaning as package collective/mpi's): a Go duration; 0 or
-// "off" waits until the context is done; DefaultCollectiveTimeout when
-// unset. Read at every Execute with device communicators.
-const CollectiveTimeoutEnv = "FERRY_COLLECTIVE_TIMEOUT"
-
-// DefaultCollectiveTimeout is the wait bound when $FERRY_COLLECTIVE_TIMEOUT
-// is unset.
-const DefaultCollectiveTimeout = 5 * time.Minute
-
 // ErrCollectiveTimeout is wrapped by the error of an execution whose wait
 // for its collectives exceeded $FERRY_COLLECTIVE_TIMEOUT.
 var ErrCollectiveTimeout = errors.New("cuda: collectives timed out")
-
-// collectiveTimeout reads $FERRY_COLLECTIVE_TIMEOUT (0: no bound).
-func collectiveTimeout() (time.Duration, error) {
-	d, _, err := settings.CollectiveTimeout.Lookup()
-	if err != nil {
-		return 0, fmt.Errorf("cuda: %w", err)
-	}
-	return d, nil
-}
 
 // streamNotReady is CUDA_ERROR_NOT_READY, cuStreamQuery's answer while work
 // is pending.
@@ -398,8 +377,9 @@ func (x *execution) waitStream(stream uintptr) error {
 	if len(x.comms) == 0 {
 		return b.d.Check("cuStreamSynchronize", stream)
 	}
-	limit, err := collectiveTimeout()
+	limit, err := collective.TimeoutFromEnv()
 	if err != nil {
+		err = fmt.Errorf("cuda: %w", err)
 		x.abort(err)
 		return err
 	}
@@ -431,7 +411,7 @@ func (x *execution) waitStream(stream uintptr) error {
 			return err
 		}
 		if limit > 0 && time.Since(start) > limit {
-			err := fmt.Errorf("%w: waited %v ($%s) for the collectives%s; the communicators were aborted", ErrCollectiveTimeout, limit, CollectiveTimeoutEnv, x.lastIssuedAll())
+			err := fmt.Errorf("%w: waited %v ($%s) for the collectives%s; the communicators were aborted", ErrCollectiveTimeout, limit, collective.TimeoutEnv, x.lastIssuedAll())
 			x.abort(err)
 			return err
 		}

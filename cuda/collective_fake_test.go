@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/ferryml/ferry/backend"
+	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
@@ -415,7 +416,7 @@ func TestCollectiveErrors(t *testing.T) {
 	t.Run("timeout", func(t *testing.T) {
 		fake, bs, g := fakeRanks(t, 2)
 		fake.notReady = true // a peer that hangs without an error
-		t.Setenv(CollectiveTimeoutEnv, "1ms")
+		t.Setenv(collective.TimeoutEnv, "1ms")
 		_, _, errs := runRanks(t, bs, g, src, mk(rng), nil, true)
 		for r, err := range errs {
 			if !errors.Is(err, ErrCollectiveTimeout) || !strings.Contains(err.Error(), "coll.go:3") || !strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) {
@@ -425,9 +426,9 @@ func TestCollectiveErrors(t *testing.T) {
 		if g.aborts == 0 {
 			t.Error("the communicators were not aborted")
 		}
-		t.Setenv(CollectiveTimeoutEnv, "soon")
+		t.Setenv(collective.TimeoutEnv, "soon")
 		_, _, errs = runRanks(t, bs, newFakeNCCL(fake, 2), src, mk(rng), nil, true)
-		if errs[0] == nil || !strings.Contains(errs[0].Error(), CollectiveTimeoutEnv+`="soon": want a duration`) {
+		if errs[0] == nil || !strings.Contains(errs[0].Error(), collective.TimeoutEnv+`="soon": want a duration`) {
 			t.Errorf("a bad timeout: %v", errs[0])
 		}
 	})
