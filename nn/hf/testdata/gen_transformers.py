@@ -44,6 +44,7 @@ it asks for; no torch):
     "$venv/bin/python" nn/hf/testdata/gen_transformers.py           # write the goldens and the stamp
     "$venv/bin/python" nn/hf/testdata/gen_transformers.py --check   # regenerate in memory, compare
     python3 nn/hf/testdata/gen_transformers.py --stamp              # only the stamp (standard library)
+    "$venv/bin/python" nn/hf/testdata/gen_transformers.py --reload DIR  # a fine-tuned model, below
 
 transformers/stamp.json holds the SHA-256 of this file, of the pinned
 requirements and of every checkpoint file it reads: --stamp fails when any
@@ -51,6 +52,18 @@ of them changed since the goldens were written, without importing JAX.
 --check compares numbers within 1e-9 (relative above magnitude 1; XLA's
 last bits may depend on the CPU) and tokens exactly, naming the file, the
 entry and the element of each difference.
+
+--reload DIR checks the fine-tuned encoder examples/finetune saved into
+DIR (model.safetensors under BertModel's PyTorch names, config.json,
+tokenizer.json, head.safetensors and embeddings.json, Ferry's outputs):
+FlaxBertModel.from_pretrained loads DIR as it loads testdata/bert, every
+Flax parameter is checked against the saved tensor of its name, the
+sentences of embeddings.json are tokenized by the pinned tokenizers (the
+ids and masks must be Ferry's), and the mean-pooled, L2-normalised
+embeddings of transformers' float64 last_hidden_state, and the head's
+logits on the mean, must equal Ferry's within 1e-5 (absolute below
+magnitude 1, relative above); each difference names the sentence and the
+element. It writes nothing and needs no stamp.
 """
 
 import argparse
@@ -66,6 +79,7 @@ OUT = os.path.join(HERE, "transformers")
 PINS = "requirements-transformers.txt"
 MODELS = ("bert", "gpt2", "llama")
 CHECK_TOL = 1e-9
+RELOAD_TOL = 1e-5
 
 # The inputs of gen.py: right-padded batches (every query sees at least its
 # first key) and the greedy prompt batches with their numbers of new tokens.
@@ -215,12 +229,18 @@ def check_loaded(name, params, w):
 def load(name, dtype):
     """transformers' Flax model of testdata/<name> computing in dtype, and
     its parameters converted to dtype."""
-    import jax
-    import jax.numpy as jnp
     import transformers as tf
 
     cls = {"bert": tf.FlaxBertModel, "gpt2": tf.FlaxGPT2LMHeadModel, "llama": tf.FlaxLlamaForCausalLM}[name]
-    src = os.path.join(HERE, name)
+    return load_dir(name, cls, os.path.join(HERE, name), dtype)
+
+
+def load_dir(name, cls, src, dtype):
+    """cls.from_pretrained of model directory src computing in dtype, and
+    its parameters converted to dtype, checked against the checkpoint."""
+    import jax
+    import jax.numpy as jnp
+
     w = read_checkpoint(src)
     with tempfile.TemporaryDirectory() as tmp:
         d = src
@@ -403,11 +423,101 @@ def check(files):
     return bad
 
 
+# ---- a fine-tuned model examples/finetune saved ----
+
+
+def tokenize(d, sentences):
+    """The pinned tokenizers' ids, token types and attention masks of
+    sentences by d/tokenizer.json, right-padded with [PAD] to the longest,
+    as Ferry's tokenizer pads them."""
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    tok.no_truncation()
+    pad = tok.token_to_id("[PAD]")
+    if pad is None:
+        raise SystemExit(f"{d}/tokenizer.json: no [PAD] token")
+    tok.enable_padding(pad_id=pad, pad_token="[PAD]")
+    encs = tok.encode_batch(sentences)
+    return tuple(np.array([getattr(e, k) for e in encs]) for k in ("ids", "type_ids", "attention_mask"))
+
+
+def compare(what, sentences, got, want, tol, out):
+    """Appends to out, for each sentence, the first element of got (Ferry's)
+    whose error against want (transformers') is over tol: absolute below
+    magnitude 1, relative above. Returns the largest error."""
+    import numpy as np
+
+    got = np.asarray(got, dtype=np.float64)
+    if got.shape != want.shape:
+        out.append(f"{what}: Ferry's are {list(got.shape)}, transformers' {list(want.shape)}")
+        return float("inf")
+    err = np.abs(got - want) / np.maximum(np.abs(want), 1)
+    for i, s in enumerate(sentences):
+        over = np.flatnonzero(~(err[i] <= tol))
+        if len(over):
+            j = over[0]
+            out.append(f"{what} of {s!r}: element {j} is {got[i, j]!r} in Ferry's embeddings.json, "
+                       f"{want[i, j]!r} by transformers (error {err[i, j]:.3g} over {tol}; "
+                       f"{len(over)} of {err.shape[1]} elements over)")
+    return float(err.max()) if err.size else 0.0
+
+
+def reload(d, tol=RELOAD_TOL):
+    """Reloads the fine-tuned encoder examples/finetune saved into d with
+    transformers' FlaxBertModel.from_pretrained and compares the embeddings
+    and head logits of d/embeddings.json with transformers'. Returns the
+    number of differences."""
+    flax_setup()
+    import jax.numpy as jnp
+    import numpy as np
+    import transformers as tf
+    from safetensors.numpy import load_file
+
+    with open(os.path.join(d, "embeddings.json")) as f:
+        probe = json.load(f)
+    sentences = probe["sentences"]
+    ids, types, mask = tokenize(d, sentences)
+    out = []
+    for i, s in enumerate(sentences):
+        if ids[i].tolist() != probe["ids"][i] or mask[i].tolist() != probe["mask"][i]:
+            out.append(f"tokens of {s!r}: tokenizers gives ids {ids[i].tolist()} and mask {mask[i].tolist()}, "
+                       f"Ferry's tokenizer gave {probe['ids'][i]} and {probe['mask'][i]}")
+    model, params = load_dir(d, tf.FlaxBertModel, d, jnp.float64)
+    h = model(jnp.asarray(ids, dtype=jnp.int32), attention_mask=jnp.asarray(mask, dtype=jnp.int32),
+              token_type_ids=jnp.asarray(types, dtype=jnp.int32), params=params).last_hidden_state
+    h = np.asarray(h, dtype=np.float64)
+    # sentence-transformers' mean pooling over the real tokens, then Normalize.
+    m = mask[:, :, None].astype(np.float64)
+    mean = (h * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+    emb = mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
+    # The head is a PyTorch-layout linear layer on the mean: W [2, D], B [2].
+    head = {k: v.astype(np.float64) for k, v in load_file(os.path.join(d, "head.safetensors")).items()}
+    if sorted(head) != ["B", "W"] or head["W"].shape[1:] != (h.shape[-1],):
+        raise SystemExit(f"{d}/head.safetensors: want W [out, {h.shape[-1]}] and B [out], have "
+                         + ", ".join(f"{k} {list(v.shape)}" for k, v in sorted(head.items())))
+    logits = mean @ head["W"].T + head["B"]
+    for what, want in (("embeddings", emb), ("logits", logits)):
+        err = compare(what, sentences, probe[what], want, tol, out)
+        print(f"{what} of {len(sentences)} sentences, transformers' {type(model).__name__} (float64) vs Ferry: "
+              f"max error {err:.2g}")
+    for line in out:
+        print(line)
+    print(f"{d}: reloaded by transformers {tf.__version__}, "
+          f"{'outputs equal within ' + str(tol) if not out else str(len(out)) + ' differences'}")
+    return len(out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="regenerate in memory and compare with the committed files")
     ap.add_argument("--stamp", action="store_true", help="only check the stamp of the inputs (no JAX)")
+    ap.add_argument("--reload", metavar="DIR",
+                    help="reload the fine-tuned model examples/finetune saved into DIR and compare its outputs")
     args = ap.parse_args()
+    if args.reload:
+        sys.exit(1 if reload(args.reload) else 0)
     if args.stamp:
         ok = check_stamp()
         print(f"stamp: {'the goldens are stamped with the current inputs' if ok else 'stale'}")
