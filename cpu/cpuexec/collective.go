@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/internal/eval"
@@ -75,7 +76,8 @@ type Options struct {
 type collEnv struct {
 	comms map[string]collective.Communicator
 	ctx   context.Context
-	async bool // collectives run on the worker (FERRY_ASYNC_COLLECTIVES)
+	async bool    // collectives run on the worker (FERRY_ASYNC_COLLECTIVES)
+	gbps  float64 // simulated interconnect in GB/s (FERRY_COLLECTIVE_GBPS); 0: none
 	// The collective worker, started by the first collective: jobs in
 	// program order; exited is closed when it has run them all.
 	jobs   chan collJob
@@ -122,10 +124,14 @@ func (e *collEnv) stop(err error) {
 	e.jobs, e.exited = nil, nil
 }
 
-// asyncCollectivesFromEnv reads FERRY_ASYNC_COLLECTIVES.
-func asyncCollectivesFromEnv() (bool, error) {
-	on, _, err := settings.AsyncCollectives.Lookup()
-	return on, err
+// configFromEnv reads FERRY_ASYNC_COLLECTIVES and
+// FERRY_COLLECTIVE_GBPS into e.
+func (e *collEnv) configFromEnv() (err error) {
+	if e.async, _, err = settings.AsyncCollectives.Lookup(); err != nil {
+		return err
+	}
+	e.gbps, _, err = settings.CollectiveGBPS.Lookup()
+	return err
 }
 
 // collStep is a collective op prepared at New: its axis and how it maps
@@ -210,11 +216,11 @@ func (f *frame) runCollective(i int) error {
 	}
 	in := f.args[i][0].Data
 	if f.env.async {
-		ctx := f.env.ctx
-		f.ev[i] = f.env.start(func() error { return collect(ctx, st, comm, in, out) })
+		ctx, gbps := f.env.ctx, f.env.gbps
+		f.ev[i] = f.env.start(func() error { return collect(ctx, st, comm, in, out, gbps) })
 		return nil
 	}
-	return collect(f.env.ctx, st, comm, in, out)
+	return collect(f.env.ctx, st, comm, in, out, f.env.gbps)
 }
 
 // communicator returns the execution's communicator of collective step i,
@@ -243,12 +249,24 @@ func (f *frame) startGather(i int, in []byte) (*copyEvent, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, out := f.env.ctx, f.outs[i][0].Data
-	return f.env.start(func() error { return collect(ctx, st, comm, in, out) }), nil
+	ctx, out, gbps := f.env.ctx, f.outs[i][0].Data, f.env.gbps
+	return f.env.start(func() error { return collect(ctx, st, comm, in, out, gbps) }), nil
 }
 
-// collect runs the collective of step st on comm from in into out.
-func collect(ctx context.Context, st *step, comm collective.Communicator, in, out []byte) error {
+// collect runs the collective of step st on comm from in into out. With a
+// simulated interconnect of gbps GB/s it takes at least the larger of its
+// operand and result over that rate (it sleeps for the rest), so that the
+// overlap of collectives with compute is observable on a CPU.
+func collect(ctx context.Context, st *step, comm collective.Communicator, in, out []byte, gbps float64) error {
+	if gbps > 0 {
+		start := time.Now()
+		defer func() {
+			want := time.Duration(float64(max(len(in), len(out))) / gbps)
+			if rest := want - time.Since(start); rest > 0 {
+				time.Sleep(rest)
+			}
+		}()
+	}
 	c, op := st.coll, st.op
 	dt := op.Args[0].Type.DType
 	if eval.Overlaps(in, out) && !(op.Code == ir.AllReduce && len(in) == len(out) && &in[0] == &out[0]) {

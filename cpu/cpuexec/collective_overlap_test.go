@@ -136,9 +136,14 @@ func TestCollectiveOverlap(t *testing.T) {
 			want := [3][][]float64{}
 			want[0], want[1], want[2] = overlapRef(h0, w1, w2, reverse)
 			limit := e.prog.Analysis.TempBytes + e.prog.Analysis.OutputBytes + e.prog.Analysis.HostTempBytes + e.prog.Analysis.HostOutputBytes
-			var runs [2][][]*ir.Literal
-			for k, async := range []string{"1", "0"} {
+			// Asynchronous, in turn, and asynchronous over a simulated
+			// interconnect (FERRY_COLLECTIVE_GBPS).
+			configs := [][2]string{{"1", ""}, {"0", ""}, {"1", "20"}}
+			runs := make([][][]*ir.Literal, len(configs))
+			for k, cfg := range configs {
+				async := cfg[0]
 				t.Setenv(settings.AsyncCollectives.Name, async)
+				t.Setenv(settings.CollectiveGBPS.Name, cfg[1])
 				allocs := make([]*countAlloc, n)
 				for d := range allocs {
 					allocs[d] = &countAlloc{}
@@ -161,11 +166,33 @@ func TestCollectiveOverlap(t *testing.T) {
 					require.LessOrEqual(t, allocs[d].bytes, 2*limit, "device %d: two runs allocate their analysis each", d)
 				}
 			}
-			for d := range n {
-				for r := range runs[0][d] {
-					require.Equal(t, runs[1][d][r].Data, runs[0][d][r].Data, "device %d result %d: async and sync collectives differ", d, r)
+			for k := range configs[1:] {
+				for d := range n {
+					for r := range runs[0][d] {
+						require.Equal(t, runs[0][d][r].Data, runs[k+1][d][r].Data, "device %d result %d: %v and %v differ", d, r, configs[0], configs[k+1])
+					}
 				}
 			}
 		})
+	}
+}
+
+// TestCollectiveSettingsErrors: a bad FERRY_ASYNC_COLLECTIVES or
+// FERRY_COLLECTIVE_GBPS fails the execution, naming the variable.
+func TestCollectiveSettingsErrors(t *testing.T) {
+	m := mesh{[]int{4}, []string{"y"}}
+	e := compileColl(t, strings.Replace(overlapSrc, "REVERSE", "false", 1), "y")
+	rng := testseed.Rand(t, 12)
+	args := make([][]*ir.Literal, m.size())
+	for d := range args {
+		args[d] = []*ir.Literal{randLit(rng, e.params[0]), randLit(rng, e.params[1]), randLit(rng, e.params[2])}
+	}
+	for _, bad := range [][2]string{{settings.AsyncCollectives.Name, "maybe"}, {settings.CollectiveGBPS.Name, "fast"}, {settings.CollectiveGBPS.Name, "-1"}} {
+		t.Setenv(bad[0], bad[1])
+		_, errs := runMesh(t, e, m, []string{"y"}, func(d int) []*ir.Literal { return cloneAll(args[d]) }, devRun{})
+		for d, err := range errs {
+			require.ErrorContains(t, err, bad[0], "device %d", d)
+		}
+		t.Setenv(bad[0], "")
 	}
 }

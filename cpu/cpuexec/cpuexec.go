@@ -263,7 +263,7 @@ func (e *Executable) ExecuteIntoWith(args []*ir.Literal, a Allocator, outs []*ir
 		if env.ctx == nil {
 			env.ctx = context.Background()
 		}
-		if env.async, err = asyncCollectivesFromEnv(); err != nil {
+		if err = env.configFromEnv(); err != nil {
 			return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
 		}
 	}

@@ -69,6 +69,10 @@ var (
 	AsyncCollectives = newBool(&Var{Name: "FERRY_ASYNC_COLLECTIVES", Type: "`0` to turn off", Want: "0 or 1 (true/false, on/off, yes/no)", Default: "on",
 		Doc:     "`0`: the CPU backend runs each collective of a sharded program in turn instead of on a collective worker per device overlapping compute (the next layer's all-gather of a scan beside the current layer); results are bit-identical.",
 		Readers: []string{"cpu/cpuexec"}}, true)
+	// CollectiveGBPS is FERRY_COLLECTIVE_GBPS (0: full speed).
+	CollectiveGBPS = newFloat(&Var{Name: "FERRY_COLLECTIVE_GBPS", Type: "number (GB/s)", Want: "a positive number of GB/s", Default: "unset (full speed)",
+		Doc:     "Simulates an interconnect of that bandwidth for the CPU backend's collectives (each takes at least the bytes it receives or sends over that rate), to see collectives overlap compute on a CPU.",
+		Readers: []string{"cpu/cpuexec"}}, 0, func(f float64) bool { return f > 0 && f <= 1e9 })
 )
 
 // Backends and CPU kernels.
