@@ -50,7 +50,10 @@ import (
 // whose result is a ys slice (the reduce_scatter of a layer's gradient into
 // the stacked gradients) runs on beside the next iteration, which waits for
 // it only before it overwrites the collective's operand (planCarried).
-// Results are bit-identical either way.
+// Results are bit-identical either way. FERRY_COLLECTIVE_GBPS=g simulates
+// an interconnect of g GB/s (each collective takes at least its bytes over
+// that rate), so the overlap is observable where the collectives are
+// memcpys between goroutines.
 
 // Options configure one execution (ExecuteWith, ExecuteIntoWith).
 type Options struct {
