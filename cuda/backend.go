@@ -677,7 +677,7 @@ type executable struct {
 	tops    []*region
 	// collScratch is the device bytes of the largest staging buffers of a
 	// collective step (allocated per execution, used on the compute stream
-	// only).
+	// only), under mu.
 	collScratch int64
 	prog        *passes.Program
 	// top is the compiled function body; steps and plan are its steps and
@@ -832,8 +832,11 @@ func (e *executable) start(b *Backend, in []*Buffer, opts backend.ExecOptions) (
 			x.arenas[sp], err = b.allocate(plan.Arena[sp], ir.MemorySpace(sp), "temp arena"+e.suffix)
 		}
 	}
-	if e.collScratch > 0 && err == nil {
-		x.collMem, err = b.allocate(e.collScratch, ir.Device, "collective staging"+e.suffix)
+	e.mu.Lock() // another device's first execution may be compiling its steps
+	scratch := e.collScratch
+	e.mu.Unlock()
+	if scratch > 0 && err == nil {
+		x.collMem, err = b.allocate(scratch, ir.Device, "collective staging"+e.suffix)
 	}
 	if err != nil {
 		x.release()
