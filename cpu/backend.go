@@ -62,7 +62,7 @@ func (cpuBackend) FromLiteralOn(l *ir.Literal, dev int) (ir.Buffer, error) {
 var verifyPasses = testing.Testing() || passes.VerifyFromEnv()
 
 func (cpuBackend) Compile(f *ir.Func, opts backend.CompileOptions) (backend.Executable, error) {
-	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, Verify: verifyPasses, FusionInPlace: true, BoundAxes: opts.BoundAxes, MemoryPlan: opts.MemoryPlan, NoDump: opts.NoDump})
+	prog, err := passes.Compile(f, passes.Options{Donated: opts.Donated, Verify: verifyPasses, FusionInPlace: true, PrefetchGathers: true, BoundAxes: opts.BoundAxes, MemoryPlan: opts.MemoryPlan, NoDump: opts.NoDump})
 	if err != nil {
 		return nil, err
 	}

@@ -136,6 +136,11 @@ type Options struct {
 	MemoryPlan *MemoryPlan
 	// NoDump turns the dumps off (the memory budget's trial compiles).
 	NoDump bool
+	// PrefetchGathers tells the prefetch pass that the executor runs the
+	// next iteration's all_gather of a scan's xs slice beside the current
+	// iteration (cpuexec does): the pass reserves the gathered buffer for
+	// the whole iteration, and the memory analysis counts it.
+	PrefetchGathers bool
 }
 
 // EnvVerifyIR names the environment variable that, set to any non-empty

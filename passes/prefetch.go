@@ -22,14 +22,14 @@ import (
 // device bytes not at all, pinned_host bytes not when device bytes stay the
 // same. It runs after liveness and changes State.Liveness with the order.
 //
-// An all_gather of an xs parameter of a scan body (a layer's parameters
-// under FSDP, gathered inside the scan over the stacked layers; see
-// prefetchableGather) is moved and reserved likewise, and kept even when the
-// arenas grow: the executor runs the next iteration's gather into the
-// reserved bytes beside the rest of the iteration (cpu/cpuexec's
-// collective.go), and the memory analysis counts the in-flight buffer, so
-// that it still bounds the measured peak (and a memory budget's plan pays
-// for the overlap).
+// With Options.PrefetchGathers, an all_gather of an xs parameter of a scan
+// body (a layer's parameters under FSDP, gathered inside the scan over the
+// stacked layers; see prefetchableGather) is moved and reserved likewise,
+// and kept even when the arenas grow: the executor runs the next
+// iteration's gather into the reserved bytes beside the rest of the
+// iteration (cpu/cpuexec's collective.go), and the memory analysis counts
+// the in-flight buffer, so that it still bounds the measured peak (and a
+// memory budget's plan pays for the overlap).
 func prefetch(st *State) error {
 	if st.Liveness == nil {
 		if err := liveness(st); err != nil {
@@ -62,7 +62,7 @@ func prefetch(st *State) error {
 		ret := returned(b)
 		var reserved []*ir.Value
 		for _, op := range append([]*ir.Op(nil), b.Ops...) {
-			gather := prefetchableGather(op, b, xs, ret)
+			gather := st.Options.PrefetchGathers && prefetchableGather(op, b, xs, ret)
 			if !gather && !prefetchable(op, b, xs, ret) {
 				continue
 			}

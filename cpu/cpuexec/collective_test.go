@@ -92,7 +92,7 @@ func compileColl(t testing.TB, src string, bound ...string) *Executable {
 	t.Helper()
 	f, err := ir.Parse(src)
 	require.NoError(t, err)
-	p, err := passes.Compile(f, passes.Options{FusionInPlace: true, BoundAxes: bound})
+	p, err := passes.Compile(f, passes.Options{FusionInPlace: true, PrefetchGathers: true, BoundAxes: bound})
 	require.NoError(t, err)
 	e, err := New(p)
 	require.NoError(t, err)
