@@ -7,10 +7,15 @@
 #     Flax models (testdata/transformers, read by go test ./nn/hf) are
 #     stamped with the SHA-256 of their generator, its pins
 #     (requirements-transformers.txt) and the checkpoints. When the stamp
-#     matches, nothing else runs; when one of them changed, the pinned
-#     transformers, jax and flax are installed into a virtualenv of their
-#     own (no torch) and --check regenerates the goldens and compares them,
-#     failing until they are regenerated and the stamp with them.
+#     matches, nothing else runs; when one of them changed, --check
+#     regenerates the goldens in the virtualenv of transformers, jax and
+#     flax (below) and compares them, failing until they are regenerated
+#     and the stamp with them.
+#     That virtualenv, ${FERRY_VENV:-.venv}-transformers (no torch), is
+#     made from requirements-transformers.txt by scripts/venv when it does
+#     not exist or its pins changed (about 35 s with pip's cache warm,
+#     780 MB on disk), and costs nothing once it is there. Step 5 always
+#     needs it.
 #  3. Ferry loads them and saves them back under Hugging Face's names
 #     (go test -run TestSaveRoundTrip); Python's safetensors reads the
 #     saved files, and they hold the original tensors and outputs.
@@ -23,18 +28,24 @@
 #     BERT, saving each under Hugging Face's names; gen.py --finetuned has
 #     Python's safetensors read what was saved, tokenizes the probe
 #     sentences with the pinned tokenizers, runs its NumPy BERT and
-#     compares the embeddings and logits with Ferry's (within 1e-5).
-#     transformers is not run there (step 2 runs it on the tiny checkpoints).
+#     compares the embeddings and logits with Ferry's (within 1e-5). Then
+#     gen_transformers.py --reload loads each saved directory with
+#     transformers' FlaxBertModel.from_pretrained (in the virtualenv of
+#     step 2), tokenizes the same sentences with its pinned tokenizers and
+#     compares transformers' embeddings and the head's logits with Ferry's
+#     (within 1e-5): 5 to 7 s a directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=$(bash scripts/venv)
 py="$venv/bin/python"
 models=${FERRY_HF_MODELS:-$HOME/.cache/ferry-hf-models}
 
+tvenv=$(FERRY_VENV="${FERRY_VENV:-$PWD/.venv}-transformers" bash scripts/venv nn/hf/testdata/requirements-transformers.txt)
+tpy="$tvenv/bin/python"
+
 "$py" nn/hf/testdata/gen.py --check
 if ! "$py" nn/hf/testdata/gen_transformers.py --stamp; then
-  tvenv=$(FERRY_VENV="${FERRY_VENV:-$PWD/.venv}-transformers" bash scripts/venv nn/hf/testdata/requirements-transformers.txt)
-  "$tvenv/bin/python" nn/hf/testdata/gen_transformers.py --check
+  "$tpy" nn/hf/testdata/gen_transformers.py --check
 fi
 
 saved=$(mktemp -d)
@@ -60,6 +71,8 @@ fi
 
 FERRY_HF_MODELS="$models" go run ./examples/finetune -steps 100 -out "$saved/finetuned"
 "$py" nn/hf/testdata/gen.py --finetuned "$saved/finetuned"
+"$tpy" nn/hf/testdata/gen_transformers.py --reload "$saved/finetuned"
 go run ./examples/finetune -model "$saved/absent" -steps 160 -batch 16 -lr 3e-3 -out "$saved/finetuned-tiny"
 "$py" nn/hf/testdata/gen.py --finetuned "$saved/finetuned-tiny"
+"$tpy" nn/hf/testdata/gen_transformers.py --reload "$saved/finetuned-tiny"
 echo "hf.sh: OK"
