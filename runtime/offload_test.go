@@ -79,7 +79,7 @@ func compileCase(t *testing.T, c offloadCase, d offloadData) *rt.Compiled {
 	return comp
 }
 
-// The goals of the issue "Remat and host offload": the memory analysis of the
+// The goals of remat and host offload: the memory analysis of the
 // three programs, their measured device peak, their gradients against the
 // baseline's, and out-of-memory at the offloaded programs' totals for the
 // baseline only.

@@ -12,7 +12,7 @@ import (
 // xs to an f32[8] carry and emits the sum as a row of ys. b.N counts
 // iterations (ns/op is the cost of one), so the figure is the per-iteration
 // set-up of the scan (slicing xs, writing ys, running the body's program)
-// that the issue "Training-step speed" asks to measure.
+// that the training-step speed goals measure.
 func BenchmarkScanIteration(b *testing.B) {
 	const steps, width = 1024, 8
 	xs := make([]float32, steps*width)

@@ -1,5 +1,4 @@
-// Command cpu measures Ferry's CPU backend in one run, for the issue "CPU
-// speed":
+// Command cpu measures Ferry's CPU backend in one run:
 //
 //   - sgemm: GFLOP/s of an n×n×n float32 product for n = 256 … 2048 through
 //     cpu/gemm directly (ferry_gflops), through a jitted trace.MatMul

@@ -1,5 +1,5 @@
 // Command vsjax times Ferry and JAX side by side on the same programs, in one
-// run, for the issue "Speed side by side":
+// run:
 //
 //   - add: a jitted scalar f32 add, the cost of one call (µs per call);
 //   - matmul_M×N×K: jitted f32 products a[m,k]·b[k,n] for 16×128×32,

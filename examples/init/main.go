@@ -7,7 +7,7 @@
 // and the same Vmap written as Equinox users write it (f32 weights, cast to
 // bf16 afterwards), each measured at a size that fits and analysed at the
 // size of a 7B model (32 layers, d=4096, MLP hidden 14336). The sharded
-// cases (issue 21's seed scenario) generate nn.LecunNormal and nn.Zeros
+// cases generate nn.LecunNormal and nn.Zeros
 // matrices with the output sharded over 8 devices (rt.OutShardings, meshes
 // (8) and (2, 4)): run at the size of random_matrix on 8 virtual CPU devices
 // (main sets FERRY_CPU_DEVICES's count to 8 when it is lower) with each
@@ -509,7 +509,7 @@ func run(s sizes, analyses bool) ([]row, error) {
 		rows = append(rows, analysed("random_matrix_full", fmt.Sprintf("f32[%d, %d] lowered and compiled, never run; ratio = analysed total / output (JAX: 112 GiB for 32 GiB)", s.FullRows, s.FullCols), m))
 	}
 
-	// Sharded initialisers over 8 devices (issue 21's seed scenario).
+	// Sharded initialisers over 8 devices.
 	sr, err := shardedRows(s, key, analyses, cases)
 	if err != nil {
 		return nil, err
@@ -681,7 +681,7 @@ type shardLayout struct {
 	spec  ir.PartitionSpec
 }
 
-// shardLayouts are the layouts of the sharded cases (issue 21): rows split
+// shardLayouts are the layouts of the sharded cases: rows split
 // over a mesh of 8, and rows over x and columns over y of a 2×4 mesh.
 var shardLayouts = []shardLayout{
 	{"8", []int{8}, []string{"x"}, ir.P("x", "")},
@@ -721,7 +721,7 @@ func shardBytes(sh *ir.NamedSharding, rows, cols int) (int64, error) {
 	return int64(shape.Size()) * int64(ir.Float32.Size()), nil
 }
 
-// shardedRows returns the sharded initialiser cases (issue 21): each of
+// shardedRows returns the sharded initialiser cases: each of
 // shardInits generates an f32[MatRows, MatCols] matrix straight into its
 // blocks on the devices of each of shardLayouts, jitted with rt.OutShardings
 // (the partitioned program computes the random bits of its device's block
