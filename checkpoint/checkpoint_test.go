@@ -25,7 +25,7 @@ import (
 // The header and data of a small tree, written by hand from the safetensors
 // format description.
 func TestSaveBytesExact(t *testing.T) {
-	tree := struct{ A, B *trace.Array }{rt.FromSlice([]float32{1, 2}), rt.ScalarOf(int32(7))}
+	tree := struct{ A, B *trace.Array }{rt.FromSlice([]float32{1, 2}), rt.FromScalar(int32(7))}
 	var buf bytes.Buffer
 	require.NoError(t, checkpoint.Save(&buf, tree, map[string]string{"format": "pt"}))
 

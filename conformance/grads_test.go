@@ -180,9 +180,9 @@ func vmapWhileValue(a []*trace.Array) *trace.Array {
 	dt := x.DType()
 	out := trace.Vmap(func(s0 *trace.Array) *trace.Array {
 		return trace.While(func(s []*trace.Array) *trace.Array {
-			return trace.Less(trace.Sum(s[0]), trace.ScalarOf(50, dt))
+			return trace.Less(trace.Sum(s[0]), trace.ScalarAs(50, dt))
 		}, func(s []*trace.Array) []*trace.Array {
-			return []*trace.Array{trace.Add(trace.Mul(s[0], trace.ScalarOf(1.5, dt)), w)}
+			return []*trace.Array{trace.Add(trace.Mul(s[0], trace.ScalarAs(1.5, dt)), w)}
 		}, s0)[0]
 	})(x)
 	return trace.Sum(trace.Mul(out, out))
@@ -251,10 +251,10 @@ func controlLoss(a []*trace.Array) *trace.Array {
 	x, w, s := a[0], a[1], a[2]
 	dt := x.DType()
 	x = trace.ForLoop(0, 3, func(i *trace.Array, st []*trace.Array) []*trace.Array {
-		step := trace.Mul(trace.ScalarOf(0.1, dt), trace.Convert(i, dt))
+		step := trace.Mul(trace.ScalarAs(0.1, dt), trace.Convert(i, dt))
 		return []*trace.Array{trace.Add(trace.Tanh(trace.MatMul(st[0], w)), step)}
 	}, x)[0]
-	y := trace.Cond(trace.Greater(trace.Sum(x), trace.ScalarOf(0, dt)),
+	y := trace.Cond(trace.Greater(trace.Sum(x), trace.ScalarAs(0, dt)),
 		func(o []*trace.Array) []*trace.Array { return []*trace.Array{trace.Mul(trace.Sin(o[0]), s)} },
 		func(o []*trace.Array) []*trace.Array {
 			return []*trace.Array{trace.Mul(trace.Mul(trace.Cos(o[0]), s), s)}
@@ -267,9 +267,9 @@ func whileValue(a []*trace.Array) *trace.Array {
 	x, w := a[0], a[1]
 	dt := x.DType()
 	out := trace.While(func(s []*trace.Array) *trace.Array {
-		return trace.Less(trace.Sum(s[0]), trace.ScalarOf(50, dt))
+		return trace.Less(trace.Sum(s[0]), trace.ScalarAs(50, dt))
 	}, func(s []*trace.Array) []*trace.Array {
-		return []*trace.Array{trace.Add(trace.Mul(s[0], trace.ScalarOf(1.5, dt)), w)}
+		return []*trace.Array{trace.Add(trace.Mul(s[0], trace.ScalarAs(1.5, dt)), w)}
 	}, x)[0]
 	return trace.Sum(trace.Mul(out, out))
 }

@@ -90,10 +90,10 @@ var controlPrograms = []struct {
 	}},
 	{"while", []ir.Type{f32t(4), f32t(4)}, func(x []*trace.Array) []*trace.Array {
 		return trace.While(func(s []*trace.Array) *trace.Array {
-			return trace.Less(s[0], trace.ScalarOf(7, ir.Int32))
+			return trace.Less(s[0], trace.ScalarAs(7, ir.Int32))
 		}, func(s []*trace.Array) []*trace.Array {
-			return []*trace.Array{trace.Add(s[0], trace.ScalarOf(1, ir.Int32)), trace.Add(trace.Mul(s[1], x[1]), trace.Scalar(0.5))}
-		}, trace.ScalarOf(0, ir.Int32), x[0])
+			return []*trace.Array{trace.Add(s[0], trace.ScalarAs(1, ir.Int32)), trace.Add(trace.Mul(s[1], x[1]), trace.Scalar(0.5))}
+		}, trace.ScalarAs(0, ir.Int32), x[0])
 	}},
 	{"cond", []ir.Type{f32t(5), f32t(5)}, func(x []*trace.Array) []*trace.Array {
 		return trace.Cond(trace.Greater(trace.Sum(x[0]), trace.Sum(x[1])),

@@ -134,7 +134,7 @@ func DotProductAttention(query, key, value *trace.Array, opts AttentionOptions) 
 		a.mask = m
 	}
 	q := trace.Reshape(trace.Convert(query, w), B, T, K, G, H)
-	q = trace.Mul(q, trace.ScalarOf(scale, w))
+	q = trace.Mul(q, trace.ScalarAs(scale, w))
 	k := trace.Convert(key, w)
 	var o *trace.Array // [B, K, T, G, Hv]
 	if opts.BlockSize > 0 {
@@ -217,7 +217,7 @@ func (a attnPlan) logits(q, k, bias, mask, start *trace.Array) *trace.Array {
 		}
 	}
 	if mask != nil {
-		s = trace.Where(mask, s, trace.ScalarOf(maskedLogit(a.w), a.w))
+		s = trace.Where(mask, s, trace.ScalarAs(maskedLogit(a.w), a.w))
 	}
 	return s
 }

@@ -263,7 +263,7 @@ func (g *Generator[M]) Generate(prompts [][]int32, cfg GenerateConfig) (res Gene
 	}
 
 	t0 := time.Now()
-	out, err := g.prefillNext.Call(g.model, rt.FromSlice(ids, B, P), rt.ScalarOf(int32(n)), key, cfg.Sampling)
+	out, err := g.prefillNext.Call(g.model, rt.FromSlice(ids, B, P), rt.FromScalar(int32(n)), key, cfg.Sampling)
 	if err != nil {
 		return res, err
 	}
@@ -273,7 +273,7 @@ func (g *Generator[M]) Generate(prompts [][]int32, cfg GenerateConfig) (res Gene
 	res.PrefillSeconds = t1.Sub(t0).Seconds()
 	var t2 time.Time // after the first decode step
 	for pos := n; !finished; pos++ {
-		p := rt.ScalarOf(int32(pos))
+		p := rt.FromScalar(int32(pos))
 		out, err := g.next.Call(g.model, tok, p, cache, key, cfg.Sampling)
 		if err != nil {
 			return res, err

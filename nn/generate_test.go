@@ -87,7 +87,7 @@ func checkDecode[M nn.Decoder](t *testing.T, r *rand.Rand, c decoderCase[M]) {
 				prompt[b*P+i] = int32(r.IntN(c.vocab)) // padding: any token
 			}
 		}
-		logits, cache, err := g.Prefill(rt.FromSlice(prompt, B, P), rt.ScalarOf(int32(n)))
+		logits, cache, err := g.Prefill(rt.FromSlice(prompt, B, P), rt.FromScalar(int32(n)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +100,7 @@ func checkDecode[M nn.Decoder](t *testing.T, r *rand.Rand, c decoderCase[M]) {
 			for b := range B {
 				tok[b] = ids[b*T+p]
 			}
-			logits, cache, err = g.Step(rt.FromSlice(tok, B), rt.ScalarOf(int32(p)), cache)
+			logits, cache, err = g.Step(rt.FromSlice(tok, B), rt.FromScalar(int32(p)), cache)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -273,13 +273,13 @@ func TestDecodeMemoryFlat(t *testing.T) {
 	c := randomLlama(r)
 	const steps = 50
 	g := nn.NewGenerator(c.model, 4+steps, 4)
-	logits, cache, err := g.Prefill(rt.FromSlice(randIDs32(r, 4, c.vocab), 1, 4), rt.ScalarOf(int32(4)))
+	logits, cache, err := g.Prefill(rt.FromSlice(randIDs32(r, 4, c.vocab), 1, 4), rt.FromScalar(int32(4)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	logits.Delete()
 	// The compiled step reuses the donated cache for the new one.
-	low, err := g.LowerStep(rt.FromSlice([]int32{0}, 1), rt.ScalarOf(int32(4)), cache)
+	low, err := g.LowerStep(rt.FromSlice([]int32{0}, 1), rt.FromScalar(int32(4)), cache)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestDecodeMemoryFlat(t *testing.T) {
 	}
 	var bytes1, arrays1 int64
 	for i := range steps {
-		tok, pos := rt.FromSlice(randIDs32(r, 1, c.vocab), 1), rt.ScalarOf(int32(4+i))
+		tok, pos := rt.FromSlice(randIDs32(r, 1, c.vocab), 1), rt.FromScalar(int32(4+i))
 		old := cache
 		logits, cache, err = g.Step(tok, pos, cache)
 		if err != nil {

@@ -71,13 +71,13 @@ func VarianceScaling(scale float64, mode FanMode, dist Distribution) Initializer
 		w := drawDType(dt)
 		switch dist {
 		case NormalDist:
-			return trace.Convert(trace.Mul(random.Normal(key, w, shape), trace.ScalarOf(math.Sqrt(v), w)), dt)
+			return trace.Convert(trace.Mul(random.Normal(key, w, shape), trace.ScalarAs(math.Sqrt(v), w)), dt)
 		case UniformDist:
 			b := math.Sqrt(3 * v)
 			return trace.Convert(random.Uniform(key, w, shape, -b, b), dt)
 		default:
 			s := math.Sqrt(v) / truncNormalStd
-			return trace.Convert(trace.Mul(random.TruncatedNormal(key, w, shape, -2, 2), trace.ScalarOf(s, w)), dt)
+			return trace.Convert(trace.Mul(random.TruncatedNormal(key, w, shape, -2, 2), trace.ScalarAs(s, w)), dt)
 		}
 	}
 }
@@ -128,7 +128,7 @@ func HeNormal(key *trace.Array, dt ir.DType, shape ir.Shape) *trace.Array {
 func TruncatedNormalInit(stddev float64) Initializer {
 	return func(key *trace.Array, dt ir.DType, shape ir.Shape) *trace.Array {
 		w := drawDType(dt)
-		return trace.Convert(trace.Mul(random.TruncatedNormal(key, w, shape, -2, 2), trace.ScalarOf(stddev, w)), dt)
+		return trace.Convert(trace.Mul(random.TruncatedNormal(key, w, shape, -2, 2), trace.ScalarAs(stddev, w)), dt)
 	}
 }
 
@@ -137,7 +137,7 @@ func TruncatedNormalInit(stddev float64) Initializer {
 func NormalInit(stddev float64) Initializer {
 	return func(key *trace.Array, dt ir.DType, shape ir.Shape) *trace.Array {
 		w := drawDType(dt)
-		return trace.Convert(trace.Mul(random.Normal(key, w, shape), trace.ScalarOf(stddev, w)), dt)
+		return trace.Convert(trace.Mul(random.Normal(key, w, shape), trace.ScalarAs(stddev, w)), dt)
 	}
 }
 

@@ -216,7 +216,7 @@ func (n LayerNorm) Apply(x *trace.Array) *trace.Array {
 	mu := trace.ExpandDims(trace.Mean(xf, last), last)
 	xc := trace.Sub(xf, mu)
 	v := trace.ExpandDims(trace.Mean(trace.Mul(xc, xc), last), last)
-	y := trace.Mul(xc, trace.Rsqrt(trace.Add(v, trace.ScalarOf(n.Eps, w))))
+	y := trace.Mul(xc, trace.Rsqrt(trace.Add(v, trace.ScalarAs(n.Eps, w))))
 	if n.Scale != nil {
 		y = trace.Mul(y, trace.Convert(n.Scale, w))
 	}
@@ -250,7 +250,7 @@ func (n RMSNorm) Apply(x *trace.Array) *trace.Array {
 	xf := trace.Convert(x, w)
 	last := x.Rank() - 1
 	ms := trace.ExpandDims(trace.Mean(trace.Mul(xf, xf), last), last)
-	y := trace.Mul(xf, trace.Rsqrt(trace.Add(ms, trace.ScalarOf(n.Eps, w))))
+	y := trace.Mul(xf, trace.Rsqrt(trace.Add(ms, trace.ScalarAs(n.Eps, w))))
 	y = trace.Mul(y, trace.Convert(n.Scale, w))
 	return trace.Convert(y, x.DType())
 }
@@ -287,7 +287,7 @@ func Dropout(key, x *trace.Array, rate float64, train bool) *trace.Array {
 		return x
 	}
 	keep := random.Bernoulli(key, 1-rate, x.Shape())
-	scaled := trace.Mul(x, trace.ScalarOf(1/(1-rate), x.DType()))
+	scaled := trace.Mul(x, trace.ScalarAs(1/(1-rate), x.DType()))
 	return trace.Where(keep, scaled, trace.ZerosLike(x))
 }
 

@@ -21,7 +21,7 @@ func lineLoss(p Line) *trace.Array {
 	return trace.Mean(trace.Square(d))
 }
 
-func zeroLine() Line { return Line{W: rt.ScalarOf(float32(0)), B: rt.ScalarOf(float32(0))} }
+func zeroLine() Line { return Line{W: rt.FromScalar(float32(0)), B: rt.FromScalar(float32(0))} }
 
 // fit runs steps jitted training steps of opt on lineLoss.
 func fit[S any](opt optim.Optimizer[Line, S], steps int) Line {
@@ -144,15 +144,15 @@ func ExampleAdamW() {
 
 func ExampleClipByGlobalNorm() {
 	clip := optim.ClipByGlobalNorm[Line](1)
-	g := Line{W: rt.ScalarOf(float32(3)), B: rt.ScalarOf(float32(4))}
+	g := Line{W: rt.FromScalar(float32(3)), B: rt.FromScalar(float32(4))}
 	u, _, _ := clip.Update(g, optim.EmptyState{}, Line{})
 	fmt.Printf("%.1f %.1f\n", u.W.Item(), u.B.Item())
 	// Output: 0.6 0.8
 }
 
 func ExampleApplyUpdates() {
-	p := Line{W: rt.ScalarOf(float32(1)), B: rt.ScalarOf(float32(2))}
-	q, _ := optim.ApplyUpdates(p, Line{W: rt.ScalarOf(float32(0.5)), B: rt.ScalarOf(float32(-1))})
+	p := Line{W: rt.FromScalar(float32(1)), B: rt.FromScalar(float32(2))}
+	q, _ := optim.ApplyUpdates(p, Line{W: rt.FromScalar(float32(0.5)), B: rt.FromScalar(float32(-1))})
 	fmt.Println(q.W.Item(), q.B.Item())
 	// Output: 1.5 1
 }
@@ -161,16 +161,16 @@ func ExampleApplyUpdates() {
 // parameters.
 func ExampleStep() {
 	opt := optim.SGD[Line](optim.Constant(0.1))
-	p := Line{W: rt.ScalarOf(float32(1)), B: rt.ScalarOf(float32(2))}
+	p := Line{W: rt.FromScalar(float32(1)), B: rt.FromScalar(float32(2))}
 	s, _ := opt.Init(p)
-	g := Line{W: rt.ScalarOf(float32(3)), B: rt.ScalarOf(float32(-4))}
+	g := Line{W: rt.FromScalar(float32(3)), B: rt.FromScalar(float32(-4))}
 	p, s, _ = optim.Step(opt, g, s, p)
 	fmt.Printf("%.2f %.2f %d\n", p.W.Item(), p.B.Item(), int(s.Count.Item()))
 	// Output: 0.70 2.40 1
 }
 
 func ExampleGlobalNorm() {
-	fmt.Println(optim.GlobalNorm(Line{W: rt.ScalarOf(float32(3)), B: rt.ScalarOf(float32(4))}).Item())
+	fmt.Println(optim.GlobalNorm(Line{W: rt.FromScalar(float32(3)), B: rt.FromScalar(float32(4))}).Item())
 	// Output: 5
 }
 
@@ -186,7 +186,7 @@ func ExampleToSpace() {
 func ExampleWarmupCosine() {
 	lr := optim.WarmupCosine(1, 2, 6, 0)
 	for step := range 7 {
-		fmt.Printf("%.2f ", lr(rt.ScalarOf(int32(step))).Item())
+		fmt.Printf("%.2f ", lr(rt.FromScalar(int32(step))).Item())
 	}
 	fmt.Println()
 	// Output: 0.00 0.50 1.00 0.85 0.50 0.15 0.00

@@ -463,7 +463,7 @@ func GlobalNorm(tree any) *trace.Array {
 }
 
 func globalNorm(leaves []*trace.Array) *trace.Array {
-	sum := trace.ScalarOf(0, ir.Float32)
+	sum := trace.ScalarAs(0, ir.Float32)
 	for _, x := range leaves {
 		if x.DType() != ir.Float64 {
 			x = trace.Convert(x, ir.Float32)

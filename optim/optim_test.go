@@ -257,7 +257,7 @@ func countOf(t *testing.T, s any) []int32 {
 }
 
 func TestSchedules(t *testing.T) {
-	at := func(s optim.Schedule, step int) float64 { return s(trace.ScalarOf(float64(step), ir.Int32)).Item() }
+	at := func(s optim.Schedule, step int) float64 { return s(trace.ScalarAs(float64(step), ir.Int32)).Item() }
 	for _, step := range []int{0, 1, 3, 7, 10, 15, 100} {
 		require.InDelta(t, 0.3, at(optim.Constant(0.3), step), 1e-7)
 		require.InDelta(t, 2*math.Min(float64(step)/10, 1), at(optim.LinearWarmup(2, 10), step), 1e-6, "warmup step %d", step)
@@ -272,7 +272,7 @@ func TestSchedules(t *testing.T) {
 	require.InDelta(t, 1.0, at(optim.LinearWarmup(1, 0), 0), 1e-7)
 	// Inside Jit.
 	f := rt.Jit(func(s *trace.Array) *trace.Array { return optim.WarmupCosine(1, 3, 13, 0)(s) })
-	require.InDelta(t, 0.5, f(rt.ScalarOf(int32(8))).Item(), 1e-6)
+	require.InDelta(t, 0.5, f(rt.FromScalar(int32(8))).Item(), 1e-6)
 }
 
 func TestGlobalNormAndApplyUpdates(t *testing.T) {

@@ -69,7 +69,7 @@ func (b *builder) count() *trace.Array {
 	case b.abstract:
 		return trace.Abstract(t)
 	case trace.Current() != nil:
-		return trace.DevicePut(trace.ScalarOf(0, ir.Int32), b.space)
+		return trace.DevicePut(trace.ScalarAs(0, ir.Int32), b.space)
 	}
 	return b.literal(t)
 }

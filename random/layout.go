@@ -48,14 +48,14 @@ func counters(shape ir.Shape, offset int) (hi, lo *trace.Array) {
 	idx := trace.Full(shape, float64(offset), dt)
 	for d := range shape {
 		if shape[d] != 1 {
-			idx = trace.Add(idx, trace.Mul(trace.Iota(dt, shape, d), trace.ScalarOf(float64(strides[d]), dt)))
+			idx = trace.Add(idx, trace.Mul(trace.Iota(dt, shape, d), trace.ScalarAs(float64(strides[d]), dt)))
 		}
 	}
 	if dt == ir.Uint32 {
 		return trace.Zeros(shape, ir.Uint32), idx
 	}
-	hi = trace.Convert(trace.ShiftRightLogical(idx, trace.ScalarOf(32, dt)), ir.Uint32)
-	lo = trace.Convert(trace.And(idx, trace.ScalarOf(maxCount, dt)), ir.Uint32)
+	hi = trace.Convert(trace.ShiftRightLogical(idx, trace.ScalarAs(32, dt)), ir.Uint32)
+	lo = trace.Convert(trace.And(idx, trace.ScalarAs(maxCount, dt)), ir.Uint32)
 	return hi, lo
 }
 

@@ -123,7 +123,7 @@ func rotl(x *trace.Array, r uint32) *trace.Array {
 }
 
 // u32 is a strong u32 scalar.
-func u32(v float64) *trace.Array { return trace.ScalarOf(v, ir.Uint32) }
+func u32(v float64) *trace.Array { return trace.ScalarAs(v, ir.Uint32) }
 
 // keyWords checks that key is a u32[2] array and returns its two words as
 // scalars.
@@ -209,7 +209,7 @@ func bits64(key *trace.Array, shape []int) *trace.Array {
 			return trace.Zeros(ir.Shape(shape), ir.Int64)
 		}
 		hi, lo := blocks(op, key, ir.Shape(shape), 0)
-		return trace.Or(trace.ShiftLeft(trace.Convert(hi, ir.Int64), trace.ScalarOf(32, ir.Int64)), trace.Convert(lo, ir.Int64))
+		return trace.Or(trace.ShiftLeft(trace.Convert(hi, ir.Int64), trace.ScalarAs(32, ir.Int64)), trace.Convert(lo, ir.Int64))
 	}
 	k0, k1 := keyWords(op, key)
 	if 2*n > maxCount {
@@ -220,7 +220,7 @@ func bits64(key *trace.Array, shape []int) *trace.Array {
 	}
 	i := trace.Iota(ir.Uint32, ir.Shape{n}, 0)
 	hi, lo := Block(k0, k1, i, trace.Add(i, u32(float64(n))))
-	w := trace.Or(trace.ShiftLeft(trace.Convert(hi, ir.Int64), trace.ScalarOf(32, ir.Int64)), trace.Convert(lo, ir.Int64))
+	w := trace.Or(trace.ShiftLeft(trace.Convert(hi, ir.Int64), trace.ScalarAs(32, ir.Int64)), trace.Convert(lo, ir.Int64))
 	return trace.Reshape(w, shape...)
 }
 
@@ -275,12 +275,12 @@ func narrowBits(key *trace.Array, shape ir.Shape, width int) *trace.Array {
 // bits, as jax.random.uniform does before scaling.
 func unit(key *trace.Array, dt ir.DType, shape ir.Shape) *trace.Array {
 	if dt == ir.Float64 {
-		b := trace.ShiftRightLogical(bits64(key, shape), trace.ScalarOf(12, ir.Int64))
-		b = trace.Or(b, trace.ScalarOf(float64(0x3ff0000000000000), ir.Int64))
-		return trace.Sub(trace.BitcastConvert(b, ir.Float64), trace.ScalarOf(1, ir.Float64))
+		b := trace.ShiftRightLogical(bits64(key, shape), trace.ScalarAs(12, ir.Int64))
+		b = trace.Or(b, trace.ScalarAs(float64(0x3ff0000000000000), ir.Int64))
+		return trace.Sub(trace.BitcastConvert(b, ir.Float64), trace.ScalarAs(1, ir.Float64))
 	}
 	one := func(b *trace.Array) *trace.Array {
-		return trace.Sub(trace.BitcastConvert(trace.Or(b, u32(0x3f800000)), ir.Float32), trace.ScalarOf(1, ir.Float32))
+		return trace.Sub(trace.BitcastConvert(trace.Or(b, u32(0x3f800000)), ir.Float32), trace.ScalarAs(1, ir.Float32))
 	}
 	switch dt {
 	case ir.BFloat16:
@@ -300,7 +300,7 @@ func unit(key *trace.Array, dt ir.DType, shape ir.Shape) *trace.Array {
 func uniformWork(key *trace.Array, w ir.DType, shape ir.Shape, lo, hi float64) *trace.Array {
 	f := unit(key, w, shape)
 	// As JAX: the bounds are rounded to the dtype before hi - lo.
-	l, h := trace.ScalarOf(lo, w), trace.ScalarOf(hi, w)
+	l, h := trace.ScalarAs(lo, w), trace.ScalarAs(hi, w)
 	f = trace.Add(trace.Mul(f, trace.Sub(h, l)), l)
 	return trace.Maximum(f, l)
 }
@@ -319,7 +319,7 @@ func Normal(key *trace.Array, dt ir.DType, shape ir.Shape) *trace.Array {
 	checkFloat("random.Normal", dt)
 	w := genDType(dt)
 	u := uniformWork(key, w, shape, nextAfter(-1, 0, w), 1)
-	return trace.Convert(trace.Mul(trace.ScalarOf(math.Sqrt2, w), ErfInv(u)), dt)
+	return trace.Convert(trace.Mul(trace.ScalarAs(math.Sqrt2, w), ErfInv(u)), dt)
 }
 
 // TruncatedNormal returns standard normal values truncated to (lower, upper),
@@ -343,12 +343,12 @@ func TruncatedNormal(key *trace.Array, dt ir.DType, shape ir.Shape, lower, upper
 		b = r(math.Erf(r(r(upper) / r(math.Sqrt2))))
 	}
 	u := uniformWork(key, w, shape, a, b)
-	out := trace.Mul(trace.ScalarOf(math.Sqrt2, w), ErfInv(u))
+	out := trace.Mul(trace.ScalarAs(math.Sqrt2, w), ErfInv(u))
 	// The bounds one ulp of the working dtype inwards (for bf16/f16 drawn in
 	// f32, one f32 ulp: the value rounds to dt after the clip).
 	lo := nextAfter(roundTo(lower, w), math.Inf(1), w)
 	hi := nextAfter(roundTo(upper, w), math.Inf(-1), w)
-	return trace.Convert(trace.Clip(out, trace.ScalarOf(lo, w), trace.ScalarOf(hi, w)), dt)
+	return trace.Convert(trace.Clip(out, trace.ScalarAs(lo, w), trace.ScalarAs(hi, w)), dt)
 }
 
 // ErfInv returns the inverse error function of x (f32 or f64; bf16 and f16 are
@@ -362,7 +362,7 @@ func ErfInv(x *trace.Array) *trace.Array {
 	if dt != w {
 		return trace.Convert(ErfInv(trace.Convert(x, w)), dt)
 	}
-	c := func(v float64) *trace.Array { return trace.ScalarOf(v, w) }
+	c := func(v float64) *trace.Array { return trace.ScalarAs(v, w) }
 	small := [9]float64{2.81022636e-08, 3.43273939e-07, -3.5233877e-06,
 		-4.39150654e-06, 0.00021858087, -0.00125372503,
 		-0.00417768164, 0.246640727, 1.50140941}
@@ -401,7 +401,7 @@ func Bernoulli(key *trace.Array, p float64, shape ir.Shape) *trace.Array {
 	if math.IsNaN(p) {
 		panic(trace.Errorf("random.Bernoulli", "p is NaN"))
 	}
-	return trace.Less(uniformWork(key, ir.Float32, shape, 0, 1), trace.ScalarOf(p, ir.Float32))
+	return trace.Less(uniformWork(key, ir.Float32, shape, 0, 1), trace.ScalarAs(p, ir.Float32))
 }
 
 // Gumbel returns standard Gumbel values of float dtype dt, like

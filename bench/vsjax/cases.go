@@ -104,7 +104,7 @@ func fnCase(name, what, jaxCase string, ins []Tensor, call func() *trace.Array) 
 
 // AddCase is a jitted a+b of two f32 scalars: the cost of one call.
 func AddCase() *Case {
-	a, b := rt.ScalarOf(float32(1.5)), rt.ScalarOf(float32(-0.25))
+	a, b := rt.FromScalar(float32(1.5)), rt.FromScalar(float32(-0.25))
 	f := rt.Jit(func(a, b *trace.Array) *trace.Array { return trace.Add(a, b) })
 	return fnCase("add", "jitted scalar f32 add (cost of a call)", "add",
 		[]Tensor{f32Tensor("a", []float32{1.5}), f32Tensor("b", []float32{-0.25})},

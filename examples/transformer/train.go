@@ -474,7 +474,7 @@ func sample(p Model, v *Vocab, cfg Config, key *trace.Array) string {
 		clear(buf)
 		copy(buf, w)
 		k := random.FoldIn(key, uint32(i))
-		tok := next(p, rt.FromSlice(buf, 1, T), rt.ScalarOf(int32(len(w)-1)), k).Int32s()[0]
+		tok := next(p, rt.FromSlice(buf, 1, T), rt.FromScalar(int32(len(w)-1)), k).Int32s()[0]
 		ctx = append(ctx, tok)
 		out = append(out, v.bytes[tok])
 	}

@@ -131,7 +131,7 @@ func bertLoss(m nn.Bert, ids, types, mask *trace.Array) *trace.Array {
 	h := m.Encode(ids, types, nn.Context{Padding: mask})
 	pooled := trace.Sum(trace.Square(m.Pool(h)))
 	B := float64(ids.Shape()[0])
-	return trace.Add(trace.Div(pooled, trace.ScalarOf(B, h.DType())), maskedMean(trace.Sum(trace.Square(h), 2), mask))
+	return trace.Add(trace.Div(pooled, trace.ScalarAs(B, h.DType())), maskedMean(trace.Sum(trace.Square(h), 2), mask))
 }
 
 // lmLoss is gen_transformers.py's causal LM loss: the next-token cross

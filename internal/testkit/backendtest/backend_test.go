@@ -91,10 +91,10 @@ var programs = []program{
 	}},
 	{"while", []ir.Type{f32(4), f32(4)}, func(x []*trace.Array) []*trace.Array {
 		return trace.While(func(s []*trace.Array) *trace.Array {
-			return trace.Less(s[0], trace.ScalarOf(6, ir.Int32))
+			return trace.Less(s[0], trace.ScalarAs(6, ir.Int32))
 		}, func(s []*trace.Array) []*trace.Array {
-			return []*trace.Array{trace.Add(s[0], trace.ScalarOf(1, ir.Int32)), trace.Add(trace.Mul(s[1], x[1]), trace.Scalar(0.5))}
-		}, trace.ScalarOf(0, ir.Int32), x[0])
+			return []*trace.Array{trace.Add(s[0], trace.ScalarAs(1, ir.Int32)), trace.Add(trace.Mul(s[1], x[1]), trace.Scalar(0.5))}
+		}, trace.ScalarAs(0, ir.Int32), x[0])
 	}},
 	{"cond", []ir.Type{f32(5), f32(5)}, func(x []*trace.Array) []*trace.Array {
 		return trace.Cond(trace.Greater(trace.Sum(x[0]), trace.Sum(x[1])),
