@@ -103,16 +103,7 @@ func prefetchableGather(op *ir.Op, b *ir.Region, xs int, ret map[*ir.Value]bool)
 	if op.Code != ir.AllGather || len(op.Args) != 1 || len(op.Results) != 1 {
 		return false
 	}
-	a := op.Args[0]
-	if a.Op != nil || a.Index < xs || a.Index >= len(b.Params) || b.Params[a.Index] != a || ret[op.Result()] {
-		return false
-	}
-	for _, o := range b.Ops {
-		if hasArg(o, op.Result()) {
-			return true
-		}
-	}
-	return false
+	return movesXsSlice(op, b, xs, ret)
 }
 
 // prefetchable reports whether op is a device_put between memory spaces of
@@ -122,6 +113,13 @@ func prefetchable(op *ir.Op, b *ir.Region, xs int, ret map[*ir.Value]bool) bool 
 	if op.Code != ir.DevicePut || len(op.Args) != 1 || op.Args[0].Type.Space == op.Result().Type.Space {
 		return false
 	}
+	return movesXsSlice(op, b, xs, ret)
+}
+
+// movesXsSlice reports whether op's one operand is an xs parameter (index ≥
+// xs) of scan body b and its result is read by an op of b and not returned:
+// what a copy or gather started an iteration ahead must be.
+func movesXsSlice(op *ir.Op, b *ir.Region, xs int, ret map[*ir.Value]bool) bool {
 	a := op.Args[0]
 	if a.Op != nil || a.Index < xs || a.Index >= len(b.Params) || b.Params[a.Index] != a || ret[op.Result()] {
 		return false
