@@ -141,7 +141,7 @@ func TestOneDevicePerProcessMesh(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobs := make([]*distributed.Job, 2)
-	errs := onEachDevice(2, func(p int) (err error) {
+	errs := distributed.OnEachDevice(2, func(p int) (err error) {
 		jobs[p], err = distributed.New(context.Background(), procs[p], 1)
 		return err
 	})

@@ -236,7 +236,7 @@ func (e *shardedExecutable) runDevices(local [][]trace.Buffer, devs []int, opts 
 		return nil, err
 	}
 	outs := make([][]trace.Buffer, len(devs))
-	errs := onEachDevice(len(devs), func(r int) (err error) {
+	errs := distributed.OnEachDevice(len(devs), func(r int) (err error) {
 		id, _ := localID(devs[r])
 		o := ExecOptions{Device: id, Commit: true, Context: ctx, DonationSite: opts.DonationSite}
 		if r < len(comms) {
@@ -347,7 +347,7 @@ func (e *shardedExecutable) comms(ctx context.Context) ([]map[string]collective.
 		return nil, err
 	}
 	set := make([]map[string]collective.Communicator, n)
-	errs := onEachDevice(n, func(r int) error {
+	errs := distributed.OnEachDevice(n, func(r int) error {
 		set[r] = map[string]collective.Communicator{}
 		for _, ax := range e.part.Axes {
 			c, err := collective.MeshAxes(ctx, world[r], m.Shape(), axesOf(ax)...)
@@ -361,22 +361,6 @@ func (e *shardedExecutable) comms(ctx context.Context) ([]map[string]collective.
 		return nil
 	})
 	return set, errors.Join(errs...)
-}
-
-// onEachDevice runs fn(r) for r in [0, n) at once, one goroutine each, and
-// returns their errors.
-func onEachDevice(n int, fn func(r int) error) []error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(r)
-		}()
-	}
-	wg.Wait()
-	return errs
 }
 
 // executeSharded runs a partitioned executable for execute; want (a device

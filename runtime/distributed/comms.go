@@ -39,7 +39,7 @@ func (j *Job) WorldComms(ctx context.Context, m *ir.Mesh, axes []string, parseAx
 		pos[g] = r
 	}
 	sets := make([]map[string]collective.Communicator, k) // by local device
-	errs := onEachDevice(k, func(d int) error {
+	errs := OnEachDevice(k, func(d int) error {
 		g := p*k + d
 		color, key := collective.Undefined, 0
 		if r, ok := pos[g]; ok {
@@ -78,9 +78,10 @@ func (j *Job) WorldComms(ctx context.Context, m *ir.Mesh, axes []string, parseAx
 	return out, nil
 }
 
-// onEachDevice runs fn(r) for r in [0, n) at once, one goroutine each, and
+// OnEachDevice runs fn(r) for r in [0, n) at once, one goroutine each (one
+// per device or process: they may wait on each other in collectives), and
 // returns their errors.
-func onEachDevice(n int, fn func(r int) error) []error {
+func OnEachDevice(n int, fn func(r int) error) []error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {

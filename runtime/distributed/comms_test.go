@@ -141,7 +141,7 @@ func TestJobOfTwoProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobs := make([]*Job, 2)
-	errs := onEachDevice(2, func(p int) (err error) {
+	errs := OnEachDevice(2, func(p int) (err error) {
 		jobs[p], err = New(context.Background(), procs[p], 2)
 		return err
 	})
@@ -174,7 +174,7 @@ func TestJobOfTwoProcesses(t *testing.T) {
 		}
 	}
 	failed := make([][]int, 2)
-	errs = onEachDevice(2, func(p int) (err error) {
+	errs = OnEachDevice(2, func(p int) (err error) {
 		failed[p], err = jobs[p].Barrier(p == 0)
 		return err
 	})
