@@ -54,6 +54,8 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 from scipy.special import erf
 
+from inputs import BERT_INPUTS, GREEDY, LM_INPUTS
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # ---- the architectures, in float64 ----
@@ -289,24 +291,8 @@ def llama_weights(rng, c):
     return w
 
 
-# Right-padded batches (every query sees at least its first key).
-BERT_INPUTS = {
-    "ids": [[2, 17, 5, 33, 8, 21, 3], [2, 9, 30, 3, 0, 0, 0]],
-    "types": [[0, 0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 0, 0, 0]],
-    "mask": [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0]],
-}
-LM_INPUTS = {
-    "ids": [[5, 11, 2, 40, 7, 19], [31, 4, 26, 0, 0, 0]],
-    "mask": [[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]],
-}
-
-
-# Greedy continuations: each prompt batch (rows of one length) and the number
-# of new tokens, decoded by greedy() with the float64 forward of the model.
-GREEDY = {
-    "gpt2": ([[5, 11, 2, 40], [31, 4, 26, 9]], 12),  # 4 + 12 ≤ n_positions 16
-    "llama": ([[5, 11, 2, 40, 7], [31, 4, 26, 9, 60]], 24),
-}
+# The inputs (right-padded batches, greedy prompts) are inputs.py's; greedy()
+# decodes GREEDY's prompts with the float64 forward of the model.
 
 
 def greedy(forward, w, cfg, prompt, n):

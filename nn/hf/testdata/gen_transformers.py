@@ -81,21 +81,9 @@ MODELS = ("bert", "gpt2", "llama")
 CHECK_TOL = 1e-9
 RELOAD_TOL = 1e-5
 
-# The inputs of gen.py: right-padded batches (every query sees at least its
-# first key) and the greedy prompt batches with their numbers of new tokens.
-BERT_INPUTS = {
-    "ids": [[2, 17, 5, 33, 8, 21, 3], [2, 9, 30, 3, 0, 0, 0]],
-    "types": [[0, 0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 0, 0, 0]],
-    "mask": [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0]],
-}
-LM_INPUTS = {
-    "ids": [[5, 11, 2, 40, 7, 19], [31, 4, 26, 0, 0, 0]],
-    "mask": [[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]],
-}
-GREEDY = {
-    "gpt2": ([[5, 11, 2, 40], [31, 4, 26, 9]], 12),  # 4 + 12 ≤ n_positions 16
-    "llama": ([[5, 11, 2, 40, 7], [31, 4, 26, 9, 60]], 24),
-}
+# The inputs are gen.py's, from inputs.py: right-padded batches and the greedy
+# prompt batches with their numbers of new tokens.
+from inputs import BERT_INPUTS, GREEDY, LM_INPUTS  # noqa: E402
 
 # The weights whose gradients are written, by their checkpoint names: an
 # embedding (GPT-2's is tied to the LM head, so its gradient sums both
@@ -120,9 +108,9 @@ BUFFERS = ("embeddings.position_ids",)
 
 def stamp_files():
     """The files the goldens depend on, relative to HERE: this file, the
-    pins, and each model directory's config and checkpoint (not gen.py's
+    inputs, the pins, and each model directory's config and checkpoint (not gen.py's
     goldens beside them)."""
-    files = [os.path.basename(__file__), PINS]
+    files = [os.path.basename(__file__), "inputs.py", PINS]
     for m in MODELS:
         for f in sorted(os.listdir(os.path.join(HERE, m))):
             if f == "config.json" or f.endswith((".safetensors", ".safetensors.index.json")):
