@@ -80,19 +80,9 @@ func (ec *emuChain) run(vals []*float32, n int, nt bool) error {
 		runtime.KeepAlive(vals)
 		return err
 	}
-	whole := n &^ (c.lanes - 1)
-	if c.lanes == 16 {
-		whole = n
-	}
+	whole := c.whole(n)
 	for off := 0; off < whole; off += chainMaxPerCall {
-		args[0] = uint64(min(whole-off, chainMaxPerCall))
-		for s, v := range c.used {
-			p := uintptrOf(vals[v])
-			if !c.uniform[s] {
-				p += uintptr(4 * off)
-			}
-			args[1+s] = uint64(p)
-		}
+		c.bodyArgs(vals, off, min(whole-off, chainMaxPerCall), args)
 		if err := call(); err != nil {
 			return err
 		}
@@ -102,31 +92,13 @@ func (ec *emuChain) run(vals []*float32, n int, nt bool) error {
 	}
 	off, r := whole, n-whole
 	buf := make([]float32, c.lanes*len(c.used))
-	at := func(v int32) []float32 {
-		return unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(vals[v]), 4*off)), r)
-	}
-	args[0] = uint64(c.lanes)
-	for s, v := range c.used {
-		if c.uniform[s] {
-			args[1+s] = uint64(uintptrOf(vals[v]))
-			continue
-		}
-		sc := buf[c.lanes*s : c.lanes*(s+1)]
-		if c.input[s] {
-			copy(sc, at(v))
-		}
-		args[1+s] = uint64(uintptrOf(&sc[0]))
-	}
+	c.tailArgs(vals, off, r, args, buf)
 	err := call()
 	runtime.KeepAlive(buf)
 	if err != nil {
 		return err
 	}
-	for s, v := range c.used {
-		if c.stored[s] {
-			copy(at(v), buf[c.lanes*s:])
-		}
-	}
+	c.tailStore(vals, off, r, buf)
 	return nil
 }
 

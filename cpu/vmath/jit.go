@@ -203,20 +203,9 @@ func (c *Chain) run(vals []*float32, n int, nt bool) bool {
 			panic(fmt.Sprintf("vmath: chain value %d has no memory", v))
 		}
 	}
-	whole := n &^ (c.lanes - 1) // AVX2 code computes whole vectors only
-	if c.lanes == 16 {
-		whole = n
-	}
+	whole := c.whole(n)
 	for off := 0; off < whole; off += chainMaxPerCall {
-		cnt := min(whole-off, chainMaxPerCall)
-		args[0] = uint64(cnt)
-		for s, v := range c.used {
-			p := uintptrOf(vals[v])
-			if !c.uniform[s] {
-				p += uintptr(4 * off)
-			}
-			args[1+s] = uint64(p)
-		}
+		c.bodyArgs(vals, off, min(whole-off, chainMaxPerCall), args)
 		ex.call(&args[0])
 	}
 	if whole < n {
@@ -242,9 +231,37 @@ func (c *Chain) runTail(vals []*float32, off, r int, args []uint64) {
 	}
 	buf := *sp
 	clear(buf)
-	at := func(v int32) []float32 {
-		return unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(vals[v]), 4*off)), r)
+	c.tailArgs(vals, off, r, args, buf)
+	c.exec.call(&args[0])
+	c.tailStore(vals, off, r, buf)
+	keepAlive(buf)
+}
+
+// whole is how many of n elements the code computes in place: all of them
+// (AVX-512, masked), or the whole vectors (AVX2; runTail does the rest).
+func (c *Chain) whole(n int) int {
+	if c.lanes == 16 {
+		return n
 	}
+	return n &^ (c.lanes - 1)
+}
+
+// bodyArgs sets args for one call of the code over cnt elements from off.
+func (c *Chain) bodyArgs(vals []*float32, off, cnt int, args []uint64) {
+	args[0] = uint64(cnt)
+	for s, v := range c.used {
+		p := uintptrOf(vals[v])
+		if !c.uniform[s] {
+			p += uintptr(4 * off)
+		}
+		args[1+s] = uint64(p)
+	}
+}
+
+// tailArgs sets args for the call of runTail over elements [off, off+r):
+// streamed values point into buf (c.lanes floats each, zeroed), inputs
+// copied in.
+func (c *Chain) tailArgs(vals []*float32, off, r int, args []uint64, buf []float32) {
 	args[0] = uint64(c.lanes)
 	for s, v := range c.used {
 		if c.uniform[s] {
@@ -253,17 +270,25 @@ func (c *Chain) runTail(vals []*float32, off, r int, args []uint64) {
 		}
 		sc := buf[c.lanes*s : c.lanes*(s+1)]
 		if c.input[s] {
-			copy(sc, at(v))
+			copy(sc, tailOf(vals[v], off, r))
 		}
 		args[1+s] = uint64(uintptrOf(&sc[0]))
 	}
-	c.exec.call(&args[0])
+}
+
+// tailStore copies the stored values' first r elements out of buf to
+// [off, off+r) of their memory.
+func (c *Chain) tailStore(vals []*float32, off, r int, buf []float32) {
 	for s, v := range c.used {
 		if c.stored[s] {
-			copy(at(v), buf[c.lanes*s:])
+			copy(tailOf(vals[v], off, r), buf[c.lanes*s:])
 		}
 	}
-	keepAlive(buf)
+}
+
+// tailOf is elements [off, off+r) of the value at p.
+func tailOf(p *float32, off, r int) []float32 {
+	return unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(p), 4*off)), r)
 }
 
 // ---- code generation ----
