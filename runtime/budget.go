@@ -80,11 +80,27 @@ func MemoryBudget(bytes int64) Option {
 // of the rest of the arithmetic, and bandwidth bytes/s of device↔pinned_host
 // copies one way. A plan (and its MemoryPlan's step estimate) can so be made
 // for another machine: a program compiled with abstract arguments for a
-// GPU's rates, say. Each rate must be positive.
+// GPU's rates, say. Each rate must be positive. The machine they describe
+// copies beside its compute (a GPU's copy engines), unless
+// BudgetCopiesOverlap(false) says otherwise.
 func BudgetRates(matmul, elementwise, bandwidth float64) Option {
 	return func(o *jitOptions) {
 		o.rates = &budget.Rates{Flop: matmul, Elem: elementwise, Bandwidth: bandwidth}
 	}
+}
+
+// BudgetCopiesOverlap tells the memory budget's planner whether
+// device↔pinned_host copies run beside the arithmetic (true: a GPU's copy
+// engines, so a scan's offload transfers cost only what its compute does
+// not hide) or on the cores that compute (false: every offloaded byte costs
+// its copies out and back in full). Without it the planner asks the default
+// backend (a backend with a method CopiesOverlapCompute() bool answers it;
+// the CPU backend, whose pinned_host is emulated in host memory, copies on
+// the cores that compute, and other backends are taken to overlap), and
+// takes rates given with BudgetRates to overlap. It changes the step
+// estimate and so which plan wins.
+func BudgetCopiesOverlap(overlap bool) Option {
+	return func(o *jitOptions) { o.overlap = &overlap }
 }
 
 // MemoryBudgetDeviceCapacity is MemoryBudget of the default device's memory:

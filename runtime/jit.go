@@ -27,6 +27,7 @@ type jitOptions struct {
 	budget       int64 // MemoryBudget: bytes, or budgetDevice
 	budgetSet    bool
 	rates        *budget.Rates // BudgetRates: the planner's rates, else measured
+	overlap      *bool         // BudgetCopiesOverlap, else the backend's
 	probe        bool          // the rate probes: never planned nor dumped
 }
 

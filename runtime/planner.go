@@ -94,8 +94,12 @@ func (j *Jitted[F]) lowerBudget(args []any, bytes int64) (*Lowered, []*trace.Tre
 		weak[i] = l != nil && l.IsWeak()
 	}
 	r := measuredRates()
+	r.Serial = !copiesOverlap(DefaultBackend())
 	if j.opts.rates != nil {
 		r = *j.opts.rates
+	}
+	if o := j.opts.overlap; o != nil {
+		r.Serial = !*o
 	}
 	tr, plan, err := budget.Plan(&planFunc[F]{j: j, args: args, weak: weak}, j.opts.name, bytes, r)
 	if err != nil {

@@ -105,3 +105,22 @@ func bestRate(work float64, f func(a, b *trace.Array) *trace.Array, sa, sb []int
 	}
 	return work / best.Seconds(), true
 }
+
+// copyOverlapper is the optional method a backend answers
+// BudgetCopiesOverlap's question with.
+type copyOverlapper interface {
+	// CopiesOverlapCompute reports whether the backend's
+	// device↔pinned_host copies run beside its arithmetic.
+	CopiesOverlapCompute() bool
+}
+
+// copiesOverlap reports whether backend b's device↔pinned_host copies run
+// beside its arithmetic (see BudgetCopiesOverlap): its answer when it has
+// one; else no for the CPU backend (its spaces are both host memory, and a
+// copy runs on the cores that compute) and yes for the others.
+func copiesOverlap(b Backend) bool {
+	if c, ok := b.(copyOverlapper); ok {
+		return c.CopiesOverlapCompute()
+	}
+	return b == nil || b.Name() != "cpu"
+}

@@ -50,7 +50,17 @@ type Args struct {
 // Rates are the rates the planner prices plans with: FLOP/s of matrix
 // products (Flop) and of elementwise arithmetic (Elem), and
 // device↔pinned_host bytes per second one way (Bandwidth).
-type Rates struct{ Flop, Elem, Bandwidth float64 }
+//
+// Serial says that the backend's device↔pinned_host copies run on the
+// cores that compute (the CPU backend emulates the two spaces in host
+// memory): no copy is hidden behind arithmetic, so every offloaded byte
+// costs its transfers out and back in full. Otherwise (a GPU's copy
+// engines) a scan's offload transfers cost only what its compute does not
+// hide.
+type Rates struct {
+	Flop, Elem, Bandwidth float64
+	Serial                bool
+}
 
 // MaxCompiles bounds the traces and compiles of one bisection.
 const MaxCompiles = 24

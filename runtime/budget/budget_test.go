@@ -3,6 +3,7 @@ package budget
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -223,5 +224,37 @@ func TestHostCandidates(t *testing.T) {
 	}
 	if got := streamedArgs(f, 5, []bool{true}); len(got) != 0 {
 		t.Errorf("streamedArgs of a weak argument = %v, want none", got)
+	}
+}
+
+// With copies on the cores that compute (Rates.Serial), an offloaded
+// residual costs its transfers out and back in full; with copies beside
+// the compute, what the scan's compute hides is free.
+func TestEstimateSerialCopies(t *testing.T) {
+	r := testseed.Rand(t, 2)
+	iters := 2 + r.IntN(30)
+	bytes := int64(1+r.IntN(1<<20)) * 4
+	flops := float64(1 + r.IntN(1<<24))
+	cands := map[candKey]*candInfo{
+		{0, 0}: {bytes: bytes, iters: iters, dot: flops, elem: 1, device: true, needed: true},
+		{0, 1}: {bytes: 4, iters: iters, elem: 1, device: true, needed: true},
+	}
+	dec := map[candKey]trace.RematAction{{0, 0}: trace.Offload}
+	rates := testRates
+	hidden := estimate(cands, dec, passes.Cost{}, rates)
+	rates.Serial = true
+	serial := estimate(cands, dec, passes.Cost{}, rates)
+	want := 2 * float64(bytes) / rates.Bandwidth * float64(iters)
+	if got := serial.step - serial.compute; math.Abs(got-want) > 1e-12*want {
+		t.Errorf("serial copies: the offload adds %g s, want %g s (2 × %d bytes × %d iterations at %g B/s)", got, want, bytes, iters, rates.Bandwidth)
+	}
+	if got := serial.per[candKey{0, 0}]; math.Abs(got-want) > 1e-12*want {
+		t.Errorf("serial copies: the offloaded value is priced %g s, want %g s", got, want)
+	}
+	fwd := (flops/rates.Flop + 2/rates.Elem) // the scan's forward compute per iteration
+	one := float64(bytes) / rates.Bandwidth
+	wantHidden := (math.Max(0, one-fwd) + math.Max(0, one-2*fwd)) * float64(iters)
+	if got := hidden.step - hidden.compute; math.Abs(got-wantHidden) > 1e-9*want {
+		t.Errorf("copies beside compute: the offload adds %g s, want %g s", got, wantHidden)
 	}
 }

@@ -171,8 +171,12 @@ func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, ba
 	for _, s := range scopes {
 		t := xfer[s]
 		// Out during the forward pass, back during the backward one (about
-		// twice the forward's work): what the compute does not hide shows.
+		// twice the forward's work): what the compute does not hide shows,
+		// all of it when copies share the cores with the compute.
 		shown := (math.Max(0, t-fwd[s]) + math.Max(0, t-2*fwd[s])) * iters[s]
+		if r.Serial {
+			shown = 2 * t * iters[s]
+		}
 		extra += shown
 		for _, k := range decKeys {
 			a := dec[k]
