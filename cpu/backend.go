@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/cpu/cpuexec"
+	"github.com/ferryml/ferry/cpu/gemm"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 )
@@ -247,6 +248,13 @@ func (e *cpuExecutable) Execute(args []ir.Buffer, opts backend.ExecOptions) (res
 		}
 		if err != nil {
 			return nil, fmt.Errorf("argument %d: %w", i, err)
+		}
+		if cb, ok := arg.(*cpuBuffer); ok {
+			if i < len(e.prog.Donated) && e.prog.Donated[i] {
+				gemm.Forget(l.Data) // the call may write over it
+			} else {
+				cb.markReadOnly() // products may keep it packed
+			}
 		}
 		a.lits = append(a.lits, l)
 	}

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ferryml/ferry/backend"
+	"github.com/ferryml/ferry/cpu/gemm"
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -71,10 +73,33 @@ type cpuBuffer struct {
 	// the buffer is made and never change.
 	dev       uint16
 	committed bool
+	// readOnly says the memory was declared read-only to the matrix
+	// products' packed-weight cache (gemm.ReadOnly), which must forget it
+	// before the memory is freed or handed over.
+	readOnly atomic.Bool
+}
+
+// markReadOnly declares the buffer's memory read-only to the packed-weight
+// cache: it is an argument of a call that does not donate it, and an array's
+// contents never change while it lives.
+func (b *cpuBuffer) markReadOnly() {
+	if len(b.lit.Data) > 0 && !b.readOnly.Load() && b.readOnly.CompareAndSwap(false, true) {
+		gemm.ReadOnly(b.lit.Data)
+	}
+}
+
+// forgetReadOnly drops what the packed-weight cache keeps of the memory,
+// before it is freed or handed over.
+func (b *cpuBuffer) forgetReadOnly(mem []byte) {
+	if b.readOnly.Load() {
+		gemm.Forget(mem)
+		b.readOnly.Store(false)
+	}
 }
 
 // finalizeBuffer releases the memory of a buffer that became unreachable.
 func finalizeBuffer(b *cpuBuffer) {
+	b.forgetReadOnly(b.lit.Data)
 	rec, rel := b.rec, b.rel
 	b.fin = false
 	b.rec = nil
@@ -228,6 +253,7 @@ func (b *cpuBuffer) Unhold(donate bool) {
 
 // free frees the memory of a deleted buffer.
 func (b *cpuBuffer) free() {
+	b.forgetReadOnly(b.lit.Data)
 	b.lit.Data = nil
 	b.stopFinalizer()
 	rec, rel := b.rec, b.rel
@@ -277,6 +303,7 @@ func (b *cpuBuffer) handOver(where string) (mem []byte, rec *allocRecord, releas
 	// The memory now belongs to the caller: the finalizer must not free it.
 	b.stopFinalizer()
 	mem = b.lit.Data
+	b.forgetReadOnly(mem)
 	if b.rec != nil {
 		rec, b.rec = b.rec, nil
 		return mem, rec, nil, nil

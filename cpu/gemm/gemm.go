@@ -351,6 +351,8 @@ type job[T float] struct {
 	nJR        int  // column chunks per row block
 	items      int  // row blocks × column chunks
 	pb         [2][]T
+	cached     []T   // B's packed panels from the cache (cachedB), or nil
+	cachedOff  []int // start of each step's panel in cached
 	steps      []stepState
 	done       []atomic.Bool // [step*items + item]
 
@@ -400,6 +402,15 @@ func gemmBlocked[T float](kr *kernel[T], nt int, s *spec[T]) {
 	if nt > 1 {
 		j.done = make([]atomic.Bool, nSteps*j.items)
 		j.cond.L = &j.mu
+	}
+	if data, off, ok := j.cachedB(); ok {
+		j.cached, j.cachedOff = data, off
+		if nt == 1 {
+			j.run(0)
+			return
+		}
+		parallel.Run(nt, j.run)
+		return
 	}
 	bsize := roundUp(j.nc, nr) * j.kc
 	nbuf := 1
@@ -464,23 +475,11 @@ func (j *job[T]) run(t int) {
 			kc := min(j.kc, j.k-pc)
 			st := &j.steps[step]
 			pb := j.pb[step%2]
-			// Pack slivers of B.
-			for first := true; ; first = false {
-				s := st.sNext.Add(1) - 1
-				if s >= slivers {
-					break
-				}
-				if first && step >= 2 {
-					prev := &j.steps[step-2]
-					j.wait(func() bool { return prev.iDone.Load() == items })
-				}
-				c0 := int(s) * nr
-				j.packB(pb[c0*kc:], pc, jc+c0, kc, min(nr, nc-c0))
-				if st.sDone.Add(1) == slivers {
-					j.signal()
-				}
+			if j.cached != nil {
+				pb = j.cached[j.cachedOff[step]:] // packed already
+			} else {
+				j.packStep(step, pb, pc, jc, kc, nc)
 			}
-			j.wait(func() bool { return st.sDone.Load() == slivers })
 			bet := j.beta
 			if pc > 0 {
 				bet = 1
@@ -517,6 +516,31 @@ func (j *job[T]) run(t int) {
 			step++
 		}
 	}
+}
+
+// packStep packs the kc×nc panel of B at (pc, jc) for step, sliver by
+// sliver with the other threads, and returns once all of it is packed.
+func (j *job[T]) packStep(step int, pb []T, pc, jc, kc, nc int) {
+	nr := j.kr.nr
+	items := int64(j.items)
+	slivers := int64((nc + nr - 1) / nr)
+	st := &j.steps[step]
+	for first := true; ; first = false {
+		s := st.sNext.Add(1) - 1
+		if s >= slivers {
+			break
+		}
+		if first && step >= 2 {
+			prev := &j.steps[step-2]
+			j.wait(func() bool { return prev.iDone.Load() == items })
+		}
+		c0 := int(s) * nr
+		j.packB(pb[c0*kc:], pc, jc+c0, kc, min(nr, nc-c0))
+		if st.sDone.Add(1) == slivers {
+			j.signal()
+		}
+	}
+	j.wait(func() bool { return st.sDone.Load() == slivers })
 }
 
 // macro multiplies the packed mc×kc block of A (rows ic..., columns
