@@ -39,6 +39,9 @@ type Block struct {
 	YsSlots []YsSlot
 	// Steps are the region's ops in execution order.
 	Steps []Step
+	// Schedule says on which queue each step runs and what it waits for
+	// (see Schedule).
+	Schedule Schedule
 }
 
 // Slot is one value with a buffer.
@@ -63,9 +66,12 @@ type StepKind uint8
 
 // Step kinds.
 const (
-	// StepOp is a single op the backend runs by a kernel of its own (sort,
-	// gather, scatter, reductions outside a group, and every other op that
-	// is not one of the kinds below). Step.Op is the op.
+	// StepOp is a single op outside a fused group (every op that is not
+	// one of the kinds below). Step.Op is the op; Step.Kernel describes it
+	// as a group of one op when the kernel form can (LowerOp), and is nil
+	// for the others (sort, gather, scatter, arg reductions, the dynamic
+	// and piecewise structural ops), which a backend runs by a kernel of
+	// its own.
 	StepOp StepKind = iota + 1
 	// StepKernel is a fused group (a fusion op): Step.Kernel is its
 	// expression tree.
@@ -111,7 +117,9 @@ type Step struct {
 	Op *ir.Op
 	// Args are the slots of the op's operands, Outs of its results.
 	Args, Outs []int
-	// Kernel is the fused group of a StepKernel.
+	// Kernel is the fused group of a StepKernel, and of a StepOp the kernel
+	// form describes (LowerOp: a lone elementwise op, reduction, view op or
+	// iota as a group of one op); nil for any other StepOp.
 	Kernel *Kernel
 	// Matmul is the layout of a StepMatmul.
 	Matmul *Matmul

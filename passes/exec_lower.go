@@ -26,6 +26,7 @@ func Lower(p *Program) (*Exec, error) {
 	if err != nil {
 		return nil, err
 	}
+	top.schedule(-1)
 	// Every BufOutput/BufAlias slot must be the buffer of its result.
 	for _, sl := range top.Slots {
 		if k := sl.Buf.Kind; k == BufOutput || k == BufAlias {
@@ -124,6 +125,8 @@ func (l *lowerer) step(b *Block, op *ir.Op, top bool, ysFrom int) (Step, error) 
 		st.Kernel = k
 	case StepMatmul:
 		st.Matmul = MatmulOf(op)
+	case StepOp:
+		st.Kernel, _ = LowerOp(op)
 	case StepLoop:
 		lp, err := l.loop(b, op, &st)
 		if err != nil {
@@ -305,6 +308,11 @@ func (l *lowerer) loop(b *Block, op *ir.Op, st *Step) (*Loop, error) {
 		if err != nil {
 			return nil, fmt.Errorf("region %d: %w", k, err)
 		}
+		xs := -1
+		if op.Code == ir.Scan {
+			xs = lp.Consts + lp.Carry
+		}
+		sub.schedule(xs)
 		lp.Blocks = append(lp.Blocks, sub)
 	}
 	if err := lp.bind(b, op, st); err != nil {

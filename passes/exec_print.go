@@ -40,6 +40,58 @@ func (p *execPrinter) block(b *Block, d int) {
 	for i := range b.Steps {
 		p.step(&b.Steps[i], d+1)
 	}
+	p.schedule(&b.Schedule, d+1)
+}
+
+// schedule prints the steps that do not simply run on the compute queue in
+// order ("step 3 on to_device waits 1, 2 record"), the final waits, the
+// prefetches and the carried collectives; nothing when there are none.
+func (p *execPrinter) schedule(sc *Schedule, d int) {
+	var lines []string
+	for i, ss := range sc.Steps {
+		if ss.Queue == QueueCompute && len(ss.Wait) == 0 && !ss.Record && !ss.Prefetched {
+			continue
+		}
+		l := fmt.Sprintf("step %d on %v", i, ss.Queue)
+		if len(ss.Wait) > 0 {
+			l += " waits " + intList(ss.Wait)
+		}
+		if ss.Record {
+			l += " record"
+		}
+		if ss.Prefetched {
+			l += " prefetched"
+		}
+		lines = append(lines, l)
+	}
+	if len(sc.Final) > 0 {
+		lines = append(lines, "final waits "+intList(sc.Final))
+	}
+	for _, pf := range sc.Prefetch {
+		l := fmt.Sprintf("prefetch step %d (param %d) after step %d", pf.Step, pf.Param, pf.After)
+		if len(pf.Wait) > 0 {
+			l += " waits " + intList(pf.Wait)
+		}
+		lines = append(lines, l)
+	}
+	for _, c := range sc.Carried {
+		lines = append(lines, fmt.Sprintf("carry step %d to the next iteration, waited before step %d", c.Step, c.Before))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	p.line(d, "schedule")
+	for _, l := range lines {
+		p.line(d+1, "%s", l)
+	}
+}
+
+func intList(s []int) string {
+	parts := make([]string, len(s))
+	for i, x := range s {
+		parts[i] = fmt.Sprint(x)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (p *execPrinter) step(st *Step, d int) {
