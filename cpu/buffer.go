@@ -67,12 +67,12 @@ type cpuBuffer struct {
 	st  backend.BufferState
 	rec *allocRecord // the pool's record of the memory, which frees it; or
 	rel *releaser    // frees memory that has no record (rec nil)
-	fin bool         // a finalizer is set
 	// dev is the device whose pools hold the memory; committed says the
 	// buffer is committed to it (backend.DeviceBuffer). Both are set when
 	// the buffer is made and never change.
 	dev       uint16
 	committed bool
+	fin       bool // a finalizer is set
 	// readOnly says the memory was declared read-only to the matrix
 	// products' packed-weight cache (gemm.ReadOnly), which must forget it
 	// before the memory is freed or handed over.
