@@ -67,6 +67,9 @@ type Config struct {
 	Seq int
 	// Train and Test are the sizes of the two splits.
 	Train, Test int
+	// MaxDigits is the decoder task's longest string reversed (at least
+	// 2); Seq must hold 2·MaxDigits+3 tokens.
+	MaxDigits int
 	// Budget is the device budget as a fraction of the unconstrained
 	// step's device total.
 	Budget float64
@@ -80,7 +83,7 @@ type Config struct {
 
 func defaultConfig() Config {
 	return Config{Model: hf.ModelDir("all-MiniLM-L6-v2"), Out: filepath.Join(os.TempDir(), "ferry-finetuned"), Steps: 300, Batch: 32, Warmup: 30, LR: 1e-4, WeightDecay: 0.01,
-		Seq: 12, Train: 400, Test: 128, Budget: 0.6, Measure: 10, Seed: 1}
+		Seq: 12, Train: 400, Test: 128, MaxDigits: 6, Budget: 0.6, Measure: 10, Seed: 1}
 }
 
 // tinyModel is the directory of the small random BERT of nn/hf/testdata.
@@ -95,7 +98,7 @@ func tinyModel() string {
 type Source struct {
 	Dir      string
 	Tiny     bool
-	Bert     HostBert
+	Bert     Host[nn.Bert]
 	Tok      *tokenizer.Tokenizer
 	TokJSON  []byte
 	Describe string
@@ -150,28 +153,24 @@ fine-tuning, saving and reloading, without a pretrained model's English.
 	if src.Bert, err = toHost(bert); err != nil {
 		return nil, err
 	}
-	n := 0
-	for _, d := range src.Bert.data {
-		n += len(d)
-	}
-	src.Describe = fmt.Sprintf("%s: BERT, %d layers of width %d, %d parameters", src.Dir, cfg.Layers, cfg.D, n)
+	src.Describe = fmt.Sprintf("%s: BERT, %d layers of width %d, %d parameters", src.Dir, cfg.Layers, cfg.D, src.Bert.Params())
 	return src, nil
 }
 
-// HostBert is an nn.Bert's f32 parameters in Go memory.
-type HostBert struct {
+// Host is a model's f32 parameters in Go memory, a tree of type T.
+type Host[T any] struct {
 	def    *trace.TreeDef
 	data   [][]float32
 	shapes [][]int
 }
 
 // toHost copies m's parameters into Go memory and deletes its arrays.
-func toHost(m nn.Bert) (HostBert, error) {
+func toHost[T any](m T) (Host[T], error) {
 	leaves, def, err := trace.Flatten(m)
 	if err != nil {
-		return HostBert{}, err
+		return Host[T]{}, err
 	}
-	h := HostBert{def: def}
+	h := Host[T]{def: def}
 	for _, a := range leaves {
 		h.data = append(h.data, a.Float32s())
 		h.shapes = append(h.shapes, a.Shape())
@@ -180,13 +179,22 @@ func toHost(m nn.Bert) (HostBert, error) {
 	return h, nil
 }
 
-// Bert returns new arrays of the parameters.
-func (h HostBert) Bert() (nn.Bert, error) {
+// Tree returns new arrays of the parameters.
+func (h Host[T]) Tree() (T, error) {
 	leaves := make([]*trace.Array, len(h.data))
 	for i, d := range h.data {
 		leaves[i] = rt.FromSlice(d, h.shapes[i]...)
 	}
-	return trace.UnflattenAs[nn.Bert](h.def, leaves)
+	return trace.UnflattenAs[T](h.def, leaves)
+}
+
+// Params is the number of parameters.
+func (h Host[T]) Params() int {
+	n := 0
+	for _, d := range h.data {
+		n += len(d)
+	}
+	return n
 }
 
 func main() {
@@ -201,8 +209,29 @@ func main() {
 	flag.Float64Var(&cfg.Budget, "budget", cfg.Budget, "device memory budget, as a fraction of the unconstrained step's device total")
 	flag.IntVar(&cfg.Measure, "measure", cfg.Measure, "steps of the unconstrained program run to measure it")
 	flag.BoolVar(&cfg.FullPlan, "plan", false, "print every value of the memory plan")
+	flag.IntVar(&cfg.Seq, "seq", cfg.Seq, "tokens a sequence, padded (a decoder's default: 16)")
+	flag.IntVar(&cfg.MaxDigits, "digits", cfg.MaxDigits, "a decoder's task: the longest string of digits reversed")
 	flag.Parse()
-	if _, err := run(os.Stdout, cfg); err != nil {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if _, err := runModel(os.Stdout, cfg, set); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// runModel runs the mode of cfg.Model's config.json: a GPT-2 or Llama
+// decoder (model_type "gpt2" or "llama") with lmDefaults for the flags
+// not in set, or else BERT.
+func runModel(w io.Writer, cfg Config, set map[string]bool) (*Report, error) {
+	kind, err := modelType(cfg.Model)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case "gpt2":
+		return runDecoder(w, lmDefaults(cfg, set), gpt2Decoder)
+	case "llama":
+		return runDecoder(w, lmDefaults(cfg, set), llamaDecoder)
+	}
+	return run(w, cfg)
 }

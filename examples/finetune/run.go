@@ -14,11 +14,16 @@ import (
 // Report is what a run measured.
 type Report struct {
 	Tiny bool
+	// Family is the decoder's family ("GPT-2", "Llama"), "" for BERT.
+	Family string
 	// Losses are every training step's loss, under the budget.
 	Losses []float64
 	// AccBefore and AccAfter are the held-out accuracies before and after
-	// fine-tuning.
+	// fine-tuning (BERT).
 	AccBefore, AccAfter float64
+	// HeldBefore and HeldAfter are the decoder's held-out answers before
+	// and after fine-tuning.
+	HeldBefore, HeldAfter HeldOut
 	// TotalBytes is the unconstrained step's analysed device total;
 	// Budget the budget; PlannedBytes the plan's analysed total.
 	TotalBytes, Budget, PlannedBytes int64
@@ -30,7 +35,7 @@ type Report struct {
 	// from the same start.
 	MaxLossDiff float64
 	// Reload is the reloaded model's largest |difference| from the
-	// trained one (embeddings and logits).
+	// trained one (embeddings and logits, or the decoder's logits).
 	Reload float64
 	// Saved is the number of tensors in the saved model.safetensors.
 	Saved int
@@ -60,7 +65,7 @@ func run(w io.Writer, cfg Config) (*Report, error) {
 	opt := optimizer(cfg.LR, cfg.Warmup, cfg.Steps, cfg.WeightDecay)
 	step := stepFunc(opt)
 	fresh := func() (Classifier, State, error) {
-		bert, err := src.Bert.Bert()
+		bert, err := src.Bert.Tree()
 		if err != nil {
 			return Classifier{}, State{}, err
 		}
@@ -87,15 +92,11 @@ func run(w io.Writer, cfg Config) (*Report, error) {
 	if note != "" {
 		fmt.Fprintln(w, note)
 	}
-	if cfg.FullPlan {
-		fmt.Fprintf(w, "the planner's plan:\n%s\n", planned.MemoryPlan())
-	} else {
-		fmt.Fprintf(w, "the planner's plan (-plan lists every value):\n%s", planSummary(planned.MemoryPlan()))
-	}
+	printPlan(w, cfg, planned)
 
 	// The unconstrained program, measured from the same start and thrown away.
 	if cfg.Measure > 0 {
-		c0, s0, run0, err := trainLoop(base, cls, st, train, cfg.Batch, cfg.Measure, cfg.Seed, nil)
+		c0, s0, run0, err := trainLoop(base, cls, st, cfg.Measure, reviewBatches(train, cfg.Batch, cfg.Seed), nil)
 		if err != nil {
 			return nil, err
 		}
@@ -109,16 +110,7 @@ func run(w io.Writer, cfg Config) (*Report, error) {
 	}
 
 	fmt.Fprintf(w, "\nfine-tuning %d steps at batch %d under the budget:\n", cfg.Steps, cfg.Batch)
-	window := 0.0
-	every := max(cfg.Steps/10, 1)
-	cls, st, rep.Budgeted, err = trainLoop(planned, cls, st, train, cfg.Batch, cfg.Steps, cfg.Seed, func(i int, l float64) {
-		window += l
-		if (i+1)%every == 0 || i == cfg.Steps-1 {
-			n := (i % every) + 1
-			fmt.Fprintf(w, "  step %4d  loss %.4f (mean of the last %d)\n", i+1, window/float64(n), n)
-			window = 0
-		}
-	})
+	cls, st, rep.Budgeted, err = trainLoop(planned, cls, st, cfg.Steps, reviewBatches(train, cfg.Batch, cfg.Seed), lossPrinter(w, cfg.Steps))
 	if err != nil {
 		return nil, err
 	}
@@ -128,10 +120,7 @@ func run(w io.Writer, cfg Config) (*Report, error) {
 	}
 	rep.AccAfter = accuracy(logits, cls, test, cfg.Batch)
 	fmt.Fprintf(w, "held-out accuracy after fine-tuning: %.3f (before %.3f)\n\n", rep.AccAfter, rep.AccBefore)
-	fmt.Fprintf(w, "memory and time of a step (measured over the steps after the first):\n")
-	fmt.Fprintf(w, "  unconstrained:   device peak %s (analysed total %s), median step %.3f s\n", mib(rep.Unconstrained.Peak), mib(rep.TotalBytes), rep.Unconstrained.Seconds)
-	fmt.Fprintf(w, "  budget %s: device peak %s (analysed total %s), median step %.3f s\n", mib(budget), mib(rep.Budgeted.Peak), mib(rep.PlannedBytes), rep.Budgeted.Seconds)
-	fmt.Fprintf(w, "  the first %d losses of the two programs differ by at most %.2g\n\n", min(len(rep.Unconstrained.Losses), len(rep.Losses)), rep.MaxLossDiff)
+	printMemory(w, rep)
 
 	if err := saveAndReload(w, cfg.Out, src, cls, rep); err != nil {
 		return nil, err
@@ -160,7 +149,7 @@ func planSummary(p *passes.MemoryPlan) string {
 	var b strings.Builder
 	b.WriteString(head + "\n")
 	for _, a := range order {
-		what := "residuals of the encoder's scan"
+		what := "residuals of the layers' scan"
 		switch a {
 		case passes.ActionHostArgument:
 			what = "parameter leaves in pinned_host, streamed into the scan"

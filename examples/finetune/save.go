@@ -45,7 +45,7 @@ func saveAndReload(w io.Writer, out string, src *Source, cls Classifier, rep *Re
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	orig, err := src.Bert.Bert()
+	orig, err := src.Bert.Tree()
 	if err != nil {
 		return err
 	}

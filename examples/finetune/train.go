@@ -159,9 +159,10 @@ func newClassifier(bert nn.Bert, seed uint64, opt optim.Optimizer[Classifier, St
 	return c, s, err
 }
 
-// compileStep compiles the training step for args (classifier, state,
-// ids, mask, labels) with opts.
-func compileStep(step func(Classifier, State, *trace.Array, *trace.Array, *trace.Array) (Classifier, State, *trace.Array), args []any, opts ...rt.Option) (*rt.Compiled, error) {
+// compileStep compiles a training step (arguments: the parameters, the
+// optimizer state, then the batch's arrays) for args with opts, donating
+// the parameters and the state.
+func compileStep[F any](step F, args []any, opts ...rt.Option) (*rt.Compiled, error) {
 	opts = append([]rt.Option{rt.WithName("finetune_step"), rt.Donate(0, 1)}, opts...)
 	low, err := rt.NewJitted(step, opts...).Lower(args...)
 	if err != nil {
@@ -173,7 +174,7 @@ func compileStep(step func(Classifier, State, *trace.Array, *trace.Array, *trace
 // planBudget compiles the step without a budget and under frac of its
 // device total, or under the smallest budget the planner reaches when
 // frac's is below it.
-func planBudget(step func(Classifier, State, *trace.Array, *trace.Array, *trace.Array) (Classifier, State, *trace.Array), args []any, frac float64) (base, planned *rt.Compiled, budget int64, note string, err error) {
+func planBudget[F any](step F, args []any, frac float64) (base, planned *rt.Compiled, budget int64, note string, err error) {
 	if base, err = compileStep(step, args); err != nil {
 		return nil, nil, 0, "", err
 	}
@@ -207,27 +208,29 @@ func median(xs []float64) float64 {
 	return (s[(len(s)-1)/2] + s[len(s)/2]) / 2
 }
 
-// trainLoop runs c (a compiled step) for steps steps from (cls, s) on
-// batches of train drawn with seed, measuring after the first call, and
-// returns the trained classifier and state. The loss
-// is read after each step (which waits for it) and passed to every when
-// it is not nil.
-func trainLoop(c *rt.Compiled, cls Classifier, s State, train *Batches, batch, steps int, seed uint64, every func(i int, loss float64)) (Classifier, State, Run, error) {
+// trainLoop runs c (a compiled step) for steps steps from (p, s), the
+// batch of each step made by next, measuring after the first call, and
+// returns the trained parameters and state. The loss is read after each
+// step (which waits for it) and passed to every when it is not nil.
+func trainLoop[P, S any](c *rt.Compiled, p P, s S, steps int, next func() []*trace.Array, every func(i int, loss float64)) (P, S, Run, error) {
 	var run Run
 	var times []float64
-	order := shuffler(train.N, seed)
 	for i := range steps {
-		ids, mask, labels := train.batch(order.next(batch))
+		batch := next()
 		if i > 0 {
 			collect()
 			rt.ResetPeakMemory()
 		}
 		start := time.Now()
-		outs, err := c.Call(cls, s, ids, mask, labels)
-		if err != nil {
-			return cls, s, run, err
+		args := []any{p, s}
+		for _, a := range batch {
+			args = append(args, a)
 		}
-		cls, s = outs[0].(Classifier), outs[1].(State)
+		outs, err := c.Call(args...)
+		if err != nil {
+			return p, s, run, err
+		}
+		p, s = outs[0].(P), outs[1].(S)
 		loss := outs[2].(*trace.Array)
 		l := loss.Item() // waits for the step
 		if i > 0 {
@@ -238,12 +241,20 @@ func trainLoop(c *rt.Compiled, cls Classifier, s State, train *Batches, batch, s
 		if every != nil {
 			every(i, l)
 		}
-		for _, a := range []*trace.Array{ids, mask, labels, loss} {
-			_ = a.Delete()
-		}
+		deleteTree(batch, loss)
 	}
 	run.Seconds = median(times)
-	return cls, s, run, nil
+	return p, s, run, nil
+}
+
+// reviewBatches returns the next function of trainLoop over train: batch
+// reviews a step, in an order shuffled with seed each epoch.
+func reviewBatches(train *Batches, batch int, seed uint64) func() []*trace.Array {
+	order := shuffler(train.N, seed)
+	return func() []*trace.Array {
+		ids, mask, labels := train.batch(order.next(batch))
+		return []*trace.Array{ids, mask, labels}
+	}
 }
 
 // shuffle walks 0..n-1 in a new random order each epoch.
