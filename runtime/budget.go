@@ -39,18 +39,20 @@ const budgetDevice = settings.BudgetDevice
 // DevicePut needed in the body) and stay there.
 //
 // When no plan fits with the arguments where the caller put them, the
-// planner places in pinned_host the device arguments the program reads only
-// as the xs of scans (the parameters of scanned stacks, read by the grad's
-// forward and backward scans), streams them in like the caller's, and plans
-// the residuals again. A call passing such an argument on device copies it
-// to pinned_host first (once for an array passed again undonated; a donated
+// planner places the smallest set of arguments it finds in pinned_host and
+// plans the residuals again. It chooses among the device arguments the
+// program reads only as the xs of scans (the parameters of scanned stacks,
+// read by the grad's forward and backward scans), which it streams in like
+// the caller's, and optimizer state passed in: a donated argument the
+// program reads only elementwise and returns updated at the same position
+// among its results (same structure and types: Adam's moments), which the
+// program copies to device where it is used, writing the new value to
+// pinned_host, where the next call finds it. Those copied least often per
+// call come first, and among them the fewest bytes that cover what is over
+// the budget. A call passing such an argument on device copies it to
+// pinned_host first (once for an array passed again undonated; a donated
 // one is consumed); a call passing it in pinned_host (the program's own
-// placement) runs the same program. If that is not enough, it places
-// optimizer state passed in there too: a donated argument the program
-// reads only elementwise and returns updated at the same position among
-// its results (same structure and types: Adam's moments); the program
-// copies it to device where it is used and writes the new value to
-// pinned_host, where the next call finds it. Arguments the caller put in
+// placement) runs the same program. Arguments the caller put in
 // pinned_host stay there, and OutSpace wins over the plan for a result. The
 // plan lists these arguments (MemoryPlan.HostArguments, actions "host
 // argument" and "host state"); other arguments stay where the caller put

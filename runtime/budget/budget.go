@@ -71,41 +71,27 @@ const MaxCompiles = 24
 // function (Args.Mesh) the budget is per device: the program compiled is
 // the per-device one (its sharded residuals, the layers it gathers and the
 // gradients it reduce-scatters), and its memory analysis is one device's.
-// name names the
-// function in errors. It plans the residuals with the arguments where the
-// caller put them; when no such plan fits (and the function is not
-// sharded), it places the arguments the
-// program reads only as scans' xs (stacked layer weights) in pinned_host
-// and plans again, then optimizer state passed in too. A budget no plan
+// name names the function in errors. It plans the residuals with the
+// arguments where the caller put them; when no such plan fits (and the
+// function is not sharded), it places in pinned_host the smallest set of
+// arguments it finds that makes a plan fit, among the stacked layer weights
+// (arguments the program reads only as scans' xs) and the optimizer state
+// passed in (hostArgs), and plans the residuals again. A budget no plan
 // fits is an *Error.
 func Plan(f Function, name string, budget int64, r Rates) (Trace, *passes.MemoryPlan, error) {
 	s := &search{f: f, name: name, budget: budget, rates: r}
-	base, full, fits, err := s.plans(nil, 0)
+	base, full, fits, err := s.plans(nil, 0, false)
 	if err != nil {
 		return nil, nil, err
 	}
 	host := map[int]string{}                     // argument leaves placed in pinned_host: the action
 	if len(fits) == 0 && base.args.Mesh == nil { // a sharded function's arguments stay put
-		for _, m := range hostStages(base) {
-			if m = s.traceable(m, len(base.args.Weak)); len(m) == 0 {
-				continue
-			}
-			mask := hostMask(m, len(base.args.Weak))
-			secs := 0.0
-			for i, a := range m {
-				secs += hostCopies(base.tr.Func(), base.args, i, a) * float64(base.tr.Func().Body.Params[i].Type.Bytes()) / r.Bandwidth
-			}
-			var hfull *planTry
-			if _, hfull, fits, err = s.plans(mask, secs); err != nil {
-				return nil, nil, err
-			}
-			if hfull.total < full.total {
-				full = hfull
-			}
-			if len(fits) > 0 {
-				host = m
-				break
-			}
+		var hfull *planTry
+		if host, hfull, fits, err = s.hostArgs(base, full); err != nil {
+			return nil, nil, err
+		}
+		if hfull != nil && hfull.total < full.total {
+			full = hfull
 		}
 	}
 	if len(fits) == 0 {
@@ -120,41 +106,156 @@ func Plan(f Function, name string, budget int64, r Rates) (Trace, *passes.Memory
 	return best.tr, buildPlan(best, host, base.total, budget, r, s.compiles), nil
 }
 
-// hostStages returns the placements of arguments in pinned_host to try, in
-// order, for the trace base (every argument where the caller put it):
-// first the stacked weights; then the optimizer state too.
-func hostStages(base *planTry) []map[int]string {
-	f, a := base.tr.Func(), base.args
-	streamed := streamedArgs(f, len(a.Weak), a.Weak)
-	state := stateArgs(f, a.Defs, a.Results, a.Donated, a.Weak)
-	var stages []map[int]string
-	if len(streamed) > 0 {
-		m := map[int]string{}
-		for _, i := range streamed {
-			m[i] = passes.ActionHostArgument
-		}
-		stages = append(stages, m)
+// hostArgs chooses the argument leaves to place in pinned_host when no plan
+// of the residuals fits with every argument where the caller put it (base,
+// and full, the smallest such plan): the candidates are stacked weights
+// (streamedArgs) and optimizer state (stateArgs) the function traces with
+// there; it orders them cheapest transfer per byte first and, among equals,
+// so that the first ones cover the bytes full is over the budget with the
+// fewest bytes (the smallest leaf that covers what is left, else the
+// largest); then it searches, by bisection over that order with each try
+// planning the residuals to their minimum, for the shortest prefix whose
+// smallest plan fits, and plans the residuals with it. It returns the leaves
+// placed (none when even all of them do not fit), the smallest plan it
+// reached, and the tries that fit.
+func (s *search) hostArgs(base, full *planTry) (host map[int]string, hfull *planTry, fits []*planTry, err error) {
+	seq := s.hostOrder(base, full.total-s.budget)
+	if len(seq) == 0 {
+		return nil, nil, nil, nil
 	}
-	if len(state) > 0 {
-		m := map[int]string{}
-		for _, i := range streamed {
-			m[i] = passes.ActionHostArgument
+	probe := func(k int) (bool, error) {
+		_, hf, _, err := s.plans(s.hostMask(base, seq[:k]), s.hostSecs(base, seq[:k]), true)
+		if err != nil {
+			return false, err
 		}
-		for _, i := range state {
-			m[i] = passes.ActionHostState
+		if hfull == nil || hf.total < hfull.total {
+			hfull = hf
 		}
-		stages = append(stages, m)
+		return hf.total <= s.budget, nil
 	}
-	return stages
+	// The first guess: the leaves that cover the bytes over the budget.
+	lo, hi := 0, len(seq)
+	guess := 0
+	for covered := int64(0); guess < len(seq) && covered < full.total-s.budget; guess++ {
+		covered += base.tr.Func().Body.Params[seq[guess].leaf].Type.Bytes()
+	}
+	guess = max(guess, 1)
+	ok, err := probe(guess)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if ok {
+		hi = guess
+	} else {
+		if lo = guess; guess < len(seq) {
+			if ok, err = probe(len(seq)); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+		if !ok {
+			return nil, hfull, nil, nil
+		}
+	}
+	for limit := s.compiles + MaxCompiles; hi-lo > 1 && s.compiles < limit; {
+		mid := (lo + hi) / 2
+		if ok, err = probe(mid); err != nil {
+			return nil, nil, nil, err
+		}
+		if ok {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	host = map[int]string{}
+	for _, c := range seq[:hi] {
+		host[c.leaf] = c.action
+	}
+	_, hf, fits, err := s.plans(s.hostMask(base, seq[:hi]), s.hostSecs(base, seq[:hi]), false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if hf.total < hfull.total {
+		hfull = hf
+	}
+	return host, hfull, fits, nil
 }
 
-// hostMask marks the n argument leaves of m.
-func hostMask(m map[int]string, n int) []bool {
-	mask := make([]bool, n)
-	for i := range m {
-		mask[i] = true
+// hostArg is an argument leaf the planner may place in pinned_host, with
+// the action that places it.
+type hostArg struct {
+	leaf   int
+	action string
+}
+
+// hostOrder returns the argument leaves the planner may place in
+// pinned_host for the trace base (every argument where the caller put it),
+// those the function does not trace with there left out, in the order
+// hostArgs tries them: the fewest copies per call first (the cheapest
+// transfer per byte moved); among leaves copied as often, those that cover
+// over bytes with the fewest bytes first (the smallest leaf that covers
+// what is left, else the largest), then the rest by size, largest first.
+func (s *search) hostOrder(base *planTry, over int64) []hostArg {
+	f, a := base.tr.Func(), base.args
+	all := map[int]string{}
+	for _, i := range streamedArgs(f, len(a.Weak), a.Weak) {
+		all[i] = passes.ActionHostArgument
+	}
+	for _, i := range stateArgs(f, a.Defs, a.Results, a.Donated, a.Weak) {
+		all[i] = passes.ActionHostState
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	all = s.traceable(all, len(a.Weak))
+	bytes := func(i int) int64 { return f.Body.Params[i].Type.Bytes() }
+	copies := func(i int) float64 { return moveCopies(f, a, i, all[i]) }
+	// By copies, then largest first, then by leaf.
+	rest := slices.SortedFunc(maps.Keys(all), func(x, y int) int {
+		return cmp.Or(cmp.Compare(copies(x), copies(y)), cmp.Compare(bytes(y), bytes(x)), cmp.Compare(x, y))
+	})
+	var seq []hostArg
+	for len(rest) > 0 && over > 0 {
+		// Among the cheapest left, the smallest leaf that covers what is
+		// left, else the largest (the first).
+		pick := 0
+		for j, i := range rest {
+			if copies(i) != copies(rest[0]) {
+				break
+			}
+			if bytes(i) >= over {
+				pick = j
+			}
+		}
+		i := rest[pick]
+		seq = append(seq, hostArg{i, all[i]})
+		over -= bytes(i)
+		rest = slices.Delete(rest, pick, pick+1)
+	}
+	for _, i := range rest {
+		seq = append(seq, hostArg{i, all[i]})
+	}
+	return seq
+}
+
+// hostMask marks the leaves of args among the argument leaves of base.
+func (s *search) hostMask(base *planTry, args []hostArg) []bool {
+	mask := make([]bool, len(base.args.Weak))
+	for _, c := range args {
+		mask[c.leaf] = true
 	}
 	return mask
+}
+
+// hostSecs estimates the seconds per call of the copies of args, placed in
+// pinned_host, that no scan body prices (hostCopies).
+func (s *search) hostSecs(base *planTry, args []hostArg) float64 {
+	f := base.tr.Func()
+	secs := 0.0
+	for _, c := range args {
+		secs += hostCopies(f, base.args, c.leaf, c.action) * float64(f.Body.Params[c.leaf].Type.Bytes()) / s.rates.Bandwidth
+	}
+	return secs
 }
 
 // traceable returns the part of placement m (of n argument leaves) the
@@ -169,7 +270,11 @@ func (s *search) traceable(m map[int]string, n int) map[int]string {
 	try := func(m map[int]string) (err error) {
 		defer trace.Recover(&err) // a trace error may come as a panic
 		pt := &planTrace{cands: map[candKey]*candInfo{}}
-		_, err = s.f.Trace(pt, hostMask(m, n))
+		mask := make([]bool, n)
+		for i := range m {
+			mask[i] = true
+		}
+		_, err = s.f.Trace(pt, mask)
 		return err
 	}
 	if try(m) == nil {
@@ -221,6 +326,21 @@ func hostCopies(f *ir.Func, a Args, i int, action string) float64 {
 		k += d.NumLeaves()
 	}
 	return in
+}
+
+// moveCopies is how many times one call copies all of argument leaf i,
+// placed in pinned_host with action, between the spaces, scans' copies
+// included: state in and out; streamed weights in by every scan that reads
+// them, and out when the call returns their new value (hostCopies).
+func moveCopies(f *ir.Func, a Args, i int, action string) float64 {
+	if action == passes.ActionHostState {
+		return 2
+	}
+	in := 0.0
+	if scanReads(f, i) > 1 {
+		in = 1
+	}
+	return hostCopies(f, a, i, action) - in + float64(scanReads(f, i))
 }
 
 // scanReads counts the top-level scans of f that read parameter i as xs.

@@ -20,7 +20,11 @@
 // each in that order, and searches (by bisection over that order, re-tracing
 // and compiling each try) for the shortest prefix that fits. Recomputing a
 // value can make its operands residuals: they join the order.
-// MaxCompiles bounds the tries of one bisection.
+// MaxCompiles bounds the tries of one bisection. When no plan of the
+// residuals fits, arguments move to pinned_host: the fewest copies per byte
+// first, the first ones covering the bytes over the budget with the fewest
+// bytes, and a bisection over that order finds the shortest prefix whose
+// smallest plan fits.
 //
 // Package runtime (rt) is its one user: rt.MemoryBudget, rt.Jit and
 // (*rt.Compiled).MemoryPlan are the entry points users call.

@@ -217,8 +217,9 @@ type plan struct {
 // pinned_host (their transfers estimated at hostSecs per call): it returns
 // the plan with everything kept (base), the one with every residual it can
 // plan recomputed or offloaded (full, the smallest total), and the tries
-// that fit the budget (none when full does not).
-func (s *search) plans(host []bool, hostSecs float64) (base, full *planTry, fits []*planTry, err error) {
+// that fit the budget (none when full does not). A probe stops at full:
+// it returns no tries.
+func (s *search) plans(host []bool, hostSecs float64, probe bool) (base, full *planTry, fits []*planTry, err error) {
 	p := &plan{search: s, host: host, hostSecs: hostSecs, dec: map[candKey]trace.RematAction{}}
 	if base, err = p.try(nil); err != nil {
 		return nil, nil, nil, err
@@ -230,7 +231,7 @@ func (s *search) plans(host []bool, hostSecs float64) (base, full *planTry, fits
 	if full, err = p.smallest(base); err != nil {
 		return nil, nil, nil, err
 	}
-	if full.total > s.budget {
+	if full.total > s.budget || probe {
 		return base, full, nil, nil
 	}
 	fits, err = p.bisect(full)
