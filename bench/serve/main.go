@@ -35,6 +35,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ferryml/ferry/cpu/gemm"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn/hf"
 	"github.com/ferryml/ferry/nn/serve"
@@ -255,6 +256,10 @@ func run(w io.Writer, o options) error {
 	fm, fb := stats(tf)
 	om, ob := stats(to)
 	fmt.Fprintf(w, "Ferry: median %.2f ms, best %.2f ms over %d calls (%.0f sentences/s)\n", ms(fm), ms(fb), len(tf), float64(b.Size)/fm.Seconds())
+	if pc := gemm.PackCache(); pc.Limit > 0 {
+		fmt.Fprintf(w, "Ferry's packed-weight cache: %d weights, %.1f MiB, %d products read them (FERRY_GEMM_PACK_CACHE=off turns it off)\n",
+			pc.Entries, float64(pc.Bytes)/(1<<20), pc.Hits)
+	}
 	fmt.Fprintf(w, "ORT:   median %.2f ms, best %.2f ms over %d calls (%.0f sentences/s)\n", ms(om), ms(ob), len(to), float64(b.Size)/om.Seconds())
 	fmt.Fprintf(w, "Ferry/ORT: %.2f× (medians), %.2f× (best)\n", float64(fm)/float64(om), float64(fb)/float64(ob))
 	return nil
