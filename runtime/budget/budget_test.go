@@ -258,3 +258,30 @@ func TestEstimateSerialCopies(t *testing.T) {
 		t.Errorf("copies beside compute: the offload adds %g s, want %g s", got, wantHidden)
 	}
 }
+
+// Where placing one weight stack in pinned_host is enough, the plan places
+// one, not both.
+func TestPlanMovesTheFewestArguments(t *testing.T) {
+	r := testseed.Rand(t, 3)
+	f := scannedGrad(4+r.IntN(5), 8*(1+r.IntN(4)), 32, 32) // two stacks of the same size
+	s := &search{f: f, name: "scanned", budget: 1, rates: testRates}
+	_, none, _, err := s.plans(nil, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, one, _, err := s.plans([]bool{true, false, false}, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.total >= none.total {
+		t.Skipf("a stack in pinned_host reaches %d bytes, no lower than %d with both on device", one.total, none.total)
+	}
+	tr, p, err := Plan(f, "scanned", one.total, testRates)
+	if err != nil {
+		t.Fatalf("budget %d (the smallest plan with one stack in pinned_host): %v", one.total, err)
+	}
+	checkPlan(t, tr, p, one.total, p.BaselineBytes)
+	if h := p.HostArguments(); len(h) != 1 {
+		t.Errorf("budget %d: the plan places arguments %v in pinned_host, want one stack\n%v", one.total, h, p)
+	}
+}
