@@ -61,7 +61,8 @@ type Sampling struct {
 
 // GenerateConfig says how much Generate decodes and how it picks tokens.
 type GenerateConfig struct {
-	// MaxNewTokens is the most tokens generated per prompt (at least 1).
+	// MaxNewTokens is the most tokens generated per prompt (at least 1),
+	// unless Rows is set.
 	MaxNewTokens int
 	Sampling
 	// Key is the PRNG key of sampled decoding (random.NewKey): the same key
@@ -71,6 +72,10 @@ type GenerateConfig struct {
 	// StopTokens end a row's generation; the stop token is kept as its last
 	// token, as transformers' generate keeps the eos token.
 	StopTokens []int32
+	// Rows, when set, has one RowLimit per prompt, used instead of
+	// MaxNewTokens and StopTokens: each row its own limit and stop tokens
+	// (as requests batched by a server have).
+	Rows []RowLimit
 }
 
 // GenerateResult is what Generate produced.
@@ -90,13 +95,22 @@ type GenerateResult struct {
 }
 
 // Generator holds a Decoder's jitted prefill and decode step for a cache of
-// MaxLen positions. The prefill runs a prompt padded on the right to a
+// MaxLen positions. The prefill runs prompts padded on the right to a
 // bucket length (a multiple of PromptBucket), so prompts of lengths in one
-// bucket share one compiled program; the prompt's length is an array
-// argument. The decode step takes one token per row at a position given as
-// an int32 scalar array and donates the cache: its shapes never change, so
+// bucket share one compiled program; the prompts' lengths are an array
+// argument, one per row, so the prompts of a batch may differ in length.
+// The decode step takes one token per row at a position given as an int32
+// array, one per row, and donates the cache: its shapes never change, so
 // it compiles once and decoding runs in the cache's memory, flat across
 // tokens.
+//
+// Prompts of different lengths are padded on the right, not on the left as
+// transformers' generate pads them: each row keeps its own positions 0 …
+// length−1 (learned and rotary positions need no offset), and its decode
+// steps write its tokens into the cache from its own length on, over its
+// padding. A query of a row attends to the cache positions below its own
+// position and nothing else, so the padding is never seen and every row
+// generates what it would alone.
 type Generator[M Decoder] struct {
 	model        M
 	maxLen       int
@@ -124,17 +138,23 @@ func NewGenerator[M Decoder](m M, maxLen, promptBucket int) *Generator[M] {
 	}
 	g := &Generator[M]{model: m, maxLen: maxLen, promptBucket: promptBucket}
 	// prompt runs ids [B, P] from position 0 into a new cache: the logits
-	// [B, V] at position length−1 and the cache.
+	// [B, V] at position length−1 (of each row when length is a vector) and
+	// the cache.
 	prompt := func(m M, ids, length *trace.Array) (*trace.Array, KVCache) {
-		B := ids.Shape()[0]
+		B, P := ids.Shape()[0], ids.Shape()[1]
 		logits, c := m.LogitsCached(ids, trace.ScalarAs(0, ir.Int32), m.NewKVCache(B, maxLen))
 		V := logits.Shape()[2]
 		last := trace.Sub(trace.Convert(length, ir.Int32), trace.ScalarAs(1, ir.Int32))
+		if last.Rank() == 1 {
+			at := trace.Equal(trace.Iota(ir.Int32, ir.Shape{B, P, 1}, 1), trace.Reshape(last, B, 1, 1))
+			return trace.Sum(trace.Where(at, logits, trace.ScalarAs(0, logits.DType())), 1), c
+		}
 		zero := trace.ScalarAs(0, ir.Int32)
 		logits = trace.DynamicSlice(logits, []*trace.Array{zero, last, zero}, []int{B, 1, V})
 		return trace.Reshape(logits, B, V), c
 	}
-	// one runs tok [B] at position pos: the logits [B, V] and the cache.
+	// one runs tok [B] at position pos (a scalar, or one per row): the
+	// logits [B, V] and the cache.
 	one := func(m M, tok, pos *trace.Array, c KVCache) (*trace.Array, KVCache) {
 		B := tok.Shape()[0]
 		logits, c := m.LogitsCached(trace.Reshape(tok, B, 1), pos, c)
@@ -172,11 +192,13 @@ func (g *Generator[M]) Bucket(n int) int {
 }
 
 // Prefill runs the prompts ids [B, P] (int32, P at most MaxLen), of which
-// the first length (an int32 scalar array, at least 1) tokens of each row
-// are real and the rest padding, from position 0 into a new cache. It
-// returns the logits [B, Vocab] of position length−1, which predict the
-// first new token, and the cache, whose positions from length on are to be
-// overwritten by the decode steps.
+// the first length tokens of each row are real and the rest padding, from
+// position 0 into a new cache. length is an int32 scalar array (every row
+// has that many tokens) or a vector [B] (row b has length[b]); each length
+// is at least 1. It returns the logits [B, Vocab] of each row's position
+// length−1, which predict the first new token, and the cache, whose
+// positions from a row's length on are to be overwritten by its decode
+// steps.
 func (g *Generator[M]) Prefill(ids, length *trace.Array) (*trace.Array, KVCache, error) {
 	if ids == nil || ids.Rank() != 2 || ids.Shape()[1] > g.maxLen {
 		return nil, KVCache{}, fmt.Errorf("nn.Generator.Prefill: ids must be [batch, t ≤ %d], got %v", g.maxLen, ids)
@@ -188,8 +210,10 @@ func (g *Generator[M]) Prefill(ids, length *trace.Array) (*trace.Array, KVCache,
 	return out[0].(*trace.Array), out[1].(KVCache), nil
 }
 
-// Step runs one token per row, tok [B] (int32), at position pos (an int32
-// scalar array below MaxLen) over cache, which it donates: it returns the
+// Step runs one token per row, tok [B] (int32), at position pos over cache:
+// pos is an int32 scalar array (every row at that position) or a vector [B]
+// (row b at pos[b], as after a Prefill of prompts of different lengths),
+// below MaxLen. It donates the cache: it returns the
 // logits [B, Vocab] of the next token and the updated cache, and cache must
 // not be used again.
 func (g *Generator[M]) Step(tok, pos *trace.Array, cache KVCache) (*trace.Array, KVCache, error) {
@@ -214,86 +238,145 @@ func (g *Generator[M]) StepCompiles() int64 {
 	return g.step.Stats().Misses + g.next.Stats().Misses
 }
 
-// Generate continues each prompt (all of the same length, at least one
-// token) by up to cfg.MaxNewTokens tokens: one prefill of the padded
-// prompts, then one decode step per token, each picking the next token as
-// cfg.Sampling says. A row stops at one of cfg.StopTokens; generation ends
-// when every row has stopped or has MaxNewTokens tokens. The prompt length
-// plus MaxNewTokens − 1 must be at most MaxLen.
+// Generate continues each prompt (at least one token each; the prompts of a
+// batch may differ in length) by up to cfg.MaxNewTokens tokens: one prefill
+// of the prompts padded on the right to the bucket of the longest, then one
+// decode step per token, each row at its own position, each picking the
+// next token as cfg.Sampling says. A row stops at one of cfg.StopTokens;
+// generation ends when every row has stopped or has its most tokens.
+// cfg.Rows may set each row's own limit and stop tokens instead. Each
+// prompt's length plus its most new tokens − 1 must be at most MaxLen. A
+// greedy row generates the tokens it would generate alone; a sampled row's
+// draws depend on the batch (one key per step for all rows).
 func (g *Generator[M]) Generate(prompts [][]int32, cfg GenerateConfig) (res GenerateResult, err error) {
 	defer trace.Recover(&err)
-	if len(prompts) == 0 || len(prompts[0]) == 0 {
-		return res, errors.New("nn.Generate: no prompt, or an empty one")
-	}
-	B, n := len(prompts), len(prompts[0])
-	for i, p := range prompts {
-		if len(p) != n {
-			return res, fmt.Errorf("nn.Generate: prompt %d has %d tokens, prompt 0 has %d: the prompts of a batch must have one length", i, len(p), n)
-		}
-	}
-	if cfg.MaxNewTokens < 1 {
-		return res, fmt.Errorf("nn.Generate: MaxNewTokens %d must be at least 1", cfg.MaxNewTokens)
-	}
-	if n+cfg.MaxNewTokens-1 > g.maxLen {
-		return res, fmt.Errorf("nn.Generate: %d prompt tokens and %d new ones need %d cache positions, the generator has %d", n, cfg.MaxNewTokens, n+cfg.MaxNewTokens-1, g.maxLen)
-	}
-	key := cfg.Key
-	if key == nil {
-		key = random.NewKey(0)
-	}
-	P := g.Bucket(n)
-	ids := make([]int32, B*P)
-	for i, p := range prompts {
-		copy(ids[i*P:], p)
-	}
-	res.Tokens = make([][]int32, B)
-	done := make([]bool, B)
-	// record appends each row's token, and reports whether every row is done.
-	record := func(tok *trace.Array) bool {
-		all := true
-		for i, t := range tok.Int32s() {
-			if done[i] {
-				continue
-			}
-			res.Tokens[i] = append(res.Tokens[i], t)
-			done[i] = slices.Contains(cfg.StopTokens, t) || len(res.Tokens[i]) == cfg.MaxNewTokens
-			all = all && done[i]
-		}
-		return all
-	}
-
-	t0 := time.Now()
-	out, err := g.prefillNext.Call(g.model, rt.FromSlice(ids, B, P), rt.FromScalar(int32(n)), key, cfg.Sampling)
+	st, err := g.newGenState(prompts, cfg)
 	if err != nil {
 		return res, err
 	}
+	return st.run()
+}
+
+// RowLimit is one row's own limit and stop tokens (GenerateConfig.Rows).
+type RowLimit struct {
+	MaxNewTokens int     // the most tokens generated for the row (at least 1)
+	StopTokens   []int32 // tokens that end the row (kept as its last token)
+}
+
+// genState is one Generate call: the rows' limits, positions and tokens.
+type genState[M Decoder] struct {
+	g       *Generator[M]
+	prompts [][]int32
+	cfg     GenerateConfig
+	rows    []RowLimit
+	pos     []int32 // the position of each row's next decode step
+	done    []bool
+	res     GenerateResult
+}
+
+// newGenState checks Generate's arguments.
+func (g *Generator[M]) newGenState(prompts [][]int32, cfg GenerateConfig) (*genState[M], error) {
+	if len(prompts) == 0 {
+		return nil, errors.New("nn.Generate: no prompt")
+	}
+	rows := cfg.Rows
+	if rows == nil {
+		if cfg.MaxNewTokens < 1 {
+			return nil, fmt.Errorf("nn.Generate: MaxNewTokens %d must be at least 1", cfg.MaxNewTokens)
+		}
+		rows = make([]RowLimit, len(prompts))
+		for i := range rows {
+			rows[i] = RowLimit{MaxNewTokens: cfg.MaxNewTokens, StopTokens: cfg.StopTokens}
+		}
+	} else if len(rows) != len(prompts) {
+		return nil, fmt.Errorf("nn.Generate: %d rows of limits for %d prompts", len(rows), len(prompts))
+	}
+	st := &genState[M]{g: g, prompts: prompts, cfg: cfg, rows: rows, pos: make([]int32, len(prompts)), done: make([]bool, len(prompts))}
+	for i, p := range prompts {
+		n, max := len(p), rows[i].MaxNewTokens
+		if n == 0 {
+			return nil, fmt.Errorf("nn.Generate: prompt %d is empty", i)
+		}
+		if max < 1 {
+			return nil, fmt.Errorf("nn.Generate: row %d: MaxNewTokens %d must be at least 1", i, max)
+		}
+		if n+max-1 > g.maxLen {
+			return nil, fmt.Errorf("nn.Generate: prompt %d: %d prompt tokens and %d new ones need %d cache positions, the generator has %d", i, n, max, n+max-1, g.maxLen)
+		}
+		st.pos[i] = int32(n)
+	}
+	return st, nil
+}
+
+// record appends each row's token, and reports whether every row is done.
+func (st *genState[M]) record(tok *trace.Array) bool {
+	all := true
+	for i, t := range tok.Int32s() {
+		if st.done[i] {
+			continue
+		}
+		st.res.Tokens[i] = append(st.res.Tokens[i], t)
+		st.done[i] = slices.Contains(st.rows[i].StopTokens, t) || len(st.res.Tokens[i]) == st.rows[i].MaxNewTokens
+		all = all && st.done[i]
+	}
+	return all
+}
+
+// run is the prefill and the decode steps.
+func (st *genState[M]) run() (GenerateResult, error) {
+	g, B := st.g, len(st.prompts)
+	key := st.cfg.Key
+	if key == nil {
+		key = random.NewKey(0)
+	}
+	n := 0
+	for _, p := range st.prompts {
+		n = max(n, len(p))
+	}
+	P := g.Bucket(n)
+	ids := make([]int32, B*P)
+	for i, p := range st.prompts {
+		copy(ids[i*P:], p)
+	}
+	st.res.Tokens = make([][]int32, B)
+
+	t0 := time.Now()
+	length := rt.FromSlice(slices.Clone(st.pos), B)
+	out, err := g.prefillNext.Call(g.model, rt.FromSlice(ids, B, P), length, key, st.cfg.Sampling)
+	length.Delete()
+	if err != nil {
+		return st.res, err
+	}
 	tok, cache, key := out[0].(*trace.Array), out[1].(KVCache), out[2].(*trace.Array)
-	finished := record(tok)
+	finished := st.record(tok)
 	t1 := time.Now()
-	res.PrefillSeconds = t1.Sub(t0).Seconds()
+	st.res.PrefillSeconds = t1.Sub(t0).Seconds()
 	var t2 time.Time // after the first decode step
-	for pos := n; !finished; pos++ {
-		p := rt.FromScalar(int32(pos))
-		out, err := g.next.Call(g.model, tok, p, cache, key, cfg.Sampling)
+	for !finished {
+		p := rt.FromSlice(slices.Clone(st.pos), B)
+		out, err := g.next.Call(g.model, tok, p, cache, key, st.cfg.Sampling)
 		if err != nil {
-			return res, err
+			return st.res, err
 		}
 		p.Delete()
 		tok.Delete()
 		key.Delete()
 		tok, cache, key = out[0].(*trace.Array), out[1].(KVCache), out[2].(*trace.Array)
-		res.DecodeSteps++
-		finished = record(tok)
-		if res.DecodeSteps == 1 {
+		for i := range st.pos {
+			st.pos[i] = min(st.pos[i]+1, int32(g.maxLen-1)) // a finished row's position stays in the cache
+		}
+		st.res.DecodeSteps++
+		finished = st.record(tok)
+		if st.res.DecodeSteps == 1 {
 			t2 = time.Now()
 		}
 	}
-	res.DecodeSeconds = time.Since(t1).Seconds()
-	if d := time.Since(t2).Seconds(); res.DecodeSteps > 1 && d > 0 {
-		res.TokensPerSecond = float64(B*(res.DecodeSteps-1)) / d
+	st.res.DecodeSeconds = time.Since(t1).Seconds()
+	if d := time.Since(t2).Seconds(); st.res.DecodeSteps > 1 && d > 0 {
+		st.res.TokensPerSecond = float64(B*(st.res.DecodeSteps-1)) / d
 	}
 	for _, a := range []*trace.Array{tok, key, cache.K, cache.V} {
 		a.Delete()
 	}
-	return res, nil
+	return st.res, nil
 }

@@ -260,8 +260,78 @@ func TestGenerate(t *testing.T) {
 	if _, err := g.Generate(prompts, nn.GenerateConfig{MaxNewTokens: N + 2}); err == nil {
 		t.Error("no error for more tokens than the cache holds")
 	}
-	if _, err := g.Generate([][]int32{{1, 2}, {3}}, nn.GenerateConfig{MaxNewTokens: 1}); err == nil {
-		t.Error("no error for prompts of different lengths")
+	if _, err := g.Generate([][]int32{{1, 2}, {}}, nn.GenerateConfig{MaxNewTokens: 1}); err == nil {
+		t.Error("no error for an empty prompt")
+	}
+	if _, err := g.Generate(prompts, nn.GenerateConfig{Rows: []nn.RowLimit{{MaxNewTokens: 1}}}); err == nil {
+		t.Error("no error for one row of limits for two prompts")
+	}
+}
+
+// Prompts of different lengths in one batch generate what each generates
+// alone (and what a greedy loop over the full forward gives), with each
+// row's own limit and stop tokens; batches of other lengths reuse the
+// compiled decode step.
+func TestGenerateRaggedBatch(t *testing.T) {
+	r := testseed.Rand(t, 44)
+	for _, c := range []func() (string, func(*testing.T)){
+		func() (string, func(*testing.T)) {
+			c := randomGPT2(r)
+			return c.name, func(t *testing.T) { checkRagged(t, r, c) }
+		},
+		func() (string, func(*testing.T)) {
+			c := randomLlama(r)
+			return c.name, func(t *testing.T) { checkRagged(t, r, c) }
+		},
+	} {
+		t.Run(c())
+	}
+}
+
+func checkRagged[M nn.Decoder](t *testing.T, r *rand.Rand, c decoderCase[M]) {
+	const B, N, maxLen = 3, 8, 20
+	g := nn.NewGenerator(c.model, maxLen, 4)
+	for round := range 2 {
+		prompts := make([][]int32, B)
+		for b := range prompts {
+			prompts[b] = randIDs32(r, 1+r.IntN(9), c.vocab)
+		}
+		res, err := g.Generate(prompts, nn.GenerateConfig{MaxNewTokens: N})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := make([]nn.RowLimit, B)
+		for b, p := range prompts {
+			alone, err := g.Generate([][]int32{p}, nn.GenerateConfig{MaxNewTokens: N})
+			if err != nil {
+				t.Fatal(err)
+			}
+			loop := greedyLoop(c, [][]int32{p}, N)[0]
+			if !slices.Equal(res.Tokens[b], alone.Tokens[0]) || !slices.Equal(res.Tokens[b], loop) {
+				t.Errorf("round %d, row %d (%d of lengths %d, %d, %d): %v in the batch, %v alone, %v by the full forward",
+					round, b, len(p), len(prompts[0]), len(prompts[1]), len(prompts[2]), res.Tokens[b], alone.Tokens[0], loop)
+			}
+			// Each row its own limit, and a stop token from its own tokens.
+			rows[b] = nn.RowLimit{MaxNewTokens: 1 + r.IntN(N), StopTokens: []int32{loop[r.IntN(N)]}}
+		}
+		lim, err := g.Generate(prompts, nn.GenerateConfig{Rows: rows})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b, full := range res.Tokens {
+			w := full[:rows[b].MaxNewTokens]
+			if i := slices.Index(w, rows[b].StopTokens[0]); i >= 0 {
+				w = w[:i+1]
+			}
+			if !slices.Equal(lim.Tokens[b], w) {
+				t.Errorf("round %d, row %d with limit %d and stop token %d: %v, want %v", round, b, rows[b].MaxNewTokens, rows[b].StopTokens[0], lim.Tokens[b], w)
+			}
+		}
+	}
+	// One decode step for batches of 3 rows, one for single rows: never per
+	// token, length or round.
+	if got := g.StepCompiles(); got != 2 {
+		t.Errorf("the decode step compiled %d times for two batch sizes, want 2", got)
 	}
 }
 
@@ -290,6 +360,18 @@ func TestDecodeMemoryFlat(t *testing.T) {
 	cacheBytes := 2 * int64(cache.K.Shape().Size()) * 4
 	if ma := comp.MemoryAnalysis(); ma.AliasBytes < cacheBytes {
 		t.Errorf("the decode step aliases %d B of its arguments to its results, want the cache's %d B (%v)", ma.AliasBytes, cacheBytes, ma)
+	}
+	// So does the step with one position per row (a vector [B]), which
+	// writes each row's keys and values at its own position.
+	low, err = g.LowerStep(rt.FromSlice([]int32{0}, 1), rt.FromSlice([]int32{4}, 1), cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if comp, err = low.Compile(); err != nil {
+		t.Fatal(err)
+	}
+	if ma := comp.MemoryAnalysis(); ma.AliasBytes < cacheBytes {
+		t.Errorf("the decode step with per-row positions aliases %d B of its arguments to its results, want the cache's %d B (%v)", ma.AliasBytes, cacheBytes, ma)
 	}
 	var bytes1, arrays1 int64
 	for i := range steps {

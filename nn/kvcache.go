@@ -57,17 +57,46 @@ func (a SelfAttention) headDims(op string) (kvh, hd int) {
 	return kvh, hd
 }
 
-// cachePos checks a decode position: an integer scalar, returned as int32.
-func cachePos(op string, pos *trace.Array) *trace.Array {
-	if pos == nil || pos.Rank() != 0 || !pos.DType().IsInteger() {
-		panic(trace.Errorf(op, "pos must be an integer scalar, got %v", pos))
+// cachePos checks a decode position: an integer scalar (every row at the
+// same position) or a vector [batch] (one position per row), returned as
+// int32.
+func cachePos(op string, pos *trace.Array, batch int) *trace.Array {
+	if pos == nil || !pos.DType().IsInteger() || !(pos.Rank() == 0 || pos.Rank() == 1 && pos.Shape()[0] == batch) {
+		panic(trace.Errorf(op, "pos must be an integer scalar or vector [%d], got %v", batch, pos))
 	}
 	return trace.Convert(pos, ir.Int32)
 }
 
+// cachePositions returns the positions pos+t of T tokens: [T] for a scalar
+// pos, [B, T] for a vector pos [B].
+func cachePositions(pos *trace.Array, T int) *trace.Array {
+	if pos.Rank() == 0 {
+		return trace.Add(trace.Iota(ir.Int32, ir.Shape{T}, 0), pos)
+	}
+	B := pos.Shape()[0]
+	return trace.Add(trace.Iota(ir.Int32, ir.Shape{B, T}, 1), trace.Reshape(pos, B, 1))
+}
+
+// cacheMask returns the attention mask of T queries at positions pos+t over
+// the S cached keys followed by their own T keys: query t sees cached key s
+// when s < pos (of its row) and new key j when j ≤ t. It is [1, 1, T, S+T]
+// for a scalar pos and [B, 1, T, S+T] for a vector pos [B].
+func cacheMask(pos *trace.Array, T, S int) *trace.Array {
+	causal := trace.LessEqual(trace.Iota(ir.Int32, ir.Shape{T, T}, 1), trace.Iota(ir.Int32, ir.Shape{T, T}, 0))
+	if pos.Rank() == 0 {
+		old := trace.Less(trace.Iota(ir.Int32, ir.Shape{T, S}, 1), pos)
+		return trace.Reshape(trace.Concatenate(1, old, causal), 1, 1, T, S+T)
+	}
+	B := pos.Shape()[0]
+	old := trace.Less(trace.Iota(ir.Int32, ir.Shape{B, T, S}, 2), trace.Reshape(pos, B, 1, 1))
+	mask := trace.Concatenate(2, old, trace.BroadcastTo(trace.Reshape(causal, 1, T, T), B, T, T))
+	return trace.Reshape(mask, B, 1, T, S+T)
+}
+
 // ApplyCached attends x [B, T, D], the tokens at positions pos, pos+1, …,
-// pos+T−1 (pos an integer scalar, traced or not), to themselves and to the
-// earlier positions 0 … pos−1 held in the layer's cache k, v [B, MaxLen,
+// pos+T−1 (pos an integer scalar, traced or not, or a vector [B] of one
+// position per row), to themselves and to the earlier positions 0 … pos−1
+// (of their row) held in the layer's cache k, v [B, MaxLen,
 // KVHeads, HeadDim]. It returns the result [B, T, D] and x's keys and
 // values kn, vn [B, T, KVHeads, HeadDim], which the caller writes into the
 // cache at pos (TransformerStack.ApplyCached does, with one
@@ -85,25 +114,22 @@ func (a SelfAttention) ApplyCached(x, pos, k, v *trace.Array) (y, kn, vn *trace.
 		panic(trace.Errorf(op, "x must be [batch, t, d], got %v", x))
 	}
 	kvh, hd := a.headDims(op)
-	pos = cachePos(op, pos)
 	sh := x.Shape()
 	B, T := sh[0], sh[1]
+	pos = cachePos(op, pos, B)
 	for _, c := range []*trace.Array{k, v} {
 		if c == nil || c.Rank() != 4 || c.Shape()[0] != B || c.Shape()[2] != kvh || c.Shape()[3] != hd {
 			panic(trace.Errorf(op, "the cache must be [%d, maxLen, %d, %d], got %v", B, kvh, hd, c))
 		}
 	}
 	S := k.Shape()[1]
-	positions := trace.Add(trace.Iota(ir.Int32, ir.Shape{T}, 0), pos)
+	positions := cachePositions(pos, T)
 	q := trace.Reshape(a.Q.Apply(x), B, T, a.Heads, hd)
 	kn = a.RoPE.Apply(trace.Reshape(a.K.Apply(x), B, T, kvh, hd), positions)
 	vn = trace.Reshape(a.V.Apply(x), B, T, kvh, hd)
 	q = a.RoPE.Apply(q, positions)
-	// The keys are the cache's S positions followed by x's T: query t sees
-	// cached key s when s < pos, and new key j when j ≤ t.
-	old := trace.Less(trace.Iota(ir.Int32, ir.Shape{T, S}, 1), pos)
-	causal := trace.LessEqual(trace.Iota(ir.Int32, ir.Shape{T, T}, 1), trace.Iota(ir.Int32, ir.Shape{T, T}, 0))
-	mask := trace.Reshape(trace.Concatenate(1, old, causal), 1, 1, T, S+T)
+	// The keys are the cache's S positions followed by x's T.
+	mask := cacheMask(pos, T, S)
 	dt := x.DType()
 	keys := trace.Concatenate(1, trace.Convert(k, dt), kn)
 	values := trace.Concatenate(1, trace.Convert(v, dt), vn)
@@ -171,30 +197,42 @@ func (s TransformerStack) NewKVCache(batch, maxLen int) KVCache {
 	return NewKVCache(a.K.W.DType(), s.Layers(), batch, maxLen, kvh, out(a.Q)/a.Heads)
 }
 
-// ApplyCached runs the L blocks on x [B, T, D] at positions pos … pos+T−1,
-// each attending over its layer of cache (TransformerBlock.ApplyCached),
-// with one scan step per layer that reads the cache; then it writes every
-// layer's new keys and values into the cache at pos with one
-// DynamicUpdateSlice each for K and V, after the last read, so that a
-// donated cache is updated in place. It returns the result and the updated
-// cache. pos+T must be at most the cache's MaxLen (DynamicUpdateSlice would
-// clamp the write).
+// ApplyCached runs the L blocks on x [B, T, D] at positions pos … pos+T−1
+// (pos an integer scalar, or a vector [B] of one position per row), each
+// attending over its layer of cache (TransformerBlock.ApplyCached), with one
+// scan step per layer that reads the cache; then it writes every layer's new
+// keys and values into the cache at pos, after the last read, with
+// DynamicUpdateSlice (one each for K and V, or one per row with a vector
+// pos), so that a donated cache is updated in place. It returns the result
+// and the updated cache. pos+T must be at most the cache's MaxLen
+// (DynamicUpdateSlice would clamp the write).
 func (s TransformerStack) ApplyCached(x, pos *trace.Array, cache KVCache) (*trace.Array, KVCache) {
 	const op = "nn.TransformerStack.ApplyCached"
+	if x == nil || x.Rank() != 3 {
+		panic(trace.Errorf(op, "x must be [batch, t, d], got %v", x))
+	}
 	if cache.K == nil || cache.V == nil || cache.K.Rank() != 5 || cache.K.Shape()[0] != s.Layers() || cache.K.Shape()[2] < x.Shape()[1] {
 		panic(trace.Errorf(op, "the cache must be [%d, B, maxLen ≥ %d, kvHeads, headDim], got %v", s.Layers(), x.Shape()[1], cache.K))
 	}
-	pos = cachePos(op, pos)
+	B := x.Shape()[0]
+	pos = cachePos(op, pos, B)
 	y, kv := trace.ScanTree(func(x *trace.Array, l cacheLayer) (*trace.Array, layerKV) {
 		y, k, v := l.Block.ApplyCached(x, pos, l.K, l.V)
 		return y, layerKV{K: k, V: v}
 	}, x, cacheLayer{Block: s.Blocks, K: cache.K, V: cache.V})
 	zero := trace.ScalarAs(0, ir.Int32)
-	at := []*trace.Array{zero, zero, pos, zero, zero}
-	return y, KVCache{
-		K: trace.DynamicUpdateSlice(cache.K, trace.Convert(kv.K, cache.K.DType()), at),
-		V: trace.DynamicUpdateSlice(cache.V, trace.Convert(kv.V, cache.V.DType()), at),
+	nk, nv := trace.Convert(kv.K, cache.K.DType()), trace.Convert(kv.V, cache.V.DType())
+	if pos.Rank() == 0 {
+		at := []*trace.Array{zero, zero, pos, zero, zero}
+		return y, KVCache{K: trace.DynamicUpdateSlice(cache.K, nk, at), V: trace.DynamicUpdateSlice(cache.V, nv, at)}
 	}
+	k, v := cache.K, cache.V
+	for b := range B {
+		at := []*trace.Array{zero, trace.ScalarAs(float64(b), ir.Int32), trace.Reshape(trace.SliceAxis(pos, 0, b, b+1)), zero, zero}
+		k = trace.DynamicUpdateSlice(k, trace.SliceAxis(nk, 1, b, b+1), at)
+		v = trace.DynamicUpdateSlice(v, trace.SliceAxis(nv, 1, b, b+1), at)
+	}
+	return y, KVCache{K: k, V: v}
 }
 
 // NewKVCache returns a zero cache for batch rows and maxLen positions (at
@@ -207,8 +245,8 @@ func (m GPT2) NewKVCache(batch, maxLen int) KVCache {
 }
 
 // LogitsCached returns the next-token logits [B, T, Vocab] of ids [B, T]
-// (int32) at positions pos … pos+T−1 (pos an int32 scalar), attending over
-// the earlier positions in cache, and the cache with ids' keys and values
+// (int32) at positions pos … pos+T−1 (pos an int32 scalar, or a vector [B]
+// of one position per row), attending over the earlier positions in cache, and the cache with ids' keys and values
 // written in. The logits equal Logits' at those positions of the whole
 // sequence.
 func (m GPT2) LogitsCached(ids, pos *trace.Array, cache KVCache) (*trace.Array, KVCache) {
@@ -216,8 +254,8 @@ func (m GPT2) LogitsCached(ids, pos *trace.Array, cache KVCache) (*trace.Array, 
 	if ids == nil || ids.Rank() != 2 {
 		panic(trace.Errorf(op, "ids must be [batch, t], got %v", ids))
 	}
-	pos = cachePos(op, pos)
-	positions := trace.Add(trace.Iota(ir.Int32, ir.Shape{ids.Shape()[1]}, 0), pos)
+	pos = cachePos(op, pos, ids.Shape()[0])
+	positions := cachePositions(pos, ids.Shape()[1])
 	x := trace.Add(m.Tok.Apply(ids), m.Pos.Apply(positions))
 	x, cache = m.Blocks.ApplyCached(x, pos, cache)
 	return m.Tok.Attend(m.Norm.Apply(x)), cache
@@ -227,8 +265,8 @@ func (m GPT2) LogitsCached(ids, pos *trace.Array, cache KVCache) (*trace.Array, 
 func (m Llama) NewKVCache(batch, maxLen int) KVCache { return m.Blocks.NewKVCache(batch, maxLen) }
 
 // LogitsCached returns the next-token logits [B, T, Vocab] of ids [B, T]
-// (int32) at positions pos … pos+T−1 (pos an int32 scalar; the rotary
-// positions), attending over the earlier positions in cache, and the cache
+// (int32) at positions pos … pos+T−1 (pos an int32 scalar, or a vector [B]
+// of one position per row; the rotary positions), attending over the earlier positions in cache, and the cache
 // with ids' keys and values written in. The logits equal Logits' at those
 // positions of the whole sequence.
 func (m Llama) LogitsCached(ids, pos *trace.Array, cache KVCache) (*trace.Array, KVCache) {

@@ -37,6 +37,13 @@ type transformersGolden struct {
 		Tokens [][]int32 `json:"tokens"`
 		MinGap float64   `json:"min_gap"`
 	} `json:"greedy"`
+	// GreedyPadded is transformers' generate of prompts of different
+	// lengths, left-padded with an attention mask.
+	GreedyPadded struct {
+		Prompts [][]int32 `json:"prompts"`
+		Tokens  [][]int32 `json:"tokens"`
+		MinGap  float64   `json:"min_gap"`
+	} `json:"greedy_padded"`
 }
 
 func readTransformers(t *testing.T, model string) transformersGolden {
@@ -163,6 +170,28 @@ func checkGenerate[M nn.Decoder](t *testing.T, m M, g transformersGolden) {
 		}
 	}
 	t.Logf("%d×%d tokens as transformers' generate (smallest top-2 logit gap %.3g)", len(res.Tokens), N, g.Greedy.MinGap)
+
+	// Prompts of different lengths in one batch (Ferry pads them on the
+	// right, transformers on the left with an attention mask): the same
+	// tokens.
+	pp := g.GreedyPadded
+	if len(pp.Tokens) == 0 || len(pp.Tokens) != len(pp.Prompts) {
+		t.Fatal("the golden has no greedy continuation of padded prompts (regenerate with gen_transformers.py)")
+	}
+	n, N = 0, len(pp.Tokens[0])
+	for _, p := range pp.Prompts {
+		n = max(n, len(p))
+	}
+	res, err = nn.NewGenerator(m, n+N-1, 4).Generate(pp.Prompts, nn.GenerateConfig{MaxNewTokens: N})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b, want := range pp.Tokens {
+		if !slices.Equal(res.Tokens[b], want) {
+			t.Errorf("prompt %v in a batch of lengths %d…%d: greedy tokens %v, transformers' generate with an attention mask %v", pp.Prompts[b], len(pp.Prompts[0]), n, res.Tokens[b], want)
+		}
+	}
+	t.Logf("%d prompts of different lengths: %d tokens each as transformers' padded generate (smallest top-2 logit gap %.3g)", len(pp.Prompts), N, pp.MinGap)
 }
 
 // TestTransformersBert: nn.Bert on testdata/bert against transformers'

@@ -19,7 +19,10 @@ transformers/<model>.json, which the Go tests of nn/hf read
   transposed weight);
 - greedy: the tokens transformers' Flax generate (do_sample=False, with
   its KV cache) appends to a prompt batch, with the smallest gap between
-  the two largest logits of any step (how far from a tie).
+  the two largest logits of any step (how far from a tie);
+- greedy_padded: the same for a batch of prompts of different lengths,
+  left-padded (pad id 0) with an attention mask, as transformers pads a
+  batch for generate.
 
 The Flax models run in float64 (jax_enable_x64, dtype=float64, the
 parameters converted to float64), so the goldens hold transformers'
@@ -83,7 +86,7 @@ RELOAD_TOL = 1e-5
 
 # The inputs are gen.py's, from inputs.py: right-padded batches and the greedy
 # prompt batches with their numbers of new tokens.
-from inputs import BERT_INPUTS, GREEDY, LM_INPUTS  # noqa: E402
+from inputs import BERT_INPUTS, GREEDY, GREEDY_PADDED, LM_INPUTS  # noqa: E402
 
 # The weights whose gradients are written, by their checkpoint names: an
 # embedding (GPT-2's is tied to the LM head, so its gradient sums both
@@ -324,6 +327,37 @@ def greedy(name, prompt, n, forward):
     return {"prompt": prompt, "tokens": seq[:, k:].tolist(), "min_gap": float((top2[..., 1] - top2[..., 0]).min())}
 
 
+def greedy_padded(name, prompts, n, forward):
+    """transformers' Flax generate, greedy, n new tokens, of prompts of
+    different lengths in one batch: left-padded with id 0 and an attention
+    mask (generate derives the positions from the mask). Each row's tokens
+    must be the arg max of the float64 forward of that row alone, which
+    gives the smallest top-2 logit gap."""
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.experimental import disable_x64
+
+    k = max(len(p) for p in prompts)
+    ids = [[0] * (k - len(p)) + p for p in prompts]
+    mask = [[0] * (k - len(p)) + [1] * len(p) for p in prompts]
+    with disable_x64():
+        model, params = load(name, jnp.float32)
+        seq = model.generate(jnp.asarray(ids, dtype=jnp.int32), attention_mask=jnp.asarray(mask, dtype=jnp.int32),
+                             params=params, max_new_tokens=n, do_sample=False,
+                             eos_token_id=model.config.vocab_size, pad_token_id=0).sequences
+        tokens = np.asarray(seq)[:, k:]
+    gap = float("inf")
+    for p, row in zip(prompts, tokens):
+        full = np.asarray(p + row.tolist())[None]
+        logits = np.asarray(forward(jnp.asarray(full)))[0, len(p) - 1:-1]
+        if not np.array_equal(logits.argmax(-1), row):
+            raise SystemExit(f"{name}: generate's tokens of the padded prompt {p} are not the arg max of the "
+                             "float64 forward of the prompt alone")
+        top2 = np.sort(logits, axis=-1)[..., -2:]
+        gap = min(gap, float((top2[..., 1] - top2[..., 0]).min()))
+    return {"prompts": prompts, "tokens": tokens.tolist(), "min_gap": gap}
+
+
 def golden(name):
     """The golden of testdata/<name> as a JSON-able dict."""
     import flax
@@ -351,6 +385,8 @@ def golden(name):
     }
     if name in GREEDY:
         out["greedy"] = greedy(name, *GREEDY[name], lambda seq: model(seq, params=params).logits)
+    if name in GREEDY_PADDED:
+        out["greedy_padded"] = greedy_padded(name, *GREEDY_PADDED[name], lambda seq: model(seq, params=params).logits)
     return out
 
 

@@ -18,3 +18,11 @@ GREEDY = {
     "gpt2": ([[5, 11, 2, 40], [31, 4, 26, 9]], 12),  # 4 + 12 ≤ n_positions 16
     "llama": ([[5, 11, 2, 40, 7], [31, 4, 26, 9, 60]], 24),
 }
+
+# Greedy continuations of prompts of different lengths in one batch: each
+# model's prompts (left-padded with an attention mask for transformers'
+# generate) and the number of new tokens.
+GREEDY_PADDED = {
+    "gpt2": ([[5, 11, 2], [31, 4, 26, 9, 40, 7, 19], [40, 7, 19, 2, 8]], 9),  # 7 + 9 ≤ n_positions 16
+    "llama": ([[5, 11, 2], [31, 4, 26, 9, 60, 7, 19], [40, 7, 19, 2, 8]], 16),
+}
