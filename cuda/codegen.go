@@ -116,11 +116,15 @@ type Kernel struct {
 	Entries []Entry
 }
 
-// GenerateOp returns the kernel of a single-op step of a compiled program:
-// an op of the Core table other than sort, the region ops (scan, while,
-// cond) and device_put, which the executor handles itself. Constants must
-// be scalars. A fusion op is described by passes.LowerKernel and rendered
-// by GenerateKernel.
+// GenerateOp returns the kernel of a single-op step of a compiled program.
+// An op the plan describes as a kernel (passes.LowerOp: elementwise ops,
+// reductions, view ops, iota, dot_general) and a fusion op
+// (passes.LowerKernel) are rendered by GenerateKernel, as every fused
+// group is; the ops the kernel form does not express have kernels of their
+// own: arg reductions, scatter_add (atomic adds), and the structural ops
+// whose index rule is dynamic or piecewise (dynamic_slice,
+// dynamic_update_slice, concatenate, pad, gather). Constants, sort,
+// device_put and the region ops have none: the executor runs them itself.
 func GenerateOp(op *ir.Op) (*Kernel, error) {
 	switch {
 	case op == nil:
@@ -131,10 +135,11 @@ func GenerateOp(op *ir.Op) (*Kernel, error) {
 			return nil, fmt.Errorf("cuda: %w", err)
 		}
 		return GenerateKernel(pk)
-	case op.Code == ir.Sort || op.Code == ir.DevicePut || op.Code.Info().Class == ir.ClassRegion:
-		return nil, fmt.Errorf("cuda: op %v has no generated kernel", op.Code)
 	case len(op.Results) == 0:
 		return nil, fmt.Errorf("cuda: %v has no results", op.Code)
+	}
+	if pk, ok := passes.LowerOp(op); ok {
+		return GenerateKernel(pk)
 	}
 	s := newShared(valueTypes(op.Args), valueTypes(op.Results))
 	s.params = map[*ir.Value]int{}
@@ -144,27 +149,27 @@ func GenerateOp(op *ir.Op) (*Kernel, error) {
 		}
 	}
 	v := op.Results[0]
-	switch {
-	case isReduction(op.Code):
-		err := s.reduce(opReduction(v))
-		return s.assemble(op.Code.String(), fmt.Sprintf("%v → %v", op.Code, v.Type), err)
-	case op.Code == ir.ScatterAdd:
-		return s.assemble(op.Code.String(), fmt.Sprintf("%v → %v", op.Code, v.Type), genScatter(s, v))
+	what := fmt.Sprintf("%v → %v", op.Code, v.Type)
+	switch op.Code {
+	case ir.ArgMax, ir.ArgMin:
+		return s.assemble(op.Code.String(), what, s.reduce(argReduction(v)))
+	case ir.ScatterAdd:
+		return s.assemble(op.Code.String(), what, genScatter(s, v))
+	}
+	read := map[ir.Code]func(*gen, *ir.Value, string) (string, error){
+		ir.DynamicSlice: (*gen).dynamicSlice, ir.DynamicUpdateSlice: (*gen).dynamicUpdateSlice,
+		ir.Concatenate: (*gen).concatenate, ir.Pad: (*gen).pad, ir.Gather: (*gen).gather,
+	}[op.Code]
+	if read == nil {
+		return nil, fmt.Errorf("cuda: op %v has no generated kernel", op.Code)
 	}
 	g := newGen(s, "    ")
-	var stores strings.Builder
-	for ri, r := range op.Results {
-		if r.Type.Size() != v.Type.Size() {
-			return nil, fmt.Errorf("cuda: %v has results of different sizes", op.Code)
-		}
-		x, err := g.value(r, "i")
-		if err != nil {
-			return nil, err
-		}
-		fmt.Fprintf(&stores, "    out%d[i] = %s;\n", ri, store(r.Type.DType, x))
+	x, err := read(g, v, "i")
+	if err != nil {
+		return nil, err
 	}
-	s.add(Entry{Kind: LaunchLoop, N: int64(v.Type.Size()), Writes: seq(len(op.Results))}, gridLoop(g.b.String()+stores.String()))
-	return s.assemble(op.Code.String(), fmt.Sprintf("%v → %v", op.Code, v.Type), nil)
+	s.add(Entry{Kind: LaunchLoop, N: int64(v.Type.Size()), Writes: []int{0}}, gridLoop(g.b.String()+fmt.Sprintf("    out0[i] = %s;\n", store(v.Type.DType, x))))
+	return s.assemble(op.Code.String(), what, nil)
 }
 
 func valueTypes(vs []*ir.Value) []ir.Type {
@@ -181,10 +186,6 @@ func seq(n int) []int {
 		s[i] = i
 	}
 	return s
-}
-
-func isReduction(c ir.Code) bool {
-	return passes.IsReduce(c) || c == ir.ArgMax || c == ir.ArgMin
 }
 
 // shared is the state common to every scope of one kernel: its operand
@@ -369,20 +370,18 @@ func (g *gen) named(key string, dt ir.DType, expr func() (string, error)) (strin
 	return name, nil
 }
 
-// value returns a C expression (in v's compute type) for v, an operand or
-// the result of the single op a kernel computes, at flat index at.
+// value returns a C expression (in v's compute type) for v, an operand of
+// the single op a kernel computes, at flat index at.
 func (g *gen) value(v *ir.Value, at string) (string, error) {
 	if v.Type.Size() == 1 {
 		at = "0"
 	}
-	return g.named(fmt.Sprintf("%d@%s", v.ID, at), v.Type.DType, func() (string, error) {
-		if i, ok := g.params[v]; ok {
-			return g.param(i, v.Type.DType, at), nil
-		}
-		if v.Op == nil {
-			return "", fmt.Errorf("cuda: %v is not defined in the generated op", v)
-		}
-		return g.op(v, at)
+	i, ok := g.params[v]
+	if !ok {
+		return "", fmt.Errorf("cuda: %v is not an operand of the generated op", v)
+	}
+	return g.named(fmt.Sprintf("p%d@%s", i, at), v.Type.DType, func() (string, error) {
+		return g.param(i, v.Type.DType, at), nil
 	})
 }
 
@@ -499,48 +498,6 @@ func viewIndex(v ir.StridedView, at string) string {
 
 // dense is the view of a row-major array of shape through strides.
 func dense(shape ir.Shape, strides []int) ir.StridedView { return ir.NewStridedView(shape, strides, 0) }
-
-// op returns the C expression of v (a result of v.Op) at flat index at.
-func (g *gen) op(v *ir.Value, at string) (string, error) {
-	op := v.Op
-	if w, ok := ir.ViewOf(op); ok {
-		return g.value(op.Args[0], g.viewed(ir.ViewChain{}.Then(w), at))
-	}
-	switch op.Code {
-	case ir.DynamicSlice:
-		return g.dynamicSlice(v, at)
-	case ir.DynamicUpdateSlice:
-		return g.dynamicUpdateSlice(v, at)
-	case ir.Concatenate:
-		return g.concatenate(v, at)
-	case ir.Pad:
-		return g.pad(v, at)
-	case ir.Gather:
-		return g.gather(v, at)
-	case ir.Iota:
-		return iotaAt(v.Type.DType, coords(at, v.Type.Shape)[op.Attrs.Int("dim")]), nil
-	case ir.Constant:
-		l := op.Attrs.Literal("value")
-		if l.Type.Size() != 1 {
-			return "", fmt.Errorf("cuda: constant of type %v: only scalar constants are generated (the executor uploads the others)", l.Type)
-		}
-		return literalAt(l, 0), nil
-	case ir.DotGeneral:
-		return g.dot(op, 0, 1, at)
-	}
-	if !op.Info().Elementwise {
-		return "", fmt.Errorf("cuda: op %s (%v) is not supported in a generated kernel", op.Info().Name, v)
-	}
-	args := make([]string, len(op.Args))
-	for i, x := range op.Args {
-		s, err := g.value(x, at)
-		if err != nil {
-			return "", err
-		}
-		args[i] = s
-	}
-	return elementwise(op.Code, op.Args[0].Type.DType, v.Type.DType, args)
-}
 
 // dynamicSlice reads v = dynamic_slice(x, starts...) at at: x's strides over
 // v's shape, offset by the clamped starts.
@@ -1125,18 +1082,13 @@ func splitReduced(shape ir.Shape, reduced func(d int) bool) (kept, red ir.Stride
 	return dense(ks, kst), dense(rs, rst), int64(ks.Size()), int64(rs.Size())
 }
 
-// opReduction is the reduction computing v, the result of a reduce or arg
-// op, from its operand.
-func opReduction(v *ir.Value) reduction {
-	op := v.Op
-	x := op.Args[0]
-	axes := op.Attrs.Ints("axes")
-	if op.Code == ir.ArgMax || op.Code == ir.ArgMin {
-		axes = []int{op.Attrs.Int("axis")}
-	}
-	rd := reduction{code: op.Code, in: x.Type.DType, out: v.Type.DType,
+// argReduction is the reduction computing v, the result of an arg_max or
+// arg_min op, from its operand.
+func argReduction(v *ir.Value) reduction {
+	x, axis := v.Op.Args[0], v.Op.Attrs.Int("axis")
+	rd := reduction{code: v.Op.Code, in: x.Type.DType, out: v.Type.DType,
 		read: func(g *gen, at string) (string, error) { return g.value(x, at) }}
-	rd.kept, rd.red, rd.nOut, rd.r = splitReduced(x.Type.Shape, func(d int) bool { return slices.Contains(axes, d) })
+	rd.kept, rd.red, rd.nOut, rd.r = splitReduced(x.Type.Shape, func(d int) bool { return d == axis })
 	return rd
 }
 

@@ -153,9 +153,10 @@ func TestGenerateOpsHostC(t *testing.T) {
 // gcc: every op the table marks elementwise generates a kernel on every
 // dtype its rule accepts, alone (GenerateOp) and as the node of a fused
 // group the plan describes (GenerateKernel) — a float op lacking
-// Lowering.CUDA, or any op the generator lacks, fails here — and every op
-// of the table is in opCases except the ones the CUDA backend runs by other
-// means.
+// Lowering.CUDA, or any op the generator lacks, fails here —, every op but
+// the few listed in ownKernel is rendered from the plan's kernel of it
+// alone (passes.LowerOp), and every op of the table is in opCases except
+// the ones the CUDA backend runs by other means.
 func TestOpTableGenerates(t *testing.T) {
 	other := map[ir.Code]string{
 		ir.Constant: "literals are emitted inline", ir.Sort: "run as its own step",
@@ -171,6 +172,14 @@ func TestOpTableGenerates(t *testing.T) {
 			other[c] = "a collective: run through package collective, never generated"
 		}
 	}
+	// The ops the plan's kernels do not express, which GenerateOp renders
+	// by kernels of their own; every other op is rendered from the plan's
+	// kernel (passes.LowerOp) by GenerateKernel.
+	ownKernel := map[ir.Code]string{
+		ir.ArgMax: "an arg reduction", ir.ArgMin: "an arg reduction", ir.ScatterAdd: "atomic adds",
+		ir.DynamicSlice: "a dynamic index", ir.DynamicUpdateSlice: "a dynamic index", ir.Gather: "a dynamic index",
+		ir.Concatenate: "a piecewise index", ir.Pad: "a piecewise index",
+	}
 	covered := map[ir.Code]bool{}
 	for _, c := range opCases() {
 		f := ir.NewFunc("probe")
@@ -185,6 +194,9 @@ func TestOpTableGenerates(t *testing.T) {
 		covered[c.code] = true
 		if _, err := GenerateOp(op); err != nil {
 			t.Errorf("%s: %v", c.name, err)
+		}
+		if _, ok := passes.LowerOp(op); ok == (ownKernel[c.code] != "") {
+			t.Errorf("%s: the plan describes it as a kernel: %v; GenerateOp renders it by a kernel of its own: %q", c.name, ok, ownKernel[c.code])
 		}
 		if !op.Info().Elementwise {
 			continue

@@ -213,7 +213,7 @@ func TestGenerateErrors(t *testing.T) {
 	}
 	l := ir.NewLiteral(f32(2))
 	cst, _ := f.Body.AddOp(ir.Constant, nil, ir.Attrs{"value": l})
-	if _, err := GenerateOp(cst); err == nil || !strings.Contains(err.Error(), "scalar") {
+	if _, err := GenerateOp(cst); err == nil || !strings.Contains(err.Error(), "constant") {
 		t.Errorf("constant: %v", err)
 	}
 	if _, err := GenerateOp(nil); err == nil {

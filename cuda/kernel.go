@@ -79,6 +79,9 @@ func (s *shared) program(p *passes.KernelProgram) error {
 		var stores strings.Builder
 		var writes []int
 		for _, r := range p.Results {
+			if p.Nodes[r.Node].Kind == passes.NodeDot && r.Result == s.k.DotResult {
+				continue // the product is already in its buffer
+			}
 			x, err := g.node(r.Node, "i")
 			if err != nil {
 				return err
@@ -86,7 +89,9 @@ func (s *shared) program(p *passes.KernelProgram) error {
 			fmt.Fprintf(&stores, "    out%d[i] = %s;\n", r.Result, store(s.resultTypes[r.Result].DType, x))
 			writes = append(writes, r.Result)
 		}
-		s.add(Entry{Kind: LaunchLoop, N: int64(p.Size), Writes: writes}, gridLoop(g.b.String()+stores.String()))
+		if len(writes) > 0 {
+			s.add(Entry{Kind: LaunchLoop, N: int64(p.Size), Writes: writes}, gridLoop(g.b.String()+stores.String()))
+		}
 	}
 	for _, r := range p.Reduces {
 		if r.Outputs == 0 {

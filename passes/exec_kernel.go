@@ -35,6 +35,51 @@ func LowerKernel(op *ir.Op) (*Kernel, error) {
 	return k, nil
 }
 
+// LowerOp describes op, a single op outside a fused group, as a kernel of
+// one group, when the kernel form expresses it: an elementwise op, a
+// reduction, a view op (broadcast_in_dim, transpose, slice, reshape), iota,
+// or dot_general (an output group whose epilogue is the product itself).
+// The kernel is the one a fused group of that op alone gets: its Op is
+// a fusion op made for it, whose operands and results are op's and whose
+// region holds a copy of op over parameters of the operands' types. ok is
+// false for every other op, and for one the kernel form does not describe.
+func LowerOp(op *ir.Op) (k *Kernel, ok bool) {
+	if op == nil || !loneKernelOp(op.Code) || len(op.Results) == 0 {
+		return nil, false
+	}
+	f := ir.NewFunc(op.Code.String())
+	rg := f.NewRegion()
+	inner := make([]*ir.Value, len(op.Args))
+	for i, a := range op.Args {
+		inner[i] = rg.AddParam(a.Type)
+	}
+	in, err := rg.AddOp(op.Code, inner, op.Attrs)
+	if err != nil {
+		return nil, false
+	}
+	rg.Results = in.Results
+	kind := "loop"
+	switch {
+	case IsReduce(op.Code):
+		kind = "input"
+	case op.Code == ir.DotGeneral:
+		kind = "output"
+	}
+	fop := &ir.Op{Code: ir.Fusion, Args: op.Args, Results: op.Results, Attrs: ir.Attrs{"kind": kind}, Regions: []*ir.Region{rg}, Loc: op.Loc}
+	k, err = LowerKernel(fop)
+	if err != nil || k.Mode == KernelUnsupported {
+		return nil, false
+	}
+	return k, true
+}
+
+// loneKernelOp reports whether a single op of code c is described as a
+// kernel (LowerOp): elementwise ops, reductions, view ops, iota and
+// dot_general.
+func loneKernelOp(c ir.Code) bool {
+	return c.Info().Elementwise || IsReduce(c) || c.Info().View != nil || c == ir.Iota || c == ir.DotGeneral
+}
+
 // unsupported is the reason a group is not described.
 type unsupported string
 
