@@ -12,22 +12,50 @@ pinned_host) when the CPU compiler accepts host offload.
 
     $(bash scripts/venv)/bin/python examples/llama7b/jax_memory.py            # 7B
     $(bash scripts/venv)/bin/python examples/llama7b/jax_memory.py --layers 2 --seq 256
+
+With --devices 8 it builds the step of `go run ./examples/llama7b -devices 8`
+instead: FSDP over 8 host devices (XLA_FLAGS=--xla_force_host_platform_device_count,
+set here before JAX starts), the stacked blocks split after their layer axis, the
+other parameters along their first dimension 8 divides, AdamW's moments as their
+parameters, a global batch of 8 sequences split one per device, and the AdamW
+update over every leaf at once (elementwise, so the new parameters and moments
+can take the donated buffers). memory_analysis() is then one device's.
+
+    $(bash scripts/venv)/bin/python examples/llama7b/jax_memory.py --devices 8
 """
 
 import argparse
 import json
+import os
 import sys
 
-import jax
-import jax.numpy as jnp
-from jax import lax
-from jax.ad_checkpoint import checkpoint_name
+
+def _devices_flag(argv):
+    """The value of --devices in argv (0 when absent)."""
+    for i, a in enumerate(argv):
+        if a == "--devices" and i + 1 < len(argv):
+            return int(argv[i + 1])
+        if a.startswith("--devices="):
+            return int(a.split("=", 1)[1])
+    return 0
+
+
+if _devices_flag(sys.argv) > 1:  # before JAX reads XLA_FLAGS
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               f" --xla_force_host_platform_device_count={_devices_flag(sys.argv)}").strip()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.ad_checkpoint import checkpoint_name  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 BF16, F32, I32 = jnp.bfloat16, jnp.float32, jnp.int32
 
 
 def config(args):
-    return dict(vocab=32000, layers=args.layers, d=4096, heads=32, kv=8, hidden=14336, seq=args.seq, batch=1)
+    n = max(args.devices, 1)
+    return dict(vocab=32000, layers=args.layers, d=4096, heads=32, kv=8, hidden=14336, seq=args.seq, batch=n, devices=n)
 
 
 def param_shapes(c, dt):
@@ -124,13 +152,70 @@ def step_fn(c, policy):
     return step
 
 
+def fsdp_step_fn(c, policy, mesh):
+    """The step of step_fn with the update over every leaf at once, each
+    layer's parameters constrained to their split inside the layer scan (so
+    each device gathers one layer at a time) and the activations to the
+    batch's."""
+    batch = NamedSharding(mesh, P("fsdp"))
+
+    def block_fsdp(x, p):
+        p = {k: lax.with_sharding_constraint(w, NamedSharding(mesh, fsdp_spec(w.shape, 0, c["devices"]))) for k, w in p.items()}
+        return lax.with_sharding_constraint(block(c, checkpoint_name(x, "x"), p), batch)
+
+    layer = block_fsdp if policy is None else jax.checkpoint(block_fsdp, policy=policy)
+
+    def loss(params, ids, targets):
+        x = lax.with_sharding_constraint(params["embed"][ids], batch)
+        x, _ = lax.scan(lambda x, p: (layer(x, p), None), x, params["blocks"])
+        logits = linear(rms(x, params["norm"]), params["lm_head"]).astype(F32)
+        lp = jax.nn.log_softmax(logits, axis=-1)
+        return -jnp.mean(jnp.take_along_axis(lp, targets[..., None], axis=-1))
+
+    def step(params, opt, ids, targets):
+        val, g = jax.value_and_grad(loss)(params, ids, targets)
+        t = opt["count"] + 1
+        r = jax.tree.map(lambda g, m, v, p: adamw(g, m, v, p, t), g, opt["mu"], opt["nu"], params)
+        pick = lambda i: jax.tree.map(lambda _, x: x[i], params, r)
+        return pick(0), {"count": t, "mu": pick(1), "nu": pick(2)}, val
+
+    return step
+
+
+def fsdp_spec(shape, skip, n):
+    """The first dimension from skip that n divides, split over "fsdp"."""
+    spec = [None] * len(shape)
+    for d in range(skip, len(shape)):
+        if shape[d] % n == 0:
+            spec[d] = "fsdp"
+            break
+    return P(*spec)
+
+
+def fsdp_shardings(c, mesh, tree):
+    def one(path, a):
+        skip = 1 if any(getattr(k, "key", None) == "blocks" for k in path) else 0
+        return NamedSharding(mesh, fsdp_spec(a.shape, skip, c["devices"]))
+
+    return jax.tree_util.tree_map_with_path(one, tree)
+
+
 def analyse(c, name, policy):
     p = param_shapes(c, BF16)
     m = param_shapes(c, F32)
     opt = {"count": jax.ShapeDtypeStruct((), I32), "mu": m, "nu": m}
     ids = jax.ShapeDtypeStruct((c["batch"], c["seq"]), I32)
     try:
-        compiled = jax.jit(step_fn(c, policy), donate_argnums=(0, 1)).lower(p, opt, ids, ids).compile()
+        if c["devices"] > 1:
+            mesh = Mesh(jax.devices()[: c["devices"]], ("fsdp",))
+            ps, ms = fsdp_shardings(c, mesh, p), fsdp_shardings(c, mesh, m)
+            os_ = {"count": NamedSharding(mesh, P()), "mu": ms, "nu": ms}
+            bs = NamedSharding(mesh, P("fsdp"))
+            jitted = jax.jit(fsdp_step_fn(c, policy, mesh), donate_argnums=(0, 1), in_shardings=(ps, os_, bs, bs),
+                             out_shardings=(ps, os_, NamedSharding(mesh, P())))
+        else:
+            jitted = jax.jit(step_fn(c, policy), donate_argnums=(0, 1))
+        compiled = jitted.lower(p, opt, ids, ids).compile()
     except Exception as e:  # noqa: BLE001 - report what the compiler refused
         return {"policy": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
     a = compiled.memory_analysis()
@@ -149,6 +234,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--devices", type=int, default=0, help="FSDP over this many host devices (0: one device)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     c = config(args)
@@ -167,7 +253,8 @@ def main():
         print()
         return
     gib = lambda b: f"{b / 2**30:.2f}"
-    print(f"XLA:CPU memory_analysis() of the Llama training step (jax {jax.__version__}), {c}, GiB")
+    per = f", per device of {c['devices']} (FSDP)" if c["devices"] > 1 else ""
+    print(f"XLA:CPU memory_analysis() of the Llama training step (jax {jax.__version__}), {c}, GiB{per}")
     print("| policy | argument | output | alias | temp | host temp | total |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:

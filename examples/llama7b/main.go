@@ -40,13 +40,14 @@ import (
 )
 
 var (
-	budgetFlag = flag.String("budget", "24GiB", "device memory budget (bytes, or with a unit: 24GiB, 16GB)")
-	layersFlag = flag.Int("layers", 32, "decoder layers")
-	seqFlag    = flag.Int("seq", 2048, "tokens per sequence")
-	jsonFlag   = flag.Bool("json", false, "print the report as JSON")
-	runFlag    = flag.Bool("run", false, "run a small model of the family under budgets instead of planning the 7B step")
-	updateFlag = flag.String("update", "layer", "the AdamW update of the stacked blocks: layer (a scan over the layers) or whole (optim.Step over every leaf at once)")
-	stepsFlag  = flag.Int("steps", 3, "-run: training steps per budget")
+	budgetFlag  = flag.String("budget", "", "device memory budget, per device with -devices (bytes, or with a unit: 24GiB, 16GB; default 24GiB, with -devices 16GiB)")
+	devicesFlag = flag.Int("devices", 0, "plan the step FSDP-sharded over this many virtual devices, one sequence each (0: one device, one sequence)")
+	layersFlag  = flag.Int("layers", 32, "decoder layers")
+	seqFlag     = flag.Int("seq", 2048, "tokens per sequence")
+	jsonFlag    = flag.Bool("json", false, "print the report as JSON")
+	runFlag     = flag.Bool("run", false, "run a small model of the family under budgets instead of planning the 7B step")
+	updateFlag  = flag.String("update", "layer", "the AdamW update of the stacked blocks: layer (a scan over the layers) or whole (optim.Step over every leaf at once)")
+	stepsFlag   = flag.Int("steps", 3, "-run: training steps per budget")
 )
 
 func main() {
@@ -63,9 +64,30 @@ func main() {
 		printRuns(os.Stdout, rows)
 		return
 	}
-	budget, err := rt.ParseMemorySize(*budgetFlag)
+	b := *budgetFlag
+	if b == "" {
+		b = "24GiB"
+		if *devicesFlag > 0 {
+			b = "16GiB"
+		}
+	}
+	budget, err := rt.ParseMemorySize(b)
 	if err != nil {
 		log.Fatalf("-budget: %v", err)
+	}
+	if *devicesFlag > 0 {
+		sz := Size{Config: llama7B, Seq: *seqFlag, Batch: *devicesFlag, Param: ir.BFloat16}
+		sz.Config.Layers = *layersFlag
+		r, err := planFSDP(sz, *devicesFlag, budget)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if *jsonFlag {
+			printJSON(r)
+			return
+		}
+		r.print(os.Stdout)
+		return
 	}
 	sz := Size{Config: llama7B, Seq: *seqFlag, Batch: 1, Param: ir.BFloat16}
 	sz.Config.Layers = *layersFlag

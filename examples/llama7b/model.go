@@ -165,6 +165,13 @@ func trainStepLayered(p nn.Llama, s optim.AdamState[nn.Llama], ids, targets *tra
 	loss, g := trace.ValueAndGrad(func(p nn.Llama) *trace.Array {
 		return nn.SoftmaxCrossEntropy(p.Logits(ids, nn.Context{}), targets)
 	})(p)
+	return layeredUpdate(p, s, g, loss)
+}
+
+// layeredUpdate is the AdamW update of trainStepLayered: the outer
+// parameters with optim.Step, the stacked blocks with a scan over the
+// layers. It returns the new parameters and state, and loss.
+func layeredUpdate(p nn.Llama, s optim.AdamState[nn.Llama], g nn.Llama, loss *trace.Array) (nn.Llama, optim.AdamState[nn.Llama], *trace.Array) {
 	o, os, err := optim.Step(optim.AdamW[outer](optim.Constant(3e-4), 0.9, 0.95, 1e-8, 0.1), outerOf(g),
 		optim.AdamState[outer]{Count: s.Count, Mu: outerOf(s.Mu), Nu: outerOf(s.Nu)}, outerOf(p))
 	if err != nil {
