@@ -10,7 +10,6 @@ import (
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
-	"github.com/ferryml/ferry/passes"
 )
 
 // Collectives.
@@ -49,7 +48,9 @@ import (
 // iteration i+1, whose all_gather step only waits for it. A collective
 // whose result is a ys slice (the reduce_scatter of a layer's gradient into
 // the stacked gradients) runs on beside the next iteration, which waits for
-// it only before it overwrites the collective's operand (planCarried).
+// it only before it overwrites the collective's operand. The plan's
+// schedule (passes.Schedule) says which collectives are prefetched and
+// carried, and what waits for what.
 // Results are bit-identical either way. FERRY_COLLECTIVE_GBPS=g simulates
 // an interconnect of g GB/s (each collective takes at least its bytes over
 // that rate), so the overlap is observable where the collectives are
@@ -294,51 +295,6 @@ func collect(ctx context.Context, st *step, comm collective.Communicator, in, ou
 	return nil
 }
 
-// planCarried lets the collectives of scan body g whose results are ys
-// slices (a layer's gradient reduce-scattered into the stacked gradients)
-// run on past the end of their iteration, beside the next iteration's
-// compute: instead of waiting for such a collective at the end of the body,
-// the next iteration waits for it before the first step that writes its
-// operand's bytes (at its end when none does), and the scan after its last
-// iteration. It applies to collectives waited for only at the end of the
-// body (nothing in the body reads their result) whose operand is a
-// temporary of the body.
-func planCarried(g *region) {
-	ends := g.endWaits[:0:0]
-	for _, k := range g.endWaits {
-		st := &g.steps[k]
-		if st.kind != stepCollective || len(st.args) != 1 || g.slots[st.args[0]].Buf.Kind != passes.BufTemp {
-			ends = append(ends, k)
-			continue
-		}
-		slices := true
-		for _, s := range st.outs {
-			slices = slices && g.slots[s].Buf.Kind == passes.BufSlice
-		}
-		if !slices {
-			ends = append(ends, k)
-			continue
-		}
-		g.carried = append(g.carried, k)
-		src, at := g.ref(st.args[0]), len(g.steps)
-	scan:
-		for j := range g.steps {
-			for _, w := range g.writes(j) {
-				if w.overlaps(src) {
-					at = j
-					break scan
-				}
-			}
-		}
-		if at == len(g.steps) {
-			g.prevEndWaits = append(g.prevEndWaits, k)
-		} else {
-			g.steps[at].prevWaits = append(g.steps[at].prevWaits, k)
-		}
-	}
-	g.endWaits = ends
-}
-
 // waitPrev waits for the previous iteration's carried collectives of the
 // listed steps and returns the first error.
 func (f *frame) waitPrev(steps []int) error {
@@ -353,8 +309,8 @@ func (f *frame) waitPrev(steps []int) error {
 
 // carry hands this iteration's carried collectives to the next one.
 func (f *frame) carry() {
-	for _, k := range f.g.carried {
-		f.prev[k], f.ev[k] = f.ev[k], nil
+	for _, c := range f.g.sched.Carried {
+		f.prev[c.Step], f.ev[c.Step] = f.ev[c.Step], nil
 	}
 }
 

@@ -104,23 +104,21 @@ func TestCollectiveOverlap(t *testing.T) {
 			bound := []string{"y"}
 			e := compileColl(t, strings.Replace(overlapSrc, "REVERSE", fmt.Sprint(reverse), 1), bound...)
 			var gathers int
-			for _, p := range prefetches(e.body) {
-				var found bool
-				for _, st := range e.body.steps {
-					for _, sub := range st.subs {
-						found = found || sub.steps[p.step].op.Code == ir.AllGather
+			for _, st := range e.body.steps {
+				for _, sub := range st.subs {
+					for _, p := range sub.sched.Prefetch {
+						if sub.steps[p.Step].op.Code == ir.AllGather {
+							gathers++
+						}
 					}
-				}
-				if found {
-					gathers++
 				}
 			}
 			require.Equal(t, 2, gathers, "both layer gathers are prefetched:\n%s", e.prog.Func)
 			var carried []string
 			for _, st := range e.body.steps {
 				for _, sub := range st.subs {
-					for _, k := range sub.carried {
-						carried = append(carried, sub.steps[k].op.Code.String())
+					for _, c := range sub.sched.Carried {
+						carried = append(carried, sub.steps[c.Step].op.Code.String())
 					}
 				}
 			}

@@ -1,14 +1,12 @@
 package cpuexec
 
 import (
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
-	"github.com/ferryml/ferry/passes"
 )
 
 // Copies between memory spaces.
@@ -22,8 +20,8 @@ import (
 // before the first later step that reads memory the copy writes or writes
 // memory the copy reads or writes (the plan reuses a dead buffer's bytes, so
 // this covers a source about to be overwritten), and at the end of the
-// region at the latest. These positions are computed once, at New, from the
-// buffer plan (copyWaits).
+// region at the latest. These positions are the plan's schedule
+// (passes.Schedule), which a copy worker's order also covers.
 //
 // Inside a scan body, a copy of an xs slice (a pinned_host parameter scanned
 // over axis 0, say) whose destination bytes belong to it alone for the whole
@@ -205,196 +203,17 @@ func crossSpaceCopy(op *ir.Op) (copyDir, bool) {
 	return 0, false
 }
 
-// memRef names the memory of a slot for hazard checks: a byte range of the
-// region's arena in one space, or all of a parameter's, an output's or a ys
-// slice's memory.
-type memRef struct {
-	kind   passes.BufferKind
-	space  ir.MemorySpace
-	idx    int
-	lo, hi int64
-}
-
-func (a memRef) overlaps(b memRef) bool {
-	if a.kind != b.kind {
-		return false
-	}
-	if a.kind == passes.BufTemp {
-		return a.space == b.space && a.lo < b.hi && b.lo < a.hi
-	}
-	return a.idx == b.idx
-}
-
-// ref returns the memory of slot s.
-func (g *region) ref(s int) memRef {
-	b := g.slots[s].Buf
-	switch b.Kind {
-	case passes.BufTemp:
-		return memRef{kind: passes.BufTemp, space: b.Space, lo: b.Offset, hi: b.Offset + g.slots[s].Bytes}
-	case passes.BufAlias:
-		return memRef{kind: passes.BufParam, idx: b.Param}
-	default: // BufParam, BufOutput, BufSlice
-		return memRef{kind: b.Kind, idx: b.Index}
-	}
-}
-
-// writes returns the memory step i writes: its results, and for a region op
-// the blocks of its nested arenas.
-func (g *region) writes(i int) []memRef {
-	st := &g.steps[i]
-	var w []memRef
-	for _, s := range st.outs {
-		w = append(w, g.ref(s))
-	}
-	for sp := range 2 {
-		var size int64
-		for _, sub := range st.subs {
-			size = max(size, sub.plan.Arena[sp])
-		}
-		if size > 0 {
-			w = append(w, memRef{kind: passes.BufTemp, space: ir.MemorySpace(sp), lo: st.loop.SubOffset[sp], hi: st.loop.SubOffset[sp] + size})
-		}
-	}
-	return w
-}
-
-// copyWaits decides, for every copy step of g (and every collective step,
-// which runs on the collective worker when collectives are asynchronous),
-// the step before which its copy is waited for (len(g.steps): the end of
-// the region): the first later step that reads memory overlapping the
-// copy's destination or writes memory overlapping its source or
-// destination.
-func copyWaits(g *region) {
-	g.endWaits = nil
-	for k := range g.steps {
-		if !async(&g.steps[k]) {
-			continue
-		}
-		src, dst := g.ref(g.steps[k].args[0]), g.ref(g.steps[k].outs[0])
-		at := len(g.steps)
-	scan:
-		for j := k + 1; j < len(g.steps); j++ {
-			for _, s := range g.steps[j].args {
-				if g.ref(s).overlaps(dst) {
-					at = j
-					break scan
-				}
-			}
-			for _, w := range g.writes(j) {
-				if w.overlaps(src) || w.overlaps(dst) {
-					at = j
-					break scan
-				}
-			}
-		}
-		if at == len(g.steps) {
-			g.endWaits = append(g.endWaits, k)
-		} else {
-			g.steps[at].waits = append(g.steps[at].waits, k)
-		}
-	}
-}
-
-// async reports whether step st may run beside the steps after it: a copy,
-// or a collective other than axis_index.
-func async(st *step) bool {
-	return st.kind == stepCopy || st.kind == stepCollective && st.op.Code != ir.AxisIndex
-}
-
-// prefetch is a double-buffered copy of a scan body, or an all_gather of an
-// xs slice: the step whose next-iteration copy (or gather) is started
-// after step after.
-type prefetch struct {
-	step  int // the copy step
-	param int // the xs parameter it copies
-	// readers are the other copy and collective steps that read the copy's
-	// destination: when the prefetch starts they may still be running (on
-	// the other copy worker, or the collective worker), so the prefetch
-	// waits for them before it overwrites it.
-	readers []int
-}
-
-// planPrefetch finds the copies of scan body g (nc consts, nk carries) that
-// can be double buffered: a copy of an xs parameter whose result is a temp
-// that no other value or nested arena of the body overlaps, is not returned,
-// and is read, and whose parameter no earlier step writes (in place), as
-// that step would write the next slice while the prefetch reads it. The
-// next iteration's copy is started after the later of its last reader and
-// the body's last copy in the same direction, once the copies among its
-// readers — started, not necessarily complete, by then — are complete.
-func planPrefetch(g *region, nc, nk int) {
-	returned := map[int]bool{}
-	for _, s := range g.results {
-		returned[s] = true
-	}
-	lastCopy := [2]int{-1, -1}
-	for i := range g.steps {
-		if g.steps[i].kind == stepCopy {
-			lastCopy[g.steps[i].dir] = i
-		}
-	}
-	for k := range g.steps {
-		st := &g.steps[k]
-		gather := st.kind == stepCollective && st.op.Code == ir.AllGather
-		if st.kind != stepCopy && !gather {
-			continue
-		}
-		a, d := st.args[0], st.outs[0]
-		ab := g.slots[a].Buf
-		if g.slots[a].Value.Op != nil || ab.Kind != passes.BufParam || ab.Index < nc+nk || ab.Index >= len(g.params) ||
-			g.slots[d].Buf.Kind != passes.BufTemp || returned[d] {
-			continue
-		}
-		dst := g.ref(d)
-		alone := true
-		for s := range g.slots {
-			if s != d && g.ref(s).overlaps(dst) {
-				alone = false
-			}
-		}
-		src := g.ref(a)
-		last := -1
-		var readers []int
-		for j := range g.steps {
-			for _, w := range g.writes(j) {
-				if j != k && w.overlaps(dst) || j < k && w.overlaps(src) {
-					alone = false
-				}
-			}
-			for _, s := range g.steps[j].args {
-				if g.ref(s).overlaps(dst) {
-					last = j
-					if async(&g.steps[j]) && !slices.Contains(readers, j) {
-						readers = append(readers, j)
-					}
-				}
-			}
-		}
-		if !alone || last < k {
-			continue
-		}
-		after := max(last, lastCopy[st.dir])
-		if gather {
-			// The collective worker runs collectives in program order:
-			// the gather waits for no copy.
-			after = last
-		}
-		g.steps[after].prefetch = append(g.steps[after].prefetch, prefetch{step: k, param: ab.Index, readers: readers})
-		st.prefetched = true
-	}
-}
-
 // startPrefetches starts, after step i, the next iteration's copies (and
-// all_gathers) of the double-buffered steps issued there (f.next holds the
-// next slices).
+// all_gathers) the schedule starts there (f.next holds the next slices).
 func (f *frame) startPrefetches(i int) error {
-	for _, p := range f.g.steps[i].prefetch {
-		next := f.next[p.param]
-		st := &f.g.steps[p.step]
+	for _, pi := range f.g.prefetch[i] {
+		p := &f.g.sched.Prefetch[pi]
+		next := f.next[p.Param]
+		st := &f.g.steps[p.Step]
 		if next == nil || st.kind == stepCopy && !f.cfg.async || st.kind == stepCollective && (f.env == nil || !f.env.async) {
 			continue
 		}
-		if err := waitClear(&f.ev[p.step]); err != nil { // it is waited for by now; be sure
+		if err := waitClear(&f.ev[p.Step]); err != nil { // it is waited for by now; be sure
 			return err
 		}
 		// Readers still running must be done before the bytes are
@@ -404,9 +223,9 @@ func (f *frame) startPrefetches(i int) error {
 		// device's collective could hold up another device's copies that
 		// collective needs). A gather waits here for the copies among them,
 		// and runs after the collectives among them on the collective
-		// worker.
+		// worker. Compute readers have run.
 		var after []*copyEvent
-		for _, j := range p.readers {
+		for _, j := range p.Wait {
 			ev := f.ev[j]
 			switch {
 			case ev == nil:
@@ -419,14 +238,14 @@ func (f *frame) startPrefetches(i int) error {
 			}
 		}
 		if st.kind == stepCollective {
-			ev, err := f.startGather(p.step, next)
+			ev, err := f.startGather(p.Step, next)
 			if err != nil {
 				return err
 			}
-			f.pre[p.step] = ev
+			f.pre[p.Step] = ev
 			continue
 		}
-		f.pre[p.step] = startCopy(st.dir, f.lits[st.outs[0]].Data, next, f.cfg.gbps, after...)
+		f.pre[p.Step] = startCopy(st.dir, f.lits[st.outs[0]].Data, next, f.cfg.gbps, after...)
 	}
 	return nil
 }
@@ -463,6 +282,22 @@ func waitClear(ev **copyEvent) error {
 func (f *frame) waitCopies(steps []int) error {
 	var first error
 	for _, k := range steps {
+		if err := waitClear(&f.ev[k]); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// waitEnd waits, at the end of the region, for every copy and collective
+// it started but the carried collectives (prefetches excluded), and
+// returns the first error.
+func (f *frame) waitEnd() error {
+	var first error
+	for k := range f.ev {
+		if f.g.isCarried[k] {
+			continue
+		}
 		if err := waitClear(&f.ev[k]); err != nil && first == nil {
 			first = err
 		}

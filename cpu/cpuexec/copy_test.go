@@ -146,10 +146,10 @@ func TestAsyncCopyOffloadScan(t *testing.T) {
 // copySteps counts the copy steps of g and its nested regions, and the
 // double-buffered ones.
 func copySteps(g *region) (copies, prefetched int) {
-	for _, st := range g.steps {
+	for i, st := range g.steps {
 		if st.kind == stepCopy {
 			copies++
-			if st.prefetched {
+			if g.sched.Steps[i].Prefetched {
 				prefetched++
 			}
 		}
@@ -187,10 +187,13 @@ func TestAsyncCopyBufferReuse(t *testing.T) {
 	p.Plan.Values[v] = bv
 	e, err := New(p)
 	require.NoError(t, err)
-	require.Equal(t, []int{1}, e.body.steps[3].waits, "t2 overwrites the source of copy 1")
-	require.Equal(t, []int{2}, e.body.steps[4].waits, "v's copy writes over u")
-	require.Equal(t, []int{5}, e.body.steps[7].waits, "back is read by step 7")
-	require.Equal(t, []int{6}, e.body.steps[8].waits, "back2 is read by step 8")
+	waits := func(i int) []int { return e.body.sched.Steps[i].Wait }
+	require.Equal(t, []int{1}, waits(3), "t2 overwrites the source of copy 1")
+	require.Equal(t, []int{3}, waits(4), "v's copy reads t2 (and writes over u after copy 2 on its queue)")
+	require.Equal(t, []int{1}, waits(5), "back copies h back")
+	require.Equal(t, []int{4}, waits(6), "back2 copies v back")
+	require.Equal(t, []int{5}, waits(7), "back is read by step 7")
+	require.Equal(t, []int{6}, waits(8), "back2 is read by step 8")
 	_ = u
 	args := randArgs(freshRand(t), f)
 	want, err := eval.Run(f, cloneAll(args))

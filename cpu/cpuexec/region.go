@@ -19,6 +19,7 @@ const (
 	stepCond
 	stepCopy       // a device_put between memory spaces (copy.go)
 	stepCollective // a collective op over the execution's communicators (collective.go)
+	stepMatmul     // a product rendered onto cpu/gemm (matmul.go)
 )
 
 // step is one op of a region, rendered from a step of the plan.
@@ -28,21 +29,13 @@ type step struct {
 	args   []int        // slots of the operands
 	outs   []int        // slots of the results
 	kernel *eval.Kernel // stepOp
+	mm     *matmulStep  // stepMatmul
 	fused  *fusedKernel
 	coll   *collStep    // stepCollective
 	loop   *passes.Loop // scan, while, cond: the bindings
 	subs   []*region    // nested regions (scan: body; while: cond, body; cond: true, false)
-	// stepCopy: the direction; whether a scan iteration may find its copy
-	// prefetched by the previous one.
-	dir        copyDir
-	prefetched bool
-	// waits lists copy steps to wait for before this step runs; prefetch the
-	// double-buffered copies whose next-iteration copy starts after it.
-	waits    []int
-	prefetch []prefetch
-	// prevWaits lists collective steps of a scan body whose previous
-	// iteration's collective is waited for before this step (planCarried).
-	prevWaits []int
+	// dir is the direction of a stepCopy.
+	dir copyDir
 }
 
 // region is a block of the plan rendered for the CPU: the plan's slots and
@@ -56,19 +49,23 @@ type region struct {
 	results []int           // slot of each region result
 	slices  []passes.YsSlot // scan body: values planned in ys slices
 	steps   []step
-	// endWaits lists the copy steps waited for only at the end of the region.
-	endWaits []int
-	// carried lists the collective steps of a scan body waited for in the
-	// next iteration, prevEndWaits those of them waited for at its end
-	// (planCarried).
-	carried, prevEndWaits []int
+	// sched is the block's asynchronous schedule: the copy and collective
+	// steps each step waits for, the prefetches and carried collectives of
+	// a scan body. prefetch[i] lists the prefetches (indexes into
+	// sched.Prefetch) started after step i; prevWaits[i] the carried
+	// collectives of the previous iteration waited for before step i
+	// (i = len(steps): at the end); isCarried marks them.
+	sched     *passes.Schedule
+	prefetch  [][]int
+	prevWaits [][]int
+	isCarried []bool
 }
 
 // compileRegion renders block b of the plan: a kernel per op step, block
 // programs per fused group, nested regions per loop.
 func compileRegion(b *passes.Block) (*region, error) {
 	g := &region{r: b.Region, plan: b.Plan, slots: b.Slots, params: b.Params, derived: b.Derived,
-		results: b.Results, slices: b.YsSlots}
+		results: b.Results, slices: b.YsSlots, sched: &b.Schedule}
 	for i := range b.Steps {
 		st, err := compileStep(&b.Steps[i])
 		if err != nil {
@@ -76,7 +73,15 @@ func compileRegion(b *passes.Block) (*region, error) {
 		}
 		g.steps = append(g.steps, st)
 	}
-	copyWaits(g)
+	n := len(g.steps)
+	g.prefetch, g.prevWaits, g.isCarried = make([][]int, n), make([][]int, n+1), make([]bool, n)
+	for k, p := range g.sched.Prefetch {
+		g.prefetch[p.After] = append(g.prefetch[p.After], k)
+	}
+	for _, c := range g.sched.Carried {
+		g.prevWaits[c.Before] = append(g.prevWaits[c.Before], c.Step)
+		g.isCarried[c.Step] = true
+	}
 	return g, nil
 }
 
@@ -112,13 +117,16 @@ func compileStep(ps *passes.Step) (step, error) {
 			if err != nil {
 				return st, fmt.Errorf("%s, region %d: %w", op.Describe(), k, err)
 			}
-			if op.Code == ir.Scan {
-				planPrefetch(sub, ps.Loop.Consts, ps.Loop.Carry)
-				planCarried(sub)
-			}
 			st.subs = append(st.subs, sub)
 		}
-	default: // StepOp, StepMatmul: eval's kernel of the op
+	case passes.StepMatmul:
+		st.kind = stepMatmul
+		mm, err := compileMatmul(op, ps.Matmul)
+		if err != nil {
+			return st, err
+		}
+		st.mm = mm
+	default: // StepOp: eval's kernel of the op
 		k, err := eval.Prepare(op)
 		if err != nil {
 			return st, err
@@ -270,10 +278,10 @@ func (f *frame) run() error {
 	defer f.waitAll()
 	for i := range f.g.steps {
 		st := &f.g.steps[i]
-		if err := f.waitCopies(st.waits); err != nil {
+		if err := f.waitCopies(f.g.sched.Steps[i].Wait); err != nil {
 			return err
 		}
-		if err := f.waitPrev(st.prevWaits); err != nil {
+		if err := f.waitPrev(f.g.prevWaits[i]); err != nil {
 			return err
 		}
 		var err error
@@ -284,6 +292,8 @@ func (f *frame) run() error {
 			err = f.runCollective(i)
 		case stepOp:
 			err = st.kernel.Into(f.args[i], f.outs[i])
+		case stepMatmul:
+			err = st.mm.run(f.args[i], f.outs[i])
 		case stepFusion:
 			err = st.fused.run(f.args[i], f.outs[i])
 			if err != nil {
@@ -299,16 +309,16 @@ func (f *frame) run() error {
 		if err != nil {
 			return err
 		}
-		if len(st.prefetch) > 0 {
+		if len(f.g.prefetch[i]) > 0 {
 			if err := f.startPrefetches(i); err != nil {
 				return err
 			}
 		}
 	}
-	if err := f.waitCopies(f.g.endWaits); err != nil {
+	if err := f.waitEnd(); err != nil {
 		return err
 	}
-	if err := f.waitPrev(f.g.prevEndWaits); err != nil {
+	if err := f.waitPrev(f.g.prevWaits[len(f.g.steps)]); err != nil {
 		return err
 	}
 	f.carry()

@@ -56,7 +56,7 @@ func TestScanRoundTripCopy(t *testing.T) {
 			require.NoError(t, err)
 			pre := prefetches(e.body)
 			require.Len(t, pre, 1, "the copy of the xs slice is double buffered:\n%v", p.Func)
-			require.Len(t, pre[0].readers, 1, "its prefetch waits for the copy back")
+			require.Len(t, pre[0].Wait, 1, "its prefetch waits for the copy back")
 			args := randArgs(r, f)
 			want, err := eval.Run(f, cloneAll(args))
 			require.NoError(t, err)
@@ -124,10 +124,10 @@ func TestScanConstantYs(t *testing.T) {
 }
 
 // prefetches lists the double-buffered copies of g's nested scan bodies.
-func prefetches(g *region) []prefetch {
-	var out []prefetch
+func prefetches(g *region) []passes.Prefetch {
+	var out []passes.Prefetch
+	out = append(out, g.sched.Prefetch...)
 	for _, st := range g.steps {
-		out = append(out, st.prefetch...)
 		for _, s := range st.subs {
 			out = append(out, prefetches(s)...)
 		}
@@ -136,7 +136,7 @@ func prefetches(g *region) []prefetch {
 }
 
 // The offloaded scans' prefetches are read by compute only: none of them
-// waits for another copy, so they start as early as before.
+// waits for a copy or a collective, so they start as early as before.
 func TestOffloadPrefetchReaders(t *testing.T) {
 	p, err := passes.Compile(offloadScanFunc(t, 4, 8), passes.Options{})
 	require.NoError(t, err)
@@ -145,6 +145,26 @@ func TestOffloadPrefetchReaders(t *testing.T) {
 	pre := prefetches(e.body)
 	require.NotEmpty(t, pre)
 	for _, q := range pre {
-		require.Empty(t, q.readers)
+		for _, j := range q.Wait {
+			require.Equal(t, passes.QueueCompute, bodyOf(e.body, q).sched.Steps[j].Queue)
+		}
 	}
+}
+
+// bodyOf returns the scan body of g (or of a region nested in it) whose
+// schedule holds prefetch q.
+func bodyOf(g *region, q passes.Prefetch) *region {
+	for _, p := range g.sched.Prefetch {
+		if p.Step == q.Step && p.After == q.After && p.Param == q.Param {
+			return g
+		}
+	}
+	for _, st := range g.steps {
+		for _, s := range st.subs {
+			if b := bodyOf(s, q); b != nil {
+				return b
+			}
+		}
+	}
+	return nil
 }
