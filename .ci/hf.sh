@@ -34,6 +34,14 @@
 #     step 2), tokenizes the same sentences with its pinned tokenizers and
 #     compares transformers' embeddings and the head's logits with Ferry's
 #     (within 1e-5): 5 to 7 s a directory.
+#  6. examples/finetune fine-tunes the small random GPT-2 and Llama as
+#     causal LMs (-steps: a short run, a few seconds each) under a memory
+#     budget and saves them under Hugging Face's names; then
+#     examples/finetune/reload_lm.py loads each saved directory with
+#     transformers' FlaxGPT2LMHeadModel or FlaxLlamaForCausalLM
+#     from_pretrained (every Flax parameter checked against the saved
+#     tensor of its name) and compares transformers' float64 logits of
+#     held-out sequences with Ferry's at every real token (within 1e-5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=$(bash scripts/venv)
@@ -75,4 +83,8 @@ FERRY_HF_MODELS="$models" go run ./examples/finetune -steps 100 -out "$saved/fin
 go run ./examples/finetune -model "$saved/absent" -steps 160 -batch 16 -lr 3e-3 -out "$saved/finetuned-tiny"
 "$py" nn/hf/testdata/gen.py --finetuned "$saved/finetuned-tiny"
 "$tpy" nn/hf/testdata/gen_transformers.py --reload "$saved/finetuned-tiny"
+for lm in gpt2 llama; do
+  go run ./examples/finetune -model nn/hf/testdata/$lm -steps 60 -measure 2 -out "$saved/finetuned-$lm"
+done
+"$tpy" examples/finetune/reload_lm.py "$saved/finetuned-gpt2" "$saved/finetuned-llama"
 echo "hf.sh: OK"
