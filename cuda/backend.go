@@ -596,7 +596,7 @@ func (b *Backend) Compile(f *ir.Func, opts backend.CompileOptions) (backend.Exec
 	if e.top, err = e.regionOn(b); err != nil {
 		return nil, err
 	}
-	e.steps, e.plan = e.top.steps, e.top.sched
+	e.steps = e.top.steps
 	return e, nil
 }
 
@@ -680,10 +680,8 @@ type executable struct {
 	// only), under mu.
 	collScratch int64
 	prog        *passes.Program
-	// top is the compiled function body; steps and plan are its steps and
-	// stream plan.
+	// top is the compiled function body; steps are its steps.
 	top   *region
-	plan  Plan
 	steps []step
 	// suffix is " of name", appended to what allocations are for.
 	suffix string

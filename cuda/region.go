@@ -3,7 +3,6 @@ package cuda
 import (
 	"context"
 	"fmt"
-	"slices"
 	"unsafe"
 
 	"github.com/ferryml/ferry/backend"
@@ -39,19 +38,21 @@ import (
 // the body's arena); staging buffers are allocated on first use and freed
 // when the execution ends.
 //
-// Streams. Within one iteration the region's stream plan orders its steps
-// (copies between memory spaces on the copy streams, the rest on compute)
-// like the function body's. Seen from the enclosing region a region op runs
+// Streams. Within one iteration the block's schedule (passes.Schedule)
+// orders its steps (copies between memory spaces on the copy streams, the
+// rest on compute) like the function body's: a step's stream waits for the
+// events of the steps its schedule names. Seen from the enclosing region a region op runs
 // on the compute stream: before an iteration of a region that has steps on
 // the copy streams, both copy streams wait for the compute stream (an event
 // recorded there), and every iteration ends with the compute stream waiting
 // for the region's last copies (the plan's Final steps). So each iteration
 // starts after everything the previous one did (prefetches below aside),
 // and copies overlap compute inside an iteration (the host↔device copies
-// of an offloaded scan body's xs and ys slices). Across iterations, a scan body's copies of pinned_host
-// xs slices into buffers of their own are double buffered (planPrefetch):
-// iteration i issues the copy of slice i+1 once its last reader of the
-// buffer is issued, so that it overlaps the rest of iteration i.
+// // of an offloaded scan body's xs and ys slices). Across iterations, a scan
+// body's copies of xs slices into buffers of their own are double buffered
+// (the schedule's prefetches): iteration i issues the copy of slice i+1
+// after the step the schedule names, once the events of the readers of the
+// buffer are recorded, so that it overlaps the rest of iteration i.
 //
 // Sort (like a fused group the plan does not describe) has no device
 // kernel: it stays a host step (run by eval after the
@@ -63,16 +64,14 @@ type region struct {
 	r     *ir.Region
 	blk   *passes.Block
 	steps []step
-	sched Plan
+	// sched is the block's schedule.
+	sched *passes.Schedule
 	// copies is true when a step of the region (not of its nested regions)
 	// runs on a copy stream.
 	copies bool
-	// prefetch[i] lists the copy steps of a scan body whose copy for the
-	// next iteration is issued right after step i (planPrefetch);
-	// prefetched[k] marks them.
-	prefetch   [][]int
-	prefetched []bool
-	barrier    []bool // steps run on the host
+	// prefetch[i] lists the prefetches (indexes into sched.Prefetch) of a
+	// scan body issued right after step i (nil: none in the block).
+	prefetch [][]int
 }
 
 // compileRegion prepares a step for every step of blk (a block of the
@@ -80,8 +79,7 @@ type region struct {
 // plan of its region.
 func (b *Backend) compileRegion(e *executable, blk *passes.Block) (*region, error) {
 	r := blk.Region
-	g := &region{r: r, blk: blk, steps: make([]step, len(r.Ops))}
-	barrier := make([]bool, len(r.Ops))
+	g := &region{r: r, blk: blk, steps: make([]step, len(r.Ops)), sched: &blk.Schedule}
 	for i, op := range r.Ops {
 		s, st := &g.steps[i], &blk.Steps[i]
 		s.op = op
@@ -104,13 +102,16 @@ func (b *Backend) compileRegion(e *executable, blk *passes.Block) (*region, erro
 		if err != nil {
 			return nil, err
 		}
-		barrier[i] = s.kind == stepHost
-		if StreamOf(st) != Compute {
+		if q := g.sched.Steps[i].Queue; q == passes.QueueToDevice || q == passes.QueueToHost {
 			g.copies = true
 		}
 	}
-	g.barrier = barrier
-	g.sched = PlanStreams(blk, barrier)
+	for k, p := range g.sched.Prefetch {
+		if g.prefetch == nil {
+			g.prefetch = make([][]int, len(g.steps))
+		}
+		g.prefetch[p.After] = append(g.prefetch[p.After], k)
+	}
 	return g, nil
 }
 
@@ -136,92 +137,7 @@ func (b *Backend) compileLoop(e *executable, s *step, lp *passes.Loop) error {
 	}
 	s.loop = lp
 	s.kind = map[ir.Code]stepKind{ir.Scan: stepScan, ir.While: stepWhile, ir.Cond: stepCond}[lp.Code]
-	if lp.Code == ir.Scan {
-		planPrefetch(s.subs[0], lp.Consts, lp.Carry)
-	}
 	return nil
-}
-
-// planPrefetch finds the copies of scan body g that are double buffered
-// across iterations, as the CPU executor's are: a copy to device memory of
-// an xs slice in pinned_host whose destination, a temporary the body does
-// not return, shares its bytes with no other value or nested arena of the
-// body. Its copy of the next iteration's slice is issued on the H2D stream
-// once the iteration's last reader of the destination and its last copy to
-// the device have been issued (so that it holds up no copy of the current
-// iteration), after the H2D stream has waited for everything issued on the
-// compute and D2H streams so far; the next iteration then issues no copy
-// and its readers wait for that one.
-func planPrefetch(g *region, nc, nk int) {
-	blk := g.blk
-	lastH2D, point := -1, -1
-	for i := range blk.Steps {
-		if g.steps[i].kind == stepCopy && StreamOf(&blk.Steps[i]) == H2D {
-			lastH2D = i
-		}
-	}
-	for k := range blk.Steps {
-		st := &blk.Steps[k]
-		if g.steps[k].kind != stepCopy || StreamOf(st) != H2D || st.From != ir.PinnedHost {
-			continue
-		}
-		src, dst := blk.Slots[st.Args[0]], st.Outs[0]
-		sb, db := src.Buf, blk.Slots[dst].Buf
-		if src.Value.Op != nil || sb.Kind != passes.BufParam || sb.Index < nc+nk || db.Kind != passes.BufTemp || slices.Contains(blk.Results, dst) {
-			continue
-		}
-		overlaps := func(space ir.MemorySpace, off, size int64) bool {
-			return space == db.Space && size > 0 && off < db.Offset+db.Size && db.Offset < off+size
-		}
-		alone := true
-		for s, sl := range blk.Slots {
-			if s != dst && sl.Buf.Kind == passes.BufTemp && overlaps(sl.Buf.Space, sl.Buf.Offset, sl.Buf.Size) {
-				alone = false
-			}
-		}
-		for _, o := range blk.Steps {
-			if o.Loop != nil && overlaps(db.Space, o.Loop.SubOffset[db.Space], subArena(o.Loop, db.Space)) {
-				alone = false
-			}
-		}
-		last := -1
-		for j, o := range blk.Steps {
-			if slices.Contains(o.Args, dst) {
-				last = j
-			}
-		}
-		if !alone || last < k {
-			continue
-		}
-		if g.prefetch == nil {
-			g.prefetch, g.prefetched = make([][]int, len(g.steps)), make([]bool, len(g.steps))
-		}
-		// In the body's order: the H2D stream runs them in the order the
-		// plan (H2DNext) assumes.
-		point = max(point, last, lastH2D)
-		g.prefetch[point] = append(g.prefetch[point], k)
-		g.prefetched[k] = true
-	}
-	if g.prefetch == nil {
-		return
-	}
-	st := StepAccesses(blk, g.barrier)
-	for k, p := range g.prefetched {
-		if p {
-			st[k].Stream = H2DNext
-		}
-	}
-	g.sched = PlanAccesses(st)
-}
-
-// subArena is the bytes of space the nested blocks of lp use, from
-// Loop.SubOffset: the largest of their arenas.
-func subArena(lp *passes.Loop, space ir.MemorySpace) int64 {
-	var size int64
-	for _, b := range lp.Blocks {
-		size = max(size, b.Plan.Arena[space])
-	}
-	return size
 }
 
 // hostSteps lists the steps of g and its nested regions that run on the
@@ -265,9 +181,6 @@ type execution struct {
 	// the copy streams wait for at the start of an iteration.
 	events []uintptr
 	fork   uintptr
-	// after[s] is the event a prefetch has the H2D stream wait for on
-	// stream s (compute, D2H).
-	after [D2H + 1]uintptr
 	// flag is the pinned host bytes a predicate is read back into (0 until
 	// the first while or cond needs it).
 	flag uintptr
@@ -300,8 +213,8 @@ type frame struct {
 	// stage[i][k] is the staging buffer of result k of region op step i.
 	stage [][]mem
 	// Prefetches (scan bodies): next[j] is the next iteration's slice of xs
-	// parameter j (hasNext: there is one); issued[k] says that copy step k
-	// of the next iteration was issued by this one, with its event in
+	// parameter j (hasNext: there is one); issued[k] says that step k (a
+	// copy or all_gather) of the next iteration was issued by this one, with its event in
 	// pre[k] (run swaps it into events[k]).
 	next    []loc
 	hasNext bool
@@ -427,26 +340,24 @@ func (x *execution) free() {
 }
 
 // run issues the steps of f's region on their streams, each after the
-// events its stream plan says, and ends with the compute stream waiting for
+// events its schedule says, and ends with the compute stream waiting for
 // the region's last copies.
 func (x *execution) run(f *frame) error {
 	b := x.b
 	g := f.g
 	for i := range g.steps {
 		s := &g.steps[i]
-		p := g.sched.Steps[i]
-		stream := b.streams[p.Stream.device()]
+		p := &g.sched.Steps[i]
+		stream := b.streams[streamOf(p.Queue)]
 		if f.issued != nil && f.issued[i] {
-			// The previous iteration issued this copy: its event stands
-			// for the step.
+			// The previous iteration issued this step: its event stands
+			// for it.
 			f.issued[i] = false
 			f.events[i], f.pre[i] = f.pre[i], f.events[i]
 			continue
 		}
-		for _, j := range p.Wait {
-			if err := b.d.Check("cuStreamWaitEvent", stream, f.events[j], 0); err != nil {
-				return err
-			}
+		if err := x.waitEvents(f, p.Wait, stream); err != nil {
+			return err
 		}
 		args, outs, err := x.operands(f, i)
 		switch {
@@ -467,12 +378,7 @@ func (x *execution) run(f *frame) error {
 			return fmt.Errorf("%v step %d: %w", s.op.Code, i, err)
 		}
 		if p.Record {
-			if f.events[i] == 0 {
-				if f.events[i], err = x.event(); err != nil {
-					return err
-				}
-			}
-			if err := b.d.Check("cuEventRecord", f.events[i], stream); err != nil {
+			if err := x.record(&f.events[i], stream); err != nil {
 				return err
 			}
 		}
@@ -482,50 +388,56 @@ func (x *execution) run(f *frame) error {
 			}
 		}
 	}
-	for _, j := range g.sched.Final {
-		if err := b.d.Check("cuStreamWaitEvent", b.streams[Compute], f.events[j], 0); err != nil {
+	return x.waitEvents(f, g.sched.Final, b.streams[Compute])
+}
+
+// waitEvents makes stream wait for the events of steps ss of f.
+func (x *execution) waitEvents(f *frame, ss []int, stream uintptr) error {
+	for _, j := range ss {
+		if err := x.b.d.Check("cuStreamWaitEvent", stream, f.events[j], 0); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// prefetch issues, after step i of scan body frame f, the next iteration's
-// copies that planPrefetch placed there, on the H2D stream after
-// everything issued on the compute and D2H streams so far (the readers of
-// their destinations in this iteration).
-func (x *execution) prefetch(f *frame, i int) error {
-	b := x.b
-	for _, s := range []Stream{Compute, D2H} {
-		if x.after[s] == 0 {
-			var err error
-			if x.after[s], err = x.event(); err != nil {
-				return err
-			}
-		}
-		if err := b.d.Check("cuEventRecord", x.after[s], b.streams[s]); err != nil {
-			return err
-		}
-		if err := b.d.Check("cuStreamWaitEvent", b.streams[H2D], x.after[s], 0); err != nil {
+// record records event *ev (made on first use) on stream.
+func (x *execution) record(ev *uintptr, stream uintptr) error {
+	if *ev == 0 {
+		var err error
+		if *ev, err = x.event(); err != nil {
 			return err
 		}
 	}
-	for _, k := range f.g.prefetch[i] {
+	return x.b.d.Check("cuEventRecord", *ev, stream)
+}
+
+// prefetch issues, after step i of scan body frame f, the next iteration's
+// copies and all_gathers that the schedule starts there, each on its
+// step's stream after the events of the readers of its destination.
+func (x *execution) prefetch(f *frame, i int) error {
+	for _, pi := range f.g.prefetch[i] {
+		pf := &f.g.sched.Prefetch[pi]
+		k := pf.Step
+		stream := x.b.streams[streamOf(f.g.sched.Steps[k].Queue)]
+		if err := x.waitEvents(f, pf.Wait, stream); err != nil {
+			return err
+		}
 		st := &f.g.blk.Steps[k]
 		dst, err := x.slot(f, st.Outs[0])
 		if err != nil {
 			return err
 		}
-		src := f.next[f.g.blk.Slots[st.Args[0]].Buf.Index]
-		if err := b.copy(dst.p, dst.host, src.p, src.host, f.g.blk.Slots[st.Outs[0]].Bytes, b.streams[H2D]); err != nil {
+		src := f.next[pf.Param]
+		if f.g.steps[k].kind == stepCollective {
+			err = x.collective(f, k, []loc{src}, []loc{dst}, stream)
+		} else {
+			err = x.b.copy(dst.p, dst.host, src.p, src.host, f.g.blk.Slots[st.Outs[0]].Bytes, stream)
+		}
+		if err != nil {
 			return err
 		}
-		if f.pre[k] == 0 {
-			if f.pre[k], err = x.event(); err != nil {
-				return err
-			}
-		}
-		if err := b.d.Check("cuEventRecord", f.pre[k], b.streams[H2D]); err != nil {
+		if err := x.record(&f.pre[k], stream); err != nil {
 			return err
 		}
 		f.issued[k] = true

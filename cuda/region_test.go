@@ -388,11 +388,7 @@ func TestTrainStepsOnDevice(t *testing.T) {
 			scans, copies, prefetched := 0, 0, 0
 			var count func(g *region)
 			count = func(g *region) {
-				for _, p := range g.prefetched {
-					if p {
-						prefetched++
-					}
-				}
+				prefetched += len(g.sched.Prefetch)
 				for _, st := range g.steps {
 					if st.kind == stepScan {
 						scans++
@@ -538,7 +534,7 @@ func TestScanPrefetch(t *testing.T) {
 			body = s.subs[0]
 		}
 	}
-	if body == nil || !slices.Contains(body.prefetched, true) {
+	if body == nil || len(body.sched.Prefetch) == 0 {
 		t.Fatalf("the weights' copy is not double buffered")
 	}
 	rng := testseed.Rand(t, 25)
