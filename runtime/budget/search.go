@@ -40,7 +40,16 @@ type candInfo struct {
 	fromHost     bool // a device_put from pinned_host: recomputing it copies again
 	device       bool // its results are on device (it can be offloaded)
 	needed       bool // the backward pass reads it
+	// A residual of the top level (toplevel.go): noRecompute when no
+	// segment computes it again; segDot and segElem are the FLOPs of its
+	// segment.
+	top, noRecompute bool
+	segDot, segElem  float64
 }
+
+// canRecompute reports whether the candidate can be recomputed (a carry is
+// kept instead).
+func (ci *candInfo) canRecompute() bool { return !ci.carry && !ci.noRecompute }
 
 // planTrace is the trace.RematPlanner of one trace: it answers from decide
 // (absent: keep) and records the candidates.
@@ -154,8 +163,11 @@ func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, ba
 			continue
 		}
 		switch {
-		case a == trace.Recompute && !ci.carry:
+		case a == trace.Recompute && ci.canRecompute():
 			s := ci.dot/r.Flop + ci.elem/r.Elem
+			if ci.top {
+				s = ci.segDot/r.Flop + ci.segElem/r.Elem
+			}
 			if ci.fromHost {
 				s = float64(ci.bytes) / r.Bandwidth
 			}
@@ -249,6 +261,9 @@ func (p *plan) try(dec map[candKey]trace.RematAction) (*planTry, error) {
 	if pt.err != nil {
 		return nil, trace.Errorf("rt.Jit", "%s: MemoryBudget: %v", p.name, pt.err)
 	}
+	if err := planTop(tr, pt); err != nil {
+		return nil, trace.Errorf("rt.Jit", "%s: MemoryBudget: %v", p.name, err)
+	}
 	prog, err := tr.Compile()
 	if err != nil {
 		return nil, err
@@ -314,7 +329,7 @@ func (p *plan) extend(t *planTry) int {
 		for i, k := range pending {
 			ci := t.pt.cands[k]
 			for _, a := range []trace.RematAction{trace.Recompute, trace.Offload} {
-				if a == trace.Recompute && ci.carry || a == trace.Offload && !ci.device {
+				if a == trace.Recompute && !ci.canRecompute() || a == trace.Offload && !ci.device {
 					continue
 				}
 				p.dec[k] = a
@@ -393,12 +408,15 @@ func buildPlan(t *planTry, host map[int]string, baseline, budget int64, r Rates,
 			action = "stream"
 		case decided && a == trace.Offload && ci.device:
 			action = "offload"
-		case decided && a == trace.Recompute && !ci.carry:
+		case decided && a == trace.Recompute && ci.canRecompute():
 			action = "recompute"
 		}
 		flops := 0.0
 		if action == "recompute" {
 			flops = (ci.dot + ci.elem) * float64(ci.iters)
+			if ci.top {
+				flops = ci.segDot + ci.segElem
+			}
 		}
 		p.Values = append(p.Values, passes.PlannedValue{Scope: k.scope, Index: k.index, Op: ci.op, Type: ci.typ, Loc: ci.loc, Name: ci.name,
 			Carry: ci.carry, Action: action, Iterations: ci.iters, Bytes: ci.bytes * int64(ci.iters), Seconds: t.cost.per[k], Flops: flops})
@@ -423,7 +441,7 @@ func extremePlan(compile func(map[candKey]trace.RematAction) (*planTry, error), 
 			if _, done := dec[k]; done || !ci.needed || ci.bytes <= 0 {
 				continue
 			}
-			canRecompute, canOffload := !ci.carry, ci.device
+			canRecompute, canOffload := ci.canRecompute(), ci.device
 			a := pref
 			switch {
 			case pref == trace.Offload && !canOffload || pref == trace.Recompute && !canRecompute:
