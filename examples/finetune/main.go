@@ -37,6 +37,41 @@
 // nn/hf/testdata/bert instead (4 heads of width 16, 2 layers; a tokenizer
 // of the task's 35 words is written for it): the same machinery, without a
 // pretrained model's knowledge of English.
+//
+// # Decoders
+//
+// When DIR's config.json says model_type "gpt2" or "llama", the program
+// fine-tunes that GPT-2 or Llama checkpoint (hf.LoadGPT2, hf.LoadLlama) as
+// a causal language model instead:
+//
+//	go run ./examples/finetune -model nn/hf/testdata/gpt2 [-steps 1000] [-lr 1e-2] [-digits 6] [-out DIR]
+//	go run ./examples/finetune -model nn/hf/testdata/llama
+//
+// The task (lmdata.go) is reversing digits: "<s>3141>1413</s>", two to
+// -digits digits, with 2000 training and 256 held-out strings (none in
+// both) drawn in the program, each right-padded to -seq tokens (16, GPT-2's
+// positions); the task's 14 tokens are the model's ids 0 to 13, whatever
+// its tokenizer calls them. The loss is the next-token cross-entropy over
+// the real tokens (padding is masked out of attention and of the loss);
+// the digits before ">" are random, so the training loss cannot go below
+// about their entropy, and the held-out answers (the tokens after ">")
+// measure what was learned: their loss, the share of their tokens that are
+// the arg max, and the share of whole answers right. The step is AdamW
+// with warmup-cosine, compiled unconstrained and under the budget as for
+// BERT. The defaults where no flag says otherwise (-lr 1e-2, -steps 1000)
+// are for the small random decoders of nn/hf/testdata, which learn the rule
+// from scratch.
+//
+// It saves the fine-tuned model into -out with hf.Save under the original
+// names (GPT2LMHeadModel's "transformer.*", LlamaForCausalLM's "model.*"
+// and "lm_head.weight", one model.safetensors), config.json (the source's,
+// with torch_dtype float32, what was saved) and, in logits.json, a few
+// held-out sequences' ids, masks and the saved model's logits; it reloads
+// the directory with the same loader and checks that the logits are equal.
+// reload_lm.py DIR (in the virtualenv of
+// nn/hf/testdata/requirements-transformers.txt) reloads it with
+// transformers' FlaxGPT2LMHeadModel or FlaxLlamaForCausalLM and compares
+// their logits with Ferry's within 1e-5.
 package main
 
 import (
@@ -199,10 +234,10 @@ func (h Host[T]) Params() int {
 
 func main() {
 	cfg := defaultConfig()
-	flag.StringVar(&cfg.Model, "model", cfg.Model, "the pretrained model's directory (config.json, model.safetensors, tokenizer.json)")
+	flag.StringVar(&cfg.Model, "model", cfg.Model, "the pretrained model's directory: a BERT (config.json, model.safetensors, tokenizer.json), or a GPT-2 or Llama checkpoint (config.json, safetensors)")
 	flag.StringVar(&cfg.Out, "out", cfg.Out, "where to save the fine-tuned model")
 	flag.IntVar(&cfg.Steps, "steps", cfg.Steps, "training steps")
-	flag.IntVar(&cfg.Batch, "batch", cfg.Batch, "reviews per step")
+	flag.IntVar(&cfg.Batch, "batch", cfg.Batch, "reviews (or a decoder's sequences) per step")
 	flag.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "steps of linear learning-rate warmup")
 	flag.Float64Var(&cfg.LR, "lr", cfg.LR, "peak learning rate")
 	flag.Float64Var(&cfg.WeightDecay, "wd", cfg.WeightDecay, "AdamW's weight decay")
