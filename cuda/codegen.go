@@ -118,13 +118,12 @@ type Kernel struct {
 
 // GenerateOp returns the kernel of a single-op step of a compiled program.
 // An op the plan describes as a kernel (passes.LowerOp: elementwise ops,
-// reductions, view ops, iota, dot_general) and a fusion op
-// (passes.LowerKernel) are rendered by GenerateKernel, as every fused
-// group is; the ops the kernel form does not express have kernels of their
-// own: arg reductions, scatter_add (atomic adds), and the structural ops
-// whose index rule is dynamic or piecewise (dynamic_slice,
-// dynamic_update_slice, concatenate, pad, gather). Constants, sort,
-// device_put and the region ops have none: the executor runs them itself.
+// reductions, view ops, iota, dot_general and the element-moving ops with
+// an index rule) and a fusion op (passes.LowerKernel) are rendered by
+// GenerateKernel, as every fused group is; the ops the kernel form does not
+// express have kernels of their own: arg reductions and scatter_add (atomic
+// adds). Constants, sort, device_put and the region ops have none: the
+// executor runs them itself.
 func GenerateOp(op *ir.Op) (*Kernel, error) {
 	switch {
 	case op == nil:
@@ -156,20 +155,7 @@ func GenerateOp(op *ir.Op) (*Kernel, error) {
 	case ir.ScatterAdd:
 		return s.assemble(op.Code.String(), what, genScatter(s, v))
 	}
-	read := map[ir.Code]func(*gen, *ir.Value, string) (string, error){
-		ir.DynamicSlice: (*gen).dynamicSlice, ir.DynamicUpdateSlice: (*gen).dynamicUpdateSlice,
-		ir.Concatenate: (*gen).concatenate, ir.Pad: (*gen).pad, ir.Gather: (*gen).gather,
-	}[op.Code]
-	if read == nil {
-		return nil, fmt.Errorf("cuda: op %v has no generated kernel", op.Code)
-	}
-	g := newGen(s, "    ")
-	x, err := read(g, v, "i")
-	if err != nil {
-		return nil, err
-	}
-	s.add(Entry{Kind: LaunchLoop, N: int64(v.Type.Size()), Writes: []int{0}}, gridLoop(g.b.String()+fmt.Sprintf("    out0[i] = %s;\n", store(v.Type.DType, x))))
-	return s.assemble(op.Code.String(), what, nil)
+	return nil, fmt.Errorf("cuda: op %v has no generated kernel", op.Code)
 }
 
 func valueTypes(vs []*ir.Value) []ir.Type {
@@ -380,9 +366,7 @@ func (g *gen) value(v *ir.Value, at string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("cuda: %v is not an operand of the generated op", v)
 	}
-	return g.named(fmt.Sprintf("p%d@%s", i, at), v.Type.DType, func() (string, error) {
-		return g.param(i, v.Type.DType, at), nil
-	})
+	return g.operand(i, at)
 }
 
 // cLiteral is x as a C literal of dt's compute type.
@@ -452,17 +436,6 @@ func literalAt(l *ir.Literal, i int) string {
 
 var cmpOps = map[ir.Code]string{ir.Eq: "==", ir.Ne: "!=", ir.Lt: "<", ir.Le: "<=", ir.Gt: ">", ir.Ge: ">="}
 
-// startOf returns the clamped start of a dynamic slice along one dimension:
-// max(0, min(s, dim-size)).
-func (g *gen) startOf(v *ir.Value, dim, size int) (string, error) {
-	s, err := g.value(v, "0")
-	if err != nil {
-		return "", err
-	}
-	hi := dim - size
-	return g.index(fmt.Sprintf("((long long)%s < 0 ? 0LL : ((long long)%s > %dLL ? %dLL : (long long)%s))", s, s, hi, hi, s)), nil
-}
-
 // viewIndex renders the index view v maps flat index at to, as a C
 // expression: Offset + Σ_d coord_d(at)·Strides[d], coord_d the digit of at
 // in v.Shape (at is within v's domain, so the outermost digit needs no
@@ -498,140 +471,6 @@ func viewIndex(v ir.StridedView, at string) string {
 
 // dense is the view of a row-major array of shape through strides.
 func dense(shape ir.Shape, strides []int) ir.StridedView { return ir.NewStridedView(shape, strides, 0) }
-
-// dynamicSlice reads v = dynamic_slice(x, starts...) at at: x's strides over
-// v's shape, offset by the clamped starts.
-func (g *gen) dynamicSlice(v *ir.Value, at string) (string, error) {
-	x := v.Op.Args[0]
-	ist := x.Type.Shape.Strides()
-	terms := []string{viewIndex(dense(v.Type.Shape, ist), at)}
-	for d := range ist {
-		s, err := g.startOf(v.Op.Args[1+d], x.Type.Shape[d], v.Type.Shape[d])
-		if err != nil {
-			return "", err
-		}
-		terms = append(terms, fmt.Sprintf("%s * %dLL", s, ist[d]))
-	}
-	return g.value(x, g.index(strings.Join(terms, " + ")))
-}
-
-// dynamicUpdateSlice reads v = dynamic_update_slice(x, u, starts...) at at.
-func (g *gen) dynamicUpdateSlice(v *ir.Value, at string) (string, error) {
-	op := v.Op
-	x, u := op.Args[0], op.Args[1]
-	cs := coords(at, v.Type.Shape)
-	ust := u.Type.Shape.Strides()
-	var conds, uterms []string
-	for d := range cs {
-		s, err := g.startOf(op.Args[2+d], x.Type.Shape[d], u.Type.Shape[d])
-		if err != nil {
-			return "", err
-		}
-		r := g.index(fmt.Sprintf("%s - %s", cs[d], s))
-		conds = append(conds, fmt.Sprintf("%s >= 0 && %s < %dLL", r, r, u.Type.Shape[d]))
-		uterms = append(uterms, fmt.Sprintf("%s * %dLL", r, ust[d]))
-	}
-	in := g.index(andOr1(conds))
-	return g.choose(in, u, fmt.Sprintf("(%s ? %s : 0LL)", in, sumOr0(uterms)), x, at)
-}
-
-// choose is (in ? a at ai : b at bi), reading both.
-func (g *gen) choose(in string, a *ir.Value, ai string, b *ir.Value, bi string) (string, error) {
-	av, err := g.value(a, g.index(ai))
-	if err != nil {
-		return "", err
-	}
-	bv, err := g.value(b, bi)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("(%s ? %s : %s)", in, av, bv), nil
-}
-
-// concatenate reads v = concatenate(xs...) at at.
-func (g *gen) concatenate(v *ir.Value, at string) (string, error) {
-	axis := v.Op.Attrs.Int("axis")
-	c := g.index(coords(at, v.Type.Shape)[axis])
-	off := 0
-	expr := ""
-	for _, x := range v.Op.Args {
-		n := x.Type.Shape[axis]
-		if n == 0 {
-			continue
-		}
-		ist := x.Type.Shape.Strides()
-		in := fmt.Sprintf("(%s >= %dLL && %s < %dLL)", c, off, c, off+n)
-		xi := fmt.Sprintf("(%s ? %s - %dLL : 0LL)", in, viewIndex(dense(v.Type.Shape, ist), at), off*ist[axis])
-		xv, err := g.value(x, g.index(xi))
-		if err != nil {
-			return "", err
-		}
-		if expr == "" {
-			expr = xv
-		} else {
-			expr = fmt.Sprintf("(%s ? %s : %s)", in, xv, expr)
-		}
-		off += n
-	}
-	return expr, nil
-}
-
-// pad reads v = pad(x, value) at at.
-func (g *gen) pad(v *ir.Value, at string) (string, error) {
-	x, pv := v.Op.Args[0], v.Op.Args[1]
-	if x.Type.Size() == 0 {
-		return g.value(pv, "0")
-	}
-	low, interior := v.Op.Attrs.Ints("low"), v.Op.Attrs.Ints("interior")
-	cs := coords(at, v.Type.Shape)
-	ist := x.Type.Shape.Strides()
-	var conds, terms []string
-	for d := range cs {
-		step := interior[d] + 1
-		t := g.index(fmt.Sprintf("%s - %dLL", cs[d], low[d]))
-		c := fmt.Sprintf("%s >= 0 && %s / %dLL < %dLL", t, t, step, x.Type.Shape[d])
-		if step > 1 {
-			c += fmt.Sprintf(" && %s %% %dLL == 0", t, step)
-		}
-		conds = append(conds, c)
-		terms = append(terms, fmt.Sprintf("(%s / %dLL) * %dLL", t, step, ist[d]))
-	}
-	in := g.index(andOr1(conds))
-	return g.choose(in, x, fmt.Sprintf("(%s ? %s : 0LL)", in, sumOr0(terms)), pv, "0")
-}
-
-// gather reads v = gather(x, indices) along axis at at (indices clamped).
-func (g *gen) gather(v *ir.Value, at string) (string, error) {
-	x, ix := v.Op.Args[0], v.Op.Args[1]
-	axis := v.Op.Attrs.Int("axis")
-	n := x.Type.Shape[axis]
-	if n == 0 {
-		return "", fmt.Errorf("cuda: gather from an empty axis %d of %v", axis, x.Type)
-	}
-	inner := ir.Shape(x.Type.Shape[axis+1:]).Size()
-	ni := ix.Type.Size()
-	kv, err := g.value(ix, g.index(fmt.Sprintf("(%s / %dLL) %% %dLL", at, inner, ni)))
-	if err != nil {
-		return "", err
-	}
-	kc := g.index(fmt.Sprintf("((long long)%s < 0 ? 0LL : ((long long)%s > %dLL ? %dLL : (long long)%s))", kv, kv, n-1, n-1, kv))
-	o := fmt.Sprintf("(%s / %dLL)", at, int64(inner)*int64(ni))
-	return g.value(x, g.index(fmt.Sprintf("(%s * %dLL + %s) * %dLL + %s %% %dLL", o, n, kc, inner, at, inner)))
-}
-
-func sumOr0(terms []string) string {
-	if len(terms) == 0 {
-		return "0LL"
-	}
-	return strings.Join(terms, " + ")
-}
-
-func andOr1(conds []string) string {
-	if len(conds) == 0 {
-		return "1"
-	}
-	return "(" + strings.Join(conds, ") && (") + ")"
-}
 
 // bitcast reinterprets x (compute type of from) as to.
 func bitcast(from, to ir.DType, x string) (string, error) {

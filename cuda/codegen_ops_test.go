@@ -175,11 +175,7 @@ func TestOpTableGenerates(t *testing.T) {
 	// The ops the plan's kernels do not express, which GenerateOp renders
 	// by kernels of their own; every other op is rendered from the plan's
 	// kernel (passes.LowerOp) by GenerateKernel.
-	ownKernel := map[ir.Code]string{
-		ir.ArgMax: "an arg reduction", ir.ArgMin: "an arg reduction", ir.ScatterAdd: "atomic adds",
-		ir.DynamicSlice: "a dynamic index", ir.DynamicUpdateSlice: "a dynamic index", ir.Gather: "a dynamic index",
-		ir.Concatenate: "a piecewise index", ir.Pad: "a piecewise index",
-	}
+	ownKernel := map[ir.Code]string{ir.ArgMax: "an arg reduction", ir.ArgMin: "an arg reduction", ir.ScatterAdd: "atomic adds"}
 	covered := map[ir.Code]bool{}
 	for _, c := range opCases() {
 		f := ir.NewFunc("probe")
@@ -219,5 +215,34 @@ func TestOpTableGenerates(t *testing.T) {
 		if !covered[c] {
 			t.Errorf("op %v has no case in opCases on any dtype", c)
 		}
+	}
+}
+
+// TestIndexRulesHostC runs the edge cases of the element-moving ops the plan
+// reads through index rules (a scalar and an empty operand of pad, empty
+// pieces of a concatenation, indices of rank 2, starts of every integer
+// dtype) through the generator and gcc against internal/eval on fresh
+// random operands.
+func TestIndexRulesHostC(t *testing.T) {
+	b := newHostBatch(needGCC(t))
+	rng := testseed.Rand(t, 23)
+	f32, i32 := ir.Float32, ir.Int32
+	cases := []opCase{
+		{"pad_scalar", []ir.Type{ty(f32), ty(f32)}, ir.Pad, ir.Attrs{"low": []int{}, "high": []int{}, "interior": []int{}}},
+		{"pad_empty", []ir.Type{ty(f32, 0, 3), ty(f32)}, ir.Pad, ir.Attrs{"low": []int{2, 0}, "high": []int{1, 1}, "interior": []int{0, 2}}},
+		{"pad_interior", []ir.Type{ty(ir.Float16, 3, 4), ty(ir.Float16)}, ir.Pad, ir.Attrs{"low": []int{-2, 3}, "high": []int{2, -1}, "interior": []int{2, 1}}},
+		{"concatenate_empty", []ir.Type{ty(i32, 0, 3), ty(i32, 2, 3), ty(i32, 0, 3), ty(i32, 1, 3)}, ir.Concatenate, ir.Attrs{"axis": 0}},
+		{"gather_rank2", []ir.Type{ty(ir.Float64, 4, 3), ty(i32, 2, 5)}, ir.Gather, ir.Attrs{"axis": 0}},
+		{"gather_inner", []ir.Type{ty(ir.Bool, 2, 6), ty(ir.Int64, 7)}, ir.Gather, ir.Attrs{"axis": 1}},
+		{"dynamic_slice_u32", []ir.Type{ty(f32, 4, 5, 6), ty(ir.Uint32), ty(ir.Int64), ty(i32)}, ir.DynamicSlice, ir.Attrs{"sizes": []int{4, 2, 1}}},
+		{"dynamic_update_slice_3d", []ir.Type{ty(ir.BFloat16, 3, 4, 5), ty(ir.BFloat16, 1, 4, 2), ty(i32), ty(ir.Int64), ty(ir.Uint8)}, ir.DynamicUpdateSlice, nil},
+	}
+	var hcs []*hostCheck
+	for _, c := range cases {
+		hcs = append(hcs, queueOnHost(t, b, rng, buildOp(t, c)))
+	}
+	b.run()
+	for i, hc := range hcs {
+		t.Run(cases[i].name, func(t *testing.T) { hc.check(t, b) })
 	}
 }

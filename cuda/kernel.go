@@ -126,6 +126,8 @@ func (g *gen) node(n int, at string) (string, error) {
 			return constAt(nd, g.viewed(nd.View, at))
 		case passes.NodeDot:
 			return load(nd.DType, g.productAt(at)), nil
+		case passes.NodeIndexed:
+			return g.indexed(nd, g.viewed(nd.View, at))
 		case passes.NodeOp:
 			args := make([]string, len(nd.Args))
 			for i, a := range nd.Args {
@@ -153,4 +155,92 @@ func constAt(nd *passes.Node, idx string) (string, error) {
 		return iotaAt(nd.DType, idx), nil
 	}
 	return "", fmt.Errorf("cuda: a constant of %d elements inside a fused group", n)
+}
+
+// indexed is a NodeIndexed node at element at of its rule's iteration
+// space: the pieces' guards and operand indices rendered from the rule
+// (ir.IndexRule), every piece's operand read (at index 0 where its guard
+// fails) and the first piece whose guard holds chosen.
+func (g *gen) indexed(nd *passes.Node, at string) (string, error) {
+	r := nd.Index
+	cs := coords(at, r.Shape)
+	expr := ""
+	for pi := len(r.Pieces) - 1; pi >= 0; pi-- {
+		pc := r.Pieces[pi]
+		var conds, terms []string
+		for d, dim := range pc.Dims {
+			t := g.position(nd, dim, cs[d])
+			if dim.Size >= 0 {
+				c := fmt.Sprintf("%s >= 0 && %s / %dLL < %dLL", t, t, dim.Step, dim.Size)
+				if dim.Step > 1 {
+					c += fmt.Sprintf(" && %s %% %dLL == 0", t, dim.Step)
+				}
+				conds = append(conds, c)
+			}
+			switch {
+			case dim.Stride == 0:
+			case dim.Step > 1:
+				terms = append(terms, fmt.Sprintf("(%s / %dLL) * %dLL", t, dim.Step, dim.Stride))
+			default:
+				terms = append(terms, fmt.Sprintf("%s * %dLL", t, dim.Stride))
+			}
+		}
+		idx := "0LL"
+		if len(terms) > 0 {
+			idx = strings.Join(terms, " + ")
+		}
+		guarded := len(conds) > 0 && pi < len(r.Pieces)-1 // else it gives every element it is tried for
+		in := ""
+		if guarded {
+			in = g.index("(" + strings.Join(conds, ") && (") + ")")
+			idx = fmt.Sprintf("(%s ? %s : 0LL)", in, idx)
+		}
+		v, err := g.operand(nd.Operands[pc.Operand], g.index(idx))
+		if err != nil {
+			return "", err
+		}
+		if guarded {
+			v = fmt.Sprintf("(%s ? %s : %s)", in, v, expr)
+		}
+		expr = v
+	}
+	if expr == "" {
+		return "0", nil // no pieces: the result is empty
+	}
+	return expr, nil
+}
+
+// position is the C expression of dimension dim's position at coordinate
+// c (IndexDim): c − Lo ± the start read from its operand, clamped.
+func (g *gen) position(nd *passes.Node, dim ir.IndexDim, c string) string {
+	var t []string
+	if dim.Coord {
+		t = append(t, c)
+	}
+	if dim.Lo != 0 {
+		t = append(t, fmt.Sprintf("%dLL", -dim.Lo))
+	}
+	if s := dim.Start; s != nil {
+		at := "0"
+		if s.AtCoord {
+			at = g.index(c)
+		}
+		v, _ := g.operand(nd.Operands[s.Operand], at)
+		st := g.index(fmt.Sprintf("((long long)%s < 0 ? 0LL : ((long long)%s > %dLL ? %dLL : (long long)%s))", v, v, s.Max, s.Max, v))
+		if s.Neg {
+			st = "-" + st
+		}
+		t = append(t, st)
+	}
+	if len(t) == 0 {
+		return "0LL"
+	}
+	return g.index(strings.Join(t, " + "))
+}
+
+// operand is element at of fusion operand k, in its compute type, read
+// once per scope.
+func (g *gen) operand(k int, at string) (string, error) {
+	dt := g.paramTypes[k].DType
+	return g.named(fmt.Sprintf("p%d@%s", k, at), dt, func() (string, error) { return g.param(k, dt, at), nil })
 }

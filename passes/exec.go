@@ -237,6 +237,13 @@ const (
 	// NodeDot is the product of a KernelOutput group, read in place at the
 	// iteration index from the buffer of result Kernel.DotResult.
 	NodeDot
+	// NodeIndexed reads fusion operands through Node.Index, the index rule
+	// of an element-moving op no view expresses (ir.IndexRuleOf:
+	// dynamic_slice, dynamic_update_slice, concatenate, pad, gather), at
+	// the element Node.View maps the iteration index to; operand k of the
+	// rule is fusion operand Node.Operands[k]. Only the kernel of such an op
+	// alone (LowerOp) has one.
+	NodeIndexed
 )
 
 // Node is one node of a KernelProgram.
@@ -250,6 +257,10 @@ type Node struct {
 	// View maps the iteration flat index to the flat element index of the
 	// leaf's operand or data (empty: the identity).
 	View ir.ViewChain
+	// Index and Operands are a NodeIndexed's rule and the fusion operand
+	// of each operand of the rule.
+	Index    *ir.IndexRule
+	Operands []int
 	// Code and Attrs are a NodeOp's op; Args its operand nodes.
 	Code  ir.Code
 	Attrs ir.Attrs

@@ -38,7 +38,9 @@ func LowerKernel(op *ir.Op) (*Kernel, error) {
 // LowerOp describes op, a single op outside a fused group, as a kernel of
 // one group, when the kernel form expresses it: an elementwise op, a
 // reduction, a view op (broadcast_in_dim, transpose, slice, reshape), iota,
-// or dot_general (an output group whose epilogue is the product itself).
+// dot_general (an output group whose epilogue is the product itself), or
+// an element-moving op with an index rule (ir.IndexRuleOf: a loop group of
+// one NodeIndexed node).
 // The kernel is the one a fused group of that op alone gets: its Op is
 // a fusion op made for it, whose operands and results are op's and whose
 // region holds a copy of op over parameters of the operands' types. ok is
@@ -58,14 +60,16 @@ func LowerOp(op *ir.Op) (k *Kernel, ok bool) {
 		return nil, false
 	}
 	rg.Results = in.Results
-	kind := "loop"
+	fop := &ir.Op{Code: ir.Fusion, Args: op.Args, Results: op.Results, Attrs: ir.Attrs{"kind": "loop"}, Regions: []*ir.Region{rg}, Loc: op.Loc}
 	switch {
 	case IsReduce(op.Code):
-		kind = "input"
+		fop.Attrs["kind"] = "input"
 	case op.Code == ir.DotGeneral:
-		kind = "output"
+		fop.Attrs["kind"] = "output"
 	}
-	fop := &ir.Op{Code: ir.Fusion, Args: op.Args, Results: op.Results, Attrs: ir.Attrs{"kind": kind}, Regions: []*ir.Region{rg}, Loc: op.Loc}
+	if rule, ok := ir.IndexRuleOf(in); ok {
+		return indexedKernel(fop, rule), true
+	}
 	k, err = LowerKernel(fop)
 	if err != nil || k.Mode == KernelUnsupported {
 		return nil, false
@@ -74,10 +78,26 @@ func LowerOp(op *ir.Op) (k *Kernel, ok bool) {
 }
 
 // loneKernelOp reports whether a single op of code c is described as a
-// kernel (LowerOp): elementwise ops, reductions, view ops, iota and
-// dot_general.
+// kernel (LowerOp): elementwise ops, reductions, view ops, iota,
+// dot_general and the ops with an index rule.
 func loneKernelOp(c ir.Code) bool {
-	return c.Info().Elementwise || IsReduce(c) || c.Info().View != nil || c == ir.Iota || c == ir.DotGeneral
+	switch c {
+	case ir.Iota, ir.DotGeneral, ir.DynamicSlice, ir.DynamicUpdateSlice, ir.Concatenate, ir.Pad, ir.Gather:
+		return true
+	}
+	return c.Info().Elementwise || IsReduce(c) || c.Info().View != nil
+}
+
+// indexedKernel is the kernel of fop, the one-op group of an op with index
+// rule rule: one NodeIndexed node, result 0 at every position.
+func indexedKernel(fop *ir.Op, rule *ir.IndexRule) *Kernel {
+	v := fop.Results[0]
+	nd := Node{Kind: NodeIndexed, DType: v.Type.DType, Operand: -1, Index: rule, Operands: make([]int, len(fop.Args))}
+	for i := range nd.Operands {
+		nd.Operands[i] = i
+	}
+	p := &KernelProgram{Size: v.Type.Size(), Nodes: []Node{nd}, Results: []KernelResult{{Result: 0, Node: 0}}}
+	return &Kernel{Op: fop, Mode: KernelLoop, Programs: []*KernelProgram{p}, ElemOnly: make([]bool, len(fop.Args))}
 }
 
 // unsupported is the reason a group is not described.

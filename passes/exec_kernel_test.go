@@ -25,6 +25,7 @@ func TestLowerOpKernels(t *testing.T) {
 	x, y := b.AddParam(ir.TypeOf(ir.Int32, 3, 4, 5)), b.AddParam(ir.TypeOf(ir.Int32, 3, 4, 5))
 	z, w := b.AddParam(ir.TypeOf(ir.Float32, 4)), b.AddParam(ir.TypeOf(ir.Float32, 6, 7))
 	ix := b.AddParam(ir.TypeOf(ir.Int32, 2))
+	s0, s1, pv := b.AddParam(ir.TypeOf(ir.Int32)), b.AddParam(ir.TypeOf(ir.Int32)), b.AddParam(ir.TypeOf(ir.Float32))
 	add := func(code ir.Code, args []*ir.Value, attrs ir.Attrs) *ir.Op {
 		op, err := b.AddOp(code, args, attrs)
 		require.NoError(t, err, "%v", code)
@@ -44,6 +45,11 @@ func TestLowerOpKernels(t *testing.T) {
 		add(ir.ReduceSum, []*ir.Value{x}, ir.Attrs{"axes": []int{0, 2}}),
 		add(ir.ReduceMax, []*ir.Value{w}, ir.Attrs{"axes": []int{1}}),
 		add(ir.ReduceMin, []*ir.Value{w}, ir.Attrs{"axes": []int{0}}),
+		add(ir.Gather, []*ir.Value{w, ix}, ir.Attrs{"axis": 0}),
+		add(ir.Concatenate, []*ir.Value{w, w}, ir.Attrs{"axis": 1}),
+		add(ir.DynamicSlice, []*ir.Value{x, s0, s1, s0}, ir.Attrs{"sizes": []int{2, 2, 3}}),
+		add(ir.DynamicUpdateSlice, []*ir.Value{w, add(ir.Slice, []*ir.Value{w}, ir.Attrs{"start": []int{0, 0}, "limit": []int{2, 3}, "strides": []int{1, 1}}).Result(), s1, s0}, nil),
+		add(ir.Pad, []*ir.Value{w, pv}, ir.Attrs{"low": []int{1, -2}, "high": []int{0, 2}, "interior": []int{1, 0}}),
 	}
 	for _, op := range described {
 		k, ok := passes.LowerOp(op)
@@ -65,9 +71,8 @@ func TestLowerOpKernels(t *testing.T) {
 	require.Equal(t, passes.KernelOutput, k.Mode)
 	require.Equal(t, [2]int{0, 1}, k.DotArgs)
 	for _, op := range []*ir.Op{
-		add(ir.Gather, []*ir.Value{w, ix}, ir.Attrs{"axis": 0}),
 		add(ir.ArgMax, []*ir.Value{w}, ir.Attrs{"axis": 1, "dtype": ir.Int32}),
-		add(ir.Concatenate, []*ir.Value{w, w}, ir.Attrs{"axis": 0}),
+		add(ir.ScatterAdd, []*ir.Value{w, ix, add(ir.Slice, []*ir.Value{w}, ir.Attrs{"start": []int{0, 0}, "limit": []int{2, 7}, "strides": []int{1, 1}}).Result()}, ir.Attrs{"axis": 0}),
 		add(ir.Sort, []*ir.Value{w}, ir.Attrs{"dimension": 1, "num_keys": 1}),
 	} {
 		_, ok := passes.LowerOp(op)
@@ -76,7 +81,7 @@ func TestLowerOpKernels(t *testing.T) {
 }
 
 // TestLowerAttachesOpKernels: in a compiled program, an op step the kernel
-// form describes carries its kernel, another (a gather) none.
+// form describes carries its kernel, another (an arg_max) none.
 func TestLowerAttachesOpKernels(t *testing.T) {
 	f := ir.NewFunc("f")
 	x, ix := f.Body.AddParam(ir.TypeOf(ir.Float32, 8, 3)), f.Body.AddParam(ir.TypeOf(ir.Int32, 5))
@@ -84,7 +89,9 @@ func TestLowerAttachesOpKernels(t *testing.T) {
 	require.NoError(t, err)
 	s, err := f.Body.AddOp(ir.ReduceSum, []*ir.Value{g.Result()}, ir.Attrs{"axes": []int{1}})
 	require.NoError(t, err)
-	f.Body.Results = []*ir.Value{s.Result(), g.Result()}
+	m, err := f.Body.AddOp(ir.ArgMax, []*ir.Value{x}, ir.Attrs{"axis": 1, "dtype": ir.Int32})
+	require.NoError(t, err)
+	f.Body.Results = []*ir.Value{s.Result(), g.Result(), m.Result()}
 	ex, err := passes.Lower(compile(t, f, passes.Options{}))
 	require.NoError(t, err)
 	kinds := map[ir.Code]bool{}
@@ -93,7 +100,7 @@ func TestLowerAttachesOpKernels(t *testing.T) {
 			kinds[st.Op.Code] = st.Kernel != nil
 		}
 	}
-	require.Equal(t, map[ir.Code]bool{ir.Gather: false, ir.ReduceSum: true}, kinds, "%s", ex)
+	require.Equal(t, map[ir.Code]bool{ir.Gather: true, ir.ReduceSum: true, ir.ArgMax: false}, kinds, "%s", ex)
 }
 
 // runKernel interprets the programs of a loop or input kernel over the
@@ -119,6 +126,13 @@ func runKernel(t *testing.T, k *passes.Kernel, ins []*ir.Literal) []*ir.Literal 
 				}
 				for i := range p.Size {
 					j := nd.View.At(i)
+					copy(l.Data[i*sz:(i+1)*sz], src[j*sz:(j+1)*sz])
+				}
+			case passes.NodeIndexed:
+				value := func(k, j int) int64 { return int64(ins[nd.Operands[k]].Float64At(j)) }
+				for i := range p.Size {
+					pc, j := nd.Index.Source(nd.View.At(i), value)
+					src := ins[nd.Operands[nd.Index.Pieces[pc].Operand]].Data
 					copy(l.Data[i*sz:(i+1)*sz], src[j*sz:(j+1)*sz])
 				}
 			case passes.NodeOp:

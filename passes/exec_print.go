@@ -147,6 +147,8 @@ func (p *execPrinter) kernel(k *Kernel, d int) {
 					args[j] = fmt.Sprintf("n%d", a)
 				}
 				p.line(d+1, "n%d %v = %s(%s)%s", i, nd.DType, nd.Code.Info().Name, strings.Join(args, ", "), inv)
+			case NodeIndexed:
+				p.line(d+1, "n%d %v = indexed %d pieces of args %v over %v view %v", i, nd.DType, len(nd.Index.Pieces), nd.Operands, nd.Index.Shape, nd.View)
 			}
 		}
 		for _, r := range pr.Results {
