@@ -10,6 +10,7 @@ import (
 	"github.com/ferryml/ferry/backend"
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
 )
 
 // Collectives on the device.
@@ -18,8 +19,8 @@ import (
 // CompileOptions.BoundAxes naming its collective axes) runs its collective
 // ops through the device communicators of ExecOptions.DeviceComms (NCCL,
 // package cuda/nccl), one per axis string. A collective is a step of the
-// plan like a kernel: it is enqueued on the compute stream (StreamOf), after
-// the events its stream plan waits for and before the steps that read its
+// plan like a kernel: it is enqueued on the compute stream, after
+// the events its schedule waits for and before the steps that read its
 // result, so the device orders it with the kernels around it and the host
 // does not wait for it.
 //
@@ -63,22 +64,15 @@ import (
 // programs with collectives on this backend).
 func (b *Backend) DeviceCollectives() bool { return true }
 
-// collStep is a collective op prepared at Compile.
+// collStep is a collective op prepared at Compile: the plan's layout
+// (passes.Collective) with its reduction and transpose kernels.
 type collStep struct {
-	axis string
-	size int
-	red  collective.Op // all_reduce; Sum for reduce_scatter
-	dt   ir.DType
-	// count is the operand's elements, bytes its bytes.
-	count int
-	bytes int64
+	*passes.Collective
+	red collective.Op // all_reduce; Sum for reduce_scatter
 	// pre transposes the operand into staging buffer 0 (reduce_scatter,
 	// all_to_all) and post staging buffer 1 (all_to_all) or 0 (all_gather)
 	// into the result; nil when the layout needs no transpose.
 	pre, post *xpose
-	// stage0, stage1 are the bytes of the staging buffers (0: unused).
-	stage0, stage1 int64
-	pairs          []collective.Pair
 }
 
 // xpose is a generated transpose kernel with its loaded entries.
@@ -89,112 +83,36 @@ type xpose struct {
 
 var collReductions = map[string]collective.Op{"sum": collective.Sum, "max": collective.Max, "min": collective.Min}
 
-// prepareCollective makes s a collective step of e.
-func (b *Backend) prepareCollective(e *executable, s *step) error {
+// prepareCollective makes s, whose plan layout is pc, a collective step of
+// e: the transposes of its layout generated and loaded.
+func (b *Backend) prepareCollective(e *executable, s *step, pc *passes.Collective) error {
 	op := s.op
-	a := op.Attrs
-	c := &collStep{axis: a.String("axis"), size: a.Int("size")}
-	if c.axis == "" || c.size < 1 {
-		return fmt.Errorf("%s: collective with axis %q of size %d", op.Describe(), c.axis, c.size)
-	}
+	c := &collStep{Collective: pc, red: collReductions[pc.Reduction]}
 	s.kind, s.coll = stepCollective, c
 	if op.Code == ir.AxisIndex {
 		return nil
 	}
-	if len(op.Args) != 1 || len(op.Results) != 1 {
-		return fmt.Errorf("%s: a collective takes one operand and has one result", op.Describe())
-	}
-	x := op.Args[0].Type
 	for _, v := range []*ir.Value{op.Args[0], op.Results[0]} {
 		if v.Type.Space != ir.Device {
 			return fmt.Errorf("%s: operand or result in %v memory: NCCL collectives work on device memory", op.Describe(), v.Type.Space)
 		}
 	}
-	c.dt, c.count, c.bytes = x.DType, x.Shape.Size(), x.Bytes()
-	n := c.size
-	shape := []int(x.Shape)
 	var err error
-	switch op.Code {
-	case ir.AllReduce:
-		r, ok := collReductions[a.String("reduction")]
-		if !ok {
-			return fmt.Errorf("%s: unknown reduction %q", op.Describe(), a.String("reduction"))
+	if t := pc.Pre; t != nil {
+		if c.pre, err = b.transposer(pc.DType, t.Shape, t.Perm); err != nil {
+			return fmt.Errorf("%s: %w", op.Describe(), err)
 		}
-		c.red = r
-	case ir.AllGather:
-		d := a.Int("dimension")
-		if ir.Shape(shape[:min(d, len(shape))]).Size() > 1 {
-			// Gather [n, shape...] into staging 0, move the rank axis to d:
-			// stacked, that is the result; tiled, the result's dimension d
-			// is n·shape[d], rank-major, the same bytes.
-			c.stage0 = int64(n) * c.bytes
-			if c.post, err = b.transposer(x.DType, append([]int{n}, shape...), moveAxis(len(shape)+1, 0, d)); err != nil {
-				return fmt.Errorf("%s: %w", op.Describe(), err)
-			}
-		}
-	case ir.ReduceScatter:
-		d := a.Int("dimension")
-		c.red = collective.Sum
-		if d < 0 || d >= len(shape) || shape[d]%n != 0 {
-			return fmt.Errorf("%s: dimension %d of %v is not divisible by the axis size %d", op.Describe(), d, x, n)
-		}
-		if ir.Shape(shape[:d]).Size() > 1 {
-			// View dimension d as [n, shape[d]/n] and move the n to the front.
-			view := append(append(append([]int{}, shape[:d]...), n, shape[d]/n), shape[d+1:]...)
-			c.stage0 = c.bytes
-			if c.pre, err = b.transposer(x.DType, view, moveAxis(len(view), d, 0)); err != nil {
-				return fmt.Errorf("%s: %w", op.Describe(), err)
-			}
-		}
-	case ir.AllToAll:
-		sd, cd := a.Int("split_dimension"), a.Int("concat_dimension")
-		if sd < 0 || sd >= len(shape) || cd < 0 || cd >= len(shape) || shape[sd]%n != 0 {
-			return fmt.Errorf("%s: split_dimension %d or concat_dimension %d does not fit %v and axis size %d", op.Describe(), sd, cd, x, n)
-		}
-		blk := append([]int{}, shape...)
-		blk[sd] /= n
-		if ir.Shape(shape[:sd]).Size() > 1 {
-			view := append(append(append([]int{}, shape[:sd]...), n, shape[sd]/n), shape[sd+1:]...)
-			c.stage0 = c.bytes
-			if c.pre, err = b.transposer(x.DType, view, moveAxis(len(view), sd, 0)); err != nil {
-				return fmt.Errorf("%s: %w", op.Describe(), err)
-			}
-		}
-		if ir.Shape(blk[:cd]).Size() > 1 {
-			// Received blocks are [n, blk...]; the result is blk with
-			// dimension cd multiplied by n, source-rank-major.
-			c.stage1 = c.bytes
-			if c.post, err = b.transposer(x.DType, append([]int{n}, blk...), moveAxis(len(blk)+1, 0, cd)); err != nil {
-				return fmt.Errorf("%s: %w", op.Describe(), err)
-			}
-		}
-	case ir.CollectivePermute:
-		p := a.Ints("pairs")
-		for i := 0; i+1 < len(p); i += 2 {
-			c.pairs = append(c.pairs, collective.Pair{Source: p[i], Target: p[i+1]})
-		}
-	default:
-		return fmt.Errorf("%s: the CUDA backend has no executor for this collective", op.Describe())
 	}
-	e.collScratch = max(e.collScratch, align256(c.stage0)+align256(c.stage1))
+	if t := pc.Post; t != nil {
+		if c.post, err = b.transposer(pc.DType, t.Shape, t.Perm); err != nil {
+			return fmt.Errorf("%s: %w", op.Describe(), err)
+		}
+	}
+	e.collScratch = max(e.collScratch, align256(pc.Stage[0])+align256(pc.Stage[1]))
 	return nil
 }
 
 func align256(n int64) int64 { return (n + 255) &^ 255 }
-
-// moveAxis returns the perm (result dim i = operand dim perm[i]) of a
-// transpose of rank dims that moves operand dimension from to result
-// position to, keeping the others in order.
-func moveAxis(rank, from, to int) []int {
-	rest := make([]int, 0, rank)
-	for i := range rank {
-		if i != from {
-			rest = append(rest, i)
-		}
-	}
-	perm := append(append(append([]int{}, rest[:to]...), from), rest[to:]...)
-	return perm
-}
 
 // transposer generates and loads the kernel of a transpose of an array of
 // dt and shape by perm.
@@ -236,17 +154,17 @@ func (t *xpose) launch(b *Backend, src, dst, stream uintptr) error {
 func (x *execution) collective(f *frame, i int, args, outs []loc, stream uintptr) error {
 	s := &f.g.steps[i]
 	c, op := s.coll, s.op
-	comm := x.comms[c.axis]
+	comm := x.comms[c.Axis]
 	if comm == nil {
-		return fmt.Errorf("%s: %w (the execution has no device communicator for axis %q: ExecOptions.DeviceComms)", op.Describe(), ir.UnboundAxisError(op), c.axis)
+		return fmt.Errorf("%s: %w (the execution has no device communicator for axis %q: ExecOptions.DeviceComms)", op.Describe(), ir.UnboundAxisError(op), c.Axis)
 	}
 	rank, size := comm.Rank(), comm.Size()
-	if size != c.size {
-		return fmt.Errorf("%s: axis %q has size %d in the program, but its communicator has %d ranks", op.Describe(), c.axis, c.size, size)
+	if size != c.Size {
+		return fmt.Errorf("%s: axis %q has size %d in the program, but its communicator has %d ranks", op.Describe(), c.Axis, c.Size, size)
 	}
-	x.last[c.axis] = op
+	x.last[c.Axis] = op
 	fail := func(err error) error {
-		return fmt.Errorf("%s: rank %d of %d on axis %q: %w", op.Describe(), rank, size, c.axis, err)
+		return fmt.Errorf("%s: rank %d of %d on axis %q: %w", op.Describe(), rank, size, c.Axis, err)
 	}
 	b := x.b
 	out := outs[0]
@@ -260,10 +178,10 @@ func (x *execution) collective(f *frame, i int, args, outs []loc, stream uintptr
 	}
 	in := args[0]
 	outBytes := op.Results[0].Type.Bytes()
-	if in.p < out.p+uintptr(outBytes) && out.p < in.p+uintptr(c.bytes) && !(op.Code == ir.AllReduce && in.p == out.p) {
+	if in.p < out.p+uintptr(outBytes) && out.p < in.p+uintptr(c.Bytes) && !(op.Code == ir.AllReduce && in.p == out.p) {
 		return fmt.Errorf("%s: internal error: the buffer plan overlaps the collective's operand and result", op.Describe())
 	}
-	stage0, stage1 := x.collScratch, x.collScratch+uintptr(align256(c.stage0))
+	stage0, stage1 := x.collScratch, x.collScratch+uintptr(align256(c.Stage[0]))
 	send := in.p
 	var err error
 	if c.pre != nil {
@@ -275,13 +193,13 @@ func (x *execution) collective(f *frame, i int, args, outs []loc, stream uintptr
 	n := size
 	switch op.Code {
 	case ir.AllReduce:
-		err = comm.AllReduce(send, out.p, c.count, c.dt, c.red, stream)
+		err = comm.AllReduce(send, out.p, c.Count, c.DType, c.red, stream)
 	case ir.ReduceScatter:
-		err = comm.ReduceScatter(send, out.p, c.count/n, c.dt, c.red, stream)
+		err = comm.ReduceScatter(send, out.p, c.Count/n, c.DType, c.red, stream)
 	case ir.AllGather:
 		if c.post == nil {
-			err = comm.AllGather(send, out.p, int(c.bytes), ir.Uint8, stream)
-		} else if err = comm.AllGather(send, stage0, int(c.bytes), ir.Uint8, stream); err == nil {
+			err = comm.AllGather(send, out.p, int(c.Bytes), ir.Uint8, stream)
+		} else if err = comm.AllGather(send, stage0, int(c.Bytes), ir.Uint8, stream); err == nil {
 			err = c.post.launch(b, stage0, out.p, stream)
 		}
 	case ir.AllToAll:
@@ -289,7 +207,7 @@ func (x *execution) collective(f *frame, i int, args, outs []loc, stream uintptr
 		if c.post != nil {
 			recv = stage1
 		}
-		blk := int(c.bytes) / n
+		blk := int(c.Bytes) / n
 		err = grouped(comm, func() error {
 			for j := range n {
 				if err := comm.Send(send+uintptr(j*blk), blk, ir.Uint8, j, stream); err != nil {
@@ -317,21 +235,21 @@ func (x *execution) collective(f *frame, i int, args, outs []loc, stream uintptr
 // between different ranks, a device copy for a rank's pair with itself,
 // zeros for a rank no pair targets.
 func (x *execution) permute(comm backend.DeviceCommunicator, c *collStep, send, recv, stream uintptr) error {
-	rank, nb := comm.Rank(), int(c.bytes)
+	rank, nb := comm.Rank(), int(c.Bytes)
 	targeted := false
 	var self bool
 	err := grouped(comm, func() error {
-		for _, p := range c.pairs {
+		for _, p := range c.Pairs {
 			switch {
-			case p.Source == rank && p.Target == rank:
+			case p[0] == rank && p[1] == rank:
 				self, targeted = true, true
-			case p.Source == rank:
-				if err := comm.Send(send, nb, ir.Uint8, p.Target, stream); err != nil {
+			case p[0] == rank:
+				if err := comm.Send(send, nb, ir.Uint8, p[1], stream); err != nil {
 					return err
 				}
-			case p.Target == rank:
+			case p[1] == rank:
 				targeted = true
-				if err := comm.Recv(recv, nb, ir.Uint8, p.Source, stream); err != nil {
+				if err := comm.Recv(recv, nb, ir.Uint8, p[0], stream); err != nil {
 					return err
 				}
 			}
@@ -343,7 +261,7 @@ func (x *execution) permute(comm backend.DeviceCommunicator, c *collStep, send, 
 	}
 	switch {
 	case self:
-		return x.b.copy(recv, false, send, false, c.bytes, stream)
+		return x.b.copy(recv, false, send, false, c.Bytes, stream)
 	case !targeted && nb > 0:
 		return x.b.d.Check("cuMemsetD8Async", recv, 0, uintptr(nb), stream)
 	}

@@ -27,33 +27,3 @@ func TestCompileRefusesUnboundCollectives(t *testing.T) {
 		}
 	}
 }
-
-// TestMoveAxis checks the transposes that move the rank axis.
-func TestMoveAxis(t *testing.T) {
-	for _, c := range []struct {
-		rank, from, to int
-		want           []int
-	}{
-		{3, 0, 1, []int{1, 0, 2}},
-		{3, 0, 2, []int{1, 2, 0}},
-		{4, 2, 0, []int{2, 0, 1, 3}},
-		{2, 0, 0, []int{0, 1}},
-	} {
-		got := moveAxis(c.rank, c.from, c.to)
-		if !equalInts(got, c.want) {
-			t.Errorf("moveAxis(%d, %d, %d) = %v, want %v", c.rank, c.from, c.to, got, c.want)
-		}
-	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

@@ -93,7 +93,7 @@ func (b *Backend) compileRegion(e *executable, blk *passes.Block) (*region, erro
 		case st.Loop != nil:
 			err = b.compileLoop(e, s, st.Loop)
 		case st.Kind == passes.StepCollective:
-			err = b.prepareCollective(e, s)
+			err = b.prepareCollective(e, s, st.Collective)
 		case st.Kind == passes.StepMatmul && b.prepareMatmul(blk, s, st, op, 0, 1, 0):
 			// cuBLASLt.
 		default:

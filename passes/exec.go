@@ -127,6 +127,8 @@ type Step struct {
 	Loop *Loop
 	// From and To are the memory spaces of a StepCopy.
 	From, To ir.MemorySpace
+	// Collective is the layout of a StepCollective.
+	Collective *Collective
 }
 
 // Matmul is the layout of a dot_general: the dimension numbers of its

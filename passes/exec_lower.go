@@ -125,6 +125,12 @@ func (l *lowerer) step(b *Block, op *ir.Op, top bool, ysFrom int) (Step, error) 
 		st.Kernel = k
 	case StepMatmul:
 		st.Matmul = MatmulOf(op)
+	case StepCollective:
+		c, err := CollectiveOf(op)
+		if err != nil {
+			return st, err
+		}
+		st.Collective = c
 	case StepOp:
 		st.Kernel, _ = LowerOp(op)
 	case StepLoop:

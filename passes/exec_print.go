@@ -110,6 +110,30 @@ func (p *execPrinter) step(st *Step, d int) {
 		p.matmul(st.Matmul, d+1)
 	case st.Loop != nil:
 		p.loop(st.Loop, d+1)
+	case st.Collective != nil:
+		p.collective(st.Collective, d+1)
+	}
+}
+
+func (p *execPrinter) collective(c *Collective, d int) {
+	l := fmt.Sprintf("axis %q size %d", c.Axis, c.Size)
+	if c.Shape != nil {
+		l += fmt.Sprintf(" shape %v dims %d/%d", c.Shape, c.Dim, c.Dim2)
+	}
+	if c.Reduction != "" {
+		l += " " + c.Reduction
+	}
+	if c.Pairs != nil {
+		l += fmt.Sprintf(" pairs %v", c.Pairs)
+	}
+	p.line(d, "%s", l)
+	for _, t := range []struct {
+		name string
+		t    *Transpose
+	}{{"pre", c.Pre}, {"post", c.Post}} {
+		if t.t != nil {
+			p.line(d, "%s transpose %v by %v (staging %d/%d bytes)", t.name, t.t.Shape, t.t.Perm, c.Stage[0], c.Stage[1])
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
 )
 
 // Collectives.
@@ -138,8 +139,8 @@ func (e *collEnv) configFromEnv() (err error) {
 	return err
 }
 
-// collStep is a collective op prepared at New: its axis and how it maps
-// onto the Communicator's calls.
+// collStep is a collective step prepared at New: its axis and how it maps
+// onto the Communicator's calls (the plan's layout, passes.Collective).
 type collStep struct {
 	axis  string
 	size  int
@@ -152,52 +153,14 @@ type collStep struct {
 
 var reductions = map[string]collective.Op{"sum": collective.Sum, "max": collective.Max, "min": collective.Min}
 
-// prepareCollective checks a collective op and maps its attributes onto
-// the Communicator's arguments.
-func prepareCollective(op *ir.Op) (*collStep, error) {
-	a := op.Attrs
-	c := &collStep{axis: a.String("axis"), size: a.Int("size"), dim: -1, dim2: -1}
-	if c.axis == "" || c.size < 1 {
-		return nil, fmt.Errorf("%s: collective with axis %q of size %d", op.Describe(), c.axis, c.size)
+// prepareCollective maps the plan's layout of a collective step onto the
+// Communicator's arguments.
+func prepareCollective(c *passes.Collective) *collStep {
+	cs := &collStep{axis: c.Axis, size: c.Size, red: reductions[c.Reduction], shape: c.Shape, dim: c.Dim, dim2: c.Dim2}
+	for _, p := range c.Pairs {
+		cs.pairs = append(cs.pairs, collective.Pair{Source: p[0], Target: p[1]})
 	}
-	if op.Code == ir.AxisIndex {
-		return c, nil
-	}
-	if len(op.Args) != 1 || len(op.Results) != 1 {
-		return nil, fmt.Errorf("%s: a collective takes one operand and has one result", op.Describe())
-	}
-	x := op.Args[0].Type
-	c.shape = append([]int{}, x.Shape...)
-	switch op.Code {
-	case ir.AllReduce:
-		r, ok := reductions[a.String("reduction")]
-		if !ok {
-			return nil, fmt.Errorf("%s: unknown reduction %q", op.Describe(), a.String("reduction"))
-		}
-		c.red = r
-	case ir.AllGather:
-		c.dim = a.Int("dimension")
-		if !a.Bool("tiled") {
-			// Stacked: each member's operand is one slice of the new
-			// dimension, gathered like a 1 there.
-			c.shape = append(c.shape[:c.dim:c.dim], append([]int{1}, c.shape[c.dim:]...)...)
-		}
-	case ir.ReduceScatter:
-		// Stacked or tiled, the operand is divided along dimension into
-		// size blocks; stacked, each block has size 1 there, which the
-		// result's type drops.
-		c.red, c.dim = collective.Sum, a.Int("dimension")
-	case ir.AllToAll:
-		c.dim, c.dim2 = a.Int("split_dimension"), a.Int("concat_dimension")
-	case ir.CollectivePermute:
-		p := a.Ints("pairs")
-		for i := 0; i+1 < len(p); i += 2 {
-			c.pairs = append(c.pairs, collective.Pair{Source: p[i], Target: p[i+1]})
-		}
-	default:
-		return nil, fmt.Errorf("%s: no executor for collective", op.Describe())
-	}
-	return c, nil
+	return cs
 }
 
 // runCollective runs collective step i with the execution's communicator of

@@ -97,11 +97,7 @@ func compileStep(ps *passes.Step) (step, error) {
 		}
 	case passes.StepCollective:
 		st.kind = stepCollective
-		c, err := prepareCollective(op)
-		if err != nil {
-			return st, err
-		}
-		st.coll = c
+		st.coll = prepareCollective(ps.Collective)
 	case passes.StepKernel:
 		st.kind = stepFusion
 		k, err := compileFusion(ps.Kernel)
