@@ -123,8 +123,8 @@ func (s *search) hostArgs(base, full *planTry) (host map[int]string, hfull *plan
 	if len(seq) == 0 {
 		return nil, nil, nil, nil
 	}
-	probe := func(k int) (bool, error) {
-		_, hf, _, err := s.plans(s.hostMask(base, seq[:k]), s.hostSecs(base, seq[:k]), true)
+	probeSet := func(set []hostArg) (bool, error) {
+		_, hf, _, err := s.plans(s.hostMask(base, set), s.hostSecs(base, set), true)
 		if err != nil {
 			return false, err
 		}
@@ -133,11 +133,12 @@ func (s *search) hostArgs(base, full *planTry) (host map[int]string, hfull *plan
 		}
 		return hf.total <= s.budget, nil
 	}
+	probe := func(k int) (bool, error) { return probeSet(seq[:k]) }
 	// The first guess: the leaves that cover the bytes over the budget.
 	lo, hi := 0, len(seq)
-	guess := 0
-	for covered := int64(0); guess < len(seq) && covered < full.total-s.budget; guess++ {
-		covered += base.tr.Func().Body.Params[seq[guess].leaf].Type.Bytes()
+	over, guess := full.total-s.budget, 0
+	for guess < len(seq) && s.bytesOf(base, seq[:guess]) < over {
+		guess++
 	}
 	guess = max(guess, 1)
 	ok, err := probe(guess)
@@ -145,7 +146,9 @@ func (s *search) hostArgs(base, full *planTry) (host map[int]string, hfull *plan
 		return nil, nil, nil, err
 	}
 	if ok {
-		hi = guess
+		// A leaf moved saves at most its bytes: no shorter prefix covers
+		// what is over the budget.
+		lo, hi = guess-1, guess
 	} else {
 		if lo = guess; guess < len(seq) {
 			if ok, err = probe(len(seq)); err != nil {
@@ -167,11 +170,28 @@ func (s *search) hostArgs(base, full *planTry) (host map[int]string, hfull *plan
 			lo = mid
 		}
 	}
+	// The prefix may hold leaves the budget does not need (cheap ones
+	// before the dear ones that were needed anyway): leave out each group
+	// of leaves copied as often and placed alike, the largest group first,
+	// while the rest still fits.
+	set := seq[:hi]
+	for _, g := range s.hostGroups(base, set) {
+		rest := slices.DeleteFunc(slices.Clone(set), func(c hostArg) bool { return g[c] })
+		if len(rest) == 0 || len(rest) == len(set) || s.bytesOf(base, rest) < over {
+			continue // (too few bytes left to fit)
+		}
+		if ok, err = probeSet(rest); err != nil {
+			return nil, nil, nil, err
+		}
+		if ok {
+			set = rest
+		}
+	}
 	host = map[int]string{}
-	for _, c := range seq[:hi] {
+	for _, c := range set {
 		host[c.leaf] = c.action
 	}
-	_, hf, fits, err := s.plans(s.hostMask(base, seq[:hi]), s.hostSecs(base, seq[:hi]), false)
+	_, hf, fits, err := s.plans(s.hostMask(base, set), s.hostSecs(base, set), false)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -208,7 +228,7 @@ func (s *search) hostOrder(base *planTry, over int64) []hostArg {
 		return nil
 	}
 	all = s.traceable(all, len(a.Weak))
-	bytes := func(i int) int64 { return f.Body.Params[i].Type.Bytes() }
+	bytes := func(i int) int64 { return savedBytes(f, a, i, all[i]) }
 	copies := func(i int) float64 { return moveCopies(f, a, i, all[i]) }
 	// By copies, then largest first, then by leaf.
 	rest := slices.SortedFunc(maps.Keys(all), func(x, y int) int {
@@ -236,6 +256,56 @@ func (s *search) hostOrder(base *planTry, over int64) []hostArg {
 		seq = append(seq, hostArg{i, all[i]})
 	}
 	return seq
+}
+
+// hostGroups returns the leaves of set in groups of those copied as often
+// per call and placed with the same action, the group of the most bytes
+// first.
+func (s *search) hostGroups(base *planTry, set []hostArg) []map[hostArg]bool {
+	f, a := base.tr.Func(), base.args
+	type key struct {
+		copies float64
+		action string
+	}
+	groups := map[key]map[hostArg]bool{}
+	bytes := map[key]int64{}
+	var keys []key
+	for _, c := range set {
+		k := key{moveCopies(f, a, c.leaf, c.action), c.action}
+		if groups[k] == nil {
+			groups[k] = map[hostArg]bool{}
+			keys = append(keys, k)
+		}
+		groups[k][c] = true
+		bytes[k] += f.Body.Params[c.leaf].Type.Bytes()
+	}
+	slices.SortStableFunc(keys, func(x, y key) int { return cmp.Compare(bytes[y], bytes[x]) })
+	out := make([]map[hostArg]bool, len(keys))
+	for i, k := range keys {
+		out[i] = groups[k]
+	}
+	return out
+}
+
+// bytesOf returns the most device bytes placing the argument leaves set of
+// base in pinned_host can save: their bytes, twice for a leaf whose new
+// value the call returns at its place (it goes to pinned_host too).
+func (s *search) bytesOf(base *planTry, set []hostArg) int64 {
+	n := int64(0)
+	for _, c := range set {
+		n += savedBytes(base.tr.Func(), base.args, c.leaf, c.action)
+	}
+	return n
+}
+
+// savedBytes is the most device bytes placing argument leaf i in
+// pinned_host with action can save (bytesOf).
+func savedBytes(f *ir.Func, a Args, i int, action string) int64 {
+	b := f.Body.Params[i].Type.Bytes()
+	if moveCopies(f, a, i, action) > float64(scanReads(f, i)) {
+		b *= 2 // its new value is written to pinned_host too
+	}
+	return b
 }
 
 // hostMask marks the leaves of args among the argument leaves of base.
