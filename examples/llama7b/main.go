@@ -48,10 +48,24 @@ var (
 	runFlag     = flag.Bool("run", false, "run a small model of the family under budgets instead of planning the 7B step")
 	updateFlag  = flag.String("update", "layer", "the AdamW update of the stacked blocks: layer (a scan over the layers) or whole (optim.Step over every leaf at once)")
 	stepsFlag   = flag.Int("steps", 3, "-run: training steps per budget")
+	compareFlag = flag.Bool("compare", false, "time the planner's plan against hand-written choices at each budget of -run (small model)")
+	roundsFlag  = flag.Int("rounds", 3, "-compare: timed steps per contender, alternating")
 )
 
 func main() {
 	flag.Parse()
+	if *compareFlag {
+		rep, err := compareBudgets(smallSize(), *roundsFlag)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if *jsonFlag {
+			printJSON(rep)
+			return
+		}
+		rep.print(os.Stdout)
+		return
+	}
 	if *runFlag {
 		rows, err := runBudgets(smallSize(), *stepsFlag)
 		if err != nil {

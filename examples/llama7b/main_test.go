@@ -9,6 +9,8 @@ import (
 	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/nn"
+	rt "github.com/ferryml/ferry/runtime"
+	"github.com/ferryml/ferry/trace"
 )
 
 // tinySize is a member of the family small enough to compile in a test.
@@ -44,6 +46,12 @@ func TestPlanTiny(t *testing.T) {
 	}
 	if rep.Planned.Params+rep.Planned.OptState+rep.Planned.HostArgument != base.Unconstrained.Params+base.Unconstrained.OptState {
 		t.Errorf("on device %d + %d, in pinned_host %d: want the arguments' %d in all", rep.Planned.Params, rep.Planned.OptState, rep.Planned.HostArgument, base.Unconstrained.Params+base.Unconstrained.OptState)
+	}
+	// Whatever the plan, the state it cannot keep on device crosses the
+	// link in and out once per step (AdamW reads and writes all of it).
+	floor := base.Unconstrained.Params + base.Unconstrained.OptState - budget
+	if rep.Link.FloorBytes != floor || rep.Traffic.ToDevice < floor || rep.Traffic.ToHost < floor {
+		t.Errorf("link floor %d bytes, want %d; the plan copies %d in and %d out", rep.Link.FloorBytes, floor, rep.Traffic.ToDevice, rep.Traffic.ToHost)
 	}
 	if rep.StepSeconds < rep.UnconstrainedSeconds {
 		t.Errorf("the plan's step %g s is faster than the unconstrained %g s", rep.StepSeconds, rep.UnconstrainedSeconds)
@@ -91,5 +99,75 @@ func TestRunTiny(t *testing.T) {
 	}
 	if rows[len(rows)-1].HostArguments == 0 {
 		t.Errorf("the smallest budget placed no argument in pinned_host: %+v", rows[len(rows)-1])
+	}
+}
+
+// The traffic walker counts a copy to pinned_host inside a scan once per
+// iteration: a scan of L steps writing a [k] f32 slice to pinned_host per
+// step moves 4·k·L bytes to the host and none to the device.
+func TestTrafficScan(t *testing.T) {
+	r := testseed.Rand(t, 3)
+	L, k := 2+r.IntN(7), 8*(1+r.IntN(16))
+	f := func(xs *trace.Array) *trace.Array {
+		_, ys := trace.ScanTree(func(c, x *trace.Array) (*trace.Array, *trace.Array) {
+			y := trace.Mul(x, trace.Add(c, x))
+			return y, trace.DevicePut(y, ir.PinnedHost)
+		}, trace.Zeros(ir.Shape{k}, ir.Float32), xs)
+		return ys
+	}
+	low, err := rt.Lower(f, trace.Abstract(ir.TypeOf(ir.Float32, L, k)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := low.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := trafficOf(c.Program().Func)
+	if want := int64(4 * k * L); tr.ToHost != want || tr.ToDevice != 0 {
+		t.Errorf("L=%d k=%d: to host %d, to device %d; want %d, 0", L, k, tr.ToHost, tr.ToDevice, want)
+	}
+}
+
+// Sharded FSDP-style over n devices (one sequence each), every device holds
+// its 1/n of the parameters and AdamW state, gathers each layer's
+// parameters in the forward and again in the backward pass, and the
+// planner fits each device into its arguments and half the rest of its
+// unconstrained total.
+func TestPlanFSDPTiny(t *testing.T) {
+	r := testseed.Rand(t, 4)
+	n := []int{2, 4}[r.IntN(2)]
+	sz := tinySize(2 + r.IntN(3))
+	sz.Batch = n
+	c := sz.Config
+	l, d, kv := int64(c.Layers), int64(c.D), int64(c.KVHeads*(c.D/c.Heads))
+	blocks := l * (2*d + 2*d*d + 2*d*kv + 3*d*int64(c.Hidden))
+	params := 2*int64(c.Vocab)*d + d + blocks
+	base, err := planFSDP(sz, n, 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.Params != 2*params/int64(n) || base.OptState != 8*params/int64(n)+4 {
+		t.Fatalf("%d devices: per device parameters %d, state %d bytes; want %d, %d", n, base.Params, base.OptState, 2*params/int64(n), 8*params/int64(n)+4)
+	}
+	u := base.Unconstrained
+	if u.Traffic.AllGather < 2*2*blocks {
+		t.Errorf("all-gathered %d bytes per device, want at least the stacked blocks' %d twice", u.Traffic.AllGather, 2*blocks)
+	}
+	budget := u.Argument + (u.Total-u.Argument)/2
+	rep, err := planFSDP(sz, n, budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Fits || rep.Planned.Total > budget {
+		t.Fatalf("budget %d per device: fits %v, %s", budget, rep.Fits, rep.Error)
+	}
+	if q := rep.Planned; q.Traffic.Flops < u.Traffic.Flops || q.Serial < u.Serial || q.Traffic.ToDevice < q.Traffic.ToHost {
+		t.Errorf("planned %+v beside unconstrained %+v", q, u)
+	}
+	var out bytes.Buffer
+	rep.print(&out)
+	if !strings.Contains(out.String(), "fits") {
+		t.Errorf("the report does not say it fits:\n%s", out.String())
 	}
 }

@@ -170,8 +170,18 @@ func trainStepLayered(p nn.Llama, s optim.AdamState[nn.Llama], ids, targets *tra
 
 // layeredUpdate is the AdamW update of trainStepLayered: the outer
 // parameters with optim.Step, the stacked blocks with a scan over the
-// layers. It returns the new parameters and state, and loss.
+// layers, each layer's parameters copied to device where they are
+// elsewhere. It returns the new parameters and state, and loss.
 func layeredUpdate(p nn.Llama, s optim.AdamState[nn.Llama], g nn.Llama, loss *trace.Array) (nn.Llama, optim.AdamState[nn.Llama], *trace.Array) {
+	return layeredUpdateIn(p, s, g, loss, func(x layerSlices) layerSlices {
+		x.P = mustTree(trace.MapAs(x.P, onDevice))
+		return x
+	})
+}
+
+// layeredUpdateIn is layeredUpdate with in applied to each layer's slices
+// inside the scan before the update reads them.
+func layeredUpdateIn(p nn.Llama, s optim.AdamState[nn.Llama], g nn.Llama, loss *trace.Array, in func(layerSlices) layerSlices) (nn.Llama, optim.AdamState[nn.Llama], *trace.Array) {
 	o, os, err := optim.Step(optim.AdamW[outer](optim.Constant(3e-4), 0.9, 0.95, 1e-8, 0.1), outerOf(g),
 		optim.AdamState[outer]{Count: s.Count, Mu: outerOf(s.Mu), Nu: outerOf(s.Nu)}, outerOf(p))
 	if err != nil {
@@ -179,8 +189,8 @@ func layeredUpdate(p nn.Llama, s optim.AdamState[nn.Llama], g nn.Llama, loss *tr
 	}
 	layerOpt := optim.AdamW[nn.TransformerBlock](optim.Constant(3e-4), 0.9, 0.95, 1e-8, 0.1)
 	_, up := trace.ScanTree(func(c struct{}, x layerSlices) (struct{}, layerUpdate) {
-		p := mustTree(trace.MapAs(x.P, onDevice))
-		np, ns, err := optim.Step(layerOpt, x.G, optim.AdamState[nn.TransformerBlock]{Count: s.Count, Mu: x.M, Nu: x.V}, p)
+		x = in(x)
+		np, ns, err := optim.Step(layerOpt, x.G, optim.AdamState[nn.TransformerBlock]{Count: s.Count, Mu: x.M, Nu: x.V}, x.P)
 		if err != nil {
 			panic(err)
 		}

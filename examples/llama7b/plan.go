@@ -36,6 +36,10 @@ type Report struct {
 	Slowdown     float64            `json:"slowdown,omitempty"` // StepSeconds / UnconstrainedSeconds
 	CompileSecs  float64            `json:"compile_seconds"`
 	ActionTotals map[string]int64   `json:"action_bytes,omitempty"` // plan bytes per action
+	// Traffic is what the planned program moves per step (its host link
+	// copies), and Link the lower bounds the link imposes.
+	Traffic Traffic     `json:"traffic"`
+	Link    *LinkBounds `json:"link,omitempty"`
 }
 
 // Breakdown is a memory analysis by kind, in device bytes: the sizes of
@@ -111,6 +115,8 @@ func plan(sz Size, budget int64) (*Report, error) {
 	for _, v := range r.Plan.Values {
 		r.ActionTotals[v.Action] += v.Bytes
 	}
+	r.Traffic = trafficOf(fitted.Program().Func)
+	r.Link = linkBounds(r.Unconstrained.Params, r.Unconstrained.OptState, budget, r.Traffic, r.UnconstrainedSeconds)
 	ma := fitted.MemoryAnalysis()
 	np := len(trace.Leaves(p))
 	r.Planned = breakdown(ma, 0, 0, kept(r.Plan))
@@ -156,6 +162,8 @@ func (r *Report) print(w io.Writer) {
 	q := r.Planned
 	fmt.Fprintf(w, "  on device: parameters %s, optimizer state %s, temp %s (gradients %s, residuals kept %s); in pinned_host: arguments %s, temp %s\n",
 		gib(q.Params), gib(q.OptState), gib(q.Temp), gib(q.Gradients), gib(q.Residuals), gib(q.HostArgument), gib(q.HostTemp))
-	fmt.Fprintf(w, "  estimated step: %.3f s = %.2f× the unconstrained step\n\n", r.StepSeconds, r.Slowdown)
+	fmt.Fprintf(w, "  estimated step: %.3f s = %.2f× the unconstrained step\n", r.StepSeconds, r.Slowdown)
+	r.Link.print(w)
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, pl.String())
 }

@@ -50,6 +50,30 @@ type RunRow struct {
 // initial parameters and batch.
 func runBudgets(sz Size, steps int) ([]RunRow, error) {
 	defer rt.SetWarnings(rt.SetWarnings(nil)) // see plan
+	budgets, err := budgetLadder(sz)
+	if err != nil {
+		return nil, err
+	}
+	var rows []RunRow
+	for _, b := range append([]int64{0}, budgets...) {
+		row, err := runBudget(sz, b, steps)
+		if err != nil {
+			return nil, fmt.Errorf("budget %d: %w", b, err)
+		}
+		if len(rows) > 0 {
+			for i, l := range row.Losses {
+				row.MaxLossDiff = math.Max(row.MaxLossDiff, math.Abs(l-rows[0].Losses[i]))
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows[1:], nil
+}
+
+// budgetLadder returns the budgets -run and -compare plan sz under: the
+// unconstrained total, the smallest budget the planner fits, and two
+// between them, a third of the way apart.
+func budgetLadder(sz Size) ([]int64, error) {
 	p, s, ids, targets, err := abstractArgs(sz)
 	if err != nil {
 		return nil, err
@@ -65,21 +89,7 @@ func runBudgets(sz Size, steps int) ([]RunRow, error) {
 	if !errors.As(err, &be) {
 		return nil, fmt.Errorf("a budget of one byte: %v, want a *rt.MemoryBudgetError", err)
 	}
-	budgets := []int64{0, total, be.Minimum + (total-be.Minimum)*2/3, be.Minimum + (total-be.Minimum)/3, be.Minimum}
-	var rows []RunRow
-	for _, b := range budgets {
-		row, err := runBudget(sz, b, steps)
-		if err != nil {
-			return nil, fmt.Errorf("budget %d: %w", b, err)
-		}
-		if len(rows) > 0 {
-			for i, l := range row.Losses {
-				row.MaxLossDiff = math.Max(row.MaxLossDiff, math.Abs(l-rows[0].Losses[i]))
-			}
-		}
-		rows = append(rows, row)
-	}
-	return rows[1:], nil
+	return []int64{total, be.Minimum + (total-be.Minimum)*2/3, be.Minimum + (total-be.Minimum)/3, be.Minimum}, nil
 }
 
 // concreteState returns the initial parameters (seed 0), AdamW state with

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"io"
+
 	"github.com/ferryml/ferry/ir"
 )
 
@@ -79,4 +82,74 @@ func (t Traffic) Seconds(r Rates, n int) (compute, link, collectives float64) {
 	ring := float64(n-1) / float64(n)
 	collectives = (float64(t.AllGather+t.ReduceScatter+t.Other) + 2*float64(t.AllReduce)) * ring / r.Bus
 	return compute, link, collectives
+}
+
+// LinkBounds sets a plan's host-link traffic beside what any plan must
+// move when the state does not fit on the device, each priced at the
+// link's one-way rate with both directions at once (PCIe is full duplex).
+type LinkBounds struct {
+	// InSeconds and OutSeconds are the plan's copies to and from the
+	// device at the link's rate; Seconds the larger (both directions at
+	// once) and TurnSeconds their sum (one direction at a time).
+	InSeconds, OutSeconds, Seconds, TurnSeconds float64
+	// FloorBytes is the state (parameters and optimizer state) that cannot
+	// stay on the device: its size less the budget. It must cross in once
+	// and out once per step whatever the plan (every byte of it changes),
+	// so FloorSeconds = FloorBytes / rate bounds every plan.
+	FloorBytes   int64
+	FloorSeconds float64
+	// FusedIn and FusedOut are the copies of a plan with the AdamW update
+	// fused into the backward scan: each layer's parameters in for the
+	// forward pass and again for the backward pass, its moments in once,
+	// the new parameters and moments out once, no stack of gradients on
+	// device; FusedSeconds their larger at the rate.
+	FusedIn, FusedOut int64
+	FusedSeconds      float64
+	// ResidentBytes is the fused plan with the parameters kept on device
+	// (they fit beside the working set when the budget exceeds them): only
+	// the moments cross, in once and out once; ResidentSeconds at the rate.
+	ResidentBytes   int64
+	ResidentSeconds float64
+	// GoalBytes is what may cross in the time the 1.3× goal leaves
+	// (0.3 × the unconstrained step, the rest being the step's own).
+	GoalBytes int64
+	// Unconstrained is the unconstrained step's seconds the ratios use.
+	Unconstrained float64
+}
+
+// linkBounds prices traffic t of a plan of a step with params and state
+// bytes of parameters and optimizer state under budget at the H100 host
+// link, beside the step's unconstrained seconds.
+func linkBounds(params, state, budget int64, t Traffic, unconstrained float64) *LinkBounds {
+	bw := h100.Host
+	l := &LinkBounds{InSeconds: float64(t.ToDevice) / bw, OutSeconds: float64(t.ToHost) / bw, Unconstrained: unconstrained}
+	l.Seconds, l.TurnSeconds = max(l.InSeconds, l.OutSeconds), l.InSeconds+l.OutSeconds
+	l.FloorBytes = max(params+state-budget, 0)
+	l.FloorSeconds = float64(l.FloorBytes) / bw
+	l.FusedIn, l.FusedOut = 2*params+state, params+state
+	l.FusedSeconds = float64(max(l.FusedIn, l.FusedOut)) / bw
+	if params < budget {
+		l.ResidentBytes = state
+		l.ResidentSeconds = float64(state) / bw
+	}
+	l.GoalBytes = int64(0.3 * unconstrained * bw)
+	return l
+}
+
+func (l *LinkBounds) print(w io.Writer) {
+	if l == nil {
+		return
+	}
+	u := l.Unconstrained
+	fmt.Fprintf(w, "  host link at %.0f GB/s each way: the plan copies %s in (%.3f s) and %s out (%.3f s): %.3f s = %.1f× the unconstrained step with both directions at once, %.3f s in turn\n",
+		h100.Host/1e9, gib(int64(l.InSeconds*h100.Host)), l.InSeconds, gib(int64(l.OutSeconds*h100.Host)), l.OutSeconds, l.Seconds, l.Seconds/u, l.TurnSeconds)
+	fmt.Fprintf(w, "  lower bound for any plan: the state that cannot stay on device (%s) crosses in and out: %.3f s = %.1f× the unconstrained step\n",
+		gib(l.FloorBytes), l.FloorSeconds, l.FloorSeconds/u)
+	fmt.Fprintf(w, "  the update fused into the backward scan (parameters in twice, moments once, both out once): %s in, %s out: %.3f s = %.1f×\n",
+		gib(l.FusedIn), gib(l.FusedOut), l.FusedSeconds, l.FusedSeconds/u)
+	if l.ResidentBytes > 0 {
+		fmt.Fprintf(w, "  the same with the parameters kept on device, only the moments crossing: %s each way: %.3f s = %.1f×\n",
+			gib(l.ResidentBytes), l.ResidentSeconds, l.ResidentSeconds/u)
+	}
+	fmt.Fprintf(w, "  the 1.3× goal leaves %.3f s of link time: %s each way\n", 0.3*u, gib(l.GoalBytes))
 }
