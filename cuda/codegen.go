@@ -120,10 +120,10 @@ type Kernel struct {
 // An op the plan describes as a kernel (passes.LowerOp: elementwise ops,
 // reductions, view ops, iota, dot_general and the element-moving ops with
 // an index rule) and a fusion op (passes.LowerKernel) are rendered by
-// GenerateKernel, as every fused group is; the ops the kernel form does not
-// express have kernels of their own: arg reductions and scatter_add (atomic
-// adds). Constants, sort, device_put and the region ops have none: the
-// executor runs them itself.
+// GenerateKernel, as every fused group is; scatter_add, whose atomic adds
+// the kernel form does not express, has a kernel of its own. Constants,
+// sort, device_put and the region ops have none: the executor runs them
+// itself.
 func GenerateOp(op *ir.Op) (*Kernel, error) {
 	switch {
 	case op == nil:
@@ -150,8 +150,6 @@ func GenerateOp(op *ir.Op) (*Kernel, error) {
 	v := op.Results[0]
 	what := fmt.Sprintf("%v → %v", op.Code, v.Type)
 	switch op.Code {
-	case ir.ArgMax, ir.ArgMin:
-		return s.assemble(op.Code.String(), what, s.reduce(argReduction(v)))
 	case ir.ScatterAdd:
 		return s.assemble(op.Code.String(), what, genScatter(s, v))
 	}
@@ -919,16 +917,6 @@ func splitReduced(shape ir.Shape, reduced func(d int) bool) (kept, red ir.Stride
 		}
 	}
 	return dense(ks, kst), dense(rs, rst), int64(ks.Size()), int64(rs.Size())
-}
-
-// argReduction is the reduction computing v, the result of an arg_max or
-// arg_min op, from its operand.
-func argReduction(v *ir.Value) reduction {
-	x, axis := v.Op.Args[0], v.Op.Attrs.Int("axis")
-	rd := reduction{code: v.Op.Code, in: x.Type.DType, out: v.Type.DType,
-		read: func(g *gen, at string) (string, error) { return g.value(x, at) }}
-	rd.kept, rd.red, rd.nOut, rd.r = splitReduced(x.Type.Shape, func(d int) bool { return d == axis })
-	return rd
 }
 
 // reduce adds the entry of a block-level tree reduction. Each block

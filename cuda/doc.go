@@ -12,9 +12,9 @@
 //     expression tree (GenerateKernel, kernel.go: loop and input fusions,
 //     one parallel reduction per reduce, output fusions as the product into
 //     its result's buffer and the epilogue over it), and so is a lone op the
-//     plan describes as a group of one op (passes.LowerOp); the few ops the
-//     plan's kernels do not express (arg reductions, scatter_add) have
-//     kernels of their own (GenerateOp, codegen.go). NVRTC compiles them for
+//     plan describes as a group of one op (passes.LowerOp); scatter_add,
+//     whose atomic adds the plan's kernels do not express, has a kernel of
+//     its own (GenerateOp, codegen.go). NVRTC compiles them for
 //     the device's architecture; Cache keeps the images in memory and on
 //     disk ($FERRY_CACHE_DIR).
 //   - Matrix products go to cuBLASLt (matmul.go), an output fusion's

@@ -274,7 +274,11 @@ type Node struct {
 
 // Reduce is one reduction of a KernelInput group.
 type Reduce struct {
-	Code ir.Code // reduce_sum, reduce_max, reduce_min or reduce_prod
+	// Code is reduce_sum, reduce_max, reduce_min or reduce_prod; or, in
+	// the kernel of an arg_max or arg_min alone (LowerOp), that op, whose
+	// output is the index (of dtype DType) of the first maximum or
+	// minimum, a NaN winning.
+	Code ir.Code
 	// Node is the operand's node; Result the fusion result it produces.
 	Node, Result int
 	DType        ir.DType

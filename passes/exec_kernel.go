@@ -38,8 +38,9 @@ func LowerKernel(op *ir.Op) (*Kernel, error) {
 // LowerOp describes op, a single op outside a fused group, as a kernel of
 // one group, when the kernel form expresses it: an elementwise op, a
 // reduction, a view op (broadcast_in_dim, transpose, slice, reshape), iota,
-// dot_general (an output group whose epilogue is the product itself), or
-// an element-moving op with an index rule (ir.IndexRuleOf: a loop group of
+// dot_general (an output group whose epilogue is the product itself),
+// arg_max and arg_min (an input group whose Reduce has their code), or an
+// element-moving op with an index rule (ir.IndexRuleOf: a loop group of
 // one NodeIndexed node).
 // The kernel is the one a fused group of that op alone gets: its Op is
 // a fusion op made for it, whose operands and results are op's and whose
@@ -62,13 +63,16 @@ func LowerOp(op *ir.Op) (k *Kernel, ok bool) {
 	rg.Results = in.Results
 	fop := &ir.Op{Code: ir.Fusion, Args: op.Args, Results: op.Results, Attrs: ir.Attrs{"kind": "loop"}, Regions: []*ir.Region{rg}, Loc: op.Loc}
 	switch {
-	case IsReduce(op.Code):
+	case IsReduce(op.Code), op.Code == ir.ArgMax, op.Code == ir.ArgMin:
 		fop.Attrs["kind"] = "input"
 	case op.Code == ir.DotGeneral:
 		fop.Attrs["kind"] = "output"
 	}
 	if rule, ok := ir.IndexRuleOf(in); ok {
 		return indexedKernel(fop, rule), true
+	}
+	if op.Code == ir.ArgMax || op.Code == ir.ArgMin {
+		return argKernel(fop), true
 	}
 	k, err = LowerKernel(fop)
 	if err != nil || k.Mode == KernelUnsupported {
@@ -78,11 +82,11 @@ func LowerOp(op *ir.Op) (k *Kernel, ok bool) {
 }
 
 // loneKernelOp reports whether a single op of code c is described as a
-// kernel (LowerOp): elementwise ops, reductions, view ops, iota,
-// dot_general and the ops with an index rule.
+// kernel (LowerOp): elementwise ops, reductions (arg_max and arg_min
+// included), view ops, iota, dot_general and the ops with an index rule.
 func loneKernelOp(c ir.Code) bool {
 	switch c {
-	case ir.Iota, ir.DotGeneral, ir.DynamicSlice, ir.DynamicUpdateSlice, ir.Concatenate, ir.Pad, ir.Gather:
+	case ir.Iota, ir.DotGeneral, ir.DynamicSlice, ir.DynamicUpdateSlice, ir.Concatenate, ir.Pad, ir.Gather, ir.ArgMax, ir.ArgMin:
 		return true
 	}
 	return c.Info().Elementwise || IsReduce(c) || c.Info().View != nil
@@ -286,6 +290,9 @@ func (k *Kernel) elemOnly() {
 // reduceOf describes reduction result v (fusion result res) of operand node n.
 func reduceOf(v *ir.Value, n, res int) Reduce {
 	shape, axes := v.Op.Args[0].Type.Shape, v.Op.Attrs.Ints("axes")
+	if v.Op.Code == ir.ArgMax || v.Op.Code == ir.ArgMin {
+		axes = []int{v.Op.Attrs.Int("axis")}
+	}
 	r := Reduce{Code: v.Op.Code, Node: n, Result: res, DType: v.Type.DType, Outputs: v.Type.Size(), PerOutput: 1}
 	ostr := make([]int, len(shape))
 	outStr := ir.RemoveAxes(shape, axes).Strides()
@@ -413,4 +420,13 @@ func (b *kernelBuilder) opNode(nd *Node, op *ir.Op, m ir.ViewChain) error {
 		return unsupported(fmt.Sprintf("%v inside a fused group", op.Code))
 	}
 	return nil
+}
+
+// argKernel is the kernel of fop, the one-op group of an arg_max or
+// arg_min: an input group whose Reduce of that code reads operand 0.
+func argKernel(fop *ir.Op) *Kernel {
+	x, v := fop.Args[0], fop.Regions[0].Results[0]
+	p := &KernelProgram{Size: x.Type.Size(), Nodes: []Node{{Kind: NodeLeaf, DType: x.Type.DType, Operand: 0}}}
+	p.Reduces = []Reduce{reduceOf(v, 0, 0)}
+	return &Kernel{Op: fop, Mode: KernelInput, Programs: []*KernelProgram{p}, ElemOnly: []bool{true}}
 }
