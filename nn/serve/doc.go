@@ -1,5 +1,6 @@
-// Package serve serves an embedding model over HTTP, batching concurrent
-// requests into one call of the model.
+// Package serve serves an embedding model, or a language model's
+// generation, over HTTP, batching concurrent requests into one call of the
+// model.
 //
 // A Batcher collects the texts of concurrent requests into batches and runs
 // each batch as one call of a Model. Batches are padded to a few bucketed
@@ -32,4 +33,23 @@
 //	...
 //	srv.Shutdown(ctx) // in-flight requests finish
 //	b.Close(ctx)      // queued batches run
+//
+// Generation: a GenBatcher collects concurrent generation requests into
+// one batched nn.Generator.Generate: requests that arrive within
+// GenConfig.MaxWait of the oldest and sample alike join one batch of
+// prompts of different lengths (padded on the right, one position per
+// row), padded to one of GenConfig.BatchSizes with one-token filler rows,
+// so the decode step compiles once per batch size. Each row stops at its
+// own stop tokens and max_tokens; the batch ends when its last row does,
+// so a batch is bounded by GenConfig.MaxTokens decode steps. A greedy
+// request gets exactly the tokens its prompt gives alone.
+// NewGenerateHandler is its endpoint: POST {"prompt": "..." or "ids":
+// [...], "max_tokens": n, "temperature": t, "top_k": k, "stop": [...]}
+// answers {"tokens": [...], "text": "...", "prompt_tokens": n,
+// "finish_reason": "stop" or "length"}, with the same 400s, 503s and
+// shutdown as the embedding endpoint.
+//
+//	g := nn.NewGenerator(model, 256, 0)
+//	gb, _ := serve.NewGeneratorBatcher(g, serve.GenConfig{Vocab: vocab})
+//	http.Handle("POST /generate", serve.NewGenerateHandler(gb, serve.Codec{Encode: enc, Decode: dec}, serve.GenHandlerConfig{}))
 package serve
