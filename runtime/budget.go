@@ -23,18 +23,23 @@ const budgetDevice = settings.BudgetDevice
 // the compiler decides, for every value the backward pass needs from the
 // forward pass inside a scan (the residuals of scanned layers, stacked over
 // the iterations, the layer inputs carried from one iteration to the next
-// included) and in a function differentiated at the top level (Grad, VJP;
+// included), in a function differentiated at the top level (Grad, VJP;
 // when it has no scan or other control flow of its own: then its scans'
-// bodies are planned), whether to keep it on device, recompute it in the backward
-// pass, or offload it to pinned_host and prefetch it back (as
+// bodies are planned), and at the top level around the scans (a value
+// computed outside them and read again after one, as a Transformer's
+// embeddings: recomputed, if so, from the arguments by the ops between
+// them, never by running a scan again), whether to keep it on device,
+// recompute it in the backward pass, or offload it to pinned_host and
+// prefetch it back (as
 // trace.SaveAndOffloadOnlyTheseNames does by hand), choosing the fastest plan
 // it finds whose memory analysis (MemoryAnalysis.TotalBytes) fits. It is the
 // first answer to running out of device memory: no remat policy to pick, no
 // names to place.
 //
 // What the user wrote still wins: the values of a trace.Checkpoint (Remat)
-// are kept, recomputed or offloaded as its policy says, and arrays placed
-// with DevicePut stay where they were put. Stacked weights the caller keeps
+// are kept, recomputed or offloaded as its policy says (a top level holding
+// a checkpoint of the user's is not planned, nor a CheckpointName's value
+// there), and arrays placed with DevicePut stay where they were put. Stacked weights the caller keeps
 // in pinned_host stream into a planned scan one layer at a time (no
 // DevicePut needed in the body) and stay there.
 //
