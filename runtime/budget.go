@@ -38,8 +38,8 @@ const budgetDevice = settings.BudgetDevice
 //
 // What the user wrote still wins: the values of a trace.Checkpoint (Remat)
 // are kept, recomputed or offloaded as its policy says (a top level holding
-// a checkpoint of the user's is not planned, nor a CheckpointName's value
-// there), and arrays placed with DevicePut stay where they were put. Stacked weights the caller keeps
+// a checkpoint of the user's is not planned), and arrays placed with
+// DevicePut stay where they were put. Stacked weights the caller keeps
 // in pinned_host stream into a planned scan one layer at a time (no
 // DevicePut needed in the body) and stay there.
 //

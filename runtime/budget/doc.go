@@ -20,6 +20,12 @@
 // each in that order, and searches (by bisection over that order, re-tracing
 // and compiling each try) for the shortest prefix that fits. Recomputing a
 // value can make its operands residuals: they join the order.
+// The top level around the scans has residuals too (toplevel.go): values
+// computed outside the scans and read again after one. The planner finds
+// them in each trace, rewrites the top level for the ones it offloads or
+// recomputes (from the arguments, by the ops between them), and orders
+// them with the others as the candidates of one more scope.
+//
 // MaxCompiles bounds the tries of one bisection. When no plan of the
 // residuals fits, arguments move to pinned_host: the fewest copies per byte
 // first, the first ones covering the bytes over the budget with the fewest

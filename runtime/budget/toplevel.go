@@ -23,9 +23,10 @@ import (
 // copy between spaces, no collective), behind an optimization barrier so
 // that CSE does not merge the copy with the original.
 //
-// User annotations win: a checkpoint_name's value is not planned, nor is
-// anything when the top level holds a user's checkpoint (optimization
-// barriers there).
+// User annotations win: nothing is planned when the top level holds a
+// user's checkpoint (optimization barriers there), whose policy decides.
+// (A name given with CheckpointName outside any checkpoint has no policy
+// to follow.)
 
 // planTopLevel turns the planning of the top level on (tests turn it off
 // to compare).

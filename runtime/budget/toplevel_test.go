@@ -14,7 +14,10 @@ import (
 // input (embeddings, say) and out an h×a projection: tanh(e) is a residual
 // of the top level, read before the forward scan and again after the
 // backward scan.
-func inputStack(n, m, a, b, h int) *scanned {
+func inputStack(n, m, a, b, h int) *scanned { return inputStackAct(n, m, a, b, h, trace.Tanh) }
+
+// inputStackAct is inputStack with act in place of the input's tanh.
+func inputStackAct(n, m, a, b, h int, act func(*trace.Array) *trace.Array) *scanned {
 	f32 := func(shape ...int) ir.Type { return ir.Type{DType: ir.Float32, Shape: shape, Space: ir.Device} }
 	one := arrayDef()
 	s := &scanned{
@@ -28,7 +31,7 @@ func inputStack(n, m, a, b, h int) *scanned {
 	}
 	s.body = func(args []*trace.Array) []*trace.Array {
 		g := trace.Grad(func(w params) *trace.Array {
-			u := trace.Tanh(w.E)
+			u := act(w.E)
 			y, _ := trace.ScanTree(func(x *trace.Array, w layers) (*trace.Array, struct{}) {
 				return trace.MatMul(s.act(trace.MatMul(x, w.W1)), w.W2), struct{}{}
 			}, trace.MatMul(u, w.Out), w.L)
@@ -86,5 +89,37 @@ func TestPlanTopLevelResiduals(t *testing.T) {
 		if c.want == "" && action != "offload" && action != "recompute" || c.want != "" && action != c.want {
 			t.Errorf("budget %d, rates %+v: the top level's tanh is planned %q, want %q (or offload or recompute):\n%v", c.budget, c.rates, action, c.want, p)
 		}
+	}
+}
+
+// A user's checkpoint at the top level wins: its values are not planned
+// there.
+func TestPlanTopLevelUserAnnotations(t *testing.T) {
+	for name, act := range map[string]func(*trace.Array) *trace.Array{
+		"checkpoint": func(x *trace.Array) *trace.Array {
+			return trace.Checkpoint(func(a []*trace.Array) []*trace.Array { return []*trace.Array{trace.Tanh(a[0])} }, trace.EverythingSaveable)(x)[0]
+		},
+	} {
+		tr, err := inputStackAct(3, 32, 16, 32, 512, act).Trace(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range topCands(tr.Func()) {
+			if c.v.Type.Size() == 32*512 {
+				t.Errorf("%s: the top level's %s %v is a candidate", name, c.v.Op.Code, c.v.Type)
+			}
+		}
+	}
+	// Without them it is one.
+	tr, err := inputStack(3, 32, 16, 32, 512).Trace(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range topCands(tr.Func()) {
+		found = found || c.v.Op.Code == ir.Tanh && c.seg != nil
+	}
+	if !found {
+		t.Error("tanh(e) is not a recomputable candidate of the top level")
 	}
 }
