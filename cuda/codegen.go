@@ -140,20 +140,11 @@ func GenerateOp(op *ir.Op) (*Kernel, error) {
 	if pk, ok := passes.LowerOp(op); ok {
 		return GenerateKernel(pk)
 	}
+	if op.Code != ir.ScatterAdd {
+		return nil, fmt.Errorf("cuda: op %v has no generated kernel", op.Code)
+	}
 	s := newShared(valueTypes(op.Args), valueTypes(op.Results))
-	s.params = map[*ir.Value]int{}
-	for i, p := range op.Args {
-		if _, ok := s.params[p]; !ok {
-			s.params[p] = i
-		}
-	}
-	v := op.Results[0]
-	what := fmt.Sprintf("%v → %v", op.Code, v.Type)
-	switch op.Code {
-	case ir.ScatterAdd:
-		return s.assemble(op.Code.String(), what, genScatter(s, v))
-	}
-	return nil, fmt.Errorf("cuda: op %v has no generated kernel", op.Code)
+	return s.assemble(op.Code.String(), fmt.Sprintf("%v → %v", op.Code, op.Result().Type), genScatter(s, op))
 }
 
 func valueTypes(vs []*ir.Value) []ir.Type {
@@ -173,14 +164,12 @@ func seq(n int) []int {
 }
 
 // shared is the state common to every scope of one kernel: its operand
-// and result types, the operands read, the entries made so far and, for a
-// single op, the operand index of each of its operands' values.
+// and result types, the operands read and the entries made so far.
 type shared struct {
 	paramTypes, resultTypes []ir.Type
-	params                  map[*ir.Value]int
 	used                    []bool
 	counter                 *int
-	// k is the plan's description of the fused group (nil for an op).
+	// k is the plan's kernel (nil for scatter_add).
 	k       *passes.Kernel
 	entries []Entry
 	bodies  []string
@@ -352,19 +341,6 @@ func (g *gen) named(key string, dt ir.DType, expr func() (string, error)) (strin
 	g.emit("%s %s = %s;", computeType(dt), name, e)
 	g.names[key] = name
 	return name, nil
-}
-
-// value returns a C expression (in v's compute type) for v, an operand of
-// the single op a kernel computes, at flat index at.
-func (g *gen) value(v *ir.Value, at string) (string, error) {
-	if v.Type.Size() == 1 {
-		at = "0"
-	}
-	i, ok := g.params[v]
-	if !ok {
-		return "", fmt.Errorf("cuda: %v is not an operand of the generated op", v)
-	}
-	return g.operand(i, at)
 }
 
 // cLiteral is x as a C literal of dt's compute type.
@@ -887,19 +863,16 @@ func (rd *reducer) finish(g *gen, ri int, odt ir.DType) {
 	g.emit("__syncthreads();")
 }
 
-// reduction is what one reduction entry computes: code over operand
-// elements of dtype in into result ri (of dtype out); output o reduces the
-// r elements at operand flat indices kept(o) + red(k), k < r, each read by
-// read (in a scope whose index variable is at).
+// reduction is what one reduction entry computes: code over the values of
+// node node of program prog (of dtype in) into result ri (of dtype out);
+// output o reduces the r values at flat indices kept(o) + red(k), k < r.
 type reduction struct {
 	code      ir.Code
 	in, out   ir.DType
 	kept, red ir.StridedView
 	nOut, r   int64
-	ri        int
-	read      func(g *gen, at string) (string, error)
-	// prog is the plan program read reads the nodes of (nil for an op).
-	prog *passes.KernelProgram
+	ri, node  int
+	prog      *passes.KernelProgram
 }
 
 // splitReduced returns the views of the flat index of an operand of shape
@@ -944,7 +917,7 @@ func (s *shared) reduce(rdn reduction) error {
 	}
 	g.emit("for (long long k = threadIdx.x; k < %s; k += blockDim.x) {", rd.r)
 	c := g.child()
-	xv, err := rdn.read(c, c.index(base+" + "+viewIndex(rdn.red, "k")))
+	xv, err := c.node(rdn.node, c.index(base+" + "+viewIndex(rdn.red, "k")))
 	if err != nil {
 		return err
 	}
@@ -984,27 +957,26 @@ func atomicAdd(dt ir.DType, ptr, val string) string {
 // genScatter emits scatter_add as two entries: a copy of the operand into the
 // result, then one thread per update element adding it atomically (updates
 // whose index is out of range are dropped).
-func genScatter(s *shared, v *ir.Value) error {
-	op := v.Op
-	x, ix, u := op.Args[0], op.Args[1], op.Args[2]
+func genScatter(s *shared, op *ir.Op) error {
+	v, x, ix, u := op.Result(), op.Args[0], op.Args[1], op.Args[2]
 	axis := op.Attrs.Int("axis")
 	shape := x.Type.Shape
 	n := shape[axis]
 	inner := ir.Shape(shape[axis+1:]).Size()
 	ni := ix.Type.Size()
 	g := newGen(s, "    ")
-	xv, err := g.value(x, "i")
+	xv, err := g.operand(0, "i")
 	if err != nil {
 		return err
 	}
 	copyBody := gridLoop(g.b.String() + fmt.Sprintf("    out0[i] = %s;\n", store(v.Type.DType, xv)))
 	g2 := newGen(s, "    ")
 	j := g2.index(fmt.Sprintf("(i / %dLL) %% %dLL", inner, ni))
-	kv, err := g2.value(ix, j)
+	kv, err := g2.operand(1, j)
 	if err != nil {
 		return err
 	}
-	uv, err := g2.value(u, "i")
+	uv, err := g2.operand(2, "i")
 	if err != nil {
 		return err
 	}

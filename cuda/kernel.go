@@ -97,8 +97,7 @@ func (s *shared) program(p *passes.KernelProgram) error {
 		if r.Outputs == 0 {
 			continue
 		}
-		rd := reduction{code: r.Code, in: p.Nodes[r.Node].DType, out: r.DType, ri: r.Result, prog: p,
-			read: func(g *gen, at string) (string, error) { return g.node(r.Node, at) }}
+		rd := reduction{code: r.Code, in: p.Nodes[r.Node].DType, out: r.DType, ri: r.Result, node: r.Node, prog: p}
 		rd.kept, rd.red, rd.nOut, rd.r = splitReduced(r.Out.Shape, func(d int) bool { return r.Out.Strides[d] == 0 })
 		if rd.nOut != int64(r.Outputs) || rd.r != int64(r.PerOutput) {
 			return fmt.Errorf("cuda: reduction into result %d: layout %v does not give %d outputs of %d", r.Result, r.Out, r.Outputs, r.PerOutput)
