@@ -50,7 +50,11 @@ var llamaDecoder = Decoder[nn.Llama]{
 	Family: "Llama", Flax: "FlaxLlamaForCausalLM",
 	Load: func(dir string) (nn.Llama, string, error) {
 		m, c, err := hf.LoadLlama(dir, ir.Float32)
-		return m, fmt.Sprintf("Llama, %d layers of width %d, %d heads (%d of keys and values), vocabulary %d", c.Layers, c.D, c.Heads, max(c.KVHeads, 0), c.Vocab), err
+		kv := c.KVHeads
+		if kv == 0 {
+			kv = c.Heads
+		}
+		return m, fmt.Sprintf("Llama, %d layers of width %d, %d heads (%d of keys and values), vocabulary %d", c.Layers, c.D, c.Heads, kv, c.Vocab), err
 	},
 	Logits: func(m nn.Llama, ids, mask *trace.Array) *trace.Array {
 		return m.Logits(ids, nn.Context{Padding: mask})
