@@ -32,6 +32,10 @@ import (
 // to compare).
 var planTopLevel = true
 
+// minTopFraction: a top-level residual under 1/minTopFraction of the
+// largest one is kept.
+const minTopFraction = 64
+
 // maxSegment bounds the ops of a recomputed top-level segment.
 const maxSegment = 12
 
@@ -73,6 +77,7 @@ func topCands(f *ir.Func) []*topCand {
 		}
 	}
 	var out []*topCand
+	largest := int64(0)
 	for d, op := range body.Ops {
 		if len(op.Regions) > 0 || op.Code == ir.DevicePut || op.Code == ir.CheckpointName || op.Code.IsCollective() {
 			continue
@@ -96,9 +101,12 @@ func topCands(f *ir.Func) []*topCand {
 			}
 			c.segment(body, d)
 			out = append(out, c)
+			largest = max(largest, v.Type.Bytes())
 		}
 	}
-	return out
+	// Values far smaller than the largest (indices, row statistics) are
+	// not worth a copy or a decision.
+	return slices.DeleteFunc(out, func(c *topCand) bool { return c.v.Type.Bytes()*minTopFraction < largest })
 }
 
 // segment finds the ops that compute c.v (defined by op d of body) from
