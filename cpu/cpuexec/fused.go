@@ -1,6 +1,7 @@
 package cpuexec
 
 import (
+	"fmt"
 	"math"
 	"sync"
 
@@ -183,9 +184,16 @@ type fusedKernel struct {
 }
 
 // compileFusion renders the plan's kernel of a fusion op as block
-// programs; groups the plan does not describe get modeFallback.
+// programs; groups the plan does not describe, and the kernels of single
+// ops that block programs do not render (index rules, arg reductions: the
+// plan makes them for op steps only, which the executor runs by the
+// oracle's kernel of the op), get modeFallback.
 func compileFusion(pk *passes.Kernel) (*fusedKernel, error) {
 	k := &fusedKernel{op: pk.Op}
+	if why := unrendered(pk); why != "" {
+		k.mode, k.why = modeFallback, why
+		return k, nil
+	}
 	switch pk.Mode {
 	case passes.KernelUnsupported:
 		k.mode, k.why = modeFallback, pk.Why
@@ -222,6 +230,24 @@ func compileFusion(pk *passes.Kernel) (*fusedKernel, error) {
 		p.pool.New = func() any { return p.newWorker() }
 	}
 	return k, nil
+}
+
+// unrendered says why block programs do not render pk's nodes or
+// reductions, or returns "" when they do.
+func unrendered(pk *passes.Kernel) string {
+	for _, p := range pk.Programs {
+		for _, nd := range p.Nodes {
+			if nd.Kind == passes.NodeIndexed {
+				return "an index rule"
+			}
+		}
+		for _, r := range p.Reduces {
+			if !passes.IsReduce(r.Code) {
+				return fmt.Sprintf("a %v reduction", r.Code)
+			}
+		}
+	}
+	return ""
 }
 
 // renderNode is the block-program node of a plan node: the f32 vector
