@@ -25,6 +25,13 @@
 // everywhere. The fastest one the machine supports is chosen at start-up;
 // FERRY_GEMM_KERNEL=avx512|avx2|go, or SetKernel, forces one.
 //
+// A B operand that lies in memory declared read-only (ReadOnly; the CPU
+// backend declares the arguments of a call that does not donate them) is
+// packed once, the second time a product reads it, into the packed-weight
+// cache, and read packed from there afterwards, bit for bit as if packed
+// again (PackCache, SetPackCacheLimit, FERRY_GEMM_PACK_CACHE). Forget drops
+// it before the memory changes.
+//
 // Products of at least 96³ multiply-adds are split across cores
 // (SetThreads; GOMAXPROCS by default) on the process's worker pool
 // (cpu/internal/parallel): the packed panel of B is shared, and blocks of C rows
