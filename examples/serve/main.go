@@ -19,6 +19,19 @@
 // model.safetensors and tokenizer.json (see examples/embed for how to get
 // them); without them it serves a small
 // random BERT with a letter tokenizer, and says so.
+//
+// When DIR holds a Hugging Face GPT-2 or Llama (config.json's model_type
+// gpt2 or llama), it serves generation instead: POST /generate with
+// {"prompt": "...", "max_tokens": n, "temperature": t} (a prompt as text
+// needs DIR's tokenizer.json; {"ids": [...]} gives token ids) answers
+// {"tokens": [...], "text": "...", "finish_reason": ...}, concurrent
+// requests batched into one batched prefill and decode (nn/serve's
+// GenBatcher). With -load, clients post greedy requests of random prompts
+// and lengths, and it prints tokens/s and the p50 and p99 latency.
+//
+//	go run ./examples/serve -model nn/hf/testdata/llama -load -clients 8
+//	go run ./examples/serve -model nn/hf/testdata/gpt2
+//	curl -d '{"ids": [5, 11, 2], "max_tokens": 8}' localhost:8080/generate
 package main
 
 import (
@@ -53,6 +66,8 @@ type options struct {
 	duration       time.Duration
 	wait           time.Duration
 	queue          int
+	maxTokens      int // generation: the most new tokens of a request
+	maxLen         int // generation: the KV cache's positions
 }
 
 // server is a model behind a batcher and its handler.
@@ -140,14 +155,21 @@ func (s *server) warm() time.Duration {
 // listenAndServe serves s on o.addr until SIGINT or SIGTERM, then shuts
 // down: in-flight requests finish, queued batches run.
 func listenAndServe(w io.Writer, s *server, o options) error {
+	return listenAndServeOn(w, s.name, "/embed", `{"texts": [...]}`, s.handler, s.batcher.Close, o)
+}
+
+// listenAndServeOn serves handler at path on o.addr until SIGINT or
+// SIGTERM, then shuts down: in-flight requests finish, then closeBatcher
+// runs what is queued.
+func listenAndServeOn(w io.Writer, name, path, form string, handler http.Handler, closeBatcher func(context.Context) error, o options) error {
 	mux := http.NewServeMux()
-	mux.Handle("/embed", s.handler)
+	mux.Handle(path, handler)
 	srv := &http.Server{Addr: o.addr, Handler: mux}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
-	fmt.Fprintf(w, "serving %s on %s: POST /embed {\"texts\": [...]}\n", s.name, o.addr)
+	fmt.Fprintf(w, "serving %s on %s: POST %s %s\n", name, o.addr, path, form)
 	select {
 	case err := <-errc:
 		return err
@@ -159,11 +181,14 @@ func listenAndServe(w io.Writer, s *server, o options) error {
 	if err := srv.Shutdown(sctx); err != nil {
 		return err
 	}
-	return s.batcher.Close(sctx)
+	return closeBatcher(sctx)
 }
 
 // run is the command: serve, or load-test on loopback.
 func run(w io.Writer, o options) error {
+	if decoderType(o.model) != "" {
+		return runGenerate(w, o)
+	}
 	s, err := newServer(o)
 	if err != nil {
 		return err
@@ -200,7 +225,7 @@ func run(w io.Writer, o options) error {
 
 func main() {
 	var o options
-	flag.StringVar(&o.model, "model", defaultModel(), "all-MiniLM-L6-v2's directory (config.json, model.safetensors, tokenizer.json)")
+	flag.StringVar(&o.model, "model", defaultModel(), "all-MiniLM-L6-v2's directory (config.json, model.safetensors, tokenizer.json), or a GPT-2 or Llama directory to serve generation")
 	flag.StringVar(&o.addr, "addr", ":8080", "address to serve on")
 	flag.BoolVar(&o.load, "load", false, "load-test on loopback instead of serving")
 	flag.IntVar(&o.clients, "clients", 16, "concurrent clients of -load")
@@ -208,6 +233,8 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long -load runs")
 	flag.DurationVar(&o.wait, "wait", 2*time.Millisecond, "longest wait of a partial batch")
 	flag.IntVar(&o.queue, "queue", 256, "most requests waiting for the model (more get 503)")
+	flag.IntVar(&o.maxTokens, "max-tokens", 16, "generation: the most new tokens a request may ask for")
+	flag.IntVar(&o.maxLen, "max-len", 64, "generation: the KV cache's positions (prompt plus new tokens; GPT-2: at most its positions)")
 	flag.Parse()
 	if err := run(os.Stdout, o); err != nil {
 		log.Fatal(err)

@@ -31,3 +31,24 @@ func TestLoadSmallModel(t *testing.T) {
 		t.Errorf("output lacks the throughput or latency")
 	}
 }
+
+// -model with a Llama or GPT-2 directory serves generation: the load test
+// answers every request, compiles nothing during the load, and reports
+// tokens/s and latency.
+func TestLoadGenerate(t *testing.T) {
+	for _, dir := range []string{"llama", "gpt2"} {
+		var out bytes.Buffer
+		o := options{model: filepath.Join("..", "..", "nn", "hf", "testdata", dir), load: true, clients: 4,
+			duration: 300 * time.Millisecond, wait: 2 * time.Millisecond, queue: 64, maxTokens: 6, maxLen: 16}
+		if err := run(&out, o); err != nil {
+			t.Fatalf("%s: %v\n%s", dir, err, out.String())
+		}
+		s := out.String()
+		t.Log(s)
+		if !strings.Contains(s, "failed: 0, decode step compiles during the load: 0") ||
+			!regexp.MustCompile(`throughput: [0-9.]+ tokens/s, [0-9.]+ requests/s \([1-9]`).MatchString(s) ||
+			!regexp.MustCompile(`latency: p50 [0-9.]+ ms, p99 [0-9.]+ ms`).MatchString(s) {
+			t.Errorf("%s: the report lacks the throughput, the latency or a clean run", dir)
+		}
+	}
+}
