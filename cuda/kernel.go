@@ -15,8 +15,9 @@ import (
 // Per program it has a loop entry computing the program's results, each
 // node rendered once per index: leaves and constants read through their
 // views (viewIndex), elementwise nodes by the op table's lowering
-// (elementwise); and one reduction entry per Reduce, over the layout the
-// plan states. An output fusion's first entry, marked Product, computes the
+// (elementwise), indexed nodes by their index rule (indexed); and one
+// reduction entry per Reduce (arg_max and arg_min included), over the
+// layout the plan states. An output fusion's first entry, marked Product, computes the
 // dot_general into the buffer of result DotResult, where the epilogue reads
 // it in place; a backend that computes the product by cuBLASLt skips that
 // entry. A KernelUnsupported group has no kernel.
