@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/ferryml/ferry/ir"
@@ -100,33 +99,59 @@ func (h hand) step(p nn.Llama, s optim.AdamState[nn.Llama], ids, targets *trace.
 	return p, s, loss
 }
 
+// args returns the abstract arguments p and s (as abstractArgs makes
+// them) with the stacks h offloads in pinned_host.
+func (h hand) args(p nn.Llama, s optim.AdamState[nn.Llama]) (nn.Llama, optim.AdamState[nn.Llama]) {
+	host := func(b nn.TransformerBlock) nn.TransformerBlock {
+		return mustTree(trace.MapAs(b, func(a *trace.Array) *trace.Array {
+			t := a.Type()
+			t.Space = ir.PinnedHost
+			return trace.Abstract(t)
+		}))
+	}
+	if h.HostParams {
+		p.Blocks.Blocks = host(p.Blocks.Blocks)
+	}
+	if h.HostMoments {
+		s.Mu.Blocks.Blocks, s.Nu.Blocks.Blocks = host(s.Mu.Blocks.Blocks), host(s.Nu.Blocks.Blocks)
+	}
+	return p, s
+}
+
 // contender is one compiled step of the comparison and its timings.
 type contender struct {
 	name  string
 	c     *rt.Compiled
 	total int64 // the device total of its memory analysis
-	times []float64
+	// times and cpu are the wall and CPU seconds (user and system, every
+	// thread of the process) of its timed calls.
+	times, cpu []float64
 }
 
-// median is the median of the contender's step times.
-func (c *contender) median() float64 {
-	t := slices.Clone(c.times)
+// median is the median of xs.
+func median(xs []float64) float64 {
+	t := slices.Clone(xs)
 	slices.Sort(t)
 	return t[len(t)/2]
 }
 
 // CompareRow is one budget of -compare: the planner's plan and the fastest
 // hand-written choice that fits the same budget, their median step times
-// and the ratio planner / hand-written (below 1: the planner is faster).
+// and the ratio planner / hand-written (below 1: the planner is faster), in
+// wall seconds and in CPU seconds (what the step costs the machine's cores,
+// less sensitive than wall time to other processes sharing them).
 type CompareRow struct {
 	Budget         int64   `json:"budget_bytes"`
 	PlanTotal      int64   `json:"plan_total_bytes"`
 	PlanActions    string  `json:"plan_actions"`
 	PlanSeconds    float64 `json:"plan_seconds"`
+	PlanCPU        float64 `json:"plan_cpu_seconds"`
 	Hand           string  `json:"hand"`
 	HandTotal      int64   `json:"hand_total_bytes"`
 	HandSeconds    float64 `json:"hand_seconds"`
+	HandCPU        float64 `json:"hand_cpu_seconds"`
 	Ratio          float64 `json:"ratio"`
+	CPURatio       float64 `json:"cpu_ratio"`       // the same of CPU seconds
 	HandCandidates int     `json:"hand_candidates"` // hand-written choices that fit
 }
 
@@ -143,15 +168,19 @@ type HandTime struct {
 	Name    string  `json:"name"`
 	Total   int64   `json:"total_bytes"`
 	Seconds float64 `json:"seconds"`
+	CPU     float64 `json:"cpu_seconds"`
 }
 
-// compareBudgets times, at each budget of runBudgets, the planner's plan
-// against every hand-written choice, rounds times each, alternating.
-func compareBudgets(sz Size, rounds int) (*CompareReport, error) {
+// compareBudgets times, at each of budgets (those of -run by default,
+// budgetLadder's), the planner's plan against the hand-written choices hs,
+// rounds times each, alternating.
+func compareBudgets(sz Size, budgets []int64, hs []hand, rounds int) (*CompareReport, error) {
 	defer rt.SetWarnings(rt.SetWarnings(nil)) // see plan
-	budgets, err := budgetLadder(sz)
-	if err != nil {
-		return nil, err
+	if budgets == nil {
+		var err error
+		if budgets, err = budgetLadder(sz); err != nil {
+			return nil, err
+		}
 	}
 	p, s, ids, targets, err := abstractArgs(sz)
 	if err != nil {
@@ -172,8 +201,9 @@ func compareBudgets(sz Size, rounds int) (*CompareReport, error) {
 		}
 		actions = append(actions, actionSummary(acts))
 	}
-	for _, h := range hands() {
-		low, err := rt.NewJitted(h.step, rt.WithName("llama_train_step_"+strings.ReplaceAll(h.Policy, " ", "_")), rt.Donate(0, 1)).Lower(args...)
+	for _, h := range hs {
+		hp, hs := h.args(p, s)
+		low, err := rt.NewJitted(h.step, rt.WithName("llama_train_step_"+h.Policy), rt.Donate(0, 1)).Lower(hp, hs, ids, targets)
 		if err != nil {
 			return nil, fmt.Errorf("%v: %w", h, err)
 		}
@@ -189,22 +219,22 @@ func compareBudgets(sz Size, rounds int) (*CompareReport, error) {
 	}
 	rep := &CompareReport{Rounds: rounds}
 	for _, h := range handed {
-		rep.Hands = append(rep.Hands, HandTime{h.name, h.total, h.median()})
+		rep.Hands = append(rep.Hands, HandTime{h.name, h.total, median(h.times), median(h.cpu)})
 	}
 	for i, b := range budgets {
 		pc := planned[i]
-		row := CompareRow{Budget: b, PlanTotal: pc.total, PlanActions: actions[i], PlanSeconds: pc.median(), HandSeconds: math.Inf(1)}
+		row := CompareRow{Budget: b, PlanTotal: pc.total, PlanActions: actions[i], PlanSeconds: median(pc.times), PlanCPU: median(pc.cpu), HandSeconds: math.Inf(1)}
 		for _, h := range handed {
 			if h.total > b {
 				continue
 			}
 			row.HandCandidates++
-			if m := h.median(); m < row.HandSeconds {
-				row.Hand, row.HandTotal, row.HandSeconds = h.name, h.total, m
+			if m := median(h.times); m < row.HandSeconds {
+				row.Hand, row.HandTotal, row.HandSeconds, row.HandCPU = h.name, h.total, m, median(h.cpu)
 			}
 		}
 		if row.HandCandidates > 0 {
-			row.Ratio = row.PlanSeconds / row.HandSeconds
+			row.Ratio, row.CPURatio = row.PlanSeconds/row.HandSeconds, row.PlanCPU/row.HandCPU
 		} else {
 			row.HandSeconds = 0
 		}
@@ -227,13 +257,13 @@ func timeAlternating(sz Size, all []*contender, rounds int) error {
 	for r := -1; r < rounds; r++ {
 		for k := range all {
 			c := all[(k+max(r, 0))%len(all)]
-			var d float64
-			p, s, d, err = timeCall(c.c, p, s, ids, targets)
+			var d, cpu float64
+			p, s, d, cpu, err = timeCall(c.c, p, s, ids, targets)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
 			if r >= 0 {
-				c.times = append(c.times, d)
+				c.times, c.cpu = append(c.times, d), append(c.cpu, cpu)
 			}
 		}
 	}
@@ -244,8 +274,8 @@ func timeAlternating(sz Size, all []*contender, rounds int) error {
 }
 
 // timeCall runs c once on p and s (donated) and returns the new p and s
-// and the call's seconds.
-func timeCall(c *rt.Compiled, p nn.Llama, s optim.AdamState[nn.Llama], ids, targets *trace.Array) (nn.Llama, optim.AdamState[nn.Llama], float64, error) {
+// and the call's wall and CPU seconds.
+func timeCall(c *rt.Compiled, p nn.Llama, s optim.AdamState[nn.Llama], ids, targets *trace.Array) (_ nn.Llama, _ optim.AdamState[nn.Llama], wall, cpu float64, err error) {
 	params := c.Lowered().Func.Body.Params
 	i := 0
 	place := func(a *trace.Array) *trace.Array {
@@ -260,36 +290,36 @@ func timeCall(c *rt.Compiled, p nn.Llama, s optim.AdamState[nn.Llama], ids, targ
 	}
 	p, s = mustTree(trace.MapAs(p, place)), mustTree(trace.MapAs(s, place))
 	collect()
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuSeconds()
 	outs, err := c.Call(p, s, ids, targets)
 	if err != nil {
-		return p, s, 0, err
+		return p, s, 0, 0, err
 	}
 	loss := outs[2].(*trace.Array).Item()
-	d := time.Since(start).Seconds()
+	wall, cpu = time.Since(start).Seconds(), cpuSeconds()-cpu0
 	if math.IsNaN(loss) {
-		return p, s, 0, fmt.Errorf("loss is NaN")
+		return p, s, 0, 0, fmt.Errorf("loss is NaN")
 	}
-	return outs[0].(nn.Llama), outs[1].(optim.AdamState[nn.Llama]), d, nil
+	return outs[0].(nn.Llama), outs[1].(optim.AdamState[nn.Llama]), wall, cpu, nil
 }
 
 func (r *CompareReport) print(w io.Writer) {
-	fmt.Fprintf(w, "median of %d alternating steps per contender; ratio = planner / fastest hand-written choice that fits\n\n", r.Rounds)
-	fmt.Fprintln(w, "| budget | planner: total | plan | step | hand-written: fastest that fits | total | step | ratio | fit |")
+	fmt.Fprintf(w, "median of %d alternating steps per contender, wall (CPU) seconds; ratio = planner / fastest hand-written choice that fits\n\n", r.Rounds)
+	fmt.Fprintln(w, "| budget | planner: total | plan | step | hand-written: fastest that fits | total | step | ratio (CPU) | fit |")
 	fmt.Fprintln(w, "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |")
 	for _, row := range r.Rows {
 		hand, ratio := "none fits", "–"
 		if row.HandCandidates > 0 {
-			hand, ratio = row.Hand, fmt.Sprintf("%.2f×", row.Ratio)
+			hand, ratio = row.Hand, fmt.Sprintf("%.2f× (%.2f×)", row.Ratio, row.CPURatio)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %.3f s | %s | %s | %.3f s | %s | %d |\n", mibs(row.Budget), mibs(row.PlanTotal), row.PlanActions, row.PlanSeconds,
-			hand, mibs(row.HandTotal), row.HandSeconds, ratio, row.HandCandidates)
+		fmt.Fprintf(w, "| %s | %s | %s | %.3f (%.3f) s | %s | %s | %.3f (%.3f) s | %s | %d |\n", mibs(row.Budget), mibs(row.PlanTotal), row.PlanActions, row.PlanSeconds, row.PlanCPU,
+			hand, mibs(row.HandTotal), row.HandSeconds, row.HandCPU, ratio, row.HandCandidates)
 	}
-	fmt.Fprintln(w, "\n| hand-written choice | device total | step |")
-	fmt.Fprintln(w, "| --- | ---: | ---: |")
+	fmt.Fprintln(w, "\n| hand-written choice | device total | step | CPU |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: |")
 	hs := slices.Clone(r.Hands)
 	sort.SliceStable(hs, func(i, j int) bool { return hs[i].Total > hs[j].Total })
 	for _, h := range hs {
-		fmt.Fprintf(w, "| %s | %s | %.3f s |\n", h.Name, mibs(h.Total), h.Seconds)
+		fmt.Fprintf(w, "| %s | %s | %.3f s | %.3f s |\n", h.Name, mibs(h.Total), h.Seconds, h.CPU)
 	}
 }

@@ -55,7 +55,7 @@ var (
 func main() {
 	flag.Parse()
 	if *compareFlag {
-		rep, err := compareBudgets(smallSize(), *roundsFlag)
+		rep, err := compareBudgets(smallSize(), nil, hands(), *roundsFlag)
 		if err != nil {
 			log.Fatal(err)
 		}

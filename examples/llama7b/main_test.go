@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 
@@ -169,5 +170,111 @@ func TestPlanFSDPTiny(t *testing.T) {
 	rep.print(&out)
 	if !strings.Contains(out.String(), "fits") {
 		t.Errorf("the report does not say it fits:\n%s", out.String())
+	}
+}
+
+// A hand-written contender of -compare (a checkpoint policy, moments and
+// parameters offloaded by hand) computes the step the planner plans: from
+// the same state, its loss and new parameters and moments are the
+// unconstrained step's.
+func TestHandStepsAgree(t *testing.T) {
+	defer rt.SetWarnings(rt.SetWarnings(nil))
+	r := testseed.Rand(t, 5)
+	sz := tinySize(2 + r.IntN(2))
+	sz.Param = ir.Float32
+	all := hands()
+	h := all[r.IntN(len(all))]
+	p, s, ids, targets, err := abstractArgs(sz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []any{p, s, ids, targets}
+	base, err := compileStep(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp, hs := h.args(p, s)
+	low, err := rt.NewJitted(h.step, rt.Donate(0, 1)).Lower(hp, hs, ids, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := low.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(c *rt.Compiled) ([]*trace.Array, float64) {
+		p, s, ids, targets, err := concreteState(sz)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, s, _, _, err = timeCall(c, p, s, ids, targets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs, err := c.Call(p, s, ids, targets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(trace.Leaves(outs[0]), trace.Leaves(outs[1])...), outs[2].(*trace.Array).Item()
+	}
+	want, wantLoss := run(base)
+	got, gotLoss := run(hc)
+	if math.Abs(gotLoss-wantLoss) > 1e-5 {
+		t.Errorf("%v: second step's loss %g, want %g", h, gotLoss, wantLoss)
+	}
+	for i := range want {
+		if got[i].Space() != hc.Lowered().Func.Body.Params[i].Type.Space {
+			t.Errorf("%v: result leaf %d in %v, the step reads it from %v", h, i, got[i].Space(), hc.Lowered().Func.Body.Params[i].Type.Space)
+		}
+		g, w := got[i].Float64s(), want[i].Float64s()
+		for k := range w {
+			if math.Abs(g[k]-w[k]) > 1e-5*(1+math.Abs(w[k])) {
+				t.Fatalf("%v: leaf %d element %d is %g, want %g", h, i, k, g[k], w[k])
+			}
+		}
+	}
+}
+
+// -compare at a tiny size, with the hand-written step that keeps
+// everything and two others, under a budget above any total and one of
+// half the unconstrained total: the planner's plan is within each budget,
+// the hand-written choices it compares with fit it too, and under the
+// first every one is a candidate, the first with the unconstrained total.
+func TestCompareTiny(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles and runs five steps")
+	}
+	defer rt.SetWarnings(rt.SetWarnings(nil))
+	r := testseed.Rand(t, 6)
+	sz := tinySize(2 + r.IntN(2))
+	sz.Param = ir.Float32
+	p, s, ids, targets, err := abstractArgs(sz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := compileStep([]any{p, s, ids, targets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := base.MemoryAnalysis().TotalBytes()
+	all := hands()
+	hs := []hand{all[0], all[1+r.IntN(len(all)-1)], all[1+r.IntN(len(all)-1)]}
+	rep, err := compareBudgets(sz, []int64{1 << 40, total / 2}, hs, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 2 || len(rep.Hands) != len(hs) {
+		t.Fatalf("%d rows, %d hand-written choices", len(rep.Rows), len(rep.Hands))
+	}
+	if rep.Hands[0].Total != total || rep.Rows[0].PlanTotal != total {
+		t.Errorf("hand-written %s: device total %d, the plan's %d; want the unconstrained %d", rep.Hands[0].Name, rep.Hands[0].Total, rep.Rows[0].PlanTotal, total)
+	}
+	for _, row := range rep.Rows {
+		if row.PlanTotal > row.Budget || row.HandCandidates > 0 && (row.HandTotal > row.Budget || row.Ratio <= 0) {
+			t.Errorf("budget %d: %+v", row.Budget, row)
+		}
+	}
+	if rep.Rows[0].HandCandidates != len(hs) {
+		t.Errorf("%d hand-written choices fit the unconstrained total, want all %d", rep.Rows[0].HandCandidates, len(hs))
 	}
 }
