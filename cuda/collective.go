@@ -19,10 +19,17 @@ import (
 // CompileOptions.BoundAxes naming its collective axes) runs its collective
 // ops through the device communicators of ExecOptions.DeviceComms (NCCL,
 // package cuda/nccl), one per axis string. A collective is a step of the
-// plan like a kernel: it is enqueued on the compute stream, after
-// the events its schedule waits for and before the steps that read its
-// result, so the device orders it with the kernels around it and the host
-// does not wait for it.
+// plan like a kernel, on the collective stream of the device (the plan's
+// collective queue): it is enqueued after the events of the steps its
+// schedule waits for (its operand's producer, say), and the steps that read
+// its result wait for its event, so it runs beside the kernels and the
+// copies, in program order with the other collectives (the same on every
+// rank), and the host does not wait for it. In a scan body (FSDP: a scan
+// over the stacked layers) the schedule's prefetches issue the next
+// iteration's all_gather of an xs slice during the running one, and its
+// carried collectives (a layer's reduce_scatter into the stacked
+// gradients) are waited for by the next iteration only before it
+// overwrites their operand, and by the loop after its last iteration.
 //
 // NCCL's collectives work on flat buffers: all-gather puts rank i's block at
 // offset i·count, reduce-scatter gives rank i the i-th block of the flat
@@ -40,11 +47,13 @@ import (
 // (ncclUint8), so every element type works; reductions need the element
 // type's NCCL type (no bool, int8 or int16).
 //
-// The staging buffers of every collective step share one device scratch
-// allocation per execution, used on the compute stream only.
+// The layout (counts, staging buffers, the transposes of the rank axis) is
+// the plan's (passes.Collective). The staging buffers of every collective
+// step share one device scratch allocation per execution, used on the
+// collective stream only.
 //
 // Waiting. While an execution with device communicators waits for the
-// compute stream (at its end, for the predicate of a while or cond, before
+// compute stream (which waits for the collective stream's last steps) (at its end, for the predicate of a while or cond, before
 // a host step), it polls the stream (cuStreamQuery) and between polls each
 // communicator's AsyncError and the context: an asynchronous error or a
 // done context aborts every communicator of the execution

@@ -235,12 +235,13 @@ func (c collCase) src() string {
 }
 
 // The CUDA backend runs each collective through the device communicators
-// of ExecOptions.DeviceComms on the plan's compute stream: with two ranks
-// on the fake driver and the fake NCCL, the results match float64
-// references of the collectives' meaning, every NCCL call is on the rank's
-// compute stream between its producer and consumer kernels, and the race
-// check finds every conflicting pair of stream operations ordered (the
-// copy streams' steps wait for the collective and it for them).
+// of ExecOptions.DeviceComms on the collective stream beside compute: with
+// two ranks on the fake driver and the fake NCCL, the results match
+// float64 references of the collectives' meaning, every NCCL call is on the
+// rank's collective stream, the compute stream runs only the producer and
+// consumer kernels, and the race check finds every conflicting pair of
+// stream operations ordered (the collective waits for its producer, its
+// consumer and the copy streams' steps for it).
 func TestCollectivesOnDevice(t *testing.T) {
 	for _, c := range collCases {
 		t.Run(c.name, func(t *testing.T) {
@@ -278,15 +279,16 @@ func TestCollectivesOnDevice(t *testing.T) {
 				}
 			}
 			checkCollectiveStreams(t, fake, bs, exes, g, !strings.HasSuffix(c.name, "_self"))
+			checkComputeKernels(t, fake, bs)
 		})
 	}
 }
 
 // checkCollectiveStreams checks every NCCL call was made on its rank's
-// compute stream, after the rank's squaring kernel and before its doubling
-// kernel on that stream, and that no two stream operations race. nccl
-// false: the case makes no NCCL call (a permute of every rank to itself is
-// a device copy).
+// collective stream and that no two stream operations race (so the
+// collectives were ordered after their producers and before their
+// consumers by events). nccl false: the case makes no NCCL call (a permute
+// of every rank to itself is a device copy).
 func checkCollectiveStreams(t *testing.T, fake *fakeCUDA, bs []*Backend, exes []*executable, g *fakeNCCL, nccl bool) {
 	t.Helper()
 	g.mu.Lock()
@@ -296,8 +298,8 @@ func checkCollectiveStreams(t *testing.T, fake *fakeCUDA, bs []*Backend, exes []
 		t.Fatal("no NCCL call was made")
 	}
 	for _, c := range calls {
-		if want := bs[c.rank].streams[Compute]; c.stream != want {
-			t.Errorf("rank %d: %s on stream %#x, want the compute stream %#x", c.rank, c.fn, c.stream, want)
+		if want := bs[c.rank].streams[Coll]; c.stream != want {
+			t.Errorf("rank %d: %s on stream %#x, want the collective stream %#x", c.rank, c.fn, c.stream, want)
 		}
 	}
 	fake.mu.Lock()
@@ -312,17 +314,30 @@ func checkCollectiveStreams(t *testing.T, fake *fakeCUDA, bs []*Backend, exes []
 		t.Fatalf("unordered stream operations:\n%s", strings.Join(races, "\n"))
 	}
 	for r, b := range bs {
+		if nccl && !slices.ContainsFunc(fake.streams.ops, func(op fakeOp) bool {
+			return op.stream == fake.streams.index[b.streams[Coll]] && strings.HasPrefix(op.what, "nccl")
+		}) {
+			t.Errorf("rank %d: no NCCL call on the collective stream", r)
+		}
+	}
+}
+
+// checkComputeKernels checks that each rank's compute stream ran its
+// producer and consumer kernels only (no NCCL call, no transpose).
+func checkComputeKernels(t *testing.T, fake *fakeCUDA, bs []*Backend) {
+	t.Helper()
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	for r, b := range bs {
 		lane := fake.streams.index[b.streams[Compute]]
-		var seq []string
+		var kernels []string
 		for _, op := range fake.streams.ops {
-			if op.stream == lane {
-				seq = append(seq, op.what)
+			if op.stream == lane && (strings.HasPrefix(op.what, "ferry_") || strings.HasPrefix(op.what, "nccl")) {
+				kernels = append(kernels, op.what)
 			}
 		}
-		isKernel := func(w string) bool { return strings.HasPrefix(w, "ferry_") }
-		firstNCCL := slices.IndexFunc(seq, func(w string) bool { return strings.HasPrefix(w, "nccl") })
-		if (nccl && firstNCCL < 0) || !isKernel(seq[0]) || !isKernel(seq[len(seq)-1]) {
-			t.Errorf("rank %d: the compute stream runs %q, want the producer kernel, the collective's NCCL calls, then the consumer kernel", r, seq)
+		if len(kernels) != 2 || !strings.HasPrefix(kernels[0], "ferry_fusion") || !strings.HasPrefix(kernels[1], "ferry_fusion") {
+			t.Errorf("rank %d: the compute stream runs %q, want the producer kernel and the consumer kernel only", r, kernels)
 		}
 	}
 }

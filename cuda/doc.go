@@ -39,14 +39,17 @@
 //   - Memory: device buffers come from a best-fit allocator over one
 //     pre-allocated slab per GPU (or cuMemAlloc per buffer with
 //     FERRY_ALLOCATOR=platform), pinned_host buffers from cuMemHostAlloc.
-//     Kernels run on a compute stream and host↔device copies on two copy
-//     streams, ordered by the program's stream plan (streams.go), so copies
-//     of offloaded values overlap compute.
+//     Kernels run on a compute stream, host↔device copies on two copy
+//     streams and collectives on a stream of their own, ordered by events
+//     from the plan's schedule (passes.Schedule), so copies of offloaded
+//     values and collectives overlap compute.
 //   - Collectives: a per-device program of a sharded computation runs its
 //     collective ops (all_reduce, all_gather, reduce_scatter, all_to_all,
 //     collective_permute, axis_index) through the device communicators of
 //     ExecOptions.DeviceComms, NCCL's in practice (package cuda/nccl), each
-//     a step on the compute stream of the stream plan (collective.go).
+//     a step on the collective stream (collective.go): in a scan over
+//     layers the next layer's all_gather starts during the previous
+//     iteration and a layer's reduce_scatter runs on into the next.
 //   - Threads: the backend uses each device's primary context and makes it
 //     current on the calling OS thread at every entry (Compile, Execute,
 //     FromLiteral, ...), as XLA's GPU runtime does, so any goroutine may

@@ -14,3 +14,6 @@ func FakeRanksForTest(t *testing.T, n int) []*Backend {
 
 // ComputeStreamForTest returns b's compute stream (a CUstream).
 func (b *Backend) ComputeStreamForTest() uintptr { return b.streams[Compute] }
+
+// CollectiveStreamForTest returns b's collective stream (a CUstream).
+func (b *Backend) CollectiveStreamForTest() uintptr { return b.streams[Coll] }

@@ -138,7 +138,7 @@ const char* ncclGetErrorString(ncclResult_t r) { return "fake group error"; }
 // driver, Comm.Collectives, the binding's purego calls into a gcc-built
 // fake NCCL (loaded by nccl.Load through $FERRY_NCCL_LIB) that performs the
 // collectives across the ranks of a CommInitAll group. The results match
-// float64 references, every call was made on its rank's compute stream,
+// float64 references, every call was made on its rank's collective stream,
 // with the element counts and types the layouts call for.
 func TestCollectivesThroughNCCLBinding(t *testing.T) {
 	gcc, err := exec.LookPath("gcc")
@@ -258,7 +258,7 @@ func runNCCLRanks(t *testing.T, bs []*cuda.Backend, cs []*nccl.Comm) (sq [][]flo
 }
 
 // checkNCCLCalls checks the calls the fake NCCL recorded: each on its
-// rank's compute stream; all_reduce as 12 f32 (ncclFloat32 = 7) sums,
+// rank's collective stream; all_reduce as 12 f32 (ncclFloat32 = 7) sums,
 // all_gather as 48 bytes (ncclUint8 = 1), the all_to_all as one send and
 // one receive of 24 bytes per peer.
 func checkNCCLCalls(t *testing.T, bs []*cuda.Backend, sym func(string) unsafe.Pointer) {
@@ -271,8 +271,8 @@ func checkNCCLCalls(t *testing.T, bs []*cuda.Backend, sym func(string) unsafe.Po
 	dts := unsafe.Slice((*int32)(sym("rec_dt")), n)
 	perRank := map[int32]map[int32]int{0: {}, 1: {}}
 	for i := range n {
-		if want := bs[ranks[i]].ComputeStreamForTest(); uintptr(streams[i]) != want {
-			t.Errorf("call %d (fn %d, rank %d) on stream %#x, want the compute stream %#x", i, fns[i], ranks[i], streams[i], want)
+		if want := bs[ranks[i]].CollectiveStreamForTest(); uintptr(streams[i]) != want {
+			t.Errorf("call %d (fn %d, rank %d) on stream %#x, want the collective stream %#x", i, fns[i], ranks[i], streams[i], want)
 		}
 		wantCount, wantDT := map[int32]uint64{7: 12, 8: 48, 11: 24, 12: 24}[fns[i]], map[int32]int32{7: 7, 8: 1, 11: 1, 12: 1}[fns[i]]
 		if counts[i] != wantCount || dts[i] != wantDT {

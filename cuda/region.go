@@ -39,20 +39,25 @@ import (
 // when the execution ends.
 //
 // Streams. Within one iteration the block's schedule (passes.Schedule)
-// orders its steps (copies between memory spaces on the copy streams, the
-// rest on compute) like the function body's: a step's stream waits for the
-// events of the steps its schedule names. Seen from the enclosing region a region op runs
-// on the compute stream: before an iteration of a region that has steps on
-// the copy streams, both copy streams wait for the compute stream (an event
-// recorded there), and every iteration ends with the compute stream waiting
-// for the region's last copies (the plan's Final steps). So each iteration
-// starts after everything the previous one did (prefetches below aside),
-// and copies overlap compute inside an iteration (the host↔device copies
-// // of an offloaded scan body's xs and ys slices). Across iterations, a scan
-// body's copies of xs slices into buffers of their own are double buffered
-// (the schedule's prefetches): iteration i issues the copy of slice i+1
-// after the step the schedule names, once the events of the readers of the
-// buffer are recorded, so that it overlaps the rest of iteration i.
+// orders its steps (copies between memory spaces on the copy streams,
+// collectives on the collective stream, the rest on compute) like the
+// function body's: a step's stream waits for the events of the steps its
+// schedule names. Seen from the enclosing region a region op runs on the
+// compute stream: before an iteration of a region that has steps on other
+// streams, the copy and collective streams wait for the compute stream (an
+// event recorded there), and every iteration ends with the compute stream
+// waiting for the region's last steps on the others (the schedule's Final
+// steps). So each iteration starts after everything the previous one did
+// (prefetches and carried collectives below aside), and copies and
+// collectives overlap compute inside an iteration (the host↔device copies
+// of an offloaded scan body's xs and ys slices). Across iterations, a scan
+// body's copies and all_gathers of xs slices into buffers of their own are
+// double buffered (the schedule's prefetches): iteration i issues the one
+// of slice i+1 after the step the schedule names, once the events of the
+// readers of the buffer are recorded, so that it overlaps the rest of
+// iteration i; and its carried collectives are not waited for at its end:
+// iteration i+1 waits for them (their events kept in frame.prev) before
+// the step the schedule names, and the scan after its last iteration.
 //
 // Sort (like a fused group the plan does not describe) has no device
 // kernel: it stays a host step (run by eval after the
@@ -66,9 +71,13 @@ type region struct {
 	steps []step
 	// sched is the block's schedule.
 	sched *passes.Schedule
-	// copies is true when a step of the region (not of its nested regions)
-	// runs on a copy stream.
-	copies bool
+	// async is true when a step of the region (not of its nested regions)
+	// runs on a copy or the collective stream.
+	async bool
+	// carriedAt[i] lists the carried collectives of a scan body whose
+	// previous iteration's event step i waits for (i = len(steps): the
+	// end of the iteration).
+	carriedAt [][]int
 	// prefetch[i] lists the prefetches (indexes into sched.Prefetch) of a
 	// scan body issued right after step i (nil: none in the block).
 	prefetch [][]int
@@ -102,9 +111,15 @@ func (b *Backend) compileRegion(e *executable, blk *passes.Block) (*region, erro
 		if err != nil {
 			return nil, err
 		}
-		if q := g.sched.Steps[i].Queue; q == passes.QueueToDevice || q == passes.QueueToHost {
-			g.copies = true
+		if g.sched.Steps[i].Queue != passes.QueueCompute {
+			g.async = true
 		}
+	}
+	for _, c := range g.sched.Carried {
+		if g.carriedAt == nil {
+			g.carriedAt = make([][]int, len(g.steps)+1)
+		}
+		g.carriedAt[c.Before] = append(g.carriedAt[c.Before], c.Step)
 	}
 	for k, p := range g.sched.Prefetch {
 		if g.prefetch == nil {
@@ -220,6 +235,9 @@ type frame struct {
 	hasNext bool
 	issued  []bool
 	pre     []uintptr
+	// prev[k] is the event of carried collective step k of the previous
+	// iteration (scan bodies with carried collectives; 0: none yet).
+	prev []uintptr
 }
 
 func (x *execution) newFrame(g *region) *frame {
@@ -246,6 +264,9 @@ func (x *execution) sub(f *frame, i, k int) *frame {
 			if s.g.prefetch != nil {
 				s.next = make([]loc, len(s.params))
 				s.issued, s.pre = make([]bool, len(s.g.steps)), make([]uintptr, len(s.g.steps))
+			}
+			if s.g.carriedAt != nil {
+				s.prev = make([]uintptr, len(s.g.steps))
 			}
 		}
 		f.subs[i][k] = s
@@ -359,6 +380,9 @@ func (x *execution) run(f *frame) error {
 		if err := x.waitEvents(f, p.Wait, stream); err != nil {
 			return err
 		}
+		if err := x.waitCarried(f, i, stream); err != nil {
+			return err
+		}
 		args, outs, err := x.operands(f, i)
 		switch {
 		case err != nil:
@@ -388,7 +412,47 @@ func (x *execution) run(f *frame) error {
 			}
 		}
 	}
-	return x.waitEvents(f, g.sched.Final, b.streams[Compute])
+	if err := x.waitCarried(f, len(g.steps), b.streams[Compute]); err != nil {
+		return err
+	}
+	if err := x.waitEvents(f, g.sched.Final, b.streams[Compute]); err != nil {
+		return err
+	}
+	// This iteration's carried collectives run on; the next waits for them.
+	for _, c := range g.sched.Carried {
+		f.events[c.Step], f.prev[c.Step] = f.prev[c.Step], f.events[c.Step]
+	}
+	return nil
+}
+
+// waitCarried makes stream wait, before step i of scan body frame f (i =
+// len(steps): its end), for the previous iteration's carried collectives
+// the schedule waits for there.
+func (x *execution) waitCarried(f *frame, i int, stream uintptr) error {
+	if f.g.carriedAt == nil {
+		return nil
+	}
+	for _, k := range f.g.carriedAt[i] {
+		if f.prev[k] != 0 {
+			if err := x.b.d.Check("cuStreamWaitEvent", stream, f.prev[k], 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// drainCarried makes the compute stream wait for the carried collectives of
+// the last iteration of scan body frame f.
+func (x *execution) drainCarried(f *frame) error {
+	for _, k := range f.prev {
+		if k != 0 {
+			if err := x.b.d.Check("cuStreamWaitEvent", x.b.streams[Compute], k, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // waitEvents makes stream wait for the events of steps ss of f.
@@ -446,10 +510,10 @@ func (x *execution) prefetch(f *frame, i int) error {
 }
 
 // runIteration runs one iteration of a nested region: when the region has
-// copies, the copy streams first wait for everything issued on the compute
-// stream so far.
+// steps on other streams, the copy and collective streams first wait for
+// everything issued on the compute stream so far.
 func (x *execution) runIteration(f *frame) error {
-	if f.g.copies {
+	if f.g.async {
 		b := x.b
 		if x.fork == 0 {
 			var err error
@@ -460,7 +524,7 @@ func (x *execution) runIteration(f *frame) error {
 		if err := b.d.Check("cuEventRecord", x.fork, b.streams[Compute]); err != nil {
 			return err
 		}
-		for _, s := range []Stream{H2D, D2H} {
+		for _, s := range []Stream{H2D, D2H, Coll} {
 			if err := b.d.Check("cuStreamWaitEvent", b.streams[s], x.fork, 0); err != nil {
 				return err
 			}
@@ -531,6 +595,9 @@ func (x *execution) loop(f *frame, i int, args, outs []loc) error {
 			if err := x.runBound(f, i, body, args, outs, idx, next); err != nil {
 				return fmt.Errorf("body, iteration %d: %w", idx, err)
 			}
+		}
+		if err := x.drainCarried(body); err != nil {
+			return err
 		}
 	case ir.While:
 		cond, body := x.sub(f, i, 0), x.sub(f, i, 1)
