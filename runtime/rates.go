@@ -25,7 +25,7 @@ var rates struct {
 
 // measuredRates measures the default backend's rates (the budget planner's
 // budget.Rates) once per process: the
-// best of a few runs of a 256×512×512 matrix product, of a 1 Mi-element
+// best of eight runs of a 256×512×512 matrix product, of a 1 Mi-element
 // multiply-add, and of a 2 MiB device → pinned_host → device round trip (on
 // the CPU backend the emulated spaces' copy; on CUDA a pinned copy).
 //
@@ -62,8 +62,11 @@ func measuredRates() budget.Rates {
 	return rates.r
 }
 
-// bestRate runs f (jitted) on two f32 arrays of the shapes given a few times
-// and returns work divided by the fastest run's seconds.
+// bestRate runs f (jitted) on two f32 arrays of the shapes given nine
+// times and returns work divided by the fastest run's seconds, the first
+// (which compiles) left out: on a machine busy with other work, the more
+// runs the likelier one of them ran alone, as the planned program's
+// arithmetic is assumed to.
 func bestRate(work float64, f func(a, b *trace.Array) *trace.Array, sa, sb []int) (rate float64, ok bool) {
 	defer func() {
 		if recover() != nil {
@@ -86,7 +89,7 @@ func bestRate(work float64, f func(a, b *trace.Array) *trace.Array, sa, sb []int
 	defer b.Delete()
 	j := NewJitted(f, WithName("ferry_rate_probe"), func(o *jitOptions) { o.probe = true })
 	best := time.Duration(1 << 62)
-	for i := range 4 {
+	for i := range 9 {
 		t0 := time.Now()
 		out, err := j.Call(a, b)
 		if err != nil {
