@@ -266,10 +266,11 @@ func (r *FSDPReport) print(w io.Writer) {
 	}
 	sort.Strings(actions)
 	for _, a := range actions {
-		fmt.Fprintf(w, "  %-10s %10s per device of the forward pass's residuals\n", a+":", gib(r.PerDevice[a]))
+		fmt.Fprintf(w, "  %-10s %10s per device (the plan's residuals by action, a value and its views each counted)\n", a+":", gib(r.PerDevice[a]))
 	}
 	q.printTime(w, r.Devices)
-	fmt.Fprintf(w, "  = %.2f× the unconstrained sharded step (%.2f× overlapped)\n\n", q.Serial/u.Serial, q.Overlapped/u.Overlapped)
+	fmt.Fprintf(w, "  = %.2f× the unconstrained sharded step (%.2f× overlapped); the planner's own estimate, %.3f s, prices the program before partitioning (all %d sequences)\n\n",
+		q.Serial/u.Serial, q.Overlapped/u.Overlapped, r.Plan.StepSeconds, r.GlobalBatch)
 	fmt.Fprintln(w, "the plan (global types: a device holds its split of each value):")
 	fmt.Fprintln(w, r.Plan.String())
 }

@@ -16,10 +16,38 @@
 // estimate at an H100 SXM's datasheet rates (rt.BudgetRates; the table is
 // in rates.go) beside the unconstrained step's.
 //
+// Beside the estimate it prints the host link's share: the bytes the
+// plan's program copies each way, and the lower bound any plan meets (the
+// state that cannot stay on device crosses in and out each step).
+//
 //	go run ./examples/llama7b                  # the 7B plan at 24 GiB
 //	go run ./examples/llama7b -budget 40GiB -layers 8 -seq 1024
 //	go run ./examples/llama7b -json            # the same as one JSON object
+//	go run ./examples/llama7b -devices 8       # FSDP over 8 devices, 16 GiB each
 //	go run ./examples/llama7b -run             # small model, run under budgets
+//	go run ./examples/llama7b -compare         # small model: the plan against hand-written choices
+//
+// -devices n shards the step FSDP-style over n virtual CPU devices (a mesh
+// of one axis; abstract arguments, nothing runs): the stacked blocks split
+// after their layer axis, the other parameters and AdamW's moments along
+// their first dimension n divides, a global batch of n sequences, one per
+// device; inside the layer scan each layer's parameters are all-gathered
+// where the block uses them, and their gradients reduced back to the
+// split. The AdamW update is one optim.Step over every leaf (elementwise,
+// so the new parameters and moments take the donated buffers). It prints
+// each device's analysis unconstrained and under the budget per device
+// (16 GiB by default), the plan, what a device gathers and reduces over
+// the interconnect and copies over the host link, and the step priced at
+// an H100 SXM node's rates with NVLink's bus bandwidth for the collectives
+// (rates.go).
+//
+// -compare times, at each budget of -run, the planner's plan against the
+// hand-written choices a JAX user would make (a checkpoint policy on the
+// layer scan: none, nothing_saveable, dots_saveable, the layer input
+// offloaded; the stacked moments, and parameters, kept in pinned_host by
+// hand), each compiled once, all called in turn for -rounds rounds in one
+// process; at each budget it reports the ratio of the planner's median step
+// to the fastest hand-written choice that fits the budget.
 //
 // -run trains a small member of the family (8 layers, width 512, sequence
 // 256, batch 2, f32) for a few steps under budgets from the unconstrained
