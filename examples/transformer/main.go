@@ -21,6 +21,15 @@
 // pinned_host (made there by optim.InitIn, and rt.OutSpace(1, ir.PinnedHost)
 // on the step).
 //
+// The model is GPT-2's architecture exactly (nn.TransformerLM.GPT2; the
+// attention projections have no biases, GPT-2's are zero, and its
+// LayerNorms an epsilon of 1e-6): -hf DIR saves the trained model there as
+// a Hugging Face GPT-2 directory (config.json, model.safetensors under
+// GPT-2's names, vocab.json with the character of each token id) that
+// transformers' GPT2LMHeadModel and hf.LoadGPT2 load. Its tests check
+// transformers' greedy continuation of a small trained checkpoint
+// (nn/hf/testdata/charlm) against Ferry's.
+//
 // While it runs it says on standard error what it is doing (loading the text,
 // compiling the training step: the first call takes a while) and how far
 // training is ("step 120/2000, loss 2.1034, 3.21 steps/s"): in place on a
@@ -60,6 +69,7 @@ func main() {
 	flag.StringVar(&cfg.Prompt, "prompt", "The ", "prompt for -samples")
 	flag.Float64Var(&cfg.Temperature, "temperature", 0.8, "sampling temperature for -samples")
 	flag.IntVar(&cfg.LossEvery, "loss-every", 0, "record the training loss every N steps (train_losses in -json)")
+	flag.StringVar(&cfg.SaveHF, "hf", "", "save the trained model into this directory as a Hugging Face GPT-2")
 	jsonOut := flag.Bool("json", false, "print one final JSON object")
 	quiet := flag.Bool("quiet", false, "no progress lines on standard error")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")

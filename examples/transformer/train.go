@@ -45,6 +45,9 @@ type Config struct {
 	WarmupSteps           int                // 0: min(100, Steps/10)
 	ValFraction           float64            // 0: 0.05
 	WeightDecay, ClipNorm float64            // 0: 0.01 and 1.0
+	// SaveHF, when set, is a directory the trained model is saved into as
+	// a Hugging Face GPT-2 (SaveHF).
+	SaveHF string
 }
 
 var defaultConfig = Config{
@@ -107,6 +110,10 @@ type Result struct {
 	// PeakDeviceBytes is the allocator's device peak over the training
 	// steps (parameters, optimizer state and batches included).
 	PeakDeviceBytes int64 `json:"peak_device_bytes"`
+	// Model is the trained model and Chars its vocabulary (token id i is
+	// the byte Chars[i]).
+	Model Model  `json:"-"`
+	Chars []byte `json:"-"`
 }
 
 // loadText reads path, or with path "" concatenates the plain-text fortune
@@ -438,6 +445,13 @@ func Run(cfg Config, text string) (res Result, err error) {
 	}
 	res.ValLoss = sum / float64(nb)
 
+	res.Model, res.Chars = evalParams, vocab.bytes
+	if cfg.SaveHF != "" {
+		cfg.Log.Phase("saving the model as a Hugging Face GPT-2 into %s…", cfg.SaveHF)
+		if err := SaveHF(cfg.SaveHF, evalParams, vocab); err != nil {
+			return res, err
+		}
+	}
 	if cfg.Samples > 0 {
 		cfg.Log.Phase("sampling %d characters…", cfg.Samples)
 		res.SampleText = sample(evalParams, vocab, cfg, ks[1])

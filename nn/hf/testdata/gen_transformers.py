@@ -24,6 +24,16 @@ transformers/<model>.json, which the Go tests of nn/hf read
   left-padded (pad id 0) with an attention mask, as transformers pads a
   batch for generate.
 
+transformers/charlm.json holds the greedy and greedy_padded continuations
+(by FlaxGPT2LMHeadModel) of text prompts for charlm/, the character-level
+language model of examples/transformer trained briefly and saved as a
+Hugging Face GPT-2 (its vocab.json maps token ids to characters); its Go
+test (examples/transformer) compares Ferry's greedy tokens with them. It
+was made with:
+
+    go run ./examples/transformer -data nn/hf/testdata/charlm/train.txt -steps 150 -batch 8 \
+        -seq 32 -layers 2 -d 32 -heads 2 -lr 1e-2 -seed 1 -eval-batches 2 -quiet -hf nn/hf/testdata/charlm
+
 The Flax models run in float64 (jax_enable_x64, dtype=float64, the
 parameters converted to float64), so the goldens hold transformers'
 arithmetic with float64 rounding, except where transformers' Flax code
@@ -81,6 +91,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "transformers")
 PINS = "requirements-transformers.txt"
 MODELS = ("bert", "gpt2", "llama")
+CHARLM = "charlm"
+# charlm's prompts, as text: one length for greedy, different lengths for
+# greedy_padded; and the number of new tokens (within its 32 positions).
+CHARLM_GREEDY = (["The quick", "A stitch ", "Fortune f"], 20)
+CHARLM_PADDED = (["The", "A journey of", "When in d"], 18)
 CHECK_TOL = 1e-9
 RELOAD_TOL = 1e-5
 
@@ -114,7 +129,7 @@ def stamp_files():
     inputs, the pins, and each model directory's config and checkpoint (not gen.py's
     goldens beside them)."""
     files = [os.path.basename(__file__), "inputs.py", PINS]
-    for m in MODELS:
+    for m in MODELS + (CHARLM,):
         for f in sorted(os.listdir(os.path.join(HERE, m))):
             if f == "config.json" or f.endswith((".safetensors", ".safetensors.index.json")):
                 files.append(f"{m}/{f}")
@@ -222,7 +237,8 @@ def load(name, dtype):
     its parameters converted to dtype."""
     import transformers as tf
 
-    cls = {"bert": tf.FlaxBertModel, "gpt2": tf.FlaxGPT2LMHeadModel, "llama": tf.FlaxLlamaForCausalLM}[name]
+    cls = {"bert": tf.FlaxBertModel, "gpt2": tf.FlaxGPT2LMHeadModel, "llama": tf.FlaxLlamaForCausalLM,
+           CHARLM: tf.FlaxGPT2LMHeadModel}[name]
     return load_dir(name, cls, os.path.join(HERE, name), dtype)
 
 
@@ -390,10 +406,31 @@ def golden(name):
     return out
 
 
+def charlm_golden():
+    """transformers' greedy continuations of charlm's text prompts."""
+    import flax
+    import jax
+    import jax.numpy as jnp
+    import transformers
+
+    with open(os.path.join(HERE, CHARLM, "vocab.json")) as f:
+        ids = {c: i for i, c in enumerate(json.load(f))}
+    enc = lambda texts: [[ids[c] for c in t] for t in texts]  # noqa: E731
+    model, params = load(CHARLM, jnp.float64)
+    forward = lambda seq: model(seq, params=params).logits  # noqa: E731
+    (g, n), (p, m) = CHARLM_GREEDY, CHARLM_PADDED
+    return {
+        "model": type(model).__name__, "transformers": transformers.__version__, "flax": flax.__version__,
+        "jax": jax.__version__, "texts": g, "padded_texts": p,
+        "greedy": greedy(CHARLM, enc(g), n, forward), "greedy_padded": greedy_padded(CHARLM, enc(p), m, forward),
+    }
+
+
 def build():
     """{path relative to HERE: bytes} of every file this writes."""
     flax_setup()
     files = {f"transformers/{m}.json": (json.dumps(golden(m)) + "\n").encode() for m in MODELS}
+    files[f"transformers/{CHARLM}.json"] = (json.dumps(charlm_golden()) + "\n").encode()
     files["transformers/stamp.json"] = stamp_bytes()
     return files
 
