@@ -24,6 +24,10 @@
 //     the caller and the process's worker pool (cpu/internal/parallel, shared
 //     with the matrix products).
 //
+//   - dot_general outside fused groups, which runs from the plan's layout
+//     (passes.Matmul) as one cpu/gemm call over offset tables worked out at
+//     New (matmul.go), bit for bit eval's product.
+//
 //   - scan, while and cond, which run their nested regions with their
 //     sub-plans: the nested arena lives inside the enclosing one at
 //     RegionPlan.SubOffset, parameters are views (consts: the operand
