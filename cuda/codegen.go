@@ -298,7 +298,7 @@ func coords(at string, shape ir.Shape) []string {
 	out := make([]string, len(shape))
 	for d := range shape {
 		switch {
-		case shape[d] == 1:
+		case shape[d] <= 1 || shape.Size() == 0: // an empty shape has no index to map
 			out[d] = "0"
 		case d == 0:
 			out[d] = fmt.Sprintf("(%s / %dLL)", at, st[d])
@@ -415,6 +415,9 @@ var cmpOps = map[ir.Code]string{ir.Eq: "==", ir.Ne: "!=", ir.Lt: "<", ir.Le: "<=
 // in v.Shape (at is within v's domain, so the outermost digit needs no
 // modulo).
 func viewIndex(v ir.StridedView, at string) string {
+	if ir.Shape(v.Shape).Size() == 0 {
+		return "0" // an empty domain has no index to map
+	}
 	place := ir.Shape(v.Shape).Strides()
 	var terms []string
 	if v.Offset != 0 {

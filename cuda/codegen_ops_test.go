@@ -246,3 +246,88 @@ func TestIndexRulesHostC(t *testing.T) {
 		t.Run(cases[i].name, func(t *testing.T) { hc.check(t, b) })
 	}
 }
+
+// TestIndexRulesRandomHostC draws random dynamic_slice,
+// dynamic_update_slice, concatenate, pad and gather ops (starts and indices
+// out of range included) and runs their kernels through gcc against
+// internal/eval on fresh random operands.
+func TestIndexRulesRandomHostC(t *testing.T) {
+	b := newHostBatch(needGCC(t))
+	rng := testseed.Rand(t, 29)
+	var hcs []*hostCheck
+	for len(hcs) < 40 {
+		if op := randomIndexOp(rng); op != nil {
+			hcs = append(hcs, queueOnHost(t, b, rng, op))
+		}
+	}
+	b.run()
+	for _, hc := range hcs {
+		hc.check(t, b)
+	}
+}
+
+// randomIndexOp is a random op read through an index rule on f32 or i64
+// data with i32 starts and indices, or nil when the draw is no valid op.
+func randomIndexOp(rng *rand.Rand) *ir.Op {
+	dt := []ir.DType{ir.Float32, ir.Int64}[rng.IntN(2)]
+	shape := func(lo int) ir.Shape {
+		s := make(ir.Shape, 1+rng.IntN(3))
+		for d := range s {
+			s[d] = lo + rng.IntN(4)
+		}
+		return s
+	}
+	xs := shape(1)
+	c := opCase{params: []ir.Type{ty(dt, xs...)}, attrs: ir.Attrs{}}
+	starts := func() {
+		for range xs {
+			c.params = append(c.params, ty(ir.Int32))
+		}
+	}
+	switch rng.IntN(5) {
+	case 0:
+		c.code = ir.DynamicSlice
+		sizes := make([]int, len(xs))
+		for d := range xs {
+			sizes[d] = rng.IntN(xs[d] + 1)
+		}
+		c.attrs["sizes"] = sizes
+		starts()
+	case 1:
+		c.code = ir.DynamicUpdateSlice
+		us := make(ir.Shape, len(xs))
+		for d := range xs {
+			us[d] = rng.IntN(xs[d] + 1)
+		}
+		c.params = append(c.params, ty(dt, us...))
+		starts()
+	case 2:
+		c.code, c.attrs["axis"] = ir.Concatenate, rng.IntN(len(xs))
+		for range rng.IntN(3) {
+			s := append(ir.Shape(nil), xs...)
+			s[c.attrs.Int("axis")] = rng.IntN(3)
+			c.params = append(c.params, ty(dt, s...))
+		}
+	case 3:
+		c.code = ir.Pad
+		c.params = append(c.params, ty(dt))
+		low, high, interior := make([]int, len(xs)), make([]int, len(xs)), make([]int, len(xs))
+		for d := range xs {
+			low[d], high[d], interior[d] = rng.IntN(5)-2, rng.IntN(4)-1, rng.IntN(3)
+		}
+		c.attrs["low"], c.attrs["high"], c.attrs["interior"] = low, high, interior
+	default:
+		c.code, c.attrs["axis"] = ir.Gather, rng.IntN(len(xs))
+		c.params = append(c.params, ty(ir.Int32, shape(0)[:1]...))
+	}
+	f := ir.NewFunc("f")
+	var args []*ir.Value
+	for _, p := range c.params {
+		args = append(args, f.Body.AddParam(p))
+	}
+	op, err := f.Body.AddOp(c.code, args, c.attrs)
+	if err != nil {
+		return nil
+	}
+	return op
+}
