@@ -55,11 +55,14 @@
 // Step by kind: a StepKernel's Kernel programs become its fused code (every
 // NodeLeaf/NodeConst reads its operand through the ir.ViewChain of the node,
 // ir.StridedView.At or Indices giving the element index; NodeOp nodes apply
-// the op table's elementwise op; Reduces accumulate in the layout they
-// state; a KernelOutput group computes its product into result DotResult
-// first), a StepMatmul its GEMM with the Matmul layout, a StepCopy its copy
-// between spaces, a StepCollective its communicator call, a StepOp the
-// backend's own kernel of the op, and a StepLoop a loop over its nested
+// the op table's elementwise op; NodeIndexed nodes read through their
+// ir.IndexRule, IndexRule.Source giving the piece and element; Reduces
+// accumulate in the layout they state; a KernelOutput group computes its
+// product into result DotResult first), a StepMatmul its GEMM with the
+// Matmul layout, a StepCopy its copy between spaces, a StepCollective its
+// communicator call, a StepOp its Kernel (the op as a group of one, when the
+// plan describes it: LowerOp) or the backend's own kernel of the op, and a
+// StepLoop a loop over its nested
 // Blocks whose runner applies the Loop's Init copies, Params bindings
 // (whole buffers, or per-iteration slices of Stride bytes) and Results
 // (copied back, by slice for ys, staged when Stage says so, skipped when
