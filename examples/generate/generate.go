@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -33,6 +34,9 @@ type Config struct {
 	Seed                    uint64
 	// The character LM's shape (examples/transformer's model, smaller).
 	Seq, Layers, D, Heads, Batch int
+	// Rows, above 1, also decodes a batch of that many prompts of
+	// different lengths (prefixes of the prompt) greedily in one batch.
+	Rows int
 }
 
 var defaultConfig = Config{
@@ -84,6 +88,41 @@ func decode[M nn.Decoder](o *out, m M, maxLen int, prompt []int32, cfg Config, t
 			len(res.Tokens[0]), 1000*res.PrefillSeconds, res.DecodeSteps, res.TokensPerSecond)
 	}
 	o.printf("the decode step compiled %d times (once per sampling)\n", g.StepCompiles())
+	if cfg.Rows > 1 {
+		return decodeRows(o, g, prompt, n, cfg.Rows)
+	}
+	return nil
+}
+
+// decodeRows decodes rows prompts of different lengths, the prefixes of
+// prompt of 1, 2, … tokens (cycling), in one batch, greedily, and checks
+// each row against the prompt decoded alone.
+func decodeRows[M nn.Decoder](o *out, g *nn.Generator[M], prompt []int32, n, rows int) error {
+	prompts := make([][]int32, rows)
+	lengths := make([]int, rows)
+	for i := range prompts {
+		prompts[i] = prompt[:1+i%len(prompt)]
+		lengths[i] = len(prompts[i])
+	}
+	res, err := g.Generate(prompts, nn.GenerateConfig{MaxNewTokens: n})
+	if err != nil {
+		return err
+	}
+	same := 0
+	for i, p := range prompts {
+		alone, err := g.Generate([][]int32{p}, nn.GenerateConfig{MaxNewTokens: n})
+		if err != nil {
+			return err
+		}
+		if slices.Equal(alone.Tokens[0], res.Tokens[i]) {
+			same++
+		}
+	}
+	o.printf("a batch of %d prompts of lengths %v: prefill %.1f ms, %d decode steps at %.0f tokens/s; %d of %d rows as decoded alone\n",
+		rows, lengths, 1000*res.PrefillSeconds, res.DecodeSteps, res.TokensPerSecond, same, rows)
+	if same != rows {
+		return errors.New("a batched row differs from its prompt decoded alone")
+	}
 	return nil
 }
 

@@ -8,6 +8,7 @@
 //	go run ./examples/generate -checkpoint lm.safetensors   # the same, kept: the next run loads it
 //	go run ./examples/generate -model nn/hf/testdata/llama -prompt "5 11 2 40"
 //	go run ./examples/generate -layers 4 -d 128 -seq 64   # examples/transformer's default shape
+//	go run ./examples/generate -model nn/hf/testdata/llama -prompt "5 11 2 40 7" -rows 8  # a batch of prompts of 1 to 5 tokens
 //
 // Without -model it uses the character-level nn.TransformerLM of
 // examples/transformer (decoded as the GPT2 it is, TransformerLM.GPT2):
@@ -42,6 +43,7 @@ func main() {
 	flag.IntVar(&cfg.Layers, "layers", cfg.Layers, "the character LM's blocks")
 	flag.IntVar(&cfg.D, "d", cfg.D, "the character LM's width")
 	flag.IntVar(&cfg.Heads, "heads", cfg.Heads, "the character LM's attention heads")
+	flag.IntVar(&cfg.Rows, "rows", 0, "also decode a batch of this many prompts of different lengths (the prompt's prefixes)")
 	flag.Parse()
 	if err := run(os.Stdout, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "generate:", err)

@@ -54,7 +54,7 @@ func TestHFModels(t *testing.T) {
 	for _, dir := range []string{"llama", "gpt2"} {
 		cfg := tinyConfig(t)
 		cfg.Model = filepath.Join("..", "..", "nn", "hf", "testdata", dir)
-		cfg.Prompt = "5 11 2 40"
+		cfg.Prompt, cfg.Rows = "5 11 2 40", 5
 		var out bytes.Buffer
 		if err := run(&out, cfg); err != nil {
 			t.Fatal(err)
@@ -67,6 +67,10 @@ func TestHFModels(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("%s: the output has no %s:\n%s", dir, want, out.String())
+		}
+		// -rows: prompts of 1, 2, 3, 4 and 1 tokens in one batch, each row as alone.
+		if want := "a batch of 5 prompts of lengths [1 2 3 4 1]"; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "5 of 5 rows as decoded alone") {
+			t.Errorf("%s: the output has no %q with every row as alone:\n%s", dir, want, out.String())
 		}
 	}
 	cfg := tinyConfig(t)
