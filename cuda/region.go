@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/ferryml/ferry/backend"
+	"github.com/ferryml/ferry/backend/loopexec"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 )
@@ -533,23 +534,78 @@ func (x *execution) runIteration(f *frame) error {
 	return x.run(f)
 }
 
-// stagingBuffer returns the device staging buffer of result k of step i.
-func (x *execution) stagingBuffer(f *frame, i, k int, n int64) (mem, error) {
+// loop runs loop step i of f (see the file's comment), whose operands and
+// results are at args and outs, through loopexec, which applies the plan's
+// bindings; loopBlock and loopMem are how it reaches the nested frames and
+// the device.
+func (x *execution) loop(f *frame, i int, args, outs []loc) error {
+	return loopexec.Run(&f.g.blk.Steps[i], loopMem{x, f, i}, args, outs, func(k int) loopexec.Block[loc] {
+		return loopBlock{x, x.sub(f, i, k)}
+	})
+}
+
+// loopBlock is a nested frame as loopexec runs it.
+type loopBlock struct {
+	x *execution
+	f *frame
+}
+
+func (b loopBlock) Bind(j int, l loc) { b.f.params[j] = l }
+
+// BindNext keeps the next slice in a scan body with prefetches.
+func (b loopBlock) BindNext(j int, l loc, ok bool) {
+	if b.f.next != nil {
+		b.f.next[j], b.f.hasNext = l, ok
+	}
+}
+
+func (b loopBlock) BindYs(j int, l loc) {
+	if b.f.slices != nil {
+		b.f.slices[j] = l
+	}
+}
+
+func (b loopBlock) Run() error { return b.x.runIteration(b.f) }
+
+func (b loopBlock) Result(j int) (loc, error) { return b.x.slot(b.f, b.f.g.blk.Results[j]) }
+
+// End has the compute stream wait for the last iteration's carried
+// collectives (prefetches are all taken over: none is issued in the last
+// iteration).
+func (b loopBlock) End(bool) error { return b.x.drainCarried(b.f) }
+
+// loopMem is the memory of loop step i of f as loopexec addresses it.
+type loopMem struct {
+	x *execution
+	f *frame
+	i int
+}
+
+func (m loopMem) Slice(l loc, off, _ int64) loc    { return l.add(off) }
+func (m loopMem) Copy(dst, src loc, n int64) error { return m.x.copyLoc(dst, src, n) }
+func (m loopMem) Predicate(l loc) (bool, error)    { return m.x.predicate(l) }
+
+// Stage copies src into the device staging buffer of result j of the step
+// (allocated on first use, freed when the execution ends), on the compute
+// stream.
+func (m loopMem) Stage(j int, src loc, n int64) (loc, error) {
+	f, x := m.f, m.x
 	if f.stage == nil {
 		f.stage = make([][]mem, len(f.g.steps))
 	}
-	if f.stage[i] == nil {
-		f.stage[i] = make([]mem, len(f.g.steps[i].op.Results))
+	if f.stage[m.i] == nil {
+		f.stage[m.i] = make([]mem, len(f.g.steps[m.i].op.Results))
 	}
-	if f.stage[i][k].ptr == 0 {
-		m, err := x.b.allocate(n, ir.Device, "staging"+x.e.suffix)
+	if f.stage[m.i][j].ptr == 0 {
+		st, err := x.b.allocate(n, ir.Device, "staging"+x.e.suffix)
 		if err != nil {
-			return mem{}, fmt.Errorf("staging a region result: %w", err)
+			return loc{}, fmt.Errorf("staging a region result: %w", err)
 		}
-		x.staging = append(x.staging, m)
-		f.stage[i][k] = m
+		x.staging = append(x.staging, st)
+		f.stage[m.i][j] = st
 	}
-	return f.stage[i][k], nil
+	dst := loc{f.stage[m.i][j].ptr, false}
+	return dst, x.copyLoc(dst, src, n)
 }
 
 // predicate reads the boolean at l once the compute stream has computed it.
@@ -570,126 +626,6 @@ func (x *execution) predicate(l loc) (bool, error) {
 		return false, err
 	}
 	return hostBytes(x.flag, 1)[0] != 0, nil
-}
-
-// loop runs loop step i of f (see the file's comment), whose operands and
-// results are at args and outs, by the plan's bindings: the Init copies,
-// then every run of a block with its parameters bound, the producing
-// block's results put where the plan says.
-func (x *execution) loop(f *frame, i int, args, outs []loc) error {
-	lp, st := f.g.steps[i].loop, &f.g.blk.Steps[i]
-	for _, m := range lp.Init {
-		if err := x.copyLoc(outs[m.Out], args[m.Arg], f.g.blk.Slots[st.Outs[m.Out]].Bytes); err != nil {
-			return err
-		}
-	}
-	switch lp.Code {
-	case ir.Scan:
-		body := x.sub(f, i, 0)
-		for it := range lp.Length {
-			idx, next := it, it+1
-			if lp.Reverse {
-				idx, next = lp.Length-1-it, lp.Length-2-it
-			}
-			body.hasNext = body.next != nil && it+1 < lp.Length
-			if err := x.runBound(f, i, body, args, outs, idx, next); err != nil {
-				return fmt.Errorf("body, iteration %d: %w", idx, err)
-			}
-		}
-		if err := x.drainCarried(body); err != nil {
-			return err
-		}
-	case ir.While:
-		cond, body := x.sub(f, i, 0), x.sub(f, i, 1)
-		x.bind(lp, cond, args, outs, 0, 0)
-		for it := 0; ; it++ {
-			if err := x.runIteration(cond); err != nil {
-				return fmt.Errorf("cond, iteration %d: %w", it, err)
-			}
-			p, err := x.slot(cond, cond.g.blk.Results[0])
-			if err != nil {
-				return err
-			}
-			if ok, err := x.predicate(p); err != nil || !ok {
-				return err
-			}
-			if err := x.runBound(f, i, body, args, outs, 0, 0); err != nil {
-				return fmt.Errorf("body, iteration %d: %w", it, err)
-			}
-		}
-	case ir.Cond:
-		ok, err := x.predicate(args[0])
-		if err != nil {
-			return err
-		}
-		k := map[bool]int{true: 0, false: 1}[ok]
-		if err := x.runBound(f, i, x.sub(f, i, k), args, outs, 0, 0); err != nil {
-			return fmt.Errorf("%s: %w", regionName(ir.Cond, k), err)
-		}
-	}
-	return nil
-}
-
-// bind points the parameters of nested frame sub at iteration idx's memory
-// (Loop.Params) and, in a scan body, its ys slices at idx's slices; next is
-// the following iteration of a scan body with prefetches.
-func (x *execution) bind(lp *passes.Loop, sub *frame, args, outs []loc, idx, next int) {
-	for j, p := range lp.Params {
-		switch p.Kind {
-		case passes.BindArg:
-			sub.params[j] = args[p.Arg]
-		case passes.BindOut:
-			sub.params[j] = outs[p.Out]
-		case passes.BindSlice:
-			sub.params[j] = args[p.Arg].add(int64(idx) * p.Stride)
-			if sub.hasNext {
-				sub.next[j] = args[p.Arg].add(int64(next) * p.Stride)
-			}
-		}
-	}
-	for j, r := range lp.Results {
-		if r.Stride != 0 && sub.slices != nil {
-			sub.slices[j] = outs[r.Out].add(int64(idx) * r.Stride)
-		}
-	}
-}
-
-// runBound binds nested frame sub of loop step i of f for iteration idx,
-// runs it, and puts its results where Loop.Results says: a result staged
-// (its memory is another result's destination) is first copied to a
-// staging buffer, one computed in place is not copied.
-func (x *execution) runBound(f *frame, i int, sub *frame, args, outs []loc, idx, next int) error {
-	lp := f.g.steps[i].loop
-	x.bind(lp, sub, args, outs, idx, next)
-	if err := x.runIteration(sub); err != nil {
-		return err
-	}
-	rs := sub.g.blk.Results
-	src, err := x.slots(sub, rs)
-	if err != nil {
-		return err
-	}
-	size := func(j int) int64 { return sub.g.blk.Slots[rs[j]].Bytes }
-	for j, r := range lp.Results {
-		if n := size(j); r.Stage && n > 0 {
-			st, err := x.stagingBuffer(f, i, j, n)
-			if err != nil {
-				return err
-			}
-			if err := x.copyLoc(loc{st.ptr, false}, src[j], n); err != nil {
-				return err
-			}
-			src[j] = loc{st.ptr, false}
-		}
-	}
-	for j, r := range lp.Results {
-		if !r.InPlace {
-			if err := x.copyLoc(outs[r.Out].add(int64(idx)*r.Stride), src[j], size(j)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // copyLoc copies n bytes from src to dst on the compute stream, unless they

@@ -3,6 +3,7 @@ package cpuexec
 import (
 	"fmt"
 
+	"github.com/ferryml/ferry/backend/loopexec"
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
@@ -33,6 +34,7 @@ type step struct {
 	fused  *fusedKernel
 	coll   *collStep    // stepCollective
 	loop   *passes.Loop // scan, while, cond: the bindings
+	plan   *passes.Step // scan, while, cond: the plan's step
 	subs   []*region    // nested regions (scan: body; while: cond, body; cond: true, false)
 	// dir is the direction of a stepCopy.
 	dir copyDir
@@ -107,7 +109,7 @@ func compileStep(ps *passes.Step) (step, error) {
 		st.fused = k
 	case passes.StepLoop:
 		st.kind = map[ir.Code]stepKind{ir.Scan: stepScan, ir.While: stepWhile, ir.Cond: stepCond}[op.Code]
-		st.loop = ps.Loop
+		st.loop, st.plan = ps.Loop, ps
 		for k, blk := range ps.Loop.Blocks {
 			sub, err := compileRegion(blk)
 			if err != nil {
@@ -295,12 +297,8 @@ func (f *frame) run() error {
 			if err != nil {
 				err = fmt.Errorf("%s: %w", st.op.Describe(), err)
 			}
-		case stepScan:
-			err = f.runScan(i)
-		case stepWhile:
-			err = f.runWhile(i)
-		case stepCond:
-			err = f.runCond(i)
+		case stepScan, stepWhile, stepCond:
+			err = f.runLoop(i)
 		}
 		if err != nil {
 			return err
@@ -324,161 +322,92 @@ func (f *frame) run() error {
 // result returns the memory of result j of the region.
 func (f *frame) result(j int) []byte { return f.lits[f.g.results[j]].Data }
 
-// bindParams points the parameters of nested frame sub at the memory the
-// loop's bindings name (slices are bound per iteration by the caller).
-func bindParams(sub *frame, lp *passes.Loop, args, outs []*ir.Literal) {
-	for k, pb := range lp.Params {
-		switch pb.Kind {
-		case passes.BindArg:
-			sub.setParam(k, args[pb.Arg].Data)
-		case passes.BindOut:
-			sub.setParam(k, outs[pb.Out].Data)
-		}
-	}
-}
-
-// loopInit makes the loop's initial copies and returns the destination and
-// source lists of its results (destinations of whole results set).
-func loopInit(lp *passes.Loop, args, outs []*ir.Literal) (dst, src [][]byte) {
-	for _, m := range lp.Init {
-		copyMem(outs[m.Out].Data, args[m.Arg].Data)
-	}
-	dst, src = make([][]byte, len(lp.Results)), make([][]byte, len(lp.Results))
-	for j, rb := range lp.Results {
-		if rb.Stride == 0 {
-			dst[j] = outs[rb.Out].Data
-		}
-	}
-	return dst, src
-}
-
-func (f *frame) runScan(i int) error {
+// runLoop runs loop step i (scan, while or cond) through loopexec, which
+// applies the plan's bindings; loopBlock and loopMem are how it reaches the
+// nested frames and the bytes.
+func (f *frame) runLoop(i int) error {
 	st := &f.g.steps[i]
-	lp := st.loop
-	n := lp.Length
-	args, outs := f.args[i], f.outs[i]
-	dst, src := loopInit(lp, args, outs)
-	if n == 0 {
-		return nil
+	args, outs := make([][]byte, len(st.args)), make([][]byte, len(st.outs))
+	for k, l := range f.args[i] {
+		args[k] = l.Data
 	}
-	body := f.sub(i, 0)
-	bindParams(body, lp, args, outs)
-	defer body.drainPrefetches()
-	defer func() { _ = body.drainPrev() }() // an iteration failed
-	for it := 0; it < n; it++ {
-		idx, nextIdx := it, it+1
-		if lp.Reverse {
-			idx, nextIdx = n-1-it, n-2-it
-		}
-		for k, pb := range lp.Params {
-			if pb.Kind != passes.BindSlice {
-				continue
-			}
-			xs, sz := args[pb.Arg].Data, int(pb.Stride)
-			body.setParam(k, xs[idx*sz:(idx+1)*sz:(idx+1)*sz])
-			body.next[k] = nil
-			if (f.cfg.async || f.env != nil && f.env.async) && it+1 < n {
-				body.next[k] = xs[nextIdx*sz : (nextIdx+1)*sz : (nextIdx+1)*sz]
-			}
-		}
-		for j, rb := range lp.Results {
-			if sz := int(rb.Stride); sz != 0 {
-				dst[j] = outs[rb.Out].Data[idx*sz : (idx+1)*sz]
-			}
-		}
-		// Values planned in ys slices are computed there (their copy
-		// below is then a no-op).
-		for _, ys := range body.g.slices {
-			size := body.g.slots[ys.Slot].Bytes
-			body.lits[ys.Slot].Data = dst[ys.Result][:size:size]
-		}
-		if err := body.run(); err != nil {
-			return fmt.Errorf("%s: body, iteration %d: %w", st.op.Describe(), idx, err)
-		}
-		for j := range src {
-			src[j] = body.result(j)
-		}
-		f.copyResults(i, dst, src)
+	for k, l := range f.outs[i] {
+		outs[k] = l.Data
 	}
-	if err := body.drainPrev(); err != nil {
-		return fmt.Errorf("%s: body: %w", st.op.Describe(), err)
+	err := loopexec.Run(st.plan, loopMem{f, i}, args, outs, func(k int) loopexec.Block[[]byte] { return loopBlock{f.sub(i, k)} })
+	if err != nil {
+		return fmt.Errorf("%s: %w", st.op.Describe(), err)
 	}
 	return nil
 }
 
-func (f *frame) runWhile(i int) error {
-	st := &f.g.steps[i]
-	lp := st.loop
-	args, outs := f.args[i], f.outs[i]
-	dst, src := loopInit(lp, args, outs)
-	cond, body := f.sub(i, 0), f.sub(i, 1)
-	bindParams(cond, lp, args, outs)
-	bindParams(body, lp, args, outs)
-	for it := 0; ; it++ {
-		if err := cond.run(); err != nil {
-			return fmt.Errorf("%s: cond, iteration %d: %w", st.op.Describe(), it, err)
-		}
-		if p := cond.result(0); len(p) == 0 || p[0] == 0 {
-			return nil
-		}
-		if err := body.run(); err != nil {
-			return fmt.Errorf("%s: body, iteration %d: %w", st.op.Describe(), it, err)
-		}
-		for j := range src {
-			src[j] = body.result(j)
-		}
-		f.copyResults(i, dst, src)
+// loopBlock is a nested frame as loopexec runs it.
+type loopBlock struct{ f *frame }
+
+func (b loopBlock) Bind(j int, l []byte) { b.f.setParam(j, l) }
+
+// BindNext keeps the next slice only where the prefetches it feeds run
+// (asynchronous copies or collectives).
+func (b loopBlock) BindNext(j int, l []byte, ok bool) {
+	b.f.next[j] = nil
+	if ok && (b.f.cfg.async || b.f.env != nil && b.f.env.async) {
+		b.f.next[j] = l
 	}
 }
 
-func (f *frame) runCond(i int) error {
-	st := &f.g.steps[i]
-	lp := st.loop
-	args, outs := f.args[i], f.outs[i]
-	k, name := 1, "false branch"
-	if args[0].Data[0] != 0 {
-		k, name = 0, "true branch"
+// BindYs points the values planned in the ys slice of result j at l: they
+// are computed there (their copy after the run is then skipped).
+func (b loopBlock) BindYs(j int, l []byte) {
+	for _, ys := range b.f.g.slices {
+		if ys.Result == j {
+			size := b.f.g.slots[ys.Slot].Bytes
+			b.f.lits[ys.Slot].Data = l[:size:size]
+		}
 	}
-	br := f.sub(i, k)
-	bindParams(br, lp, args, outs)
-	if err := br.run(); err != nil {
-		return fmt.Errorf("%s: %s: %w", st.op.Describe(), name, err)
-	}
-	dst, src := loopInit(lp, args, outs)
-	for j := range src {
-		src[j] = br.result(j)
-	}
-	f.copyResults(i, dst, src)
+}
+
+func (b loopBlock) Run() error                   { return b.f.run() }
+func (b loopBlock) Result(j int) ([]byte, error) { return b.f.result(j), nil }
+
+// End waits for the prefetches nobody took over and the carried
+// collectives of the last iteration.
+func (b loopBlock) End(bool) error {
+	b.f.drainPrefetches()
+	return b.f.drainPrev()
+}
+
+// loopMem is the memory of loop step i of f as loopexec addresses it.
+type loopMem struct {
+	f *frame
+	i int
+}
+
+func (m loopMem) Slice(l []byte, off, n int64) []byte { return l[off : off+n : off+n] }
+
+func (m loopMem) Copy(dst, src []byte, n int64) error {
+	copyMem(dst[:n], src[:n])
 	return nil
 }
 
-// copyResults copies src[j] into dst[j] for every j as if all sources were
-// read before any destination is written: a source the plan marks as
-// staged (its memory is another result's destination) is first copied into
-// a staging buffer of step i.
-func (f *frame) copyResults(i int, dst, src [][]byte) {
-	results := f.g.steps[i].loop.Results
-	for k := range src {
-		if !results[k].Stage {
-			continue
-		}
-		if f.stage == nil {
-			f.stage = make([][][]byte, len(f.g.steps))
-		}
-		if f.stage[i] == nil {
-			f.stage[i] = make([][]byte, len(dst))
-		}
-		if cap(f.stage[i][k]) < len(src[k]) {
-			f.stage[i][k] = make([]byte, len(src[k]))
-		}
-		s := f.stage[i][k][:len(src[k])]
-		copy(s, src[k])
-		src[k] = s
+// Stage copies src into the step's staging buffer of result j (made on
+// first use, reused by every run).
+func (m loopMem) Stage(j int, src []byte, n int64) ([]byte, error) {
+	f := m.f
+	if f.stage == nil {
+		f.stage = make([][][]byte, len(f.g.steps))
 	}
-	for j := range dst {
-		copyMem(dst[j], src[j])
+	if f.stage[m.i] == nil {
+		f.stage[m.i] = make([][]byte, len(f.g.steps[m.i].loop.Results))
 	}
+	if int64(cap(f.stage[m.i][j])) < n {
+		f.stage[m.i][j] = make([]byte, n)
+	}
+	s := f.stage[m.i][j][:n]
+	copy(s, src[:n])
+	return s, nil
 }
+
+func (m loopMem) Predicate(l []byte) (bool, error) { return len(l) > 0 && l[0] != 0, nil }
 
 // copyMem copies src to dst unless they are the same memory.
 func copyMem(dst, src []byte) {
