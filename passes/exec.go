@@ -8,7 +8,8 @@ import "github.com/ferryml/ferry/ir"
 // its operands, and the per-iteration bindings of every loop. A backend
 // renders it (to machine code, Go closures or CUDA C) and runs it; it never
 // walks the IR to work out lowering again. The plan holds no notion of any
-// backend: no vector widths, block sizes, threads or streams.
+// backend: no vector widths, block sizes, threads or streams (its schedule
+// speaks of queues, which a backend maps onto its streams or workers).
 type Exec struct {
 	// Top is the block of the function body.
 	Top *Block
