@@ -1,8 +1,10 @@
 package gemm
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -175,5 +177,58 @@ func TestPackCacheLimit(t *testing.T) {
 	SetPackCacheLimit(0)
 	if s := PackCache(); s.Entries != 0 || s.Bytes != 0 {
 		t.Fatalf("%+v after turning the cache off: want it empty", s)
+	}
+}
+
+// TestPackCacheConcurrent runs products on one read-only B from several
+// goroutines while another declares and forgets other memory: every
+// result is the product's without the cache.
+func TestPackCacheConcurrent(t *testing.T) {
+	r := testseed.Rand(t, 50)
+	m, n, k := 20, 130, 70
+	rnd := func(size int) []float32 {
+		s := make([]float32, size)
+		for i := range s {
+			s[i] = float32(r.NormFloat64())
+		}
+		return s
+	}
+	a, b, other := rnd(m*k), rnd(k*n), rnd(k*n)
+	want := make([]float32, m*n)
+	Sgemm(false, true, m, n, k, 1, a, k, b, k, 0, want, n)
+	ReadOnly(bytesOf(b))
+	defer Forget(bytesOf(b))
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := make([]float32, m*n)
+			for call := range 20 {
+				Sgemm(false, true, m, n, k, 1, a, k, b, k, 0, c, n)
+				for i := range c {
+					if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
+						errs <- fmt.Sprintf("call %d: c[%d] = %v, want %v", call, i, c[i], want[i])
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c := make([]float32, m*n)
+		for range 20 {
+			ReadOnly(bytesOf(other))
+			Sgemm(false, true, m, n, k, 1, a, k, other, k, 0, c, n)
+			Forget(bytesOf(other))
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
 	}
 }
