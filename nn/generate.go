@@ -19,7 +19,9 @@ type Decoder interface {
 	// NewKVCache returns a zero cache for batch rows and maxLen positions.
 	NewKVCache(batch, maxLen int) KVCache
 	// LogitsCached returns the logits [B, T, Vocab] of ids [B, T] at
-	// positions pos … pos+T−1 over the cache, and the updated cache.
+	// positions pos … pos+T−1 over the cache, and the updated cache. pos is
+	// an int32 scalar (every row at one position) or a vector [B] (each row
+	// at its own).
 	LogitsCached(ids, pos *trace.Array, cache KVCache) (*trace.Array, KVCache)
 }
 
