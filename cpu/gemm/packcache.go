@@ -1,7 +1,9 @@
 package gemm
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,9 +22,13 @@ import (
 // A B operand is packed into the cache the second time a product with the
 // same B (address, layout, shape, blocking and kernel) is seen: an
 // activation read once costs a map entry, not a copy. Entries are dropped
-// when the memory is forgotten (Forget: it is freed or about to be written),
-// and the least recently used ones when the cache outgrows its limit
-// (SetPackCacheLimit; FERRY_GEMM_PACK_CACHE, 256 MiB by default).
+// when the memory is forgotten (Forget: it is freed or about to be written).
+// The cache holds at most its limit (SetPackCacheLimit;
+// FERRY_GEMM_PACK_CACHE, 256 MiB by default): a new operand takes the place
+// of the least recently used ones only if they were not used since it was
+// first seen, so weights that no longer run make room, while a model whose
+// weights outgrow the cache keeps the part that fits instead of packing
+// every weight into it and dropping it again at every call.
 
 // DefaultPackCacheLimit is the packed-weight cache's limit in bytes when
 // FERRY_GEMM_PACK_CACHE is unset.
@@ -40,13 +46,17 @@ type packKey struct {
 	elemSize uint8
 }
 
-// packEntry is one B operand: seen once (data nil) or packed.
+// packEntry is one B operand: seen (data nil) or packed.
 type packEntry struct {
 	data    any   // []T: the packed panels, step after step
 	off     []int // start of each step's panel in data
 	bytes   int64
+	seen    int64 // clock when first seen (or last refused room)
 	lastUse int64
 }
+
+// maxSeen bounds the operands remembered as seen but not packed.
+const maxSeen = 1 << 14
 
 // readOnly is a range of memory [lo, hi) declared read-only.
 type readOnly struct{ lo, hi uintptr }
@@ -194,23 +204,39 @@ func readOnlyLocked(lo, hi uintptr) bool {
 // evictLocked drops the least recently used packed operands until the
 // cache holds at most limit bytes.
 func evictLocked(limit int64) {
-	for packs.bytes > limit {
-		var oldest packKey
-		var oe *packEntry
-		for k, e := range packs.entries {
-			if e.data != nil && (oe == nil || e.lastUse < oe.lastUse) {
-				oldest, oe = k, e
-			}
-		}
-		if oe == nil {
-			return
-		}
-		packs.bytes -= oe.bytes
-		delete(packs.entries, oldest)
-	}
+	makeRoomLocked(limit, 0, math.MaxInt64)
 	if limit == 0 {
 		clear(packs.entries)
 	}
+}
+
+// makeRoomLocked drops the least recently used packed operands last used
+// before the clock reads before, until size more bytes fit in limit; it
+// drops nothing and returns false when that is not enough.
+func makeRoomLocked(limit, size, before int64) bool {
+	if packs.bytes+size <= limit {
+		return true
+	}
+	var idle []packKey
+	free := int64(0)
+	for k, e := range packs.entries {
+		if e.data != nil && e.lastUse < before {
+			idle = append(idle, k)
+			free += e.bytes
+		}
+	}
+	if packs.bytes-free+size > limit {
+		return false
+	}
+	slices.SortFunc(idle, func(a, b packKey) int { return cmp.Compare(packs.entries[a].lastUse, packs.entries[b].lastUse) })
+	for _, k := range idle {
+		if packs.bytes+size <= limit {
+			break
+		}
+		packs.bytes -= packs.entries[k].bytes
+		delete(packs.entries, k)
+	}
+	return true
 }
 
 // bExtent returns the address of B's first element and one past the last
@@ -258,7 +284,9 @@ func (j *job[T]) cachedB() (data []T, off []int, ok bool) {
 	packs.clock++
 	e := packs.entries[key]
 	if e == nil {
-		packs.entries[key] = &packEntry{lastUse: packs.clock}
+		if len(packs.entries) < maxSeen {
+			packs.entries[key] = &packEntry{seen: packs.clock, lastUse: packs.clock}
+		}
 		packs.mu.Unlock()
 		return nil, nil, false
 	}
@@ -268,17 +296,22 @@ func (j *job[T]) cachedB() (data []T, off []int, ok bool) {
 		packs.mu.Unlock()
 		return e.data.([]T), e.off, true
 	}
+	if !makeRoomLocked(limit, int64(size*es), e.seen) {
+		e.seen = packs.clock // no room: wait for a round in which others go idle
+		packs.mu.Unlock()
+		return nil, nil, false
+	}
 	packs.mu.Unlock()
 	// Second sighting: pack every step's panel, then publish them if the
 	// memory is still read-only (it may have been forgotten meanwhile).
 	data, off = j.packAllB(size)
 	packs.mu.Lock()
 	defer packs.mu.Unlock()
-	if cur := packs.entries[key]; cur == e && readOnlyLocked(lo, hi) {
+	if cur := packs.entries[key]; cur == e && e.data == nil && readOnlyLocked(lo, hi) &&
+		makeRoomLocked(packLimit.Load(), int64(len(data)*es), e.seen) {
 		e.data, e.off, e.bytes = data, off, int64(len(data)*es)
 		packs.bytes += e.bytes
 		packs.packed++
-		evictLocked(packLimit.Load())
 	}
 	return data, off, true
 }

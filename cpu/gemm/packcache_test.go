@@ -232,3 +232,42 @@ func TestPackCacheConcurrent(t *testing.T) {
 		t.Fatal(e)
 	}
 }
+
+// TestPackCacheNoThrash uses two weights in turn with room for one: the
+// first packed keeps its place (no packing and dropping at every call)
+// until it goes unused, when the other takes it.
+func TestPackCacheNoThrash(t *testing.T) {
+	r := testseed.Rand(t, 51)
+	m, n, k := 3, 64, 64
+	old := SetPackCacheLimit(int64(n * k * 4 * 3 / 2)) // room for one B
+	defer SetPackCacheLimit(old)
+	a := make([]float32, m*k)
+	bs := [2][]float32{make([]float32, k*n), make([]float32, k*n)}
+	for _, s := range append(bs[:], a) {
+		for i := range s {
+			s[i] = float32(r.NormFloat64())
+		}
+	}
+	for _, b := range bs {
+		ReadOnly(bytesOf(b))
+		defer Forget(bytesOf(b))
+	}
+	c := make([]float32, m*n)
+	mul := func(b []float32) { Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n) }
+	before := PackCache()
+	for range 10 {
+		mul(bs[0])
+		mul(bs[1])
+	}
+	s := PackCache()
+	if s.Packed-before.Packed != 1 || s.Hits-before.Hits != 8 {
+		t.Fatalf("two weights in turn, room for one: packed %d, hits %d; want 1 and 8", s.Packed-before.Packed, s.Hits-before.Hits)
+	}
+	for range 3 {
+		mul(bs[1]) // the first goes unused: the second takes its place
+	}
+	s = PackCache()
+	if s.Packed-before.Packed != 2 || s.Entries != 1 || s.Bytes > s.Limit {
+		t.Fatalf("%+v: packed %d; want the second weight packed in place of the first", s, s.Packed-before.Packed)
+	}
+}

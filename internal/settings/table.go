@@ -99,7 +99,7 @@ var (
 		Readers: []string{"cpu/gemm"}}, "", "avx512", "avx2", "go")
 	// GemmPackCache is FERRY_GEMM_PACK_CACHE (0: off).
 	GemmPackCache = newSize(&Var{Name: "FERRY_GEMM_PACK_CACHE", Type: "size, or `off`", Want: "a size such as 64MiB, 1.5GiB, 512MB or 1e9, or off", Default: "`256MiB`",
-		Doc:     "Limit of the CPU's packed-weight cache: matrix products keep the packed panels of weights that are call arguments (not donated) between calls, least recently used dropped first. `gemm.SetPackCacheLimit`. See [performance](performance.md#packed-weights).",
+		Doc:     "Limit of the CPU's packed-weight cache: matrix products keep the packed panels of weights that are call arguments (not donated) between calls; `off` turns it off. `gemm.SetPackCacheLimit`. See [performance](performance.md#packed-weights).",
 		Readers: []string{"cpu/gemm"}}, map[string]int64{"off": 0})
 	// VMath is FERRY_VMATH.
 	VMath = newEnum(&Var{Name: "FERRY_VMATH", Default: "unset",
