@@ -101,9 +101,9 @@ func TestGenerateServerBatches(t *testing.T) {
 		cases[i] = genCase{GenerateRequest{IDs: p, MaxTokens: n, Stop: stop}, want}
 	}
 	compiles := g.StepCompiles()
-	// Greedy requests wait for a full batch of 4; the sampled ones for
-	// 100 ms more.
-	b, err := NewGeneratorBatcher(g, GenConfig{BatchSizes: []int{1, 2, 4}, MaxWait: 100 * time.Millisecond, MaxTokens: 8, Vocab: genVocab})
+	// Greedy requests wait for a full batch of 4; the sampled ones for the
+	// rest of a second (a wait long enough for every client to be queued).
+	b, err := NewGeneratorBatcher(g, GenConfig{BatchSizes: []int{1, 2, 4}, MaxWait: time.Second, MaxTokens: 8, Vocab: genVocab})
 	if err != nil {
 		t.Fatal(err)
 	}
