@@ -285,3 +285,34 @@ func TestPlanMovesTheFewestArguments(t *testing.T) {
 		t.Errorf("budget %d: the plan places arguments %v in pinned_host, want one stack\n%v", one.total, h, p)
 	}
 }
+
+// A plan's estimate counts a recomputation once: its trace's arithmetic
+// holds the recomputed ops, which the estimate prices on their own.
+func TestEstimateCountsRecomputationOnce(t *testing.T) {
+	r := testseed.Rand(t, 5)
+	f := scannedGrad(2+r.IntN(4), 16*(1+r.IntN(3)), 32, 64*(1+r.IntN(3)))
+	s := &search{f: f, name: "scanned", rates: testRates}
+	p := &plan{search: s, dec: map[candKey]trace.RematAction{}}
+	base, err := p.try(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := map[candKey]trace.RematAction{}
+	added := 0.0
+	for k, ci := range base.pt.cands {
+		if ci.needed && ci.canRecompute() {
+			dec[k] = trace.Recompute
+			added += (ci.dot/testRates.Flop + ci.elem/testRates.Elem) * float64(ci.iters)
+		}
+	}
+	if len(dec) == 0 {
+		t.Fatal("nothing to recompute")
+	}
+	all, err := p.try(dec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := all.cost.step - base.cost.step; math.Abs(got-added) > 1e-9*added {
+		t.Errorf("recomputing %d values adds %g s to the estimate, want %g s (their arithmetic once)", len(dec), got, added)
+	}
+}

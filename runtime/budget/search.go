@@ -223,6 +223,10 @@ type plan struct {
 	seq    []candKey
 	seqAct []trace.RematAction
 	dec    map[candKey]trace.RematAction
+	// base is the arithmetic of the trace with every residual kept: a
+	// plan's trace holds its recomputations too, which the estimate
+	// prices on their own.
+	base *passes.Cost
 }
 
 // plans plans the residuals with the argument leaves host marks in
@@ -269,7 +273,14 @@ func (p *plan) try(dec map[candKey]trace.RematAction) (*planTry, error) {
 		return nil, err
 	}
 	t := &planTry{decide: dec, pt: pt, tr: tr, args: tr.Args(), prog: prog, total: prog.Analysis.TotalBytes()}
-	t.cost = estimate(pt.cands, dec, passes.CostAnalysis(tr.Func()), p.rates)
+	cost := passes.CostAnalysis(tr.Func())
+	if p.base == nil && len(dec) == 0 {
+		p.base = &cost
+	}
+	if p.base != nil {
+		cost = *p.base
+	}
+	t.cost = estimate(pt.cands, dec, cost, p.rates)
 	t.cost.step += p.hostSecs
 	return t, nil
 }
