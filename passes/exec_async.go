@@ -116,8 +116,8 @@ type Prefetch struct {
 	// Step is the copy or all_gather; Param the xs parameter whose next
 	// slice it reads.
 	Step, Param int
-	// After is the step after which the running iteration starts it.
-	// Prefetches of one queue are started in block order.
+	// After is the step after which the running iteration starts it
+	// (prefetches after one step in the order of Prefetch).
 	After int
 	// Wait lists the steps of other queues (the latest per queue) that read
 	// the destination in the running iteration: they must be complete
@@ -187,8 +187,9 @@ func (a Access) overlaps(b Access) bool {
 func (a Access) Conflicts(b Access) bool { return (a.Write || b.Write) && a.overlaps(b) }
 
 // StepAccess is what one step touches and the lane it runs on: a queue, or
-// a queue's lane of prefetched steps (NumQueues + the queue), which run on
-// that queue but out of block order, so that its order covers nothing.
+// a lane of its own for a prefetched step (NumQueues + its index in
+// Schedule.Prefetch), which runs on its queue but out of block order, so
+// that no queue order covers it.
 type StepAccess struct {
 	Lane     int
 	Accesses []Access
@@ -395,9 +396,9 @@ func (b *Block) schedule(xs int) {
 	}
 	if xs >= 0 {
 		sc.Prefetch = b.prefetches(xs, acc)
-		for _, p := range sc.Prefetch {
+		for k, p := range sc.Prefetch {
 			sc.Steps[p.Step].Prefetched = true
-			acc[p.Step].Lane += NumQueues
+			acc[p.Step].Lane = NumQueues + k
 		}
 		sc.Carried = b.carried(acc)
 		for _, c := range sc.Carried {
@@ -425,18 +426,17 @@ func (b *Block) schedule(xs int) {
 // temp that no other value or nested arena of the body overlaps, is not
 // returned, and is read, and whose parameter no earlier step writes (in
 // place), as that step would write the next slice while the prefetch reads
-// it. Per queue, in block order, a prefetch is started after the later of
-// its last reader, the queue's previous prefetch and (a copy) the body's
-// last copy on its queue, so that it holds up no copy the iteration waits
-// for.
+// it. A prefetch is started after its last reader; a copy after the body's
+// last copy on its queue too, so that it holds up no copy the iteration
+// waits for.
 func (b *Block) prefetches(xs int, acc []StepAccess) []Prefetch {
 	returned := map[int]bool{}
 	for _, s := range b.Results {
 		returned[s] = true
 	}
-	var lastOn, point [NumQueues]int
+	var lastOn [NumQueues]int
 	for q := range lastOn {
-		lastOn[q], point[q] = -1, -1
+		lastOn[q] = -1
 	}
 	for i := range b.Steps {
 		lastOn[QueueOf(&b.Steps[i])] = i
@@ -459,11 +459,10 @@ func (b *Block) prefetches(xs int, acc []StepAccess) []Prefetch {
 			continue
 		}
 		q := QueueOf(st)
-		point[q] = max(point[q], last)
+		pf := Prefetch{Step: k, Param: ab.Index, After: last}
 		if !gather {
-			point[q] = max(point[q], lastOn[q])
+			pf.After = max(last, lastOn[q])
 		}
-		pf := Prefetch{Step: k, Param: ab.Index, After: point[q]}
 		dst := BufferAccess(b.Slots[d].Buf, false)
 		latest := [NumQueues]int{-1, -1, -1, -1}
 		for j := range b.Steps {

@@ -373,7 +373,7 @@ func randomSteps(rng *rand.Rand) []passes.StepAccess {
 		case r < 11:
 			st[i].Lane = 3
 		default:
-			st[i].Lane = 5 // a lane of prefetched steps
+			st[i].Lane = 4 + rng.IntN(3) // lanes of prefetched steps
 		}
 		st[i].NoEnd = st[i].Lane == 3 && rng.IntN(4) == 0
 		for range 1 + rng.IntN(3) {
@@ -510,8 +510,8 @@ func TestScheduleScanText(t *testing.T) {
 	// With the prefetched steps on lanes of their own, the waits order
 	// every hazard of the body.
 	acc := body.Accesses()
-	for _, pf := range sc.Prefetch {
-		acc[pf.Step].Lane += passes.NumQueues
+	for k, pf := range sc.Prefetch {
+		acc[pf.Step].Lane = passes.NumQueues + k
 	}
 	require.NoError(t, checkOrdered(acc, planOf(sc)))
 }
