@@ -549,3 +549,118 @@ func (b *Block) carried(acc []StepAccess) []Carried {
 	}
 	return out
 }
+
+// CheckSchedule verifies the schedules of b and of the blocks nested in it:
+// every wait names an earlier step of another queue; every pair of
+// conflicting steps on different lanes (a prefetched step on a lane of its
+// own) is ordered by lane order and waits, transitively; every step but
+// the carried collectives is ordered before the end (Final); a prefetch's
+// After is at or after every reader of its destination, and a carried
+// collective is waited for before any step that writes its operand.
+func (b *Block) CheckSchedule() error {
+	if err := b.checkSchedule(); err != nil {
+		return err
+	}
+	for i := range b.Steps {
+		if lp := b.Steps[i].Loop; lp != nil {
+			for k, sub := range lp.Blocks {
+				if err := sub.CheckSchedule(); err != nil {
+					return fmt.Errorf("step %d, block %d: %w", i, k, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (b *Block) checkSchedule() error {
+	sc := &b.Schedule
+	n := len(b.Steps)
+	if len(sc.Steps) != n {
+		return fmt.Errorf("schedule of %d steps for %d", len(sc.Steps), n)
+	}
+	acc := b.Accesses()
+	for k, p := range sc.Prefetch {
+		acc[p.Step].Lane = NumQueues + k
+	}
+	for _, c := range sc.Carried {
+		acc[c.Step].NoEnd = true
+	}
+	lanes := NumQueues + len(sc.Prefetch)
+	// clock[i][t]: the last step of lane t ordered before (or equal to) i.
+	clock := make([][]int, n+1)
+	last := make([]int, lanes)
+	for t := range last {
+		last[t] = -1
+	}
+	merge := func(c []int, j int) {
+		for t := range c {
+			c[t] = max(c[t], clock[j][t])
+		}
+	}
+	for i := 0; i <= n; i++ {
+		c := make([]int, lanes)
+		for t := range c {
+			c[t] = -1
+		}
+		lane, waits := 0, sc.Final
+		if i < n {
+			lane, waits = acc[i].Lane, sc.Steps[i].Wait
+		}
+		if last[lane] >= 0 {
+			merge(c, last[lane])
+		}
+		for _, j := range waits {
+			if j < 0 || j >= i || i < n && sc.Steps[j].Queue == sc.Steps[i].Queue && !sc.Steps[j].Prefetched {
+				return fmt.Errorf("step %d waits for step %d", i, j)
+			}
+			merge(c, j)
+		}
+		if i < n {
+			c[lane], last[lane] = i, i
+		}
+		clock[i] = c
+	}
+	for i := range n {
+		for j := range i {
+			if acc[j].Lane != acc[i].Lane && acc[i].Conflicts(&acc[j]) && clock[i][acc[j].Lane] < j {
+				return fmt.Errorf("steps %d and %d conflict but are not ordered", j, i)
+			}
+		}
+		if !acc[i].NoEnd && acc[i].Lane != 0 && clock[n][acc[i].Lane] < i {
+			return fmt.Errorf("step %d is not ordered before the end", i)
+		}
+	}
+	return b.checkLoopCrossing(acc)
+}
+
+// checkLoopCrossing checks the prefetches and carried collectives.
+func (b *Block) checkLoopCrossing(acc []StepAccess) error {
+	sc := &b.Schedule
+	for _, p := range sc.Prefetch {
+		dst := BufferAccess(b.Slots[b.Steps[p.Step].Outs[0]].Buf, false)
+		for j := range b.Steps {
+			for _, s := range b.Steps[j].Args {
+				if j > p.After && BufferAccess(b.Slots[s].Buf, false).overlaps(dst) {
+					return fmt.Errorf("step %d reads the destination of step %d after its prefetch (after step %d)", j, p.Step, p.After)
+				}
+			}
+		}
+	}
+	for _, c := range sc.Carried {
+		src := BufferAccess(b.Slots[b.Steps[c.Step].Args[0]].Buf, false)
+		for j := 0; j < c.Before; j++ {
+			for _, w := range b.writes(j) {
+				if w.overlaps(src) {
+					return fmt.Errorf("step %d writes the operand of carried step %d before the wait (step %d)", j, c.Step, c.Before)
+				}
+			}
+		}
+		for j := c.Step + 1; j < len(b.Steps); j++ {
+			if acc[c.Step].Conflicts(&acc[j]) {
+				return fmt.Errorf("step %d conflicts with carried step %d", j, c.Step)
+			}
+		}
+	}
+	return nil
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferryml/ferry/internal/testkit/randprog"
 	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
@@ -515,3 +516,68 @@ func TestScheduleScanText(t *testing.T) {
 	}
 	require.NoError(t, checkOrdered(acc, planOf(sc)))
 }
+
+// The schedules of random programs (loops, copies between spaces, fused
+// groups) pass CheckSchedule, and dropping any one of their waits makes it
+// fail, so the check is not vacuous.
+func TestScheduleRandomPrograms(t *testing.T) {
+	rng := testseed.Rand(t, 43)
+	dropped := 0
+	for range 25 {
+		seed := rng.Uint64()
+		f := randprogNew(seed)
+		p, err := passes.Compile(f, passes.Options{})
+		require.NoError(t, err, "seed %d", seed)
+		ex, err := passes.Lower(p)
+		require.NoError(t, err, "seed %d", seed)
+		require.NoError(t, ex.Top.CheckSchedule(), "seed %d\n%s", seed, ex)
+		var blocks []*passes.Block
+		var walk func(b *passes.Block)
+		walk = func(b *passes.Block) {
+			blocks = append(blocks, b)
+			for _, st := range b.Steps {
+				if st.Loop != nil {
+					for _, sub := range st.Loop.Blocks {
+						walk(sub)
+					}
+				}
+			}
+		}
+		walk(ex.Top)
+		for _, b := range blocks {
+			for i := range b.Schedule.Steps {
+				w := b.Schedule.Steps[i].Wait
+				for k := range w {
+					b.Schedule.Steps[i].Wait = slices.Delete(slices.Clone(w), k, k+1)
+					require.Error(t, b.CheckSchedule(), "seed %d: step %d without its wait for %d", seed, i, w[k])
+					dropped++
+				}
+				b.Schedule.Steps[i].Wait = w
+			}
+		}
+	}
+	t.Logf("%d waits dropped", dropped)
+}
+
+// The offloaded scan's schedule passes CheckSchedule; a prefetch started
+// before its destination's last reader fails it.
+func TestCheckSchedulePrefetch(t *testing.T) {
+	f := hostScan(4, 8, func(c, big *trace.Array) *trace.Array { return trace.Sum(c) })
+	p := compile(t, f, passes.Options{})
+	ex, err := passes.Lower(p)
+	require.NoError(t, err)
+	require.NoError(t, ex.Top.CheckSchedule())
+	var body *passes.Block
+	for _, st := range ex.Top.Steps {
+		if st.Loop != nil {
+			body = st.Loop.Blocks[0]
+		}
+	}
+	require.NotEmpty(t, body.Schedule.Prefetch)
+	body.Schedule.Prefetch[0].After = body.Schedule.Prefetch[0].Step
+	require.Error(t, ex.Top.CheckSchedule())
+}
+
+// randprogNew is the random program of seed with every feature of
+// randprog.
+func randprogNew(seed uint64) *ir.Func { return randprog.New(seed, randprog.All()) }
