@@ -95,7 +95,9 @@ func TestCharLMCheckpointIsTrained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(charlmConfig(), text)
+	cfg := charlmConfig()
+	cfg.KeepModel = true
+	res, err := Run(cfg, text)
 	if err != nil {
 		t.Fatal(err)
 	}

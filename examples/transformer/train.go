@@ -48,6 +48,9 @@ type Config struct {
 	// SaveHF, when set, is a directory the trained model is saved into as
 	// a Hugging Face GPT-2 (SaveHF).
 	SaveHF string
+	// KeepModel returns the trained model in Result.Model (its arrays then
+	// stay alive, and in the device's memory, as long as the Result does).
+	KeepModel bool
 }
 
 var defaultConfig = Config{
@@ -110,8 +113,8 @@ type Result struct {
 	// PeakDeviceBytes is the allocator's device peak over the training
 	// steps (parameters, optimizer state and batches included).
 	PeakDeviceBytes int64 `json:"peak_device_bytes"`
-	// Model is the trained model and Chars its vocabulary (token id i is
-	// the byte Chars[i]).
+	// Model is the trained model (with Config.KeepModel) and Chars its
+	// vocabulary (token id i is the byte Chars[i]).
 	Model Model  `json:"-"`
 	Chars []byte `json:"-"`
 }
@@ -445,7 +448,10 @@ func Run(cfg Config, text string) (res Result, err error) {
 	}
 	res.ValLoss = sum / float64(nb)
 
-	res.Model, res.Chars = evalParams, vocab.bytes
+	res.Chars = vocab.bytes
+	if cfg.KeepModel {
+		res.Model = evalParams
+	}
 	if cfg.SaveHF != "" {
 		cfg.Log.Phase("saving the model as a Hugging Face GPT-2 into %s…", cfg.SaveHF)
 		if err := SaveHF(cfg.SaveHF, evalParams, vocab); err != nil {
