@@ -70,7 +70,8 @@ func mustSharding(mesh *ir.Mesh, spec ir.PartitionSpec) *ir.NamedSharding {
 	return s
 }
 
-// newFSDPLayout lays out the arguments of newFSDPLayout's step on mesh.
+// newFSDPLayout lays out the step's arguments (parameters p, AdamW's state,
+// ids and targets like ids) and results on mesh.
 func newFSDPLayout(mesh *ir.Mesh, p nn.Llama, ids *trace.Array) fsdpLayout {
 	n := mesh.NumDevices()
 	l := fsdpLayout{mesh: mesh, n: n}
@@ -113,7 +114,11 @@ func logits(p nn.Llama, ids *trace.Array, layer func(nn.TransformerBlock) nn.Tra
 	return p.LMHead.Apply(p.Norm.Apply(x))
 }
 
-// fsdpStep is trainStepLayered with the forward pass of logits under l.
+// step is trainStep with the forward pass of logits under l: each layer's
+// parameters gathered inside the layer scan, the AdamW update one
+// optim.Step over every leaf (elementwise, so its results take the donated
+// parameters' and moments' buffers, which the scanned update of
+// trainStepLayered cannot: a scan's ys do not reuse its xs).
 func (l fsdpLayout) step(p nn.Llama, s optim.AdamState[nn.Llama], ids, targets *trace.Array) (nn.Llama, optim.AdamState[nn.Llama], *trace.Array) {
 	loss, g := trace.ValueAndGrad(func(p nn.Llama) *trace.Array {
 		return nn.SoftmaxCrossEntropy(logits(p, ids, l.layer), targets)
