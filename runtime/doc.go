@@ -46,10 +46,11 @@
 // needs, whether to keep it on device, recompute it, or offload it to
 // pinned_host, choosing the fastest plan it finds that fits by trying plans
 // and reading their memory analysis. When no plan fits with the arguments
-// on device, it places the parameters of scanned stacks (arguments read only
-// as scans' xs, streamed in one layer at a time) and then optimizer state
-// passed in (donated, read elementwise, returned updated: copied in where
-// used, its new value written to pinned_host) in pinned_host.
+// on device, it places in pinned_host the smallest set of arguments it
+// finds among the parameters of scanned stacks (arguments read only as
+// scans' xs, streamed in one layer at a time) and optimizer state passed in
+// (donated, read elementwise, returned updated: copied in where used, its
+// new value written to pinned_host).
 // (*Compiled).MemoryPlan lists the decisions; a budget too small is a
 // *MemoryBudgetError naming the smallest budget that fits. See MemoryBudget;
 // the planner itself is package runtime/budget.

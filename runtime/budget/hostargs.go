@@ -7,7 +7,8 @@ import (
 
 // The arguments the planner may place in pinned_host when no plan of the
 // residuals fits with the arguments where the caller put them: stacked
-// layer weights (streamedArgs), then optimizer state (stateArgs).
+// layer weights (streamedArgs) and optimizer state (stateArgs); hostArgs
+// chooses among them.
 
 // streamedArgs returns the leaves among the first n parameters of f that
 // the program reads only as the xs of top-level scans (stacked layer
