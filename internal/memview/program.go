@@ -528,7 +528,7 @@ func (w *walker) kind(rp *passes.RegionPlan, v *ir.Value, b passes.Buffer) strin
 // rp whose xs parameters start at xsFrom, is a copy of an xs slice that the
 // executor double buffers: its operand is an xs parameter, it is not
 // returned, and no other value of the body's plan shares its bytes (the
-// test cpu/cpuexec's planPrefetch makes).
+// test the plan's schedule makes for its prefetched copies, passes.Schedule).
 func doubleBuffered(rp *passes.RegionPlan, v *ir.Value, b passes.Buffer, xsFrom int) bool {
 	if b.Kind != passes.BufTemp || v.Op == nil || len(v.Op.Args) != 1 {
 		return false
