@@ -2,6 +2,7 @@ package budget
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"slices"
 
@@ -80,7 +81,7 @@ const MaxCompiles = 24
 // fits is an *Error.
 func Plan(f Function, name string, budget int64, r Rates) (Trace, *passes.MemoryPlan, error) {
 	s := &search{f: f, name: name, budget: budget, rates: r}
-	base, full, fits, err := s.plans(nil, 0, false)
+	base, full, fits, err := s.plans(nil, 0)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -123,11 +124,15 @@ func (s *search) hostArgs(base, full *planTry) (host map[int]string, hfull *plan
 	if len(seq) == 0 {
 		return nil, nil, nil, nil
 	}
+	tried := map[string]*minimumPlan{} // by the set's leaves
+	key := func(set []hostArg) string { return fmt.Sprint(s.hostMask(base, set)) }
 	probeSet := func(set []hostArg) (bool, error) {
-		_, hf, _, err := s.plans(s.hostMask(base, set), s.hostSecs(base, set), true)
+		m, err := s.minimum(s.hostMask(base, set), s.hostSecs(base, set))
 		if err != nil {
 			return false, err
 		}
+		tried[key(set)] = m
+		hf := m.full
 		if hfull == nil || hf.total < hfull.total {
 			hfull = hf
 		}
@@ -191,8 +196,15 @@ func (s *search) hostArgs(base, full *planTry) (host map[int]string, hfull *plan
 	for _, c := range set {
 		host[c.leaf] = c.action
 	}
-	_, hf, fits, err := s.plans(s.hostMask(base, set), s.hostSecs(base, set), false)
-	if err != nil {
+	// The set's minimum is known: search on from there.
+	m := tried[key(set)]
+	if m == nil {
+		if m, err = s.minimum(s.hostMask(base, set), s.hostSecs(base, set)); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	hf := m.full
+	if fits, err = m.fitting(); err != nil {
 		return nil, nil, nil, err
 	}
 	if hf.total < hfull.total {

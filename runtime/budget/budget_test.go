@@ -265,24 +265,25 @@ func TestPlanMovesTheFewestArguments(t *testing.T) {
 	r := testseed.Rand(t, 3)
 	f := scannedGrad(4+r.IntN(5), 8*(1+r.IntN(4)), 32, 32) // two stacks of the same size
 	s := &search{f: f, name: "scanned", budget: 1, rates: testRates}
-	_, none, _, err := s.plans(nil, 0, true)
+	none, err := s.minimum(nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, one, _, err := s.plans([]bool{true, false, false}, 0, true)
+	one, err := s.minimum([]bool{true, false, false}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if one.total >= none.total {
-		t.Skipf("a stack in pinned_host reaches %d bytes, no lower than %d with both on device", one.total, none.total)
+	if one.full.total >= none.full.total {
+		t.Skipf("a stack in pinned_host reaches %d bytes, no lower than %d with both on device", one.full.total, none.full.total)
 	}
-	tr, p, err := Plan(f, "scanned", one.total, testRates)
+	budget := one.full.total
+	tr, p, err := Plan(f, "scanned", budget, testRates)
 	if err != nil {
-		t.Fatalf("budget %d (the smallest plan with one stack in pinned_host): %v", one.total, err)
+		t.Fatalf("budget %d (the smallest plan with one stack in pinned_host): %v", budget, err)
 	}
-	checkPlan(t, tr, p, one.total, p.BaselineBytes)
+	checkPlan(t, tr, p, budget, p.BaselineBytes)
 	if h := p.HostArguments(); len(h) != 1 {
-		t.Errorf("budget %d: the plan places arguments %v in pinned_host, want one stack\n%v", one.total, h, p)
+		t.Errorf("budget %d: the plan places arguments %v in pinned_host, want one stack\n%v", budget, h, p)
 	}
 }
 

@@ -233,25 +233,53 @@ type plan struct {
 // pinned_host (their transfers estimated at hostSecs per call): it returns
 // the plan with everything kept (base), the one with every residual it can
 // plan recomputed or offloaded (full, the smallest total), and the tries
-// that fit the budget (none when full does not). A probe stops at full:
-// it returns no tries.
-func (s *search) plans(host []bool, hostSecs float64, probe bool) (base, full *planTry, fits []*planTry, err error) {
-	p := &plan{search: s, host: host, hostSecs: hostSecs, dec: map[candKey]trace.RematAction{}}
-	if base, err = p.try(nil); err != nil {
+// that fit the budget (none when full does not).
+func (s *search) plans(host []bool, hostSecs float64) (base, full *planTry, fits []*planTry, err error) {
+	m, err := s.minimum(host, hostSecs)
+	if err != nil {
 		return nil, nil, nil, err
+	}
+	fits, err = m.fitting()
+	return m.base, m.full, fits, err
+}
+
+// minimumPlan is a search over the residuals taken to its smallest plan:
+// the plan with everything kept (base) and the smallest (full).
+type minimumPlan struct {
+	p          *plan
+	base, full *planTry
+}
+
+// minimum plans the residuals with the argument leaves host marks in
+// pinned_host (their transfers estimated at hostSecs per call) down to the
+// smallest plan it reaches (or to base, when base fits).
+func (s *search) minimum(host []bool, hostSecs float64) (*minimumPlan, error) {
+	p := &plan{search: s, host: host, hostSecs: hostSecs, dec: map[candKey]trace.RematAction{}}
+	base, err := p.try(nil)
+	if err != nil {
+		return nil, err
 	}
 	p.ref = base.pt.cands
+	m := &minimumPlan{p: p, base: base, full: base}
 	if base.total <= s.budget {
-		return base, base, []*planTry{base}, nil
+		return m, nil
 	}
-	if full, err = p.smallest(base); err != nil {
-		return nil, nil, nil, err
+	if m.full, err = p.smallest(base); err != nil {
+		return nil, err
 	}
-	if full.total > s.budget || probe {
-		return base, full, nil, nil
+	return m, nil
+}
+
+// fitting returns the tries of m that fit the budget: base when it fits,
+// else those the bisection finds when full fits, else none.
+func (m *minimumPlan) fitting() ([]*planTry, error) {
+	switch {
+	case m.base.total <= m.p.budget:
+		return []*planTry{m.base}, nil
+	case m.full.total > m.p.budget:
+		return nil, nil
 	}
-	fits, err = p.bisect(full)
-	return base, full, fits, err
+	return m.p.bisect(m.full)
 }
 
 // try traces and compiles the plan dec.
