@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"unsafe"
+
+	"github.com/ferryml/ferry/internal/dynlib"
 )
 
 // burn uses about depth*128 bytes of goroutine stack, then calls f.
@@ -28,12 +30,11 @@ func burn(depth int, f func()) {
 // with an out-parameter, called from fresh goroutines at every stack depth up
 // to a few kilobytes, where a stack copy on entry is certain for some.
 func TestCallOutParametersSurviveStackGrowth(t *testing.T) {
-	lib := &Library{Path: "libc.so.6", handle: libcHandle(t)}
-	tab, err := resolveSymbols(lib, plain("time"))
+	tab, err := resolve(libc(t), dynlib.Names("time"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Driver{procs: map[string]uintptr{"time": tab.procs["time"]}}
+	d := &Driver{procs: map[string]uintptr{"time": tab.Proc("time")}}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	bad := map[string]int{}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ferryml/ferry/internal/dynlib"
 	"github.com/ferryml/ferry/ir"
 	rt "github.com/ferryml/ferry/runtime"
 	"github.com/ferryml/ferry/trace"
@@ -161,11 +162,7 @@ func TestContextCurrentOnEveryThread(t *testing.T) {
 // goroutine locked to the thread that owns the context and waits for its
 // answer.
 func BenchmarkContextEntry(b *testing.B) {
-	h, _, err := openLibrary("libc.so.6", "libc.so.6", nil)
-	if err != nil {
-		b.Skipf("no libc: %v", err)
-	}
-	tab, err := resolveSymbols(&Library{Path: "libc.so.6", handle: h}, plain("labs"))
+	tab, err := resolve(libc(b), dynlib.Names("labs"))
 	if err != nil {
 		b.Fatal(err)
 	}

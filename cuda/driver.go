@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/ferryml/ferry/internal/dynlib"
 )
 
 // cuResultNames names the CUresult codes the backend is likely to meet, for
@@ -27,7 +28,7 @@ func (d *Driver) ResultName(r Result) string {
 	if d != nil && d.procs["cuGetErrorName"] != 0 {
 		var p uintptr
 		if rr, _, _ := purego.SyscallN(d.procs["cuGetErrorName"], uintptr(r), uintptr(unsafe.Pointer(&p))); rr == 0 && p != 0 {
-			return goString(p)
+			return dynlib.GoString(p)
 		}
 	}
 	if n, ok := cuResultNames[r]; ok {
@@ -42,7 +43,7 @@ func (d *Driver) ResultName(r Result) string {
 //
 // The package's rule for Go memory handed to C: either convert its address
 // to uintptr in the argument list of a go:uintptrescapes function (Check,
-// Call, symbolTable.call, LtMatmul.check, purego.SyscallN), which moves it
+// Call, dynlib.Table.Call, LtMatmul.check, purego.SyscallN), which moves it
 // to the heap and keeps it alive for the call; or, when the address must be
 // stored in memory first (an array of pointers such as cuLaunchKernel's
 // kernelParams or NVRTC's options), keep it in pinned heap memory
@@ -147,5 +148,5 @@ func hostBytes(p uintptr, n int64) []byte {
 	if n == 0 {
 		return nil
 	}
-	return unsafe.Slice((*byte)(ptrFromUintptr(p)), n)
+	return unsafe.Slice((*byte)(dynlib.Ptr(p)), n)
 }

@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/ferryml/ferry/internal/dynlib"
 )
 
 // fakeCUDA is a CUDA driver and NVRTC made of Go functions behind C
@@ -125,11 +126,11 @@ func fakeCallbacks() {
 		}
 		fakeRTCProc = map[string]uintptr{}
 		for _, s := range nvrtcEntryPoints {
-			fakeRTCProc[s.Canonical] = mk((*fakeCUDA).nvrtc, s.Canonical)
+			fakeRTCProc[s.Name] = mk((*fakeCUDA).nvrtc, s.Name)
 		}
 		fakeLtProc = map[string]uintptr{}
 		for _, s := range cublasLtEntryPoints {
-			name := s.Canonical
+			name := s.Name
 			fakeLtProc[name] = purego.NewCallback(func(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15 uintptr) uintptr {
 				fakeMu.Lock()
 				f := fakeActive
@@ -167,7 +168,7 @@ func newFakeCUDA(t *testing.T) (*fakeCUDA, *Driver) {
 	d := &Driver{
 		CUDA:  &Library{Path: "fake libcuda.so.1"},
 		procs: maps(fakeDrvProc),
-		NVRTC: &NVRTC{Path: "fake libnvrtc.so", syms: &symbolTable{lib: &Library{Path: "fake libnvrtc.so"}, procs: maps(fakeRTCProc)}},
+		NVRTC: &NVRTC{Path: "fake libnvrtc.so", syms: &symbolTable{dynlib.NewTable(&Library{Path: "fake libnvrtc.so"}, maps(fakeRTCProc))}},
 		LtErr: fmt.Errorf("fake: no cuBLASLt"),
 	}
 	t.Setenv(CacheDirEnv, t.TempDir())
@@ -418,7 +419,7 @@ func (f *fakeCUDA) driver(name string, a []uintptr) uintptr {
 // pointers), whose calls also need the context current.
 func (f *fakeCUDA) withCublasLt(d *Driver) *fakeLt {
 	f.lt = newFakeLt()
-	d.Lt = &CublasLt{Path: "fake libcublasLt.so", syms: &symbolTable{lib: &Library{Path: "fake libcublasLt.so"}, procs: maps(fakeLtProc)}}
+	d.Lt = &CublasLt{Path: "fake libcublasLt.so", syms: &symbolTable{dynlib.NewTable(&Library{Path: "fake libcublasLt.so"}, maps(fakeLtProc))}}
 	d.LtErr = nil
 	return f.lt
 }

@@ -3,73 +3,38 @@ package cuda
 import (
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/ferryml/ferry/internal/dynlib"
 )
 
-// symbolTable resolves the entry points of a library without
-// cuGetProcAddress (NVRTC, cuBLASLt) with dlsym. Each entry lists the names to
-// try, versioned ones first: the first that resolves is kept under the
-// entry's first (canonical) name without its version suffix.
-type symbolTable struct {
-	lib   *Library
-	procs map[string]uintptr
-}
+// symbolTable holds the entry points of a library without cuGetProcAddress
+// (NVRTC, cuBLASLt), resolved with dlsym.
+type symbolTable struct{ *dynlib.Table }
 
-// symbolSpec is one entry point: Names in order of preference.
-type symbolSpec struct {
-	Canonical string
-	Names     []string
-}
-
-func resolveSymbols(lib *Library, specs []symbolSpec) (*symbolTable, error) {
-	t := &symbolTable{lib: lib, procs: map[string]uintptr{}}
-	for _, s := range specs {
-		var tried []string
-		for _, n := range s.Names {
-			p, err := purego.Dlsym(lib.handle, n)
-			if err == nil && p != 0 {
-				t.procs[s.Canonical] = p
-				break
-			}
-			tried = append(tried, n)
-		}
-		if t.procs[s.Canonical] == 0 {
-			return nil, &LoadError{Library: lib.Path, Detail: fmt.Sprintf("missing entry point %s (tried %s)", s.Canonical, strings.Join(tried, ", "))}
-		}
+// resolve resolves the entry points of lib.
+func resolve(lib *Library, syms []dynlib.Symbol) (*symbolTable, error) {
+	t, err := lib.Resolve(syms)
+	if err != nil {
+		return nil, err
 	}
-	return t, nil
+	return &symbolTable{t}, nil
 }
 
-// call calls a resolved entry point and returns its status. Arguments may
-// be addresses of the caller's variables converted to uintptr: they are kept
-// on the heap and alive for the call (go:uintptrescapes), so a goroutine stack
-// that moves on entry does not leave C writing to the old stack.
+// call is Table.Call with the status as a Result. Arguments converted from
+// addresses in the call expression stay on the heap and alive for the call
+// (go:uintptrescapes).
 //
 //go:uintptrescapes
 func (t *symbolTable) call(name string, args ...uintptr) Result {
-	p := t.procs[name]
-	if p == 0 {
-		panic("cuda: entry point " + name + " not resolved")
-	}
-	r, _, _ := purego.SyscallN(p, args...)
-	return Result(int32(r))
-}
-
-func plain(names ...string) []symbolSpec {
-	out := make([]symbolSpec, len(names))
-	for i, n := range names {
-		out[i] = symbolSpec{Canonical: n, Names: []string{n}}
-	}
-	return out
+	return Result(t.Call(name, args...))
 }
 
 // nvrtcEntryPoints are the NVRTC functions used (NVRTC has no versioned
 // names).
-var nvrtcEntryPoints = plain(
+var nvrtcEntryPoints = dynlib.Names(
 	"nvrtcVersion", "nvrtcGetErrorString", "nvrtcCreateProgram", "nvrtcDestroyProgram",
 	"nvrtcCompileProgram", "nvrtcGetProgramLogSize", "nvrtcGetProgramLog",
 	"nvrtcGetPTXSize", "nvrtcGetPTX", "nvrtcGetCUBINSize", "nvrtcGetCUBIN",
@@ -77,8 +42,8 @@ var nvrtcEntryPoints = plain(
 
 // cublasLtEntryPoints are the cuBLASLt functions used. cuBLASLt exports
 // unversioned names; a _v2 name is preferred should a release add one.
-var cublasLtEntryPoints = func() []symbolSpec {
-	var out []symbolSpec
+var cublasLtEntryPoints = func() []dynlib.Symbol {
+	var out []dynlib.Symbol
 	for _, n := range []string{
 		"cublasLtCreate", "cublasLtDestroy", "cublasLtGetVersion",
 		"cublasLtMatmulDescCreate", "cublasLtMatmulDescDestroy", "cublasLtMatmulDescSetAttribute",
@@ -86,7 +51,7 @@ var cublasLtEntryPoints = func() []symbolSpec {
 		"cublasLtMatmulPreferenceCreate", "cublasLtMatmulPreferenceDestroy", "cublasLtMatmulPreferenceSetAttribute",
 		"cublasLtMatmulAlgoGetHeuristic", "cublasLtMatmul",
 	} {
-		out = append(out, symbolSpec{Canonical: n, Names: []string{n + "_v2", n}})
+		out = append(out, dynlib.Symbol{Name: n, Try: []string{n + "_v2", n}})
 	}
 	return out
 }()
@@ -104,18 +69,17 @@ type NVRTC struct {
 // dlopen of it succeeds even when that directory is not on the library path.
 func LoadNVRTC(dirs []string) (*NVRTC, error) {
 	// The glob "libnvrtc.so*" does not match libnvrtc-builtins.so*.
-	h, path, err := openLibrary("libnvrtc.so*", "libnvrtc.so", dirs)
+	lib, err := openLibrary("libnvrtc.so*", "libnvrtc.so", dirs)
 	if err != nil {
 		return nil, err
 	}
-	n := &NVRTC{Path: path}
-	if d := filepath.Dir(path); d != "." {
-		if _, bp, err := openLibrary("libnvrtc-builtins.so*", "", []string{d}); err == nil {
-			n.Builtins = bp
+	n := &NVRTC{Path: lib.Path}
+	if d := filepath.Dir(lib.Path); d != "." {
+		if b, err := openLibrary("libnvrtc-builtins.so*", "", []string{d}); err == nil {
+			n.Builtins = b.Path
 		}
 	}
-	n.syms, err = resolveSymbols(&Library{Path: path, handle: h}, nvrtcEntryPoints)
-	if err != nil {
+	if n.syms, err = resolve(lib, nvrtcEntryPoints); err != nil {
 		return nil, err
 	}
 	return n, nil
@@ -131,65 +95,16 @@ func (n *NVRTC) Version() (major, minor int, err error) {
 }
 
 func (n *NVRTC) errString(r Result) string {
-	p, _, _ := purego.SyscallN(n.syms.procs["nvrtcGetErrorString"], uintptr(r))
+	p, _, _ := purego.SyscallN(n.syms.Proc("nvrtcGetErrorString"), uintptr(r))
 	if p == 0 {
 		return fmt.Sprintf("nvrtcResult %d", r)
 	}
-	return fmt.Sprintf("%s (%d)", goString(p), r)
+	return fmt.Sprintf("%s (%d)", dynlib.GoString(p), r)
 }
 
-// goString copies a NUL-terminated C string.
-func goString(p uintptr) string {
-	if p == 0 {
-		return ""
-	}
-	base := ptrFromUintptr(p)
-	var b []byte
-	for i := 0; ; i++ {
-		c := *(*byte)(unsafe.Add(base, i))
-		if c == 0 {
-			break
-		}
-		b = append(b, c)
-	}
-	return string(b)
-}
-
-// ptrFromUintptr turns an address owned by C (never by the Go heap) into a
-// pointer without tripping vet's unsafeptr check.
-func ptrFromUintptr(p uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
-
-// cstr is s as a NUL-terminated C string. Pass its address to C only in
-// the call expression of a go:uintptrescapes function (Driver.Check,
-// symbolTable.call), which moves it to the heap and keeps it alive; a short
-// cstr may otherwise live on the goroutine's stack, which moves when it
-// grows.
-func cstr(s string) []byte { return append([]byte(s), 0) }
-
-// cStrings is an array of C strings (char**) in pinned Go heap memory: the
-// addresses stored in ptrs stay valid, wherever the goroutine's stack goes,
-// until free. (Storing an address as a uintptr in memory, as an array for
-// C must, is outside what go:uintptrescapes covers: only a conversion in
-// the call expression is.)
-type cStrings struct {
-	ptrs []uintptr
-	bufs [][]byte
-	pin  runtime.Pinner
-}
-
-func newCStrings(ss ...string) *cStrings {
-	c := &cStrings{ptrs: make([]uintptr, len(ss)), bufs: make([][]byte, len(ss))}
-	for i, s := range ss {
-		c.bufs[i] = cstr(s)
-		c.pin.Pin(&c.bufs[i][0]) // Pin's argument escapes: the bytes are on the heap
-		c.ptrs[i] = uintptr(unsafe.Pointer(&c.bufs[i][0]))
-	}
-	c.pin.Pin(&c.ptrs[0])
-	return c
-}
-
-// free unpins the strings (after the C call that reads them).
-func (c *cStrings) free() { c.pin.Unpin() }
+// cstr is s as a NUL-terminated C string (see dynlib.CString for how to
+// pass it to C).
+func cstr(s string) []byte { return dynlib.CString(s) }
 
 // Compile compiles CUDA C source for arch (for example "sm_90") and returns
 // the cubin image (or PTX when the NVRTC release cannot emit a cubin for
@@ -211,9 +126,9 @@ func (n *NVRTC) CompileLog(src, name, arch string) (img []byte, log string, err 
 	// The conversion sits in the deferred call itself, so that
 	// go:uintptrescapes keeps prog alive until it runs.
 	defer func() { n.syms.call("nvrtcDestroyProgram", uintptr(unsafe.Pointer(&prog))) }()
-	opts := newCStrings("--gpu-architecture="+arch, "--std=c++17", "-default-device")
-	r := n.syms.call("nvrtcCompileProgram", prog, uintptr(len(opts.ptrs)), uintptr(unsafe.Pointer(&opts.ptrs[0])))
-	opts.free()
+	opts := dynlib.NewCStrings("--gpu-architecture="+arch, "--std=c++17", "-default-device")
+	r := n.syms.call("nvrtcCompileProgram", prog, uintptr(len(opts.Ptrs)), uintptr(unsafe.Pointer(&opts.Ptrs[0])))
+	opts.Free()
 	log = n.programLog(prog)
 	if r != 0 {
 		return nil, log, fmt.Errorf("cuda: NVRTC compile of %s for %s: %s\n%s", name, arch, n.errString(r), log)
@@ -267,19 +182,19 @@ type CublasLt struct {
 
 // LoadCublasLt loads libcublasLt.so* from dirs, then the system loader.
 func LoadCublasLt(dirs []string) (*CublasLt, error) {
-	h, path, err := openLibrary("libcublasLt.so*", "libcublasLt.so", dirs)
+	lib, err := openLibrary("libcublasLt.so*", "libcublasLt.so", dirs)
 	if err != nil {
 		return nil, err
 	}
-	syms, err := resolveSymbols(&Library{Path: path, handle: h}, cublasLtEntryPoints)
+	syms, err := resolve(lib, cublasLtEntryPoints)
 	if err != nil {
 		return nil, err
 	}
-	return &CublasLt{Path: path, syms: syms}, nil
+	return &CublasLt{Path: lib.Path, syms: syms}, nil
 }
 
 // Version returns cublasLtGetVersion (for example 130000).
 func (l *CublasLt) Version() int {
-	r, _, _ := purego.SyscallN(l.syms.procs["cublasLtGetVersion"])
+	r, _, _ := purego.SyscallN(l.syms.Proc("cublasLtGetVersion"))
 	return int(r)
 }

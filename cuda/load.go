@@ -6,10 +6,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
-	"strings"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/ferryml/ferry/internal/dynlib"
 	"github.com/ferryml/ferry/internal/settings"
 )
 
@@ -25,39 +25,15 @@ const cuGetProcAddressDefault = 0
 const LibDirEnv = "FERRY_CUDA_LIB_DIR"
 
 // Attempt is one place a library was looked for, and why it did not load.
-type Attempt struct {
-	// Path is the file (or glob pattern, or bare name for the system loader)
-	// tried.
-	Path string
-	// Err says what went wrong: not found, no match, or the dlopen error.
-	Err string
-}
+type Attempt = dynlib.Attempt
 
 // LoadError reports a library that could not be loaded, with every place it
-// was looked for.
-type LoadError struct {
-	// Library is the file name searched for (libcuda.so.1, libnvrtc.so*, ...).
-	Library string
-	// Attempts lists each path tried, in order.
-	Attempts []Attempt
-	// Detail is set when the library loaded but was unusable (a missing entry
-	// point, for example).
-	Detail string
-}
+// was looked for (Attempts), or one that loaded but was unusable (Detail: a
+// missing entry point, for example).
+type LoadError = dynlib.LoadError
 
-// Error lists the library and every path tried.
-func (e *LoadError) Error() string {
-	var b strings.Builder
-	if e.Detail != "" {
-		fmt.Fprintf(&b, "cuda: %s: %s", e.Library, e.Detail)
-	} else {
-		fmt.Fprintf(&b, "cuda: cannot load %s; looked in:", e.Library)
-	}
-	for _, a := range e.Attempts {
-		fmt.Fprintf(&b, "\n  %s: %s", a.Path, a.Err)
-	}
-	return b.String()
-}
+// Library is one loaded shared library.
+type Library = dynlib.Library
 
 // SearchDirs returns the directories searched for CUDA libraries, in order:
 // $FERRY_CUDA_LIB_DIR, /usr/local/cuda*/lib64, the $LD_LIBRARY_PATH entries,
@@ -110,81 +86,16 @@ func SearchDirs() []string {
 	return dirs
 }
 
-// openLibrary looks for a file matching pattern (a file name, possibly with a
-// * glob) in dirs, then asks the system loader for fallback (a bare soname;
-// empty to skip). It returns the handle and the path that loaded.
-func openLibrary(pattern, fallback string, dirs []string) (uintptr, string, error) {
-	le := &LoadError{Library: pattern}
-	try := func(path string) (uintptr, bool) {
-		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-		if err != nil {
-			le.Attempts = append(le.Attempts, Attempt{Path: path, Err: err.Error()})
-			return 0, false
-		}
-		return h, true
-	}
-	for _, d := range dirs {
-		p := filepath.Join(d, pattern)
-		matches, _ := filepath.Glob(p)
-		if len(matches) == 0 {
-			why := "not found"
-			if strings.Contains(pattern, "*") {
-				why = "no match"
-			}
-			if _, err := os.Stat(d); err != nil {
-				why += " (no such directory)"
-			}
-			le.Attempts = append(le.Attempts, Attempt{Path: p, Err: why})
-			continue
-		}
-		sort.Sort(sort.Reverse(sort.StringSlice(matches)))
-		for _, m := range matches {
-			if h, ok := try(m); ok {
-				return h, m, nil
-			}
-		}
-	}
-	if fallback != "" {
-		if h, ok := try(fallback); ok {
-			return h, fallback, nil
-		}
-		le.Attempts[len(le.Attempts)-1].Path = fallback + " (system loader: ld.so.cache, /etc/ld.so.conf dirs)"
-	}
-	return 0, "", le
-}
-
-// OpenLibrary loads the first file matching pattern (a file name, possibly
+// openLibrary loads the first file matching pattern (a file name, possibly
 // with a * glob) in dirs, newest version first, then asks the system loader
 // for fallback (a bare soname; empty to skip). A failure is a *LoadError
-// listing every path tried. Other run-time-loaded bindings (cuda/nccl) use it
-// with SearchDirs.
-func OpenLibrary(pattern, fallback string, dirs []string) (*Library, error) {
-	h, path, err := openLibrary(pattern, fallback, dirs)
-	if err != nil {
-		return nil, err
+// listing every path tried.
+func openLibrary(pattern, fallback string, dirs []string) (*Library, error) {
+	s := dynlib.Spec{Prefix: "cuda", Pattern: pattern, Dirs: dirs}
+	if fallback != "" {
+		s.Paths = []string{fallback}
 	}
-	return &Library{Path: path, handle: h}, nil
-}
-
-// LibraryFromHandle wraps a handle returned by purego.Dlopen for path.
-func LibraryFromHandle(path string, handle uintptr) *Library {
-	return &Library{Path: path, handle: handle}
-}
-
-// Library is one loaded shared library.
-type Library struct {
-	// Path is the file (or soname) that loaded.
-	Path   string
-	handle uintptr
-}
-
-// Sym returns the address of an exported symbol.
-func (l *Library) Sym(name string) (uintptr, error) {
-	p, err := purego.Dlsym(l.handle, name)
-	if err != nil {
-		return 0, fmt.Errorf("cuda: %s: symbol %s: %w", l.Path, name, err)
-	}
-	return p, nil
+	return dynlib.Open(s)
 }
 
 // Result is a CUresult (or nvrtcResult, cublasStatus_t) status code.
@@ -233,20 +144,19 @@ var optionalEntryPoints = []string{
 // the system loader. It does not call cuInit.
 func LoadDriver(dirs []string) (*Driver, error) {
 	d := &Driver{procs: map[string]uintptr{}}
-	h, path, err := openLibrary("libcuda.so.1", "libcuda.so.1", dirs)
-	if err != nil {
+	var err error
+	if d.CUDA, err = openLibrary("libcuda.so.1", "libcuda.so.1", dirs); err != nil {
 		return nil, err
 	}
-	d.CUDA = &Library{Path: path, handle: h}
 	gp, err := d.CUDA.Sym("cuGetProcAddress_v2")
 	if err != nil {
-		return nil, &LoadError{Library: d.CUDA.Path, Detail: "no cuGetProcAddress_v2 (driver older than CUDA 12): " + err.Error()}
+		return nil, &LoadError{Prefix: "cuda", Library: d.CUDA.Path, Detail: "no cuGetProcAddress_v2 (driver older than CUDA 12): " + err.Error()}
 	}
 	d.getProc = gp
 	for _, name := range driverEntryPoints {
 		p, err := d.resolve(name)
 		if err != nil {
-			return nil, &LoadError{Library: d.CUDA.Path, Detail: err.Error()}
+			return nil, &LoadError{Prefix: "cuda", Library: d.CUDA.Path, Detail: err.Error()}
 		}
 		d.procs[name] = p
 	}

@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
+
+	"github.com/ferryml/ferry/internal/dynlib"
 )
 
 // On a machine without CUDA, Load fails with a *LoadError that lists the
@@ -92,25 +95,32 @@ func TestLoadLibrariesReportSearchedPaths(t *testing.T) {
 	}
 }
 
-// A symbol table reports the names it tried for a missing entry point.
+// A symbol table reports the library and the names it tried for a missing
+// entry point.
 func TestResolveSymbolsMissing(t *testing.T) {
-	_, err := resolveSymbols(&Library{Path: "libc.so.6", handle: libcHandle(t)}, []symbolSpec{{Canonical: "ferryNoSuchFn", Names: []string{"ferryNoSuchFn_v2", "ferryNoSuchFn"}}})
-	if err == nil || !strings.Contains(err.Error(), "ferryNoSuchFn_v2, ferryNoSuchFn") {
+	_, err := resolve(libc(t), []dynlib.Symbol{{Name: "ferryNoSuchFn", Try: []string{"ferryNoSuchFn_v2", "ferryNoSuchFn"}}})
+	if err == nil || !strings.Contains(err.Error(), "cuda: libc.so.6: missing entry point ferryNoSuchFn (tried ferryNoSuchFn_v2, ferryNoSuchFn)") {
 		t.Fatalf("err = %v", err)
 	}
-	tab, err := resolveSymbols(&Library{Path: "libc.so.6", handle: libcHandle(t)}, []symbolSpec{{Canonical: "strlen", Names: []string{"strlen_v2", "strlen"}}})
-	if err != nil || tab.procs["strlen"] == 0 {
+	tab, err := resolve(libc(t), []dynlib.Symbol{{Name: "strlen", Try: []string{"strlen_v2", "strlen"}}})
+	if err != nil || tab.Proc("strlen") == 0 {
 		t.Fatalf("strlen not resolved through its fallback name: %v", err)
 	}
 }
 
-func libcHandle(t *testing.T) uintptr {
-	h, _, err := openLibrary("libc.so.6", "libc.so.6", nil)
+// libc is the C library, loaded through the system loader.
+func libc(t testing.TB) *Library {
+	l, err := openLibrary("libc.so.6", "libc.so.6", nil)
 	if err != nil {
 		t.Skipf("no libc: %v", err)
 	}
-	return h
+	return l
 }
+
+// goString and ptrFromUintptr are the C-memory helpers the fakes use.
+func goString(p uintptr) string { return dynlib.GoString(p) }
+
+func ptrFromUintptr(p uintptr) unsafe.Pointer { return dynlib.Ptr(p) }
 
 // The nvidia/*/lib folders of the active virtualenv ($VIRTUAL_ENV), where
 // pip puts the CUDA wheels (nvidia-cuda-nvrtc 13: nvidia/cu13/lib), are

@@ -245,7 +245,7 @@ func TestCommInitRankPassesIDByValue(t *testing.T) {
 func TestPuregoStructArgAgrees(t *testing.T) {
 	l, r, _, _ := loadFake(t)
 	var initRank func(comm *uintptr, nranks int32, id struct{ Internal [128]byte }, rank int32) int32
-	purego.RegisterFunc(&initRank, l.procs["ncclCommInitRank"])
+	purego.RegisterFunc(&initRank, l.procs.Proc("ncclCommInitRank"))
 	id := randomID(testseed.Rand(t, 2))
 	var h uintptr
 	if res := initRank(&h, 9, struct{ Internal [128]byte }{id}, 5); res != 0 || r.NRanks != 9 || r.Rank != 5 || UniqueID(r.ID) != id {

@@ -10,6 +10,7 @@ import (
 	"github.com/ebitengine/purego"
 	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/cuda"
+	"github.com/ferryml/ferry/internal/dynlib"
 	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
@@ -151,7 +152,7 @@ var entryPoints = []string{
 // Lib is a loaded NCCL library with its entry points resolved.
 type Lib struct {
 	*cuda.Library
-	procs map[string]uintptr
+	procs *dynlib.Table
 }
 
 // Load finds and loads NCCL: the file $FERRY_NCCL_LIB when it is set (and
@@ -161,30 +162,23 @@ type Lib struct {
 // nvidia/nccl/lib), then through the system loader. A missing library or
 // entry point is a *cuda.LoadError listing every attempt.
 func Load() (*Lib, error) {
-	var (
-		lib *cuda.Library
-		err error
-	)
+	s := dynlib.Spec{Prefix: "cuda", Pattern: Soname}
 	if p := settings.NCCLLib.Get(); p != "" {
 		// RTLD_LOCAL: a library named here (a test double, say) must not
 		// interpose its symbols on a real NCCL loaded later.
-		h, derr := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_LOCAL)
-		if derr != nil {
-			return nil, &cuda.LoadError{Library: Soname, Attempts: []cuda.Attempt{{Path: p + " ($" + LibEnv + ")", Err: derr.Error()}}}
-		}
-		lib = cuda.LibraryFromHandle(p, h)
-	} else if lib, err = cuda.OpenLibrary(Soname, Soname, cuda.SearchDirs()); err != nil {
+		s.Env, s.EnvPath, s.Local = LibEnv, p, true
+	} else {
+		s.Dirs, s.Paths = cuda.SearchDirs(), []string{Soname}
+	}
+	lib, err := dynlib.Open(s)
+	if err != nil {
 		return nil, err
 	}
-	l := &Lib{Library: lib, procs: map[string]uintptr{}}
-	for _, name := range entryPoints {
-		p, err := lib.Sym(name)
-		if err != nil {
-			return nil, &cuda.LoadError{Library: lib.Path, Detail: "missing entry point: " + err.Error()}
-		}
-		l.procs[name] = p
+	procs, err := lib.Resolve(dynlib.Names(entryPoints...))
+	if err != nil {
+		return nil, err
 	}
-	return l, nil
+	return &Lib{Library: lib, procs: procs}, nil
 }
 
 // call calls an entry point with raw arguments and returns its
@@ -193,8 +187,7 @@ func Load() (*Lib, error) {
 //
 //go:uintptrescapes
 func (l *Lib) call(name string, args ...uintptr) Result {
-	r, _, _ := purego.SyscallN(l.procs[name], args...)
-	return Result(int32(r))
+	return Result(l.procs.Call(name, args...))
 }
 
 // check turns a result into nil or an *Error with ncclGetErrorString's text.
@@ -207,19 +200,11 @@ func (l *Lib) check(name string, r Result) error {
 
 // ErrorString returns ncclGetErrorString(r).
 func (l *Lib) ErrorString(r Result) string {
-	p, _, _ := purego.SyscallN(l.procs["ncclGetErrorString"], uintptr(r))
+	p, _, _ := purego.SyscallN(l.procs.Proc("ncclGetErrorString"), uintptr(r))
 	if p == 0 {
 		return r.String()
 	}
-	var b []byte
-	for i := uintptr(0); i < 4096; i++ {
-		c := *(*byte)(unsafe.Add(nil, p+i)) // a C string owned by NCCL
-		if c == 0 {
-			break
-		}
-		b = append(b, c)
-	}
-	return string(b)
+	return dynlib.GoString(p) // a C string owned by NCCL
 }
 
 // Version returns ncclGetVersion (for example 22304 for NCCL 2.23.4).
