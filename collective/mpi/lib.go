@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/ferryml/ferry/internal/dynlib"
 	table "github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
 )
@@ -29,35 +29,11 @@ const (
 )
 
 // Attempt is one place libmpi was looked for, and why it did not load.
-type Attempt struct {
-	// Path is the file, or the soname given to the system loader.
-	Path string
-	// Err is the dlopen error.
-	Err string
-}
+type Attempt = dynlib.Attempt
 
 // LoadError reports that libmpi could not be loaded, with every attempt, or
 // that it loaded but was unusable (Detail).
-type LoadError struct {
-	// Attempts lists each path tried, in order.
-	Attempts []Attempt
-	// Detail is set when the library loaded but a symbol was missing.
-	Detail string
-}
-
-// Error lists every path tried.
-func (e *LoadError) Error() string {
-	var b strings.Builder
-	if e.Detail != "" {
-		fmt.Fprintf(&b, "mpi: %s", e.Detail)
-	} else {
-		fmt.Fprintf(&b, "mpi: cannot load Open MPI's libmpi (install openmpi-bin and libopenmpi-dev, or set %s); tried:", LibEnv)
-	}
-	for _, a := range e.Attempts {
-		fmt.Fprintf(&b, "\n  %s: %s", a.Path, a.Err)
-	}
-	return b.String()
-}
+type LoadError = dynlib.LoadError
 
 // candidates are the paths tried, in order: $FERRY_MPI_LIB, then the system
 // loader's libmpi.so.40 and libmpi.so.
@@ -73,7 +49,6 @@ func candidates() []string {
 // MPI a predefined handle is the address of a global object).
 type lib struct {
 	path string
-	h    uintptr
 
 	initThread, initialized, finalized, finalize, queryThread uintptr
 	commRank, commSize, commIdup, commSplit, commFree         uintptr
@@ -92,32 +67,13 @@ type lib struct {
 
 // open dlopens the first of paths that loads and resolves every symbol.
 func open(paths []string) (*lib, error) {
-	le := &LoadError{}
-	var h uintptr
-	var path string
-	for _, p := range paths {
-		var err error
-		h, err = purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-		if err == nil {
-			path = p
-			break
-		}
-		le.Attempts = append(le.Attempts, Attempt{Path: p, Err: err.Error()})
+	dl, err := dynlib.Open(dynlib.Spec{Prefix: "mpi", Name: "Open MPI's libmpi", Paths: paths,
+		Hint: " (install openmpi-bin and libopenmpi-dev, or set " + LibEnv + ")"})
+	if err != nil {
+		return nil, err
 	}
-	if path == "" {
-		return nil, le
-	}
-	l := &lib{path: path, h: h}
-	var missing []string
-	sym := func(name string) uintptr {
-		p, err := purego.Dlsym(h, name)
-		if err != nil || p == 0 {
-			missing = append(missing, name)
-			return 0
-		}
-		return p
-	}
-	for _, f := range []struct {
+	l := &lib{path: dl.Path}
+	syms := []struct {
 		p    *uintptr
 		name string
 	}{
@@ -136,27 +92,29 @@ func open(paths []string) (*lib, error) {
 		{&l.wait, "MPI_Wait"}, {&l.requestFree, "MPI_Request_free"},
 		{&l.commWorld, "ompi_mpi_comm_world"}, {&l.errorsReturn, "ompi_mpi_errors_return"},
 		{&l.byteType, "ompi_mpi_byte"},
-	} {
-		*f.p = sym(f.name)
+		{&l.moveTypes[1], "ompi_mpi_uint8_t"}, {&l.moveTypes[2], "ompi_mpi_uint16_t"},
+		{&l.moveTypes[4], "ompi_mpi_uint32_t"}, {&l.moveTypes[8], "ompi_mpi_uint64_t"},
+		{&l.types[ir.Int32], "ompi_mpi_int32_t"}, {&l.types[ir.Int64], "ompi_mpi_int64_t"},
+		{&l.types[ir.Float32], "ompi_mpi_float"}, {&l.types[ir.Float64], "ompi_mpi_double"},
+		{&l.ops[1], "ompi_mpi_op_sum"}, // collective.Sum
+		{&l.ops[2], "ompi_mpi_op_prod"}, {&l.ops[3], "ompi_mpi_op_max"}, {&l.ops[4], "ompi_mpi_op_min"},
 	}
-	l.moveTypes[1] = sym("ompi_mpi_uint8_t")
-	l.moveTypes[2] = sym("ompi_mpi_uint16_t")
-	l.moveTypes[4] = sym("ompi_mpi_uint32_t")
-	l.moveTypes[8] = sym("ompi_mpi_uint64_t")
+	names := make([]string, len(syms))
+	for i, s := range syms {
+		names[i] = s.name
+	}
+	tab, err := dl.Resolve(dynlib.Names(names...))
+	if le, ok := err.(*LoadError); ok {
+		le.Detail += " (is it Open MPI 4 or later?)"
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range syms {
+		*s.p = tab.Proc(s.name)
+	}
 	l.types[ir.Uint8] = l.moveTypes[1]
 	l.types[ir.Uint32] = l.moveTypes[4]
-	l.types[ir.Int32] = sym("ompi_mpi_int32_t")
-	l.types[ir.Int64] = sym("ompi_mpi_int64_t")
-	l.types[ir.Float32] = sym("ompi_mpi_float")
-	l.types[ir.Float64] = sym("ompi_mpi_double")
-	l.ops[1] = sym("ompi_mpi_op_sum") // collective.Sum
-	l.ops[2] = sym("ompi_mpi_op_prod")
-	l.ops[3] = sym("ompi_mpi_op_max")
-	l.ops[4] = sym("ompi_mpi_op_min")
-	if len(missing) > 0 {
-		le.Detail = fmt.Sprintf("%s loaded but lacks %s (is it Open MPI 4 or later?)", path, strings.Join(missing, ", "))
-		return nil, le
-	}
 	return l, nil
 }
 

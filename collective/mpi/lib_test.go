@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferryml/ferry/ir"
 )
 
 // TestLoadErrorListsAttempts: a library that is nowhere gives a LoadError
@@ -101,5 +103,35 @@ func TestLayout(t *testing.T) {
 	}
 	if contiguous(shape, 1, 3, 1) || !contiguous(shape, 0, 2, 1) || !contiguous([]int{1, 6}, 1, 3, 1) {
 		t.Fatal("contiguous is wrong")
+	}
+}
+
+// TestLoadErrorMissingSymbols: a library that loads but is not libmpi (libc)
+// is a LoadError naming it and the entry points it lacks.
+func TestLoadErrorMissingSymbols(t *testing.T) {
+	_, err := open([]string{"/nonexistent/libmpi.so.40", "libc.so.6"})
+	var le *LoadError
+	if !errors.As(err, &le) || le.Library != "libc.so.6" || len(le.Attempts) != 0 {
+		t.Fatalf("got %v, want a LoadError about libc.so.6's entry points", err)
+	}
+	for _, s := range []string{"mpi: libc.so.6: missing entry points MPI_Init_thread, ", "ompi_mpi_op_min", "Open MPI 4"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Fatalf("%q does not mention %q", err, s)
+		}
+	}
+}
+
+// TestLoadResolvesEverything: an installed libmpi loads with every entry
+// point and predefined handle resolved.
+func TestLoadResolvesEverything(t *testing.T) {
+	if err := Load(); err != nil {
+		t.Skipf("no libmpi: %v", err)
+	}
+	l := loaded
+	for i, p := range []uintptr{l.initThread, l.finalize, l.requestFree, l.commWorld, l.byteType,
+		l.moveTypes[1], l.moveTypes[8], l.types[ir.Uint8], l.types[ir.Uint32], l.types[ir.Float64], l.ops[1], l.ops[4]} {
+		if p == 0 {
+			t.Errorf("entry %d of %s is not resolved", i, l.path)
+		}
 	}
 }
