@@ -162,7 +162,7 @@ type Lib struct {
 // nvidia/nccl/lib), then through the system loader. A missing library or
 // entry point is a *cuda.LoadError listing every attempt.
 func Load() (*Lib, error) {
-	s := dynlib.Spec{Prefix: "cuda", Pattern: Soname}
+	s := dynlib.Spec{Prefix: "nccl", Pattern: Soname}
 	if p := settings.NCCLLib.Get(); p != "" {
 		// RTLD_LOCAL: a library named here (a test double, say) must not
 		// interpose its symbols on a real NCCL loaded later.

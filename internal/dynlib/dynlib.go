@@ -32,7 +32,8 @@ type Attempt struct {
 // LoadError reports a library that could not be loaded, with every place it
 // was looked for, or one that loaded but was unusable (Detail).
 type LoadError struct {
-	// Prefix starts the message: the binding that failed ("cuda", "mpi").
+	// Prefix starts the message: the binding that failed ("cuda", "mpi");
+	// none when empty.
 	Prefix string
 	// Library is the library searched for (libcuda.so.1, libnvrtc.so*, ...),
 	// or the path of the one that loaded when Detail is set.
@@ -50,10 +51,13 @@ type LoadError struct {
 // Error names the library and lists every path tried, one a line.
 func (e *LoadError) Error() string {
 	var b strings.Builder
+	if e.Prefix != "" {
+		b.WriteString(e.Prefix + ": ")
+	}
 	if e.Detail != "" {
-		fmt.Fprintf(&b, "%s: %s: %s", e.Prefix, e.Library, e.Detail)
+		fmt.Fprintf(&b, "%s: %s", e.Library, e.Detail)
 	} else {
-		fmt.Fprintf(&b, "%s: cannot load %s%s; looked in:", e.Prefix, e.Library, e.Hint)
+		fmt.Fprintf(&b, "cannot load %s%s; looked in:", e.Library, e.Hint)
 	}
 	for _, a := range e.Attempts {
 		fmt.Fprintf(&b, "\n  %s: %s", a.Path, a.Err)

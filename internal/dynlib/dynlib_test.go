@@ -106,6 +106,9 @@ func TestResolve(t *testing.T) {
 		le.Error() != "demo: libc.so.6: missing entry points ferryNoSuchFn (tried ferryNoSuchFn_v2, ferryNoSuchFn), ferryGone" {
 		t.Fatalf("Resolve with missing symbols: %v", err)
 	}
+	if le.Prefix = ""; le.Error() != "libc.so.6: missing entry points ferryNoSuchFn (tried ferryNoSuchFn_v2, ferryNoSuchFn), ferryGone" {
+		t.Fatalf("without a prefix: %v", le)
+	}
 	tab, err := l.Resolve([]Symbol{{Name: "strlen", Try: []string{"strlen_v9", "strlen"}}, {Name: "ferryNoSuchFn", Optional: true}})
 	if err != nil || tab.Proc("ferryNoSuchFn") != 0 || tab.Proc("strlen") == 0 || tab.Lib != l {
 		t.Fatalf("Resolve with an optional symbol: %v", err)
