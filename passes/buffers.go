@@ -79,7 +79,10 @@ func planRegionYs(r *ir.Region, top bool, ysFrom int, donated []bool, fusionInPl
 // later one, so this order matches the most), and a result takes, among the
 // donated parameters of its size and memory space that are still free, the
 // one its defining op overwrites in place if there is one, else the first
-// that is dead by then.
+// that is dead by then. Parameters of the result's own type go first (a
+// first round matches only those, as JAX matches donations by shape and
+// dtype), so that a scalar loss does not take the buffer of an optimizer's
+// step count when the new count could have it.
 func assignOutputs(p *RegionPlan, l *Liveness, donated []bool, fusionInPlace bool) {
 	r := p.Region
 	var order []int
@@ -94,16 +97,25 @@ func assignOutputs(p *RegionPlan, l *Liveness, donated []bool, fusionInPlace boo
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return defPos(l, r.Results[a]) - defPos(l, r.Results[b]) })
 	used := map[int]bool{}
-	for _, j := range order {
-		v := r.Results[j]
-		b := Buffer{Kind: BufOutput, Space: v.Type.Space, Size: bytesOf(v), Index: j}
-		if v.Op != nil {
-			if i := aliasFor(r, l, v, b, donated, used, fusionInPlace); i >= 0 {
-				used[i] = true
-				b.Kind, b.Param = BufAlias, i
+	bufs := make(map[int]Buffer, len(order))
+	for _, sameType := range []bool{true, false} {
+		for _, j := range order {
+			v := r.Results[j]
+			b, ok := bufs[j]
+			if !ok {
+				b = Buffer{Kind: BufOutput, Space: v.Type.Space, Size: bytesOf(v), Index: j}
 			}
+			if v.Op != nil && b.Kind == BufOutput {
+				if i := aliasFor(r, l, v, b, donated, used, fusionInPlace, sameType); i >= 0 {
+					used[i] = true
+					b.Kind, b.Param = BufAlias, i
+				}
+			}
+			bufs[j] = b
 		}
-		p.Values[v] = b
+	}
+	for _, j := range order {
+		p.Values[r.Results[j]] = bufs[j]
 	}
 }
 
@@ -117,17 +129,19 @@ func defPos(l *Liveness, v *ir.Value) int {
 }
 
 // aliasFor returns the donated parameter result v (buffer b) may be written
-// into, or -1: one of b's size and space, not used yet, that v's op writes in
-// place, or else the first that is dead by the op.
-func aliasFor(r *ir.Region, l *Liveness, v *ir.Value, b Buffer, donated []bool, used map[int]bool, fusionInPlace bool) int {
+// into, or -1: one of b's size and space (with sameType, of v's type too),
+// not used yet, that v's op writes in place, or else the first that is dead
+// by the op.
+func aliasFor(r *ir.Region, l *Liveness, v *ir.Value, b Buffer, donated []bool, used map[int]bool, fusionInPlace, sameType bool) int {
 	k := l.Def[v]
 	first := -1
 	for i, pv := range r.Params {
-		if i >= len(donated) || !donated[i] || used[i] || bytesOf(pv) != b.Size || pv.Type.Space != b.Space {
+		if i >= len(donated) || !donated[i] || used[i] || bytesOf(pv) != b.Size || pv.Type.Space != b.Space ||
+			sameType && !pv.Type.EqualUnsharded(v.Type) {
 			continue
 		}
 		switch last := l.Last[pv]; {
-		case last == k && inPlace(v.Op, pv, v, fusionInPlace):
+		case last == k && (inPlace(v.Op, pv, v, fusionInPlace) || fusionInPlace && updatesInPlace(v.Op, pv, v)):
 			return i
 		case last < k && first < 0:
 			first = i
@@ -189,6 +203,29 @@ func pointwiseOperand(op *ir.Op, v *ir.Value) bool {
 		return true
 	}
 	if op.Code != ir.Fusion || op.Attrs.String("kind") != FusionLoop {
+		return false
+	}
+	body := op.Regions[0]
+	var params []*ir.Value
+	for i, a := range op.Args {
+		if a == v {
+			params = append(params, body.Params[i])
+		}
+	}
+	return pointwiseFrom(body.Ops, params...)
+}
+
+// updatesInPlace reports whether input fusion op may write its result res
+// over operand v while it runs: res has v's element count, and the fusion's
+// body reaches v's parameters only through elementwise ops and reshapes
+// (pointwiseFrom), so no reduction of the fusion reads v, and every result
+// element k is computed from element k of v where it reads v. This is the
+// optimizer update fused with the loss (or a gradient norm) that computes
+// new moments from old ones: the new moments take the donated old ones'
+// buffers. A backend computes each element's results before it stores
+// them, and its reductions read no value of v.
+func updatesInPlace(op *ir.Op, v, res *ir.Value) bool {
+	if op.Code != ir.Fusion || op.Attrs.String("kind") != FusionInput || res.Type.Size() != v.Type.Size() {
 		return false
 	}
 	body := op.Regions[0]

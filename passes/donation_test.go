@@ -1,6 +1,7 @@
 package passes_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -126,4 +127,73 @@ func TestFusionKeepsDonatedUpdateInPlace(t *testing.T) {
 	// Not donated, it is one fusion as before.
 	plain := checkSame(t, f, passes.Options{FusionInPlace: true})
 	require.Len(t, plain.Func.Body.Ops, 1)
+}
+
+// An optimizer update fused with the loss into one input fusion (the new
+// moment and weight are computed element for element from the donated old
+// ones; only the loss is a reduction, and it reads neither) writes its new
+// values over the donated buffers. Where the reduction reads the donated
+// parameter, the fusion may not write over it.
+func TestDonatedUpdateInInputFusion(t *testing.T) {
+	f := parse(t, `func @f(%0: f32[64], %1: f32[64], %2: f32[64]) -> (f32[64], f32[64], f32[]) {
+  %3 = constant() {value=dense<f32[], 0.9>} : f32[]
+  %4 = broadcast_in_dim(%3) {dims=[], shape=[64]} : f32[64]
+  %5 = mul(%4, %1) : f32[64]
+  %6 = add(%5, %2) : f32[64]
+  %7 = sub(%0, %6) : f32[64]
+  %8 = mul(%2, %2) : f32[64]
+  %9 = reduce_sum(%8) {axes=[0]} : f32[]
+  return %7, %6, %9
+}`)
+	p := checkSame(t, f, passes.Options{Donated: []bool{true, true, false}, FusionInPlace: true})
+	r := p.Func.Body.Results
+	require.True(t, slices.ContainsFunc(p.Func.Body.Ops, func(op *ir.Op) bool {
+		return op.Code == ir.Fusion && op.Attrs.String("kind") == passes.FusionInput
+	}), "one input fusion:\n%s", p.Func)
+	for j := range 2 {
+		require.Equal(t, passes.BufAlias, p.Plan.Values[r[j]].Kind, "result %d:\n%s\n%s", j, p.Func, p.PlanString())
+	}
+	require.Equal(t, int64(512), p.Analysis.AliasBytes)
+
+	// A fusion whose reduction reads the donated weight may not write the
+	// new weight over it (checkSame runs the program against the reference).
+	g := parse(t, `func @f(%0: f32[64], %1: f32[64]) -> (f32[64], f32[]) {
+  %2, %3 = fusion(%0, %1) {kind="input"} (
+    ^(%4: f32[64], %5: f32[64]) {
+      %6 = sub(%4, %5) : f32[64]
+      %7 = mul(%4, %4) : f32[64]
+      %8 = reduce_sum(%7) {axes=[0]} : f32[]
+      return %6, %8
+    }) : f32[64], f32[]
+  return %2, %3
+}`)
+	q := checkSame(t, g, passes.Options{Donated: []bool{true, false}, FusionInPlace: true})
+	require.Equal(t, passes.BufOutput, q.Plan.Values[q.Func.Body.Results[0]].Kind, "%s\n%s", q.Func, q.PlanString())
+}
+
+// A donated buffer goes to a result of its own type before one of another
+// type of the same size: the new step count (i32[]) takes the donated old
+// count's buffer although a scalar f32 result (a loss) is defined first, as
+// JAX matches donations by shape and dtype.
+func TestDonationPrefersSameType(t *testing.T) {
+	f := parse(t, `func @f(%0: i32[], %1: f32[]) -> (f32[], i32[]) {
+  %2 = constant() {value=dense<i32[], 1>} : i32[]
+  %3 = add(%0, %2) : i32[]
+  %4 = convert(%3) {dtype=f32} : f32[]
+  %5 = mul(%4, %1) : f32[]
+  %6 = add(%3, %2) : i32[]
+  return %5, %6
+}`)
+	for _, fusion := range []bool{false, true} {
+		opts := passes.Options{Donated: []bool{true, false}, FusionInPlace: true}
+		if !fusion {
+			opts.Disable = []string{"fusion"}
+		}
+		p := checkSame(t, f, opts)
+		r := p.Func.Body.Results
+		require.Equal(t, passes.BufOutput, p.Plan.Values[r[0]].Kind, "fusion %v:\n%s\n%s", fusion, p.Func, p.PlanString())
+		b := p.Plan.Values[r[1]]
+		require.Equal(t, passes.BufAlias, b.Kind, "fusion %v:\n%s\n%s", fusion, p.Func, p.PlanString())
+		require.Equal(t, 0, b.Param)
+	}
 }

@@ -517,6 +517,50 @@ func TestFusionInPlace(t *testing.T) {
 	}
 }
 
+// TestInputFusionInPlace plans an input group's first result over an
+// operand that dies at the group, as passes does for an optimizer update
+// fused with a loss: the group's reductions read another operand (over
+// every axis, the inner one or the outer one), the second result reads the
+// overwritten operand after the first is computed. The block programs must
+// run in place (not fall back) and give the reference's bits.
+func TestInputFusionInPlace(t *testing.T) {
+	for _, axes := range [][]int{{0, 1}, {1}, {0}} {
+		for _, n := range []int{8, 300} {
+			f := ir.NewFunc("inplace_input")
+			x, z := f.Body.AddParam(ir.TypeOf(ir.Float32, n, n)), f.Body.AddParam(ir.TypeOf(ir.Float32, n, n))
+			tv := add1(t, f.Body, ir.Neg, nil, x)
+			op := fuse(t, f, f.Body, "input", []*ir.Value{tv, z}, func(rg *ir.Region, ps []*ir.Value) []*ir.Value {
+				a := add1(t, rg, ir.Mul, nil, ps[0], ps[1])
+				b := add1(t, rg, ir.Add, nil, ps[0], a)
+				r := add1(t, rg, ir.ReduceSum, ir.Attrs{"axes": axes}, add1(t, rg, ir.Mul, nil, ps[1], ps[1]))
+				return []*ir.Value{a, b, r}
+			})
+			f.Body.Results = []*ir.Value{add1(t, f.Body, ir.Exp, nil, op.Results[0]), op.Results[1], op.Results[2]}
+			p := naivePlan(f, planOpts{})
+			tb := p.Plan.Values[tv]
+			ub := p.Plan.Values[op.Results[0]]
+			ub.Offset = tb.Offset
+			p.Plan.Values[op.Results[0]] = ub
+			e, err := New(p)
+			require.NoError(t, err)
+			k := e.body.steps[1].fused
+			require.Equal(t, modeInput, k.mode)
+			require.True(t, k.elemOnly[0])
+			shared := make([]byte, tv.Type.Bytes())
+			lit := func(v *ir.Value, data []byte) *ir.Literal {
+				if data == nil {
+					data = make([]byte, v.Type.Bytes())
+				}
+				return &ir.Literal{Type: v.Type, Data: data}
+			}
+			ok, inPlace := k.buffersOK([]*ir.Literal{lit(tv, shared), lit(z, nil)},
+				[]*ir.Literal{lit(op.Results[0], shared), lit(op.Results[1], nil), lit(op.Results[2], nil)})
+			require.True(t, ok && inPlace, "the block programs run the group in place")
+			runBoth(t, p, randArgs(newRand(), f))
+		}
+	}
+}
+
 // TestConcurrentExecute runs one Executable from several goroutines.
 func TestConcurrentExecute(t *testing.T) {
 	f := loopGroup(t, ir.Float32, 200, 300)

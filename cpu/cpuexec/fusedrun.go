@@ -81,8 +81,10 @@ func isAligned(b []byte, n int) bool {
 
 // buffersOK reports whether the block programs may run over these buffers
 // (every buffer aligned for its dtype and of the right size, outputs sharing
-// memory with no operand except, in a loop group, exactly the memory of an
-// operand read element for element) and whether some output is in place.
+// memory with no operand except, in a loop or input group, exactly the memory
+// of an operand read element for element — an input group's reductions then
+// read no value of that operand, as passes' buffer assignment makes sure)
+// and whether some output is in place.
 func (k *fusedKernel) buffersOK(args, outs []*ir.Literal) (ok, inPlace bool) {
 	for _, a := range args {
 		if !isAligned(a.Data, a.Type.DType.Size()) || int64(len(a.Data)) != a.Type.Bytes() {
@@ -97,7 +99,7 @@ func (k *fusedKernel) buffersOK(args, outs []*ir.Literal) (ok, inPlace bool) {
 			if !eval.Overlaps(o.Data, a.Data) {
 				continue
 			}
-			if k.mode != modeLoop || !k.elemOnly[j] || len(o.Data) != len(a.Data) || &o.Data[0] != &a.Data[0] {
+			if k.mode != modeLoop && k.mode != modeInput || !k.elemOnly[j] || len(o.Data) != len(a.Data) || &o.Data[0] != &a.Data[0] {
 				return false, false
 			}
 			inPlace = true
@@ -151,14 +153,14 @@ func (p *blockProg) run(args, outs []*ir.Literal, inPlace bool) error {
 	}
 	if p.prefix {
 		r := p.reduces[0].r
-		return p.parallel(args, outs, p.n/r, r, false)
+		return p.parallel(args, outs, p.n/r, r, inPlace)
 	}
 	w := p.pool.Get().(*worker)
 	defer p.pool.Put(w)
 	for i, fr := range p.reduces {
 		w.red[i].begin(fr.nout)
 	}
-	if err := w.runRange(args, outs, 0, p.n, false); err != nil {
+	if err := w.runRange(args, outs, 0, p.n, inPlace); err != nil {
 		return err
 	}
 	for i, fr := range p.reduces {
