@@ -168,9 +168,13 @@ func (g *gen) indexed(nd *passes.Node, at string) (string, error) {
 	for pi := len(r.Pieces) - 1; pi >= 0; pi-- {
 		pc := r.Pieces[pi]
 		var conds, terms []string
+		last := pi == len(r.Pieces)-1 // it gives every element it is tried for: no conditions
 		for d, dim := range pc.Dims {
+			if dim.Stride == 0 && (last || dim.Size < 0) {
+				continue // its position is neither tested nor read
+			}
 			t := g.position(nd, dim, cs[d])
-			if dim.Size >= 0 {
+			if dim.Size >= 0 && !last {
 				c := fmt.Sprintf("%s >= 0 && %s / %dLL < %dLL", t, t, dim.Step, dim.Size)
 				if dim.Step > 1 {
 					c += fmt.Sprintf(" && %s %% %dLL == 0", t, dim.Step)
@@ -189,7 +193,7 @@ func (g *gen) indexed(nd *passes.Node, at string) (string, error) {
 		if len(terms) > 0 {
 			idx = strings.Join(terms, " + ")
 		}
-		guarded := len(conds) > 0 && pi < len(r.Pieces)-1 // else it gives every element it is tried for
+		guarded := len(conds) > 0
 		in := ""
 		if guarded {
 			in = g.index("(" + strings.Join(conds, ") && (") + ")")
