@@ -17,7 +17,7 @@ func TestOpenMissing(t *testing.T) {
 	dir := t.TempDir()
 	gone := filepath.Join(dir, "gone")
 	for _, pattern := range []string{"libferry-none.so.1", "libferry-none.so*"} {
-		_, err := Open(Spec{Prefix: "demo", Hint: " (set FERRY_DEMO)", Env: "FERRY_DEMO", EnvPath: filepath.Join(dir, "env.so"),
+		_, err := Open(Spec{Prefix: "demo", Hint: " (set DEMO_LIBRARY)", Env: "DEMO_LIBRARY", EnvPath: filepath.Join(dir, "env.so"),
 			Pattern: pattern, Dirs: []string{dir, gone}, Paths: []string{"libferry-none.so.1"}})
 		var le *LoadError
 		if !errors.As(err, &le) || len(le.Attempts) != 4 || le.Library != pattern {
@@ -28,7 +28,7 @@ func TestOpenMissing(t *testing.T) {
 			why = "no match"
 		}
 		want := []Attempt{
-			{filepath.Join(dir, "env.so") + " ($FERRY_DEMO)", ""},
+			{filepath.Join(dir, "env.so") + " ($DEMO_LIBRARY)", ""},
 			{filepath.Join(dir, pattern), why},
 			{filepath.Join(gone, pattern), why + " (no such directory)"},
 			{"libferry-none.so.1" + SystemLoader, ""},
@@ -40,7 +40,7 @@ func TestOpenMissing(t *testing.T) {
 			}
 		}
 		msg := err.Error()
-		if !strings.HasPrefix(msg, "demo: cannot load "+pattern+" (set FERRY_DEMO); looked in:\n") {
+		if !strings.HasPrefix(msg, "demo: cannot load "+pattern+" (set DEMO_LIBRARY); looked in:\n") {
 			t.Errorf("message: %q", msg)
 		}
 		for _, a := range le.Attempts {
