@@ -49,18 +49,26 @@ type Args struct {
 }
 
 // Rates are the rates the planner prices plans with: FLOP/s of matrix
-// products (Flop) and of elementwise arithmetic (Elem), and
-// device↔pinned_host bytes per second one way (Bandwidth).
+// products (Flop) and of elementwise arithmetic (Elem),
+// device↔pinned_host bytes per second one way (Bandwidth), and, for a
+// sharded function, the collectives' bus bytes per second (Collective,
+// NCCL's busbw: an all-gather or reduce-scatter of S bytes over n devices
+// takes S·(n−1)/n / Collective, an all-reduce twice that; 0 leaves the
+// collectives unpriced).
 //
-// Serial says that the backend's device↔pinned_host copies run on the
-// cores that compute (the CPU backend emulates the two spaces in host
-// memory): no copy is hidden behind arithmetic, so every offloaded byte
-// costs its transfers out and back in full. Otherwise (a GPU's copy
-// engines) a scan's offload transfers cost only what its compute does not
-// hide.
+// Serial says that the backend's device↔pinned_host copies (and its
+// collectives) run on the cores that compute (the CPU backend emulates the
+// two spaces in host memory): no copy is hidden behind arithmetic, so every
+// offloaded byte costs its transfers out and back in full, the copies to
+// device and to host one after the other, and the collectives add to the
+// arithmetic. Otherwise (a GPU's copy engines, with a stream for each
+// direction) a scan's offload transfers cost only what its compute does not
+// hide, the link is full duplex (the step pays the larger of its copies to
+// device and to host, not their sum) and the collectives run beside the
+// arithmetic (the step pays the longer).
 type Rates struct {
-	Flop, Elem, Bandwidth float64
-	Serial                bool
+	Flop, Elem, Bandwidth, Collective float64
+	Serial                            bool
 }
 
 // MaxCompiles bounds the traces and compiles of one bisection.
@@ -71,7 +79,10 @@ const MaxCompiles = 24
 // rates r, and returns that trace, compiled, with its plan. For a sharded
 // function (Args.Mesh) the budget is per device: the program compiled is
 // the per-device one (its sharded residuals, the layers it gathers and the
-// gradients it reduce-scatters), and its memory analysis is one device's.
+// gradients it reduce-scatters), and its memory analysis is one device's;
+// so is the estimate (the per-device program's arithmetic and collectives,
+// each residual's share of a device's bytes and arithmetic) and so are the
+// plan's bytes.
 // name names the function in errors. It plans the residuals with the
 // arguments where the caller put them; when no such plan fits (and the
 // function is not sharded), it places in pinned_host the smallest set of
@@ -81,7 +92,7 @@ const MaxCompiles = 24
 // fits is an *Error.
 func Plan(f Function, name string, budget int64, r Rates) (Trace, *passes.MemoryPlan, error) {
 	s := &search{f: f, name: name, budget: budget, rates: r}
-	base, full, fits, err := s.plans(nil, 0)
+	base, full, fits, err := s.plans(nil, linkSecs{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -330,14 +341,17 @@ func (s *search) hostMask(base *planTry, args []hostArg) []bool {
 }
 
 // hostSecs estimates the seconds per call of the copies of args, placed in
-// pinned_host, that no scan body prices (hostCopies).
-func (s *search) hostSecs(base *planTry, args []hostArg) float64 {
+// pinned_host, that no scan body prices (hostCopies), to device and to host.
+func (s *search) hostSecs(base *planTry, args []hostArg) linkSecs {
 	f := base.tr.Func()
-	secs := 0.0
+	var l linkSecs
 	for _, c := range args {
-		secs += hostCopies(f, base.args, c.leaf, c.action) * float64(f.Body.Params[c.leaf].Type.Bytes()) / s.rates.Bandwidth
+		in, out := hostCopiesDir(f, base.args, c.leaf, c.action)
+		b := float64(f.Body.Params[c.leaf].Type.Bytes()) / s.rates.Bandwidth
+		l.in += in * b
+		l.out += out * b
 	}
-	return secs
+	return l
 }
 
 // traceable returns the part of placement m (of n argument leaves) the
@@ -387,27 +401,33 @@ func (s *search) traceable(m map[int]string, n int) map[int]string {
 // and a backward scan, and perhaps an optimizer's scan over the layers),
 // none when one does (an optimizer's moments, read by its scan only).
 func hostCopies(f *ir.Func, a Args, i int, action string) float64 {
+	in, out := hostCopiesDir(f, a, i, action)
+	return in + out
+}
+
+// hostCopiesDir is hostCopies by direction: the copies to device (in) and
+// to pinned_host (out).
+func hostCopiesDir(f *ir.Func, a Args, i int, action string) (in, out float64) {
 	if action == passes.ActionHostState {
-		return 2
+		return 1, 1
 	}
-	in := 0.0
 	if scanReads(f, i) > 1 {
 		in = 1
 	}
 	if i >= len(a.Donated) || !a.Donated[i] {
-		return in
+		return in, 0
 	}
 	k := 0
 	for j, d := range a.Defs {
 		if n := d.NumLeaves(); i < k+n {
 			if j < len(a.Results) && a.Results[j].String() == d.String() {
-				return in + 1
+				return in, 1
 			}
-			return in
+			return in, 0
 		}
 		k += d.NumLeaves()
 	}
-	return in
+	return in, 0
 }
 
 // moveCopies is how many times one call copies all of argument leaf i,

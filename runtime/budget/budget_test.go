@@ -241,9 +241,9 @@ func TestEstimateSerialCopies(t *testing.T) {
 	}
 	dec := map[candKey]trace.RematAction{{0, 0}: trace.Offload}
 	rates := testRates
-	hidden := estimate(cands, dec, passes.Cost{}, rates)
+	hidden := estimate(cands, dec, baseCost{}, rates)
 	rates.Serial = true
-	serial := estimate(cands, dec, passes.Cost{}, rates)
+	serial := estimate(cands, dec, baseCost{}, rates)
 	want := 2 * float64(bytes) / rates.Bandwidth * float64(iters)
 	if got := serial.step - serial.compute; math.Abs(got-want) > 1e-12*want {
 		t.Errorf("serial copies: the offload adds %g s, want %g s (2 × %d bytes × %d iterations at %g B/s)", got, want, bytes, iters, rates.Bandwidth)
@@ -253,9 +253,47 @@ func TestEstimateSerialCopies(t *testing.T) {
 	}
 	fwd := (flops/rates.Flop + 2/rates.Elem) // the scan's forward compute per iteration
 	one := float64(bytes) / rates.Bandwidth
-	wantHidden := (math.Max(0, one-fwd) + math.Max(0, one-2*fwd)) * float64(iters)
+	// Out in the forward pass, in during the backward one, each less what
+	// the compute hides; the link is full duplex: the step pays the larger.
+	wantHidden := math.Max(math.Max(0, one-fwd), math.Max(0, one-2*fwd)) * float64(iters)
 	if got := hidden.step - hidden.compute; math.Abs(got-wantHidden) > 1e-9*want {
 		t.Errorf("copies beside compute: the offload adds %g s, want %g s", got, wantHidden)
+	}
+}
+
+// The host link is full duplex unless the copies share the cores: the
+// step pays the larger of its copies to device and to host (the arguments'
+// and a scan's offloads together), or their sum; the collectives run
+// beside the arithmetic, or after it.
+func TestEstimateDuplexLink(t *testing.T) {
+	r := testseed.Rand(t, 5)
+	iters := 1 + r.IntN(40)
+	bytes := int64(1+r.IntN(1<<22)) * 4
+	rates := Rates{Flop: 1e11 * (1 + r.Float64()), Elem: 2e9 * (1 + r.Float64()), Bandwidth: 5e9 * (1 + r.Float64()), Collective: 1e10}
+	cands := map[candKey]*candInfo{
+		{0, 0}: {bytes: bytes, iters: iters, elem: 1, device: true, needed: true}, // offloaded: its compute hides almost nothing
+		{0, 1}: {bytes: 2 * bytes, iters: iters, elem: 1, fromHost: true, device: true, needed: true},
+	}
+	dec := map[candKey]trace.RematAction{{0, 0}: trace.Offload}
+	base := baseCost{cost: passes.Cost{Flops: 1e9 * r.Float64(), DotFlops: 1e8 * r.Float64()}, collective: r.Float64() * 0.02,
+		host: linkSecs{in: r.Float64() * 0.01, out: r.Float64() * 0.01}}
+	base.cost.Flops += base.cost.DotFlops
+	compute := base.cost.DotFlops/rates.Flop + (base.cost.Flops-base.cost.DotFlops)/rates.Elem
+	fwd := 2 / rates.Elem // the scan's forward compute per iteration (one element each)
+	one := float64(bytes) / rates.Bandwidth
+	stream := 2 * one * float64(iters) // the pinned_host slice, copied in again
+	out := math.Max(0, one-fwd) * float64(iters)
+	in := math.Max(0, one-2*fwd) * float64(iters)
+	for _, serial := range []bool{false, true} {
+		rates.Serial = serial
+		got := estimate(cands, dec, base, rates)
+		want := math.Max(compute, base.collective) + math.Max(base.host.in+stream+in, base.host.out+out)
+		if serial {
+			want = compute + base.collective + base.host.in + stream + one*float64(iters) + base.host.out + one*float64(iters)
+		}
+		if math.Abs(got.step-want) > 1e-9*want || math.Abs(got.compute-compute) > 1e-9*compute {
+			t.Errorf("serial %v: step %g s (compute %g s), want %g s (compute %g s)", serial, got.step, got.compute, want, compute)
+		}
 	}
 }
 
@@ -265,11 +303,11 @@ func TestPlanMovesTheFewestArguments(t *testing.T) {
 	r := testseed.Rand(t, 3)
 	f := scannedGrad(4+r.IntN(5), 8*(1+r.IntN(4)), 32, 32) // two stacks of the same size
 	s := &search{f: f, name: "scanned", budget: 1, rates: testRates}
-	none, err := s.minimum(nil, 0)
+	none, err := s.minimum(nil, linkSecs{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	one, err := s.minimum([]bool{true, false, false}, 0)
+	one, err := s.minimum([]bool{true, false, false}, linkSecs{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,5 +353,54 @@ func TestEstimateCountsRecomputationOnce(t *testing.T) {
 	}
 	if got := all.cost.step - base.cost.step; math.Abs(got-added) > 1e-9*added {
 		t.Errorf("recomputing %d values adds %g s to the estimate, want %g s (their arithmetic once)", len(dec), got, added)
+	}
+}
+
+// A layer's weights stored transposed: the body's transpose of its slice of
+// the stack is a residual the backward pass reads, which the plan takes
+// again from the stack (at no arithmetic) and never offloads, even where
+// copies cost next to nothing and arithmetic is dear.
+func TestPlanRereadsSlicesOfArguments(t *testing.T) {
+	r := testseed.Rand(t, 6)
+	n, m, a, b := 3+r.IntN(4), 8*(1+r.IntN(3)), 16*(1+r.IntN(3)), 32*(1+r.IntN(2))
+	f := scannedGrad(n, m, a, b)
+	f32 := func(shape ...int) ir.Type { return ir.Type{DType: ir.Float32, Shape: shape, Space: ir.Device} }
+	f.types[0] = f32(n, b, a) // W1 stacked transposed
+	f.body = func(args []*trace.Array) []*trace.Array {
+		g := trace.Grad(func(w layers) *trace.Array {
+			y, _ := trace.ScanTree(func(x *trace.Array, w layers) (*trace.Array, struct{}) {
+				return trace.MatMul(trace.Tanh(trace.MatMul(x, trace.Transpose(w.W1, 1, 0))), w.W2), struct{}{}
+			}, args[2], w)
+			return trace.Sum(y)
+		})(layers{args[0], args[1]})
+		return []*trace.Array{g.W1, g.W2}
+	}
+	rates := Rates{Flop: 1e9, Elem: 1e6, Bandwidth: 1e15}
+	_, _, err := Plan(f, "transposed", 1, rates)
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("a budget of 1 byte: %v, want an *Error", err)
+	}
+	for _, budget := range []int64{e.Minimum, e.Minimum + r.Int64N(e.Baseline-e.Minimum+1)} {
+		_, p, err := Plan(f, "transposed", budget, rates)
+		if err != nil {
+			t.Fatalf("budget %d: %v", budget, err)
+		}
+		seen := false
+		for _, v := range p.Values {
+			if v.Op != "transpose" {
+				continue
+			}
+			seen = true
+			if v.Action == "offload" || v.Action == "recompute" && (v.Seconds != 0 || v.Flops != 0) {
+				t.Errorf("budget %d: the transposed slice %s is planned %q at %g s, %g FLOPs; want it kept or taken again for free", budget, v.Type, v.Action, v.Seconds, v.Flops)
+			}
+			if budget == e.Minimum && v.Action != "recompute" {
+				t.Errorf("smallest plan: the transposed slice %s is planned %q, want recompute", v.Type, v.Action)
+			}
+		}
+		if !seen {
+			t.Fatalf("budget %d: no transpose among the residuals:\n%s", budget, p)
+		}
 	}
 }

@@ -38,7 +38,8 @@ type candInfo struct {
 	dot, elem    float64 // FLOPs per iteration (matrix products, the rest)
 	carry        bool
 	fromHost     bool // a device_put from pinned_host: recomputing it copies again
-	device       bool // its results are on device (it can be offloaded)
+	device       bool // its results are on device
+	reread       bool // a view of the scope's inputs: taken again for free (rereadable)
 	needed       bool // the backward pass reads it
 	// A residual of the top level (toplevel.go): noRecompute when no
 	// segment computes it again; segDot and segElem are the FLOPs of its
@@ -50,6 +51,11 @@ type candInfo struct {
 // canRecompute reports whether the candidate can be recomputed (a carry is
 // kept instead).
 func (ci *candInfo) canRecompute() bool { return !ci.carry && !ci.noRecompute }
+
+// canOffload reports whether the candidate can be offloaded: a device
+// value that is not a view of the scope's inputs (those are taken again,
+// at no arithmetic, rather than copied out and back).
+func (ci *candInfo) canOffload() bool { return ci.device && !ci.reread }
 
 // planTrace is the trace.RematPlanner of one trace: it answers from decide
 // (absent: keep) and records the candidates.
@@ -88,6 +94,9 @@ func (p *planTrace) Decide(c trace.RematCandidate) trace.RematDecision {
 	}
 	info.elem = max(info.elem, float64(elems))
 	info.fromHost = op.Code == ir.DevicePut && len(op.Args) == 1 && op.Args[0].Type.Space == ir.PinnedHost
+	if info.reread = rereadable(op); info.reread {
+		info.dot, info.elem = 0, 0
+	}
 	if r, ok := p.ref[k]; ok && p.err == nil && (r.op != info.op || r.typ != info.typ) {
 		p.err = fmt.Errorf("the function traced differently on a retrace (scan %d value %d was %s %s at %s, now %s %s at %s): a function with a memory budget must trace the same way every time", k.scope, k.index, r.op, r.typ, r.loc, info.op, info.typ, info.loc)
 	}
@@ -108,7 +117,7 @@ func (p *planTrace) Decide(c trace.RematCandidate) trace.RematDecision {
 			return trace.RematDecision{Action: trace.Recompute}
 		}
 	case a == trace.Offload:
-		if info.device {
+		if info.canOffload() {
 			return trace.RematDecision{Action: trace.Offload, Src: ir.Device, Dst: ir.PinnedHost}
 		}
 	}
@@ -138,11 +147,25 @@ type planCost struct {
 	per           map[candKey]float64 // seconds each decision adds
 }
 
+// baseCost is what a plan's estimate starts from: the arithmetic of the
+// program with every residual kept (cost), its collectives' seconds
+// (collective: the per-device program's, for a sharded function) and the
+// host link's seconds per call of the arguments placed in pinned_host
+// (host).
+type baseCost struct {
+	cost       passes.Cost
+	collective float64
+	host       linkSecs
+}
+
 // estimate prices the decisions dec over the candidates cands of a trace
-// whose arithmetic is base (see MemoryPlan's fields).
-func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, base passes.Cost, r Rates) planCost {
+// whose program is base (see MemoryPlan's fields): the arithmetic, the
+// collectives beside it (Rates.overlap), the recomputations, and the host
+// link's copies to device and to host (Rates.link: both directions at once,
+// unless the copies share the cores).
+func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, base baseCost, r Rates) planCost {
 	c := planCost{per: map[candKey]float64{}}
-	c.compute = base.DotFlops/r.Flop + (base.Flops-base.DotFlops+base.Transcendentals)/r.Elem
+	c.compute = base.cost.DotFlops/r.Flop + (base.cost.Flops-base.cost.DotFlops+base.cost.Transcendentals)/r.Elem
 	fwd := map[int]float64{}   // per scope: forward compute seconds per iteration
 	xfer := map[int]float64{}  // per scope: one-way transfer seconds per iteration
 	iters := map[int]float64{} // per scope
@@ -152,7 +175,7 @@ func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, ba
 		fwd[k.scope] += ci.dot/r.Flop + ci.elem/r.Elem
 		iters[k.scope] = float64(ci.iters)
 	}
-	extra := 0.0
+	extra, link := 0.0, base.host
 	for _, k := range keys {
 		ci := cands[k]
 		a, ok := dec[k]
@@ -163,18 +186,17 @@ func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, ba
 			continue
 		}
 		switch {
+		case a == trace.Recompute && ci.fromHost:
+			c.per[k] = float64(ci.bytes) / r.Bandwidth * float64(ci.iters)
+			link.in += c.per[k]
 		case a == trace.Recompute && ci.canRecompute():
 			s := ci.dot/r.Flop + ci.elem/r.Elem
 			if ci.top {
 				s = ci.segDot/r.Flop + ci.segElem/r.Elem
 			}
-			if ci.fromHost {
-				s = float64(ci.bytes) / r.Bandwidth
-			}
 			c.per[k] = s * float64(ci.iters)
-			extra += c.per[k]
-			fwd[k.scope] += 0 // recomputation runs in the backward pass
-		case a == trace.Offload && ci.device:
+			extra += c.per[k] // recomputation runs in the backward pass
+		case a == trace.Offload && ci.canOffload():
 			xfer[k.scope] += float64(ci.bytes) / r.Bandwidth
 		}
 	}
@@ -185,19 +207,20 @@ func estimate(cands map[candKey]*candInfo, dec map[candKey]trace.RematAction, ba
 		// Out during the forward pass, back during the backward one (about
 		// twice the forward's work): what the compute does not hide shows,
 		// all of it when copies share the cores with the compute.
-		shown := (math.Max(0, t-fwd[s]) + math.Max(0, t-2*fwd[s])) * iters[s]
+		out, in := math.Max(0, t-fwd[s])*iters[s], math.Max(0, t-2*fwd[s])*iters[s]
 		if r.Serial {
-			shown = 2 * t * iters[s]
+			out, in = t*iters[s], t*iters[s]
 		}
-		extra += shown
+		link.out += out
+		link.in += in
 		for _, k := range decKeys {
 			a := dec[k]
-			if ci := cands[k]; ci != nil && k.scope == s && a == trace.Offload && ci.device && t > 0 {
-				c.per[k] = shown * float64(ci.bytes) / r.Bandwidth / t
+			if ci := cands[k]; ci != nil && k.scope == s && a == trace.Offload && ci.canOffload() && t > 0 {
+				c.per[k] = (out + in) * float64(ci.bytes) / r.Bandwidth / t
 			}
 		}
 	}
-	c.step = c.compute + extra
+	c.step = r.overlap(c.compute, base.collective) + extra + r.link(link)
 	return c
 }
 
@@ -212,30 +235,30 @@ type search struct {
 }
 
 // plan is one search over the residuals, with the argument leaves host
-// marks in pinned_host (their transfers estimated at hostSecs per call).
+// marks in pinned_host (their transfers estimated at hostLink per call).
 type plan struct {
 	*search
 	host     []bool
-	hostSecs float64
+	hostLink linkSecs
 	ref      map[candKey]*candInfo // the base trace's candidates
 	// The order: the candidates in the order they are decided, and the
 	// action each gets (dec: the decisions taken so far).
 	seq    []candKey
 	seqAct []trace.RematAction
 	dec    map[candKey]trace.RematAction
-	// base is the arithmetic of the trace with every residual kept: a
-	// plan's trace holds its recomputations too, which the estimate
-	// prices on their own.
-	base *passes.Cost
+	// base is the arithmetic and collectives of the trace with every
+	// residual kept: a plan's trace holds its recomputations too, which
+	// the estimate prices on their own.
+	base *baseCost
 }
 
 // plans plans the residuals with the argument leaves host marks in
-// pinned_host (their transfers estimated at hostSecs per call): it returns
+// pinned_host (their transfers estimated at hostLink per call): it returns
 // the plan with everything kept (base), the one with every residual it can
 // plan recomputed or offloaded (full, the smallest total), and the tries
 // that fit the budget (none when full does not).
-func (s *search) plans(host []bool, hostSecs float64) (base, full *planTry, fits []*planTry, err error) {
-	m, err := s.minimum(host, hostSecs)
+func (s *search) plans(host []bool, hostLink linkSecs) (base, full *planTry, fits []*planTry, err error) {
+	m, err := s.minimum(host, hostLink)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -251,10 +274,10 @@ type minimumPlan struct {
 }
 
 // minimum plans the residuals with the argument leaves host marks in
-// pinned_host (their transfers estimated at hostSecs per call) down to the
+// pinned_host (their transfers estimated at hostLink per call) down to the
 // smallest plan it reaches (or to base, when base fits).
-func (s *search) minimum(host []bool, hostSecs float64) (*minimumPlan, error) {
-	p := &plan{search: s, host: host, hostSecs: hostSecs, dec: map[candKey]trace.RematAction{}}
+func (s *search) minimum(host []bool, hostLink linkSecs) (*minimumPlan, error) {
+	p := &plan{search: s, host: host, hostLink: hostLink, dec: map[candKey]trace.RematAction{}}
 	base, err := p.try(nil)
 	if err != nil {
 		return nil, err
@@ -296,20 +319,29 @@ func (p *plan) try(dec map[candKey]trace.RematAction) (*planTry, error) {
 	if err := planTop(tr, pt); err != nil {
 		return nil, trace.Errorf("rt.Jit", "%s: MemoryBudget: %v", p.name, err)
 	}
+	args := tr.Args()
+	if args.Mesh != nil {
+		// One device's share of each candidate's bytes and arithmetic.
+		perDeviceCands(tr.Func(), pt)
+	}
 	prog, err := tr.Compile()
 	if err != nil {
 		return nil, err
 	}
-	t := &planTry{decide: dec, pt: pt, tr: tr, args: tr.Args(), prog: prog, total: prog.Analysis.TotalBytes()}
-	cost := passes.CostAnalysis(tr.Func())
+	t := &planTry{decide: dec, pt: pt, tr: tr, args: args, prog: prog, total: prog.Analysis.TotalBytes()}
+	base := baseCost{cost: passes.CostAnalysis(tr.Func())}
+	if args.Mesh != nil {
+		// The per-device program: its arithmetic and its collectives.
+		base = baseCost{cost: passes.CostAnalysis(prog.Func), collective: collectiveSeconds(prog.Func, p.rates)}
+	}
 	if p.base == nil && len(dec) == 0 {
-		p.base = &cost
+		p.base = &base
 	}
 	if p.base != nil {
-		cost = *p.base
+		base = *p.base
 	}
-	t.cost = estimate(pt.cands, dec, cost, p.rates)
-	t.cost.step += p.hostSecs
+	base.host = p.hostLink
+	t.cost = estimate(pt.cands, dec, base, p.rates)
 	return t, nil
 }
 
@@ -363,16 +395,17 @@ func (p *plan) extend(t *planTry) int {
 	}
 	n := 0
 	for len(pending) > 0 {
-		cur := estimate(t.pt.cands, p.dec, passes.Cost{}, p.rates).step
+		zero := baseCost{host: p.hostLink}
+		cur := estimate(t.pt.cands, p.dec, zero, p.rates).step
 		bi, ba, bcost := -1, trace.Save, math.Inf(1)
 		for i, k := range pending {
 			ci := t.pt.cands[k]
 			for _, a := range []trace.RematAction{trace.Recompute, trace.Offload} {
-				if a == trace.Recompute && !ci.canRecompute() || a == trace.Offload && !ci.device {
+				if a == trace.Recompute && !ci.canRecompute() || a == trace.Offload && !ci.canOffload() {
 					continue
 				}
 				p.dec[k] = a
-				d := (estimate(t.pt.cands, p.dec, passes.Cost{}, p.rates).step - cur) / float64(ci.bytes*int64(ci.iters))
+				d := (estimate(t.pt.cands, p.dec, zero, p.rates).step - cur) / float64(ci.bytes*int64(ci.iters))
 				delete(p.dec, k)
 				if d < bcost {
 					bi, ba, bcost = i, a, d
@@ -445,7 +478,7 @@ func buildPlan(t *planTry, host map[int]string, baseline, budget int64, r Rates,
 		switch {
 		case !decided && ci.fromHost:
 			action = "stream"
-		case decided && a == trace.Offload && ci.device:
+		case decided && a == trace.Offload && ci.canOffload():
 			action = "offload"
 		case decided && a == trace.Recompute && ci.canRecompute():
 			action = "recompute"
@@ -480,7 +513,7 @@ func extremePlan(compile func(map[candKey]trace.RematAction) (*planTry, error), 
 			if _, done := dec[k]; done || !ci.needed || ci.bytes <= 0 {
 				continue
 			}
-			canRecompute, canOffload := ci.canRecompute(), ci.device
+			canRecompute, canOffload := ci.canRecompute(), ci.canOffload()
 			a := pref
 			switch {
 			case pref == trace.Offload && !canOffload || pref == trace.Recompute && !canRecompute:
