@@ -82,9 +82,6 @@ func (cpuBackend) Compile(f *ir.Func, opts backend.CompileOptions) (backend.Exec
 			e.aliasOf[i] = b.Param
 		}
 	}
-	for _, d := range prog.Donated {
-		e.donates = e.donates || d
-	}
 	return e, nil
 }
 
@@ -92,7 +89,6 @@ type cpuExecutable struct {
 	prog    *passes.Program
 	exe     *cpuexec.Executable
 	aliasOf []int  // donated parameter whose memory result i reuses, or -1
-	donates bool   // some parameter is donated
 	suffix  string // " of name": names allocations after the function
 	namesMu sync.Mutex
 	names   atomic.Pointer[[]allocName] // the names made so far (copied on write)
@@ -156,6 +152,8 @@ type execAlloc struct {
 	outs []*ir.Literal // its results: the literals of bufs
 	bufs []*cpuBuffer  // the results' buffers, made before the execution
 	rels []func()      // their release functions (noRelease)
+	// call is the execution's envelope: its arguments, checked.
+	call backend.Call[*cpuBuffer]
 }
 
 var execAllocs = sync.Pool{New: func() any { return new(execAlloc) }}
@@ -208,7 +206,8 @@ func (a *execAlloc) releaseAll() {
 // collectives of a per-device program use opts.Comms and opts.Context; when
 // such an execution fails, it aborts opts.Comms (backend.ExecOptions). The
 // caller holds the arguments while it runs (backend.HoldArgs), so that a
-// Delete or a donation in another goroutine does not free them under it.
+// Delete or a donation in another goroutine does not free them under it;
+// backend.Call checks them and settles the donated ones.
 func (e *cpuExecutable) Execute(args []ir.Buffer, opts backend.ExecOptions) (res []ir.Buffer, err error) {
 	if e.exe.HasCollectives() {
 		defer func() {
@@ -227,36 +226,24 @@ func (e *cpuExecutable) Execute(args []ir.Buffer, opts backend.ExecOptions) (res
 	if n := memPools.NumDevices(); dev < 0 || dev >= n {
 		return nil, deviceError(dev, n)
 	}
-	for i, arg := range args {
-		if d := bufferDevice(arg); d != dev {
-			return nil, fmt.Errorf("argument %d (%v) is on cpu:%d, but the call runs on cpu:%d", i, arg.Type(), d, dev)
-		}
-	}
 	a := execAllocs.Get().(*execAlloc)
 	a.exe, a.dev = e, dev
 	defer func() {
+		a.call.End(err)
 		a.releaseAll()
 		a.exe = nil
 		execAllocs.Put(a)
 	}()
-	for i, arg := range args {
-		var l *ir.Literal
-		if cb, ok := arg.(*cpuBuffer); ok {
-			l, err = cb.heldLiteral() // the caller holds it (backend.HoldArgs)
+	if err := a.call.Start(cpuTarget{}, e.prog.Func.Body.Params, e.prog.Donated, args, dev, opts.DonationSite); err != nil {
+		return nil, err
+	}
+	for i, cb := range a.call.Args {
+		if i < len(e.prog.Donated) && e.prog.Donated[i] {
+			gemm.Forget(cb.lit.Data) // the call may write over it
 		} else {
-			l, err = arg.Literal()
+			cb.markReadOnly() // products may keep it packed
 		}
-		if err != nil {
-			return nil, fmt.Errorf("argument %d: %w", i, err)
-		}
-		if cb, ok := arg.(*cpuBuffer); ok {
-			if i < len(e.prog.Donated) && e.prog.Donated[i] {
-				gemm.Forget(l.Data) // the call may write over it
-			} else {
-				cb.markReadOnly() // products may keep it packed
-			}
-		}
-		a.lits = append(a.lits, l)
+		a.lits = append(a.lits, &cb.lit)
 	}
 	holdEvent(HoldEventRun)
 	n := e.exe.NumResults()
@@ -272,62 +259,61 @@ func (e *cpuExecutable) Execute(args []ir.Buffer, opts backend.ExecOptions) (res
 	if err != nil {
 		return nil, err
 	}
-	outs := a.outs
-	res = opts.Results[:0]
-	if cap(res) < len(outs) {
-		res = make([]ir.Buffer, len(outs))
-	}
-	res = res[:len(outs)]
-	var donatedUsed []bool
-	if e.donates {
-		donatedUsed = make([]bool, len(args))
-	}
-	for i, o := range outs {
-		b := a.bufs[i]
-		if j := e.aliasOf[i]; j >= 0 {
-			cb, ok := args[j].(*cpuBuffer)
-			if !ok {
-				return nil, fmt.Errorf("donated argument %d is not a CPU buffer", j)
-			}
-			_, rec, rel, err := cb.handOver(opts.DonationSite)
-			if err != nil {
-				return nil, fmt.Errorf("donated argument %d: %w", j, err)
-			}
-			donatedUsed[j] = true
-			if rec != nil {
-				rec.setArray(o.Type, "")
-				res[i] = b.wrapRecord(rec)
-			} else {
-				res[i] = b.wrapLiteral(rel)
-			}
-			continue
-		}
-		if rec := a.claim(o.Data); rec != nil {
-			rec.setArray(o.Type, "")
-			res[i] = b.wrapRecord(rec)
-		} else {
-			res[i] = b.wrapLiteral(nil) // no memory (a zero-size result)
-		}
-	}
-	for j, d := range e.prog.Donated {
-		if d && !donatedUsed[j] {
-			if cb, ok := args[j].(*cpuBuffer); ok {
-				cb.markDonated(opts.DonationSite)
-			}
+	res = backend.Results(opts, n)
+	for i, o := range a.outs {
+		if res[i], err = e.wrapResult(a, i, o, opts.DonationSite); err != nil {
+			return nil, err
 		}
 	}
 	return res, nil
 }
 
-// bufferDevice is the device of a buffer (backend.BufferDevice, without an
-// interface conversion for the CPU backend's own buffers).
-func bufferDevice(b ir.Buffer) int {
-	if cb, ok := b.(*cpuBuffer); ok {
-		return int(cb.dev)
+// wrapResult makes result i of an execution, whose literal is o, a buffer:
+// in the memory of the donated argument it reuses, taken over from that
+// argument, or in the memory the execution allocated for it.
+func (e *cpuExecutable) wrapResult(a *execAlloc, i int, o *ir.Literal, site string) (ir.Buffer, error) {
+	b := a.bufs[i]
+	if j := e.aliasOf[i]; j >= 0 {
+		if a.call.Imported(j) {
+			return nil, fmt.Errorf("donated argument %d is not a CPU buffer", j)
+		}
+		_, rec, rel, err := a.call.Args[j].handOver(site)
+		if err != nil {
+			return nil, fmt.Errorf("donated argument %d: %w", j, err)
+		}
+		if rec != nil {
+			rec.setArray(o.Type, "")
+			return b.wrapRecord(rec), nil
+		}
+		return b.wrapLiteral(rel), nil
 	}
-	d, _ := backend.BufferDevice(b)
-	return d
+	if rec := a.claim(o.Data); rec != nil {
+		rec.setArray(o.Type, "")
+		return b.wrapRecord(rec), nil
+	}
+	return b.wrapLiteral(nil), nil // no memory (a zero-size result)
 }
+
+// cpuTarget is the CPU backend to the envelope of its executions
+// (backend.ExecTarget).
+type cpuTarget struct{}
+
+func (cpuTarget) Platform() string { return "cpu" }
+
+func (cpuTarget) Own(b ir.Buffer) (*cpuBuffer, bool) {
+	cb, ok := b.(*cpuBuffer)
+	return cb, ok
+}
+
+// Import wraps another backend's contents l without copying them: the
+// execution reads l in place and the buffer frees nothing.
+func (cpuTarget) Import(l *ir.Literal, dev int) (*cpuBuffer, error) {
+	return &cpuBuffer{lit: *l, dev: uint16(dev)}, nil
+}
+
+func (cpuTarget) Placed(b *cpuBuffer) (int, bool)         { return int(b.dev), true }
+func (cpuTarget) State(b *cpuBuffer) *backend.BufferState { return &b.st }
+func (cpuTarget) Free(b *cpuBuffer)                       { b.free() }
 
 func init() {
 	backend.Register(cpuBackend{})

@@ -696,13 +696,10 @@ func (e *executable) Program() *passes.Program { return e.prog }
 func (e *executable) HostSteps() []string { return e.top.hostSteps("") }
 
 // Execute runs the steps in order on their streams, with events ordering the
-// copies against compute, and returns the result buffers.
+// copies against compute, and returns the result buffers. backend.Call
+// checks the arguments (uploading those of other backends) and settles the
+// donated ones.
 func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) (_ []trace.Buffer, err error) {
-	b := e.b
-	body := e.prog.Func.Body
-	if len(args) != len(body.Params) {
-		return nil, fmt.Errorf("cuda: %d arguments, want %d", len(args), len(body.Params))
-	}
 	defer func() {
 		if err != nil {
 			// Whatever failed, the other ranks must not wait for this
@@ -712,7 +709,7 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) (_ [
 			}
 		}
 	}()
-	g, err := b.Device(opts.Device)
+	g, err := e.b.Device(opts.Device)
 	if err != nil {
 		return nil, err
 	}
@@ -724,23 +721,22 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) (_ [
 		return nil, err
 	}
 	defer g.exit()
-	in, err := e.arguments(g, args)
-	if err != nil {
-		return nil, err
+	var call backend.Call[*Buffer]
+	if err := call.Start(target{g}, e.prog.Func.Body.Params, e.prog.Donated, args, g.ord, opts.DonationSite); err != nil {
+		return nil, fmt.Errorf("cuda: %w", err)
 	}
-	x, err := e.start(g, in, opts)
+	x, err := e.start(g, call.Args, opts)
 	if err != nil {
+		call.End(err)
 		return nil, err
 	}
 	defer func() {
 		x.end(err)
-		if err == nil {
-			e.markDonated(in, opts.DonationSite)
-		}
+		call.End(err)
 	}()
 	top := x.newFrame(reg)
 	top.top = true
-	for i, buf := range in {
+	for i, buf := range call.Args {
 		top.params[i] = loc{buf.m.ptr, buf.m.host}
 	}
 	for sp, a := range x.arenas {
@@ -762,7 +758,7 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) (_ [
 	if err := x.waitStream(g.streams[Compute]); err != nil {
 		return nil, err
 	}
-	out := make([]trace.Buffer, len(x.results))
+	out := backend.Results(opts, len(x.results))
 	for i, r := range x.results {
 		r.committed = opts.Commit
 		out[i] = r
@@ -770,54 +766,25 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) (_ [
 	return out, nil
 }
 
-// markDonated marks the donated arguments whose memory no result took
-// over (BufAlias) as donated at site, freeing their memory, as the CPU
-// backend does: a donated argument is unusable after the call whether or
-// not the program reused it (reads fail with backend.ErrDonated).
-func (e *executable) markDonated(in []*Buffer, site string) {
-	for i, x := range in {
-		if i < len(e.prog.Donated) && e.prog.Donated[i] && x.st.Donate(x.t, site) == nil {
-			_ = x.free()
-		}
-	}
+// target is device g of the backend to the envelope of its executions
+// (backend.ExecTarget).
+type target struct{ g *Backend }
+
+func (target) Platform() string { return "cuda" }
+
+func (target) Own(b trace.Buffer) (*Buffer, bool) {
+	x, ok := b.(*Buffer)
+	return x, ok
 }
 
-// arguments checks the arguments of an execution (none deleted, none
-// donated and passed twice) and uploads the ones of other backends.
-func (e *executable) arguments(b *Backend, args []trace.Buffer) ([]*Buffer, error) {
-	in := make([]*Buffer, len(args))
-	for i, a := range args {
-		x, ok := a.(*Buffer)
-		if ok {
-			// The caller may hold it (backend.HoldArgs): a buffer deleted
-			// meanwhile keeps its memory for the call.
-			if err := x.st.Usable(x.t, true); err != nil {
-				return nil, fmt.Errorf("cuda: argument %d: %w", i, err)
-			}
-		}
-		if ok && x.b != b && x.t.Space == ir.Device {
-			return nil, fmt.Errorf("cuda: argument %d (%v) is on cuda:%d, the call runs on cuda:%d: put it there first (rt.ToDevice)", i, x.t, x.b.ord, b.ord)
-		}
-		if ok && i < len(e.prog.Donated) && e.prog.Donated[i] {
-			for k, o := range args {
-				if k != i && o == a {
-					return nil, fmt.Errorf("cuda: argument %d is donated and also passed as argument %d", i, k)
-				}
-			}
-		}
-		if !ok {
-			l, err := a.Literal()
-			if err != nil {
-				return nil, fmt.Errorf("argument %d: %w", i, err)
-			}
-			if x, err = b.fromLiteral(l); err != nil {
-				return nil, err
-			}
-		}
-		in[i] = x
-	}
-	return in, nil
-}
+// Import uploads another backend's contents l to device g.
+func (t target) Import(l *ir.Literal, _ int) (*Buffer, error) { return t.g.fromLiteral(l) }
+
+// Placed is the buffer's device; pinned host memory is read from any.
+func (target) Placed(x *Buffer) (int, bool) { return x.b.ord, x.t.Space == ir.Device }
+
+func (target) State(x *Buffer) *backend.BufferState { return &x.st }
+func (target) Free(x *Buffer)                       { _ = x.free() }
 
 // start allocates the arenas and collective staging of an execution.
 func (e *executable) start(b *Backend, in []*Buffer, opts backend.ExecOptions) (*execution, error) {
