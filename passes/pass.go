@@ -161,6 +161,7 @@ var Pipeline = []Pass{
 	{Name: "constant-fold", Run: constantFold, Doc: "evaluate small all-constant ops; elementwise ops on broadcast scalars stay broadcast scalars"},
 	{Name: "dot-layout", Run: dotLayout, Doc: "fold the transposes (and head merges) feeding dot_general into its dimension numbers, so products read operands where they lie"},
 	{Name: "cse", Run: cse, Doc: "merge ops with the same code, operands and attributes within a region"},
+	{Name: "reduce-scatter", Run: reduceScatter, Doc: "an all_reduce of which a device reads only its own block (a dynamic_slice at axis_index times the block) becomes a reduce_scatter"},
 	{Name: "dce", Run: dce, Doc: "remove unused ops, unused scan ys, and unused region operands, recursively"},
 	{Name: "scan-sink", Run: scanSink, Doc: "move a cast (or another unary elementwise op) of a scan's stacked output into the body, so the stack is built in its final dtype"},
 	{Name: "recompute", Run: recompute, Doc: "copy the elementwise chain of a reduction's operand for the ops that depend on that reduction (softmax, layer norm), so fusion need not store it"},

@@ -38,7 +38,7 @@ func TestPipelineTable(t *testing.T) {
 		require.NotNil(t, p.Run, p.Name)
 		require.NotEmpty(t, p.Doc, p.Name)
 	}
-	require.Equal(t, []string{"canonicalize", "constant-fold", "dot-layout", "cse", "dce", "scan-sink", "recompute", "fusion", "schedule", "liveness", "prefetch", "buffer-assignment", "memory-analysis"}, names)
+	require.Equal(t, []string{"canonicalize", "constant-fold", "dot-layout", "cse", "reduce-scatter", "dce", "scan-sink", "recompute", "fusion", "schedule", "liveness", "prefetch", "buffer-assignment", "memory-analysis"}, names)
 }
 
 func TestCompileOptionErrors(t *testing.T) {
