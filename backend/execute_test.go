@@ -60,7 +60,7 @@ func (t *fakeTarget) Import(l *ir.Literal, dev int) (*fakeBuf, error) {
 	return b, nil
 }
 
-func (*fakeTarget) Placed(b *fakeBuf) (int, bool)  { return b.dev, !b.host }
+func (*fakeTarget) Placed(b *fakeBuf) (int, bool) { return b.dev, !b.host }
 func (*fakeTarget) State(b *fakeBuf) *BufferState { return &b.st }
 func (*fakeTarget) Free(b *fakeBuf)               { b.frees++ }
 
