@@ -68,7 +68,10 @@ const budgetDevice = settings.BudgetDevice
 // per-device program the partitioner writes (its blocks of the sharded
 // residuals, the layers it all-gathers inside a scan under FSDP, the
 // gradients it reduce-scatters), whose memory analysis is one device's, and
-// every device of the mesh then runs within bytes. Placing arguments in
+// every device of the mesh then runs within bytes. The plan's estimate and
+// its bytes are one device's too: the per-device program's arithmetic and
+// its collectives (priced with BudgetCollectiveBandwidth), a device's share
+// of each residual. Placing arguments in
 // pinned_host is for one-device programs: a sharded function's arguments
 // stay where the caller put them.
 //
@@ -96,6 +99,18 @@ func BudgetRates(matmul, elementwise, bandwidth float64) Option {
 	}
 }
 
+// BudgetCollectiveBandwidth gives the memory budget's planner the bus
+// bandwidth of a sharded function's collectives, bytes/s (NCCL's busbw:
+// an all-gather or reduce-scatter of S bytes over n devices takes
+// S·(n−1)/n / bandwidth, an all-reduce twice that), so that its step
+// estimate prices the per-device program's collectives beside its
+// arithmetic (after it, when copies run on the cores that compute; see
+// BudgetCopiesOverlap). Without it the collectives are not priced. It must
+// be positive.
+func BudgetCollectiveBandwidth(bandwidth float64) Option {
+	return func(o *jitOptions) { o.collective = &bandwidth }
+}
+
 // BudgetCopiesOverlap tells the memory budget's planner whether
 // device↔pinned_host copies run beside the arithmetic (true: a GPU's copy
 // engines, so a scan's offload transfers cost only what its compute does
@@ -104,8 +119,11 @@ func BudgetRates(matmul, elementwise, bandwidth float64) Option {
 // backend (a backend with a method CopiesOverlapCompute() bool answers it;
 // the CPU backend, whose pinned_host is emulated in host memory, copies on
 // the cores that compute, and other backends are taken to overlap), and
-// takes rates given with BudgetRates to overlap. It changes the step
-// estimate and so which plan wins.
+// takes rates given with BudgetRates to overlap. Overlapping copies also
+// overlap each other: the host link is full duplex (PCIe, NVLink-C2C; CUDA
+// copies to the device and to the host on separate streams), so the
+// estimate pays the larger of a step's copies in and out rather than their
+// sum. It changes the step estimate and so which plan wins.
 func BudgetCopiesOverlap(overlap bool) Option {
 	return func(o *jitOptions) { o.overlap = &overlap }
 }
@@ -137,6 +155,9 @@ func (o *jitOptions) resolveBudget() (int64, error) {
 	}
 	if r := o.rates; r != nil && !(r.Flop > 0 && r.Elem > 0 && r.Bandwidth > 0) {
 		return 0, fmt.Errorf("BudgetRates(%g, %g, %g): every rate must be positive", r.Flop, r.Elem, r.Bandwidth)
+	}
+	if c := o.collective; c != nil && !(*c > 0) {
+		return 0, fmt.Errorf("BudgetCollectiveBandwidth(%g): the bandwidth must be positive", *c)
 	}
 	if !o.budgetSet {
 		v, set, err := settings.MemoryBudget.Lookup()

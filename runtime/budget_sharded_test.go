@@ -162,3 +162,88 @@ func TestMemoryBudgetSharded(t *testing.T) {
 		})
 	}
 }
+
+// ringBytes counts the bytes the collectives of region r (run times times)
+// move around a ring: S·(n−1)/n for an all-gather's result or a
+// reduce-scatter's operand of S bytes over a group of n, twice that for an
+// all-reduce's operands.
+func ringBytes(r *ir.Region, times float64) float64 {
+	total := 0.0
+	for _, op := range r.Ops {
+		k := times
+		if op.Code == ir.Scan {
+			k *= float64(op.Attrs.Int("length"))
+		}
+		for _, sub := range op.Regions {
+			total += ringBytes(sub, k)
+		}
+		n := float64(op.Attrs.Int("size"))
+		switch op.Code {
+		case ir.AllGather:
+			total += float64(op.Result().Type.Bytes()) * (n - 1) / n * times
+		case ir.ReduceScatter:
+			total += float64(op.Args[0].Type.Bytes()) * (n - 1) / n * times
+		case ir.AllReduce:
+			total += 2 * float64(op.Args[0].Type.Bytes()) * (n - 1) / n * times
+		}
+	}
+	return total
+}
+
+// TestMemoryBudgetShardedEstimate: the estimate of a plan of a sharded
+// function is one device's step: the per-device program's arithmetic at
+// the rates, beside its collectives at the collective bandwidth (after
+// them, when copies share the cores), a fraction of the one-device
+// program's; and the plan's bytes are a device's.
+func TestMemoryBudgetShardedEstimate(t *testing.T) {
+	const n = 4
+	withDevices(t, n)
+	r := testseed.Rand(t, 11)
+	d := newBudgetData(budgetModel{L: 2 + r.IntN(4), B: 16, D: 32, H: 64}, r.Uint64())
+	flop, elem, bw, bus := 1e10*(1+r.Float64()), 1e9*(1+r.Float64()), 1e9*(1+r.Float64()), 1e8*(1+r.Float64())
+	rates := []rt.Option{rt.BudgetRates(flop, elem, bw), rt.BudgetCollectiveBandwidth(bus)}
+	single, err := compileBudget(t, d, budgetLayer, append(rates, rt.MemoryBudget(1<<62), rt.BudgetCopiesOverlap(false))...)
+	require.NoError(t, err)
+
+	tc := shardedBudgetCases[0] // FSDP
+	sw1 := mustSharding(t, []int{n}, []string{tc.axis}, tc.w1)
+	sw2 := mustSharding(t, []int{n}, []string{tc.axis}, tc.w2)
+	sx := mustSharding(t, []int{n}, []string{tc.axis}, tc.x)
+	compile := func(opts ...rt.Option) *rt.Compiled {
+		l, err := rt.NewJitted(budgetGrad(tc.layer(t, n)), append(append(opts, rates...), rt.InShardings(sw1, sw2, sx))...).Lower(d.w, d.xa)
+		require.NoError(t, err)
+		c, err := l.Compile()
+		require.NoError(t, err)
+		return c
+	}
+	for _, overlap := range []bool{false, true} {
+		c := compile(rt.MemoryBudget(1<<62), rt.BudgetCopiesOverlap(overlap))
+		p := c.MemoryPlan()
+		require.NotNil(t, p)
+		cost := c.CostAnalysis() // the per-device program's
+		compute := cost.DotFlops/flop + (cost.Flops-cost.DotFlops+cost.Transcendentals)/elem
+		coll := ringBytes(c.Program().Func.Body, 1) / bus
+		require.Positive(t, coll)
+		want := compute + coll
+		if overlap {
+			want = math.Max(compute, coll)
+		}
+		require.InDelta(t, compute, p.ComputeSeconds, 1e-9*compute)
+		require.InDelta(t, want, p.StepSeconds, 1e-9*want, "overlap %v: compute %g s, collectives %g s", overlap, compute, coll)
+		// A device computes its quarter of the batch: well under half of
+		// the one-device program's arithmetic.
+		require.Less(t, p.ComputeSeconds, single.MemoryPlan().ComputeSeconds/2)
+	}
+
+	// With everything kept, the residuals a device keeps fit within its
+	// temporaries.
+	c := compile(rt.MemoryBudget(1 << 62))
+	kept := int64(0)
+	for _, v := range c.MemoryPlan().Values {
+		if v.Action == "keep" {
+			kept += v.Bytes
+		}
+	}
+	require.Positive(t, kept)
+	require.LessOrEqual(t, kept, c.MemoryAnalysis().TempBytes)
+}

@@ -28,6 +28,7 @@ type jitOptions struct {
 	budgetSet    bool
 	rates        *budget.Rates // BudgetRates: the planner's rates, else measured
 	overlap      *bool         // BudgetCopiesOverlap, else the backend's
+	collective   *float64      // BudgetCollectiveBandwidth: collectives' bus bytes/s
 	probe        bool          // the rate probes: never planned nor dumped
 }
 

@@ -101,6 +101,9 @@ func (j *Jitted[F]) lowerBudget(args []any, bytes int64) (*Lowered, []*trace.Tre
 	if o := j.opts.overlap; o != nil {
 		r.Serial = !*o
 	}
+	if c := j.opts.collective; c != nil {
+		r.Collective = *c
+	}
 	tr, plan, err := budget.Plan(&planFunc[F]{j: j, args: args, weak: weak}, j.opts.name, bytes, r)
 	if err != nil {
 		return nil, nil, err

@@ -96,8 +96,9 @@ func collectiveBytes(reg *ir.Region, times float64) float64 {
 // propagation the partitioner runs lays each value out. A candidate is
 // found in f by its op, result types and line (a scan body's forward ops
 // are inlined copies of the ops the planner saw, and equal ones are laid
-// out alike); one not found, or a function whose shardings do not
-// propagate, keeps its global figures.
+// out alike), else by the shardings its result types carry; one found
+// neither way, or a function whose shardings do not propagate, keeps its
+// global figures.
 func perDeviceCands(f *ir.Func, pt *planTrace) {
 	an, err := passes.AnalyzeShardings(f)
 	if err != nil || an.Mesh == nil {
@@ -113,11 +114,13 @@ func perDeviceCands(f *ir.Func, pt *planTrace) {
 	})
 	for _, k := range sortedKeys(pt.cands) {
 		ci := pt.cands[k]
-		op := ops[key{ci.op, ci.typ, ci.loc}]
-		if op == nil {
+		var bytes int64
+		var ways float64
+		if op := ops[key{ci.op, ci.typ, ci.loc}]; op != nil {
+			bytes, ways = shareOf(op, an)
+		} else if bytes, ways = typeShare(ci.results); ways == 0 {
 			continue
 		}
-		bytes, ways := shareOf(op, an)
 		ci.bytes = bytes
 		ci.dot /= ways
 		ci.elem /= ways
@@ -147,6 +150,29 @@ func shareOf(op *ir.Op, an *passes.ShardingAnalysis) (bytes int64, ways float64)
 	for _, s := range an.Operands[op] {
 		if s != nil {
 			ways = max(ways, float64(s.NumShards()))
+		}
+	}
+	return bytes, ways
+}
+
+// typeShare returns one device's bytes of the device values of types and
+// the ways they are split, when each carries its sharding (a sharding
+// constraint's result, which the traced function no longer holds as an
+// op); ways is 0 when one does not.
+func typeShare(types []ir.Type) (bytes int64, ways float64) {
+	ways = 1
+	for _, t := range types {
+		s := t.Sharding
+		if s == nil {
+			return 0, 0
+		}
+		shape, err := s.ShardShape(t.Shape)
+		if err != nil {
+			return 0, 0
+		}
+		ways = max(ways, float64(s.NumShards()))
+		if t.Space == ir.Device {
+			bytes += ir.Type{DType: t.DType, Shape: shape}.Bytes()
 		}
 	}
 	return bytes, ways

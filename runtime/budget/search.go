@@ -34,6 +34,7 @@ type candInfo struct {
 	op, typ, loc string
 	name         string // the checkpoint name of a checkpoint_name op
 	bytes        int64  // device bytes per iteration
+	results      []ir.Type
 	iters        int
 	dot, elem    float64 // FLOPs per iteration (matrix products, the rest)
 	carry        bool
@@ -74,6 +75,7 @@ func (p *planTrace) Decide(c trace.RematCandidate) trace.RematDecision {
 	var types []string
 	for _, r := range op.Results {
 		types = append(types, r.Type.String())
+		info.results = append(info.results, r.Type)
 		if r.Type.Space == ir.Device {
 			info.bytes += r.Type.Bytes()
 		} else {
