@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ferryml/ferry/ir"
@@ -148,11 +146,10 @@ type FSDPReport struct {
 	Planned       *FSDPStep `json:"planned,omitempty"`
 	Minimum       int64     `json:"minimum_bytes,omitempty"`
 	Error         string    `json:"error,omitempty"`
-	// Plan is the planner's plan (its values have their global types).
+	// Plan is the planner's plan (its values have their global types and
+	// one device's bytes; its estimate is one device's step).
 	Plan *passes.MemoryPlan `json:"plan,omitempty"`
-	// PerDevice is the plan's bytes per action on one device: the bytes of
-	// a value split over the mesh (by sequence, or by the FSDP split of a
-	// layer's parameters) divided by the device count.
+	// PerDevice is the plan's bytes per action on one device.
 	PerDevice   map[string]int64 `json:"per_device_action_bytes,omitempty"`
 	CompileSecs float64          `json:"compile_seconds"`
 }
@@ -199,7 +196,7 @@ func planFSDP(sz Size, n int, budget int64) (*FSDPReport, error) {
 	l := newFSDPLayout(mesh, p, ids)
 	compile := func(b int64) (*rt.Compiled, error) {
 		low, err := rt.NewJitted(l.step, rt.WithName("llama_fsdp_step"), rt.Donate(0, 1), rt.InShardings(l.in...), rt.OutShardings(l.out...),
-			rt.MemoryBudget(b), rt.BudgetRates(h100MatmulFlops, h100ElemFlops, h100HostBytes)).Lower(p, s, ids, targets)
+			rt.MemoryBudget(b), rt.BudgetRates(h100MatmulFlops, h100ElemFlops, h100HostBytes), rt.BudgetCollectiveBandwidth(h100BusBytes)).Lower(p, s, ids, targets)
 		if err != nil {
 			return nil, err
 		}
@@ -234,20 +231,9 @@ func planFSDP(sz Size, n int, budget int64) (*FSDPReport, error) {
 	r.Fits, r.Plan, r.Planned = true, fitted.MemoryPlan(), fsdpStepOf(fitted, n)
 	r.PerDevice = map[string]int64{}
 	for _, v := range r.Plan.Values {
-		r.PerDevice[v.Action] += perDevice(v, sz.Batch, n)
+		r.PerDevice[v.Action] += v.Bytes // a device's (the planner plans per device)
 	}
 	return r, nil
-}
-
-// perDevice is the bytes of planned value v on one of n devices: split
-// when its type carries a sharding over the mesh (a layer's parameters)
-// or its leading axis is the global batch (an activation), whole
-// otherwise.
-func perDevice(v passes.PlannedValue, batch, n int) int64 {
-	if strings.Contains(v.Type, "sharding<") || strings.Contains(v.Type, "["+strconv.Itoa(batch)+",") {
-		return v.Bytes / int64(n)
-	}
-	return v.Bytes
 }
 
 func (r *FSDPReport) print(w io.Writer) {
@@ -274,9 +260,9 @@ func (r *FSDPReport) print(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %10s per device (the plan's residuals by action, a value and its views each counted)\n", a+":", gib(r.PerDevice[a]))
 	}
 	q.printTime(w, r.Devices)
-	fmt.Fprintf(w, "  = %.2f× the unconstrained sharded step (%.2f× overlapped); the planner's own estimate, %.3f s, prices the program before partitioning (all %d sequences)\n\n",
-		q.Serial/u.Serial, q.Overlapped/u.Overlapped, r.Plan.StepSeconds, r.GlobalBatch)
-	fmt.Fprintln(w, "the plan (global types: a device holds its split of each value):")
+	fmt.Fprintf(w, "  = %.2f× the unconstrained sharded step (%.2f× overlapped); the planner's own estimate of the per-device step: %.3f s\n\n",
+		q.Serial/u.Serial, q.Overlapped/u.Overlapped, r.Plan.StepSeconds)
+	fmt.Fprintln(w, "the plan (global types, one device's bytes):")
 	fmt.Fprintln(w, r.Plan.String())
 }
 
