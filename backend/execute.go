@@ -177,3 +177,20 @@ func Results(opts ExecOptions, n int) []ir.Buffer {
 	}
 	return make([]ir.Buffer, n)
 }
+
+// AbortComms aborts the communicators of a per-device execution that
+// failed with err (ExecOptions.Comms and DeviceComms), so that the other
+// devices' collectives return an error instead of waiting for this one's.
+// A second Abort of a communicator changes nothing.
+func AbortComms(opts ExecOptions, err error) {
+	for _, c := range opts.Comms {
+		if c != nil {
+			c.Abort(err)
+		}
+	}
+	for _, c := range opts.DeviceComms {
+		if c != nil {
+			_ = c.Abort()
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferryml/ferry/collective"
 	"github.com/ferryml/ferry/internal/testkit/testseed"
 	"github.com/ferryml/ferry/ir"
 )
@@ -300,5 +301,43 @@ func TestCallAllocatesNothing(t *testing.T) {
 	run()
 	if n := testing.AllocsPerRun(100, run); n != 0 {
 		t.Fatalf("%v allocations per call, want 0", n)
+	}
+}
+
+// abortComm is a communicator that records its aborts.
+type abortComm struct {
+	collective.Communicator
+	errs []error
+}
+
+func (c *abortComm) Abort(err error) { c.errs = append(c.errs, err) }
+
+// abortDeviceComm is a device communicator that counts its aborts.
+type abortDeviceComm struct {
+	DeviceCommunicator
+	n int
+}
+
+func (c *abortDeviceComm) Abort() error { c.n++; return nil }
+
+// TestAbortComms: every communicator of a failed execution is aborted
+// once, with the execution's error where the kind takes one.
+func TestAbortComms(t *testing.T) {
+	r := testseed.Rand(t, 4)
+	failed := errors.New("device 1 failed")
+	opts := ExecOptions{Comms: map[string]collective.Communicator{}, DeviceComms: map[string]DeviceCommunicator{}}
+	var cs []*abortComm
+	var ds []*abortDeviceComm
+	for i := range 1 + r.IntN(3) {
+		c, d := &abortComm{}, &abortDeviceComm{}
+		cs, ds = append(cs, c), append(ds, d)
+		opts.Comms[fmt.Sprint("x", i)], opts.DeviceComms[fmt.Sprint("y", i)] = c, d
+	}
+	opts.Comms["nil"] = nil
+	AbortComms(opts, failed)
+	for i := range cs {
+		if len(cs[i].errs) != 1 || cs[i].errs[0] != failed || ds[i].n != 1 {
+			t.Fatalf("communicator %d aborted with %v, device communicator %d times; want once each", i, cs[i].errs, ds[i].n)
+		}
 	}
 }

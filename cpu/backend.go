@@ -213,12 +213,8 @@ func (e *cpuExecutable) Execute(args []ir.Buffer, opts backend.ExecOptions) (res
 		defer func() {
 			if err != nil {
 				// The executor aborts on its own errors; these are the
-				// ones before it runs (a second Abort changes nothing).
-				for _, c := range opts.Comms {
-					if c != nil {
-						c.Abort(err)
-					}
-				}
+				// ones before it runs.
+				backend.AbortComms(opts, err)
 			}
 		}()
 	}

@@ -704,9 +704,7 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) (_ [
 		if err != nil {
 			// Whatever failed, the other ranks must not wait for this
 			// one's collectives (ExecOptions.DeviceComms).
-			for _, c := range opts.DeviceComms {
-				_ = c.Abort()
-			}
+			backend.AbortComms(opts, err)
 		}
 	}()
 	g, err := e.b.Device(opts.Device)
