@@ -101,3 +101,59 @@ func ExampleBudgetRates() {
 	// priced at the given rates: true
 	// step estimate under a millisecond: true
 }
+
+// A sharded function's plan is one device's: BudgetCollectiveBandwidth
+// prices the per-device program's collectives (here at 450 GB/s of bus
+// bandwidth, NVLink's) in its step estimate, beside its arithmetic or, as
+// with BudgetCopiesOverlap(false), after it.
+func ExampleBudgetCollectiveBandwidth() {
+	if err := rt.SetCPUDeviceCount(4); err != nil {
+		panic(err)
+	}
+	defer rt.ConfigureMemory(rt.MemoryConfig{})
+	mesh, err := ir.NewMesh([]int{4}, []string{"fsdp"})
+	if err != nil {
+		panic(err)
+	}
+	shard := func(spec ir.PartitionSpec) *ir.NamedSharding {
+		s, err := ir.NewNamedSharding(mesh, spec)
+		if err != nil {
+			panic(err)
+		}
+		return s
+	}
+	stacked, layer, batch := shard(ir.P("", "fsdp", "")), shard(ir.P("fsdp", "")), shard(ir.P("fsdp", ""))
+	type W struct{ W1, W2 *trace.Array }
+	// FSDP: each device holds a quarter of every layer and of the batch.
+	grad := func(w W, x *trace.Array) W {
+		return trace.Grad(func(w W) *trace.Array {
+			y, _ := trace.ScanTree(func(x *trace.Array, w W) (*trace.Array, struct{}) {
+				w1, w2 := trace.WithShardingConstraint(w.W1, layer), trace.WithShardingConstraint(w.W2, layer)
+				h := trace.MatMul(trace.Tanh(trace.MatMul(x, w1)), w2)
+				return trace.WithShardingConstraint(h, batch), struct{}{}
+			}, x, w)
+			return trace.Sum(y)
+		})(w)
+	}
+	w := W{W1: trace.Zeros(ir.Shape{8, 64, 256}, ir.Float32), W2: trace.Zeros(ir.Shape{8, 256, 64}, ir.Float32)}
+	x := trace.Zeros(ir.Shape{128, 64}, ir.Float32)
+	plan := func(opts ...rt.Option) float64 {
+		opts = append(opts, rt.InShardings(stacked, stacked, batch), rt.MemoryBudget(1<<40),
+			rt.BudgetRates(1e15, 5e13, 5e10), rt.BudgetCopiesOverlap(false))
+		l, err := rt.NewJitted(grad, opts...).Lower(w, x)
+		if err != nil {
+			panic(err)
+		}
+		c, err := l.Compile()
+		if err != nil {
+			panic(err)
+		}
+		p := c.MemoryPlan()
+		return p.StepSeconds - p.ComputeSeconds // what is not arithmetic
+	}
+	fmt.Println("collectives unpriced:", plan() == 0)
+	fmt.Println("collectives priced:", plan(rt.BudgetCollectiveBandwidth(450e9)) > 0)
+	// Output:
+	// collectives unpriced: true
+	// collectives priced: true
+}
