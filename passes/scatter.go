@@ -32,17 +32,72 @@ import (
 // all_reduce (or a value of the chain) with another use, a slice of another
 // block than the device's own (another axis, another offset, another block
 // size), a slice along two dimensions. The ops of the old chain become dead
-// and dce removes them. The rewrite works in every region, scan bodies
-// included (a layer scan's weight gradient is resharded inside the body).
+// and dce removes them.
+//
+// The rewrite works in every region, scan bodies included (a layer scan's
+// weight gradient resharded inside the body), and across a scan's
+// boundary: where a body's ys result is such a chain and the stacked ys'
+// only use slices the device's block of a dimension after the stacked
+// one, the body reduce-scatters instead and the scan stacks the blocks.
 func reduceScatter(s *State) error {
 	u := countUses(s.Func.Body)
+	stacked := map[*ir.Op]*ir.Value{}
+	_ = walkRegions(s.Func.Body, false, func(r *ir.Region) error {
+		for _, op := range r.Ops {
+			if v := u.scatterYs(s.Func, op); v != nil {
+				stacked[op] = v
+			}
+		}
+		return nil
+	})
 	return rewriteOps(s.Func, func(f *ir.Func, op *ir.Op) ([]*ir.Value, []*ir.Op) {
-		m := u.matchOwnBlock(op)
-		if m == nil {
+		if v := stacked[op]; v != nil {
+			return []*ir.Value{v}, nil
+		}
+		if op.Code != ir.DynamicSlice {
 			return nil, nil
 		}
-		return m.build(f, op)
+		m := u.chain(op.Args[0], u.region[op])
+		if m == nil || !m.slices(op, 0) {
+			return nil, nil
+		}
+		v, ops := m.build(f, op.Result().Type, op.Loc)
+		if v == nil {
+			return nil, nil
+		}
+		return []*ir.Value{v}, ops
 	})
+}
+
+// scatterYs rewrites the scan whose stacked ys op, a dynamic_slice, takes
+// the device's block of, when the body's ys value is an all_reduce chain
+// used only there: the body returns the reduce-scattered block instead and
+// the scan's result becomes op's type. It returns the scan's result, which
+// replaces op's, or nil (and changes nothing).
+func (u *useCounts) scatterYs(f *ir.Func, op *ir.Op) *ir.Value {
+	if op.Code != ir.DynamicSlice {
+		return nil
+	}
+	ys := op.Args[0]
+	scan := ys.Op
+	if scan == nil || scan.Code != ir.Scan || ys.Index < scan.Attrs.Int("num_carry") || u.uses[ys] != 1 || u.region[scan] != u.region[op] {
+		return nil
+	}
+	body := scan.Regions[0]
+	m := u.chain(body.Results[ys.Index], body)
+	if m == nil || !m.slices(op, 1) {
+		return nil
+	}
+	m.dim--
+	want := op.Result().Type
+	v, ops := m.build(f, want.WithShape(want.Shape[1:].Clone()), op.Loc)
+	if v == nil {
+		return nil
+	}
+	body.Ops = append(body.Ops, ops...)
+	body.Results[ys.Index] = v
+	ys.Type = want
+	return ys
 }
 
 // useCounts counts the uses of every value of a function (as an operand,
@@ -70,24 +125,18 @@ func countUses(r *ir.Region) *useCounts {
 	return u
 }
 
-// ownBlock is a matched all_reduce, chain and dynamic_slice.
+// ownBlock is a matched all_reduce and chain of ops after it.
 type ownBlock struct {
 	ar       *ir.Op     // the all_reduce
-	perm     []int      // slice operand dimension i is all_reduce dimension perm[i]
+	perm     []int      // the chain's value dimension i is all_reduce dimension perm[i]
 	converts []ir.DType // the chain's converts, first applied first
-	dim      int        // the sliced dimension (of the slice's operand)
+	dim      int        // the dimension of the chain's value that is scattered
 }
 
-// matchOwnBlock returns the match of op, a dynamic_slice, or nil.
-func (u *useCounts) matchOwnBlock(op *ir.Op) *ownBlock {
-	if op.Code != ir.DynamicSlice || len(op.Args) < 1 {
-		return nil
-	}
-	reg := u.region[op]
-	m := &ownBlock{}
-	v := op.Args[0]
-	rank := v.Type.Rank()
-	m.perm = make([]int, rank)
+// chain matches v, a value of region reg: a sum all_reduce followed by
+// transposes and converts, each value used once and defined in reg; or nil.
+func (u *useCounts) chain(v *ir.Value, reg *ir.Region) *ownBlock {
+	m := &ownBlock{perm: make([]int, v.Type.Rank())}
 	for i := range m.perm {
 		m.perm[i] = i
 	}
@@ -115,15 +164,13 @@ func (u *useCounts) matchOwnBlock(op *ir.Op) *ownBlock {
 		v = d.Args[0]
 	}
 	slices.Reverse(m.converts)
-	if m.dim = m.slicedDim(op); m.dim < 0 {
-		return nil
-	}
 	return m
 }
 
-// slicedDim returns the one dimension op slices, when it takes the
-// device's own block of it along the all_reduce's group, or -1.
-func (m *ownBlock) slicedDim(op *ir.Op) int {
+// slices reports whether op, a dynamic_slice, takes the device's own block
+// along the all_reduce's group of one dimension (at or after lead) of its
+// operand and the whole of every other dimension; it sets m.dim to it.
+func (m *ownBlock) slices(op *ir.Op, lead int) bool {
 	shape, sizes := op.Args[0].Type.Shape, op.Attrs.Ints("sizes")
 	n := m.ar.Attrs.Int("size")
 	dim := -1
@@ -131,15 +178,16 @@ func (m *ownBlock) slicedDim(op *ir.Op) int {
 		if sizes[d] == shape[d] {
 			continue // a whole dimension: its start is clamped to 0
 		}
-		if dim >= 0 {
-			return -1
+		if dim >= 0 || d < lead {
+			return false
 		}
 		dim = d
 	}
 	if dim < 0 || n < 2 || sizes[dim]*n != shape[dim] || !m.ownStart(op.Args[1+dim], sizes[dim]) {
-		return -1
+		return false
 	}
-	return dim
+	m.dim = dim
+	return true
 }
 
 // ownStart reports whether start is the device's rank along the
@@ -165,10 +213,10 @@ func (m *ownBlock) ownStart(start *ir.Value, k int) bool {
 	return isIndex(a) && isConst(b, k) || isIndex(b) && isConst(a, k)
 }
 
-// build returns the reduce_scatter (after the composed transpose, before
-// the converts) that replaces op, and its ops; nil if a type does not come
-// out as op's.
-func (m *ownBlock) build(f *ir.Func, op *ir.Op) ([]*ir.Value, []*ir.Op) {
+// build returns the reduce_scatter of the all_reduce's operand along m.dim
+// (after the chain's transposes, composed, and before its converts) and
+// its ops; nil unless its type is want.
+func (m *ownBlock) build(f *ir.Func, want ir.Type, loc string) (*ir.Value, []*ir.Op) {
 	var ops []*ir.Op
 	add := func(code ir.Code, x *ir.Value, attrs ir.Attrs, loc string) *ir.Value {
 		if x == nil {
@@ -184,15 +232,15 @@ func (m *ownBlock) build(f *ir.Func, op *ir.Op) ([]*ir.Value, []*ir.Op) {
 	}
 	x := m.ar.Args[0]
 	if !identityPerm(m.perm) {
-		x = add(ir.Transpose, x, ir.Attrs{"perm": slices.Clone(m.perm)}, op.Loc)
+		x = add(ir.Transpose, x, ir.Attrs{"perm": slices.Clone(m.perm)}, loc)
 	}
 	a := m.ar.Attrs
 	x = add(ir.ReduceScatter, x, ir.Attrs{"axis": a.String("axis"), "size": a.Int("size"), "dimension": m.dim, "tiled": true}, m.ar.Loc)
 	for _, dt := range m.converts {
-		x = add(ir.Convert, x, ir.Attrs{"dtype": dt}, op.Loc)
+		x = add(ir.Convert, x, ir.Attrs{"dtype": dt}, loc)
 	}
-	if x == nil || !x.Type.Equal(op.Result().Type) {
+	if x == nil || !x.Type.Equal(want) {
 		return nil, nil
 	}
-	return []*ir.Value{x}, ops
+	return x, ops
 }

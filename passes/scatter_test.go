@@ -125,6 +125,31 @@ var scatterCases = []scatterCase{
 			}
 			return append(carry, ys...)
 		}},
+	// The body returns the whole sum as ys, the device's block of the stack is sliced after the scan.
+	{name: "scan ys", scattered: true, tol: 1e-5, params: []string{"sharding<mesh[x=4], [{},x,{}]>"},
+		results: []string{"sharding<mesh[x=4], [{},{},x]>"},
+		ir: `func @g(%21: f32[3,8,12]) -> (f32[3,12,2]) {
+  %31 = scan(%21) {length=3, num_carry=0, num_consts=0, reverse=true} (
+    ^(%0: f32[8,12]) {
+      %1 = all_reduce(%0) {axis="x", reduction="sum", size=4} : f32[8,12]
+      %4 = transpose(%1) {perm=[1,0]} : f32[12,8]
+      return %4
+    }) : f32[3,12,8]
+  %10 = axis_index() {axis="x", size=4} : i32[]
+  %11 = constant() {value=dense<i32[], 2>} : i32[]
+  %2 = mul(%10, %11) : i32[]
+  %3 = constant() {value=dense<i32[], 0>} : i32[]
+  %5 = dynamic_slice(%31, %3, %3, %2) {sizes=[3,12,2]} : f32[3,12,2]
+  return %5
+}`,
+		ref: func(a []*ir.Literal) []float64 {
+			var ys []float64
+			for l := range 3 {
+				s := blockSum(a[0], l*32*12)
+				ys = append(ys, grid(12, 8, func(i, j int) float64 { return s(j, i) })...)
+			}
+			return ys
+		}},
 	// Near misses: the all_reduce stays.
 	{name: "another device's block", params: []string{rows}, results: []string{rows},
 		ir: `func @g(%0: f32[8,12]) -> (f32[2,12]) {
@@ -150,6 +175,19 @@ var scatterCases = []scatterCase{
   %7 = mul(%10, %5) : i32[]
   %4 = dynamic_slice(%1, %7, %3) {sizes=[2,12]} : f32[2,12]
   return %4
+}`},
+	{name: "scan ys sliced along the stack", params: []string{"sharding<mesh[x=4], [{},x,{}]>"},
+		results: []string{"sharding<mesh[x=4], [x,{},{}]>"},
+		ir: `func @g(%21: f32[4,8,12]) -> (f32[1,8,12]) {
+  %31 = scan(%21) {length=4, num_carry=0, num_consts=0, reverse=false} (
+    ^(%0: f32[8,12]) {
+      %1 = all_reduce(%0) {axis="x", reduction="sum", size=4} : f32[8,12]
+      return %1
+    }) : f32[4,8,12]
+  %10 = axis_index() {axis="x", size=4} : i32[]
+  %3 = constant() {value=dense<i32[], 0>} : i32[]
+  %5 = dynamic_slice(%31, %10, %3, %3) {sizes=[1,8,12]} : f32[1,8,12]
+  return %5
 }`},
 	{name: "second use", params: []string{rows}, results: []string{rows, whole},
 		ir: `func @g(%0: f32[8,12]) -> (f32[2,12], f32[8,12]) {
