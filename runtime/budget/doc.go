@@ -15,8 +15,10 @@
 // The search: it traces the function with every residual kept, compiles it
 // and reads the memory analysis; over the budget, it orders the residuals
 // the backward pass reads by estimated cost per byte saved (recompute: the
-// op's arithmetic at the rates; offload: the transfers to pinned_host and
-// back, less what the scan's compute hides), takes the cheapest option for
+// op's arithmetic at the rates, none for a view of the scope's inputs,
+// which is never offloaded; offload: the transfers to pinned_host and
+// back, less what the scan's compute hides, the link's two directions
+// overlapping unless the copies share the cores), takes the cheapest option for
 // each in that order, and searches (by bisection over that order, re-tracing
 // and compiling each try) for the shortest prefix that fits. Recomputing a
 // value can make its operands residuals: they join the order.
@@ -25,6 +27,10 @@
 // them in each trace, rewrites the top level for the ones it offloads or
 // recomputes (from the arguments, by the ops between them), and orders
 // them with the others as the candidates of one more scope.
+//
+// A sharded function is planned and priced per device: the per-device
+// program's arithmetic and collectives (perdevice.go), each residual's
+// share of a device.
 //
 // MaxCompiles bounds the tries of one bisection. When no plan of the
 // residuals fits, arguments move to pinned_host: the fewest copies per byte

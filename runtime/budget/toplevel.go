@@ -171,6 +171,10 @@ func (c *topCand) info() *candInfo {
 		device: true, needed: true, top: true, noRecompute: c.seg == nil, segDot: c.dot, segElem: c.elem}
 	cost := passes.OpCost(op)
 	ci.dot, ci.elem = cost.DotFlops, max(cost.Flops-cost.DotFlops+cost.Transcendentals, float64(c.v.Type.Size()))
+	if ci.reread = c.seg != nil && rereadable(op); ci.reread {
+		// A view of the arguments: taken again, never offloaded.
+		ci.dot, ci.elem, ci.segDot, ci.segElem = 0, 0, 0, 0
+	}
 	return ci
 }
 
