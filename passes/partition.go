@@ -38,7 +38,10 @@ type Partitioned struct {
 // from its blocks of the operands: it reshards an operand whose layout is
 // not the one the op's rule wants (all-gather along the dimensions whose
 // split must change, then local slicing with offsets from axis_index),
-// combines partial reductions with an all-reduce over the partial axes, and
+// combines partial reductions with an all-reduce over the partial axes (a
+// reduce-scatter where every user wants the sum split along those axes; where
+// the split is taken later, after a transpose or from a scan's ys, the
+// Pipeline's reduce-scatter pass turns the all-reduce into one), and
 // rewrites the shape attributes (broadcast_in_dim, reshape, dynamic_slice,
 // slice along split dimensions) and iota (whose split dimension counts from
 // the device's offset, so that random bits, which are elementwise functions
