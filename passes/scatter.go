@@ -6,10 +6,10 @@ import (
 	"github.com/ferryml/ferry/ir"
 )
 
-// reduceScatter turns an all_reduce whose sum only one device block is read
-// of into a reduce_scatter. The pattern is the one the partitioner leaves
-// where a partial sum (a weight's gradient under FSDP, say) is combined
-// whole and then resharded to its users' split layout:
+// reduceScatter turns an all_reduce of whose sum each device reads only its
+// own block into a reduce_scatter. The pattern is the one the partitioner
+// leaves where a partial sum (a weight's gradient under FSDP, say) is
+// combined whole and then resharded to its users' split layout:
 //
 //	%s = all_reduce(%x) {axis="a", size=n, reduction="sum"}
 //	%t = transpose(%s) / convert(%s)          (any chain, each value used once)
