@@ -193,13 +193,16 @@ func resultTypes(op *ir.Op) string {
 // rereadable reports whether op only views the inputs of its scope (a
 // scan body's parameters: the layer's slice of a stacked argument; a
 // function's arguments; or such a slice of an argument in pinned_host, as
-// streamed in), through reshapes, transposes, slices and sharding
-// constraints: the backward pass can take it again from those inputs,
-// which stay live, at no arithmetic, so it is recomputed rather than
-// offloaded (FSDP's sharding constraint on a layer's parameter slice, say).
+// streamed in), through reshapes, transposes and slices: the backward pass
+// can take it again from those inputs, which stay live, at no arithmetic,
+// so it is recomputed rather than offloaded. A sharding constraint is not
+// such a view: under FSDP the partitioner gathers what it constrains, and
+// taking it again in the backward pass gathers it a second time beside the
+// backward's own gather (measured: examples/sharded's FSDP step no longer
+// fit half its memory when its layers' constraints were taken again).
 func rereadable(op *ir.Op) bool {
 	switch op.Code {
-	case ir.Reshape, ir.Transpose, ir.Slice, ir.DynamicSlice, ir.ShardingConstraint:
+	case ir.Reshape, ir.Transpose, ir.Slice, ir.DynamicSlice:
 	default:
 		return false
 	}
