@@ -82,18 +82,11 @@ func runDecoder[M any](w io.Writer, cfg Config, dec Decoder[M]) (*Report, error)
 	fmt.Fprintf(w, "held-out answers before fine-tuning: %v\n\n", rep.HeldBefore)
 
 	ids, mask := train.batch(make([]int, cfg.Batch))
-	base, planned, budget, note, err := planBudget(step, []any{m, st, ids, mask}, cfg.Budget)
+	base, planned, err := planStep(w, cfg, rep, step, []any{m, st, ids, mask})
+	deleteTree(ids, mask)
 	if err != nil {
 		return nil, err
 	}
-	deleteTree(ids, mask)
-	rep.TotalBytes, rep.Budget, rep.PlannedBytes = base.MemoryAnalysis().TotalBytes(), budget, planned.MemoryAnalysis().TotalBytes()
-	fmt.Fprintf(w, "training step (batch %d, %d tokens each): unconstrained device total %s; budget %s (%.0f%%)\n",
-		cfg.Batch, cfg.Seq, mib(rep.TotalBytes), mib(budget), 100*float64(budget)/float64(rep.TotalBytes))
-	if note != "" {
-		fmt.Fprintln(w, note)
-	}
-	printPlan(w, cfg, planned)
 
 	if cfg.Measure > 0 {
 		m0, s0, run0, err := trainLoop(base, m, st, cfg.Measure, lmBatches(train, cfg.Batch, cfg.Seed), nil)

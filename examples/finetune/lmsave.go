@@ -75,11 +75,7 @@ func saveDecoder[M any](w io.Writer, cfg Config, dec Decoder[M], m M, heldOut []
 			}
 		}
 	}
-	data, err := json.Marshal(probe)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(out, "logits.json"), data, 0o644); err != nil {
+	if err := writeJSON(filepath.Join(out, "logits.json"), probe); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "reloaded the directory: the logits of %d held-out sequences differ from the trained model's by at most %g\n", len(probes), rep.Reload)

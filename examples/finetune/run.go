@@ -81,18 +81,11 @@ func run(w io.Writer, cfg Config) (*Report, error) {
 	fmt.Fprintf(w, "held-out accuracy before fine-tuning (a new head): %.3f\n\n", rep.AccBefore)
 
 	ids, mask, labels := train.batch(make([]int, cfg.Batch))
-	base, planned, budget, note, err := planBudget(step, []any{cls, st, ids, mask, labels}, cfg.Budget)
+	base, planned, err := planStep(w, cfg, rep, step, []any{cls, st, ids, mask, labels})
+	deleteTree(ids, mask, labels)
 	if err != nil {
 		return nil, err
 	}
-	deleteTree(ids, mask, labels)
-	rep.TotalBytes, rep.Budget, rep.PlannedBytes = base.MemoryAnalysis().TotalBytes(), budget, planned.MemoryAnalysis().TotalBytes()
-	fmt.Fprintf(w, "training step (batch %d, %d tokens each): unconstrained device total %s; budget %s (%.0f%%)\n",
-		cfg.Batch, cfg.Seq, mib(rep.TotalBytes), mib(budget), 100*float64(budget)/float64(rep.TotalBytes))
-	if note != "" {
-		fmt.Fprintln(w, note)
-	}
-	printPlan(w, cfg, planned)
 
 	// The unconstrained program, measured from the same start and thrown away.
 	if cfg.Measure > 0 {

@@ -105,11 +105,7 @@ func saveAndReload(w io.Writer, out string, src *Source, cls Classifier, rep *Re
 			rep.Reload = math.Max(rep.Reload, math.Abs(probe.Logits[i][j]-trained.Logits[i][j]))
 		}
 	}
-	data, err := json.Marshal(probe)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(out, "embeddings.json"), data, 0o644); err != nil {
+	if err := writeJSON(filepath.Join(out, "embeddings.json"), probe); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "reloaded with hf.LoadBert: the embeddings and logits of %d sentences differ from the trained model's by at most %g\n", len(probeSentences), rep.Reload)
@@ -118,6 +114,15 @@ func saveAndReload(w io.Writer, out string, src *Source, cls Classifier, rep *Re
 		return fmt.Errorf("the reloaded model's outputs differ from the trained one's by %g", rep.Reload)
 	}
 	return nil
+}
+
+// writeJSON writes v as the JSON file path.
+func writeJSON(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
 }
 
 // probeOutputs runs c on probeSentences, padded to the longest.

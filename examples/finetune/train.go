@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	goruntime "runtime"
 	"sort"
@@ -187,6 +188,24 @@ func planBudget[F any](step F, args []any, frac float64) (base, planned *rt.Comp
 		planned, err = compileStep(step, args, rt.MemoryBudget(budget))
 	}
 	return base, planned, budget, note, err
+}
+
+// planStep plans the step of a batch of cfg.Batch×cfg.Seq tokens under
+// cfg.Budget (planBudget), records the two programs' device totals and the
+// budget in rep, and prints them with the plan.
+func planStep[F any](w io.Writer, cfg Config, rep *Report, step F, args []any) (base, planned *rt.Compiled, err error) {
+	base, planned, budget, note, err := planBudget(step, args, cfg.Budget)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep.TotalBytes, rep.Budget, rep.PlannedBytes = base.MemoryAnalysis().TotalBytes(), budget, planned.MemoryAnalysis().TotalBytes()
+	fmt.Fprintf(w, "training step (batch %d, %d tokens each): unconstrained device total %s; budget %s (%.0f%%)\n",
+		cfg.Batch, cfg.Seq, mib(rep.TotalBytes), mib(budget), 100*float64(budget)/float64(rep.TotalBytes))
+	if note != "" {
+		fmt.Fprintln(w, note)
+	}
+	printPlan(w, cfg, planned)
+	return base, planned, nil
 }
 
 // Run is what one compiled step did over some calls: the measured device

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/ferryml/ferry/ir"
@@ -162,60 +161,25 @@ func runGenerate(w io.Writer, o options) error {
 	if err := s.batcher.Close(ctx); err != nil {
 		return err
 	}
-	rep.print(w, o, s.batcher.Stats(), s.compiles()-compiles)
+	rep.printGen(w, o, s.batcher.Stats(), s.compiles()-compiles)
 	if rep.failed > 0 {
 		return errors.New("some requests failed")
 	}
 	return nil
 }
 
-// genReport is what the generation load test measured.
-type genReport struct {
-	requests, tokens, rejected, failed int
-	latencies                          []time.Duration
-	elapsed                            time.Duration
-}
-
 // genLoad runs o.clients clients against url for o.duration, each posting
 // greedy requests of a random prompt of 1 to 16 tokens and 1 to
 // o.maxTokens new tokens.
-func genLoad(url string, vocab int, cfg serve.GenConfig, o options) *genReport {
-	rep := &genReport{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(o.duration)
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.clients}}
-	for c := range o.clients {
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(c), 2))
-			for time.Now().Before(deadline) {
-				n := 1 + r.IntN(cfg.MaxTokens)
-				ids := make([]int32, 1+r.IntN(min(16, cfg.MaxLen-n+1)))
-				for i := range ids {
-					ids[i] = int32(r.IntN(vocab))
-				}
-				t0 := time.Now()
-				status, got := postGenerate(client, url, serve.GenerateRequest{IDs: ids, MaxTokens: n})
-				lat := time.Since(t0)
-				mu.Lock()
-				switch status {
-				case http.StatusOK:
-					rep.requests++
-					rep.tokens += got
-					rep.latencies = append(rep.latencies, lat)
-				case http.StatusServiceUnavailable:
-					rep.rejected++
-				default:
-					rep.failed++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	rep.elapsed = time.Since(start)
-	return rep
+func genLoad(url string, vocab int, cfg serve.GenConfig, o options) *report {
+	return runLoad(o, 2, func(client *http.Client, r *rand.Rand) (int, int) {
+		n := 1 + r.IntN(cfg.MaxTokens)
+		ids := make([]int32, 1+r.IntN(min(16, cfg.MaxLen-n+1)))
+		for i := range ids {
+			ids[i] = int32(r.IntN(vocab))
+		}
+		return postGenerate(client, url, serve.GenerateRequest{IDs: ids, MaxTokens: n})
+	})
 }
 
 // postGenerate sends one request: its status (0 when it did not get one)
@@ -239,12 +203,12 @@ func postGenerate(client *http.Client, url string, req serve.GenerateRequest) (i
 }
 
 // print writes the report.
-func (rep *genReport) print(w io.Writer, o options, s serve.GenStats, compiles int64) {
+func (rep *report) printGen(w io.Writer, o options, s serve.GenStats, compiles int64) {
 	slices.Sort(rep.latencies)
 	sec := rep.elapsed.Seconds()
 	fmt.Fprintf(w, "%d clients for %.1f s, greedy, 1 to %d new tokens per request, max wait %v\n", o.clients, sec, o.maxTokens, o.wait)
 	fmt.Fprintf(w, "throughput: %.1f tokens/s, %.1f requests/s (%d requests, %d tokens)\n",
-		float64(rep.tokens)/sec, float64(rep.requests)/sec, rep.requests, rep.tokens)
+		float64(rep.units)/sec, float64(rep.requests)/sec, rep.requests, rep.units)
 	fmt.Fprintf(w, "latency: p50 %.1f ms, p99 %.1f ms\n",
 		ms(quantile(rep.latencies, 0.50)), ms(quantile(rep.latencies, 0.99)))
 	if s.Batches > 0 {

@@ -34,15 +34,19 @@ var sentences = []string{
 	"Go programs that embed a runtime mostly want to serve a model behind an HTTP endpoint with a bounded queue.",
 }
 
-// report is what the load test measured.
+// report is what a load test measured: units are the texts embedded or
+// the tokens generated.
 type report struct {
-	requests, texts, rejected, failed int
+	requests, units, rejected, failed int
 	latencies                         []time.Duration
 	elapsed                           time.Duration
 }
 
-// loadTest runs o.clients clients against url for o.duration.
-func loadTest(url string, o options) *report {
+// runLoad runs o.clients clients for o.duration, each sending requests one
+// after another through send (its status, 0 when it got none, and the
+// units it was answered with), with a random source seeded by the client
+// and stream.
+func runLoad(o options, stream uint64, send func(client *http.Client, r *rand.Rand) (status, units int)) *report {
 	rep := &report{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -51,21 +55,16 @@ func loadTest(url string, o options) *report {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.clients}}
 	for c := range o.clients {
 		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(c), 1))
+			r := rand.New(rand.NewPCG(uint64(c), stream))
 			for time.Now().Before(deadline) {
-				n := 1 + r.IntN(o.texts)
-				texts := make([]string, n)
-				for i := range texts {
-					texts[i] = sentences[r.IntN(len(sentences))]
-				}
 				t0 := time.Now()
-				status := post(client, url, texts)
+				status, units := send(client, r)
 				lat := time.Since(t0)
 				mu.Lock()
 				switch status {
 				case http.StatusOK:
 					rep.requests++
-					rep.texts += n
+					rep.units += units
 					rep.latencies = append(rep.latencies, lat)
 				case http.StatusServiceUnavailable:
 					rep.rejected++
@@ -79,6 +78,19 @@ func loadTest(url string, o options) *report {
 	wg.Wait()
 	rep.elapsed = time.Since(start)
 	return rep
+}
+
+// loadTest runs o.clients clients against url for o.duration, each posting
+// 1 to o.texts sentences per request.
+func loadTest(url string, o options) *report {
+	return runLoad(o, 1, func(client *http.Client, r *rand.Rand) (int, int) {
+		n := 1 + r.IntN(o.texts)
+		texts := make([]string, n)
+		for i := range texts {
+			texts[i] = sentences[r.IntN(len(sentences))]
+		}
+		return post(client, url, texts), n
+	})
 }
 
 // post sends one request and returns its status (0 when it did not get one).
@@ -114,7 +126,7 @@ func (rep *report) print(w io.Writer, o options, s serve.Stats, compiles int64) 
 	sec := rep.elapsed.Seconds()
 	fmt.Fprintf(w, "%d clients for %.1f s, 1 to %d texts per request, max wait %v\n", o.clients, sec, o.texts, o.wait)
 	fmt.Fprintf(w, "throughput: %.1f texts/s, %.1f requests/s (%d requests, %d texts)\n",
-		float64(rep.texts)/sec, float64(rep.requests)/sec, rep.requests, rep.texts)
+		float64(rep.units)/sec, float64(rep.requests)/sec, rep.requests, rep.units)
 	fmt.Fprintf(w, "latency: p50 %.1f ms, p99 %.1f ms\n",
 		ms(quantile(rep.latencies, 0.50)), ms(quantile(rep.latencies, 0.99)))
 	if s.Batches > 0 {

@@ -84,12 +84,9 @@ type Stats struct {
 // Batcher runs the texts of concurrent requests in batches through a
 // Model. It is safe for concurrent use.
 type Batcher struct {
-	model    Model
-	cfg      Config
-	queue    chan *request
-	mu       sync.RWMutex // held to send on queue; Close takes it to close queue
-	closed   bool
-	loopDone chan struct{}
+	model Model
+	cfg   Config
+	queue *queue[*request]
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -132,7 +129,7 @@ func NewBatcher(model Model, cfg Config) (*Batcher, error) {
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = 256
 	}
-	b := &Batcher{model: model, cfg: cfg, queue: make(chan *request, cfg.QueueSize), loopDone: make(chan struct{})}
+	b := &Batcher{model: model, cfg: cfg, queue: newQueue[*request](cfg.QueueSize)}
 	b.stats.Buckets = map[Shape]int64{}
 	go b.loop()
 	return b, nil
@@ -200,7 +197,7 @@ func (b *Batcher) Embed(ctx context.Context, rows []Row) ([][]float32, error) {
 		}
 	}
 	req := &request{rows: rows, out: make([][]float32, len(rows)), left: len(rows), enq: time.Now(), done: make(chan struct{})}
-	if err := b.enqueue(req); err != nil {
+	if err := b.queue.enqueue(req); err != nil {
 		return nil, err
 	}
 	select {
@@ -211,37 +208,9 @@ func (b *Batcher) Embed(ctx context.Context, rows []Row) ([][]float32, error) {
 	}
 }
 
-// enqueue queues req without blocking.
-func (b *Batcher) enqueue(req *request) error {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.closed {
-		return ErrClosed
-	}
-	select {
-	case b.queue <- req:
-		return nil
-	default:
-		return ErrQueueFull
-	}
-}
-
 // Close stops taking requests (Embed returns ErrClosed) and waits until
 // every queued request has run, or until ctx ends.
-func (b *Batcher) Close(ctx context.Context) error {
-	b.mu.Lock()
-	if !b.closed {
-		b.closed = true
-		close(b.queue)
-	}
-	b.mu.Unlock()
-	select {
-	case <-b.loopDone:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (b *Batcher) Close(ctx context.Context) error { return b.queue.close(ctx) }
 
 // Stats returns what the Batcher has run so far.
 func (b *Batcher) Stats() Stats {
@@ -257,13 +226,13 @@ func (b *Batcher) Stats() Stats {
 
 // loop gathers batches and runs them until the queue is closed and empty.
 func (b *Batcher) loop() {
-	defer close(b.loopDone)
+	defer b.queue.loopEnded()
 	var carry []slot // rows of a request that did not fit in the last batch
 	for {
 		batch := carry
 		carry = nil
 		if len(batch) == 0 {
-			req, ok := <-b.queue
+			req, ok := b.queue.next()
 			if !ok {
 				return
 			}
@@ -289,39 +258,9 @@ func appendRows(batch []slot, req *request) []slot {
 // gather adds queued requests to batch until it is full or its oldest row
 // has waited MaxWait.
 func (b *Batcher) gather(batch []slot) []slot {
-	wait := time.Until(batch[0].req.enq.Add(b.cfg.MaxWait))
-	if b.cfg.MaxWait < 0 {
-		wait = 0
-	}
-	var timeout <-chan time.Time
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		timeout = t.C
-	}
-	for len(batch) < b.MaxBatch() {
-		if timeout == nil { // take only what is queued
-			select {
-			case req, ok := <-b.queue:
-				if !ok {
-					return batch
-				}
-				batch = appendRows(batch, req)
-				continue
-			default:
-				return batch
-			}
-		}
-		select {
-		case req, ok := <-b.queue:
-			if !ok {
-				return batch
-			}
-			batch = appendRows(batch, req)
-		case <-timeout:
-			timeout = nil
-		}
-	}
+	b.queue.gather(batch[0].req.enq.Add(b.cfg.MaxWait), b.cfg.MaxWait >= 0,
+		func() bool { return len(batch) >= b.MaxBatch() },
+		func(req *request) { batch = appendRows(batch, req) })
 	return batch
 }
 

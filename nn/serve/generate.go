@@ -86,12 +86,9 @@ type GenStats struct {
 // would get alone; a sampled one draws with the batch's key. It is safe
 // for concurrent use.
 type GenBatcher struct {
-	gen      GenerateFunc
-	cfg      GenConfig
-	queue    chan *genRequest
-	mu       sync.RWMutex // held to send on queue; Close takes it to close queue
-	closed   bool
-	loopDone chan struct{}
+	gen   GenerateFunc
+	cfg   GenConfig
+	queue *queue[*genRequest]
 
 	statsMu sync.Mutex
 	stats   GenStats
@@ -131,7 +128,7 @@ func NewGenBatcher(gen GenerateFunc, cfg GenConfig) (*GenBatcher, error) {
 		cfg.MaxTokens = 64
 	}
 	cfg.MaxTokens = min(cfg.MaxTokens, cfg.MaxLen)
-	b := &GenBatcher{gen: gen, cfg: cfg, queue: make(chan *genRequest, cfg.QueueSize), loopDone: make(chan struct{})}
+	b := &GenBatcher{gen: gen, cfg: cfg, queue: newQueue[*genRequest](cfg.QueueSize)}
 	go b.loop()
 	return b, nil
 }
@@ -201,7 +198,7 @@ func (b *GenBatcher) Generate(ctx context.Context, r GenRequest) (GenResult, err
 		return GenResult{}, err
 	}
 	req := &genRequest{GenRequest: r, enq: time.Now(), done: make(chan struct{})}
-	if err := b.enqueue(req); err != nil {
+	if err := b.queue.enqueue(req); err != nil {
 		return GenResult{}, err
 	}
 	select {
@@ -212,37 +209,9 @@ func (b *GenBatcher) Generate(ctx context.Context, r GenRequest) (GenResult, err
 	}
 }
 
-// enqueue queues req without blocking.
-func (b *GenBatcher) enqueue(req *genRequest) error {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.closed {
-		return ErrClosed
-	}
-	select {
-	case b.queue <- req:
-		return nil
-	default:
-		return ErrQueueFull
-	}
-}
-
 // Close stops taking requests (Generate returns ErrClosed) and waits until
 // every queued request has run, or until ctx ends.
-func (b *GenBatcher) Close(ctx context.Context) error {
-	b.mu.Lock()
-	if !b.closed {
-		b.closed = true
-		close(b.queue)
-	}
-	b.mu.Unlock()
-	select {
-	case <-b.loopDone:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (b *GenBatcher) Close(ctx context.Context) error { return b.queue.close(ctx) }
 
 // Stats returns what the batcher has run so far.
 func (b *GenBatcher) Stats() GenStats {
@@ -255,12 +224,12 @@ func (b *GenBatcher) Stats() GenStats {
 // request has run. Requests of another sampling than the batch's wait in
 // pending, in order, for a later batch.
 func (b *GenBatcher) loop() {
-	defer close(b.loopDone)
+	defer b.queue.loopEnded()
 	var pending []*genRequest
 	open := true
 	for {
 		if len(pending) == 0 {
-			req, ok := <-b.queue
+			req, ok := b.queue.next()
 			if !ok {
 				return
 			}
@@ -293,44 +262,16 @@ func (b *GenBatcher) take(pending []*genRequest) (batch, rest []*genRequest) {
 // or its oldest request has waited MaxWait; others go to pending. open is
 // false once the queue is closed.
 func (b *GenBatcher) gather(batch, pending []*genRequest) (_, _ []*genRequest, open bool) {
-	wait := time.Until(batch[0].enq.Add(b.cfg.MaxWait))
-	var timeout <-chan time.Time
-	if b.cfg.MaxWait > 0 && wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		timeout = t.C
-	}
-	add := func(req *genRequest) {
-		if req.Sampling == batch[0].Sampling {
-			batch = append(batch, req)
-		} else {
-			pending = append(pending, req)
-		}
-	}
-	for len(batch) < b.MaxBatch() {
-		if timeout == nil { // take only what is queued
-			select {
-			case req, ok := <-b.queue:
-				if !ok {
-					return batch, pending, false
-				}
-				add(req)
-				continue
-			default:
-				return batch, pending, true
+	open = b.queue.gather(batch[0].enq.Add(b.cfg.MaxWait), b.cfg.MaxWait > 0,
+		func() bool { return len(batch) >= b.MaxBatch() },
+		func(req *genRequest) {
+			if req.Sampling == batch[0].Sampling {
+				batch = append(batch, req)
+			} else {
+				pending = append(pending, req)
 			}
-		}
-		select {
-		case req, ok := <-b.queue:
-			if !ok {
-				return batch, pending, false
-			}
-			add(req)
-		case <-timeout:
-			timeout = nil
-		}
-	}
-	return batch, pending, true
+		})
+	return batch, pending, open
 }
 
 // run pads batch to its bucket with filler rows, generates, and hands each

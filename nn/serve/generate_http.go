@@ -1,12 +1,9 @@
 package serve
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/ferryml/ferry/nn"
@@ -112,22 +109,9 @@ func (h *genHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // answer it.
 func (h *genHandler) parse(w http.ResponseWriter, r *http.Request) (GenRequest, int, string) {
 	const form = `{"prompt": "..." or "ids": [...], "max_tokens": n, "temperature": t, "top_k": k, "stop": [...]}`
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return GenRequest{}, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", tooBig.Limit)
-		}
-		return GenRequest{}, http.StatusBadRequest, "reading the body: " + err.Error()
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
 	var in GenerateRequest
-	if err := dec.Decode(&in); err != nil {
-		return GenRequest{}, http.StatusBadRequest, "the body is not JSON of the form " + form + ": " + err.Error()
-	}
-	if dec.More() {
-		return GenRequest{}, http.StatusBadRequest, "the body has more after its JSON object " + form
+	if status, msg := decodeBody(w, r, h.cfg.MaxBodyBytes, &in, form); status != 0 {
+		return GenRequest{}, status, msg
 	}
 	req := GenRequest{Prompt: in.IDs, MaxTokens: in.MaxTokens, Stop: in.Stop, Sampling: nn.Sampling{TopK: in.TopK}}
 	if in.Temperature != nil {
@@ -144,6 +128,7 @@ func (h *genHandler) parse(w http.ResponseWriter, r *http.Request) (GenRequest, 
 	case in.Prompt != nil && h.codec.Encode == nil:
 		return req, http.StatusBadRequest, `this model has no tokenizer: give the prompt as token ids, "ids": [...]`
 	case in.Prompt != nil:
+		var err error
 		if req.Prompt, err = h.codec.Encode(*in.Prompt); err != nil {
 			return req, http.StatusBadRequest, `"prompt" does not tokenize: ` + err.Error()
 		}

@@ -244,7 +244,7 @@ func TestGenerateServerQueueAndShutdown(t *testing.T) {
 		}
 	}
 	// Once the second request is queued, the third finds the queue full.
-	for len(b.queue) == 0 {
+	for len(b.queue.ch) == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	if status, _, msg := postGen(t, srv.URL, `{"ids": [7]}`); status != http.StatusServiceUnavailable || !strings.Contains(msg, "queue is full") {

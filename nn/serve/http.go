@@ -106,22 +106,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // parse reads the body's texts, or says which status and message answer it.
 func (h *handler) parse(w http.ResponseWriter, r *http.Request) ([]string, int, string) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", tooBig.Limit)
-		}
-		return nil, http.StatusBadRequest, "reading the body: " + err.Error()
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
 	var req EmbedRequest
-	if err := dec.Decode(&req); err != nil {
-		return nil, http.StatusBadRequest, `the body is not JSON of the form {"texts": ["...", ...]}: ` + err.Error()
-	}
-	if dec.More() {
-		return nil, http.StatusBadRequest, `the body has more after its JSON object {"texts": [...]}`
+	if status, msg := decodeBody(w, r, h.cfg.MaxBodyBytes, &req, `{"texts": ["...", ...]}`); status != 0 {
+		return nil, status, msg
 	}
 	switch {
 	case len(req.Texts) == 0:
@@ -130,6 +117,29 @@ func (h *handler) parse(w http.ResponseWriter, r *http.Request) ([]string, int, 
 		return nil, http.StatusBadRequest, fmt.Sprintf(`"texts" has %d texts, more than the %d a request may have`, len(req.Texts), h.cfg.MaxTexts)
 	}
 	return req.Texts, 0, ""
+}
+
+// decodeBody reads r's body, at most maxBytes, as the JSON object v, of
+// the form form, and nothing after it; or says which status and message
+// answer the request.
+func decodeBody(w http.ResponseWriter, r *http.Request, maxBytes int64, v any, form string) (int, string) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", tooBig.Limit)
+		}
+		return http.StatusBadRequest, "reading the body: " + err.Error()
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return http.StatusBadRequest, "the body is not JSON of the form " + form + ": " + err.Error()
+	}
+	if dec.More() {
+		return http.StatusBadRequest, "the body has more after its JSON object " + form
+	}
+	return 0, ""
 }
 
 // fail answers an error of Embed.

@@ -257,7 +257,7 @@ func checkSums(t *testing.T, texts [][]int32, got [][]float32) {
 
 // waitQueued waits until n requests are queued.
 func waitQueued(b *Batcher, n int) {
-	for len(b.queue) < n {
+	for len(b.queue.ch) < n {
 		time.Sleep(time.Millisecond)
 	}
 }
