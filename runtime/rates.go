@@ -27,7 +27,8 @@ var rates struct {
 // budget.Rates) once per process: the
 // best of eight runs of a 256×512×512 matrix product, of a 1 Mi-element
 // multiply-add, and of a 2 MiB device → pinned_host → device round trip (on
-// the CPU backend the emulated spaces' copy; on CUDA a pinned copy).
+// the CPU backend the emulated spaces' copy; on CUDA a pinned copy), less
+// the best run of the same program without the copies.
 //
 // FERRY_BUDGET_RATES="matmul,elementwise,bandwidth" (FLOP/s, FLOP/s, bytes/s,
 // e.g. "1e11,2e9,5e9") gives the rates instead, so that a plan does not
@@ -51,11 +52,18 @@ func measuredRates() budget.Rates {
 		}, []int{1 << 20}, []int{1 << 20}); ok {
 			r.Elem = v
 		}
-		if v, ok := bestRate(2*4*(1<<19), func(a, b *trace.Array) *trace.Array {
+		// The round trip's own time: the same program without the copies
+		// is taken off (timed with them, the add and the sum around them
+		// made the link look half as fast as it is).
+		with, ok1 := bestSeconds(func(a, b *trace.Array) *trace.Array {
 			h := trace.DevicePut(trace.Add(a, b), ir.PinnedHost)
 			return trace.Sum(trace.DevicePut(h, ir.Device))
-		}, []int{1 << 19}, []int{1 << 19}); ok {
-			r.Bandwidth = v
+		}, []int{1 << 19}, []int{1 << 19})
+		without, ok2 := bestSeconds(func(a, b *trace.Array) *trace.Array {
+			return trace.Sum(trace.Add(a, b))
+		}, []int{1 << 19}, []int{1 << 19})
+		if ok1 && ok2 {
+			r.Bandwidth = roundTripRate(2*4*(1<<19), with, without)
 		}
 		rates.r = r
 	})
@@ -63,11 +71,31 @@ func measuredRates() budget.Rates {
 }
 
 // bestRate runs f (jitted) on two f32 arrays of the shapes given nine
-// times and returns work divided by the fastest run's seconds, the first
-// (which compiles) left out: on a machine busy with other work, the more
-// runs the likelier one of them ran alone, as the planned program's
-// arithmetic is assumed to.
+// times and returns work divided by the fastest run's seconds (bestSeconds).
 func bestRate(work float64, f func(a, b *trace.Array) *trace.Array, sa, sb []int) (rate float64, ok bool) {
+	s, ok := bestSeconds(f, sa, sb)
+	if !ok {
+		return 0, false
+	}
+	return work / s, true
+}
+
+// roundTripRate is the bytes of a round trip over the seconds it adds to a
+// program (with, against without it); the whole program's time when the
+// difference is lost in the noise (less than a tenth of it).
+func roundTripRate(bytes, with, without float64) float64 {
+	if d := with - without; d > with/10 {
+		return bytes / d
+	}
+	return bytes / with
+}
+
+// bestSeconds runs f (jitted) on two f32 arrays of the shapes given nine
+// times and returns the fastest run's seconds, the first (which compiles)
+// left out: on a machine busy with other work, the more runs the likelier
+// one of them ran alone, as the planned program's arithmetic is assumed
+// to.
+func bestSeconds(f func(a, b *trace.Array) *trace.Array, sa, sb []int) (secs float64, ok bool) {
 	defer func() {
 		if recover() != nil {
 			ok = false
@@ -106,7 +134,7 @@ func bestRate(work float64, f func(a, b *trace.Array) *trace.Array, sa, sb []int
 	if best <= 0 {
 		return 0, false
 	}
-	return work / best.Seconds(), true
+	return best.Seconds(), true
 }
 
 // copyOverlapper is the optional method a backend answers
