@@ -32,6 +32,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -56,10 +57,10 @@ var sentences = []string{
 
 // options are the command's flags.
 type options struct {
-	model, python       string
-	batch, seq, threads int
-	rounds, reps        int
-	tol                 float64
+	model, python, cpuprofile string
+	batch, seq, threads       int
+	rounds, reps              int
+	tol                       float64
 }
 
 // defaultModel is $FERRY_HF_MODELS/all-MiniLM-L6-v2, by default in
@@ -262,6 +263,31 @@ func run(w io.Writer, o options) error {
 	}
 	fmt.Fprintf(w, "ORT:   median %.2f ms, best %.2f ms over %d calls (%.0f sentences/s)\n", ms(om), ms(ob), len(to), float64(b.Size)/om.Seconds())
 	fmt.Fprintf(w, "Ferry/ORT: %.2f× (medians), %.2f× (best)\n", float64(fm)/float64(om), float64(fb)/float64(ob))
+	if o.cpuprofile != "" {
+		return profileFerry(w, o, emb, b)
+	}
+	return nil
+}
+
+// profileFerry writes a CPU profile of o.rounds×o.reps more of Ferry's
+// calls (ORT idle) to o.cpuprofile.
+func profileFerry(w io.Writer, o options, emb *serve.BertEmbedder, b serve.Batch) error {
+	f, err := os.Create(o.cpuprofile)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return err
+	}
+	for range o.rounds * o.reps {
+		if _, err := emb.Run(b); err != nil {
+			pprof.StopCPUProfile()
+			return err
+		}
+	}
+	pprof.StopCPUProfile()
+	fmt.Fprintf(w, "wrote a CPU profile of %d of Ferry's calls to %s (go tool pprof %s)\n", o.rounds*o.reps, o.cpuprofile, o.cpuprofile)
 	return nil
 }
 
@@ -274,6 +300,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 10, "rounds of alternation")
 	flag.IntVar(&o.reps, "reps", 10, "calls of each per round")
 	flag.Float64Var(&o.tol, "tol", 1e-5, "largest difference allowed between the two's embeddings")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "after the comparison, write a CPU profile of as many more of Ferry's calls to this file")
 	flag.Parse()
 	if err := run(os.Stdout, o); err != nil {
 		log.Fatal(err)
