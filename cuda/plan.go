@@ -52,46 +52,23 @@ type MatmulLayout struct {
 }
 
 // PlanMatmul returns the cuBLASLt layout of a dot_general whose operands
-// have at most one free and one contracting dimension each and batch
-// dimensions leading in both, or an error saying why it does not fit (the
-// caller then uses the generated kernel).
+// are plain or transposed batches of matrices (the plan's
+// passes.MatrixLayout of each is Plain), or an error saying why it does
+// not fit (the caller then uses the generated kernel).
 func PlanMatmul(op *ir.Op) (MatmulLayout, error) {
 	if op.Code != ir.DotGeneral {
 		return MatmulLayout{}, fmt.Errorf("not a dot_general")
 	}
 	m := passes.MatmulOf(op)
-	lr, rr, nb := op.Args[0].Type.Rank(), op.Args[1].Type.Rank(), len(m.LhsBatch)
-	if len(m.LhsContract) != 1 {
-		return MatmulLayout{}, fmt.Errorf("%d contracting dimensions (cuBLASLt path takes 1)", len(m.LhsContract))
+	if !m.Lhs.Plain || !m.Rhs.Plain {
+		return MatmulLayout{}, fmt.Errorf("an operand's rows, columns or batch items are not evenly spaced (lhs %+v, rhs %+v)", m.Lhs, m.Rhs)
 	}
-	for i := range nb {
-		if m.LhsBatch[i] != i || m.RhsBatch[i] != i {
-			return MatmulLayout{}, fmt.Errorf("batch dimensions are not leading")
-		}
-	}
-	if lr-nb > 2 || rr-nb > 2 {
-		return MatmulLayout{}, fmt.Errorf("more than one free dimension")
-	}
-	// lhs: [batch..., M, K] (contract last) or [batch..., K, M]; rhs:
-	// [batch..., K, N] (contract first) or [batch..., N, K].
-	lhsKLast, rhsKFirst := m.LhsContract[0] == lr-1, m.RhsContract[0] == nb
-	M, N, K := m.M, m.N, m.K
-	l := MatmulLayout{M: M, N: N, K: K, Batch: m.Batch}
-	// Column-major A = rhs viewed as N×K (stored K×N row-major = N×K col-major
-	// with ld N when rhsKFirst: no transpose).
-	if rhsKFirst {
-		l.TransA, l.LDA = false, max(N, 1)
-	} else {
-		l.TransA, l.LDA = true, max(K, 1)
-	}
-	if lhsKLast {
-		l.TransB, l.LDB = false, max(K, 1)
-	} else {
-		l.TransB, l.LDB = true, max(M, 1)
-	}
-	l.LDC = max(N, 1)
-	l.StrideA, l.StrideB, l.StrideC = int64(K)*int64(N), int64(M)*int64(K), int64(M)*int64(N)
-	return l, nil
+	// Column-major A = rhs: a K×N row-major matrix (row stride LD) is an
+	// N×K column-major one (leading dimension LD), taken as it is; a
+	// transposed one (N×K row-major) is transposed back. B = lhs likewise.
+	return MatmulLayout{M: m.M, N: m.N, K: m.K, Batch: m.Batch,
+		TransA: m.Rhs.Trans, LDA: m.Rhs.LD, TransB: m.Lhs.Trans, LDB: m.Lhs.LD, LDC: max(m.N, 1),
+		StrideA: int64(m.Rhs.BatchStride), StrideB: int64(m.Lhs.BatchStride), StrideC: int64(m.M) * int64(m.N)}, nil
 }
 
 // DeviceAllocator hands out ranges of one pre-allocated device slab

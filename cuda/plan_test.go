@@ -41,13 +41,16 @@ func TestPlanMatmulLayouts(t *testing.T) {
 		lb, rb, lc, rc []int
 	}
 	for _, k := range []c{
-		{[]int{3, 4}, []int{4, 5}, nil, nil, []int{1}, []int{0}},                 // plain
-		{[]int{4, 3}, []int{4, 5}, nil, nil, []int{0}, []int{0}},                 // lhs transposed
-		{[]int{3, 4}, []int{5, 4}, nil, nil, []int{1}, []int{1}},                 // rhs transposed
-		{[]int{4, 3}, []int{5, 4}, nil, nil, []int{0}, []int{1}},                 // both
-		{[]int{2, 3, 4}, []int{2, 4, 5}, []int{0}, []int{0}, []int{2}, []int{1}}, // batched
-		{[]int{4}, []int{4, 5}, nil, nil, []int{0}, []int{0}},                    // vector · matrix
-		{[]int{3, 4}, []int{4}, nil, nil, []int{1}, []int{0}},                    // matrix · vector
+		{[]int{3, 4}, []int{4, 5}, nil, nil, []int{1}, []int{0}},                    // plain
+		{[]int{4, 3}, []int{4, 5}, nil, nil, []int{0}, []int{0}},                    // lhs transposed
+		{[]int{3, 4}, []int{5, 4}, nil, nil, []int{1}, []int{1}},                    // rhs transposed
+		{[]int{4, 3}, []int{5, 4}, nil, nil, []int{0}, []int{1}},                    // both
+		{[]int{2, 3, 4}, []int{2, 4, 5}, []int{0}, []int{0}, []int{2}, []int{1}},    // batched
+		{[]int{4}, []int{4, 5}, nil, nil, []int{0}, []int{0}},                       // vector · matrix
+		{[]int{3, 4}, []int{4}, nil, nil, []int{1}, []int{0}},                       // matrix · vector
+		{[]int{2, 3, 4}, []int{3, 4, 5}, nil, nil, []int{1, 2}, []int{0, 1}},        // two contracting dimensions that merge
+		{[]int{3, 2, 4}, []int{4, 2, 5}, []int{1}, []int{1}, []int{2}, []int{0}},    // batch dimensions not leading
+		{[]int{2, 3, 2, 4}, []int{2, 4, 5}, []int{0}, []int{0}, []int{3}, []int{1}}, // two free dimensions that merge
 	} {
 		f := ir.NewFunc("f")
 		l := f.Body.AddParam(ir.TypeOf(ir.Float64, k.ls...))
@@ -97,13 +100,14 @@ func TestPlanMatmulLayouts(t *testing.T) {
 			}
 		}
 	}
-	// Two contracting dimensions do not fit.
+	// Two contracting dimensions taken in the other order do not merge into
+	// one evenly spaced dimension.
 	f := ir.NewFunc("f")
 	l := f.Body.AddParam(ir.TypeOf(ir.Float32, 2, 3, 4))
 	r := f.Body.AddParam(ir.TypeOf(ir.Float32, 3, 4))
-	op, _ := f.Body.AddOp(ir.DotGeneral, []*ir.Value{l, r}, ir.Attrs{"lhs_batch": []int{}, "rhs_batch": []int{}, "lhs_contract": []int{1, 2}, "rhs_contract": []int{0, 1}})
+	op, _ := f.Body.AddOp(ir.DotGeneral, []*ir.Value{l, r}, ir.Attrs{"lhs_batch": []int{}, "rhs_batch": []int{}, "lhs_contract": []int{2, 1}, "rhs_contract": []int{1, 0}})
 	if _, err := PlanMatmul(op); err == nil {
-		t.Error("two contracting dimensions accepted")
+		t.Error("contracting dimensions that do not merge accepted")
 	}
 }
 

@@ -140,6 +140,10 @@ type Matmul struct {
 	// Batch, M, N and K are the products of the batch, lhs free, rhs free
 	// and contracted dimensions.
 	Batch, M, N, K int
+	// Lhs and Rhs say where the operands' matrices lie (Lhs: M×K, rows
+	// over its free dimensions and columns over its contracting ones, in
+	// order; Rhs: K×N).
+	Lhs, Rhs MatrixLayout
 }
 
 // KernelMode is the shape of a fused group's computation.

@@ -172,24 +172,13 @@ func StepKindOf(c ir.Code) StepKind {
 func MatmulOf(op *ir.Op) *Matmul {
 	a := op.Attrs
 	m := &Matmul{LhsBatch: a.Ints("lhs_batch"), RhsBatch: a.Ints("rhs_batch"),
-		LhsContract: a.Ints("lhs_contract"), RhsContract: a.Ints("rhs_contract"), Batch: 1, M: 1, N: 1, K: 1}
+		LhsContract: a.Ints("lhs_contract"), RhsContract: a.Ints("rhs_contract")}
 	lhs, rhs := op.Args[0].Type.Shape, op.Args[1].Type.Shape
-	free := func(shape ir.Shape, batch, contract []int) int {
-		n := 1
-		for d, x := range shape {
-			if !containsInt(batch, d) && !containsInt(contract, d) {
-				n *= x
-			}
-		}
-		return n
-	}
-	for _, d := range m.LhsBatch {
-		m.Batch *= lhs[d]
-	}
-	for _, d := range m.LhsContract {
-		m.K *= lhs[d]
-	}
-	m.M, m.N = free(lhs, m.LhsBatch, m.LhsContract), free(rhs, m.RhsBatch, m.RhsContract)
+	lfree, rfree := FreeAxes(len(lhs), m.LhsBatch, m.LhsContract), FreeAxes(len(rhs), m.RhsBatch, m.RhsContract)
+	m.Batch, m.K = extent(lhs, m.LhsBatch), extent(lhs, m.LhsContract)
+	m.M, m.N = extent(lhs, lfree), extent(rhs, rfree)
+	m.Lhs = matrixLayout(lhs, m.LhsBatch, lfree, m.LhsContract)
+	m.Rhs = matrixLayout(rhs, m.RhsBatch, m.RhsContract, rfree)
 	return m
 }
 
@@ -200,6 +189,18 @@ func containsInt(s []int, x int) bool {
 		}
 	}
 	return false
+}
+
+// FreeAxes returns the axes of a rank-r operand of a product in neither
+// its batch nor its contracting list, in order.
+func FreeAxes(r int, batch, contract []int) []int {
+	var out []int
+	for d := range r {
+		if !containsInt(batch, d) && !containsInt(contract, d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // slot returns the slot of v in b, adding it (after checking its buffer)

@@ -2,7 +2,6 @@ package cpuexec
 
 import (
 	"fmt"
-	"slices"
 	"unsafe"
 
 	"github.com/ferryml/ferry/cpu/gemm"
@@ -35,15 +34,8 @@ type matmulStep struct {
 	// half is the format of a 16-bit product, la and lb its operands'
 	// layouts.
 	half   gemm.Format
-	la, lb halfLayout
+	la, lb passes.MatrixLayout
 	kernel *eval.Kernel // the reference kernel, when gemm does not run it
-}
-
-// halfLayout is a 16-bit operand read as batch matrices starting stride
-// elements apart, each stored with row stride ld, transposed if trans.
-type halfLayout struct {
-	trans      bool
-	ld, stride int
 }
 
 // compileMatmul renders the product op whose layout is mm.
@@ -53,8 +45,8 @@ func compileMatmul(op *ir.Op, mm *passes.Matmul) (*matmulStep, error) {
 	}
 	s := &matmulStep{dt: op.Args[0].Type.DType, m: mm.M, n: mm.N, k: mm.K, batch: mm.Batch}
 	ls, rs := op.Args[0].Type.Shape, op.Args[1].Type.Shape
-	s.lhs = offsets(ls, mm.LhsBatch, freeAxes(len(ls), mm.LhsBatch, mm.LhsContract), mm.LhsContract)
-	s.rhs = offsets(rs, mm.RhsBatch, mm.RhsContract, freeAxes(len(rs), mm.RhsBatch, mm.RhsContract))
+	s.lhs = offsets(ls, mm.LhsBatch, passes.FreeAxes(len(ls), mm.LhsBatch, mm.LhsContract), mm.LhsContract)
+	s.rhs = offsets(rs, mm.RhsBatch, mm.RhsContract, passes.FreeAxes(len(rs), mm.RhsBatch, mm.RhsContract))
 	useKernel := true
 	switch s.dt {
 	case ir.Float32, ir.Float64:
@@ -64,10 +56,8 @@ func compileMatmul(op *ir.Op, mm *passes.Matmul) (*matmulStep, error) {
 		if s.dt == ir.Float16 {
 			s.half = gemm.F16
 		}
-		la, lok := plainLayout(s.lhs)
-		lb, rok := plainLayout(s.rhs)
-		s.la, s.lb = la, lb
-		useKernel = !lok || !rok
+		s.la, s.lb = mm.Lhs, mm.Rhs
+		useKernel = !s.la.Plain || !s.lb.Plain
 	}
 	if useKernel {
 		k, err := eval.Prepare(op)
@@ -77,17 +67,6 @@ func compileMatmul(op *ir.Op, mm *passes.Matmul) (*matmulStep, error) {
 		s.kernel = k
 	}
 	return s, nil
-}
-
-// freeAxes returns the axes of a rank-r operand in neither list, in order.
-func freeAxes(r int, batch, contract []int) []int {
-	var out []int
-	for d := range r {
-		if !slices.Contains(batch, d) && !slices.Contains(contract, d) {
-			out = append(out, d)
-		}
-	}
-	return out
 }
 
 // offsets returns the element offsets, in a row-major array of the given
@@ -109,50 +88,6 @@ func offsets(shape ir.Shape, batch, rows, cols []int) gemm.Indexed {
 		return out
 	}
 	return gemm.Indexed{Off: along(batch), Rows: along(rows), Cols: along(cols)}
-}
-
-// spacing returns the common difference of s (0 for fewer than two
-// elements); ok is false when s is not evenly spaced.
-func spacing(s []int) (d int, ok bool) {
-	if len(s) < 2 {
-		return 0, true
-	}
-	d = s[1] - s[0]
-	for i := 2; i < len(s); i++ {
-		if s[i]-s[i-1] != d {
-			return 0, false
-		}
-	}
-	return d, true
-}
-
-// plainLayout returns the layout of an operand whose batch items, rows and
-// columns are evenly spaced, rows or columns one element apart; ok is false
-// for others.
-func plainLayout(ix gemm.Indexed) (l halfLayout, ok bool) {
-	bs, bok := spacing(ix.Off)
-	rs, rok := spacing(ix.Rows)
-	cs, cok := spacing(ix.Cols)
-	if !bok || !rok || !cok || (len(ix.Off) > 0 && ix.Off[0] != 0) {
-		return l, false
-	}
-	nr, nc := len(ix.Rows), len(ix.Cols)
-	l.stride = bs
-	switch {
-	case (nc <= 1 || cs == 1) && (nr <= 1 || rs >= max(1, nc)):
-		l.ld = max(1, nc)
-		if nr > 1 {
-			l.ld = rs
-		}
-	case (nr <= 1 || rs == 1) && (nc <= 1 || cs >= max(1, nr)):
-		l.trans, l.ld = true, max(1, nr)
-		if nc > 1 {
-			l.ld = cs
-		}
-	default:
-		return l, false
-	}
-	return l, true
 }
 
 // run computes the product of args into outs[0].
@@ -183,8 +118,8 @@ func (s *matmulStep) run(args, outs []*ir.Literal) (err error) {
 	case ir.Float64:
 		gemm.DgemmIndexed(m, n, k, 1, ir.ViewBytes[float64](a), s.lhs, ir.ViewBytes[float64](b), s.rhs, 0, ir.ViewBytes[float64](c), max(1, n), m*n)
 	default:
-		gemm.SgemmHalfStrided(s.half, s.la.trans, s.lb.trans, s.batch, m, n, k, 1,
-			u16s(a), s.la.ld, s.la.stride, u16s(b), s.lb.ld, s.lb.stride,
+		gemm.SgemmHalfStrided(s.half, s.la.Trans, s.lb.Trans, s.batch, m, n, k, 1,
+			u16s(a), s.la.LD, s.la.BatchStride, u16s(b), s.lb.LD, s.lb.BatchStride,
 			0, u16s(c), max(1, n), m*n)
 	}
 	return nil
