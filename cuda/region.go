@@ -75,13 +75,6 @@ type region struct {
 	// async is true when a step of the region (not of its nested regions)
 	// runs on a copy or the collective stream.
 	async bool
-	// carriedAt[i] lists the carried collectives of a scan body whose
-	// previous iteration's event step i waits for (i = len(steps): the
-	// end of the iteration).
-	carriedAt [][]int
-	// prefetch[i] lists the prefetches (indexes into sched.Prefetch) of a
-	// scan body issued right after step i (nil: none in the block).
-	prefetch [][]int
 }
 
 // compileRegion prepares a step for every step of blk (a block of the
@@ -115,18 +108,6 @@ func (b *Backend) compileRegion(e *executable, blk *passes.Block) (*region, erro
 		if g.sched.Steps[i].Queue != passes.QueueCompute {
 			g.async = true
 		}
-	}
-	for _, c := range g.sched.Carried {
-		if g.carriedAt == nil {
-			g.carriedAt = make([][]int, len(g.steps)+1)
-		}
-		g.carriedAt[c.Before] = append(g.carriedAt[c.Before], c.Step)
-	}
-	for k, p := range g.sched.Prefetch {
-		if g.prefetch == nil {
-			g.prefetch = make([][]int, len(g.steps))
-		}
-		g.prefetch[p.After] = append(g.prefetch[p.After], k)
 	}
 	return g, nil
 }
@@ -262,11 +243,11 @@ func (x *execution) sub(f *frame, i, k int) *frame {
 		}
 		if st.op.Code == ir.Scan {
 			s.slices = make([]loc, len(s.g.r.Results))
-			if s.g.prefetch != nil {
+			if len(s.g.sched.Prefetch) > 0 {
 				s.next = make([]loc, len(s.params))
 				s.issued, s.pre = make([]bool, len(s.g.steps)), make([]uintptr, len(s.g.steps))
 			}
-			if s.g.carriedAt != nil {
+			if len(s.g.sched.Carried) > 0 {
 				s.prev = make([]uintptr, len(s.g.steps))
 			}
 		}
@@ -407,7 +388,7 @@ func (x *execution) run(f *frame) error {
 				return err
 			}
 		}
-		if g.prefetch != nil && len(g.prefetch[i]) > 0 && f.hasNext {
+		if len(g.sched.PrefetchAfter[i]) > 0 && f.hasNext {
 			if err := x.prefetch(f, i); err != nil {
 				return fmt.Errorf("prefetch after %v step %d: %w", s.op.Code, i, err)
 			}
@@ -430,10 +411,7 @@ func (x *execution) run(f *frame) error {
 // len(steps): its end), for the previous iteration's carried collectives
 // the schedule waits for there.
 func (x *execution) waitCarried(f *frame, i int, stream uintptr) error {
-	if f.g.carriedAt == nil {
-		return nil
-	}
-	for _, k := range f.g.carriedAt[i] {
+	for _, k := range f.g.sched.CarriedBefore[i] {
 		if f.prev[k] != 0 {
 			if err := x.b.d.Check("cuStreamWaitEvent", stream, f.prev[k], 0); err != nil {
 				return err
@@ -481,7 +459,7 @@ func (x *execution) record(ev *uintptr, stream uintptr) error {
 // copies and all_gathers that the schedule starts there, each on its
 // step's stream after the events of the readers of its destination.
 func (x *execution) prefetch(f *frame, i int) error {
-	for _, pi := range f.g.prefetch[i] {
+	for _, pi := range f.g.sched.PrefetchAfter[i] {
 		pf := &f.g.sched.Prefetch[pi]
 		k := pf.Step
 		stream := x.b.streams[streamOf(f.g.sched.Steps[k].Queue)]

@@ -93,6 +93,13 @@ type Schedule struct {
 	// Carried lists, in a scan body, the collectives that run on into the
 	// next iteration.
 	Carried []Carried
+	// PrefetchAfter[i] lists the prefetches (indexes into Prefetch) started
+	// right after step i, in order.
+	PrefetchAfter [][]int
+	// CarriedBefore[i] lists the carried collectives (their steps) of the
+	// previous iteration waited for before step i, i = len(Steps) at the
+	// end of the iteration.
+	CarriedBefore [][]int
 }
 
 // StepSchedule is the schedule of one step.
@@ -417,6 +424,13 @@ func (b *Block) schedule(xs int) {
 	}
 	for _, c := range sc.Carried {
 		sc.Steps[c.Step].Record = true
+	}
+	sc.PrefetchAfter, sc.CarriedBefore = make([][]int, len(sc.Steps)), make([][]int, len(sc.Steps)+1)
+	for k, pf := range sc.Prefetch {
+		sc.PrefetchAfter[pf.After] = append(sc.PrefetchAfter[pf.After], k)
+	}
+	for _, c := range sc.Carried {
+		sc.CarriedBefore[c.Before] = append(sc.CarriedBefore[c.Before], c.Step)
 	}
 	b.Schedule = sc
 }

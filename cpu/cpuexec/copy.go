@@ -206,7 +206,7 @@ func crossSpaceCopy(op *ir.Op) (copyDir, bool) {
 // startPrefetches starts, after step i, the next iteration's copies (and
 // all_gathers) the schedule starts there (f.next holds the next slices).
 func (f *frame) startPrefetches(i int) error {
-	for _, pi := range f.g.prefetch[i] {
+	for _, pi := range f.g.sched.PrefetchAfter[i] {
 		p := &f.g.sched.Prefetch[pi]
 		next := f.next[p.Param]
 		st := &f.g.steps[p.Step]

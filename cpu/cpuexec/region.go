@@ -53,13 +53,8 @@ type region struct {
 	steps   []step
 	// sched is the block's asynchronous schedule: the copy and collective
 	// steps each step waits for, the prefetches and carried collectives of
-	// a scan body. prefetch[i] lists the prefetches (indexes into
-	// sched.Prefetch) started after step i; prevWaits[i] the carried
-	// collectives of the previous iteration waited for before step i
-	// (i = len(steps): at the end); isCarried marks them.
+	// a scan body; isCarried marks the carried collectives.
 	sched     *passes.Schedule
-	prefetch  [][]int
-	prevWaits [][]int
 	isCarried []bool
 }
 
@@ -75,13 +70,8 @@ func compileRegion(b *passes.Block) (*region, error) {
 		}
 		g.steps = append(g.steps, st)
 	}
-	n := len(g.steps)
-	g.prefetch, g.prevWaits, g.isCarried = make([][]int, n), make([][]int, n+1), make([]bool, n)
-	for k, p := range g.sched.Prefetch {
-		g.prefetch[p.After] = append(g.prefetch[p.After], k)
-	}
+	g.isCarried = make([]bool, len(g.steps))
 	for _, c := range g.sched.Carried {
-		g.prevWaits[c.Before] = append(g.prevWaits[c.Before], c.Step)
 		g.isCarried[c.Step] = true
 	}
 	return g, nil
@@ -279,7 +269,7 @@ func (f *frame) run() error {
 		if err := f.waitCopies(f.g.sched.Steps[i].Wait); err != nil {
 			return err
 		}
-		if err := f.waitPrev(f.g.prevWaits[i]); err != nil {
+		if err := f.waitPrev(f.g.sched.CarriedBefore[i]); err != nil {
 			return err
 		}
 		var err error
@@ -303,7 +293,7 @@ func (f *frame) run() error {
 		if err != nil {
 			return err
 		}
-		if len(f.g.prefetch[i]) > 0 {
+		if len(f.g.sched.PrefetchAfter[i]) > 0 {
 			if err := f.startPrefetches(i); err != nil {
 				return err
 			}
@@ -312,7 +302,7 @@ func (f *frame) run() error {
 	if err := f.waitEnd(); err != nil {
 		return err
 	}
-	if err := f.waitPrev(f.g.prevWaits[len(f.g.steps)]); err != nil {
+	if err := f.waitPrev(f.g.sched.CarriedBefore[len(f.g.steps)]); err != nil {
 		return err
 	}
 	f.carry()
