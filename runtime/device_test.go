@@ -258,10 +258,15 @@ func TestJitRunsOnArgumentsDevice(t *testing.T) {
 func TestMixedDeviceArguments(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 4})
 	rng := testseed.Rand(t, 5)
-	x, err := rt.ToDevice(rt.FromSlice(randFloats(rng, 8)), rt.Devices()[1])
+	// The sources on device 0 are deleted now, not left to the garbage
+	// collector, whose finalizer could free them between the snapshots.
+	x0, y0 := rt.FromSlice(randFloats(rng, 8)), rt.FromSlice(randFloats(rng, 8))
+	x, err := rt.ToDevice(x0, rt.Devices()[1])
 	require.NoError(t, err)
-	y, err := rt.ToDevice(rt.FromSlice(randFloats(rng, 8)), rt.Devices()[3])
+	y, err := rt.ToDevice(y0, rt.Devices()[3])
 	require.NoError(t, err)
+	require.NoError(t, x0.Delete())
+	require.NoError(t, y0.Delete())
 	f := rt.NewJitted(func(x, y *trace.Array) *trace.Array { return trace.Add(x, y) })
 	before := snapshotPools(t)
 	line := hereLine() + 1
@@ -304,12 +309,21 @@ func TestResetPeakAllDevices(t *testing.T) {
 	rt.SetMemoryForTest(t, rt.MemoryConfig{Devices: 4})
 	rng := testseed.Rand(t, 6)
 	var keep []*trace.Array
+	// Every source on device 0 is deleted at once (not left to a garbage
+	// collector's finalizer, which could free it after the peaks are
+	// reset).
+	onDevice := func(n int, d rt.Device) *trace.Array {
+		src := rt.FromSlice(randFloats(rng, n))
+		a, err := rt.ToDevice(src, d)
+		require.NoError(t, err)
+		if a != src {
+			require.NoError(t, src.Delete())
+		}
+		return a
+	}
 	for _, d := range rt.Devices() {
-		tmp, err := rt.ToDevice(rt.FromSlice(randFloats(rng, 1000+rng.IntN(1000))), d)
-		require.NoError(t, err)
-		k, err := rt.ToDevice(rt.FromSlice(randFloats(rng, 10)), d)
-		require.NoError(t, err)
-		keep = append(keep, k)
+		tmp := onDevice(1000+rng.IntN(1000), d)
+		keep = append(keep, onDevice(10, d))
 		require.NoError(t, tmp.Delete())
 	}
 	for _, s := range snapshotPools(t) {
