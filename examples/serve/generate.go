@@ -202,7 +202,7 @@ func postGenerate(client *http.Client, url string, req serve.GenerateRequest) (i
 	return resp.StatusCode, 0
 }
 
-// print writes the report.
+// printGen writes the report of a generation load test.
 func (rep *report) printGen(w io.Writer, o options, s serve.GenStats, compiles int64) {
 	slices.Sort(rep.latencies)
 	sec := rep.elapsed.Seconds()

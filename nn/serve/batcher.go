@@ -258,7 +258,7 @@ func appendRows(batch []slot, req *request) []slot {
 // gather adds queued requests to batch until it is full or its oldest row
 // has waited MaxWait.
 func (b *Batcher) gather(batch []slot) []slot {
-	b.queue.gather(batch[0].req.enq.Add(b.cfg.MaxWait), b.cfg.MaxWait >= 0,
+	b.queue.gather(batch[0].req.enq.Add(b.cfg.MaxWait),
 		func() bool { return len(batch) >= b.MaxBatch() },
 		func(req *request) { batch = appendRows(batch, req) })
 	return batch

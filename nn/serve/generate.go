@@ -262,7 +262,7 @@ func (b *GenBatcher) take(pending []*genRequest) (batch, rest []*genRequest) {
 // or its oldest request has waited MaxWait; others go to pending. open is
 // false once the queue is closed.
 func (b *GenBatcher) gather(batch, pending []*genRequest) (_, _ []*genRequest, open bool) {
-	open = b.queue.gather(batch[0].enq.Add(b.cfg.MaxWait), b.cfg.MaxWait > 0,
+	open = b.queue.gather(batch[0].enq.Add(b.cfg.MaxWait),
 		func() bool { return len(batch) >= b.MaxBatch() },
 		func(req *genRequest) {
 			if req.Sampling == batch[0].Sampling {

@@ -64,12 +64,12 @@ func (q *queue[R]) next() (r R, ok bool) {
 }
 
 // gather hands queued requests to add until full says the batch is full
-// or the time is up: it waits until deadline for more when wait is true,
-// and otherwise takes only what is already queued. open is false once the
-// queue is closed.
-func (q *queue[R]) gather(deadline time.Time, wait bool, full func() bool, add func(R)) (open bool) {
+// or the time is up: it waits for more until deadline, and takes only what
+// is already queued once deadline has passed (at once when it is past
+// already). open is false once the queue is closed.
+func (q *queue[R]) gather(deadline time.Time, full func() bool, add func(R)) (open bool) {
 	var timeout <-chan time.Time
-	if d := time.Until(deadline); wait && d > 0 {
+	if d := time.Until(deadline); d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		timeout = t.C
