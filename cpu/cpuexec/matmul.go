@@ -29,8 +29,8 @@ type matmulStep struct {
 	dt      ir.DType
 	m, n, k int
 	batch   int
-	lhs     gemm.Indexed // A: m×k per batch item
-	rhs     gemm.Indexed // B: k×n per batch item
+	lhs     gemm.Indexed // A: m×k per batch item (f32 and f64 products)
+	rhs     gemm.Indexed // B: k×n per batch item (f32 and f64 products)
 	// half is the format of a 16-bit product, la and lb its operands'
 	// layouts.
 	half   gemm.Format
@@ -44,12 +44,12 @@ func compileMatmul(op *ir.Op, mm *passes.Matmul) (*matmulStep, error) {
 		return nil, fmt.Errorf("%s: not a product of two operands", op.Describe())
 	}
 	s := &matmulStep{dt: op.Args[0].Type.DType, m: mm.M, n: mm.N, k: mm.K, batch: mm.Batch}
-	ls, rs := op.Args[0].Type.Shape, op.Args[1].Type.Shape
-	s.lhs = offsets(ls, mm.LhsBatch, passes.FreeAxes(len(ls), mm.LhsBatch, mm.LhsContract), mm.LhsContract)
-	s.rhs = offsets(rs, mm.RhsBatch, mm.RhsContract, passes.FreeAxes(len(rs), mm.RhsBatch, mm.RhsContract))
 	useKernel := true
 	switch s.dt {
 	case ir.Float32, ir.Float64:
+		ls, rs := op.Args[0].Type.Shape, op.Args[1].Type.Shape
+		s.lhs = offsets(ls, mm.LhsBatch, passes.FreeAxes(len(ls), mm.LhsBatch, mm.LhsContract), mm.LhsContract)
+		s.rhs = offsets(rs, mm.RhsBatch, mm.RhsContract, passes.FreeAxes(len(rs), mm.RhsBatch, mm.RhsContract))
 		useKernel = false
 	case ir.BFloat16, ir.Float16:
 		s.half = gemm.BF16
