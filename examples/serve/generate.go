@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/ferryml/ferry/ir"
@@ -204,13 +203,9 @@ func postGenerate(client *http.Client, url string, req serve.GenerateRequest) (i
 
 // printGen writes the report of a generation load test.
 func (rep *report) printGen(w io.Writer, o options, s serve.GenStats, compiles int64) {
-	slices.Sort(rep.latencies)
 	sec := rep.elapsed.Seconds()
 	fmt.Fprintf(w, "%d clients for %.1f s, greedy, 1 to %d new tokens per request, max wait %v\n", o.clients, sec, o.maxTokens, o.wait)
-	fmt.Fprintf(w, "throughput: %.1f tokens/s, %.1f requests/s (%d requests, %d tokens)\n",
-		float64(rep.units)/sec, float64(rep.requests)/sec, rep.requests, rep.units)
-	fmt.Fprintf(w, "latency: p50 %.1f ms, p99 %.1f ms\n",
-		ms(quantile(rep.latencies, 0.50)), ms(quantile(rep.latencies, 0.99)))
+	rep.printRates(w, "tokens")
 	if s.Batches > 0 {
 		fmt.Fprintf(w, "batches: %d, %.1f requests each, %.0f%% of the row steps run made requested tokens\n",
 			s.Batches, float64(s.Requests)/float64(s.Batches), 100*float64(s.Tokens)/float64(s.RowSteps))

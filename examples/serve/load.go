@@ -120,15 +120,22 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
 }
 
-// print writes the report.
-func (rep *report) print(w io.Writer, o options, s serve.Stats, compiles int64) {
-	slices.Sort(rep.latencies)
+// printRates writes the throughput (units named unit) and latency lines of
+// the report.
+func (rep *report) printRates(w io.Writer, unit string) {
 	sec := rep.elapsed.Seconds()
-	fmt.Fprintf(w, "%d clients for %.1f s, 1 to %d texts per request, max wait %v\n", o.clients, sec, o.texts, o.wait)
-	fmt.Fprintf(w, "throughput: %.1f texts/s, %.1f requests/s (%d requests, %d texts)\n",
-		float64(rep.units)/sec, float64(rep.requests)/sec, rep.requests, rep.units)
+	fmt.Fprintf(w, "throughput: %.1f %s/s, %.1f requests/s (%d requests, %d %s)\n",
+		float64(rep.units)/sec, unit, float64(rep.requests)/sec, rep.requests, rep.units, unit)
+	slices.Sort(rep.latencies)
 	fmt.Fprintf(w, "latency: p50 %.1f ms, p99 %.1f ms\n",
 		ms(quantile(rep.latencies, 0.50)), ms(quantile(rep.latencies, 0.99)))
+}
+
+// print writes the report.
+func (rep *report) print(w io.Writer, o options, s serve.Stats, compiles int64) {
+	sec := rep.elapsed.Seconds()
+	fmt.Fprintf(w, "%d clients for %.1f s, 1 to %d texts per request, max wait %v\n", o.clients, sec, o.texts, o.wait)
+	rep.printRates(w, "texts")
 	if s.Batches > 0 {
 		fmt.Fprintf(w, "batches: %d, %.1f texts each, %.0f%% of the tokens run were padding\n",
 			s.Batches, float64(s.Texts)/float64(s.Batches), 100*(1-float64(s.Tokens)/float64(s.Slots)))
