@@ -77,9 +77,7 @@ func NewGenerateHandler(b *GenBatcher, codec Codec, cfg GenHandlerConfig) http.H
 
 // ServeHTTP answers one request.
 func (h *genHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s: the generation endpoint takes POST", r.Method))
+	if !postOnly(w, r, "generation") {
 		return
 	}
 	req, status, msg := h.parse(w, r)

@@ -62,11 +62,20 @@ func NewHandler(b *Batcher, tokenize func(text string) (Row, error), cfg Handler
 	return &handler{b: b, tokenize: tokenize, cfg: cfg}
 }
 
+// postOnly answers a request whose method is not POST with 405, naming the
+// endpoint, and reports whether the request is a POST.
+func postOnly(w http.ResponseWriter, r *http.Request, endpoint string) bool {
+	if r.Method == http.MethodPost {
+		return true
+	}
+	w.Header().Set("Allow", http.MethodPost)
+	writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s: the %s endpoint takes POST", r.Method, endpoint))
+	return false
+}
+
 // ServeHTTP answers one request.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s: the embedding endpoint takes POST", r.Method))
+	if !postOnly(w, r, "embedding") {
 		return
 	}
 	texts, status, msg := h.parse(w, r)
