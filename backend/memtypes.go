@@ -475,7 +475,7 @@ func NewOutOfMemoryError(s MemStats, requested int64, what, note string, live []
 		}
 	}
 	SortLive(ls)
-	e.Largest = ls[:min(len(ls), maxOOMBuffers)]
+	e.Largest = ls[:min(len(ls), MaxOOMBuffers)]
 	return e
 }
 
@@ -499,5 +499,5 @@ func UserSite(pcs []uintptr) string {
 	return fmt.Sprintf("%s:%d", file, line)
 }
 
-// maxOOMBuffers is the number of largest live buffers an OOM report lists.
-const maxOOMBuffers = 10
+// MaxOOMBuffers is the number of largest live buffers an OOM report lists.
+const MaxOOMBuffers = 10

@@ -179,7 +179,7 @@ func (a *execAlloc) claim(mem []byte) *allocRecord {
 	}
 	addr := addrOf(mem)
 	for i, r := range a.recs {
-		if r != nil && r.addr == addr {
+		if r != nil && r.Addr == addr {
 			a.recs[i] = nil
 			return r
 		}

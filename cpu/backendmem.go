@@ -22,19 +22,7 @@ func (cpuBackend) LiveAllocations() []backend.Allocation {
 	var out []backend.Allocation
 	for _, p := range memPools.set().all {
 		p.mu.Lock()
-		recs := make([]*allocRecord, 0, p.nlive)
-		for r := p.live; r != nil; r = r.next {
-			recs = append(recs, r)
-		}
-		sortRecords(recs)
-		for _, r := range recs {
-			a := backend.Allocation{Platform: "cpu", Device: p.device, Space: p.space, IsArray: r.isArray, What: r.name(), Bytes: r.size,
-				Site: r.callSiteLocked(), PCs: append([]uintptr(nil), r.pcs()...), Born: r.bornTime()}
-			if r.isArray {
-				a.Type = r.typ.Clone()
-			}
-			out = append(out, a)
-		}
+		out = p.l.Allocations(out)
 		p.mu.Unlock()
 	}
 	return out

@@ -152,12 +152,7 @@ func newBufferOn(l *ir.Literal, dev int, committed bool, skip int) (*cpuBuffer, 
 // then called when the buffer is freed. release must not refer to l.
 func newPoolBuffer(l *ir.Literal, release func(), site string) *cpuBuffer {
 	if rec := memPools.lookup(l.Type.Space, l.Data); rec != nil {
-		rec.pool.mu.Lock()
-		rec.typ, rec.isArray = l.Type.WithShape(l.Type.Shape), true
-		if site != "" {
-			rec.site = site
-		}
-		rec.pool.mu.Unlock()
+		rec.setArray(l.Type.WithShape(l.Type.Shape), site)
 	}
 	return wrapLiteral(l, release)
 }
@@ -287,7 +282,7 @@ func (b *cpuBuffer) donate(where string) (mem []byte, release func(), err error)
 		// Its release function is handed out, and may be called more than
 		// once: the pool must not recycle the record.
 		rec.pool.mu.Lock()
-		rec.reuse = false
+		rec.Reuse = false
 		rec.pool.mu.Unlock()
 		release = rec.release
 	}

@@ -19,7 +19,7 @@ func (cpuBackend) MemoryMap(dev int, space ir.MemorySpace) ([]backend.Block, boo
 		return nil, false
 	}
 	owner := map[*bfcChunk]*allocRecord{}
-	for r := p.live; r != nil; r = r.next {
+	for r := range p.l.All() {
 		if r.chunk != nil {
 			owner[r.chunk] = r
 		}
@@ -29,9 +29,9 @@ func (cpuBackend) MemoryMap(dev int, space ir.MemorySpace) ([]backend.Block, boo
 		for c := reg.First(); c != nil; c = c.Next() {
 			b := backend.Block{Region: reg.ID, Offset: c.Off, Size: c.Size, Free: c.IsFree()}
 			if r := owner[c]; r != nil {
-				b.What, b.Site = r.name(), r.callSiteLocked()
-				if r.isArray {
-					b.What = r.typ.String()
+				b.What, b.Site = r.What, p.l.Site(r)
+				if r.IsArray {
+					b.What = r.Type.String()
 				}
 			}
 			out = append(out, b)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	goruntime "runtime"
 
 	"github.com/ferryml/ferry/backend"
+	"github.com/ferryml/ferry/backend/ledger"
 	"github.com/ferryml/ferry/internal/callers"
 	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
@@ -21,54 +21,20 @@ import (
 const (
 	allocAlign         = 64      // alignment and granularity of every allocation
 	defaultRegionBytes = 2 << 20 // first growth region of the bfc allocator
-	maxStackDepth      = 32      // PCs recorded per allocation
-	maxOOMBuffers      = 10      // largest live buffers listed by an OOM report
+	maxStackDepth      = 32      // PCs reported per allocation
 )
 
-// allocRecord is one live allocation of a pool. It never points to the buffer
-// or literal that uses the memory, so that cleanups can run.
+// allocRecord is one live allocation of a pool: the ledger's entry and the
+// memory's bfc chunk (nil for the platform allocator). It never points to
+// the buffer or literal that uses the memory, so that cleanups can run.
 type allocRecord struct {
-	pool    *pool
-	size    int64 // requested bytes
-	chunk   *bfcChunk
-	addr    uintptr
-	what    string // what the memory is for: "array", "output 0 of train_step"
-	typ     ir.Type
-	site    string
-	born    int64          // when it was allocated: nanoseconds since epoch (monotonic)
-	stack   *callers.Stack // where it was allocated (shared, read-only)
-	isArray bool
-	freed   bool
-	reuse   bool // freed once by its single owner: the pool may recycle it
-	// prev and next link the pool's live records (pool.mu).
-	prev, next *allocRecord
+	ledger.Entry[allocRecord]
+	pool  *pool
+	chunk *bfcChunk
 }
 
-// epoch is the origin of allocRecord.born.
-var epoch = time.Now()
-
-// bornTime is when the record was allocated.
-func (r *allocRecord) bornTime() time.Time { return epoch.Add(time.Duration(r.born)) }
-
-// pcs is the recorded call stack, at most maxStackDepth PCs.
-func (r *allocRecord) pcs() []uintptr {
-	if r.stack == nil {
-		return nil
-	}
-	return r.stack.PCs[:min(len(r.stack.PCs), maxStackDepth)]
-}
-
-// held is the memory counted against the limit: the bfc chunk (the size
-// rounded up), or the size of platform memory.
-func (r *allocRecord) held() int64 {
-	if r.chunk != nil {
-		return r.chunk.Size
-	}
-	return r.size
-}
-
-// name is what the memory is for, as reports show it.
-func (r *allocRecord) name() string { return r.what }
+// poolLedger is a pool's accounting of its live allocations.
+type poolLedger = ledger.Ledger[allocRecord, *allocRecord]
 
 // release frees the record's memory; it is safe to call more than once.
 func (r *allocRecord) release() { r.pool.free(r) }
@@ -78,39 +44,29 @@ func (r *allocRecord) release() { r.pool.free(r) }
 // kept as it is (reports copy it): its shape must not be modified.
 func (r *allocRecord) setArray(typ ir.Type, site string) {
 	r.pool.mu.Lock()
-	r.typ, r.isArray = typ, true
-	if site != "" {
-		r.site = site
-	}
+	r.MarkArray(typ, site)
 	r.pool.mu.Unlock()
 }
 
 // pool is the allocator and bookkeeping of one memory space of one device.
 type pool struct {
-	device   int
 	devices  int // the number of devices of its set
 	space    ir.MemorySpace
 	kind     string
 	capacity int64
 	limit    int64
 
-	mu        sync.Mutex
-	retired   bool
-	bfc       *bfcAllocator
-	plat      *platformAllocator
-	inUse     int64
-	peak      int64
-	numAllocs int64
-	churn     int64        // bytes allocated since the last collectGarbage
-	live      *allocRecord // the live records, newest first, linked by next
-	nlive     int
-	spare     *allocRecord // freed records to recycle, linked by next
-	nspare    int
-	frees     atomic.Int64
+	mu      sync.Mutex
+	retired bool
+	bfc     *bfcAllocator
+	plat    *platformAllocator
+	l       poolLedger // its live allocations; it names the device
+	churn   int64      // bytes allocated since the last collectGarbage
+	frees   atomic.Int64
 }
 
 func newPool(device int, space ir.MemorySpace, cfg backend.MemoryConfig) *pool {
-	p := &pool{device: device, devices: cfg.Devices, space: space, kind: cfg.Allocator}
+	p := &pool{devices: cfg.Devices, space: space, kind: cfg.Allocator, l: poolLedger{Platform: "cpu", Device: device, Depth: maxStackDepth}}
 	prealloc := false
 	if space == ir.Device {
 		p.capacity = cfg.Capacity
@@ -148,9 +104,6 @@ var (
 // garbage collections it asks for.
 const minChurnBeforeCollect = 4 << 20
 
-// maxSpareRecords bounds the freed records a pool keeps for reuse.
-const maxSpareRecords = 256
-
 // tryAlloc allocates size bytes (size > 0) for what, born and made at
 // stack, and returns the memory's record; or it returns errRetired,
 // errCollect or a *backend.OutOfMemoryError. The record is recycled when freed
@@ -183,7 +136,7 @@ func (p *pool) tryAlloc(size int64, what string, born int64, stack *callers.Stac
 			mem = chunkBytes(c, size)
 		}
 	} else {
-		mem, note = p.plat.alloc(size, p.inUse)
+		mem, note = p.plat.alloc(size, p.l.InUse(p.space))
 	}
 	if mem == nil {
 		return nil, nil, p.oomLocked(size, what, note)
@@ -193,77 +146,43 @@ func (p *pool) tryAlloc(size int64, what string, born int64, stack *callers.Stac
 			mem[i] = 0xff // NaN in every float type, -1 in every integer one
 		}
 	}
-	rec := p.spare
-	if rec != nil {
-		p.spare, rec.next = rec.next, nil
-		p.nspare--
-	} else {
-		rec = new(allocRecord)
+	// The memory counted against the limit: the bfc chunk (the size
+	// rounded up), or the size of platform memory.
+	held := size
+	if chunk != nil {
+		held = chunk.Size
 	}
-	*rec = allocRecord{pool: p, size: size, chunk: chunk, addr: addrOf(mem), what: what, born: born, stack: stack, reuse: reuse}
-	held := rec.held()
-	p.inUse += held
+	rec := p.l.New()
+	rec.Bytes, rec.Held, rec.Addr, rec.What, rec.Born, rec.Stack, rec.Reuse = size, held, addrOf(mem), what, born, stack, reuse
+	rec.pool, rec.chunk = p, chunk
+	p.l.Add(rec, p.space)
 	p.churn += held
-	p.peak = max(p.peak, p.inUse)
-	p.numAllocs++
-	p.link(rec)
 	return rec, mem, nil
-}
-
-// link adds r to the live records (p.mu held).
-func (p *pool) link(r *allocRecord) {
-	r.prev, r.next = nil, p.live
-	if p.live != nil {
-		p.live.prev = r
-	}
-	p.live = r
-	p.nlive++
-}
-
-// unlink removes r from the live records (p.mu held).
-func (p *pool) unlink(r *allocRecord) {
-	if r.prev != nil {
-		r.prev.next = r.next
-	} else {
-		p.live = r.next
-	}
-	if r.next != nil {
-		r.next.prev = r.prev
-	}
-	r.prev, r.next = nil, nil
-	p.nlive--
 }
 
 // free releases a record's memory once.
 func (p *pool) free(r *allocRecord) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if r.freed {
+	chunk := r.chunk
+	if !p.l.Forget(r) { // which may recycle r
 		return
 	}
-	r.freed = true
-	p.unlink(r)
-	p.inUse -= r.held()
+	r.chunk = nil
 	if p.bfc != nil {
-		p.bfc.free(r.chunk)
-		r.chunk = nil
+		p.bfc.free(chunk)
 	}
 	p.frees.Add(1)
-	if r.reuse && p.nspare < maxSpareRecords {
-		*r = allocRecord{next: p.spare}
-		p.spare = r
-		p.nspare++
-	}
 }
 
 func (p *pool) statsLocked() backend.MemStats {
-	s := backend.MemStats{Platform: "cpu", Device: p.device, Space: p.space, Allocator: p.kind, Capacity: p.capacity, Limit: p.limit,
-		BytesInUse: p.inUse, PeakBytesInUse: p.peak, NumAllocs: p.numAllocs, LiveAllocs: int64(p.nlive)}
+	s := p.l.Stats(p.space)
+	s.Allocator, s.Capacity, s.Limit = p.kind, p.capacity, p.limit
 	if p.bfc != nil {
 		s.Reserved = p.bfc.reserved()
 		s.LargestFreeBlock, s.FreeBytes, s.FreeBlocks = p.bfc.freeStats()
 	} else {
-		s.Reserved = p.inUse
+		s.Reserved = s.BytesInUse
 	}
 	s.Fragmentation = backend.Fragmentation(s.LargestFreeBlock, s.FreeBytes)
 	return s
@@ -271,59 +190,21 @@ func (p *pool) statsLocked() backend.MemStats {
 
 func (p *pool) oomLocked(size int64, what, note string) *backend.OutOfMemoryError {
 	s := p.statsLocked()
-	e := &backend.OutOfMemoryError{Platform: "cpu", Device: p.device, Devices: p.devices, Space: p.space, Requested: size, What: what, Allocator: p.kind,
-		Capacity: p.capacity, Limit: p.limit, Reserved: s.Reserved, InUse: s.BytesInUse,
-		LargestFree: s.LargestFreeBlock, LiveAllocs: s.LiveAllocs, Note: note}
-	if p.limit > 0 {
-		if p.bfc != nil {
-			_, free, blocks := p.bfc.freeStats()
-			e.FreeBlocks = blocks
-			room := int64(0)
-			if !p.bfc.prealloc {
-				room = max(p.limit-p.bfc.reserved(), 0)
-			}
-			e.FreeBytes = free + room
-			e.Fragmented = note == "" && e.FreeBytes >= roundUp(size)
-		} else {
-			e.FreeBytes = max(p.limit-p.inUse, 0)
+	e := p.l.OutOfMemory(s, size, what, note)
+	e.Devices, e.FreeBytes, e.FreeBlocks, e.Fragmented = p.devices, 0, 0, false
+	switch {
+	case p.limit == 0:
+	case p.bfc != nil:
+		room := int64(0)
+		if !p.bfc.prealloc {
+			room = max(p.limit-s.Reserved, 0)
 		}
+		e.FreeBytes, e.FreeBlocks = s.FreeBytes+room, s.FreeBlocks
+		e.Fragmented = note == "" && e.FreeBytes >= roundUp(size)
+	default:
+		e.FreeBytes = max(p.limit-s.BytesInUse, 0)
 	}
-	e.Largest = p.largestLocked(maxOOMBuffers, false)
 	return e
-}
-
-// largestLocked lists the n largest live allocations (arrays only if
-// arraysOnly), largest first, oldest first among equals.
-func (p *pool) largestLocked(n int, arraysOnly bool) []backend.LiveArray {
-	recs := make([]*allocRecord, 0, p.nlive)
-	for r := p.live; r != nil; r = r.next {
-		if !arraysOnly || r.isArray {
-			recs = append(recs, r)
-		}
-	}
-	sortRecords(recs)
-	if n >= 0 && len(recs) > n {
-		recs = recs[:n]
-	}
-	now := time.Now()
-	out := make([]backend.LiveArray, len(recs))
-	for i, r := range recs {
-		out[i] = r.liveArrayLocked(now)
-	}
-	return out
-}
-
-func sortRecords(recs []*allocRecord) {
-	sort.Slice(recs, func(i, j int) bool {
-		a, b := recs[i], recs[j]
-		if a.size != b.size {
-			return a.size > b.size
-		}
-		if a.born != b.born {
-			return a.born < b.born
-		}
-		return a.addr < b.addr
-	})
 }
 
 // reclaim frees memory held for nothing: empty bfc growth regions.
@@ -479,7 +360,7 @@ func (ps *Pools) alloc(dev int, space ir.MemorySpace, size int64, what string, z
 		}
 		return nil, []byte{}, nil
 	}
-	born, stack := int64(time.Since(epoch)), callers.Record(skip)
+	born, stack := ledger.Now(), callers.Record(skip)
 	retried, collected := false, false
 	for {
 		p, err := s.pool(dev, space)
@@ -554,13 +435,11 @@ func (ps *Pools) lookup(space ir.MemorySpace, mem []byte) *allocRecord {
 			return nil
 		}
 		p.mu.Lock()
-		for r := p.live; r != nil; r = r.next {
-			if r.addr == addr {
-				p.mu.Unlock()
-				return r
-			}
-		}
+		r := p.l.Find(addr)
 		p.mu.Unlock()
+		if r != nil {
+			return r
+		}
 	}
 	return nil
 }
@@ -610,8 +489,8 @@ func (s *poolSet) checkIdle() error {
 	var live []backend.LiveArray
 	for _, p := range s.all {
 		p.mu.Lock()
-		n += int64(p.nlive)
-		live = append(live, p.largestLocked(5, false)...)
+		n += int64(p.l.Len())
+		live = append(live, p.l.Largest(5, false)...)
 		p.mu.Unlock()
 	}
 	if n == 0 {
@@ -685,7 +564,7 @@ var _ backend.Memory = cpuBackend{}
 func (ps *Pools) resetPeak() {
 	for _, p := range ps.set().all {
 		p.mu.Lock()
-		p.peak = p.inUse
+		p.l.ResetPeak()
 		p.mu.Unlock()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryml/ferry/backend"
+	"github.com/ferryml/ferry/backend/ledger"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/trace"
 )
@@ -47,13 +48,13 @@ func TestReleasedTwiceFreesNothingElse(t *testing.T) {
 	require.Equal(t, base, deviceInUse())
 }
 
-// A pool keeps at most maxSpareRecords freed records, and its statistics
+// A pool keeps at most ledger.MaxSpare freed records, and its statistics
 // count every allocation whether its record was recycled or new.
 func TestSpareRecordsBounded(t *testing.T) {
 	SetMemoryForTest(t, backend.MemoryConfig{})
 	before := MemoryStats(ir.Device)
 	var bufs []*cpuBuffer
-	for range maxSpareRecords + 40 {
+	for range ledger.MaxSpare + 40 {
 		b, err := newBuffer(f32Literal(t, 1))
 		require.NoError(t, err)
 		bufs = append(bufs, b)
@@ -64,7 +65,7 @@ func TestSpareRecordsBounded(t *testing.T) {
 	p, err := memPools.set().pool(0, ir.Device)
 	require.NoError(t, err)
 	p.mu.Lock()
-	require.Equal(t, maxSpareRecords, p.nspare)
+	require.Equal(t, ledger.MaxSpare, p.l.Spare())
 	p.mu.Unlock()
 	for range 10 {
 		b, err := newBuffer(f32Literal(t, 2))
@@ -72,7 +73,7 @@ func TestSpareRecordsBounded(t *testing.T) {
 		require.NoError(t, b.Delete())
 	}
 	after := MemoryStats(ir.Device)
-	require.Equal(t, before.NumAllocs+int64(maxSpareRecords+50), after.NumAllocs)
+	require.Equal(t, before.NumAllocs+int64(ledger.MaxSpare+50), after.NumAllocs)
 	require.Equal(t, before.LiveAllocs, after.LiveAllocs)
 	require.Equal(t, before.BytesInUse, after.BytesInUse)
 }

@@ -63,9 +63,8 @@ type Backend struct {
 	limit   int64
 	slab    uintptr
 	alloc   *DeviceAllocator
-	modules map[string]uintptr   // kernel source hash → CUmodule
-	live    map[uintptr]*liveMem // live allocations by address
-	use     [2]spaceUse          // per memory space
+	modules map[string]uintptr // kernel source hash → CUmodule
+	live    memLedger          // live allocations, bytes in use per space
 }
 
 // New loads the driver, NVRTC and (when present) cuBLASLt, initialises
@@ -333,7 +332,7 @@ func (b *Backend) PeakBytes() int64 {
 	if b.alloc == nil {
 		return 0
 	}
-	return b.alloc.Peak
+	return b.live.Peak(ir.Device)
 }
 
 // mem is one allocation: device (ptr into the slab or from cuMemAlloc) or
@@ -348,22 +347,21 @@ type mem struct {
 func (b *Backend) allocate(n int64, space ir.MemorySpace, what string) (mem, error) {
 	var m mem
 	var err error
-	held := n
 	switch {
 	case space != ir.Device:
 		m.ptr, err = b.d.HostAlloc(max(n, 1))
 		m.off, m.host = -1, true
 	case b.platform && b.limit > 0:
 		b.mu.Lock()
-		if b.use[ir.Device].inUse+n > b.limit {
-			err = fmt.Errorf("cuda: %d bytes in use and %d more would pass the limit of %d (FERRY_PREALLOCATE=false)", b.use[ir.Device].inUse, n, b.limit)
+		if inUse := b.live.InUse(ir.Device); inUse+n > b.limit {
+			err = fmt.Errorf("cuda: %d bytes in use and %d more would pass the limit of %d (FERRY_PREALLOCATE=false)", inUse, n, b.limit)
 		} else {
 			m.ptr, err = b.d.MemAlloc(max(n, 1))
 		}
 		m.off = -1
 		if err == nil {
 			m.size = n
-			b.trackLocked(m, space, what, held)
+			b.trackLocked(m, space, what, n)
 		}
 		b.mu.Unlock()
 		if err != nil {
@@ -375,19 +373,22 @@ func (b *Backend) allocate(n int64, space ir.MemorySpace, what string) (mem, err
 		m.off = -1
 	default:
 		b.mu.Lock()
-		m.off, err = b.alloc.Alloc(n)
-		if err == nil {
-			m.ptr = b.slab + uintptr(m.off)
+		if m.off, err = b.alloc.Alloc(n); err == nil {
+			m.ptr, m.size = b.slab+uintptr(m.off), n
+			b.trackLocked(m, space, what, b.alloc.bfc.RoundUp(max(n, 1)))
 		}
 		b.mu.Unlock()
-		held = b.alloc.bfc.RoundUp(max(n, 1))
+		if err != nil {
+			return mem{}, b.outOfMemory(space, n, what, err)
+		}
+		return m, nil
 	}
 	if err != nil {
 		return mem{}, b.outOfMemory(space, n, what, err)
 	}
 	m.size = n
 	b.mu.Lock()
-	b.trackLocked(m, space, what, held)
+	b.trackLocked(m, space, what, n)
 	b.mu.Unlock()
 	return m, nil
 }
@@ -397,7 +398,7 @@ func (b *Backend) release(m mem) error {
 		return nil
 	}
 	b.mu.Lock()
-	b.untrackLocked(m.ptr)
+	b.live.Forget(b.live.Find(m.ptr))
 	b.mu.Unlock()
 	switch {
 	case m.host:
@@ -634,11 +635,9 @@ const (
 	stepConst
 	stepHost
 	stepMatmul
-	// stepScan, stepWhile and stepCond run their nested regions' steps
+	// stepLoop (a scan, while or cond) runs its nested regions' steps
 	// from a loop on the host (region.go).
-	stepScan
-	stepWhile
-	stepCond
+	stepLoop
 	// stepCollective runs a collective op through a device communicator
 	// (collective.go).
 	stepCollective
@@ -733,18 +732,17 @@ func (e *executable) Execute(args []trace.Buffer, opts backend.ExecOptions) (_ [
 		call.End(err)
 	}()
 	top := x.newFrame(reg)
-	top.top = true
 	for i, buf := range call.Args {
 		top.params[i] = loc{buf.m.ptr, buf.m.host}
 	}
 	for sp, a := range x.arenas {
 		top.arena[sp] = loc{a.ptr, a.host}
 	}
-	// run ends with the compute stream waiting for the copy streams (the
+	// A run ends with the compute stream waiting for the copy streams (the
 	// plan's Final steps), so that the result copies below and the
 	// synchronisation of the compute stream cover every outstanding read
 	// and write.
-	if err := x.run(top); err != nil {
+	if err := top.Frame.Run(); err != nil {
 		return nil, err
 	}
 	if err := x.collect(top); err != nil {

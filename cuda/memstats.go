@@ -1,57 +1,42 @@
 package cuda
 
 import (
-	"time"
-
 	"github.com/ferryml/ferry/backend"
+	"github.com/ferryml/ferry/backend/ledger"
 	"github.com/ferryml/ferry/internal/callers"
 	"github.com/ferryml/ferry/ir"
 )
 
 // liveMem is the record of one live allocation (Backend.mu).
-type liveMem struct {
-	space   ir.MemorySpace
-	bytes   int64 // requested
-	held    int64 // counted against the space's use (slab: rounded up)
-	what    string
-	typ     ir.Type
-	isArray bool
-	stack   *callers.Stack
-	born    time.Time
-}
+type liveMem struct{ ledger.Entry[liveMem] }
 
-// spaceUse is the accounting of one memory space (Backend.mu).
-type spaceUse struct {
-	inUse, peak, numAllocs int64
+// memLedger is the accounting of a device's live allocations (Backend.mu).
+type memLedger = ledger.Ledger[liveMem, *liveMem]
+
+// ledger returns the accounting of the handle's device, naming it at first
+// use (b.mu held).
+func (b *Backend) ledger() *memLedger {
+	if b.live.Platform == "" {
+		b.live.Platform, b.live.Device, b.live.Indexed = "cuda", b.ord, true
+	}
+	return &b.live
 }
 
 // trackLocked records a new allocation m of held bytes (b.mu held), with
 // the stack of allocate's caller.
 func (b *Backend) trackLocked(m mem, space ir.MemorySpace, what string, held int64) {
-	if b.live == nil {
-		b.live = map[uintptr]*liveMem{}
-	}
-	b.live[m.ptr] = &liveMem{space: space, bytes: m.size, held: held, what: what, stack: callers.Record(3), born: time.Now()}
-	u := &b.use[space]
-	u.inUse += held
-	u.peak = max(u.peak, u.inUse)
-	u.numAllocs++
-}
-
-// untrackLocked forgets the allocation at ptr (b.mu held).
-func (b *Backend) untrackLocked(ptr uintptr) {
-	if l, ok := b.live[ptr]; ok {
-		b.use[l.space].inUse -= l.held
-		delete(b.live, ptr)
-	}
+	l := b.ledger().New()
+	l.Bytes, l.Held, l.Addr, l.What, l.Stack, l.Born, l.Reuse = m.size, held, m.ptr, what, callers.Record(3), ledger.Now(), true
+	b.live.Add(l, space)
 }
 
 // markArray records that m holds an array of type t.
 func (b *Backend) markArray(m mem, t ir.Type) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if l, ok := b.live[m.ptr]; ok && m.ptr != 0 {
-		l.typ, l.isArray, l.what = t, true, "array"
+	if l := b.live.Find(m.ptr); l != nil && m.ptr != 0 {
+		l.MarkArray(t, "")
+		l.What = "array"
 	}
 }
 
@@ -66,24 +51,19 @@ func (b *Backend) newBuffer(t ir.Type, m mem) *Buffer {
 // allocated through its context (backend.Memory). Each device has its own
 // slab, statistics and peaks.
 func (b *Backend) MemoryStats(dev int, space ir.MemorySpace) (backend.MemStats, bool) {
-	if dev < 0 || dev >= len(b.all) || int(space) < 0 || int(space) >= len(b.use) {
+	if dev < 0 || dev >= len(b.all) || space > ir.PinnedHost {
 		return backend.MemStats{}, false
 	}
-	return b.all[dev].stats(space), true
+	g := b.all[dev]
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.statsLocked(space), true
 }
 
-// stats is MemoryStats of the handle's device.
-func (b *Backend) stats(space ir.MemorySpace) backend.MemStats {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	u := b.use[space]
-	s := backend.MemStats{Platform: "cuda", Device: b.ord, Space: space, Allocator: "platform", BytesInUse: u.inUse,
-		PeakBytesInUse: u.peak, NumAllocs: u.numAllocs, Reserved: u.inUse}
-	for _, l := range b.live {
-		if l.space == space {
-			s.LiveAllocs++
-		}
-	}
+// statsLocked is MemoryStats of the handle's device (b.mu held).
+func (b *Backend) statsLocked(space ir.MemorySpace) backend.MemStats {
+	s := b.ledger().Stats(space)
+	s.Allocator, s.Reserved = "platform", s.BytesInUse
 	if space == ir.Device && b.limit > 0 {
 		s.Capacity, s.Limit = b.limit, b.limit
 	}
@@ -97,28 +77,13 @@ func (b *Backend) stats(space ir.MemorySpace) backend.MemStats {
 }
 
 // LiveAllocations lists the live device and pinned_host allocations of
-// every device (backend.Memory).
+// every device, device by device, largest first (backend.Memory).
 func (b *Backend) LiveAllocations() []backend.Allocation {
 	var out []backend.Allocation
 	for _, g := range b.all {
-		out = g.liveAllocations(out)
-	}
-	return out
-}
-
-// liveAllocations appends the handle's device's live allocations to out.
-func (b *Backend) liveAllocations(out []backend.Allocation) []backend.Allocation {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, l := range b.live {
-		a := backend.Allocation{Platform: "cuda", Device: b.ord, Space: l.space, IsArray: l.isArray, What: l.what, Bytes: l.bytes, Born: l.born}
-		if l.isArray {
-			a.Type = l.typ.Clone()
-		}
-		if l.stack != nil {
-			a.PCs = append([]uintptr(nil), l.stack.PCs...)
-		}
-		out = append(out, a)
+		g.mu.Lock()
+		out = g.ledger().Allocations(out)
+		g.mu.Unlock()
 	}
 	return out
 }
@@ -127,19 +92,9 @@ func (b *Backend) liveAllocations(out []backend.Allocation) []backend.Allocation
 // (backend.Memory).
 func (b *Backend) ResetPeak() {
 	for _, g := range b.all {
-		g.resetPeak()
-	}
-}
-
-// resetPeak is ResetPeak of the handle's device.
-func (b *Backend) resetPeak() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for i := range b.use {
-		b.use[i].peak = b.use[i].inUse
-	}
-	if b.alloc != nil {
-		b.alloc.Peak = b.alloc.InUse
+		g.mu.Lock()
+		g.live.ResetPeak()
+		g.mu.Unlock()
 	}
 }
 
@@ -151,7 +106,9 @@ func (b *Backend) outOfMemory(space ir.MemorySpace, n int64, what string, err er
 	if space != ir.Device || b.platform && b.limit == 0 {
 		return err
 	}
-	e := backend.NewOutOfMemoryError(b.stats(space), n, what, "", b.liveAllocations(nil))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.live.OutOfMemory(b.statsLocked(space), n, what, "")
 	e.Devices = len(b.all)
 	return e
 }

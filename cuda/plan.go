@@ -81,10 +81,9 @@ type DeviceAllocator struct {
 	size  int64
 	bfc   *bfc.Allocator[struct{}]
 	inUse map[int64]*bfc.Chunk[struct{}]
-	// InUse is the bytes allocated (sizes rounded up to 256), Peak their
-	// highest value, Limit the slab's size.
+	// InUse is the bytes allocated (sizes rounded up to 256), Limit the
+	// slab's size.
 	InUse int64
-	Peak  int64
 	Limit int64
 }
 
@@ -111,7 +110,6 @@ func (a *DeviceAllocator) Alloc(n int64) (int64, error) {
 	}
 	a.inUse[c.Off] = c
 	a.InUse += c.Size
-	a.Peak = max(a.Peak, a.InUse)
 	return c.Off, nil
 }
 

@@ -172,7 +172,7 @@ func TestScanLaunchPointers(t *testing.T) {
 	}
 	var scan *step
 	for i := range e.steps {
-		if e.steps[i].kind == stepScan {
+		if e.steps[i].kind == stepLoop && e.steps[i].op.Code == ir.Scan {
 			scan = &e.steps[i]
 		}
 	}
@@ -390,7 +390,7 @@ func TestTrainStepsOnDevice(t *testing.T) {
 			count = func(g *region) {
 				prefetched += len(g.sched.Prefetch)
 				for _, st := range g.steps {
-					if st.kind == stepScan {
+					if st.kind == stepLoop && st.op.Code == ir.Scan {
 						scans++
 					}
 					if st.kind == stepCopy {
@@ -530,7 +530,7 @@ func TestScanPrefetch(t *testing.T) {
 	}
 	var body *region
 	for _, s := range exe.(*executable).steps {
-		if s.kind == stepScan {
+		if s.kind == stepLoop && s.op.Code == ir.Scan {
 			body = s.subs[0]
 		}
 	}
@@ -631,7 +631,7 @@ func TestScanMatmulInBody(t *testing.T) {
 	}
 	var body *region
 	for _, s := range exe.(*executable).steps {
-		if s.kind == stepScan {
+		if s.kind == stepLoop && s.op.Code == ir.Scan {
 			body = s.subs[0]
 		}
 	}

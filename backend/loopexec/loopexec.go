@@ -53,6 +53,18 @@ type Block[L any] interface {
 	End(failed bool) error
 }
 
+// BlockName names block k of a loop op of code c: a scan's body, a
+// while's cond and body, a cond's true and false branch.
+func BlockName(c ir.Code, k int) string {
+	switch c {
+	case ir.While:
+		return [...]string{"cond", "body"}[min(k, 1)]
+	case ir.Cond:
+		return [...]string{"true branch", "false branch"}[min(k, 1)]
+	}
+	return "body"
+}
+
 // runner is the state of one Run.
 type runner[L any] struct {
 	st         *passes.Step
@@ -82,13 +94,12 @@ func Run[L any](st *passes.Step, mem Memory[L], args, outs []L, block func(k int
 		if err != nil {
 			return err
 		}
-		k, name := 1, "false branch"
+		k := 1
 		if ok {
-			k, name = 0, "true branch"
+			k = 0
 		}
-		br := block(k)
-		if err := r.run(k, br, 0, 0, false); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+		if err := r.run(k, block(k), 0, 0, false); err != nil {
+			return fmt.Errorf("%s: %w", BlockName(ir.Cond, k), err)
 		}
 	}
 	return nil

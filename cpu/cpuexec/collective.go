@@ -164,13 +164,9 @@ func prepareCollective(c *passes.Collective) *collStep {
 }
 
 // runCollective runs collective step i with the execution's communicator of
-// its axis: it takes over the collective the previous iteration prefetched,
-// queues it on the collective worker (asynchronous collectives), or runs it.
-func (f *frame) runCollective(i int) error {
-	if ev := f.pre[i]; ev != nil {
-		f.ev[i], f.pre[i] = ev, nil
-		return nil
-	}
+// its axis: it queues it on the collective worker (asynchronous
+// collectives; its completion in *ev), or runs it.
+func (f *frame) runCollective(i int, ev **copyEvent) error {
 	st := &f.g.steps[i]
 	comm, err := f.communicator(i)
 	if err != nil {
@@ -184,7 +180,7 @@ func (f *frame) runCollective(i int) error {
 	in := f.args[i][0].Data
 	if f.env.async {
 		ctx, gbps := f.env.ctx, f.env.gbps
-		f.ev[i] = f.env.start(func() error { return collect(ctx, st, comm, in, out, gbps) })
+		*ev = f.env.start(func() error { return collect(ctx, st, comm, in, out, gbps) })
 		return nil
 	}
 	return collect(f.env.ctx, st, comm, in, out, f.env.gbps)
@@ -256,37 +252,6 @@ func collect(ctx context.Context, st *step, comm collective.Communicator, in, ou
 		return fmt.Errorf("%s: %w", op.Describe(), err)
 	}
 	return nil
-}
-
-// waitPrev waits for the previous iteration's carried collectives of the
-// listed steps and returns the first error.
-func (f *frame) waitPrev(steps []int) error {
-	var first error
-	for _, k := range steps {
-		if err := waitClear(&f.prev[k]); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-// carry hands this iteration's carried collectives to the next one.
-func (f *frame) carry() {
-	for _, c := range f.g.sched.Carried {
-		f.prev[c.Step], f.ev[c.Step] = f.ev[c.Step], nil
-	}
-}
-
-// drainPrev waits for every carried collective (after a scan's last
-// iteration, or when an iteration failed) and returns the first error.
-func (f *frame) drainPrev() error {
-	var first error
-	for k := range f.prev {
-		if err := waitClear(&f.prev[k]); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
 }
 
 // hasCollectives reports whether g or a region nested in it has a

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ferryml/ferry/internal/settings"
 	"github.com/ferryml/ferry/ir"
+	"github.com/ferryml/ferry/passes"
 )
 
 // Copies between memory spaces.
@@ -203,64 +204,57 @@ func crossSpaceCopy(op *ir.Op) (copyDir, bool) {
 	return 0, false
 }
 
-// startPrefetches starts, after step i, the next iteration's copies (and
-// all_gathers) the schedule starts there (f.next holds the next slices).
-func (f *frame) startPrefetches(i int) error {
-	for _, pi := range f.g.sched.PrefetchAfter[i] {
-		p := &f.g.sched.Prefetch[pi]
-		next := f.next[p.Param]
-		st := &f.g.steps[p.Step]
-		if next == nil || st.kind == stepCopy && !f.cfg.async || st.kind == stepCollective && (f.env == nil || !f.env.async) {
-			continue
-		}
-		if err := waitClear(&f.ev[p.Step]); err != nil { // it is waited for by now; be sure
-			return err
-		}
-		// Readers still running must be done before the bytes are
-		// overwritten. A copy waits for the copies among them on its worker;
-		// a collective among them is waited for here (the copy workers are
-		// the process's, shared by the devices: a copy job waiting for one
-		// device's collective could hold up another device's copies that
-		// collective needs). A gather waits here for the copies among them,
-		// and runs after the collectives among them on the collective
-		// worker. Compute readers have run.
-		var after []*copyEvent
-		for _, j := range p.Wait {
-			ev := f.ev[j]
-			switch {
-			case ev == nil:
-			case f.g.steps[j].kind == stepCopy && st.kind == stepCopy:
-				after = append(after, ev)
-			case f.g.steps[j].kind == stepCopy || st.kind == stepCopy:
-				if err := ev.wait(); err != nil {
-					return err
-				}
-			}
-		}
-		if st.kind == stepCollective {
-			ev, err := f.startGather(p.Step, next)
-			if err != nil {
-				return err
-			}
-			f.pre[p.Step] = ev
-			continue
-		}
-		f.pre[p.Step] = startCopy(st.dir, f.lits[st.outs[0]].Data, next, f.cfg.gbps, after...)
+// Prefetch starts prefetch p, the next iteration's copy (or all_gather)
+// of the next slice next, when copies (collectives) run asynchronously,
+// its completion left in *ev (blockrun.Backend).
+func (f *frame) Prefetch(p *passes.Prefetch, _ passes.Queue, next []byte, ev **copyEvent) (bool, error) {
+	st := &f.g.steps[p.Step]
+	if next == nil || st.kind == stepCopy && !f.cfg.async || st.kind == stepCollective && (f.env == nil || !f.env.async) {
+		return false, nil
 	}
-	return nil
+	if err := waitClear(f.Event(p.Step)); err != nil { // it is waited for by now; be sure
+		return false, err
+	}
+	// Readers still running must be done before the bytes are
+	// overwritten. A copy waits for the copies among them on its worker;
+	// a collective among them is waited for here (the copy workers are
+	// the process's, shared by the devices: a copy job waiting for one
+	// device's collective could hold up another device's copies that
+	// collective needs). A gather waits here for the copies among them,
+	// and runs after the collectives among them on the collective
+	// worker. Compute readers have run.
+	var after []*copyEvent
+	for _, j := range p.Wait {
+		e := *f.Event(j)
+		switch {
+		case e == nil:
+		case f.g.steps[j].kind == stepCopy && st.kind == stepCopy:
+			after = append(after, e)
+		case f.g.steps[j].kind == stepCopy || st.kind == stepCopy:
+			if err := e.wait(); err != nil {
+				return false, err
+			}
+		}
+	}
+	if st.kind == stepCollective {
+		e, err := f.startGather(p.Step, next)
+		if err != nil {
+			return false, err
+		}
+		*ev = e
+		return true, nil
+	}
+	*ev = startCopy(st.dir, f.lits[st.outs[0]].Data, next, f.cfg.gbps, after...)
+	return true, nil
 }
 
-// runCopy runs copy step i: it takes over a prefetched copy, starts one, or
-// copies synchronously.
-func (f *frame) runCopy(i int) {
+// runCopy runs copy step i: it starts the copy on its worker (its
+// completion in *ev), or copies synchronously.
+func (f *frame) runCopy(i int, ev **copyEvent) {
 	st := &f.g.steps[i]
-	if ev := f.pre[i]; ev != nil {
-		f.ev[i], f.pre[i] = ev, nil
-		return
-	}
 	dst, src := f.outs[i][0].Data, f.args[i][0].Data
 	if f.cfg.async && len(src) > 0 {
-		f.ev[i] = startCopy(st.dir, dst, src, f.cfg.gbps)
+		*ev = startCopy(st.dir, dst, src, f.cfg.gbps)
 		return
 	}
 	copyBytes(dst, src, f.cfg.gbps)
@@ -275,47 +269,4 @@ func waitClear(ev **copyEvent) error {
 		return err
 	}
 	return nil
-}
-
-// waitCopies waits for the copies (and collectives) of the listed steps and
-// returns the first error.
-func (f *frame) waitCopies(steps []int) error {
-	var first error
-	for _, k := range steps {
-		if err := waitClear(&f.ev[k]); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-// waitEnd waits, at the end of the region, for every copy and collective
-// it started but the carried collectives (prefetches excluded), and
-// returns the first error.
-func (f *frame) waitEnd() error {
-	var first error
-	for k := range f.ev {
-		if f.g.isCarried[k] {
-			continue
-		}
-		if err := waitClear(&f.ev[k]); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-// waitAll waits for every copy the region started, prefetches excluded.
-func (f *frame) waitAll() {
-	for k := range f.ev {
-		_ = waitClear(&f.ev[k])
-	}
-}
-
-// drainPrefetches waits for prefetched copies nobody took over (after the
-// last iteration of a scan, or when an iteration failed).
-func (f *frame) drainPrefetches() {
-	for k := range f.pre {
-		_ = waitClear(&f.pre[k])
-	}
 }

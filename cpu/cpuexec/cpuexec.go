@@ -3,9 +3,12 @@
 // per memory space whose size and layout the compiler planned.
 //
 // New renders the program's executable plan (passes.Lower): the plan's
-// blocks, steps, kernels and loop bindings become the regions, steps, block
-// programs and loop runners below; the vector JIT, copy workers and
-// prefetches are the CPU's own.
+// blocks, steps and kernels become the regions, steps and block programs
+// below. A region runs through backend/blockrun (the schedule's waits,
+// prefetches and carried collectives, with the copy and collective workers'
+// completions as its events) and its loops through backend/loopexec, both
+// shared with the CUDA backend; the vector JIT and the workers are the
+// CPU's own.
 //
 // Every op runs through eval.EvalOpInto writing into its planned buffer,
 // except:
@@ -273,7 +276,7 @@ func (e *Executable) ExecuteIntoWith(args []*ir.Literal, a Allocator, outs []*ir
 	}
 	fr := e.getFrame(arena, cfg, env)
 	for i, l := range args {
-		fr.setParam(i, l.Data)
+		fr.Bind(i, l.Data)
 	}
 	for s, sl := range e.body.slots {
 		switch sl.Buf.Kind {
@@ -284,7 +287,7 @@ func (e *Executable) ExecuteIntoWith(args []*ir.Literal, a Allocator, outs []*ir
 		}
 	}
 	fr.refresh()
-	err = fr.run()
+	err = fr.Run()
 	env.stop(err) // no collective writes the arena once it returns
 	if err != nil {
 		return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)

@@ -3,7 +3,7 @@ package cpuexec
 import (
 	"fmt"
 
-	"github.com/ferryml/ferry/backend/loopexec"
+	"github.com/ferryml/ferry/backend/blockrun"
 	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
@@ -13,14 +13,12 @@ import (
 type stepKind uint8
 
 const (
-	stepOp     stepKind = iota // eval.EvalOpInto
-	stepFusion                 // a fused block program
-	stepScan
-	stepWhile
-	stepCond
-	stepCopy       // a device_put between memory spaces (copy.go)
-	stepCollective // a collective op over the execution's communicators (collective.go)
-	stepMatmul     // a product rendered onto cpu/gemm (matmul.go)
+	stepOp         stepKind = iota // eval.EvalOpInto
+	stepFusion                     // a fused block program
+	stepLoop                       // scan, while, cond: nested regions run through loopexec
+	stepCopy                       // a device_put between memory spaces (copy.go)
+	stepCollective                 // a collective op over the execution's communicators (collective.go)
+	stepMatmul                     // a product rendered onto cpu/gemm (matmul.go)
 )
 
 // step is one op of a region, rendered from a step of the plan.
@@ -32,10 +30,8 @@ type step struct {
 	kernel *eval.Kernel // stepOp
 	mm     *matmulStep  // stepMatmul
 	fused  *fusedKernel
-	coll   *collStep    // stepCollective
-	loop   *passes.Loop // scan, while, cond: the bindings
-	plan   *passes.Step // scan, while, cond: the plan's step
-	subs   []*region    // nested regions (scan: body; while: cond, body; cond: true, false)
+	coll   *collStep // stepCollective
+	subs   []*region // nested regions (scan: body; while: cond, body; cond: true, false)
 	// dir is the direction of a stepCopy.
 	dir copyDir
 }
@@ -43,6 +39,7 @@ type step struct {
 // region is a block of the plan rendered for the CPU: the plan's slots and
 // the steps in execution order.
 type region struct {
+	blk     *passes.Block
 	r       *ir.Region
 	plan    *passes.RegionPlan
 	slots   []passes.Slot
@@ -53,15 +50,14 @@ type region struct {
 	steps   []step
 	// sched is the block's asynchronous schedule: the copy and collective
 	// steps each step waits for, the prefetches and carried collectives of
-	// a scan body; isCarried marks the carried collectives.
-	sched     *passes.Schedule
-	isCarried []bool
+	// a scan body.
+	sched *passes.Schedule
 }
 
 // compileRegion renders block b of the plan: a kernel per op step, block
 // programs per fused group, nested regions per loop.
 func compileRegion(b *passes.Block) (*region, error) {
-	g := &region{r: b.Region, plan: b.Plan, slots: b.Slots, params: b.Params, derived: b.Derived,
+	g := &region{blk: b, r: b.Region, plan: b.Plan, slots: b.Slots, params: b.Params, derived: b.Derived,
 		results: b.Results, slices: b.YsSlots, sched: &b.Schedule}
 	for i := range b.Steps {
 		st, err := compileStep(&b.Steps[i])
@@ -69,10 +65,6 @@ func compileRegion(b *passes.Block) (*region, error) {
 			return nil, err
 		}
 		g.steps = append(g.steps, st)
-	}
-	g.isCarried = make([]bool, len(g.steps))
-	for _, c := range g.sched.Carried {
-		g.isCarried[c.Step] = true
 	}
 	return g, nil
 }
@@ -98,15 +90,12 @@ func compileStep(ps *passes.Step) (step, error) {
 		}
 		st.fused = k
 	case passes.StepLoop:
-		st.kind = map[ir.Code]stepKind{ir.Scan: stepScan, ir.While: stepWhile, ir.Cond: stepCond}[op.Code]
-		st.loop, st.plan = ps.Loop, ps
-		for k, blk := range ps.Loop.Blocks {
-			sub, err := compileRegion(blk)
-			if err != nil {
-				return st, fmt.Errorf("%s, region %d: %w", op.Describe(), k, err)
-			}
-			st.subs = append(st.subs, sub)
+		st.kind = stepLoop
+		subs, err := blockrun.CompileBlocks(ps, compileRegion)
+		if err != nil {
+			return st, err
 		}
+		st.subs = subs
 	case passes.StepMatmul:
 		st.kind = stepMatmul
 		mm, err := compileMatmul(op, ps.Matmul)
@@ -125,8 +114,11 @@ func compileStep(ps *passes.Step) (step, error) {
 }
 
 // frame is one activation of a region: a literal view per slot, the operand
-// and result lists of every step, and nested frames made on first use.
+// and result lists of every step, and (blockrun.Frame) the events of its
+// copies and collectives and its nested frames, made on first use. It is
+// the region's blockrun.Backend and, nested, a loopexec.Block.
 type frame struct {
+	blockrun.Frame[[]byte, *copyEvent, *frame]
 	g     *region
 	cfg   *copyConfig
 	env   *collEnv // the execution's communicators (nil without collectives)
@@ -134,12 +126,6 @@ type frame struct {
 	lits  []ir.Literal
 	args  [][]*ir.Literal
 	outs  [][]*ir.Literal
-	subs  [][]*frame   // per step, per nested region (made on first use)
-	stage [][][]byte   // per step: staging copies of region results (made on first use)
-	ev    []*copyEvent // per copy step: its copy, until waited for
-	pre   []*copyEvent // per copy step: its copy started by the previous iteration
-	prev  []*copyEvent // per carried collective step: the previous iteration's
-	next  [][]byte     // scan body: per xs parameter, the next iteration's slice
 }
 
 // newFrame makes the views of g's temporaries in arena (the region's own
@@ -150,9 +136,7 @@ func newFrame(g *region, arena [2][]byte, cfg *copyConfig, env *collEnv) *frame 
 	// (Executable.getFrame), so allocations count.
 	n := len(g.steps)
 	f := &frame{g: g, lits: make([]ir.Literal, len(g.slots))}
-	events := make([]*copyEvent, 3*n)
-	f.ev, f.pre, f.prev = events[:n:n], events[n:2*n:2*n], events[2*n:]
-	f.next = make([][]byte, len(g.params))
+	f.Init(g.blk, f, blockrun.HostWaits)
 	for s, sl := range g.slots {
 		f.lits[s].Type = sl.Value.Type
 	}
@@ -193,14 +177,7 @@ func (f *frame) bind(arena [2][]byte, cfg *copyConfig, env *collEnv) {
 			f.lits[s].Data = arena[sl.Buf.Space][sl.Buf.Offset : sl.Buf.Offset+sl.Bytes : sl.Buf.Offset+sl.Bytes]
 		}
 	}
-	clear(f.next)
-	for i, subs := range f.subs {
-		for k, sub := range subs {
-			if sub != nil {
-				sub.bind(f.subArena(i, k), cfg, env)
-			}
-		}
-	}
+	f.EachSub(func(i, k int, sub *frame) { sub.bind(f.subArena(i, k), cfg, env) })
 }
 
 // unbind drops f's views (recursively), so that a frame kept for reuse
@@ -210,18 +187,12 @@ func (f *frame) unbind() {
 	for s := range f.lits {
 		f.lits[s].Data = nil
 	}
-	clear(f.next)
-	for _, subs := range f.subs {
-		for _, sub := range subs {
-			if sub != nil {
-				sub.unbind()
-			}
-		}
-	}
+	f.EachSub(func(_, _ int, sub *frame) { sub.unbind() })
 }
 
-// setParam points parameter i (and values planned into its memory) at data.
-func (f *frame) setParam(i int, data []byte) {
+// Bind points parameter i (and values planned into its memory) at data
+// (loopexec.Block).
+func (f *frame) Bind(i int, data []byte) {
 	f.lits[f.g.params[i]].Data = data
 	for _, s := range f.g.derived[i] {
 		f.lits[s].Data = data[:f.g.slots[s].Bytes:f.g.slots[s].Bytes]
@@ -231,22 +202,13 @@ func (f *frame) setParam(i int, data []byte) {
 // refresh re-derives the views of values planned into parameter memory.
 func (f *frame) refresh() {
 	for i := range f.g.params {
-		f.setParam(i, f.lits[f.g.params[i]].Data)
+		f.Bind(i, f.lits[f.g.params[i]].Data)
 	}
 }
 
-// sub returns the frame of nested region k of step i, making it on first use.
-func (f *frame) sub(i, k int) *frame {
-	if f.subs == nil {
-		f.subs = make([][]*frame, len(f.g.steps))
-	}
-	if f.subs[i] == nil {
-		f.subs[i] = make([]*frame, len(f.g.steps[i].subs))
-	}
-	if f.subs[i][k] == nil {
-		f.subs[i][k] = newFrame(f.g.steps[i].subs[k], f.subArena(i, k), f.cfg, f.env)
-	}
-	return f.subs[i][k]
+// NewSub makes the frame of nested region k of step i (blockrun.Backend).
+func (f *frame) NewSub(i, k int) *frame {
+	return newFrame(f.g.steps[i].subs[k], f.subArena(i, k), f.cfg, f.env)
 }
 
 // subArena is the arena of nested region k of step i inside f's.
@@ -254,67 +216,47 @@ func (f *frame) subArena(i, k int) [2][]byte {
 	st := &f.g.steps[i]
 	var arena [2][]byte
 	for sp := range arena {
-		off := st.loop.SubOffset[sp]
+		off := f.g.blk.Steps[i].Loop.SubOffset[sp]
 		arena[sp] = f.arena[sp][off : off+st.subs[k].plan.Arena[sp]]
 	}
 	return arena
 }
 
-// run executes the steps of the region. Every copy it starts is complete
-// when it returns (prefetches of the next iteration aside).
-func (f *frame) run() error {
-	defer f.waitAll()
-	for i := range f.g.steps {
-		st := &f.g.steps[i]
-		if err := f.waitCopies(f.g.sched.Steps[i].Wait); err != nil {
-			return err
+// Dispatch runs step i (blockrun.Backend): a copy or collective is
+// started on its worker when they run asynchronously, its completion left
+// in *ev.
+func (f *frame) Dispatch(i int, _ passes.Queue, ev **copyEvent) error {
+	st := &f.g.steps[i]
+	switch st.kind {
+	case stepCopy:
+		f.runCopy(i, ev)
+	case stepCollective:
+		return f.runCollective(i, ev)
+	case stepOp:
+		return st.kernel.Into(f.args[i], f.outs[i])
+	case stepMatmul:
+		return st.mm.run(f.args[i], f.outs[i])
+	case stepFusion:
+		if err := st.fused.run(f.args[i], f.outs[i]); err != nil {
+			return fmt.Errorf("%s: %w", st.op.Describe(), err)
 		}
-		if err := f.waitPrev(f.g.sched.CarriedBefore[i]); err != nil {
-			return err
-		}
-		var err error
-		switch st.kind {
-		case stepCopy:
-			f.runCopy(i)
-		case stepCollective:
-			err = f.runCollective(i)
-		case stepOp:
-			err = st.kernel.Into(f.args[i], f.outs[i])
-		case stepMatmul:
-			err = st.mm.run(f.args[i], f.outs[i])
-		case stepFusion:
-			err = st.fused.run(f.args[i], f.outs[i])
-			if err != nil {
-				err = fmt.Errorf("%s: %w", st.op.Describe(), err)
-			}
-		case stepScan, stepWhile, stepCond:
-			err = f.runLoop(i)
-		}
-		if err != nil {
-			return err
-		}
-		if len(f.g.sched.PrefetchAfter[i]) > 0 {
-			if err := f.startPrefetches(i); err != nil {
-				return err
-			}
-		}
+	case stepLoop:
+		return f.runLoop(i)
 	}
-	if err := f.waitEnd(); err != nil {
-		return err
-	}
-	if err := f.waitPrev(f.g.sched.CarriedBefore[len(f.g.steps)]); err != nil {
-		return err
-	}
-	f.carry()
 	return nil
 }
 
-// result returns the memory of result j of the region.
-func (f *frame) result(j int) []byte { return f.lits[f.g.results[j]].Data }
+// Wait waits for the copy or collective *ev, clears it and returns its
+// error (blockrun.HostWaits).
+func (f *frame) Wait(_ passes.Queue, ev **copyEvent) error { return waitClear(ev) }
+
+// Record does nothing: a copy's or collective's event is made when it
+// starts (blockrun.Backend).
+func (f *frame) Record(passes.Queue, **copyEvent) error { return nil }
 
 // runLoop runs loop step i (scan, while or cond) through loopexec, which
-// applies the plan's bindings; loopBlock and loopMem are how it reaches the
-// nested frames and the bytes.
+// applies the plan's bindings; the nested frames are the loopexec.Blocks
+// and loopMem reaches the bytes.
 func (f *frame) runLoop(i int) error {
 	st := &f.g.steps[i]
 	args, outs := make([][]byte, len(st.args)), make([][]byte, len(st.outs))
@@ -324,47 +266,25 @@ func (f *frame) runLoop(i int) error {
 	for k, l := range f.outs[i] {
 		outs[k] = l.Data
 	}
-	err := loopexec.Run(st.plan, loopMem{f, i}, args, outs, func(k int) loopexec.Block[[]byte] { return loopBlock{f.sub(i, k)} })
-	if err != nil {
+	if err := f.Loop(i, loopMem{f, i}, args, outs); err != nil {
 		return fmt.Errorf("%s: %w", st.op.Describe(), err)
 	}
 	return nil
 }
 
-// loopBlock is a nested frame as loopexec runs it.
-type loopBlock struct{ f *frame }
-
-func (b loopBlock) Bind(j int, l []byte) { b.f.setParam(j, l) }
-
-// BindNext keeps the next slice only where the prefetches it feeds run
-// (asynchronous copies or collectives).
-func (b loopBlock) BindNext(j int, l []byte, ok bool) {
-	b.f.next[j] = nil
-	if ok && (b.f.cfg.async || b.f.env != nil && b.f.env.async) {
-		b.f.next[j] = l
-	}
-}
-
 // BindYs points the values planned in the ys slice of result j at l: they
 // are computed there (their copy after the run is then skipped).
-func (b loopBlock) BindYs(j int, l []byte) {
-	for _, ys := range b.f.g.slices {
+func (f *frame) BindYs(j int, l []byte) {
+	for _, ys := range f.g.slices {
 		if ys.Result == j {
-			size := b.f.g.slots[ys.Slot].Bytes
-			b.f.lits[ys.Slot].Data = l[:size:size]
+			size := f.g.slots[ys.Slot].Bytes
+			f.lits[ys.Slot].Data = l[:size:size]
 		}
 	}
 }
 
-func (b loopBlock) Run() error                   { return b.f.run() }
-func (b loopBlock) Result(j int) ([]byte, error) { return b.f.result(j), nil }
-
-// End waits for the prefetches nobody took over and the carried
-// collectives of the last iteration.
-func (b loopBlock) End(bool) error {
-	b.f.drainPrefetches()
-	return b.f.drainPrev()
-}
+// Result returns the memory of result j of the region (loopexec.Block).
+func (f *frame) Result(j int) ([]byte, error) { return f.lits[f.g.results[j]].Data, nil }
 
 // loopMem is the memory of loop step i of f as loopexec addresses it.
 type loopMem struct {
@@ -382,19 +302,12 @@ func (m loopMem) Copy(dst, src []byte, n int64) error {
 // Stage copies src into the step's staging buffer of result j (made on
 // first use, reused by every run).
 func (m loopMem) Stage(j int, src []byte, n int64) ([]byte, error) {
-	f := m.f
-	if f.stage == nil {
-		f.stage = make([][][]byte, len(f.g.steps))
+	s := m.f.Staging(m.i, j)
+	if int64(cap(*s)) < n {
+		*s = make([]byte, n)
 	}
-	if f.stage[m.i] == nil {
-		f.stage[m.i] = make([][]byte, len(f.g.steps[m.i].loop.Results))
-	}
-	if int64(cap(f.stage[m.i][j])) < n {
-		f.stage[m.i][j] = make([]byte, n)
-	}
-	s := f.stage[m.i][j][:n]
-	copy(s, src[:n])
-	return s, nil
+	copy((*s)[:n], src[:n])
+	return (*s)[:n], nil
 }
 
 func (m loopMem) Predicate(l []byte) (bool, error) { return len(l) > 0 && l[0] != 0, nil }
