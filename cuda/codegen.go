@@ -155,14 +155,6 @@ func valueTypes(vs []*ir.Value) []ir.Type {
 	return ts
 }
 
-func seq(n int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = i
-	}
-	return s
-}
-
 // shared is the state common to every scope of one kernel: its operand
 // and result types, the operands read and the entries made so far.
 type shared struct {
