@@ -23,7 +23,9 @@
 //     a generated kernel.
 //   - Control flow runs on the device: scan, while and cond steps launch
 //     their nested regions' compiled steps once per iteration from a host
-//     loop (region.go). Sort, and a fused group the plan does not describe
+//     loop (region.go, through backend/blockrun and backend/loopexec, the
+//     runners of a block's schedule and a loop's bindings that the CPU
+//     backend uses too). Sort, and a fused group the plan does not describe
 //     (passes.KernelUnsupported), have no device kernel: they are host
 //     steps run by the reference executor (internal/eval), listed by
 //     HostSteps.
@@ -38,7 +40,9 @@
 //     ncclCommInitAll.
 //   - Memory: device buffers come from a best-fit allocator over one
 //     pre-allocated slab per GPU (or cuMemAlloc per buffer with
-//     FERRY_ALLOCATOR=platform), pinned_host buffers from cuMemHostAlloc.
+//     FERRY_ALLOCATOR=platform), pinned_host buffers from cuMemHostAlloc;
+//     each device keeps its live allocations, peaks and out-of-memory
+//     report in a backend/ledger, as the CPU's pools do (memstats.go).
 //     Kernels run on a compute stream, host↔device copies on two copy
 //     streams and collectives on a stream of their own, ordered by events
 //     from the plan's schedule (passes.Schedule), so copies of offloaded
