@@ -254,22 +254,6 @@ func collect(ctx context.Context, st *step, comm collective.Communicator, in, ou
 	return nil
 }
 
-// hasCollectives reports whether g or a region nested in it has a
-// collective step.
-func hasCollectives(g *region) bool {
-	for i := range g.steps {
-		if g.steps[i].kind == stepCollective {
-			return true
-		}
-		for _, sub := range g.steps[i].subs {
-			if hasCollectives(sub) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // abortComms aborts every communicator of opts with err (see Options.Comms).
 func abortComms(comms map[string]collective.Communicator, err error) {
 	for _, c := range comms {

@@ -117,7 +117,7 @@ func New(p *passes.Program) (*Executable, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cpuexec %s: %w", f.Name, err)
 	}
-	e := &Executable{prog: p, body: body, params: f.Body.ParamTypes(), copies: hasCopies(body), colls: hasCollectives(body)}
+	e := &Executable{prog: p, body: body, params: f.Body.ParamTypes(), copies: hasStep(body, stepCopy), colls: hasStep(body, stepCollective)}
 	for i, v := range f.Body.Results {
 		s := body.results[i]
 		rp := resultPlan{typ: v.Type, slot: s, alias: -1, what: fmt.Sprintf("output %d", i)}
@@ -321,14 +321,14 @@ func (e *Executable) putFrame(f *frame) {
 	e.frames.Put(f)
 }
 
-// hasCopies reports whether g or a region nested in it has a copy step.
-func hasCopies(g *region) bool {
+// hasStep reports whether g or a region nested in it has a step of kind k.
+func hasStep(g *region, k stepKind) bool {
 	for i := range g.steps {
-		if g.steps[i].kind == stepCopy {
+		if g.steps[i].kind == k {
 			return true
 		}
 		for _, sub := range g.steps[i].subs {
-			if hasCopies(sub) {
+			if hasStep(sub, k) {
 				return true
 			}
 		}
