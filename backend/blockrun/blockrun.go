@@ -142,11 +142,15 @@ func (f *Frame[L, E, F]) Event(i int) *E { return &f.events[i] }
 
 // Await makes queue q wait for the events of steps ss, stopping at the
 // first error.
-func (f *Frame[L, E, F]) Await(q passes.Queue, ss []int) error {
+func (f *Frame[L, E, F]) Await(q passes.Queue, ss []int) error { return f.awaitIn(q, f.events, ss) }
+
+// awaitIn makes queue q wait for the events evs[j] of steps ss that are
+// set, stopping at the first error.
+func (f *Frame[L, E, F]) awaitIn(q passes.Queue, evs []E, ss []int) error {
 	var zero E
 	for _, j := range ss {
-		if f.events[j] != zero {
-			if err := f.be.Wait(q, &f.events[j]); err != nil {
+		if evs[j] != zero {
+			if err := f.be.Wait(q, &evs[j]); err != nil {
 				return err
 			}
 		}
@@ -213,15 +217,7 @@ func (f *Frame[L, E, F]) step(i int, p *passes.StepSchedule) error {
 // awaitCarried makes queue q wait for the previous iteration's carried
 // collectives ks.
 func (f *Frame[L, E, F]) awaitCarried(q passes.Queue, ks []int) error {
-	var zero E
-	for _, k := range ks {
-		if f.prev[k] != zero {
-			if err := f.be.Wait(q, &f.prev[k]); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return f.awaitIn(q, f.prev, ks)
 }
 
 // prefetch issues the prefetches the schedule starts after step i.
