@@ -1,11 +1,9 @@
 package cuda
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
 
-	"github.com/ferryml/ferry/internal/eval"
 	"github.com/ferryml/ferry/ir"
 	"github.com/ferryml/ferry/passes"
 )
@@ -144,17 +142,15 @@ func (g *gen) node(n int, at string) (string, error) {
 
 // constAt is element idx of a constant node's data: a literal when the
 // data is one element, idx converted to the dtype when the data is the
-// vector of an iota (0, 1, ... converted as iota converts them).
+// vector of an iota (Node.Iota).
 func constAt(nd *passes.Node, idx string) (string, error) {
-	n := len(nd.Data) / max(nd.DType.Size(), 1)
-	if n == 1 {
+	switch {
+	case nd.Iota:
+		return iotaAt(nd.DType, idx), nil
+	case len(nd.Data) == nd.DType.Size():
 		return literalAt(&ir.Literal{Type: ir.TypeOf(nd.DType), Data: nd.Data}, 0), nil
 	}
-	iota, err := eval.EvalOp(&ir.Op{Code: ir.Iota, Attrs: ir.Attrs{"dtype": nd.DType, "shape": []int{n}, "dim": 0}}, nil)
-	if err == nil && bytes.Equal(iota[0].Data, nd.Data) {
-		return iotaAt(nd.DType, idx), nil
-	}
-	return "", fmt.Errorf("cuda: a constant of %d elements inside a fused group", n)
+	return "", fmt.Errorf("cuda: a constant of %d elements inside a fused group", len(nd.Data)/max(nd.DType.Size(), 1))
 }
 
 // indexed is a NodeIndexed node at element at of its rule's iteration

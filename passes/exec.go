@@ -259,8 +259,11 @@ type Node struct {
 	DType ir.DType
 	// Operand is the fusion operand a NodeLeaf reads (-1 otherwise).
 	Operand int
-	// Data is the row-major bytes a NodeConst reads.
+	// Data is the row-major bytes a NodeConst reads; Iota says they are
+	// the vector of an iota (element i is i converted to DType, as eval
+	// converts it).
 	Data []byte
+	Iota bool
 	// View maps the iteration flat index to the flat element index of the
 	// leaf's operand or data (empty: the identity).
 	View ir.ViewChain

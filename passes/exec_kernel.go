@@ -404,7 +404,7 @@ func (b *kernelBuilder) opNode(nd *Node, op *ir.Op, m ir.ViewChain) error {
 		}
 		st := make([]int, len(shape))
 		st[dim] = 1
-		nd.Kind, nd.Data, nd.View = NodeConst, vec[0].Data, m.Then(ir.NewStridedView(shape, st, 0))
+		nd.Kind, nd.Data, nd.Iota, nd.View = NodeConst, vec[0].Data, true, m.Then(ir.NewStridedView(shape, st, 0))
 	case op.Info().Elementwise:
 		nd.Kind, nd.Code, nd.Attrs = NodeOp, op.Code, op.Attrs
 		nd.Invariant = true

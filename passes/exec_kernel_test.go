@@ -56,6 +56,14 @@ func TestLowerOpKernels(t *testing.T) {
 	for _, op := range described {
 		k, ok := passes.LowerOp(op)
 		require.True(t, ok, "%v is not described", op.Code)
+		iotas := 0
+		for _, nd := range k.Programs[0].Nodes {
+			if nd.Iota {
+				require.Equal(t, passes.NodeConst, nd.Kind)
+				iotas++
+			}
+		}
+		require.Equal(t, op.Code == ir.Iota, iotas == 1, "%v: %d iota nodes", op.Code, iotas)
 		var ins []*ir.Literal
 		for _, a := range op.Args {
 			ins = append(ins, randprog.RandomLiteral(rng, a.Type))
