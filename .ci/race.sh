@@ -13,7 +13,8 @@
 #     connections), the SPMD reference (internal/testkit/spmdref: one goroutine per
 #     device), the work splitter and allocators (cpu/internal/parallel,
 #     internal/bfc, internal/scratch), the backend contract and the CPU
-#     backend (backend, cpu: buffers, donation, device pools), the CPU
+#     backend (backend, cpu: buffers, donation, device pools; the block
+#     runner and the ledger of live allocations both backends use), the CPU
 #     executor (cpu/cpuexec: asynchronous copies beside compute) and
 #     the runtime (runtime: dispatch, donation, sharded calls, with -short);
 #   - and one of four groups of the other packages, in turn by the day of
@@ -33,7 +34,7 @@ cd "$(dirname "$0")/.."
 always=(
   ./collective ./collective/internal/bufs ./collective/mpi ./collective/rendezvous
   ./internal/testkit/spmdref ./cpu/internal/parallel ./internal/bfc ./internal/scratch
-  ./backend ./cpu ./cpu/cpuexec ./runtime
+  ./backend ./backend/blockrun ./backend/ledger ./cpu ./cpu/cpuexec ./runtime
 )
 groups=(
   "./cpu/gemm ./conformance ./ir ./cpu/internal/amd64enc ./cpu/cpufeat ./internal/readsize ./internal/callers"
