@@ -827,15 +827,16 @@ func (x *execution) end(err error) {
 	x.free()
 }
 
-// collect makes the results that are parameters or computed twice: copies
-// into fresh buffers.
+// collect makes the results the plan copies (passes.Output.Copy: a
+// parameter, or a value returned twice) into fresh buffers.
 func (x *execution) collect(top *frame) error {
 	b, e := x.b, x.e
-	for i, v := range e.prog.Func.Body.Results {
-		if x.results[i] != nil {
-			continue
+	for i, o := range e.lowered.Outputs {
+		if !o.Copy {
+			continue // computed into its own buffer, or a donated argument's (output)
 		}
-		src, err := x.slot(top, top.g.blk.Results[i])
+		v := e.prog.Func.Body.Results[i]
+		src, err := x.slot(top, o.Slot)
 		if err != nil {
 			return err
 		}

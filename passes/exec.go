@@ -13,6 +13,22 @@ import "github.com/ferryml/ferry/ir"
 type Exec struct {
 	// Top is the block of the function body.
 	Top *Block
+	// Outputs[i] says how result i of the function gets its memory.
+	Outputs []Output
+}
+
+// Output is how one result of the function gets its memory.
+type Output struct {
+	// Slot is the top block's slot of the value returned.
+	Slot int
+	// Alias is the donated parameter whose memory the result takes over
+	// (the slot's buffer is BufAlias), or -1.
+	Alias int
+	// Copy says that the value is not computed into the result's own
+	// buffer (it is a parameter, a temporary, or another result's value):
+	// the result gets memory of its own, and the value is copied into it
+	// once the block has run.
+	Copy bool
 }
 
 // Block is one region as a backend runs it: its slots (every value with a

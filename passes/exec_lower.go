@@ -36,7 +36,19 @@ func Lower(p *Program) (*Exec, error) {
 			}
 		}
 	}
-	return &Exec{Top: top}, nil
+	ex := &Exec{Top: top, Outputs: make([]Output, len(f.Body.Results))}
+	for i, s := range top.Results {
+		o := Output{Slot: s, Alias: -1}
+		switch b := top.Slots[s].Buf; {
+		case b.Kind == BufOutput && b.Index == i:
+		case b.Kind == BufAlias && b.Index == i:
+			o.Alias = b.Param
+		default:
+			o.Copy = true
+		}
+		ex.Outputs[i] = o
+	}
+	return ex, nil
 }
 
 // lowerer carries what every block of one lowering needs.

@@ -8,10 +8,19 @@ import (
 // String is the plan's text form, for tests and FERRY_DUMP_IR: per block its
 // slots (value, type, buffer), then its steps, one per line as
 // "outs = kind op(args)", with a kernel's programs (nodes with their views)
-// and a loop's bindings and nested blocks indented below.
+// and a loop's bindings and nested blocks indented below; then the results
+// that take over a donated parameter or are copies.
 func (e *Exec) String() string {
 	var p execPrinter
 	p.block(e.Top, 0)
+	for i, o := range e.Outputs {
+		switch {
+		case o.Alias >= 0:
+			p.line(0, "result %d = s%d in donated param %d", i, o.Slot, o.Alias)
+		case o.Copy:
+			p.line(0, "result %d = copy of s%d", i, o.Slot)
+		}
+	}
 	return p.String()
 }
 

@@ -1,6 +1,7 @@
 package passes_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/ferryml/ferry/ir"
@@ -102,4 +103,40 @@ func TestExecStagedCarries(t *testing.T) {
 	require.Equal(t, want, lp.Results, "%s", text)
 	require.Contains(t, text, "result 0 -> out0 (staged)")
 	require.Contains(t, text, "result 2 -> out2 (in place)")
+}
+
+// TestLowerOutputs: the plan says how each result gets its memory: its own
+// buffer, a donated parameter's, or a copy (a parameter returned as it is,
+// a value returned twice).
+func TestLowerOutputs(t *testing.T) {
+	f := ir.NewFunc("outs")
+	x, y := f.Body.AddParam(ir.TypeOf(ir.Float32, 4)), f.Body.AddParam(ir.TypeOf(ir.Float32, 4))
+	a, err := f.Body.AddOp(ir.Add, []*ir.Value{x, y}, nil)
+	require.NoError(t, err)
+	m, err := f.Body.AddOp(ir.Mul, []*ir.Value{x, y}, nil)
+	require.NoError(t, err)
+	f.Body.Results = []*ir.Value{a.Result(), m.Result(), y, m.Result()}
+	ex, err := passes.Lower(compile(t, f, passes.Options{Donated: []bool{true, false}}))
+	require.NoError(t, err)
+	require.Len(t, ex.Outputs, 4)
+	for i, o := range ex.Outputs {
+		require.Equal(t, ex.Top.Results[i], o.Slot, "result %d", i)
+	}
+	got := make([]string, len(ex.Outputs))
+	for i, o := range ex.Outputs {
+		switch {
+		case o.Alias >= 0:
+			got[i] = fmt.Sprintf("alias %d", o.Alias)
+		case o.Copy:
+			got[i] = "copy"
+		default:
+			got[i] = "own"
+		}
+	}
+	// The donated x takes the product (its last reader: the sum, computed
+	// while x is still to be read, cannot); the product returned again is a
+	// copy, and so is y, a parameter.
+	require.Equal(t, []string{"own", "alias 0", "copy", "copy"}, got, "%s", ex)
+	require.Contains(t, ex.String(), "result 1 = s3 in donated param 0")
+	require.Contains(t, ex.String(), "result 3 = copy of s")
 }

@@ -92,13 +92,12 @@ type Executable struct {
 	frames  sync.Pool // *frame of body, kept between executions for reuse
 }
 
-// resultPlan says how top-level result i gets its memory.
+// resultPlan says how top-level result i gets its memory (the plan's
+// passes.Output) and what its allocation is named.
 type resultPlan struct {
-	typ   ir.Type
-	slot  int    // the slot of the returned value
-	alias int    // donated parameter whose memory is the result, or -1
-	copy  bool   // the value lives elsewhere: allocate and copy at the end
-	what  string // "output i", naming its allocation
+	passes.Output
+	typ  ir.Type
+	what string // "output i", naming its allocation
 }
 
 // New prepares p for execution. It checks that the plan covers every value
@@ -118,18 +117,8 @@ func New(p *passes.Program) (*Executable, error) {
 		return nil, fmt.Errorf("cpuexec %s: %w", f.Name, err)
 	}
 	e := &Executable{prog: p, body: body, params: f.Body.ParamTypes(), copies: hasStep(body, stepCopy), colls: hasStep(body, stepCollective)}
-	for i, v := range f.Body.Results {
-		s := body.results[i]
-		rp := resultPlan{typ: v.Type, slot: s, alias: -1, what: fmt.Sprintf("output %d", i)}
-		b := body.slots[s].Buf
-		switch {
-		case b.Kind == passes.BufOutput && b.Index == i:
-		case b.Kind == passes.BufAlias && b.Index == i:
-			rp.alias = b.Param
-		default:
-			rp.copy = true
-		}
-		e.results = append(e.results, rp)
+	for i, o := range ex.Outputs {
+		e.results = append(e.results, resultPlan{Output: o, typ: f.Body.Results[i].Type, what: fmt.Sprintf("output %d", i)})
 	}
 	return e, nil
 }
@@ -229,8 +218,8 @@ func (e *Executable) ExecuteIntoWith(args []*ir.Literal, a Allocator, outs []*ir
 		return fmt.Errorf("cpuexec %s: room for %d and %d results, want %d", e.prog.Func.Name, len(outs), len(release), len(e.results))
 	}
 	for i, rp := range e.results {
-		if rp.alias >= 0 {
-			setOut(outs, i, rp.typ, args[rp.alias].Data[:rp.typ.Bytes()])
+		if rp.Alias >= 0 {
+			setOut(outs, i, rp.typ, args[rp.Alias].Data[:rp.typ.Bytes()])
 			release[i] = func() {}
 			continue
 		}
@@ -293,8 +282,8 @@ func (e *Executable) ExecuteIntoWith(args []*ir.Literal, a Allocator, outs []*ir
 		return fmt.Errorf("cpuexec %s: %w", e.prog.Func.Name, err)
 	}
 	for i, rp := range e.results {
-		if rp.copy {
-			copy(outs[i].Data, fr.lits[rp.slot].Data)
+		if rp.Copy {
+			copy(outs[i].Data, fr.lits[rp.Slot].Data)
 		}
 	}
 	e.putFrame(fr)
