@@ -341,18 +341,11 @@ func (f *frame) Prefetch(p *passes.Prefetch, q passes.Queue, next loc, _ *uintpt
 // wait for everything issued on the compute stream so far.
 func (f *frame) Run() error {
 	if f.g.async {
-		x, b := f.x, f.x.b
-		if x.fork == 0 {
-			var err error
-			if x.fork, err = x.event(); err != nil {
-				return err
-			}
-		}
-		if err := b.d.Check("cuEventRecord", x.fork, b.streams[Compute]); err != nil {
+		if err := f.Record(passes.QueueCompute, &f.x.fork); err != nil {
 			return err
 		}
-		for _, s := range []Stream{H2D, D2H, Coll} {
-			if err := b.d.Check("cuStreamWaitEvent", b.streams[s], x.fork, 0); err != nil {
+		for _, q := range []passes.Queue{passes.QueueToDevice, passes.QueueToHost, passes.QueueCollective} {
+			if err := f.Wait(q, &f.x.fork); err != nil {
 				return err
 			}
 		}
