@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -69,23 +70,13 @@ func (m *model) sorted(keep func(modelAlloc) bool) []modelAlloc {
 	slices.SortStableFunc(out, func(a, b modelAlloc) int {
 		switch {
 		case a.bytes != b.bytes:
-			return -cmpInt(a.bytes, b.bytes)
+			return -cmp.Compare(a.bytes, b.bytes)
 		case a.born != b.born:
-			return cmpInt(a.born, b.born)
+			return cmp.Compare(a.born, b.born)
 		}
-		return cmpInt(int64(a.addr), int64(b.addr))
+		return cmp.Compare(a.addr, b.addr)
 	})
 	return out
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // check compares every figure and list of l with m.

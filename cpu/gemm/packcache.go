@@ -142,7 +142,7 @@ func ReadOnly(mem []byte) {
 	r := readOnly{lo, lo + uintptr(len(mem))}
 	packs.mu.Lock()
 	defer packs.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(packs.regions, r.lo, func(x readOnly, lo uintptr) int { return cmpUintptr(x.lo, lo) })
+	i, _ := slices.BinarySearchFunc(packs.regions, r.lo, func(x readOnly, lo uintptr) int { return cmp.Compare(x.lo, lo) })
 	if i > 0 && packs.regions[i-1].hi > r.lo {
 		i-- // overlaps the one before: merge
 	}
@@ -182,19 +182,9 @@ func Forget(mem []byte) {
 	}
 }
 
-func cmpUintptr(a, b uintptr) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // readOnlyLocked reports whether [lo, hi) lies in one declared range.
 func readOnlyLocked(lo, hi uintptr) bool {
-	i, found := slices.BinarySearchFunc(packs.regions, lo, func(x readOnly, lo uintptr) int { return cmpUintptr(x.lo, lo) })
+	i, found := slices.BinarySearchFunc(packs.regions, lo, func(x readOnly, lo uintptr) int { return cmp.Compare(x.lo, lo) })
 	if !found {
 		i--
 	}
