@@ -121,7 +121,8 @@ func newBackend(d *Driver) (*Backend, error) {
 // (left current on the calling thread), streams, memory and cuBLASLt
 // handle.
 func newDevice(d *Driver, ord int, cache *Cache) (*Backend, error) {
-	b := &Backend{d: d, ord: ord, cache: cache, modules: map[string]uintptr{}}
+	b := &Backend{d: d, ord: ord, cache: cache, modules: map[string]uintptr{},
+		live: memLedger{Platform: "cuda", Device: ord, Indexed: true}}
 	if err := d.Check("cuDeviceGet", uintptr(unsafe.Pointer(&b.dev)), uintptr(ord)); err != nil {
 		return nil, err
 	}

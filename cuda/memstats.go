@@ -13,19 +13,10 @@ type liveMem struct{ ledger.Entry[liveMem] }
 // memLedger is the accounting of a device's live allocations (Backend.mu).
 type memLedger = ledger.Ledger[liveMem, *liveMem]
 
-// ledger returns the accounting of the handle's device, naming it at first
-// use (b.mu held).
-func (b *Backend) ledger() *memLedger {
-	if b.live.Platform == "" {
-		b.live.Platform, b.live.Device, b.live.Indexed = "cuda", b.ord, true
-	}
-	return &b.live
-}
-
 // trackLocked records a new allocation m of held bytes (b.mu held), with
 // the stack of allocate's caller.
 func (b *Backend) trackLocked(m mem, space ir.MemorySpace, what string, held int64) {
-	l := b.ledger().New()
+	l := b.live.New()
 	l.Bytes, l.Held, l.Addr, l.What, l.Stack, l.Born, l.Reuse = m.size, held, m.ptr, what, callers.Record(3), ledger.Now(), true
 	b.live.Add(l, space)
 }
@@ -62,7 +53,7 @@ func (b *Backend) MemoryStats(dev int, space ir.MemorySpace) (backend.MemStats, 
 
 // statsLocked is MemoryStats of the handle's device (b.mu held).
 func (b *Backend) statsLocked(space ir.MemorySpace) backend.MemStats {
-	s := b.ledger().Stats(space)
+	s := b.live.Stats(space)
 	s.Allocator, s.Reserved = "platform", s.BytesInUse
 	if space == ir.Device && b.limit > 0 {
 		s.Capacity, s.Limit = b.limit, b.limit
@@ -82,7 +73,7 @@ func (b *Backend) LiveAllocations() []backend.Allocation {
 	var out []backend.Allocation
 	for _, g := range b.all {
 		g.mu.Lock()
-		out = g.ledger().Allocations(out)
+		out = g.live.Allocations(out)
 		g.mu.Unlock()
 	}
 	return out
