@@ -2,6 +2,7 @@ package passes
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/ferryml/ferry/ir"
 )
@@ -194,21 +195,12 @@ func MatmulOf(op *ir.Op) *Matmul {
 	return m
 }
 
-func containsInt(s []int, x int) bool {
-	for _, y := range s {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
 // FreeAxes returns the axes of a rank-r operand of a product in neither
 // its batch nor its contracting list, in order.
 func FreeAxes(r int, batch, contract []int) []int {
 	var out []int
 	for d := range r {
-		if !containsInt(batch, d) && !containsInt(contract, d) {
+		if !slices.Contains(batch, d) && !slices.Contains(contract, d) {
 			out = append(out, d)
 		}
 	}
